@@ -1,0 +1,39 @@
+# Every target creates and reuses the virtual environment .venv by itself.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NODES ?= 8
+
+.PHONY: install test run lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	# torch 2.13.0 CPU build first, so the range in setup.cfg installs nothing more.
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+test: install
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
+
+run: install
+	mkdir -p results
+	PATH=$(abspath $(BIN)):$$PATH OMP_NUM_THREADS=1 $(BIN)/mpiexec -n $(NODES) $(BIN)/python experiments/consensus.py \
+		--topology ring --dim 2000 --rounds 1500 --log-every 10 \
+		--compressor none topk:0.01 randk:0.01 sign qsgd:4bit lowrank:1 \
+		--gamma 1.0 0.05 0.01 0.4 0.6 0.4 \
+		--shape 40x50 --out results/consensus.jsonl --plot results/consensus.png
+
+lint: install
+	$(BIN)/ruff check gossip topologies experiments tests benchmarks
+
+bench: install
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_compress.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_engine.py
+
+clean:
+	rm -rf $(VENV) results .pytest_cache

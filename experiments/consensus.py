@@ -1,0 +1,181 @@
+"""Average consensus: compare compressors (and algorithms) by consensus error per round and per bit.
+
+In process:      python experiments/consensus.py --nodes 25 --compressor none topk:0.01 --gamma 1 0.05
+Under MPI:       mpiexec -n 8 python experiments/consensus.py --compressor none sign --gamma 1 0.4
+
+Every compressor gets its own run from the same initial vectors; the script prints one table
+row per run (final error, rounds and bits per node to reach --target, mean round time), writes
+JSON lines (--out) and plots error against rounds and against bits (--plot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gossip.algorithms import REGISTRY, make_algorithm  # noqa: E402
+from gossip.cli import DTYPES, add_run_arguments, guarded, setup, split_per_run  # noqa: E402
+from gossip.engine import DivergenceError, Engine  # noqa: E402
+from gossip.layout import Layout  # noqa: E402
+from gossip.metrics import JsonlLogger, first_reach, versions  # noqa: E402
+from gossip.seeding import generator, init_seed  # noqa: E402
+
+log = logging.getLogger("gossip.consensus")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    g = p.add_argument_group("consensus")
+    g.add_argument("--algorithm", default="choco", choices=sorted(REGISTRY),
+                   help="algorithm run for every compressor")
+    g.add_argument("--compressor", nargs="+", default=["none"], metavar="SPEC",
+                   help="compressor specs, one run each: none, fp16, bf16, topk:0.01, topk:K, "
+                        "randk:0.01[:unbiased], sign, qsgd:4bit, qsgd:s=16[:biased], lead:2, "
+                        "natural, lowrank:1")
+    g.add_argument("--gamma", nargs="+", type=float, default=None, metavar="G",
+                   help="consensus step: one for all runs or one per compressor "
+                        "(default: the algorithm's own default)")
+    g.add_argument("--rank", type=int, default=None,
+                   help="PowerGossip's rank (only with --algorithm powergossip)")
+    g.add_argument("--dim", type=int, default=2000, help="vector dimension d")
+    g.add_argument("--shape", default=None, metavar="MxK",
+                   help="matrix-shaped vectors (for low-rank compressors and PowerGossip); "
+                        "overrides --dim")
+    g.add_argument("--init", default="gaussian",
+                   help="'gaussian' (x_i ~ N(0, I), seeded per node) or a .npy file of shape "
+                        "(n, d) or (n, m, k)")
+    g.add_argument("--rounds", type=int, default=1000, help="rounds per run")
+    g.add_argument("--target", type=float, default=1e-6,
+                   help="consensus error, relative to the initial one, that counts as reached")
+    add_run_arguments(p)
+    from gossip.config import parse_args_with_config
+
+    return parse_args_with_config(p, argv)  # --config run.toml; flags override it
+
+
+def initial_vectors(args: argparse.Namespace, n: int, shape: tuple[int, ...]):
+    """x_i^0 for every node: seeded Gaussians, or rows of a user's .npy file."""
+    dtype = DTYPES[args.dtype]
+    if args.init == "gaussian":
+        def draw(i: int) -> torch.Tensor:
+            gen = generator(init_seed(args.seed, i))
+            return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+        return draw
+    path = Path(args.init)
+    if not path.exists():
+        raise SystemExit(f"--init {args.init}: no such file (give 'gaussian' or a .npy file)")
+    data = np.load(path, allow_pickle=False)
+    if data.shape[0] != n or int(np.prod(data.shape[1:])) != int(np.prod(shape)):
+        raise SystemExit(
+            f"--init {path} has shape {data.shape}; expected ({n}, {', '.join(map(str, shape))})"
+        )
+    return lambda i: torch.from_numpy(np.ascontiguousarray(data[i])).to(dtype).reshape(shape)
+
+
+def parse_shape(args: argparse.Namespace) -> tuple[int, ...]:
+    if args.shape is None:
+        if args.dim < 1:
+            raise SystemExit(f"--dim must be positive, got {args.dim}")
+        return (args.dim,)
+    m = re.fullmatch(r"(\d+)x(\d+)", args.shape)
+    if not m or int(m[1]) < 1 or int(m[2]) < 1:
+        raise SystemExit(f"--shape must look like 100x100, got '{args.shape}'")
+    return (int(m[1]), int(m[2]))
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = parse_args(argv)
+    world, topology = setup(args)
+    shape = parse_shape(args)
+    layout = Layout([shape]) if len(shape) > 1 else None
+    x0 = initial_vectors(args, topology.n, shape)
+    gammas = split_per_run(args.gamma, len(args.compressor), "--gamma")
+    logger = JsonlLogger(args.out, enabled=world.is_root)
+    rows, curves = [], {}
+    for spec, gamma in zip(args.compressor, gammas):
+        hp = {}
+        if gamma is not None:
+            hp["gamma"] = gamma
+        if args.rank is not None:
+            hp["rank"] = args.rank
+        algorithm = make_algorithm(args.algorithm, **hp)
+        engine = Engine(
+            algorithm, topology, x0, compressor=spec, layout=layout, seed=args.seed, world=world,
+            timeout=args.timeout, device=args.device, dtype=DTYPES[args.dtype],
+        )
+        label = f"{args.algorithm} {spec}" + (f" γ={gamma:g}" if gamma is not None else "")
+        logger.write({
+            "type": "config", "label": label, "script": "consensus", "args": vars(args),
+            "algorithm": args.algorithm, "hparams": algorithm.hparams(), "compressor": spec,
+            "nodes": topology.n, "world_size": world.size, "topology": topology.describe(),
+            "versions": versions(),
+        })
+        records: list[dict] = []
+
+        def on_record(rec: dict, records=records) -> None:
+            rec["label"] = label
+            records.append(rec)
+            logger.write(rec)
+
+        status = "ok"
+        try:
+            engine.run(args.rounds, log_every=args.log_every, on_record=on_record,
+                       progress=args.progress)
+        except DivergenceError as exc:
+            status = f"diverged at round {exc.round}"
+            log.warning("%s: %s", label, exc)
+        summary = engine.summary() | {"label": label, "status": status}
+        logger.write(summary)
+        curves[label] = records
+        rows.append(table_row(label, records, summary, args.target))
+    logger.close()
+    if world.is_root:
+        print(format_table(rows, args.target))
+        if args.plot:
+            from gossip.plot import plot_runs
+
+            path = plot_runs(curves, args.plot, metric="consensus_error",
+                             title=f"consensus on {topology.name}, n={topology.n}, d={int(np.prod(shape))}")
+            log.info("plot written to %s", path)
+    return rows
+
+
+def table_row(label: str, records: list[dict], summary: dict, target_rel: float) -> dict:
+    initial = records[0]["consensus_error"] if records else float("nan")
+    reached = first_reach(records, "consensus_error", target_rel * initial)
+    final = records[-1] if records else {}
+    return {
+        "run": label,
+        "final_rel_error": final.get("consensus_error", float("nan")) / initial if initial else 0.0,
+        "rounds_to_target": reached["round"] if reached else None,
+        "bits_to_target": reached["bits_per_node"] if reached else None,
+        "ms_per_round": 1e3 * summary["seconds_per_round"],
+        "status": summary["status"],
+    }
+
+
+def format_table(rows: list[dict], target: float) -> str:
+    head = (f"| run | final error (rel.) | rounds to {target:g} | bits/node to {target:g} "
+            "| ms/round | status |")
+    lines = [head, "|---|---|---|---|---|---|"]
+    for r in rows:
+        rounds = "—" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
+        bits = "—" if r["bits_to_target"] is None else f"{r['bits_to_target']:.3g}"
+        lines.append(f"| {r['run']} | {r['final_rel_error']:.3g} | {rounds} | {bits} "
+                     f"| {r['ms_per_round']:.3f} | {r['status']} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    guarded(main)

@@ -1,0 +1,189 @@
+"""Decentralized optimization of convex problems: distance to the exact optimum per round and bit.
+
+In process:   python experiments/optimize.py --problem least-squares --algorithm lead --compressor lead:2
+Compare:      python experiments/optimize.py --compare lead@lead:2 nids@none dpsgd choco@lead:2 --plot p.png
+Under MPI:    mpiexec -n 8 python experiments/optimize.py --problem lasso --algorithm prox-lead
+
+The exact optimum x* is computed centrally (scipy / proximal gradient in float64); each record
+carries distance_to_optimum = (1/n) Σ ‖x_i − x*‖² / ‖x*‖², the objective at the average model and
+its gap to the optimal value, consensus error and bits per node. Step sizes default to what
+ALGORITHMS.md recommends for the problem (η = 1/L with full gradients, 1/(6 L_max) with sampled
+ones), so a run with no tuning flag works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gossip.algorithms import REGISTRY, make_algorithm  # noqa: E402
+from gossip.cli import DTYPES, add_run_arguments, guarded, setup  # noqa: E402
+from gossip.engine import DivergenceError, Engine  # noqa: E402
+from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions  # noqa: E402
+from gossip.problems import ESTIMATORS, PROBLEMS, default_hparams, make_problem  # noqa: E402
+
+log = logging.getLogger("gossip.optimize")
+
+ALIASES = {"nids": ("lead", {"alpha": 1.0, "gamma_dual": 1.0}, "none"),
+           "dgd": ("dpsgd", {}, None)}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    g = p.add_argument_group("problem")
+    g.add_argument("--problem", choices=PROBLEMS, default="least-squares", help="what to minimize")
+    g.add_argument("--dim", type=int, default=200, help="model dimension (synthetic data)")
+    g.add_argument("--samples-per-node", type=int, default=200, help="samples per node (synthetic)")
+    g.add_argument("--heterogeneity", type=float, default=1.0,
+                   help="spread of the node-specific ground truths (0 = identical data model)")
+    g.add_argument("--data", default=None,
+                   help="a LibSVM-format file instead of synthetic data (split over the nodes)")
+    g.add_argument("--partition", default="iid",
+                   help="how --data is split: iid, sorted (by label), dirichlet:ALPHA")
+    g.add_argument("--l1", type=float, default=None, help="L1 weight (lasso, l1-logistic)")
+    g.add_argument("--l2", type=float, default=None, help="L2 weight")
+    a = p.add_argument_group("algorithm")
+    a.add_argument("--algorithm", default="lead", choices=sorted(REGISTRY) + sorted(ALIASES),
+                   help="algorithm (nids = lead with no compression, dgd = dpsgd)")
+    a.add_argument("--compressor", default="lead:2", help="compressor spec (see consensus.py)")
+    a.add_argument("--compare", nargs="+", default=None, metavar="ALG[@COMPRESSOR]",
+                   help="run several algorithms, e.g. lead@lead:2 nids dgd choco@lead:2 "
+                        "beer@topk:0.1; plots distance to optimum vs rounds and bits")
+    a.add_argument("--eta", type=float, default=None,
+                   help="step size (default 1/L full gradients, 1/(6 L_max) sampled; BEER 0.2/L)")
+    a.add_argument("--gamma", type=float, default=None,
+                   help="consensus step (choco 0.5, deepsqueeze 0.2, beer 0.4, gossip 1)")
+    a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
+    a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
+    a.add_argument("--rank", type=int, default=None, help="PowerGossip's rank")
+    a.add_argument("--estimator", choices=ESTIMATORS, default="full",
+                   help="gradient estimator (sampled ones need a finite-sum problem)")
+    a.add_argument("--batch-size", type=int, default=1, help="samples per sampled gradient")
+    a.add_argument("--iterations", type=int, default=300, help="rounds per run")
+    a.add_argument("--target", type=float, default=1e-8,
+                   help="distance to optimum counted as reached in the table")
+    add_run_arguments(p)
+    p.set_defaults(log_every=1, dtype="float64")
+    from gossip.config import parse_args_with_config
+
+    return parse_args_with_config(p, argv)  # --config run.toml; flags override it
+
+
+def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
+    """(label, algorithm, hyper-parameters, compressor) for each run asked for."""
+    items = args.compare or [f"{args.algorithm}@{args.compressor}"]
+    out = []
+    for item in items:
+        name, _, comp = item.partition("@")
+        hp: dict = {}
+        if name in ALIASES:
+            name, hp, forced = ALIASES[name]
+            hp = dict(hp)
+            comp = forced or comp
+        if name not in REGISTRY:
+            raise SystemExit(f"unknown algorithm '{name}' in '{item}'; choose from "
+                             f"{', '.join(sorted(REGISTRY) + sorted(ALIASES))}")
+        comp = comp or ("none" if args.compare else args.compressor)
+        out.append((item if args.compare else f"{name}@{comp}", name, hp, comp))
+    return out
+
+
+def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem) -> dict:
+    """Keyword hyper-parameters for ``name``: flags first, then the problem's recommendations."""
+    defaults = default_hparams(problem, args.estimator)
+    hp = dict(base)
+    accepted = set(inspect.signature(REGISTRY[name].__init__).parameters)
+    eta = args.eta if args.eta is not None else defaults["eta"] * (0.2 if name == "beer" else 1.0)
+    gamma_defaults = {"choco": 0.5, "deepsqueeze": 0.2, "beer": 0.4}
+    for key, value in (("eta", eta), ("gamma", args.gamma), ("alpha", args.alpha),
+                       ("gamma_dual", args.gamma_dual), ("rank", args.rank)):
+        if key in accepted and key not in hp:
+            if value is None and key == "gamma":
+                value = gamma_defaults.get(name)
+            if value is not None:
+                hp[key] = value
+    return hp
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    args = parse_args(argv)
+    world, topology = setup(args)
+    dtype = DTYPES[args.dtype]
+    problem = make_problem(
+        args.problem, n_nodes=topology.n, dim=args.dim, samples_per_node=args.samples_per_node,
+        heterogeneity=args.heterogeneity, seed=args.seed, data=args.data,
+        partition_scheme=args.partition, l1=args.l1, l2=args.l2, dtype=dtype, device=args.device,
+    )
+    x_star = problem.solution()
+    f_star = problem.optimal_value()
+    x0 = problem.initial_point()
+
+    def metrics(engine, xbar):
+        obj = problem.objective(xbar)
+        return {"distance_to_optimum": squared_distance(engine, x_star, relative=True),
+                "objective": obj, "suboptimality": obj - f_star}
+
+    logger = JsonlLogger(args.out, enabled=world.is_root)
+    rows, curves = [], {}
+    for label, name, base_hp, comp in run_specs(args):
+        hp = hyperparameters(name, base_hp, args, problem)
+        algorithm = make_algorithm(name, **hp)
+        engine = Engine(
+            algorithm, topology, lambda i: x0, compressor=comp, seed=args.seed, world=world,
+            timeout=args.timeout, device=args.device, dtype=dtype,
+            oracles=lambda i, gen: problem.oracle(i, gen, args.estimator, args.batch_size),
+            watch=("distance_to_optimum",),
+        )
+        logger.write({"type": "config", "label": label, "script": "optimize", "args": vars(args),
+                      "algorithm": name, "hparams": algorithm.hparams(), "compressor": comp,
+                      "nodes": topology.n, "world_size": world.size,
+                      "topology": topology.describe(), "problem": args.problem,
+                      "smoothness": default_hparams(problem, args.estimator),
+                      "optimal_value": f_star, "versions": versions()})
+        records: list[dict] = []
+
+        def on_record(rec: dict, records=records, label=label) -> None:
+            rec["label"] = label
+            records.append(rec)
+            logger.write(rec)
+
+        status = "ok"
+        try:
+            engine.run(args.iterations, log_every=args.log_every, metrics=[metrics],
+                       on_record=on_record, progress=args.progress)
+        except DivergenceError as exc:
+            status = f"diverged at round {exc.round}"
+            log.warning("%s: %s", label, exc)
+        summary = engine.summary() | {"label": label, "status": status}
+        logger.write(summary)
+        curves[label] = records
+        reached = first_reach(records, "distance_to_optimum", args.target)
+        rows.append({"run": label, "final": records[-1]["distance_to_optimum"],
+                     "rounds": reached["round"] if reached else None,
+                     "bits": reached["bits_per_node"] if reached else None,
+                     "ms": 1e3 * summary["seconds_per_round"], "status": status})
+    logger.close()
+    if world.is_root:
+        print(f"| run | final distance to x* | rounds to {args.target:g} | bits/node to "
+              f"{args.target:g} | ms/round | status |\n|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['run']} | {r['final']:.3g} | {r['rounds'] if r['rounds'] is not None else '—'}"
+                  f" | {'—' if r['bits'] is None else format(r['bits'], '.3g')} | {r['ms']:.3f} "
+                  f"| {r['status']} |")
+        if args.plot:
+            from gossip.plot import plot_runs
+
+            plot_runs(curves, args.plot, metric="distance_to_optimum",
+                      title=f"{args.problem} on {topology.name}, n={topology.n}")
+    return rows
+
+
+if __name__ == "__main__":
+    guarded(main)

@@ -1,0 +1,3 @@
+"""gossip: decentralized learning with compressed communication over arbitrary graphs."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,229 @@
+"""What an algorithm is: per-node state plus a round written as a generator.
+
+A round yields :class:`Exchange` messages and receives the inbox back, so the code reads like
+the paper's update and never touches a transport::
+
+    q = node.compressor.encode(node.x - x_hat, node.generator)
+    inbox = yield Exchange.broadcast(q.to_bytes(), capacity)
+    for j, buf in inbox.items():          # sorted by sender id
+        node.compressor.decode_add_(s, node.compressor.from_bytes(buf, s), node.weight(j))
+
+Every node of a run yields the same number of exchanges per round.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+if TYPE_CHECKING:
+    from gossip.compress.base import Compressor
+    from gossip.layout import Layout
+
+
+class ConfigError(ValueError):
+    """An algorithm was configured with values it cannot run with (named in the message)."""
+
+
+@dataclass
+class Exchange:
+    """One message phase: bytes to each out-neighbor, bytes from each in-neighbor.
+
+    ``send`` is one uint8 buffer for every out-neighbor (a broadcast) or a mapping
+    ``{neighbor id: buffer}``. ``capacity`` bounds what any in-neighbor may send in this
+    phase (it sizes MPI receive buffers; a larger message is an error, never a truncation).
+    """
+
+    send: torch.Tensor | Mapping[int, torch.Tensor]
+    capacity: int
+
+    @classmethod
+    def broadcast(cls, buf: torch.Tensor, capacity: int | None = None) -> Exchange:
+        return cls(buf, buf.numel() if capacity is None else capacity)
+
+    def buffer_for(self, j: int) -> torch.Tensor:
+        return self.send[j] if isinstance(self.send, Mapping) else self.send
+
+
+Inbox = dict[int, torch.Tensor]
+"""Sender id -> received uint8 buffer, in sorted sender order; valid until the next yield."""
+
+
+@dataclass
+class Node:
+    """Everything one node's round may read or change.
+
+    ``x`` is the node's flat model (its shape is described by ``layout``), ``state`` holds the
+    algorithm's tensors (saved by checkpoints), ``generator`` the node's private randomness and
+    ``edge_generator(j)`` randomness shared with neighbor ``j``. ``oracle`` gives gradients
+    (None for pure consensus).
+    """
+
+    id: int
+    x: torch.Tensor
+    layout: Layout
+    view: Any  # topologies.NodeView of the current round
+    compressor: Compressor
+    generator: torch.Generator
+    edge_seed: Any  # callable (j) -> int, seed shared with neighbor j
+    oracle: Any = None
+    round: int = 0
+    state: dict[str, Any] = field(default_factory=dict)
+    _edge_generators: dict[int, torch.Generator] = field(default_factory=dict)
+
+    def edge_generator(self, j: int) -> torch.Generator:
+        """The generator this node shares with neighbor ``j`` (same stream on both ends)."""
+        gen = self._edge_generators.get(j)
+        if gen is None:
+            gen = torch.Generator(device=self.x.device)
+            gen.manual_seed(self.edge_seed(j))
+            self._edge_generators[j] = gen
+        return gen
+
+    def weight(self, j: int) -> float:
+        """``w_ij``: the weight this node gives to neighbor ``j``'s value (or its own)."""
+        if j == self.id:
+            return self.view.self_weight
+        return self.view.weight_of(j)
+
+
+RoundGenerator = Generator[Exchange, Inbox, None]
+
+
+class Algorithm(ABC):
+    """A decentralized algorithm: ``setup`` allocates a node's state, ``step`` runs one round.
+
+    Class attributes say what the algorithm needs, so the engine refuses bad runs up front:
+    ``static_topology`` (keeps neighbor state, so the graph cannot change between rounds),
+    ``symmetric`` (needs ``W = Wᵀ``), ``needs_oracle`` (uses gradients).
+    """
+
+    name: ClassVar[str]
+    static_topology: ClassVar[bool] = True
+    symmetric: ClassVar[bool] = True
+    needs_oracle: ClassVar[bool] = False
+
+    def validate(self, topology: Any, compressor: Compressor) -> None:
+        """Raise :class:`ConfigError` for a topology or compressor this algorithm cannot use."""
+
+    @abstractmethod
+    def setup(self, node: Node) -> None:
+        """Allocate and initialise ``node.state`` (called once, before round 1)."""
+
+    @abstractmethod
+    def step(self, node: Node) -> RoundGenerator:
+        """One round for ``node``: local work, yields of :class:`Exchange`, mixing."""
+
+    def hparams(self) -> dict[str, Any]:
+        """Hyper-parameters for the log's config record."""
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+def send_payload(
+    node: Node, payload: Any, like: torch.Tensor, compressor: Compressor | None = None
+) -> Exchange:
+    """An exchange broadcasting ``payload``; neighbors may send up to the compressor's bound."""
+    return Exchange(payload.to_bytes(), (compressor or node.compressor).max_nbytes(like))
+
+
+def mix_into(
+    node: Node,
+    out: torch.Tensor,
+    own: Any | None,
+    inbox: Inbox,
+    *,
+    own_weight: float | None = None,
+    scale: float = 1.0,
+    compressor: Compressor | None = None,
+) -> torch.Tensor:
+    """``out += scale·(w_ii·C(own) + Σ_j w_ij·C(q_j))``, decoding each message, sorted by sender.
+
+    ``own`` is this node's own payload (skipped when None); ``own_weight`` overrides ``w_ii``;
+    ``compressor`` overrides the node's (for messages sent uncompressed).
+    """
+    comp = compressor or node.compressor
+    if own is not None:
+        w_own = node.view.self_weight if own_weight is None else own_weight
+        comp.decode_add_(out, own, scale * w_own)
+    for j in sorted(inbox):
+        comp.decode_add_(out, comp.from_bytes(inbox[j], out), scale * node.weight(j))
+    return out
+
+
+def local_step(node: Node, grad: torch.Tensor, eta: float) -> None:
+    """``x_i ← x_i − η g``, or the node's own optimizer step on ``g`` when its oracle has one.
+
+    Training oracles (momentum, Nesterov, Adam, weight decay…) expose ``apply_step(x, g, t)``;
+    plain problem oracles do not, and get the SGD step.
+    """
+    apply = getattr(node.oracle, "apply_step", None)
+    if apply is not None:
+        apply(node.x, grad, node.round)
+    else:
+        node.x.add_(grad, alpha=-eta)
+
+
+def scheduled(value: float | Callable[[int], float], t: int) -> float:
+    """A constant hyper-parameter, or a schedule evaluated at round ``t``."""
+    return float(value(t)) if callable(value) else float(value)
+
+
+def check_range(name: str, value: float, low: float, high: float, hint: str = "") -> None:
+    """Raise :class:`ConfigError` unless ``low < value <= high``."""
+    if callable(value):
+        return
+    if not (low < value <= high) or value != value:
+        raise ConfigError(f"{name} = {value} is outside ({low}, {high}]. {hint}".rstrip())
+
+
+_LEN = 8  # bytes of each part-length field in a packed message
+
+
+def pack(parts: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+    """Several byte buffers as one message: ``[count][len_1]…[len_k][bytes_1]…[bytes_k]``.
+
+    The small header (8 bytes a field) travels and is counted like everything else.
+    """
+    device = parts[0].device
+    header = torch.tensor([len(parts)] + [p.numel() for p in parts], dtype=torch.int64)
+    total = header.numel() * _LEN + sum(p.numel() for p in parts)
+    if out is None or out.numel() != total:
+        out = torch.empty(total, dtype=torch.uint8, device=device)
+    out[: header.numel() * _LEN].copy_(header.view(torch.uint8))
+    pos = header.numel() * _LEN
+    for p in parts:
+        out[pos : pos + p.numel()].copy_(p)
+        pos += p.numel()
+    return out
+
+
+def packed_capacity(capacities: list[int]) -> int:
+    """The largest packed message for parts of at most these sizes."""
+    return (len(capacities) + 1) * _LEN + sum(capacities)
+
+
+def unpack(buf: torch.Tensor, count: int, capacities: list[int]) -> list[torch.Tensor]:
+    """Split a :func:`pack`-ed message, checking the header against what may be sent."""
+    from gossip.compress.base import CompressionError
+
+    head = (count + 1) * _LEN
+    if buf.numel() < head:
+        raise CompressionError(f"packed message of {buf.numel()} bytes is shorter than its header")
+    header = buf[:head].cpu().clone().view(torch.int64).tolist()
+    if header[0] != count:
+        raise CompressionError(f"packed message holds {header[0]} parts, expected {count}")
+    sizes = header[1:]
+    if any(s < 0 or s > c for s, c in zip(sizes, capacities)) or head + sum(sizes) != buf.numel():
+        raise CompressionError(
+            f"packed message part sizes {sizes} do not fit the bounds {capacities} / length "
+            f"{buf.numel()}"
+        )
+    out, pos = [], head
+    for s in sizes:
+        out.append(buf[pos : pos + s])
+        pos += s
+    return out

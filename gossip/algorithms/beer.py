@@ -1,0 +1,81 @@
+"""BEER (Zhao et al. NeurIPS'22; ALGORITHMS.md §7): gradient tracking with EF21-style states.
+
+Both the model and the gradient tracker travel as compressed differences against states
+``h`` (for x) and ``g`` (for v) that neighbors rebuild; ``sh = Σ_j w_ij h_j`` and
+``sg = Σ_j w_ij g_j``. One round (one message carrying both differences)::
+
+    x_i += γ (sh_i − h_i) − η v_i;            qh_i = C(x_i − h_i)
+    gn = ∇f_i(x_i);  v_i += γ (sg_i − g_i) + gn − grad_prev_i;  grad_prev_i = gn;  qg_i = C(v_i − g_i)
+    send [qh_i, qg_i];  h_i += qh_i;  sh_i += Σ_{j∈N_i⁺} w_ij qh_j;  same for g, sg
+
+Init: h = g = 0, v = grad_prev = ∇f_i(x⁰). Contractive compressors; the mean of v tracks the
+mean of the last gradients exactly (needs a doubly stochastic W).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gossip.algorithms.base import (
+    Algorithm,
+    Exchange,
+    Node,
+    RoundGenerator,
+    check_range,
+    mix_into,
+    pack,
+    packed_capacity,
+    unpack,
+)
+from gossip.compress import make
+
+
+class BEER(Algorithm):
+    name = "beer"
+    needs_oracle = True
+
+    def __init__(self, eta: float = 0.05, gamma: float = 0.4):
+        check_range("eta", eta, 0.0, float("inf"), "Try 0.2/L to 0.5/L.")
+        check_range("gamma", gamma, 0.0, 1.0, "BEER's mixing step; 0.2-0.8 in the references.")
+        self.eta = eta
+        self.gamma = gamma
+        self._tracker_compressors: dict[int, Any] = {}
+
+    def setup(self, node: Node) -> None:
+        x = node.x
+        st = node.state
+        st.update(
+            h=torch.zeros_like(x), sh=torch.zeros_like(x), g=torch.zeros_like(x),
+            sg=torch.zeros_like(x), v=torch.empty_like(x), grad_prev=torch.empty_like(x),
+            grad=torch.empty_like(x), dx=torch.empty_like(x), dv=torch.empty_like(x),
+        )
+        node.oracle.grad(x, st["v"])
+        st["grad_prev"].copy_(st["v"])
+        # the tracker's stream gets its own compressor (stateful ones keep one state per stream)
+        self._tracker_compressors[node.id] = make(node.compressor.spec, layout=_layout_of(node))
+
+    def step(self, node: Node) -> RoundGenerator:
+        x, st, gamma = node.x, node.state, self.gamma
+        h, sh, g, sg, v = st["h"], st["sh"], st["g"], st["sg"], st["v"]
+        dx, dv, gn, gp = st["dx"], st["dv"], st["grad"], st["grad_prev"]
+        ch, cg = node.compressor, self._tracker_compressors[node.id]
+        x.add_(torch.sub(sh, h, out=dx), alpha=gamma).sub_(v, alpha=self.eta)
+        qh = ch.encode(torch.sub(x, h, out=dx), node.generator)
+        node.oracle.grad(x, gn)
+        v.add_(torch.sub(sg, g, out=dv), alpha=gamma).add_(gn).sub_(gp)
+        gp.copy_(gn)
+        qg = cg.encode(torch.sub(v, g, out=dv), node.generator)
+        caps = [ch.max_nbytes(dx), cg.max_nbytes(dv)]
+        inbox = yield Exchange(pack([qh.to_bytes(), qg.to_bytes()]), packed_capacity(caps))
+        parts = {j: unpack(buf, 2, caps) for j, buf in inbox.items()}
+        ch.decode_add_(h, qh, 1.0)
+        mix_into(node, sh, qh, {j: p[0] for j, p in parts.items()}, compressor=ch)
+        cg.decode_add_(g, qg, 1.0)
+        mix_into(node, sg, qg, {j: p[1] for j, p in parts.items()}, compressor=cg)
+
+
+def _layout_of(node: Node):
+    """The layout the node's compressor was built with (None: whole vector)."""
+    return getattr(node.compressor, "layout", None)

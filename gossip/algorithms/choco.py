@@ -1,0 +1,57 @@
+"""CHOCO-Gossip and CHOCO-SGD (Koloskova et al. ICML'19 / ICLR'20; ALGORITHMS.md §2).
+
+Every node keeps a public copy ``x̂_i`` that all its neighbors agree on, and only compressed
+differences ``q_i = C(x_i − x̂_i)`` travel. Memory-efficient form: ``x``, ``x̂_i`` and
+``s_i = Σ_{j∈N_i⁺} w_ij x̂_j`` (self term included). One round, ICLR'20 order::
+
+    x_i ← x_i − η ∇f_i(x_i)                  (CHOCO-SGD only: when the node has an oracle)
+    x_i ← x_i + γ (s_i − x̂_i)                (consensus step with the old copies)
+    q_i = C(x_i − x̂_i);  send q_i, receive q_j
+    x̂_i ← x̂_i + q_i;  s_i ← s_i + Σ_{j∈N_i⁺} w_ij q_j
+
+Works with any contractive compressor; γ must be tuned (too large diverges, sometimes late).
+The sender updates x̂_i with the decoded message, exactly what receivers add.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gossip.algorithms.base import (
+    Algorithm,
+    Node,
+    RoundGenerator,
+    check_range,
+    local_step,
+    mix_into,
+    scheduled,
+    send_payload,
+)
+
+
+class Choco(Algorithm):
+    name = "choco"
+
+    def __init__(self, gamma: float = 0.05, eta: float | Callable[[int], float] = 0.0):
+        check_range("gamma", gamma, 0.0, 1.0, "CHOCO's consensus step; tune it on a grid.")
+        self.gamma = gamma
+        self.eta = eta
+
+    def setup(self, node: Node) -> None:
+        zeros = torch.zeros_like(node.x)
+        node.state.update(x_hat=zeros, s=zeros.clone(), diff=torch.empty_like(node.x))
+        if node.oracle is not None:
+            node.state["grad"] = torch.empty_like(node.x)
+
+    def step(self, node: Node) -> RoundGenerator:
+        x, st = node.x, node.state
+        x_hat, s, diff = st["x_hat"], st["s"], st["diff"]
+        if node.oracle is not None:
+            local_step(node, node.oracle.grad(x, st["grad"]), scheduled(self.eta, node.round))
+        x.add_(torch.sub(s, x_hat, out=diff), alpha=self.gamma)
+        q = node.compressor.encode(torch.sub(x, x_hat, out=diff), node.generator)
+        inbox = yield send_payload(node, q, diff)
+        node.compressor.decode_add_(x_hat, q, 1.0)
+        mix_into(node, s, q, inbox)

@@ -1,0 +1,32 @@
+"""D-PSGD (Lian et al. 2017; ALGORITHMS.md §1.2): ``X ← W X − η ∇F(X)``.
+
+The gradient is taken at the pre-gossip model ``x_i`` (D-PSGD proper, not adapt-then-combine),
+so communication can overlap with it. With γ ≠ 1 the mixing is relaxed as in :class:`Gossip`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gossip.algorithms.base import Node, RoundGenerator, local_step, scheduled
+from gossip.algorithms.gossip import Gossip
+
+
+class DPSGD(Gossip):
+    name = "dpsgd"
+    needs_oracle = True
+
+    def __init__(self, eta: float | Callable[[int], float] = 0.1, gamma: float = 1.0):
+        super().__init__(gamma)
+        self.eta = eta
+
+    def setup(self, node: Node) -> None:
+        super().setup(node)
+        node.state["grad"] = torch.empty_like(node.x)
+
+    def step(self, node: Node) -> RoundGenerator:
+        g = node.oracle.grad(node.x, node.state["grad"])
+        yield from super().step(node)
+        local_step(node, g, scheduled(self.eta, node.round))

@@ -1,0 +1,48 @@
+"""ECD-PSGD (Tang et al. NeurIPS'18; ALGORITHMS.md §3.3): compressed extrapolations.
+
+Node i keeps estimates ŷ_j of its neighbors' models (and its own) through their weighted sum
+``s_i = Σ_{j∈N_i⁺} w_ij ŷ_j`` (the update of ŷ is linear, so the sum suffices). Iteration k::
+
+    x_i^k = s_i − η ∇f_i(x_i^{k−1});   z_i = (1 − k/2) x_i^{k−1} + (k/2) x_i^k;   send C(z_i)
+    ŷ_j ← (1 − 2/k) ŷ_j + (2/k) C(z_j)   ⇒   s_i ← (1 − 2/k) s_i + (2/k) Σ_{j∈N_i⁺} w_ij C(z_j)
+
+Estimates start at x^0 (round 1 first sends every model uncompressed). Needs unbiased C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gossip.algorithms.base import Algorithm, Node, RoundGenerator, mix_into, scheduled, send_payload
+from gossip.algorithms.dcd import exchange_exact
+
+
+class ECD(Algorithm):
+    name = "ecd"
+
+    def __init__(self, eta: float | Callable[[int], float] = 0.0):
+        self.eta = eta
+
+    def setup(self, node: Node) -> None:
+        node.state.update(s=torch.zeros_like(node.x), z=torch.empty_like(node.x))
+        if node.oracle is not None:
+            node.state["grad"] = torch.empty_like(node.x)
+
+    def step(self, node: Node) -> RoundGenerator:
+        x, st, k = node.x, node.state, node.round
+        s, z = st["s"], st["z"]
+        if k == 1:
+            yield from exchange_exact(node, s)
+        z.copy_(x).mul_(1.0 - k / 2.0)  # (1 − k/2) x^{k−1}
+        if node.oracle is not None:
+            grad = node.oracle.grad(x, st["grad"])  # at x^{k−1}, before x is overwritten
+            x.copy_(s).add_(grad, alpha=-scheduled(self.eta, k))
+        else:
+            x.copy_(s)
+        z.add_(x, alpha=k / 2.0)
+        q = node.compressor.encode(z, node.generator)
+        inbox = yield send_payload(node, q, z)
+        s.mul_(1.0 - 2.0 / k)
+        mix_into(node, s, q, inbox, scale=2.0 / k)

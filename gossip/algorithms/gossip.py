@@ -1,0 +1,35 @@
+"""Gossip averaging (ALGORITHMS.md §1.1), relaxed by a step γ.
+
+``x_i ← x_i + γ (Σ_{j∈N_i⁺} w_ij C(x_j) − C(x_i))``; with the ``none`` compressor this is exact
+gossip ``X ← (I + γ(W − I)) X`` (γ = 1: ``X ← W X``), which preserves the average and contracts
+the consensus error by ρ per round. With a lossy compressor it is naive quantized gossip (it
+does not reach consensus: that is what CHOCO fixes). Keeps no neighbor state, so it runs on
+directed and time-varying graphs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from gossip.algorithms.base import Algorithm, Node, RoundGenerator, check_range, mix_into, send_payload
+
+
+class Gossip(Algorithm):
+    name = "gossip"
+    static_topology = False
+    symmetric = False
+
+    def __init__(self, gamma: float = 1.0):
+        check_range("gamma", gamma, 0.0, 2.0, "Gossip is stable for 0 < gamma < 2/beta.")
+        self.gamma = gamma
+
+    def setup(self, node: Node) -> None:
+        node.state["mix"] = torch.empty_like(node.x)
+
+    def step(self, node: Node) -> RoundGenerator:
+        x, mix = node.x, node.state["mix"]
+        q = node.compressor.encode(x, node.generator)
+        inbox = yield send_payload(node, q, x)
+        mix.zero_()
+        mix_into(node, mix, q, inbox, own_weight=node.view.self_weight - 1.0)
+        x.add_(mix, alpha=self.gamma)

@@ -1,0 +1,27 @@
+"""Prox-LEAD (Li et al. 2021; ALGORITHMS.md §5): LEAD for ``(1/n) Σ f_i + r`` with a prox.
+
+Identical to :class:`LEAD` (same message ``C(y − h)``) except that every primal update ends
+with the local prox: ``x_i ← prox_{ηr}(x_i − η g − η d_i)``, including the first step
+``x_i ← prox_{ηr}(x_i⁰ − η g⁰)``. The gradient estimator (full, SGD, LSVRG, SAGA) lives in
+the node's oracle; with ``r = 0`` this is LEAD.
+"""
+
+from __future__ import annotations
+
+from gossip.algorithms.base import ConfigError, Node
+from gossip.algorithms.lead import LEAD
+
+
+class ProxLEAD(LEAD):
+    name = "prox-lead"
+
+    def setup(self, node: Node) -> None:
+        if not getattr(node.oracle, "has_prox", False):
+            raise ConfigError(
+                "prox-lead needs a problem with a regularizer (e.g. lasso, l1-logistic); "
+                "use lead for smooth problems"
+            )
+        super().setup(node)
+
+    def finish(self, node: Node) -> None:
+        node.oracle.prox(node.x, self.eta, out=node.x)

@@ -1,0 +1,137 @@
+"""Command-line pieces every experiment script shares: run flags, world, topology, logging.
+
+One mechanism for all scripts: :func:`add_run_arguments` adds the topology / seed / MPI / output
+flags, :func:`setup` turns them into a :class:`World` and a validated topology.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+import torch
+
+from gossip.comm.world import World
+
+log = logging.getLogger("gossip")
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    """Flags shared by every script (topology, seed, devices, MPI, logs, plots)."""
+    g = parser.add_argument_group("run")
+    g.add_argument("--nodes", type=int, default=None,
+                   help="number of nodes. In process: required unless the topology is a file "
+                        "(default 8). Under mpiexec: defaults to the world size; a larger value "
+                        "hosts several nodes per rank")
+    g.add_argument("--topology", default="ring",
+                   help="graph spec: ring, path, torus, grid, complete, star, hypercube, "
+                        "exponential, directed-exponential, erdos-renyi:p=0.3, regular:k=4, "
+                        "geometric:r=0.4, watts-strogatz:k=4,p=0.3, one-peer-exponential, "
+                        "matchings, a graph file (edge list, GraphML, GML, JSON node-link) or "
+                        "module:function (default: ring)")
+    g.add_argument("--weights", default="metropolis",
+                   help="mixing rule: metropolis, max-degree, uniform, weights (explicit edge "
+                        "'weight' attributes) (default: metropolis)")
+    g.add_argument("--lazy", action="store_true", help="use the lazy matrix (I + W)/2")
+    g.add_argument("--seed", type=int, default=0, help="run seed; same seed, same numbers (default 0)")
+    g.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
+                   help="floating-point type of the models (default float32)")
+    g.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
+    g.add_argument("--threads", type=int, default=1,
+                   help="torch threads per process (default 1: fastest under MPI and needed for "
+                        "in-process runs to equal MPI runs bit for bit)")
+    g.add_argument("--timeout", type=float, default=120.0,
+                   help="seconds to wait for a neighbor before stopping with an error naming it "
+                        "(default 120)")
+    g.add_argument("--log-every", type=int, default=10, help="log every K rounds (default 10)")
+    g.add_argument("--out", default=None, help="JSON-lines log file (default: none)")
+    g.add_argument("--plot", default=None, help="write a PNG plot here")
+    g.add_argument("--progress", action="store_true", help="show a progress bar (rank 0)")
+    g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def setup(args: argparse.Namespace) -> tuple[World, Any]:
+    """Threads, logging, the MPI world and the validated topology, before any message is sent."""
+    torch.set_num_threads(max(1, args.threads))
+    world = World.detect()
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else (logging.INFO if world.is_root else logging.WARNING),
+        format=f"[rank {world.rank}] %(levelname)s %(name)s: %(message)s",
+    )
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise SystemExit("--device cuda was asked for, but torch sees no CUDA device")
+    if args.device.startswith("cuda") and world.size > 1:
+        torch.cuda.set_device(world.rank % torch.cuda.device_count())
+    return world, build_topology(args, world)
+
+
+def build_topology(args: argparse.Namespace, world: World) -> Any:
+    """The topology for ``args``, refusing sizes that do not match the MPI world or --nodes."""
+    import topologies
+
+    spec = args.topology
+    is_file = os.path.exists(spec)
+    n = args.nodes
+    if n is None:
+        if world.size > 1:
+            n = world.size
+        elif not is_file:
+            n = 8
+    if n is not None and n < world.size:
+        raise SystemExit(
+            f"--nodes {n} is smaller than the MPI world ({world.size} ranks); every rank needs a "
+            f"node: run mpiexec -n {n} or pass --nodes >= {world.size}"
+        )
+    if is_file:
+        graph = topologies.load(spec)
+        size = graph.number_of_nodes()
+        if n is not None and size != n:
+            where = f"the MPI world has {world.size} ranks" if args.nodes is None else f"--nodes is {n}"
+            raise SystemExit(
+                f"graph file {spec} has {size} nodes but {where}; run mpiexec -n {size}, or pass "
+                f"--nodes {size} to host several nodes per rank"
+            )
+        n = size
+    topo = topologies.build(spec, n, weights=args.weights, lazy=args.lazy, seed=args.seed)
+    if topo.n < world.size:
+        raise SystemExit(f"the topology has {topo.n} nodes, fewer than the {world.size} MPI ranks")
+    return topo
+
+
+def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
+    """One value for all runs, or exactly one per run."""
+    if not values:
+        return [None] * count
+    if len(values) == 1:
+        return values * count
+    if len(values) != count:
+        raise SystemExit(f"{name}: give one value or one per run ({count}), got {len(values)}")
+    return list(values)
+
+
+def guarded(main_fn, world_of=World.detect):
+    """Run ``main_fn``; under MPI an uncaught error is logged with its rank, then the job aborts.
+
+    Without the abort, the other ranks would wait for the failed one until their timeout.
+    """
+    try:
+        return main_fn()
+    except SystemExit as exc:
+        world = world_of()
+        if exc.code not in (0, None) and world.size > 1:
+            print(f"[rank {world.rank}] error: {exc.code}", file=sys.stderr, flush=True)
+            world.abort(2)
+        raise
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        world = world_of()
+        if world.size > 1:
+            log.error("rank %d stopping the job: %s", world.rank, exc, exc_info=True)
+            world.abort(1)
+        raise

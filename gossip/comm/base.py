@@ -1,0 +1,99 @@
+"""Transports move byte buffers between node ids; they know no math.
+
+The engine calls :meth:`Transport.exchange` once per message phase with every message its
+local nodes send. Messages between two nodes hosted by the same process are handed over by
+copying the sender's buffer once per phase (receivers may then read it while the sender
+already writes its next message); the rest is the subclass's job.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+
+import torch
+
+Edge = tuple[int, int]  # (sender node, receiver node)
+
+
+class CommError(RuntimeError):
+    """A message could not be delivered (timeout, oversize message, dead peer)."""
+
+
+class Transport(ABC):
+    """Delivers one phase of messages.
+
+    ``placement[i]`` is the rank hosting node ``i``; ``rank`` is this process's rank.
+    """
+
+    def __init__(self, placement: list[int], rank: int = 0, world_size: int = 1):
+        self.placement = placement
+        self.rank = rank
+        self.world_size = world_size
+        self.bytes_sent: dict[int, int] = {}  # per sending node, counted at hand-over
+        self._copies: dict[int, torch.Tensor] = {}
+
+    def is_local(self, node: int) -> bool:
+        return self.placement[node] == self.rank
+
+    def exchange(
+        self,
+        outgoing: Mapping[Edge, torch.Tensor],
+        expected: Mapping[Edge, int],
+        seq: int,
+        round_: int,
+    ) -> dict[Edge, torch.Tensor]:
+        """Send ``outgoing[(i, j)]`` from node i to node j; return the buffers for ``expected``.
+
+        ``expected[(j, i)]`` is the capacity of the message local node i awaits from node j.
+        ``seq`` numbers the phase (same on every process); ``round_`` is for error messages.
+        """
+        for (src, _), buf in outgoing.items():
+            self.bytes_sent[src] = self.bytes_sent.get(src, 0) + buf.numel()
+        received: dict[Edge, torch.Tensor] = {}
+        copies: dict[int, torch.Tensor] = {}
+        for edge in sorted(expected):
+            if self.is_local(edge[0]):
+                buf = outgoing.get(edge)
+                if buf is None:
+                    raise CommError(f"round {round_}: node {edge[0]} sent nothing to node {edge[1]}")
+                if buf.numel() > expected[edge]:
+                    raise CommError(
+                        f"round {round_}: node {edge[0]} sent {buf.numel()} bytes to node {edge[1]},"
+                        f" more than the {expected[edge]} it announced it could send"
+                    )
+                key = id(buf)
+                if key not in copies:
+                    copies[key] = self._local_copy(len(copies), buf)
+                received[edge] = copies[key]
+        remote_out = {e: b for e, b in outgoing.items() if not self.is_local(e[1])}
+        remote_in = {e: c for e, c in expected.items() if not self.is_local(e[0])}
+        if remote_out or remote_in:
+            received.update(self._exchange_remote(remote_out, remote_in, seq, round_))
+        return received
+
+    def _local_copy(self, slot: int, buf: torch.Tensor) -> torch.Tensor:
+        """Copy ``buf`` into a reused buffer (grown on demand) so the sender may overwrite it."""
+        store = self._copies.get(slot)
+        if store is None or store.numel() < buf.numel() or store.device != buf.device:
+            store = torch.empty(max(buf.numel(), 1), dtype=torch.uint8, device=buf.device)
+            self._copies[slot] = store
+        out = store[: buf.numel()]
+        out.copy_(buf)
+        return out
+
+    @abstractmethod
+    def _exchange_remote(
+        self,
+        outgoing: Mapping[Edge, torch.Tensor],
+        expected: Mapping[Edge, int],
+        seq: int,
+        round_: int,
+    ) -> dict[Edge, torch.Tensor]:
+        """Move the messages that cross process boundaries."""
+
+    def barrier(self) -> None:
+        """Wait for every process (no-op in process)."""
+
+    def close(self) -> None:
+        """Release communication resources."""

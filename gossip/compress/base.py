@@ -1,0 +1,123 @@
+"""The compressor interface: pure encode/decode of a tensor to one contiguous byte buffer.
+
+A compressor never communicates and knows no algorithm. ``encode`` returns a :class:`Payload`
+whose ``buffer`` is exactly the bytes that travel (``payload.nbytes`` is what the engine counts);
+the receiver rebuilds the payload with :meth:`Compressor.from_bytes`, which validates every
+header field and length before touching the data.
+
+Wire format (``gossip/compress/wire.py``): an 8-byte header (magic, version, value dtype,
+compressor kind, one parameter byte, numel mod 2³²) followed by the compressor's sections
+(scales, values, indices, packed bits), each aligned to its element size so that ``parts`` are
+plain typed views of ``buffer``. Every compressor here has a fixed size for a given tensor
+shape and dtype, so ``fixed_nbytes(like) == max_nbytes(like) == payload.nbytes``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+
+class CompressionError(ValueError):
+    """Bad input to a compressor (NaN/Inf, wrong shape) or a malformed byte buffer."""
+
+
+@dataclass
+class Payload:
+    """One encoded message.
+
+    ``buffer`` is a 1-D contiguous uint8 tensor (on the tensor's device): the wire format.
+    ``parts`` are named views into ``buffer`` (values, indices, packed bits, scales) that
+    ``decode`` reads; ``meta`` is static metadata known to both ends (shape, dtype, device).
+    """
+
+    buffer: torch.Tensor
+    shape: torch.Size
+    dtype: torch.dtype
+    parts: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the wire: the length of :meth:`to_bytes`."""
+        return self.buffer.numel()
+
+    def to_bytes(self) -> torch.Tensor:
+        """The one contiguous uint8 buffer the transport sends (no copy)."""
+        return self.buffer
+
+
+class Compressor(ABC):
+    """Base class; subclasses document their math, bias and constant in the docstring.
+
+    Attributes:
+        spec: the registry spec that builds it (``"topk:0.01"``).
+        unbiased: ``E decode(encode(x)) == x``.
+        omega: variance constant ω of an unbiased compressor (``E‖C(x)−x‖² ≤ ω‖x‖²``), else None.
+            None too when ω depends on the dimension d and d is unknown (``qsgd``, ``lead``,
+            ``randk:R:unbiased`` built without a layout): use :meth:`omega_for`.
+        delta: contraction quality δ (``E‖C(x)−x‖² ≤ (1−δ)‖x‖²``), or None when there is none
+            (e.g. rescaled rand-k), it depends on the data (one low-rank power step) or on an
+            unknown d (``sign``, ``topk:K``): use :meth:`delta_for`.
+        randomized: ``encode`` draws from the caller's ``torch.Generator`` (it must be given,
+            on the tensor's device; the same generator state gives the same bytes).
+        stateful: the instance keeps state between calls (low-rank warm start): use one
+            instance per stream of messages.
+        check_finite: raise :class:`CompressionError` on NaN/Inf input (default True). The check
+            reads one scalar the compressor computes anyway; on CUDA that is one host sync per
+            ``encode``, which setting this to False removes (NaN/Inf then decode to garbage).
+    """
+
+    spec: str
+    unbiased: ClassVar[bool] = False
+    randomized: ClassVar[bool] = False
+    stateful: ClassVar[bool] = False
+    omega: float | None = None
+    delta: float | None = None
+    check_finite: bool = True
+
+    @abstractmethod
+    def encode(
+        self,
+        x: torch.Tensor,
+        generator: torch.Generator | None = None,
+        *,
+        out: torch.Tensor | None = None,
+    ) -> Payload:
+        """Compress ``x``; raises :class:`CompressionError` on NaN/Inf.
+
+        ``out``: optional preallocated uint8 buffer of at least ``max_nbytes(x)`` bytes (its
+        storage offset a multiple of 8) that the payload's ``buffer`` will be a prefix of.
+        Reusing one avoids first-touch page faults on large messages; the caller must not
+        reuse it while the payload is still in flight.
+        """
+
+    @abstractmethod
+    def decode(self, payload: Payload, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The tensor the payload stands for (written into ``out`` when given)."""
+
+    def decode_add_(self, out: torch.Tensor, payload: Payload, weight: float = 1.0) -> torch.Tensor:
+        """``out += weight * decode(payload)``; subclasses avoid the temporary where they can."""
+        return out.add_(self.decode(payload), alpha=weight)
+
+    @abstractmethod
+    def from_bytes(self, buf: torch.Tensor, like: torch.Tensor) -> Payload:
+        """Parse a received buffer for a tensor shaped like ``like``; validates everything."""
+
+    @abstractmethod
+    def max_nbytes(self, like: torch.Tensor) -> int:
+        """Upper bound on ``nbytes`` for a tensor like ``like`` (sizes receive buffers)."""
+
+    def fixed_nbytes(self, like: torch.Tensor) -> int | None:
+        """Exact size when every payload for such a tensor has the same size, else None."""
+        return None
+
+    def omega_for(self, numel: int) -> float | None:
+        """ω for a tensor of ``numel`` entries (worst case over the data), else None."""
+        return self.omega
+
+    def delta_for(self, numel: int) -> float | None:
+        """δ for a tensor of ``numel`` entries (worst case over the data), else None."""
+        return self.delta

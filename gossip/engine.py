@@ -1,0 +1,302 @@
+"""The engine: hosts this process's nodes, runs their rounds in lockstep, routes messages.
+
+Each round every local node's :meth:`Algorithm.step` generator is advanced to its next
+:class:`Exchange`; the engine hands all of them to the transport at once (local receivers get
+a copy, remote ones get MPI messages), then resumes every node with its inbox. Neighbors are
+always visited in sorted order and metrics are reduced in node order, so a run gives the same
+numbers in one process and under ``mpiexec`` for the same seed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node
+from gossip.comm.world import World
+from gossip.compress import make as make_compressor
+from gossip.layout import Layout
+from gossip.metrics import consensus_error
+from gossip.seeding import edge_seed, generator, node_seed
+
+log = logging.getLogger(__name__)
+
+Metric = Callable[["Engine", torch.Tensor], dict[str, Any]]
+
+
+class DivergenceError(RuntimeError):
+    """A run blew up: NaN/Inf in a node's state, or an error past the divergence bound."""
+
+    def __init__(self, message: str, round_: int, node: int | None = None):
+        super().__init__(message)
+        self.round = round_
+        self.node = node
+
+
+class NodeError(RuntimeError):
+    """A node's round raised; the message names the node, its rank and the round."""
+
+
+class Engine:
+    """Runs ``algorithm`` on every node of ``topology`` hosted by this process.
+
+    Args:
+        algorithm: the per-node algorithm (its hyper-parameters already set).
+        topology: a ``topologies.Topology`` or ``TimeVaryingTopology``.
+        x0: initial model of node i, as ``x0(i) -> Tensor`` or a mapping; flattened.
+        compressor: registry spec; every node gets its own instance (stateful ones keep state).
+        layout: shapes packed in the flat model (default: one flat vector); low-rank
+            compressors and PowerGossip work per matrix-shaped tensor of the layout.
+        oracles: ``oracles(i, generator) -> oracle`` giving node i's gradients, or None.
+        seed: the run seed; node and edge generators derive from it.
+        world: the process group (default: detected; in process without mpiexec).
+        timeout: seconds any wait for a neighbor may take before the run stops.
+        divergence_factor: a watched metric above this times its first positive value (or
+            non-finite) stops the run with :class:`DivergenceError`.
+        watch: metrics watched besides ``consensus_error`` (e.g. ``distance_to_optimum``).
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        topology: Any,
+        x0: Callable[[int], torch.Tensor] | Mapping[int, torch.Tensor],
+        *,
+        compressor: str = "none",
+        layout: Layout | None = None,
+        oracles: Callable[[int, torch.Generator], Any] | None = None,
+        seed: int = 0,
+        world: World | None = None,
+        timeout: float = 120.0,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float64,
+        divergence_factor: float = 1e6,
+        watch: tuple[str, ...] = (),
+    ):
+        self.algorithm = algorithm
+        self.topology = topology
+        self.n = topology.n
+        self.seed = seed
+        self.world = world or World.detect()
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.divergence_factor = divergence_factor
+        self.compressor_spec = compressor
+        self._check_config(oracles)
+        self.local_ids = self.world.local_nodes(self.n)
+        self.transport = self.world.transport(self.n, timeout=timeout)
+        self.nodes: dict[int, Node] = {}
+        for i in self.local_ids:
+            x = (x0(i) if callable(x0) else x0[i]).detach().to(self.device, self.dtype)
+            x = x.reshape(-1).clone()
+            lay = layout or Layout.flat(x.numel())
+            if lay.numel != x.numel():
+                raise ConfigError(f"layout {lay} holds {lay.numel} entries, node {i}'s x has {x.numel()}")
+            gen = generator(node_seed(seed, i), self.device)
+            node = Node(
+                id=i,
+                x=x,
+                layout=lay,
+                view=topology.at_round(1).view(i),
+                compressor=make_compressor(compressor, layout=layout),
+                generator=gen,
+                edge_seed=_edge_seeder(seed, i),
+                oracle=oracles(i, gen) if oracles is not None else None,
+            )
+            self.nodes[i] = node
+        self.round = 0
+        self._seq = 0
+        self.compute_s = 0.0
+        self.comm_s = 0.0
+        self._start = time.perf_counter()
+        self._reference: dict[str, float] = {}
+        self.watch = ["consensus_error", *watch]
+        for node in self.nodes.values():
+            algorithm.setup(node)
+
+    def _check_config(self, oracles: Any) -> None:
+        """Refuse, before any message, what this algorithm cannot run on."""
+        alg, topo = self.algorithm, self.topology
+        if alg.static_topology and getattr(topo, "time_varying", False):
+            raise ConfigError(
+                f"{alg.name} keeps per-neighbor state and needs a static topology, but "
+                f"'{topo.name}' changes every round; use gossip or dpsgd, or a static graph"
+            )
+        if alg.symmetric and getattr(topo, "directed", False):
+            raise ConfigError(
+                f"{alg.name} needs a symmetric mixing matrix, but '{topo.name}' is directed; use a "
+                "symmetric graph (e.g. 'exponential' instead of 'directed-exponential')"
+            )
+        if alg.needs_oracle and oracles is None:
+            raise ConfigError(f"{alg.name} needs gradients: give it a problem (an oracle per node)")
+        alg.validate(topo, make_compressor(self.compressor_spec))
+
+    # -- rounds ----------------------------------------------------------------------------
+    def step(self) -> None:
+        """Run one round on every local node."""
+        t = self.round + 1
+        topo = self.topology.at_round(t)
+        for node in self.nodes.values():
+            node.view = topo.view(node.id)
+            node.round = t
+        tic = time.perf_counter()
+        gens = {i: self.algorithm.step(node) for i, node in self.nodes.items()}
+        msgs = {i: self._advance(i, g, None) for i, g in gens.items()}
+        self.compute_s += time.perf_counter() - tic
+        while any(m is not None for m in msgs.values()):
+            if any(m is None for m in msgs.values()):
+                raise NodeError(f"round {t}: nodes yielded different numbers of exchanges")
+            tic = time.perf_counter()
+            inboxes = self._route(msgs, t)
+            toc = time.perf_counter()
+            self.comm_s += toc - tic
+            msgs = {i: self._advance(i, g, inboxes[i]) for i, g in gens.items()}
+            self.compute_s += time.perf_counter() - toc
+        self.round = t
+
+    def _advance(self, i: int, gen, inbox) -> Exchange | None:
+        try:
+            return next(gen) if inbox is None else gen.send(inbox)
+        except StopIteration:
+            return None
+        except Exception as exc:
+            node = self.nodes[i]
+            if not bool(torch.isfinite(node.x).all()):
+                raise DivergenceError(
+                    f"round {node.round}: node {i} (rank {self.world.rank}) has NaN/Inf in x: "
+                    f"the run diverged ({exc}). Lower the step sizes (gamma, eta).",
+                    node.round,
+                    i,
+                ) from exc
+            raise NodeError(
+                f"round {node.round}: node {i} (rank {self.world.rank}) failed: {exc}"
+            ) from exc
+
+    def _route(self, msgs: dict[int, Exchange], t: int) -> dict[int, dict[int, torch.Tensor]]:
+        outgoing, expected = {}, {}
+        for i, m in msgs.items():
+            view = self.nodes[i].view
+            for j in view.out_neighbors:
+                outgoing[(i, j)] = m.buffer_for(j)
+            for j in view.in_neighbors:
+                expected[(j, i)] = m.capacity
+        self._seq += 1
+        received = self.transport.exchange(outgoing, expected, self._seq, t)
+        inboxes: dict[int, dict[int, torch.Tensor]] = {i: {} for i in msgs}
+        for (j, i), buf in sorted(received.items()):
+            inboxes[i][j] = buf
+        return inboxes
+
+    # -- metrics ---------------------------------------------------------------------------
+    def mean_model(self) -> torch.Tensor:
+        """x̄ = (1/n) Σ_i x_i, summed in node order (identical on every process)."""
+        return self.world.ordered_sum(self.n, {i: nd.x for i, nd in self.nodes.items()}).div_(self.n)
+
+    def node_values(self, local: Mapping[int, float]) -> Any:
+        """Gather one float per node (indexed by node id) on every process."""
+        return self.world.node_values(self.n, local)
+
+    def bytes_sent(self) -> Any:
+        """Cumulative bytes handed to the transport by each node (indexed by node id)."""
+        sent = self.transport.bytes_sent
+        return self.node_values({i: float(sent.get(i, 0)) for i in self.nodes})
+
+    def record(self, metrics: list[Metric] = ()) -> dict[str, Any]:
+        """One log record of the current round (collective: every process must call it)."""
+        xbar = self.mean_model()
+        error = consensus_error(self, xbar)
+        bits = self.bytes_sent() * 8
+        rec: dict[str, Any] = {
+            "type": "round",
+            "round": self.round,
+            "consensus_error": error,
+            "bits_per_node": float(bits.mean()),
+            "bits_per_node_max": float(bits.max()),
+        }
+        for metric in metrics:
+            rec.update(metric(self, xbar))
+        rec.update(
+            time_s=time.perf_counter() - self._start,
+            compute_s=self.compute_s,
+            comm_s=self.comm_s,
+        )
+        self._check_divergence(rec)
+        return rec
+
+    def _check_divergence(self, rec: dict[str, Any]) -> None:
+        """Stop on a non-finite metric, or one past ``divergence_factor`` × its first positive value."""
+        for key in self.watch:
+            value = rec.get(key)
+            if value is None:
+                continue
+            ref = self._reference.get(key)
+            if ref is None and value > 0 and math.isfinite(value):
+                self._reference[key] = ref = value
+            if not math.isfinite(value) or (ref is not None and value > self.divergence_factor * ref):
+                raise DivergenceError(
+                    f"round {self.round}: {key} = {value:.3g}"
+                    + (f" exceeds {self.divergence_factor:g} x its first value {ref:.3g}" if ref else "")
+                    + ": the run diverged. Lower the consensus step gamma (or eta).",
+                    self.round,
+                )
+
+    def run(
+        self,
+        rounds: int,
+        *,
+        log_every: int = 1,
+        metrics: list[Metric] = (),
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        progress: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Run ``rounds`` rounds, recording round 0 and every ``log_every``-th round and the last."""
+        records = []
+
+        def emit() -> None:
+            rec = self.record(metrics)
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+
+        if self.round == 0:
+            emit()
+        bar = _progress(rounds, progress and self.world.is_root)
+        last = self.round + rounds
+        while self.round < last:
+            self.step()
+            if self.round % log_every == 0 or self.round == last:
+                emit()
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.close()
+        return records
+
+    def summary(self) -> dict[str, Any]:
+        """The run's total wall time and mean seconds per round."""
+        wall = time.perf_counter() - self._start
+        return {
+            "type": "summary",
+            "rounds": self.round,
+            "wall_time_s": wall,
+            "seconds_per_round": wall / max(self.round, 1),
+            "compute_s": self.compute_s,
+            "comm_s": self.comm_s,
+        }
+
+
+def _edge_seeder(seed: int, i: int) -> Callable[[int], int]:
+    return lambda j: edge_seed(seed, i, j)
+
+
+def _progress(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="round", dynamic_ncols=True)

@@ -1,0 +1,106 @@
+"""Metrics over all nodes and the JSON-lines log that carries them.
+
+Consensus error is ``(1/n) Σ_i ‖x_i − x̄‖²``, computed by reducing x̄ first and then the squared
+distances (never ‖x‖² − ‖x̄‖², which cancels catastrophically). Per-node terms are gathered and
+summed in node order, so the value does not depend on how nodes are spread over processes.
+
+Record schema (stable; other tools read it): every record has ``type``: ``config`` (first),
+``round`` (``round`` 0 = before any exchange, ``consensus_error``, ``bits_per_node`` mean
+cumulative, ``bits_per_node_max``, ``time_s``, ``compute_s``, ``comm_s``, plus problem metrics)
+and ``summary`` (last: ``wall_time_s``, ``seconds_per_round``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+
+def consensus_error(engine: Any, xbar: torch.Tensor) -> float:
+    """(1/n) Σ_i ‖x_i − x̄‖² over every node of the run (collective)."""
+    terms = engine.node_values(
+        {i: float(torch.sum((nd.x - xbar) ** 2)) for i, nd in engine.nodes.items()}
+    )
+    return math.fsum(terms.tolist()) / engine.n
+
+
+def squared_distance(engine: Any, target: torch.Tensor, relative: bool = True) -> float:
+    """(1/n) Σ_i ‖x_i − target‖² (divided by ‖target‖² when ``relative``) (collective)."""
+    terms = engine.node_values(
+        {i: float(torch.sum((nd.x - target) ** 2)) for i, nd in engine.nodes.items()}
+    )
+    value = math.fsum(terms.tolist()) / engine.n
+    if relative:
+        norm = float(torch.sum(target**2))
+        value = value / norm if norm > 0 else value
+    return value
+
+
+def first_reach(records: Iterable[Mapping[str, Any]], key: str, target: float) -> Mapping | None:
+    """The first round record whose ``key`` is at or below ``target`` (None if never)."""
+    for rec in records:
+        if rec.get("type") == "round" and rec.get(key) is not None and rec[key] <= target:
+            return rec
+    return None
+
+
+def versions() -> dict[str, str]:
+    """Versions that determine the numbers, for the config record."""
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for mod in ("numpy", "scipy", "networkx", "mpi4py"):
+        m = sys.modules.get(mod)
+        if m is not None:
+            out[mod] = getattr(m, "__version__", "?")
+    from gossip import __version__
+
+    out["gossip"] = __version__
+    return out
+
+
+class JsonlLogger:
+    """Appends one JSON object per line; only the root process writes (others are no-ops)."""
+
+    def __init__(self, path: str | Path | None, enabled: bool = True, mode: str = "w"):
+        self._fh: IO[str] | None = None
+        if path is not None and enabled:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(path, mode, encoding="utf-8")  # noqa: SIM115 (closed in close())
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        if self._fh is not None:
+            self._fh.write(json.dumps(record, default=_jsonable) + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> JsonlLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """All records of a JSON-lines log."""
+    with open(path, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, (Path, torch.dtype, torch.device)):
+        return str(value)
+    if hasattr(value, "item"):
+        return value.item()
+    return repr(value)

@@ -1,0 +1,51 @@
+"""Matplotlib figures of runs: a metric against rounds and against bits sent (log scale)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def plot_runs(
+    runs: Mapping[str, Sequence[Mapping[str, Any]]],
+    path: str | Path,
+    metric: str = "consensus_error",
+    x_keys: Sequence[str] = ("round", "bits_per_node"),
+    title: str | None = None,
+    logy: bool = True,
+) -> Path:
+    """One panel per x key, one curve per run label; writes a PNG and returns its path."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = {"round": "round", "bits_per_node": "bits sent per node", "epoch": "epoch"}
+    fig, axes = plt.subplots(1, len(x_keys), figsize=(6 * len(x_keys), 4.2), squeeze=False)
+    for ax, xk in zip(axes[0], x_keys):
+        for label, recs in runs.items():
+            pts = [(r[xk], r[metric]) for r in recs
+                   if r.get("type") == "round" and r.get(metric) is not None and xk in r]
+            if not pts:
+                continue
+            xs, ys = zip(*pts)
+            if logy:
+                ys = [max(y, 1e-300) for y in ys]
+            ax.plot(xs, ys, label=label)
+        if logy:
+            ax.set_yscale("log")
+        if xk == "bits_per_node":
+            ax.set_xscale("log")
+        ax.set_xlabel(labels.get(xk, xk))
+        ax.set_ylabel(metric.replace("_", " "))
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

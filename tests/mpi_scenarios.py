@@ -1,0 +1,68 @@
+"""Runs a fixed list of small scenarios and writes every record to a JSON-lines file.
+
+Started in process and under ``mpiexec`` by tests/test_mpi.py, which compares the files: one
+launch checks every algorithm (starting ranks is the expensive part on a 2-core machine).
+Usage: python tests/mpi_scenarios.py OUT.jsonl NODES [SCENARIO ...]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import topologies  # noqa: E402
+from gossip.algorithms import make_algorithm  # noqa: E402
+from gossip.comm.world import World  # noqa: E402
+from gossip.engine import Engine  # noqa: E402
+from gossip.layout import Layout  # noqa: E402
+from gossip.metrics import JsonlLogger  # noqa: E402
+from gossip.seeding import generator, init_seed  # noqa: E402
+
+# name -> (algorithm, hyper-parameters, compressor, topology spec, shape)
+SCENARIOS: dict[str, tuple[str, dict, str, str, tuple[int, ...]]] = {
+    "gossip-none": ("gossip", {"gamma": 1.0}, "none", "erdos-renyi:p=0.4", (40,)),
+    "gossip-onepeer": ("gossip", {}, "none", "one-peer-exponential", (40,)),
+    "choco-topk": ("choco", {"gamma": 0.3}, "topk:0.25", "erdos-renyi:p=0.4", (40,)),
+    "choco-qsgd": ("choco", {"gamma": 0.5}, "qsgd:4bit:biased", "ring", (40,)),
+    "choco-lowrank": ("choco", {"gamma": 0.5}, "lowrank:1", "ring", (6, 5)),
+    "deepsqueeze-sign": ("deepsqueeze", {"gamma": 0.2}, "sign", "erdos-renyi:p=0.4", (40,)),
+    "dcd-qsgd": ("dcd", {}, "qsgd:8bit", "ring", (40,)),
+    "ecd-randk": ("ecd", {}, "randk:0.5:unbiased", "ring", (40,)),
+}
+
+
+def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
+    alg_name, hp, spec, topo_spec, shape = SCENARIOS[name]
+    topo = topologies.build(topo_spec, n, seed=3)
+
+    def x0(i: int) -> torch.Tensor:
+        return torch.randn(shape, generator=generator(init_seed(5, i)), dtype=torch.float64)
+
+    engine = Engine(
+        make_algorithm(alg_name, **hp), topo, x0, compressor=spec,
+        layout=Layout([shape]) if len(shape) > 1 else None, seed=11, world=world, timeout=60,
+    )
+    for rec in engine.run(20, log_every=5):
+        logger.write({"scenario": name} | {k: v for k, v in rec.items() if not k.endswith("_s")})
+    # every node's final model, in node order, as exact float64 values
+    xs = engine.node_values({i: float(nd.x.sum()) for i, nd in engine.nodes.items()})
+    logger.write({"scenario": name, "type": "final", "x_sums": xs.tolist(),
+                  "xbar": engine.mean_model().tolist()})
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    out, n = sys.argv[1], int(sys.argv[2])
+    names = sys.argv[3:] or list(SCENARIOS)
+    world = World.detect()
+    with JsonlLogger(out, enabled=world.is_root) as logger:
+        for name in names:
+            run(name, n, world, logger)
+
+
+if __name__ == "__main__":
+    main()
