@@ -1,0 +1,205 @@
+"""What the nodes optimize: the :class:`Problem` base class.
+
+The global problem is ``min_x f(x) + r(x)`` with ``f = (1/n) Σ_i f_i``: node ``i`` holds the
+smooth local function ``f_i`` (its data lives on the problem's torch device), ``r`` is an optional
+non-smooth regularizer shared by all nodes and applied **once** to the average (ALGORITHMS.md
+§5.2: a per-node prox with ``r`` solves ``(1/n) Σ f_i + r``, not ``Σ f_i + r``).
+
+Algorithms never call a problem directly: they ask it for an
+:class:`~gossip.problems.oracles.Oracle` (``problem.oracle(i, generator, estimator)``) that owns
+the node's gradient-estimator state.
+Metrics use :meth:`Problem.objective` and :meth:`Problem.solution` (the exact optimum, computed
+centrally in float64 and cached).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from gossip.problems.oracles import Oracle
+    from gossip.problems.regularizers import Regularizer
+
+
+class ProblemError(ValueError):
+    """A problem or oracle was asked for something it cannot give (the message says why)."""
+
+
+@dataclass(frozen=True)
+class Smoothness:
+    """Curvature constants of a problem (float64 numbers, computed once).
+
+    Attributes:
+        L: ``max_i λ_max`` of the local Hessian bound — step size ``1/L`` is safe for every node.
+        L_max: the largest per-sample smoothness ``max_{i,l} L_{i,l}`` (equals ``L`` when the
+            problem is not a finite sum) — sets the step of variance-reduced estimators
+            (``1/(6 L_max)``).
+        mu: a lower bound on the local strong-convexity constants, ``min_i μ_i`` (0 if some ``f_i``
+            is not strongly convex).
+    """
+
+    L: float
+    L_max: float
+    mu: float
+
+
+def check_node(problem: Problem, i: int) -> int:
+    """``i`` as an int, or a :class:`ProblemError` naming the valid range."""
+    if not isinstance(i, int | np.integer) or not 0 <= int(i) < problem.n_nodes:
+        raise ProblemError(f"node index must be an int in [0, {problem.n_nodes}), got {i!r}")
+    return int(i)
+
+
+class Problem(ABC):
+    """A decentralized problem ``min_x (1/n) Σ_i f_i(x) + r(x)`` over torch tensors.
+
+    Subclasses set ``n_nodes``, ``dim``, ``dtype``, ``device`` and ``regularizer`` and implement
+    :meth:`local_loss`, :meth:`grad_full`, :meth:`_smoothness` and :meth:`_solve`. Finite sums
+    (``f_i = (1/m_i) Σ_l f_{i,l}``) also implement :meth:`n_samples` and :meth:`sample_grads`, which
+    unlocks the stochastic estimators (``sgd``, ``lsvrg``, ``saga``).
+
+    Vectors are 1-D tensors of length ``dim`` with the problem's dtype and device. ``out``
+    arguments must not alias the input ``x``.
+    """
+
+    n_nodes: int
+    dim: int
+    dtype: torch.dtype
+    device: torch.device
+    regularizer: Regularizer | None = None
+
+    _smooth_cache: Smoothness | None = None
+    _solution_cache: np.ndarray | None = None
+
+    # ---- values and gradients -------------------------------------------------------------
+
+    @abstractmethod
+    def local_loss(self, i: int, x: torch.Tensor) -> float:
+        """``f_i(x)``: node ``i``'s smooth loss (without ``r``)."""
+
+    def objective(self, x: torch.Tensor) -> float:
+        """``(1/n) Σ_i f_i(x) + r(x)`` for one vector ``x`` (the averaged model, say)."""
+        total = sum(self.local_loss(i, x) for i in range(self.n_nodes)) / self.n_nodes
+        if self.regularizer is not None:
+            total += self.regularizer.value(x)
+        return float(total)
+
+    @abstractmethod
+    def grad_full(self, i: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``∇f_i(x)``, written into ``out`` when given (``out`` must not alias ``x``)."""
+
+    # ---- finite sums ------------------------------------------------------------------------
+
+    def n_samples(self, i: int) -> int | None:
+        """``m_i``, the number of samples of node ``i``; None when ``f_i`` is not a finite sum."""
+        return None
+
+    @property
+    def finite_sum(self) -> bool:
+        """True when every ``f_i`` is an average of per-sample losses (stochastic estimators)."""
+        return self.n_samples(0) is not None
+
+    def sample_grads(self, i: int, idx: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Per-sample gradients ``∇f_{i,l}(x)``, ``l`` in ``idx``: a ``len(idx) × dim`` tensor."""
+        raise ProblemError(
+            f"{type(self).__name__} is not a finite sum: it has no per-sample gradients"
+        )
+
+    def batch_grad(
+        self, i: int, idx: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The mini-batch gradient ``(1/|idx|) Σ_{l∈idx} ∇f_{i,l}(x)``."""
+        g = self.sample_grads(i, idx, x).mean(dim=0)
+        if out is None:
+            return g
+        return out.copy_(g)
+
+    # ---- constants and the optimum -------------------------------------------------------------
+
+    def smoothness(self) -> Smoothness:
+        """``L``, ``L_max`` and ``mu`` (computed once in float64, then cached)."""
+        if self._smooth_cache is None:
+            self._smooth_cache = self._smoothness()
+        return self._smooth_cache
+
+    @abstractmethod
+    def _smoothness(self) -> Smoothness:
+        """Compute the constants (called once)."""
+
+    def solution(
+        self, dtype: torch.dtype | None = None, device: torch.device | str | None = None
+    ) -> torch.Tensor:
+        """The exact minimizer ``x*`` of ``f + r``, solved centrally in float64 and cached.
+
+        Returned in the problem's dtype/device unless others are asked for (use
+        ``dtype=torch.float64`` to measure errors below float32 precision).
+        """
+        return torch.tensor(self.solution_numpy()).to(
+            dtype=self.dtype if dtype is None else dtype,
+            device=self.device if device is None else device,
+        )
+
+    def solution_numpy(self) -> np.ndarray:
+        """``x*`` as a float64 numpy array (cached; do not modify it)."""
+        if self._solution_cache is None:
+            x = np.asarray(self._solve(), dtype=np.float64)
+            x.setflags(write=False)
+            self._solution_cache = x
+        return self._solution_cache
+
+    @abstractmethod
+    def _solve(self) -> np.ndarray:
+        """Compute ``x*`` in float64 (called once)."""
+
+    def optimal_value(self) -> float:
+        """``f(x*) + r(x*)``, evaluated in float64."""
+        return self.objective64(self.solution_numpy())
+
+    def objective64(self, x: np.ndarray) -> float:
+        """The objective at a numpy vector, evaluated in float64 (for ``f(x) − f*`` metrics)."""
+        return self.objective(torch.as_tensor(np.asarray(x, dtype=np.float64)).to(
+            dtype=self.dtype, device=self.device))
+
+    def initial_point(self) -> torch.Tensor:
+        """Where every node starts by default: zeros."""
+        return torch.zeros(self.dim, dtype=self.dtype, device=self.device)
+
+    # ---- what algorithms use ------------------------------------------------------------------
+
+    def oracle(
+        self,
+        i: int,
+        generator: torch.Generator | None = None,
+        estimator: str = "full",
+        batch_size: int = 1,
+        p: float | None = None,
+    ) -> Oracle:
+        """Node ``i``'s gradient oracle (ALGORITHMS.md §5.4).
+
+        Args:
+            i: the node.
+            generator: the node's ``torch.Generator``; all sampling randomness comes from it (needed
+                by every estimator but ``full``).
+            estimator: ``"full"`` (exact ``∇f_i``), ``"sgd"`` (mini-batch), ``"lsvrg"`` (loopless
+                SVRG) or ``"saga"``.
+            batch_size: samples per gradient estimate (stochastic estimators; ``full`` ignores it).
+            p: LSVRG refresh probability (default ``1/m_i``).
+
+        Raises:
+            ValueError: unknown estimator, stochastic estimator on a problem without a finite sum,
+                ``batch_size`` out of ``[1, m_i]``, or a missing generator.
+        """
+        from gossip.problems.oracles import make_oracle
+
+        return make_oracle(self, i, generator, estimator, batch_size, p)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(n_nodes={self.n_nodes}, dim={self.dim}, "
+            f"dtype={self.dtype}, device={self.device})"
+        )

@@ -1,0 +1,53 @@
+"""Average consensus written as an optimization problem.
+
+``f_i(x) = ‖x − c_i‖²/2``: the minimizer of ``(1/n) Σ f_i`` is the average of the targets, so
+optimization algorithms (D-PSGD, LEAD, BEER, ...) can be checked on the simplest heterogeneous
+problem there is. It is **not** a finite sum (each node has one deterministic target), so only the
+``full`` estimator applies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from gossip.problems.base import Problem, ProblemError, Smoothness, check_node
+
+
+class Consensus(Problem):
+    """``f_i(x) = ‖x − c_i‖²/2`` with per-node targets ``c_i`` (rows of ``targets``)."""
+
+    def __init__(
+        self,
+        targets: np.ndarray | torch.Tensor | Sequence,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ):
+        if not isinstance(targets, torch.Tensor):
+            targets = torch.as_tensor(np.asarray(targets, dtype=np.float64))
+        c = targets
+        if c.dim() != 2 or c.shape[0] == 0 or c.shape[1] == 0:
+            raise ProblemError(
+                f"targets must be an n_nodes × dim matrix, got shape {tuple(c.shape)}"
+            )
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.targets = c.to(device=self.device, dtype=dtype).contiguous()
+        self.n_nodes, self.dim = (int(s) for s in self.targets.shape)
+
+    def local_loss(self, i: int, x: torch.Tensor) -> float:
+        i = check_node(self, i)
+        return 0.5 * float((x - self.targets[i]).square().sum())
+
+    def grad_full(self, i: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        i = check_node(self, i)
+        return torch.sub(x, self.targets[i], out=out)
+
+    def _smoothness(self) -> Smoothness:
+        return Smoothness(L=1.0, L_max=1.0, mu=1.0)
+
+    def _solve(self) -> np.ndarray:
+        return self.targets.to("cpu", torch.float64).numpy().mean(axis=0)

@@ -1,0 +1,320 @@
+"""Gradient oracles: what an algorithm calls for ``∇f_i`` estimates (ALGORITHMS.md §5.4).
+
+An oracle belongs to one node. ``oracle.grad(x, out)`` returns an estimate of ``∇f_i(x)``; every
+random choice (sample indices, the LSVRG refresh coin) comes from the node's ``torch.Generator``,
+so the same seed gives the same sequence of samples, in-process or under MPI. Estimator state
+(LSVRG reference point, SAGA table) is saved with ``state_dict()`` — tensors and ints only — and
+restored with ``load_state_dict()``; the generator's own state belongs to the node, not here.
+
+Estimators (local finite sum ``f_i = (1/m) Σ_l f_{i,l}``, batch ``B`` of ``batch_size`` indices):
+
+* ``full``  — ``g = ∇f_i(x)``.
+* ``sgd``   — ``g = (1/|B|) Σ_{l∈B} ∇f_{i,l}(x)``.
+* ``lsvrg`` — ``g = (1/|B|) Σ_{l∈B} (∇f_{i,l}(x) − ∇f_{i,l}(w)) + μ`` with ``μ = ∇f_i(w)``; then,
+  with probability ``p`` (default ``1/m``), ``w ← x`` and ``μ ← ∇f_i(x)``. ``w`` starts at the
+  first ``x`` seen, so the first estimate is exactly ``∇f_i(x)``.
+* ``saga``  — table ``φ_l`` of the last gradient of each sample (initialised at the first ``x``
+  seen) and its mean ``ψ``: ``g = (1/|B|) Σ_{l∈B} (∇f_{i,l}(x) − φ_l) + ψ``; then
+  ``ψ += Σ_{l∈B} (∇f_{i,l}(x) − φ_l)/m`` and ``φ_l ← ∇f_{i,l}(x)``.
+
+Sampling: ``batch_size == 1`` draws one index with ``torch.randint``; larger batches draw distinct
+indices (the first ``batch_size`` entries of ``torch.randperm(m)``). LSVRG draws the indices first,
+then its coin (``torch.rand``). For GLMs SAGA stores the ``m`` scalars ``φ'(a_lᵀx, b_l)`` rather
+than ``m × d`` gradients; the common ``l2·x`` term of the per-sample gradients is then evaluated at
+the current ``x`` (it is the same for every sample, so the estimate stays unbiased and only the data
+term is variance-reduced).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+import torch
+
+from gossip.problems.base import Problem, ProblemError, check_node
+from gossip.problems.glm import GLM
+
+ESTIMATORS = ("full", "sgd", "lsvrg", "saga")
+
+
+class Oracle(ABC):
+    """Node ``node``'s gradient estimator for ``problem``.
+
+    Attributes:
+        problem, node, generator: what it was built with.
+        sample_grads: how many per-sample gradients it evaluated so far (a full local gradient
+            counts ``m_i``); a cost measure for plots, saved in the state dict.
+    """
+
+    estimator: ClassVar[str]
+
+    def __init__(self, problem: Problem, node: int, generator: torch.Generator | None = None):
+        self.problem = problem
+        self.node = check_node(problem, node)
+        self.generator = generator
+        self.sample_grads = 0
+
+    @abstractmethod
+    def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """An estimate of ``∇f_i(x)``, written into ``out`` when given (must not alias ``x``)."""
+
+    @property
+    def has_prox(self) -> bool:
+        """True when the problem has a non-smooth regularizer ``r`` (use a proximal algorithm)."""
+        return self.problem.regularizer is not None
+
+    def prox(self, v: torch.Tensor, eta: float, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``prox_{η r}(v)`` of the problem's regularizer (``out`` may alias ``v``)."""
+        if self.problem.regularizer is None:
+            raise ProblemError(
+                f"{type(self.problem).__name__} has no regularizer, so there is no prox; "
+                "check oracle.has_prox first or use a problem with l1 > 0 (Lasso, L1Logistic)"
+            )
+        return self.problem.regularizer.prox(v, eta, out)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Estimator state (tensors are the live buffers, not copies; ints)."""
+        return {"sample_grads": self.sample_grads}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned (values are copied in)."""
+        self.sample_grads = int(state["sample_grads"])
+
+    def _out(self, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+        if out is None:
+            return torch.empty_like(x)
+        if out.data_ptr() == x.data_ptr():
+            raise ProblemError(f"{self.estimator} oracle: out must not alias x")
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(node={self.node}, problem={type(self.problem).__name__})"
+
+
+class FullGradient(Oracle):
+    """``g = ∇f_i(x)`` (deterministic; the generator is not used)."""
+
+    estimator = "full"
+
+    def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        out = self._out(x, out)
+        self.problem.grad_full(self.node, x, out)
+        self.sample_grads += self.problem.n_samples(self.node) or 1
+        return out
+
+
+class _Sampled(Oracle):
+    """Common part of the stochastic estimators: drawing mini-batch indices."""
+
+    def __init__(self, problem: Problem, node: int, generator: torch.Generator, batch_size: int):
+        super().__init__(problem, node, generator)
+        self.m = int(problem.n_samples(self.node))
+        self.batch_size = int(batch_size)
+
+    def sample(self) -> torch.Tensor:
+        """The next mini-batch of sample indices (on the problem's device)."""
+        gen = self.generator
+        if self.batch_size == 1:
+            idx = torch.randint(self.m, (1,), generator=gen, device=gen.device)
+        else:
+            idx = torch.randperm(self.m, generator=gen, device=gen.device)[: self.batch_size]
+        return idx.to(self.problem.device)
+
+    def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.grad_at(x, self.sample(), out)
+
+    @abstractmethod
+    def grad_at(
+        self, x: torch.Tensor, idx: torch.Tensor, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The estimate for the given indices (and the state update that goes with it)."""
+
+
+class SGD(_Sampled):
+    """``g = (1/|B|) Σ_{l∈B} ∇f_{i,l}(x)``."""
+
+    estimator = "sgd"
+
+    def grad_at(self, x, idx, out=None):
+        out = self._out(x, out)
+        self.problem.batch_grad(self.node, idx, x, out)
+        self.sample_grads += idx.numel()
+        return out
+
+
+class LSVRG(_Sampled):
+    """Loopless SVRG (see the module docstring); ``p`` defaults to ``1/m``."""
+
+    estimator = "lsvrg"
+
+    def __init__(self, problem, node, generator, batch_size, p: float | None = None):
+        super().__init__(problem, node, generator, batch_size)
+        self.p = 1.0 / self.m if p is None else float(p)
+        if not 0.0 < self.p <= 1.0:
+            raise ValueError(f"the LSVRG refresh probability p must be in (0, 1], got {p}")
+        self.w: torch.Tensor | None = None
+        self.mu: torch.Tensor | None = None
+        self._tmp: torch.Tensor | None = None
+
+    def _refresh(self, x: torch.Tensor) -> None:
+        if self.w is None:
+            self.w = x.detach().clone()
+            self.mu = torch.empty_like(x)
+        else:
+            self.w.copy_(x)
+        self.problem.grad_full(self.node, self.w, self.mu)
+        self.sample_grads += self.m
+
+    def grad(self, x, out=None):
+        idx = self.sample()
+        coin = torch.rand((), generator=self.generator, device=self.generator.device)
+        return self.grad_at(x, idx, out, refresh=bool(coin < self.p))
+
+    def grad_at(self, x, idx, out=None, refresh: bool = False):
+        out = self._out(x, out)
+        if self.w is None:
+            self._refresh(x)
+        pb = self.problem
+        if isinstance(pb, GLM):
+            # one gather: A_B^T (φ'(A_B x) − φ'(A_B w))/|B| + μ + l2 (x − w)
+            rows = pb.A[self.node].index_select(0, idx)
+            bb = pb.b[self.node].index_select(0, idx)
+            c = pb._dphi(torch.mv(rows, x), bb).sub_(pb._dphi(torch.mv(rows, self.w), bb))
+            torch.mv(rows.T, c, out=out)
+            out.mul_(1.0 / idx.numel()).add_(self.mu)
+            if pb.l2:
+                out.add_(x, alpha=pb.l2).add_(self.w, alpha=-pb.l2)
+        else:
+            if self._tmp is None:
+                self._tmp = torch.empty_like(x)
+            pb.batch_grad(self.node, idx, x, out)
+            out.sub_(pb.batch_grad(self.node, idx, self.w, self._tmp)).add_(self.mu)
+        self.sample_grads += 2 * idx.numel()
+        if refresh:
+            self._refresh(x)
+        return out
+
+    def state_dict(self):
+        state = super().state_dict()
+        state["initialized"] = int(self.w is not None)
+        if self.w is not None:
+            state["w"], state["mu"] = self.w, self.mu
+        return state
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        if int(state["initialized"]):
+            if self.w is None:
+                self.w = torch.empty_like(state["w"], device=self.problem.device,
+                                          dtype=self.problem.dtype)
+                self.mu = torch.empty_like(self.w)
+            self.w.copy_(state["w"])
+            self.mu.copy_(state["mu"])
+        else:
+            self.w = self.mu = None
+
+
+class SAGA(_Sampled):
+    """SAGA (see the module docstring): ``m`` scalars for GLMs, an ``m × d`` table otherwise."""
+
+    estimator = "saga"
+
+    def __init__(self, problem, node, generator, batch_size):
+        super().__init__(problem, node, generator, batch_size)
+        self.table: torch.Tensor | None = None  # (m,) coefficients for GLMs, (m, d) otherwise
+        self.mean: torch.Tensor | None = None  # ψ (for GLMs: the data part (1/m) Aᵀ table)
+
+    def _init(self, x: torch.Tensor) -> None:
+        pb = self.problem
+        if isinstance(pb, GLM):
+            self.table = pb.coefficients(self.node, x).clone()
+            self.mean = torch.mv(pb.A[self.node].T, self.table).mul_(1.0 / self.m)
+        else:
+            idx = torch.arange(self.m, device=pb.device)
+            self.table = pb.sample_grads(self.node, idx, x).clone()
+            self.mean = self.table.mean(dim=0)
+        self.sample_grads += self.m
+
+    def grad_at(self, x, idx, out=None):
+        out = self._out(x, out)
+        if self.table is None:
+            self._init(x)
+        pb = self.problem
+        B = idx.numel()
+        if isinstance(pb, GLM):
+            rows = pb.A[self.node].index_select(0, idx)
+            c_new = pb._dphi(torch.mv(rows, x), pb.b[self.node].index_select(0, idx))
+            delta = c_new - self.table.index_select(0, idx)
+            v = torch.mv(rows.T, delta)  # Σ_{l∈B} (∇f_l(x) − φ_l), data part
+            torch.add(self.mean, v, alpha=1.0 / B, out=out)
+            if pb.l2:
+                out.add_(x, alpha=pb.l2)
+            self.mean.add_(v, alpha=1.0 / self.m)
+            self.table.index_copy_(0, idx, c_new)
+        else:
+            g = pb.sample_grads(self.node, idx, x)
+            delta = g - self.table.index_select(0, idx)
+            v = delta.sum(dim=0)
+            torch.add(self.mean, v, alpha=1.0 / B, out=out)
+            self.mean.add_(v, alpha=1.0 / self.m)
+            self.table.index_copy_(0, idx, g)
+        self.sample_grads += B
+        return out
+
+    def state_dict(self):
+        state = super().state_dict()
+        state["initialized"] = int(self.table is not None)
+        if self.table is not None:
+            state["table"], state["mean"] = self.table, self.mean
+        return state
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        if int(state["initialized"]):
+            dev, dt = self.problem.device, self.problem.dtype
+            if self.table is None or self.table.shape != state["table"].shape:
+                self.table = torch.empty(state["table"].shape, device=dev, dtype=dt)
+                self.mean = torch.empty(state["mean"].shape, device=dev, dtype=dt)
+            self.table.copy_(state["table"])
+            self.mean.copy_(state["mean"])
+        else:
+            self.table = self.mean = None
+
+
+def make_oracle(
+    problem: Problem,
+    node: int,
+    generator: torch.Generator | None = None,
+    estimator: str = "full",
+    batch_size: int = 1,
+    p: float | None = None,
+) -> Oracle:
+    """Build node ``node``'s oracle; see :meth:`Problem.oracle` for the arguments and errors."""
+    node = check_node(problem, node)
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown gradient estimator {estimator!r}; choose one of {ESTIMATORS}")
+    if p is not None and estimator != "lsvrg":
+        raise ValueError(f"p is the LSVRG refresh probability; estimator {estimator!r} takes none")
+    if estimator == "full":
+        return FullGradient(problem, node, generator)
+    if not problem.finite_sum:
+        raise ValueError(
+            f"estimator {estimator!r} samples from a finite sum, but {type(problem).__name__} is "
+            "not one (it has no per-sample losses); use estimator='full'"
+        )
+    m = problem.n_samples(node)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= m:
+        raise ValueError(
+            f"batch_size must be an int in [1, m_i] = [1, {m}] for node {node}, got {batch_size!r}"
+        )
+    if not isinstance(generator, torch.Generator):
+        raise ValueError(
+            f"estimator {estimator!r} needs the node's torch.Generator for its sampling, "
+            f"got {generator!r}"
+        )
+    if estimator == "sgd":
+        return SGD(problem, node, generator, batch_size)
+    if estimator == "lsvrg":
+        return LSVRG(problem, node, generator, batch_size, p)
+    return SAGA(problem, node, generator, batch_size)
