@@ -1,0 +1,170 @@
+"""Compressor throughput next to the kernels that bound it (run by ``make bench``; not a test).
+
+For each size d (float32, one torch thread) and compressor: median encode / decode time over
+``--repeat`` runs, as GB/s of input (4d bytes / time), and ratios to
+
+* ``copy``: ``dst.copy_(src)`` of the same tensor (memory bandwidth; sign and rand-k target
+  ≥ 0.25 of it),
+* ``rand``: ``torch.rand(d, out=…)``, the floor of every stochastic quantizer (qsgd, lead,
+  natural target ≥ 0.5 of it),
+* ``torch.topk`` of |x| alone (top-k targets ≥ 1).
+
+Encode writes into a preallocated ``out=`` buffer and decode into a preallocated tensor, as
+the engine does (fresh model-sized memory costs page faults: DESIGN.md speed rules). Low-rank
+runs on the tensor viewed as a near-square matrix. Prints a markdown table.
+
+    python benchmarks/bench_compress.py --sizes 1e5 1e6 1e7 --repeat 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gossip.compress import make  # noqa: E402
+
+SPECS = [
+    "none",
+    "fp16",
+    "bf16",
+    "topk:0.01",
+    "randk:0.01",
+    "sign",
+    "qsgd:4",
+    "qsgd:2:biased",
+    "lead:2",
+    "natural",
+    "lowrank:1",
+    "lowrank:4",
+]
+TARGETS = {  # spec prefix -> (baseline, minimal encode ratio)
+    "sign": ("copy", 0.25),
+    "randk": ("copy", 0.25),
+    "qsgd": ("rand", 0.5),
+    "lead": ("rand", 0.5),
+    "natural": ("rand", 0.5),
+    "topk": ("topk", 1.0),
+}
+
+
+def timeit(fns: dict[str, Callable[[], object]], repeat: int, device: torch.device) -> dict:
+    """Median seconds of each function over ``repeat`` rounds after one warm-up.
+
+    The functions run interleaved (one of each per round), so a ratio of two medians compares
+    runs made under the same background load (this machine is shared).
+    """
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for rnd in range(repeat + 1):
+        for name, fn in fns.items():
+            sync()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            if rnd:
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def near_square(d: int) -> tuple[int, int]:
+    m = int(math.isqrt(d))
+    while d % m:
+        m -= 1
+    return m, d // m
+
+
+def bench_size(d: int, specs: list[str], repeat: int, device: torch.device) -> list[dict]:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)
+    x = torch.randn(d, generator=gen, device=device)
+    dst = torch.empty_like(x)
+    gb = 4 * d / 1e9
+    a = x.abs()
+    k = max(1, int(0.01 * d))
+    floors = {
+        "copy": lambda: dst.copy_(x),
+        "rand": lambda: torch.rand(d, out=dst, generator=gen),
+        "topk": lambda: torch.topk(a, k),
+    }
+    base = timeit(floors, repeat, device)
+    rows = [
+        {"spec": f"copy (baseline) {base['copy'] * 1e3:.2f} ms", "enc": gb / base["copy"]},
+        {"spec": f"torch.rand (floor) {base['rand'] * 1e3:.2f} ms", "enc": gb / base["rand"]},
+        {"spec": f"torch.topk 1% (floor) {base['topk'] * 1e3:.2f} ms", "enc": gb / base["topk"]},
+    ]
+    for spec in specs:
+        c = make(spec)
+        xin = x.view(*near_square(d)) if spec.startswith("lowrank") else x
+        buf = torch.empty(c.max_nbytes(xin), dtype=torch.uint8, device=device)
+        out = torch.empty_like(xin)
+        payload = c.encode(xin, gen, out=buf)
+        floor = next((f for p, (f, _) in TARGETS.items() if spec.startswith(p)), "copy")
+        fns = {
+            "copy": floors["copy"],
+            "enc": lambda c=c, xin=xin, buf=buf: c.encode(xin, gen, out=buf),
+            "dec": lambda c=c, p=payload, out=out: c.decode(p, out=out),
+        }
+        if floor != "copy":
+            fns[floor] = floors[floor]
+        t = timeit(fns, repeat, device)
+        row = {
+            "spec": spec,
+            "enc": gb / t["enc"],
+            "dec": gb / t["dec"],
+            "enc/copy": t["copy"] / t["enc"],
+            "dec/copy": t["copy"] / t["dec"],
+            "bytes": payload.nbytes / (4 * d),
+        }
+        for prefix, (fl, need) in TARGETS.items():
+            if spec.startswith(prefix):
+                ratio = t[fl] / t["enc"]
+                row["floor"] = f"{ratio:.2f} × {fl}"
+                row["target"] = f"{'met' if ratio >= need else 'MISSED'} (≥ {need} × {fl})"
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--specs", nargs="+", default=SPECS)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    print(
+        f"torch {torch.__version__}, {args.threads} thread(s), device {device}, float32, "
+        f"median of {args.repeat}\n"
+    )
+    print(
+        "| d | compressor | encode GB/s | decode GB/s | enc / copy | dec / copy "
+        "| enc / floor | bytes / 4d | target |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for size in args.sizes:
+        d = int(size)
+        for r in bench_size(d, args.specs, args.repeat, device):
+
+            def f(key: str, fmt: str = "{:.2f}", r=r) -> str:
+                v = r.get(key)
+                return "" if v is None else fmt.format(v) if not isinstance(v, str) else v
+
+            print(
+                f"| {d:.0e} | {r['spec']} | {f('enc')} | {f('dec')} | {f('enc/copy')} "
+                f"| {f('dec/copy')} | {f('floor')} | {f('bytes', '{:.4f}')} | {f('target')} |"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,256 @@
+"""Stochastic quantizers: QSGD (2-norm), LEAD's ∞-norm quantizer, natural compression."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+
+from gossip.compress import bits
+from gossip.compress.base import CompressionError
+from gossip.compress.checks import check_scalar, nonfinite
+from gossip.compress.codec import Codec
+from gossip.compress.wire import Sections, numel_of
+
+
+class LevelQuantizer(Codec):
+    """Unbiased stochastic rounding to ``s`` levels of a norm: shared by QSGD and LEAD.
+
+    With ``n = norm(x)`` and ``y_i = s·x_i/n ∈ [−s, s]``, each entry becomes the integer
+    ``ŷ_i = ⌊y_i + u_i⌋``, u_i ~ U[0, 1): ``E ŷ_i = y_i``, and ŷ_i is ⌊y_i⌋ or ⌈y_i⌉, so
+    ``sign(x_i)·|ŷ_i|`` has exactly QSGD's law (level ⌊s|x_i|/n⌋ plus Bernoulli(frac)).
+    The decoded value is ``ŷ_i · n/s``; n = 0 gives 0.
+
+    Wire: the step ``q = n/s`` (input dtype; times the scale factor of a ``biased`` variant),
+    then codes ``ŷ_i + 2^{w−1}`` of ``w = ⌈log2(2s+1)⌉`` bits (sign and level jointly: 2s + 1
+    symbols; equal to 1 + ⌈log2(s+1)⌉) in bit planes (:mod:`.bits`):
+    ``8 + itemsize + w·⌈d/8⌉`` bytes. The receiver needs only w (header parameter) and q.
+
+    Cost: one pass of ``uniform_`` (the floor of any stochastic quantizer) plus a few
+    elementwise passes: ``t = (2^{w−1} + u) + x·(s/n)`` truncates to the code directly.
+    Rounding precision: float32 math resolves u to 2^{w−24}, so for w > 10 the arithmetic runs
+    in float64 to keep the rounding unbiased to ~2⁻²⁰ of a level.
+    """
+
+    randomized: ClassVar[bool] = True
+    unbiased: ClassVar[bool] = True
+    param_name: ClassVar[str] = "bit width"
+
+    def __init__(self, spec: str, levels: int, scale: str = "none") -> None:
+        super().__init__(spec)
+        self.s = int(levels)
+        self.width = math.ceil(math.log2(2 * self.s + 1))
+        self.offset = 1 << (self.width - 1)
+        self.biased = scale == "biased"
+
+    @property
+    def param(self) -> int:
+        return self.width
+
+    def _sections(self, shape, dtype) -> Sections:
+        d = numel_of(shape)
+        return Sections.build(
+            ("scale", dtype, 1), ("codes", torch.uint8, bits.packed_nbytes(d, self.width))
+        )
+
+    def _norm(self, xf: torch.Tensor) -> torch.Tensor:
+        """The norm (0-dim tensor); raises on NaN/Inf when ``check_finite``."""
+        raise NotImplementedError
+
+    def _factor(self, d: int) -> float:
+        """Multiplier of the decoded value (1, or 1/(1+ω) for a ``biased`` variant)."""
+        return 1.0 / (1.0 + self.omega_for(d)) if self.biased else 1.0
+
+    def _encode_body(self, x, generator, v) -> dict[str, Any]:
+        xf = x.view(-1)
+        d, dev, s, o = xf.numel(), xf.device, self.s, self.offset
+        n = self._norm(xf)
+        v["scale"].copy_(n * (self._factor(d) / s))
+        work = torch.float64 if self.width > 10 else xf.dtype
+        t = self.ws.get("t", d, work, dev)
+        t.uniform_(o, o + 1, generator=generator)
+        if dev.type == "cpu" or self.check_finite:  # the norm is on the host anyway
+            nv = float(n)
+            if nv >= 1e-30:
+                t.add_(xf, alpha=s / nv)  # o + u + y in [o - s, o + s + 1)
+            elif nv > 0:  # s/n would overflow float32: divide instead
+                t.addcdiv_(xf, torch.full((), nv / s, dtype=work, device=dev))
+        else:  # no host sync: n = 0 means x = 0, any finite step gives codes o
+            t.addcdiv_(xf, torch.where(n > 0, n / s, torch.ones_like(n)).to(work))
+        codes = self.ws.get("codes", bits.padded(d), bits.code_dtype(self.width), dev)
+        if o + s + 1 > 255 and codes.dtype == torch.uint8:
+            t.clamp_(max=o + s)  # a float rounded up to 256 would wrap to 0 in uint8
+        bits.cast_into(codes[:d], t)  # truncation = floor (t > 0)
+        codes[:d].clamp_(o - s, o + s)  # float rounding at |y| = s
+        codes[d:].zero_()
+        bits.pack_codes(codes, self.width, v["codes"], self.ws, dev)
+        return v
+
+    def _decode_body(self, parts, shape, dtype, out) -> None:
+        of = out.view(-1)
+        codes = bits.unpack_codes(parts["codes"], of.numel(), self.width, self.ws, of.device)
+        of.copy_(codes[: of.numel()])
+        of.sub_(self.offset).mul_(parts["scale"])  # (code - o)·q
+
+    def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
+        of = out.view(-1)
+        codes = bits.unpack_codes(parts["codes"], of.numel(), self.width, self.ws, of.device)
+        tmp = self.ws.get("decode_add", of.numel(), dtype, of.device)
+        tmp.copy_(codes[: of.numel()])
+        tmp.sub_(self.offset)
+        of.addcmul_(tmp, parts["scale"] * weight)
+
+
+class QSGD(LevelQuantizer):
+    """QSGD with ``s`` levels of the 2-norm (Alistarh et al. 2017); see LevelQuantizer.
+
+    Unbiased, ω = min(d/s², √d/s) (``omega_for(d)``). ``biased`` variant ("qsgd-biased",
+    BEER's torch ``gsgd``): decoded value / (1 + ω), contractive with δ = 1/(1+ω), not
+    unbiased. ``qsgd:BITS`` means s = 2^{BITS−1} (BEER/NDA's ``gsgd_b``), i.e. BITS + 1 bits
+    per entry on the wire; ``qsgd:s=LEVELS`` gives s directly.
+    Bytes: ``8 + itemsize + w·⌈d/8⌉`` with w = ⌈log2(2s+1)⌉ = 1 + ⌈log2(s+1)⌉
+    (§9's fixed-length 32 + d·(1 + ⌈log2(s+1)⌉) bits, up to w − 1 bytes of plane padding).
+    The NaN/Inf check reads ‖x‖₂ (computed anyway).
+    """
+
+    kind: ClassVar[int] = 7
+
+    def __init__(self, spec: str, levels: int, scale: str = "none") -> None:
+        super().__init__(spec, levels, scale)
+        if self.biased:
+            self.unbiased = False
+
+    def omega_for(self, numel: int) -> float | None:
+        return min(numel / self.s**2, math.sqrt(numel) / self.s)
+
+    def delta_for(self, numel: int) -> float | None:
+        return 1.0 / (1.0 + self.omega_for(numel)) if self.biased else None
+
+    def _norm(self, xf: torch.Tensor) -> torch.Tensor:
+        n = torch.linalg.vector_norm(xf)
+        if self.check_finite:
+            check_scalar(n, xf, self.spec, "‖x‖₂")
+        return n
+
+
+class LeadQuantizer(LevelQuantizer):
+    """LEAD's unbiased b-bit ∞-norm quantizer (§9): s = 2^{b−1} levels of ‖x‖_∞.
+
+    ``C(x) = (‖x‖_∞/2^{b−1})·sign(x)⊙⌊2^{b−1}|x|/‖x‖_∞ + u⌋``; the largest entry is sent
+    exactly. Unbiased, ω ≤ min(d/4^b, √d/2^{b−1}). 2^b + 1 symbols in ⌈log2(2^b + 1)⌉ = b + 1
+    bits: ``8 + itemsize + (b+1)·⌈d/8⌉`` bytes (the paper counts 32 + b·d bits).
+    The NaN/Inf check reads ``aminmax(x)`` (computed anyway for ‖x‖_∞).
+    """
+
+    kind: ClassVar[int] = 8
+
+    def __init__(self, spec: str, bits_: int) -> None:
+        super().__init__(spec, 1 << (bits_ - 1))
+        self.b = bits_
+
+    def omega_for(self, numel: int) -> float | None:
+        return min(numel / 4.0**self.b, math.sqrt(numel) / 2.0 ** (self.b - 1))
+
+    def _norm(self, xf: torch.Tensor) -> torch.Tensor:
+        lo, hi = torch.aminmax(xf)
+        n = torch.maximum(-lo, hi)
+        if self.check_finite and not bool(torch.isfinite(torch.stack((lo, hi))).all()):
+            raise nonfinite(self.spec)  # aminmax propagates NaN
+        return n
+
+
+class Natural(Codec):
+    """Natural compression (Horváth et al. 2019): round |x_i| to a neighbouring power of two.
+
+    ``C(x)_i = sign(x_i)·2^a`` w.p. 1 − p, ``sign(x_i)·2^{a+1}`` w.p. p, with
+    a = ⌊log2|x_i|⌋ and p = |x_i|/2^a − 1; 0 ↦ 0. Unbiased, ω = 1/8 (entries with
+    |x_i| ≥ 2⁻¹²⁶). Entries below 2⁻¹²⁶ (subnormal in float32) round unbiasedly to 0 or 2⁻¹²⁶;
+    magnitudes above 2¹²⁷ raise :class:`CompressionError`.
+    Wire: an 8-bit exponent code per entry (0 = zero, c ↦ 2^{c−127}, i.e. float32's biased
+    exponent), then the sign bits: ``8 + d + ⌈d/8⌉`` bytes = 9 bits per entry.
+
+    Encoding works on the float bits: for float32, the low byte of ``(bits + r) >> 23`` with r
+    uniform on [0, 2²³) *is* the rounded exponent code (the mantissa carries into the exponent
+    with probability mantissa/2²³ = p), and on zeros and subnormals it gives exactly the rule
+    above; the sign bits are packed apart.
+    float64 inputs are first scaled by 2⁻⁸⁹⁶ so their exponent field lines up with float32's.
+    The NaN/Inf and range check is one ``aminmax`` of x.
+    """
+
+    kind: ClassVar[int] = 9
+    randomized: ClassVar[bool] = True
+    unbiased: ClassVar[bool] = True
+    omega = 1.0 / 8.0
+
+    def _sections(self, shape, dtype) -> Sections:
+        d = numel_of(shape)
+        return Sections.build(("exps", torch.uint8, d), ("signs", torch.uint8, bits.nbytes_bits(d)))
+
+    def _encode_body(self, x, generator, v) -> dict[str, Any]:
+        xf = x.view(-1)
+        d, dev = xf.numel(), xf.device
+        if self.check_finite:
+            lo, hi = torch.aminmax(xf)
+            big = max(-float(lo), float(hi))  # host sync on CUDA
+            if not math.isfinite(big):
+                raise nonfinite(self.spec)
+            if big > 2.0**127:
+                raise CompressionError(
+                    f"{self.spec}: |x_i| up to {big:.4g} exceeds 2^127, the largest power of "
+                    "two the 8-bit exponent code holds; the model diverged"
+                )
+        if xf.dtype == torch.float32:
+            ibits, itype, mant = xf.view(torch.int32), torch.int32, 23
+        else:
+            scaled = self.ws.get("scaled", d, torch.float64, dev)
+            torch.mul(xf, 2.0**-896, out=scaled)
+            ibits, itype, mant = scaled.view(torch.int64), torch.int64, 52
+        # (bits + r) >> mant: the mantissa carries into the exponent with probability p. A set
+        # sign bit only adds -2^(31 - mant) (resp. -2^(63 - mant)), a multiple of 256 after
+        # the shift, so the low byte (kept by the cast) is the exponent code of |x_i|.
+        r = self.ws.get("r", d, itype, dev)
+        r.random_(0, 1 << mant, generator=generator)
+        r.add_(ibits).bitwise_right_shift_(mant)
+        bits.cast_into(v["exps"], r)
+        bits.pack_negative(xf, v["signs"], self.ws)
+        return v
+
+    def _parse_body(self, v, shape, dtype) -> dict[str, Any]:
+        if int(v["exps"].amax()) == 255:
+            raise CompressionError(
+                f"{self.spec}: exponent code 255 is invalid (would decode to Inf)"
+            )
+        return v
+
+    def _decode_f32(self, parts, out: torch.Tensor) -> None:
+        """float32 ``out`` from the codes: (code << 23) | sign << 31."""
+        d, dev = out.numel(), out.device
+        oi = out.view(torch.int32)
+        oi.copy_(parts["exps"])
+        oi.bitwise_left_shift_(23)
+        full = d // 8
+        signs = parts["signs"]
+        table = bits.signbit32_table(dev)
+        sw = self.ws.get("signwords", 8 * full, torch.int32, dev)
+        idx = self.ws.get("unpack.idx", signs.numel(), torch.int32, dev)
+        if full:
+            bits.rows(signs[:full], table, idx[:full], sw.view(full, 8))
+            oi[: 8 * full].bitwise_or_(sw)
+        if d % 8:
+            oi[8 * full :].bitwise_or_(table[signs[full:].long()].view(-1)[: d % 8])
+
+    def _decode_body(self, parts, shape, dtype, out) -> None:
+        of = out.view(-1)
+        if dtype == torch.float32:
+            self._decode_f32(parts, of)
+        else:
+            tmp = self.ws.get("f32", of.numel(), torch.float32, of.device)
+            self._decode_f32(parts, tmp)
+            of.copy_(tmp)
+
+    def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
+        of = out.view(-1)
+        tmp = self.ws.get("f32", of.numel(), torch.float32, of.device)
+        self._decode_f32(parts, tmp)
+        of.add_(tmp, alpha=weight)

@@ -1,0 +1,217 @@
+"""The byte layout every compressor message shares: an 8-byte header, then typed sections.
+
+Header (little-endian)::
+
+    byte 0      magic 0xC5
+    byte 1      version (high nibble, currently 1) | value dtype code (low nibble)
+    byte 2      compressor kind (``KINDS``; +0x80 when applied per tensor of a layout)
+    byte 3      one compressor parameter (bit width, index format, rank, flags)
+    bytes 4..7  numel of the tensor mod 2³² (uint32)
+
+The sections that follow (:class:`Sections`) start at offsets that are multiples of their
+element size, so a section is a zero-copy ``buffer[a:b].view(dtype)``. All sizes are known from
+the receiving tensor's shape and dtype, so no lengths travel: a receiver checks the total.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from gossip.compress.base import CompressionError
+
+HEADER_NBYTES = 8
+MAGIC = 0xC5
+VERSION = 1
+PER_TENSOR = 0x80
+
+KINDS: dict[int, str] = {
+    1: "none",
+    2: "fp16",
+    3: "bf16",
+    4: "topk",
+    5: "randk",
+    6: "sign",
+    7: "qsgd",
+    8: "lead",
+    9: "natural",
+    10: "lowrank",
+}
+
+DTYPE_CODES: dict[torch.dtype, int] = {
+    torch.float32: 1,
+    torch.float64: 2,
+    torch.float16: 3,
+    torch.bfloat16: 4,
+}
+_CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+
+
+def kind_name(kind: int) -> str:
+    base = KINDS.get(kind & ~PER_TENSOR, f"unknown kind {kind & ~PER_TENSOR}")
+    return f"{base} (per tensor)" if kind & PER_TENSOR else base
+
+
+@dataclass(frozen=True)
+class Sections:
+    """Named typed sections laid out back to back, each aligned to its element size."""
+
+    names: tuple[str, ...]
+    dtypes: tuple[torch.dtype, ...]
+    counts: tuple[int, ...]
+    offsets: tuple[int, ...]
+    nbytes: int
+
+    @classmethod
+    def build(cls, *items: tuple[str, torch.dtype, int]) -> Sections:
+        offsets, pos = [], 0
+        for _, dtype, count in items:
+            size = dtype.itemsize
+            pos = -(-pos // size) * size
+            offsets.append(pos)
+            pos += size * count
+        names, dtypes, counts = zip(*items, strict=True) if items else ((), (), ())
+        return cls(tuple(names), tuple(dtypes), tuple(counts), tuple(offsets), pos)
+
+    def views(self, body: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Typed views into ``body`` (uint8, storage offset a multiple of 8)."""
+        out = {}
+        for name, dtype, count, off in zip(
+            self.names, self.dtypes, self.counts, self.offsets, strict=True
+        ):
+            out[name] = body[off : off + count * dtype.itemsize].view(dtype)
+        return out
+
+
+def align8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+@lru_cache(maxsize=512)
+def _header_tensor(
+    kind: int, dtype: torch.dtype, param: int, numel: int, device: torch.device
+) -> torch.Tensor:
+    raw = bytes([MAGIC, (VERSION << 4) | DTYPE_CODES[dtype], kind, param]) + (
+        numel % (1 << 32)
+    ).to_bytes(4, "little")
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(device)
+
+
+def write_header(buf: torch.Tensor, kind: int, dtype: torch.dtype, param: int, numel: int) -> None:
+    """Write the header into ``buf[:8]`` (a cached device copy: no host sync on CUDA)."""
+    buf[:HEADER_NBYTES].copy_(_header_tensor(kind, dtype, param, numel, buf.device))
+
+
+def new_buffer(
+    nbytes: int, device: torch.device, out: torch.Tensor | None, name: str
+) -> torch.Tensor:
+    """A fresh uint8 buffer of ``nbytes`` bytes, or the prefix of a caller's ``out``."""
+    if out is None:
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    if out.dtype != torch.uint8 or out.dim() != 1 or not out.is_contiguous():
+        raise CompressionError(f"{name}: out= must be a contiguous 1-D uint8 tensor")
+    if out.numel() < nbytes:
+        raise CompressionError(
+            f"{name}: out= holds {out.numel()} bytes, the message needs {nbytes}"
+        )
+    if out.device != device:
+        raise CompressionError(f"{name}: out= is on {out.device}, the tensor on {device}")
+    if out.storage_offset() % 8:
+        raise CompressionError(
+            f"{name}: out= must start at a storage offset that is a multiple of 8"
+        )
+    return out[:nbytes]
+
+
+def as_message(buf: object, name: str) -> torch.Tensor:
+    """Check that ``buf`` is a 1-D uint8 tensor (a received message)."""
+    if not isinstance(buf, torch.Tensor):
+        raise CompressionError(
+            f"{name}: expected a uint8 torch.Tensor message, got {type(buf).__name__}"
+        )
+    if buf.dtype != torch.uint8:
+        raise CompressionError(f"{name}: expected a uint8 message, got dtype {buf.dtype}")
+    if buf.dim() != 1:
+        raise CompressionError(f"{name}: expected a 1-D message, got shape {tuple(buf.shape)}")
+    return buf
+
+
+def check_header(
+    buf: torch.Tensor,
+    *,
+    name: str,
+    kind: int,
+    dtype: torch.dtype,
+    param: int,
+    param_name: str,
+    numel: int,
+    nbytes: int,
+    shape: Sequence[int],
+) -> None:
+    """Validate header and total length of a received message against what we would send.
+
+    Reads 8 bytes on the host (one sync on CUDA). Raises :class:`CompressionError` naming the
+    first field that does not match.
+    """
+    n = buf.numel()
+    if n < HEADER_NBYTES:
+        raise CompressionError(
+            f"{name}: message of {n} bytes is truncated: even the {HEADER_NBYTES}-byte header "
+            f"is incomplete (expected {nbytes} bytes)"
+        )
+    h = buf[:HEADER_NBYTES].cpu().tolist()
+    if h[0] != MAGIC:
+        raise CompressionError(
+            f"{name}: bad magic byte 0x{h[0]:02X} (expected 0x{MAGIC:02X}): not a gossip "
+            "compressor message (wrong buffer, or wrong offset into it?)"
+        )
+    if h[1] >> 4 != VERSION:
+        raise CompressionError(
+            f"{name}: wire format version {h[1] >> 4} is not supported (this build reads "
+            f"version {VERSION}); sender and receiver must run the same gossip version"
+        )
+    if h[2] != kind:
+        raise CompressionError(
+            f"{name}: message was produced by compressor '{kind_name(h[2])}', this one is "
+            f"'{kind_name(kind)}'; every node must use the same spec"
+        )
+    code = h[1] & 0x0F
+    if code != DTYPE_CODES[dtype]:
+        got = _CODE_DTYPES.get(code, f"unknown dtype code {code}")
+        raise CompressionError(
+            f"{name}: message carries {got} values but the receiving tensor is {dtype}"
+        )
+    if h[3] != param:
+        raise CompressionError(
+            f"{name}: header {param_name} is {h[3]}, expected {param} for this spec "
+            "(sender built with different parameters, or a corrupt message)"
+        )
+    sent = int.from_bytes(bytes(h[4:8]), "little")
+    if sent != numel % (1 << 32):
+        raise CompressionError(
+            f"{name}: message is for a tensor of {sent} entries (mod 2^32), the receiving "
+            f"tensor has {numel} (shape {tuple(shape)})"
+        )
+    if n != nbytes:
+        what = "truncated" if n < nbytes else "extended"
+        raise CompressionError(
+            f"{name}: message is {what}: {n} bytes, but a message for shape {tuple(shape)} "
+            f"{dtype} has exactly {nbytes}"
+        )
+
+
+def aligned_on(buf: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``buf`` on ``device`` and at a storage offset that is a multiple of 8 (copies if not)."""
+    if buf.device != device:
+        buf = buf.to(device)
+    if buf.storage_offset() % 8 or buf.data_ptr() % 8 or not buf.is_contiguous():
+        buf = buf.clone()
+    return buf
+
+
+def numel_of(shape: Sequence[int]) -> int:
+    return math.prod(shape)
