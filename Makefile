@@ -23,9 +23,9 @@ test: install
 run: install
 	mkdir -p results
 	PATH=$(abspath $(BIN)):$$PATH OMP_NUM_THREADS=1 $(BIN)/mpiexec -n $(NODES) $(BIN)/python experiments/consensus.py \
-		--topology ring --dim 2000 --rounds 1500 --log-every 10 \
-		--compressor none topk:0.01 randk:0.01 sign qsgd:4bit lowrank:1 \
-		--gamma 1.0 0.05 0.01 0.4 0.6 0.4 \
+		--topology ring --rounds 1000 --log-every 10 \
+		--compressor none topk:0.01 randk:0.01 sign qsgd:4bit:biased lowrank:1 \
+		--gamma 1.0 0.05 0.01 0.6 0.3 0.05 \
 		--shape 40x50 --out results/consensus.jsonl --plot results/consensus.png
 
 lint: install

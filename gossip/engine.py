@@ -116,8 +116,9 @@ class Engine:
         self._start = time.perf_counter()
         self._reference: dict[str, float] = {}
         self.watch = ["consensus_error", *watch]
-        for node in self.nodes.values():
-            algorithm.setup(node)
+        with torch.no_grad():
+            for node in self.nodes.values():
+                algorithm.setup(node)
 
     def _check_config(self, oracles: Any) -> None:
         """Refuse, before any message, what this algorithm cannot run on."""
@@ -137,8 +138,9 @@ class Engine:
         alg.validate(topo, make_compressor(self.compressor_spec))
 
     # -- rounds ----------------------------------------------------------------------------
+    @torch.no_grad()
     def step(self) -> None:
-        """Run one round on every local node."""
+        """Run one round on every local node (under no_grad: oracles that need autograd enable it)."""
         t = self.round + 1
         topo = self.topology.at_round(t)
         for node in self.nodes.values():

@@ -8,6 +8,7 @@ through pinned host memory. Every wait busy-polls against a deadline: a silent n
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 
@@ -26,13 +27,16 @@ class CommTimeout(CommError):
 class MPITransport(Transport):
     """One process per rank; nodes may be several per rank (``placement`` says where each is)."""
 
-    def __init__(self, comm, placement: list[int], timeout: float = 120.0):
+    spin = 100  # busy polls before each further poll yields the CPU
+
+    def __init__(self, comm, placement: list[int], timeout: float = 120.0, yield_cpu: bool = True):
         super().__init__(placement, rank=comm.Get_rank(), world_size=comm.Get_size())
         from mpi4py import MPI
 
         self._mpi = MPI
         self.comm = comm
         self.timeout = float(timeout)
+        self.yield_cpu = yield_cpu
         self._recv_bufs: dict[Edge, np.ndarray] = {}
         self._send_stage: dict[Edge, np.ndarray] = {}
 
@@ -100,6 +104,7 @@ class MPITransport(Transport):
         MPI = self._mpi
         deadline = time.monotonic() + self.timeout
         test = MPI.Request.Testall
+        polls = 0
         while True:
             try:
                 done = test(reqs, statuses) if statuses is not None else test(reqs)
@@ -110,6 +115,9 @@ class MPITransport(Transport):
                 ) from exc
             if done:
                 return
+            polls += 1
+            if polls > self.spin and self.yield_cpu:
+                os.sched_yield()  # oversubscribed ranks: let the peer we wait for run
             if time.monotonic() > deadline:
                 pending = [e for e, r in zip(edges, reqs) if not r.Test()]
                 peers = sorted({self.placement[e[1] if sending else e[0]] for e in pending})
