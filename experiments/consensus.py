@@ -22,10 +22,18 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gossip.algorithms import REGISTRY, make_algorithm  # noqa: E402
-from gossip.cli import DTYPES, add_run_arguments, guarded, setup, split_per_run  # noqa: E402
-from gossip.engine import DivergenceError, Engine  # noqa: E402
+from gossip.cli import (  # noqa: E402
+    DTYPES,
+    add_run_arguments,
+    checkpoint_options,
+    guarded,
+    setup,
+    split_per_run,
+)  # noqa: E402
+from gossip.engine import Engine  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
 from gossip.metrics import JsonlLogger, first_reach, versions  # noqa: E402
+from gossip.runner import execute  # noqa: E402
 from gossip.seeding import generator, init_seed  # noqa: E402
 
 log = logging.getLogger("gossip.consensus")
@@ -103,7 +111,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     gammas = split_per_run(args.gamma, len(args.compressor), "--gamma")
     logger = JsonlLogger(args.out, enabled=world.is_root)
     rows, curves = [], {}
-    for spec, gamma in zip(args.compressor, gammas):
+    for index, (spec, gamma) in enumerate(zip(args.compressor, gammas)):
         hp = {}
         if gamma is not None:
             hp["gamma"] = gamma
@@ -115,30 +123,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
             timeout=args.timeout, device=args.device, dtype=DTYPES[args.dtype],
         )
         label = f"{args.algorithm} {spec}" + (f" γ={gamma:g}" if gamma is not None else "")
-        logger.write({
-            "type": "config", "label": label, "script": "consensus", "args": vars(args),
-            "algorithm": args.algorithm, "hparams": algorithm.hparams(), "compressor": spec,
-            "nodes": topology.n, "world_size": world.size, "topology": topology.describe(),
-            "versions": versions(),
-        })
-        records: list[dict] = []
-
-        def on_record(rec: dict, records=records) -> None:
-            rec["label"] = label
-            records.append(rec)
-            logger.write(rec)
-
-        status = "ok"
-        try:
-            engine.run(args.rounds, log_every=args.log_every, on_record=on_record,
-                       progress=args.progress)
-        except DivergenceError as exc:
-            status = f"diverged at round {exc.round}"
-            log.warning("%s: %s", label, exc)
-        summary = engine.summary() | {"label": label, "status": status}
-        logger.write(summary)
-        curves[label] = records
-        rows.append(table_row(label, records, summary, args.target))
+        config = {
+            "script": "consensus", "args": vars(args), "algorithm": args.algorithm,
+            "hparams": algorithm.hparams(), "compressor": spec, "nodes": topology.n,
+            "world_size": world.size, "topology": topology.describe(), "versions": versions(),
+        }
+        result = execute(engine, label=label, config=config, logger=logger, rounds=args.rounds,
+                         log_every=args.log_every, progress=args.progress,
+                         **checkpoint_options(args, index))
+        curves[label] = result.records
+        rows.append(table_row(label, result.records, result.summary, args.target))
     logger.close()
     if world.is_root:
         print(format_table(rows, args.target))

@@ -22,10 +22,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gossip.algorithms import REGISTRY, make_algorithm  # noqa: E402
-from gossip.cli import DTYPES, add_run_arguments, guarded, setup  # noqa: E402
-from gossip.engine import DivergenceError, Engine  # noqa: E402
+from gossip.cli import DTYPES, add_run_arguments, checkpoint_options, guarded, setup  # noqa: E402
+from gossip.engine import Engine  # noqa: E402
 from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions  # noqa: E402
 from gossip.problems import ESTIMATORS, PROBLEMS, default_hparams, make_problem  # noqa: E402
+from gossip.runner import execute  # noqa: E402
 
 log = logging.getLogger("gossip.optimize")
 
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     logger = JsonlLogger(args.out, enabled=world.is_root)
     rows, curves = [], {}
-    for label, name, base_hp, comp in run_specs(args):
+    for index, (label, name, base_hp, comp) in enumerate(run_specs(args)):
         hp = hyperparameters(name, base_hp, args, problem)
         algorithm = make_algorithm(name, **hp)
         engine = Engine(
@@ -141,34 +142,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
             oracles=lambda i, gen: problem.oracle(i, gen, args.estimator, args.batch_size),
             watch=("distance_to_optimum",),
         )
-        logger.write({"type": "config", "label": label, "script": "optimize", "args": vars(args),
-                      "algorithm": name, "hparams": algorithm.hparams(), "compressor": comp,
-                      "nodes": topology.n, "world_size": world.size,
-                      "topology": topology.describe(), "problem": args.problem,
-                      "smoothness": default_hparams(problem, args.estimator),
-                      "optimal_value": f_star, "versions": versions()})
-        records: list[dict] = []
-
-        def on_record(rec: dict, records=records, label=label) -> None:
-            rec["label"] = label
-            records.append(rec)
-            logger.write(rec)
-
-        status = "ok"
-        try:
-            engine.run(args.iterations, log_every=args.log_every, metrics=[metrics],
-                       on_record=on_record, progress=args.progress)
-        except DivergenceError as exc:
-            status = f"diverged at round {exc.round}"
-            log.warning("%s: %s", label, exc)
-        summary = engine.summary() | {"label": label, "status": status}
-        logger.write(summary)
-        curves[label] = records
-        reached = first_reach(records, "distance_to_optimum", args.target)
-        rows.append({"run": label, "final": records[-1]["distance_to_optimum"],
+        config = {"script": "optimize", "args": vars(args), "algorithm": name,
+                  "hparams": algorithm.hparams(), "compressor": comp, "nodes": topology.n,
+                  "world_size": world.size, "topology": topology.describe(),
+                  "problem": args.problem, "smoothness": default_hparams(problem, args.estimator),
+                  "optimal_value": f_star, "versions": versions()}
+        result = execute(engine, label=label, config=config, logger=logger,
+                         rounds=args.iterations, log_every=args.log_every, metrics=[metrics],
+                         progress=args.progress, **checkpoint_options(args, index))
+        curves[label] = result.records
+        reached = first_reach(result.records, "distance_to_optimum", args.target)
+        rows.append({"run": label, "final": result.records[-1]["distance_to_optimum"],
                      "rounds": reached["round"] if reached else None,
                      "bits": reached["bits_per_node"] if reached else None,
-                     "ms": 1e3 * summary["seconds_per_round"], "status": status})
+                     "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status})
     logger.close()
     if world.is_root:
         print(f"| run | final distance to x* | rounds to {args.target:g} | bits/node to "

@@ -53,6 +53,15 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--plot", default=None, help="write a PNG plot here")
     g.add_argument("--progress", action="store_true", help="show a progress bar (rank 0)")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    c = parser.add_argument_group("long runs")
+    c.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
+                   help="write a checkpoint every K rounds (0: only on SIGINT/SIGTERM when "
+                        "--checkpoint-dir is set)")
+    c.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="where checkpoints go (one sub-directory per run)")
+    c.add_argument("--resume", default=None, metavar="DIR",
+                   help="continue from the checkpoints in DIR (same flags as the interrupted "
+                        "run); finished runs are replayed from their records")
 
 
 def setup(args: argparse.Namespace) -> tuple[World, Any]:
@@ -103,6 +112,17 @@ def build_topology(args: argparse.Namespace, world: World) -> Any:
     return topo
 
 
+def checkpoint_options(args: argparse.Namespace, index: int) -> dict[str, Any]:
+    """Keyword arguments of :func:`gossip.runner.execute` for the ``index``-th run of a script."""
+    root = args.resume or args.checkpoint_dir
+    if args.checkpoint_every and root is None:
+        raise SystemExit("--checkpoint-every needs --checkpoint-dir DIR (where to write them)")
+    if root is None:
+        return {}
+    return {"checkpoint_dir": os.path.join(root, f"run{index:02d}"),
+            "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None}
+
+
 def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
     """One value for all runs, or exactly one per run."""
     if not values:
@@ -118,9 +138,16 @@ def guarded(main_fn, world_of=World.detect):
     """Run ``main_fn``; under MPI an uncaught error is logged with its rank, then the job aborts.
 
     Without the abort, the other ranks would wait for the failed one until their timeout.
+    SIGINT/SIGTERM during a checkpointed run end with exit status 128 + signal, after the
+    final checkpoint (every rank stops at the same round, so nothing is aborted).
     """
+    from gossip.checkpoint import Interrupted
+
     try:
         return main_fn()
+    except Interrupted as exc:
+        log.warning("%s", exc)
+        raise SystemExit(128 + int(exc.signum)) from None
     except SystemExit as exc:
         world = world_of()
         if exc.code not in (0, None) and world.size > 1:

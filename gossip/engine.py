@@ -255,8 +255,13 @@ class Engine:
         metrics: list[Metric] = (),
         on_record: Callable[[dict[str, Any]], None] | None = None,
         progress: bool = False,
+        checkpointer: Any = None,
     ) -> list[dict[str, Any]]:
-        """Run ``rounds`` rounds, recording round 0 and every ``log_every``-th round and the last."""
+        """Run ``rounds`` rounds, recording round 0 and every ``log_every``-th round and the last.
+
+        ``checkpointer`` (a :class:`gossip.checkpoint.Checkpointer`) saves every K rounds and
+        turns SIGINT/SIGTERM into a final checkpoint.
+        """
         records = []
 
         def emit() -> None:
@@ -273,11 +278,61 @@ class Engine:
             self.step()
             if self.round % log_every == 0 or self.round == last:
                 emit()
+            if checkpointer is not None:
+                checkpointer.after_round(self)
             if bar is not None:
                 bar.update(1)
         if bar is not None:
             bar.close()
         return records
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def node_state_dicts(self) -> dict[int, dict[str, Any]]:
+        """Each local node's whole state: model, algorithm state, generators, compressors,
+        oracle, bytes sent (tensors, numbers, lists and dicts only: loadable weights_only)."""
+        sent = self.transport.bytes_sent
+        out = {}
+        for i, nd in self.nodes.items():
+            out[i] = {
+                "x": nd.x,
+                "state": {k: _to_plain(v) for k, v in nd.state.items()},
+                "generator": nd.generator.get_state(),
+                "edge_generators": {j: g.get_state() for j, g in nd._edge_generators.items()},
+                "compressor": _to_plain(nd.compressor),
+                "oracle": _to_plain(nd.oracle) if nd.oracle is not None else None,
+                "bytes_sent": int(sent.get(i, 0)),
+            }
+        return out
+
+    def run_state_dict(self) -> dict[str, Any]:
+        """The engine's own counters (identical on every process)."""
+        return {"round": self.round, "seq": self._seq, "reference": dict(self._reference),
+                "compute_s": self.compute_s, "comm_s": self.comm_s,
+                "elapsed_s": time.perf_counter() - self._start}
+
+    def load_state_dicts(self, nodes: Mapping[int, dict[str, Any]], run: dict[str, Any]) -> None:
+        """Restore what :meth:`node_state_dicts` and :meth:`run_state_dict` returned."""
+        for i, blob in nodes.items():
+            nd = self.nodes[i]
+            nd.x.copy_(blob["x"])
+            for k, v in blob["state"].items():
+                nd.state[k] = _from_plain(nd.state.get(k), v)
+            nd.generator.set_state(blob["generator"])
+            for j, st in blob["edge_generators"].items():
+                nd.edge_generator(int(j)).set_state(st)
+            _from_plain(nd.compressor, blob["compressor"])
+            if nd.oracle is not None:
+                _from_plain(nd.oracle, blob["oracle"])
+            self.transport.bytes_sent[i] = int(blob["bytes_sent"])
+        self.round = int(run["round"])
+        self._seq = int(run["seq"])
+        self._reference = dict(run["reference"])
+        self.compute_s = float(run["compute_s"])
+        self.comm_s = float(run["comm_s"])
+        self._start = time.perf_counter() - float(run["elapsed_s"])
+        for nd in self.nodes.values():
+            nd.round = self.round
+            nd.view = self.topology.at_round(max(self.round, 1)).view(nd.id)
 
     def summary(self) -> dict[str, Any]:
         """The run's total wall time and mean seconds per round."""
@@ -302,3 +357,32 @@ def _progress(total: int, enabled: bool):
     from tqdm import tqdm
 
     return tqdm(total=total, unit="round", dynamic_ncols=True)
+
+
+def _to_plain(value: Any) -> Any:
+    """A checkpointable form: tensors, numbers, lists, dicts; objects via their state_dict()."""
+    if isinstance(value, torch.Tensor | int | float | str | bool) or value is None:
+        return value
+    if isinstance(value, list | tuple):
+        return [_to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    state_dict = getattr(value, "state_dict", None)
+    return {"__state_dict__": _to_plain(state_dict())} if state_dict is not None else None
+
+
+def _from_plain(current: Any, saved: Any) -> Any:
+    """Load ``saved`` into ``current`` in place where it is a tensor/list/stateful object."""
+    if isinstance(current, torch.Tensor):
+        current.copy_(saved)
+        return current
+    if isinstance(current, list) and isinstance(saved, list):
+        return [_from_plain(c, s) for c, s in zip(current, saved)]
+    if isinstance(saved, dict) and "__state_dict__" in saved:
+        current.load_state_dict(saved["__state_dict__"])
+        return current
+    if isinstance(current, dict) and isinstance(saved, dict):
+        for k, v in saved.items():
+            current[k] = _from_plain(current.get(k), v)
+        return current
+    return saved

@@ -14,8 +14,6 @@ mean of the last gradients exactly (needs a doubly stochastic W).
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from gossip.algorithms.base import (
@@ -41,7 +39,6 @@ class BEER(Algorithm):
         check_range("gamma", gamma, 0.0, 1.0, "BEER's mixing step; 0.2-0.8 in the references.")
         self.eta = eta
         self.gamma = gamma
-        self._tracker_compressors: dict[int, Any] = {}
 
     def setup(self, node: Node) -> None:
         x = node.x
@@ -54,13 +51,13 @@ class BEER(Algorithm):
         node.oracle.grad(x, st["v"])
         st["grad_prev"].copy_(st["v"])
         # the tracker's stream gets its own compressor (stateful ones keep one state per stream)
-        self._tracker_compressors[node.id] = make(node.compressor.spec, layout=_layout_of(node))
+        st["tracker_compressor"] = make(node.compressor.spec, layout=_layout_of(node))
 
     def step(self, node: Node) -> RoundGenerator:
         x, st, gamma = node.x, node.state, self.gamma
         h, sh, g, sg, v = st["h"], st["sh"], st["g"], st["sg"], st["v"]
         dx, dv, gn, gp = st["dx"], st["dv"], st["grad"], st["grad_prev"]
-        ch, cg = node.compressor, self._tracker_compressors[node.id]
+        ch, cg = node.compressor, st["tracker_compressor"]
         x.add_(torch.sub(sh, h, out=dx), alpha=gamma).sub_(v, alpha=self.eta)
         qh = ch.encode(torch.sub(x, h, out=dx), node.generator)
         node.oracle.grad(x, gn)

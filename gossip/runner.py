@@ -1,0 +1,124 @@
+"""One labeled run of an engine: its log records, divergence handling and checkpoints.
+
+Every experiment script runs its engines through :func:`execute`, so they all write the same
+JSON-lines records, stop a diverging run the same way, and checkpoint/resume the same way.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from gossip.checkpoint import Checkpointer
+from gossip.engine import DivergenceError, Engine, Metric
+from gossip.metrics import JsonlLogger
+
+log = logging.getLogger(__name__)
+
+VOLATILE_ARGS = {"out", "plot", "progress", "verbose", "checkpoint_every", "checkpoint_dir",
+                 "resume", "timeout", "rounds", "iterations", "epochs", "config", "threads"}
+"""Flags that may change between a run and its resume (they do not change its numbers)."""
+
+
+@dataclass
+class RunResult:
+    label: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+    status: str = "ok"
+
+
+def run_identity(config: dict[str, Any], world_size: int) -> dict[str, Any]:
+    """What a checkpoint must match: the config record minus flags that may change."""
+    ident = {k: v for k, v in config.items() if k not in ("type", "args", "versions")}
+    ident["args"] = {k: v for k, v in config.get("args", {}).items() if k not in VOLATILE_ARGS}
+    ident["gossip"] = config.get("versions", {}).get("gossip")
+    ident["world_size"] = world_size
+    return ident
+
+
+def execute(
+    engine: Engine,
+    *,
+    label: str,
+    config: dict[str, Any],
+    logger: JsonlLogger,
+    rounds: int,
+    log_every: int,
+    metrics: list[Metric] = (),
+    progress: bool = False,
+    checkpoint_dir: str | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
+) -> RunResult:
+    """Run ``engine`` for ``rounds`` rounds (from a checkpoint when ``resume``), logging as it goes.
+
+    The config record is written first; each round record gets the run's ``label``; a
+    :class:`DivergenceError` ends the run with ``status = "diverged at round R"`` (the rest of a
+    comparison goes on); the summary record closes it.
+    """
+    result = RunResult(label)
+    config = {"type": "config", "label": label} | config
+    ckpt = None
+    if checkpoint_dir is not None:
+        ckpt = Checkpointer(checkpoint_dir, run_identity(config, engine.world.size),
+                            every=checkpoint_every, world=engine.world)
+    start_round = 0
+    if ckpt is not None and resume:
+        manifest = ckpt.manifest()
+        if manifest is not None:
+            ckpt.check_identity(manifest)
+            if manifest.get("complete"):
+                return _replay_complete(ckpt, logger, result)
+            start_round = ckpt.restore(engine)
+            replay = ckpt.records_until(start_round)
+            ckpt.reset_records(replay)
+            for rec in replay:
+                logger.write(rec)
+                if rec.get("type") == "round":
+                    result.records.append(rec)
+            log.info("%s: resumed from the checkpoint of round %d", label, start_round)
+    if start_round == 0:
+        if ckpt is not None:
+            ckpt.reset_records([])
+            ckpt.append_record(config)
+        logger.write(config)
+
+    def on_record(rec: dict[str, Any]) -> None:
+        rec["label"] = label
+        result.records.append(rec)
+        logger.write(rec)
+        if ckpt is not None:
+            ckpt.append_record(rec)
+
+    if ckpt is not None:
+        ckpt.install_signal_handlers()
+    try:
+        engine.run(rounds - engine.round, log_every=log_every, metrics=metrics,
+                   on_record=on_record, progress=progress, checkpointer=ckpt)
+    except DivergenceError as exc:
+        result.status = f"diverged at round {exc.round}"
+        log.warning("%s: %s", label, exc)
+    finally:
+        if ckpt is not None:
+            ckpt.remove_signal_handlers()
+    result.summary = engine.summary() | {"label": label, "status": result.status}
+    logger.write(result.summary)
+    if ckpt is not None:
+        ckpt.append_record(result.summary)
+        if result.status == "ok" and engine.round >= rounds:
+            ckpt.mark_complete()
+    return result
+
+
+def _replay_complete(ckpt: Checkpointer, logger: JsonlLogger, result: RunResult) -> RunResult:
+    """A run that had finished before the interruption: write its records again, run nothing."""
+    for rec in ckpt.records_until(10**12):
+        logger.write(rec)
+        if rec.get("type") == "round":
+            result.records.append(rec)
+        elif rec.get("type") == "summary":
+            result.summary = rec
+            result.status = rec.get("status", "ok")
+    return result
