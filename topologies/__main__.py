@@ -1,0 +1,7 @@
+"""`python -m topologies ...`: see topologies.cli."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

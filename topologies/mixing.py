@@ -1,0 +1,347 @@
+"""Mixing matrices from graphs, and their validation.
+
+Convention (ALGORITHMS.md section 0): W[i, j] is the weight node i gives to node j's value, so
+node i computes x_i <- sum_j W[i, j] x_j.  For a DiGraph an arc u -> v means u sends to v, so it
+allows W[v, u] != 0.
+
+Rules (section 10.1), for an undirected graph with degrees d_i:
+
+* ``metropolis`` (default): w_ij = 1 / (1 + max(d_i, d_j)) on edges; symmetric, doubly
+  stochastic, positive self weights, needs only the neighbours' degrees.
+* ``max-degree``: w_ij = 1 / (1 + d_max) on edges.
+* ``uniform``: 1 / (d + 1) for self and every neighbour; regular graphs only (on irregular graphs
+  such rows are not doubly stochastic).
+* ``weights``: the edges' ``weight`` attributes; self weight = 1 - row sum.
+
+For a DiGraph, ``uniform`` and ``metropolis`` need every node to have in-degree = out-degree = d
+(weights 1 / (d + 1): the directed exponential graph's 1 / (tau + 1)), and ``max-degree`` needs
+in-degree = out-degree at every node; ``weights`` works for any digraph but validation then checks
+that columns also sum to 1.  Self weights always come from the rule: graphs with self-loops are
+rejected.  ``lazy=True`` returns (I + W) / 2.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+from .errors import (
+    DisconnectedGraphError,
+    MatrixShapeError,
+    NegativeWeightError,
+    NonFiniteWeightError,
+    NoSpectralGapError,
+    NotDoublyStochasticError,
+    NotSymmetricError,
+    OffGraphWeightError,
+    SelfLoopError,
+    TopologyError,
+    WeightRuleError,
+)
+from .spectral import DENSE_MAX_N, rho
+
+__all__ = ["mixing_matrix", "validate", "check_graph", "normalize_rule", "RULES", "DENSE_MAX_N"]
+
+RULES = ("metropolis", "max-degree", "uniform", "weights")
+_ALIASES = {
+    "mh": "metropolis",
+    "metropolis-hastings": "metropolis",
+    "maxdegree": "max-degree",
+    "max": "max-degree",
+    "explicit": "weights",
+    "weight": "weights",
+}
+
+
+def normalize_rule(rule: str) -> str:
+    """Canonical rule name ('max_degree' -> 'max-degree', 'mh' -> 'metropolis')."""
+    if not isinstance(rule, str):
+        raise WeightRuleError(
+            f"weight rule must be a string, one of {', '.join(RULES)}; got {rule!r}"
+        )
+    key = rule.strip().lower().replace("_", "-")
+    key = _ALIASES.get(key, key)
+    if key not in RULES:
+        raise WeightRuleError(f"unknown weight rule {rule!r}; valid rules: {', '.join(RULES)}")
+    return key
+
+
+def check_graph(graph: nx.Graph) -> int:
+    """Return n after checking graph is a simple (Di)Graph on nodes 0..n-1 without self-loops."""
+    if not isinstance(graph, nx.Graph):
+        raise TopologyError(f"expected a networkx Graph or DiGraph, got {type(graph).__name__}")
+    if graph.is_multigraph():
+        raise TopologyError(
+            "multigraphs are not supported; convert with networkx.Graph(graph) (one edge per pair)"
+        )
+    n = graph.number_of_nodes()
+    if n == 0:
+        raise TopologyError("the graph has no nodes")
+    if set(graph.nodes) != set(range(n)):
+        odd = next(u for u in graph.nodes if not (isinstance(u, int | np.integer) and 0 <= u < n))
+        raise TopologyError(
+            f"graph nodes must be the integers 0..{n - 1}, found node {odd!r}; relabel with "
+            "topologies.io.relabel(graph)"
+        )
+    for u, _ in nx.selfloop_edges(graph):
+        raise SelfLoopError(
+            f"self-loop on node {u}; remove it (graph.remove_edge({u}, {u})): self weights come "
+            "from the weight rule"
+        )
+    return n
+
+
+def _arcs(graph: nx.Graph) -> tuple[np.ndarray, np.ndarray]:
+    """Edge endpoints as int arrays (u, v): undirected edges once, arcs u -> v for a DiGraph."""
+    m = graph.number_of_edges()
+    flat = np.fromiter(itertools.chain.from_iterable(graph.edges()), dtype=np.int64, count=2 * m)
+    return flat[0::2], flat[1::2]
+
+
+def _regular_degree(in_deg: np.ndarray, out_deg: np.ndarray, rule: str, directed: bool) -> int:
+    """The common degree d of a regular graph, or WeightRuleError naming an offending node."""
+    if directed:
+        bad = np.flatnonzero(in_deg != out_deg)
+        if bad.size:
+            i = int(bad[0])
+            raise WeightRuleError(
+                f"rule {rule!r} on a directed graph needs in-degree = out-degree at every node, "
+                f"but node {i} has in-degree {in_deg[i]} and out-degree {out_deg[i]}; give "
+                "explicit 'weight' attributes (rule='weights') or use an undirected graph"
+            )
+    if in_deg.min() != in_deg.max():
+        i, j = int(in_deg.argmin()), int(in_deg.argmax())
+        fix = ("use rule='max-degree' or explicit weights" if directed
+               else "use rule='metropolis' (doubly stochastic on any graph)")
+        raise WeightRuleError(
+            f"rule {rule!r} needs a regular graph, but node {i} has degree {in_deg[i]} and node "
+            f"{j} has degree {in_deg[j]} (rows 1/(d_i+1) would not be doubly stochastic); {fix}"
+        )
+    return int(in_deg[0])
+
+
+def _explicit_weights(graph: nx.Graph, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """The `weight` attribute of every edge, in the order of graph.edges()."""
+    weights = np.empty(len(u))
+    for k, (a, b, w) in enumerate(graph.edges(data="weight")):
+        if w is None:
+            raise WeightRuleError(
+                f"rule 'weights' needs a 'weight' attribute on every edge; edge ({a}, {b}) has "
+                "none: add it, or use rule='metropolis'"
+            )
+        if not np.isfinite(w):
+            raise NonFiniteWeightError(f"edge ({a}, {b}) has weight {w}; weights must be finite")
+        if w < 0:
+            raise NegativeWeightError(
+                f"edge ({a}, {b}) has negative weight {w}; mixing weights must be >= 0"
+            )
+        weights[k] = w
+    return weights
+
+
+def mixing_matrix(
+    graph: nx.Graph,
+    rule: str = "metropolis",
+    lazy: bool = False,
+    sparse: bool | None = None,
+    *,
+    dense_max_n: int = DENSE_MAX_N,
+) -> np.ndarray | sp.csr_array:
+    """Mixing matrix W of graph under a weight rule: dense float64 up to dense_max_n, else CSR."""
+    n = check_graph(graph)
+    rule = normalize_rule(rule)
+    directed = graph.is_directed()
+    u, v = _arcs(graph)
+    out_deg = np.bincount(u, minlength=n)
+    in_deg = np.bincount(v, minlength=n)
+    if not directed:
+        in_deg = out_deg = in_deg + out_deg
+
+    if rule == "weights":
+        w = _explicit_weights(graph, u, v)
+    elif rule == "max-degree":
+        if directed and (in_deg != out_deg).any():
+            _regular_degree(in_deg, out_deg, rule, directed)  # raises, naming the node
+        w = np.full(len(u), 1.0 / (1.0 + in_deg.max()))
+    elif rule == "uniform" or directed:
+        d = _regular_degree(in_deg, out_deg, rule, directed)
+        w = np.full(len(u), 1.0 / (1.0 + d))
+    else:  # metropolis on an undirected graph
+        w = 1.0 / (1.0 + np.maximum(in_deg[u], in_deg[v]))
+
+    # W[i, j] != 0 when i receives from j: both ways for an edge, W[v, u] for an arc u -> v
+    rows, cols = (v, u) if directed else (np.concatenate([u, v]), np.concatenate([v, u]))
+    vals = w if directed else np.concatenate([w, w])
+    self_w = 1.0 - np.bincount(rows, weights=vals, minlength=n)
+    if rule == "weights" and self_w.min() < -1e-12:
+        i = int(self_w.argmin())
+        raise NegativeWeightError(
+            f"node {i}: its explicit edge weights sum to {1 - self_w[i]:.6g} > 1, which leaves a "
+            f"negative self weight {self_w[i]:.6g}; scale node {i}'s weights so they sum to <= 1"
+        )
+    self_w = np.maximum(self_w, 0.0) if rule == "weights" else self_w
+    if lazy:
+        vals = vals * 0.5
+        self_w = 0.5 + 0.5 * self_w
+
+    use_sparse = n > dense_max_n if sparse is None else bool(sparse)
+    if use_sparse:
+        idx = np.arange(n)
+        data = np.concatenate([vals, self_w])
+        coords = (np.concatenate([rows, idx]), np.concatenate([cols, idx]))
+        W = sp.coo_array((data, coords), shape=(n, n)).tocsr()
+        W.sum_duplicates()
+        W.eliminate_zeros()
+        return W
+    W = np.zeros((n, n))
+    W[rows, cols] = vals
+    W[np.arange(n), np.arange(n)] = self_w
+    return W
+
+
+# ---------------------------------------------------------------------------------------------
+# validation
+
+
+def _entries(W) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, cols, values) of the nonzero entries of W, row-major order."""
+    if sp.issparse(W):
+        coo = sp.coo_array(W)
+        order = np.lexsort((coo.col, coo.row))
+        rows, cols, vals = coo.row[order], coo.col[order], coo.data[order]
+        keep = vals != 0
+        return rows[keep].astype(np.int64), cols[keep].astype(np.int64), vals[keep]
+    rows, cols = np.nonzero(W)
+    return rows.astype(np.int64), cols.astype(np.int64), W[rows, cols]
+
+
+def _component_message(W, n: int, directed: bool) -> str | None:
+    """None if W's support is (strongly) connected, else a sentence naming the components."""
+    connection = "strong" if directed else "weak"
+    count, labels = connected_components(
+        sp.csr_array(W) if not sp.issparse(W) else W, directed=True, connection=connection
+    )
+    if count == 1:
+        return None
+    sizes = np.bincount(labels)
+    far = int(np.flatnonzero(labels != labels[0])[0])
+    kind = "strongly connected components" if directed else "connected components"
+    shown = ", ".join(map(str, sorted(sizes.tolist(), reverse=True)[:8]))
+    return (
+        f"the graph of W has {count} {kind} (sizes {shown}{', ...' if count > 8 else ''}); "
+        f"node {far} cannot be reached from node 0, whose component has {sizes[labels[0]]} of "
+        f"{n} nodes; add edges between the components or use a connected topology"
+    )
+
+
+def validate(
+    W,
+    graph: nx.Graph,
+    symmetric: bool = True,
+    *,
+    connected: bool = True,
+    atol: float = 1e-10,
+) -> None:
+    """Check W is a valid mixing matrix for graph; raise the specific MixingMatrixError otherwise.
+
+    Checks, in order: square, size matches the graph, finite, no weight outside the graph's edges,
+    nonnegative, rows and columns sum to 1 (within atol), symmetric (if required), and, when
+    `connected` is True, that W's support is (strongly) connected with spectral gap > 0.
+    """
+    n = check_graph(graph)
+    shape = getattr(W, "shape", None)
+    if shape is None or len(shape) != 2 or shape[0] != shape[1]:
+        raise MatrixShapeError(f"W must be a square n x n matrix, got shape {shape}")
+    if shape[0] != n:
+        raise MatrixShapeError(
+            f"W is {shape[0]} x {shape[1]} but the graph has {n} nodes; build W from this graph "
+            "(topologies.mixing_matrix(graph))"
+        )
+    if not sp.issparse(W):
+        W = np.asarray(W, dtype=np.float64)
+    rows, cols, vals = _entries(W)
+    bad = np.flatnonzero(~np.isfinite(vals))
+    if bad.size:
+        k = bad[0]
+        raise NonFiniteWeightError(
+            f"W[{rows[k]}, {cols[k]}] = {vals[k]}; every weight must be a finite number"
+        )
+
+    directed = graph.is_directed()
+    u, v = _arcs(graph)
+    allowed = v * n + u if directed else np.concatenate([u * n + v, v * n + u])
+    off = rows != cols
+    outside = off & ~np.isin(rows * n + cols, allowed)
+    if outside.any():
+        k = int(np.flatnonzero(outside)[0])
+        i, j = int(rows[k]), int(cols[k])
+        link = f"arc {j} -> {i}" if directed else f"edge ({i}, {j})"
+        raise OffGraphWeightError(
+            f"W[{i}, {j}] = {vals[k]:.6g} but the graph has no {link}: node {i} would mix a value "
+            f"it never receives; set W[{i}, {j}] = 0 or add the edge"
+        )
+
+    negative = vals < -atol
+    if negative.any():
+        k = int(np.argmin(np.where(negative, vals, np.inf)))
+        raise NegativeWeightError(
+            f"W[{rows[k]}, {cols[k]}] = {vals[k]:.6g} < 0; mixing weights must be nonnegative "
+            "(use rule='metropolis', or lower the neighbours' weights so self weights stay >= 0)"
+        )
+
+    row_sums = np.bincount(rows, weights=vals, minlength=n)
+    col_sums = np.bincount(cols, weights=vals, minlength=n)
+    for sums, what in ((row_sums, "row"), (col_sums, "column")):
+        err = np.abs(sums - 1.0)
+        if err.max() > atol:
+            i = int(err.argmax())
+            meaning = ("the weights node {i} mixes" if what == "row"
+                       else "the weights others give to node {i}'s value").format(i=i)
+            raise NotDoublyStochasticError(
+                f"{what} {i} of W sums to {sums[i]:.12g}, not 1 ({meaning}); W must be doubly "
+                "stochastic so gossip preserves the average: use topologies.mixing_matrix(graph) "
+                f"or fix node {i}'s weights"
+            )
+
+    if symmetric:
+        if sp.issparse(W):
+            D = sp.coo_array(W - W.T)
+            gaps, di, dj = np.abs(D.data), D.row, D.col
+        else:
+            diff = np.abs(W - W.T)
+            di, dj = np.nonzero(diff > atol)
+            gaps = diff[di, dj]
+        if gaps.size and gaps.max() > atol:
+            k = int(gaps.argmax())
+            i, j = int(min(di[k], dj[k])), int(max(di[k], dj[k]))
+            wij, wji = _entry(W, i, j), _entry(W, j, i)
+            raise NotSymmetricError(
+                f"W[{i}, {j}] = {wij:.6g} but W[{j}, {i}] = {wji:.6g}; this use requires a "
+                "symmetric W (w_ij = w_ji): use rule='metropolis' on an undirected graph, or pass "
+                "symmetric=False if the algorithm accepts directed mixing"
+            )
+
+    if not connected:
+        return
+    message = _component_message(W, n, directed=directed or not symmetric)
+    if message is not None:
+        raise DisconnectedGraphError(message)
+    diagonal = W.diagonal() if sp.issparse(W) else np.diag(W)
+    if diagonal.min() > atol:
+        return  # connected + doubly stochastic + positive diagonal => rho < 1
+    value = rho(W)
+    if value >= 1.0 - 1e-12:
+        raise NoSpectralGapError(
+            f"rho(W) = ||W - J||_2 = {value:.12g}, so the spectral gap is 0 and gossip never "
+            "converges (W is periodic, e.g. zero self weights on a bipartite graph); use "
+            "lazy=True ((I + W) / 2) or give every node a positive self weight"
+        )
+
+
+def _entry(W, i: int, j: int) -> float:
+    """W[i, j] as a float for dense or sparse W."""
+    return float(W[i, j])

@@ -1,0 +1,327 @@
+"""Topology objects: a graph with its validated mixing matrix, and per-node views of it.
+
+A `Topology` is static; a `TimeVaryingTopology` hands out one `Topology` per round
+(t = 1, 2, ...).  Engines ask `topology.at_round(t).view(i)` for node i's neighbours and weights,
+which works for both kinds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+
+from .errors import NotNeighborError, TopologyError
+from .io import relabel
+from .mixing import check_graph, mixing_matrix, normalize_rule, validate
+from .spectral import DENSE_MAX_N, Spectrum, spectrum
+
+__all__ = ["NodeView", "Topology", "TimeVaryingTopology"]
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """What node `node` needs for a gossip step: whom it mixes (with weights), whom it feeds."""
+
+    node: int
+    in_neighbors: tuple[int, ...]  # sorted j != node with W[node, j] != 0: it receives from them
+    in_weights: tuple[float, ...]  # W[node, j], aligned with in_neighbors
+    out_neighbors: tuple[int, ...]  # sorted j != node with W[j, node] != 0: it sends to them
+    self_weight: float  # W[node, node]
+
+    @property
+    def neighbors(self) -> tuple[int, ...]:
+        """The in-neighbors (for undirected graphs in- and out-neighbors coincide)."""
+        return self.in_neighbors
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """The in-weights W[node, j], aligned with `neighbors`."""
+        return self.in_weights
+
+    def weight_of(self, j: int) -> float:
+        """W[node, j] for an in-neighbor j (or j == node, the self weight)."""
+        if j == self.node:
+            return self.self_weight
+        k = bisect.bisect_left(self.in_neighbors, j)
+        if k < len(self.in_neighbors) and self.in_neighbors[k] == j:
+            return self.in_weights[k]
+        raise NotNeighborError(
+            f"node {j} is not an in-neighbor of node {self.node} (W[{self.node}, {j}] = 0); "
+            f"in-neighbors: {list(self.in_neighbors)}"
+        )
+
+
+def _check_round(t: object) -> int:
+    """Round number as an int >= 1."""
+    if isinstance(t, bool):
+        raise TopologyError(f"round must be an integer >= 1, got {t!r}")
+    try:
+        t = operator.index(t)
+    except TypeError:
+        raise TopologyError(f"round must be an integer >= 1, got {t!r}") from None
+    if t < 1:
+        raise TopologyError(f"rounds are numbered t = 1, 2, ...; got t={t}")
+    return t
+
+
+class Topology:
+    """A static graph with its validated mixing matrix."""
+
+    time_varying: bool = False
+
+    def __init__(
+        self,
+        graph: nx.Graph,
+        W: np.ndarray | sp.sparray | None = None,
+        *,
+        rule: str = "metropolis",
+        lazy: bool = False,
+        symmetric: bool | None = None,
+        name: str | None = None,
+        require_connected: bool = True,
+        sparse: bool | None = None,
+    ) -> None:
+        """Build W from `rule` when W is None (else use W, made lazy if asked); then validate.
+
+        `symmetric=None` requires a symmetric W exactly when the graph is undirected;
+        `require_connected=False` skips the connectivity and spectral-gap checks (per-round graphs
+        of time-varying topologies).  Nodes other than 0..n-1 are relabeled when W is built here.
+        """
+        if not isinstance(graph, nx.Graph):
+            raise TopologyError(f"expected a networkx Graph or DiGraph, got {type(graph).__name__}")
+        if W is None:
+            if set(graph.nodes) != set(range(graph.number_of_nodes())):
+                graph = relabel(graph)
+            self.rule = normalize_rule(rule)
+            W = mixing_matrix(graph, self.rule, lazy=lazy, sparse=sparse)
+        else:
+            check_graph(graph)
+            self.rule = "explicit"
+            if sp.issparse(W):
+                W = sp.csr_array(W, dtype=np.float64, copy=True)
+            else:
+                W = np.array(W, dtype=np.float64)
+            if lazy and W.ndim == 2 and W.shape[0] == W.shape[1]:
+                if sp.issparse(W):
+                    W = sp.csr_array((W + sp.eye_array(W.shape[0])) * 0.5)
+                else:
+                    W = (W + np.eye(W.shape[0])) * 0.5
+        required = (not graph.is_directed()) if symmetric is None else bool(symmetric)
+        validate(W, graph, symmetric=required, connected=require_connected)
+
+        self.graph = graph
+        self.W = W
+        self.n = graph.number_of_nodes()
+        self.name = name or str(graph.graph.get("name") or "graph")
+        self.lazy = bool(lazy)
+        rows = sp.csr_array(W, copy=True)
+        rows.eliminate_zeros()
+        rows.sort_indices()
+        cols = sp.csr_array(rows.T)
+        cols.sort_indices()
+        self._rows, self._cols = rows, cols
+        self.directed = bool(abs(rows - cols).max() > 1e-12) if rows.nnz else False
+        if isinstance(W, np.ndarray):
+            W.setflags(write=False)  # cached views and spectra must not go stale
+        self._views: dict[int, NodeView] = {}
+
+    # per-node views ---------------------------------------------------------------------------
+
+    def view(self, i: int) -> NodeView:
+        """Node i's neighbours and weights (cached; O(degree) from a CSR row)."""
+        try:
+            i = operator.index(i)
+        except TypeError:
+            raise TopologyError(f"node id must be an integer, got {i!r}") from None
+        cached = self._views.get(i)
+        if cached is not None:
+            return cached
+        if not 0 <= i < self.n:
+            raise IndexError(f"node {i} is out of range for a topology of n={self.n} nodes")
+        rows, cols = self._rows, self._cols
+        lo, hi = rows.indptr[i], rows.indptr[i + 1]
+        idx, vals = rows.indices[lo:hi], rows.data[lo:hi]
+        mask = idx != i
+        self_weight = float(vals[~mask].sum())
+        olo, ohi = cols.indptr[i], cols.indptr[i + 1]
+        out_idx = cols.indices[olo:ohi]
+        view = NodeView(
+            node=i,
+            in_neighbors=tuple(int(j) for j in idx[mask]),
+            in_weights=tuple(float(w) for w in vals[mask]),
+            out_neighbors=tuple(int(j) for j in out_idx[out_idx != i]),
+            self_weight=self_weight,
+        )
+        self._views[i] = view
+        return view
+
+    def at_round(self, t: int) -> Topology:
+        """The topology used in round t (t >= 1): always self for a static topology."""
+        _check_round(t)
+        return self
+
+    # spectral quantities ----------------------------------------------------------------------
+
+    @cached_property
+    def spectrum(self) -> Spectrum:
+        """rho, gap, beta, lambda2, lambda_min (computed once, sparse solvers for large n)."""
+        return spectrum(self.W)
+
+    @property
+    def rho(self) -> float:
+        """||W - J||_2."""
+        return self.spectrum.rho
+
+    @property
+    def gap(self) -> float:
+        """Spectral gap 1 - rho."""
+        return self.spectrum.gap
+
+    @property
+    def beta(self) -> float:
+        """||I - W||_2."""
+        return self.spectrum.beta
+
+    @property
+    def lambda2(self) -> float | None:
+        """Second-largest eigenvalue of W (None when W is not symmetric)."""
+        return self.spectrum.lambda2
+
+    # misc ------------------------------------------------------------------------------------
+
+    def dense(self) -> np.ndarray:
+        """W as a writable dense copy (for tests and small n)."""
+        return self.W.toarray() if sp.issparse(self.W) else np.array(self.W)
+
+    def degrees(self) -> np.ndarray:
+        """Number of in-neighbors of every node (graph degree for undirected graphs)."""
+        counts = np.diff(self._rows.indptr)
+        has_self = np.zeros(self.n, dtype=np.int64)
+        diag = self._rows.diagonal()
+        has_self[diag != 0] = 1
+        return counts - has_self
+
+    def describe(self) -> dict:
+        """Summary: name, n, edges, degree min/mean/max, rho, gap, beta, weight rule."""
+        degrees = self.degrees()
+        return {
+            "name": self.name,
+            "n": self.n,
+            "edges": self.graph.number_of_edges(),
+            "directed": self.directed,
+            "time_varying": False,
+            "degree_min": int(degrees.min()),
+            "degree_mean": float(degrees.mean()),
+            "degree_max": int(degrees.max()),
+            "rho": self.rho,
+            "gap": self.gap,
+            "beta": self.beta,
+            "weights": self.rule,
+            "lazy": self.lazy,
+        }
+
+    def __repr__(self) -> str:
+        return (f"Topology(name={self.name!r}, n={self.n}, edges={self.graph.number_of_edges()}, "
+                f"weights={self.rule!r}, directed={self.directed})")
+
+
+class TimeVaryingTopology:
+    """A schedule of topologies, one per round (round t = 1, 2, ...)."""
+
+    time_varying = True
+
+    def __init__(
+        self,
+        n: int,
+        round_fn: Callable[[int], Topology],
+        *,
+        name: str,
+        period: int | None = None,
+        cache_size: int = 16,
+        info: dict | None = None,
+    ) -> None:
+        """round_fn(t) builds round t's Topology; periodic: t reuses round (t-1) % period + 1."""
+        self.n = int(n)
+        self.name = name
+        self.period = period
+        self.info = dict(info or {})
+        self._round_fn = round_fn
+        self._cache: OrderedDict[int, Topology] = OrderedDict()
+        self._cache_size = max(cache_size, period or 0)
+
+    @classmethod
+    def cycle(cls, topologies: Sequence[Topology], name: str | None = None) -> TimeVaryingTopology:
+        """Periodic schedule: round t uses topologies[(t - 1) % len(topologies)]."""
+        topologies = list(topologies)
+        if not topologies:
+            raise TopologyError("cycle needs at least one topology")
+        sizes = {t.n for t in topologies}
+        if len(sizes) != 1:
+            raise TopologyError(
+                f"all topologies of a cycle must have the same n, got {sorted(sizes)}"
+            )
+        return cls(topologies[0].n, lambda t: topologies[t - 1], period=len(topologies),
+                   name=name or "cycle(" + ", ".join(t.name for t in topologies) + ")")
+
+    def at_round(self, t: int) -> Topology:
+        """The Topology of round t (t = 1, 2, ...); reproducible, cached for recent rounds."""
+        t = _check_round(t)
+        key = (t - 1) % self.period + 1 if self.period else t
+        topo = self._cache.get(key)
+        if topo is None:
+            topo = self._round_fn(key)
+            if topo.n != self.n:
+                raise TopologyError(f"{self.name}: round {t} has n={topo.n}, expected n={self.n}")
+            self._cache[key] = topo
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return topo
+
+    def product(self, rounds: int, start: int = 1) -> np.ndarray:
+        """Dense W^(start+rounds-1) ... W^(start): the map of `rounds` gossip steps (small n)."""
+        if self.n > DENSE_MAX_N:
+            raise TopologyError(f"product is dense; n={self.n} > {DENSE_MAX_N} is too large")
+        P = np.eye(self.n)
+        for t in range(start, start + rounds):
+            W = self.at_round(t).W
+            P = W @ P
+        return np.asarray(P)
+
+    def describe(self) -> dict:
+        """Summary: name, n, period, degrees, rho of the product over a period (n <= 256)."""
+        first = self.at_round(1)
+        degrees = first.degrees()
+        rounds = self.period or max(1, (self.n - 1).bit_length())
+        product_rho = None
+        if self.n <= 256:
+            P = self.product(rounds)
+            product_rho = float(np.linalg.norm(P - np.full((self.n, self.n), 1.0 / self.n), 2))
+        return {
+            "name": self.name,
+            "n": self.n,
+            "time_varying": True,
+            "period": self.period,
+            "edges_round_1": first.graph.number_of_edges(),
+            "directed": first.directed,
+            "degree_min": int(degrees.min()),
+            "degree_mean": float(degrees.mean()),
+            "degree_max": int(degrees.max()),
+            "weights": first.rule,
+            "lazy": first.lazy,
+            "product_rounds": rounds,
+            "product_rho": product_rho,
+            **self.info,
+        }
+
+    def __repr__(self) -> str:
+        return f"TimeVaryingTopology(name={self.name!r}, n={self.n}, period={self.period})"
