@@ -1,0 +1,423 @@
+"""Run a sweep of experiments from one TOML file, then compare them in a table and plots.
+
+    python experiments/compare.py experiments/configs/sweep_consensus.toml
+    python experiments/compare.py experiments/configs/sweep_digits.toml --mpi 8
+    python experiments/compare.py sweep.toml --set rounds=100 --dry-run
+
+A sweep file names a script and lists runs, each a set of that script's flags (the same keys
+as its ``--config`` file; every run is checked before any starts)::
+
+    title = "CHOCO-Gossip on a 25-ring"
+    script = "consensus"          # consensus | optimize | train | path/to/script.py
+    mpi = 0                       # 0: every run in this process; K: each under mpiexec -n K
+    metric = "consensus_error"    # table column and first plot (default: the script's own)
+    plots = ["consensus_error"]   # one PNG per metric, against rounds and against bits
+    relative = true               # divide error metrics by their round-0 value (table, plots)
+    columns = []                  # more record keys to show (final values) in the table
+    out = "results/consensus"     # logs, table.md, PNGs (default results/<file name>)
+
+    [defaults]                    # flags of every run
+    nodes = 25
+
+    [[run]]                       # one table row (or several, if the run logs several)
+    label = "exact"
+    compressor = "none"
+    gamma = 1.0
+
+    [grid]                        # optional: every combination, crossed with every [[run]]
+    seed = [0, 1]
+
+A run may also set ``script`` and ``mpi``. Logs are JSON lines (one per run, under ``out``);
+the table is written to ``out/table.md`` and printed; plots are ``out/<metric>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import itertools
+import math
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gossip.config import ConfigFileError, load_toml  # noqa: E402
+from gossip.metrics import read_jsonl  # noqa: E402
+
+SCRIPTS = {"consensus": "consensus.py", "optimize": "optimize.py", "train": "train.py"}
+DEFAULT_METRIC = {"consensus": "consensus_error", "optimize": "distance_to_optimum",
+                  "train": "test_accuracy"}
+TOP_KEYS = {"title", "script", "mpi", "metric", "plots", "columns", "out", "x_keys", "defaults",
+            "grid", "run", "relative"}
+RUN_KEYS = {"label", "script", "mpi"}
+
+
+class SweepError(ValueError):
+    """A sweep file that cannot run (the message names the file and the key or run)."""
+
+
+@dataclass
+class Run:
+    """One command of the sweep."""
+
+    label: str
+    script: str
+    flags: dict[str, Any]
+    mpi: int
+    log: Path
+    argv: list[str] = field(default_factory=list)
+    status: str = "not run"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("sweep", help="the sweep TOML file")
+    p.add_argument("--out", default=None, help="output directory (overrides the file's 'out')")
+    p.add_argument("--mpi", type=int, default=None,
+                   help="run each run under mpiexec -n K (0: in this process); overrides the file")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="set a flag of every run (TOML value, e.g. --set rounds=100); repeatable")
+    p.add_argument("--only", nargs="+", default=None, metavar="LABEL",
+                   help="run only the runs with these labels")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    p.add_argument("--no-run", action="store_true",
+                   help="only rebuild the table and plots from the logs already in the output")
+    return p.parse_args(argv)
+
+
+# -- reading the sweep -----------------------------------------------------------------------------
+
+
+def _toml_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def overrides(items: list[str]) -> dict[str, Any]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise SweepError(f"--set {item!r}: write KEY=VALUE, e.g. --set rounds=100")
+        out[key.strip()] = _toml_value(value.strip())
+    return out
+
+
+def _type(source: str, key: str, value: Any, kind: type | tuple, what: str) -> Any:
+    if isinstance(value, bool) and kind is not bool or not isinstance(value, kind):
+        raise SweepError(f"{source}: key '{key}' expects {what}, got {value!r}")
+    return value
+
+
+def script_path(name: str, source: str) -> Path:
+    if name in SCRIPTS:
+        return ROOT / "experiments" / SCRIPTS[name]
+    path = Path(name)
+    if not path.is_absolute():
+        path = (ROOT / path) if (ROOT / path).exists() else Path(source).parent / path
+    if not path.is_file():
+        raise SweepError(
+            f"{source}: script '{name}' is neither one of {sorted(SCRIPTS)} nor a file"
+        )
+    return path
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "run"
+
+
+def expand(sweep: dict[str, Any], source: str, out: Path, mpi_override: int | None,
+           sets: dict[str, Any]) -> list[Run]:
+    """The runs of a sweep table, in order (defaults < run < grid point < --set)."""
+    unknown = set(sweep) - TOP_KEYS
+    if unknown:
+        raise SweepError(f"{source}: unknown key '{sorted(unknown)[0]}'; valid top-level keys: "
+                         f"{', '.join(sorted(TOP_KEYS))}")
+    defaults = _type(source, "defaults", sweep.get("defaults", {}), dict, "a table of flags")
+    grid = _type(source, "grid", sweep.get("grid", {}), dict, "a table of flag = [values]")
+    runs = _type(source, "run", sweep.get("run", [{}]), list, "an array of [[run]] tables")
+    mpi = _type(source, "mpi", sweep.get("mpi", 0), int, "an integer (0 = in process)")
+    if mpi_override is not None:
+        mpi = mpi_override
+    top_script = sweep.get("script")
+    for key, values in grid.items():
+        _type(source, f"grid.{key}", values, list, "an array of values")
+        if not values:
+            raise SweepError(f"{source}: key 'grid.{key}' is an empty array")
+    combos = itertools.product(*grid.values())
+    points = [dict(zip(grid, combo, strict=True)) for combo in combos] or [{}]
+    out_runs: list[Run] = []
+    seen: dict[str, int] = {}
+    for k, base in enumerate(runs):
+        _type(source, f"run[{k}]", base, dict, "a table")
+        script = base.get("script", top_script)
+        if script is None:
+            raise SweepError(f"{source}: run {k} has no script; set 'script' at the top or in it")
+        _type(source, f"run[{k}].script", script, str, "a string")
+        run_mpi = _type(source, f"run[{k}].mpi", base.get("mpi", mpi), int, "an integer")
+        if mpi_override is not None:
+            run_mpi = mpi_override
+        for point in points:
+            flags = {**defaults, **{a: b for a, b in base.items() if a not in RUN_KEYS},
+                     **point, **sets}
+            if "out" in flags or "config" in flags:
+                raise SweepError(f"{source}: run {k} sets 'out'/'config'; compare.py chooses the "
+                                 "log file itself (use the top-level 'out' for the directory)")
+            label = str(base.get("label") or f"run {k}")
+            if point:
+                label += " " + ", ".join(f"{a}={b}" for a, b in point.items())
+            name = slug(label)
+            seen[name] = seen.get(name, 0) + 1
+            if seen[name] > 1:
+                name = f"{name}-{seen[name]}"
+            run = Run(label, script, flags, run_mpi, out / f"{name}.jsonl")
+            run.argv = to_argv(flags) + ["--out", str(run.log)]
+            out_runs.append(run)
+    return out_runs
+
+
+def to_argv(flags: dict[str, Any]) -> list[str]:
+    """Flags as command-line arguments (``true`` switches are given, ``false`` ones left out)."""
+    argv: list[str] = []
+    for key, value in flags.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            if value:
+                argv.append(flag)
+        elif isinstance(value, list):
+            argv += [flag, *(_text(v) for v in value)]
+        else:
+            argv.append(f"{flag}={_text(value)}")
+    return argv
+
+
+def _text(v: Any) -> str:
+    return repr(v) if isinstance(v, float) else str(v)
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+
+def load_script(path: Path) -> ModuleType:
+    name = f"_gossip_experiment_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SweepError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def validate(run: Run, source: str) -> None:
+    """Parse the run's flags with its script's own parser, before anything runs."""
+    module = load_script(script_path(run.script, source))
+    parse = getattr(module, "parse_args", None)
+    if parse is None:
+        return
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            parse(run.argv)
+    except SystemExit as exc:
+        if exc.code not in (0, None):
+            msg = err.getvalue().strip().splitlines()
+            raise SweepError(f"{source}: run '{run.label}': {msg[-1] if msg else exc}") from None
+
+
+def execute(run: Run, source: str) -> None:
+    path = script_path(run.script, source)
+    run.log.parent.mkdir(parents=True, exist_ok=True)
+    if run.mpi and run.mpi > 0:
+        exe = Path(sys.executable).parent / "mpiexec"
+        cmd = [str(exe) if exe.exists() else "mpiexec", "-n", str(run.mpi), sys.executable,
+               str(path), *run.argv]
+        path_var = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path_var)
+        res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        sys.stdout.write(res.stdout)
+        if res.returncode != 0:
+            tail = (res.stderr.strip().splitlines() or ["?"])[-1]
+            run.status = f"failed (exit {res.returncode}): {tail}"
+            return
+        run.status = "ok"
+        return
+    module = load_script(path)
+    try:
+        module.main(run.argv)
+        run.status = "ok"
+    except SystemExit as exc:
+        run.status = "ok" if exc.code in (0, None) else f"failed: {exc.code}"
+    except Exception as exc:  # one bad run must not lose the others
+        run.status = f"failed: {type(exc).__name__}: {exc}"
+
+
+def command_line(run: Run, source: str) -> str:
+    path = script_path(run.script, source)
+    try:
+        shown = path.relative_to(ROOT)
+    except ValueError:
+        shown = path
+    prefix = f"mpiexec -n {run.mpi} " if run.mpi else ""
+    return f"{prefix}python {shown} " + " ".join(run.argv)
+
+
+# -- table and plots -------------------------------------------------------------------------------
+
+
+def curves_of(run: Run) -> list[tuple[str, list[dict], dict]]:
+    """(label, round records, summary) for each run inside the run's log."""
+    if not run.log.exists():
+        return []
+    out: list[tuple[str, list[dict], dict]] = []
+    config: dict | None = None
+    rounds: list[dict] = []
+    summary: dict = {}
+
+    def flush() -> None:
+        if config is not None:
+            out.append((config.get("label", ""), rounds, summary))
+
+    for rec in read_jsonl(run.log):
+        kind = rec.get("type")
+        if kind == "config":
+            flush()
+            config, rounds, summary = rec, [], {}
+        elif kind == "round":
+            rounds.append(rec)
+        elif kind == "summary":
+            summary = rec
+    flush()
+    if len(out) == 1:
+        return [(run.label, out[0][1], out[0][2])]
+    return [(f"{run.label} / {inner}", recs, s) for inner, recs, s in out]
+
+
+def _higher_is_better(metric: str) -> bool:
+    return "accuracy" in metric
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "—"
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def relative_to_start(recs: list[dict], metrics: list[str]) -> list[dict]:
+    """Copies of ``recs`` with each error metric divided by its first logged value."""
+    out = [dict(r) for r in recs]
+    for m in metrics:
+        if _higher_is_better(m):
+            continue
+        first = next((r[m] for r in out if r.get(m) is not None), None)
+        if first:
+            for r in out:
+                if r.get(m) is not None:
+                    r[m] = r[m] / first
+    return out
+
+
+def table(rows: list[tuple[str, list[dict], dict, str]], metric: str, columns: list[str],
+          relative: bool = False) -> str:
+    name = f"{metric} (rel.)" if relative and not _higher_is_better(metric) else metric
+    head = ["run", f"final {name}", f"best {name}", "rounds", "bits/node", *columns,
+            "wall s", "status"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for label, recs, summary, status in rows:
+        values = [r.get(metric) for r in recs if r.get(metric) is not None]
+        best = (max if _higher_is_better(metric) else min)(values) if values else None
+        last = recs[-1] if recs else {}
+        status = summary.get("status", status) if status == "ok" else status
+        cells = [label, _fmt(values[-1] if values else None), _fmt(best), _fmt(last.get("round")),
+                 _fmt(last.get("bits_per_node")), *(_fmt(last.get(c)) for c in columns),
+                 _fmt(summary.get("wall_time_s")), status]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> str:
+    args = parse_args(argv)
+    source = args.sweep
+    try:
+        sweep = load_toml(source)
+        out = Path(args.out or sweep.get("out") or ROOT / "results" / Path(source).stem)
+        runs = expand(sweep, source, out, args.mpi, overrides(args.set))
+        if args.only:
+            missing = set(args.only) - {r.label for r in runs}
+            if missing:
+                raise SweepError(f"--only: no run labelled {sorted(missing)}; labels: "
+                                 f"{[r.label for r in runs]}")
+            runs = [r for r in runs if r.label in args.only]
+        scripts = {r.script for r in runs}
+        metric = sweep.get("metric") or DEFAULT_METRIC.get(next(iter(scripts)), "consensus_error")
+        plots = _type(source, "plots", sweep.get("plots", [metric]), list, "an array of metrics")
+        columns = _type(source, "columns", sweep.get("columns", []), list, "an array of keys")
+        x_keys = tuple(_type(source, "x_keys", sweep.get("x_keys", ["round", "bits_per_node"]),
+                             list, "an array of record keys"))
+        relative = _type(source, "relative", sweep.get("relative", False), bool, "a boolean")
+        if not args.no_run:
+            for run in runs:
+                validate(run, source)
+    except (SweepError, ConfigFileError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+    if args.dry_run:
+        text = "\n".join(command_line(r, source) for r in runs)
+        print(text)
+        return text
+    for k, run in enumerate(runs, 1):
+        if args.no_run:
+            run.status = "ok" if run.log.exists() else "no log"
+            continue
+        print(f"[{k}/{len(runs)}] {run.label}: {command_line(run, source)}", flush=True)
+        execute(run, source)
+        if run.status != "ok":
+            print(f"  {run.status}", file=sys.stderr, flush=True)
+
+    rows = [(label, recs, summary, run.status) for run in runs
+            for label, recs, summary in (curves_of(run) or [(run.label, [], {})])]
+    if relative:
+        rows = [(label, relative_to_start(recs, [metric, *plots]), summary, status)
+                for label, recs, summary, status in rows]
+    title = sweep.get("title") or Path(source).stem
+    text = table(rows, metric, list(columns), relative)
+    out.mkdir(parents=True, exist_ok=True)
+    commands = "\n".join(f"    {command_line(r, source)}" for r in runs)
+    (out / "table.md").write_text(f"# {title}\n\n{text}\n\nCommands:\n\n{commands}\n",
+                                  encoding="utf-8")
+    print(text)
+    from gossip.plot import plot_runs
+
+    curves = {label: recs for label, recs, _, _ in rows if recs}
+    for m in plots:
+        if curves and any(r.get(m) is not None for recs in curves.values() for r in recs):
+            path = plot_runs(curves, out / f"{slug(m)}.png", metric=m, x_keys=x_keys,
+                             title=title + (" (relative to round 0)" if relative else ""),
+                             logy=not _higher_is_better(m))
+            print(f"plot: {path}")
+    print(f"table: {out / 'table.md'}")
+    return text
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,383 @@
+"""Decentralized training of a PyTorch model: accuracy, loss and consensus per epoch and per bit.
+
+In process:  python experiments/train.py --algorithm choco --compressor topk:0.01 --gamma 0.05
+Tuned γ:     python experiments/train.py --algorithm choco --compressor sign --gamma auto
+Under MPI:   mpiexec -n 8 python experiments/train.py --model mlp --partition dirichlet:0.5
+From a file: python experiments/train.py --config experiments/configs/train_digits.toml
+
+Every node trains a copy of the model on its part of the data (iid, label-sorted or Dirichlet α)
+with its own torch.optim optimizer (D-PSGD, CHOCO-SGD, DeepSqueeze, PowerGossip) or with the
+plain gradient (LEAD, BEER), and gossips with its neighbors through the chosen compressor. Each
+log record carries train loss, test loss and accuracy of the averaged model, the worst node's
+accuracy, consensus error, bits per node and time; the script prints a table row and can plot
+accuracy against rounds and bits. One epoch = ceil(N_train / (nodes · batch size)) rounds.
+Built-in data need no download (scikit-learn's digits, synthetic classes); other data sets are
+read from disk (--data FILE.npz / FILE.pt / an ImageFolder directory with torchvision).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gossip.algorithms import REGISTRY, make_algorithm  # noqa: E402
+from gossip.algorithms.base import ConfigError  # noqa: E402
+from gossip.cli import (  # noqa: E402
+    DTYPES,
+    add_run_arguments,
+    checkpoint_options,
+    guarded,
+    setup,
+)
+from gossip.comm.world import World  # noqa: E402
+from gossip.metrics import JsonlLogger, versions  # noqa: E402
+from gossip.runner import execute  # noqa: E402
+from gossip.training import (  # noqa: E402
+    LOCAL_STEP_ALGORITHMS,
+    MODELS,
+    OPTIMIZERS,
+    SCHEDULES,
+    DatasetError,
+    DecentralizedTrainer,
+    epoch_rounds,
+    load_dataset,
+    lr_multiplier,
+    make_model,
+    make_optimizer,
+)
+from gossip.training.datasets import input_shape, num_classes  # noqa: E402
+from gossip.training.models import NORMS  # noqa: E402
+from gossip.training.seeds import model_seed, split_seed  # noqa: E402
+from gossip.training.trainer import TRAINABLE  # noqa: E402
+from gossip.tuning import TUNABLE, TuningError, log_grid, search_gamma  # noqa: E402
+
+log = logging.getLogger("gossip.train")
+
+
+def gamma_value(text: str) -> float | str:
+    """a number or 'auto'"""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
+    d = p.add_argument_group("data")
+    d.add_argument("--data", default="digits",
+                   help="digits (scikit-learn, 8x8, 10 classes), synthetic, or a path: a .npz/.pt "
+                        "file of tensors (x, y or x_train, y_train, x_test, y_test) or an "
+                        "ImageFolder directory (needs torchvision). Nothing is downloaded")
+    d.add_argument("--test-fraction", type=float, default=0.2,
+                   help="share of the data held out for testing when the data has no test split")
+    d.add_argument("--synthetic-samples", type=int, default=2000, help="samples (synthetic data)")
+    d.add_argument("--synthetic-features", type=int, default=32, help="features (synthetic data)")
+    d.add_argument("--synthetic-classes", type=int, default=10, help="classes (synthetic data)")
+    d.add_argument("--synthetic-separation", type=float, default=1.0,
+                   help="spread of the class means (synthetic data; larger is easier)")
+    d.add_argument("--partition", default="iid",
+                   help="split of the training set over the nodes: iid, sorted (by label), "
+                        "dirichlet:ALPHA (smaller ALPHA = more skewed)")
+    d.add_argument("--batch-size", type=int, default=32, help="mini-batch per node and round")
+    d.add_argument("--eval-batch-size", type=int, default=1024, help="batch size of evaluations")
+    d.add_argument("--node-eval-samples", type=int, default=None,
+                   help="test samples each node's own model is evaluated on for the worst-node "
+                        "accuracy (default: the whole test set)")
+    d.add_argument("--eval-train", action="store_true",
+                   help="also log the averaged model's loss and accuracy on the whole training set")
+    m = p.add_argument_group("model")
+    m.add_argument("--model", choices=MODELS, default="mlp",
+                   help="mlp (any input), cnn (images), resnet20 (CIFAR-shaped images)")
+    m.add_argument("--hidden", type=int, nargs="+", default=[128], help="MLP hidden widths")
+    m.add_argument("--width", type=int, default=None,
+                   help="channels of the first conv layer (cnn 32, resnet20 16)")
+    m.add_argument("--norm", choices=NORMS, default=None,
+                   help="normalization layers (default: cnn none, resnet20 batch)")
+    m.add_argument("--gossip-buffers", action="store_true",
+                   help="gossip float buffers (BatchNorm statistics) with the parameters; by "
+                        "default they stay local and the averaged model uses their node average")
+    a = p.add_argument_group("algorithm")
+    a.add_argument("--algorithm", choices=sorted(TRAINABLE), default="dpsgd",
+                   help="dpsgd, choco, deepsqueeze, powergossip (local optimizer step), or lead, "
+                        "beer, dcd, ecd (plain gradient with step --lr)")
+    a.add_argument("--compressor", default="none",
+                   help="compressor spec: none, topk:0.01, sign, qsgd:8bit:biased, lead:2, ... "
+                        "(powergossip: none, it sketches by itself)")
+    a.add_argument("--flat-compression", action="store_true",
+                   help="compress the whole flat model at once instead of tensor by tensor")
+    a.add_argument("--gamma", type=gamma_value, default=None,
+                   help="consensus step, or 'auto' (choco, deepsqueeze): a short search over "
+                        "--gamma-grid, each candidate on a fresh run of --tune-fraction of the "
+                        "rounds with the same seed; the lowest final training loss of the "
+                        "averaged model among those that did not diverge wins (default: the "
+                        "algorithm's own: choco 0.05, deepsqueeze 0.2, powergossip 1, beer 0.4)")
+    a.add_argument("--gamma-grid", type=float, nargs="+", default=None,
+                   help="candidates of --gamma auto (default 1 0.5 0.2 0.1 0.05 0.02 0.01)")
+    a.add_argument("--tune-fraction", type=float, default=0.1,
+                   help="share of the run's rounds each --gamma auto candidate runs")
+    a.add_argument("--rank", type=int, default=None, help="PowerGossip's rank (default 1)")
+    a.add_argument("--power-iterations", type=int, default=None,
+                   help="PowerGossip's power steps per round (default 1)")
+    a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
+    a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
+    o = p.add_argument_group("local optimizer")
+    o.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
+                   help="sgd, momentum, nesterov, adam, adamw (default momentum; lead, beer, "
+                        "dcd and ecd take the plain gradient: sgd only)")
+    o.add_argument("--lr", type=float, default=0.1, help="learning rate (eta of lead/beer/dcd/ecd)")
+    o.add_argument("--momentum", type=float, default=0.9, help="momentum of momentum/nesterov")
+    o.add_argument("--weight-decay", type=float, default=0.0,
+                   help="weight decay (an L2 term of the gradient for lead/beer/dcd/ecd)")
+    o.add_argument("--no-decay-1d", action="store_true",
+                   help="no weight decay on tensors with ndim <= 1 (biases, norm weights)")
+    s = p.add_argument_group("learning-rate schedule (counted in epochs, applied per round)")
+    s.add_argument("--schedule", choices=SCHEDULES, default="constant",
+                   help="after warm-up: constant, step (x --lr-decay at each milestone), cosine")
+    s.add_argument("--warmup-epochs", type=float, default=0.0, help="linear warm-up length")
+    s.add_argument("--warmup-start", type=float, default=0.1,
+                   help="learning-rate multiplier at the start of the warm-up")
+    s.add_argument("--milestones", type=float, nargs="*", default=[],
+                   help="epochs at which the step schedule multiplies the rate by --lr-decay")
+    s.add_argument("--lr-decay", type=float, default=0.1, help="factor of the step schedule")
+    s.add_argument("--min-lr-factor", type=float, default=0.0,
+                   help="final multiplier of the cosine schedule")
+    r = p.add_argument_group("length and evaluation")
+    r.add_argument("--epochs", type=float, default=20.0, help="training length in epochs")
+    r.add_argument("--rounds", type=int, default=None,
+                   help="training length in rounds (overrides --epochs)")
+    r.add_argument("--eval-every", type=float, default=1.0,
+                   help="evaluate and log every this many epochs (--log-every K rounds overrides)")
+    add_run_arguments(p)
+    p.set_defaults(log_every=None)
+    for action in p._actions:
+        if action.dest == "log_every":
+            action.help = "log every K rounds (default: every --eval-every epochs)"
+    from gossip.config import parse_args_with_config
+
+    return parse_args_with_config(p, argv)
+
+
+# -- building blocks -----------------------------------------------------------------------------
+
+
+def load_data(args: argparse.Namespace) -> tuple[Any, Any]:
+    image = args.model in ("cnn", "resnet20")
+    return load_dataset(
+        args.data, test_fraction=args.test_fraction, seed=split_seed(args.seed), image=image,
+        **({"samples": args.synthetic_samples, "features": args.synthetic_features,
+            "classes": args.synthetic_classes, "separation": args.synthetic_separation}
+           if args.data == "synthetic" else {}),
+    )
+
+
+def build_model(args: argparse.Namespace, shape: tuple[int, ...], classes: int) -> torch.nn.Module:
+    """The initial model, drawn from the run seed: identical on every process."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(model_seed(args.seed))
+        return make_model(args.model, shape, classes, hidden=args.hidden, width=args.width,
+                          norm=args.norm)
+
+
+def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_rounds: int,
+                      rpe: int) -> dict[str, Any]:
+    """Keyword hyper-parameters of the algorithm from the flags (only those it accepts)."""
+    name = args.algorithm
+    accepted = set(inspect.signature(REGISTRY[name].__init__).parameters)
+    hp: dict[str, Any] = {}
+    if name not in LOCAL_STEP_ALGORITHMS and "eta" in accepted:
+        hp["eta"] = args.lr
+        if name in ("dcd", "ecd") and _scheduled(args):
+            mult = multiplier(args, total_rounds, rpe)
+            hp["eta"] = lambda t, lr=args.lr: lr * mult(t - 1)
+    for key, value in (("gamma", gamma), ("rank", args.rank), ("alpha", args.alpha),
+                       ("gamma_dual", args.gamma_dual), ("iterations", args.power_iterations)):
+        if value is not None:
+            if key not in accepted:
+                raise SystemExit(f"--{key.replace('_', '-')} does not apply to {name}")
+            hp[key] = value
+    return hp
+
+
+def _scheduled(args: argparse.Namespace) -> bool:
+    return args.schedule != "constant" or args.warmup_epochs > 0
+
+
+def multiplier(args: argparse.Namespace, total_rounds: int, rpe: int):
+    return lr_multiplier(
+        rounds_per_epoch=rpe, total_rounds=total_rounds, schedule=args.schedule,
+        warmup_epochs=args.warmup_epochs, warmup_start=args.warmup_start,
+        milestones=args.milestones, decay=args.lr_decay, min_factor=args.min_lr_factor,
+    )
+
+
+def check_optimizer(args: argparse.Namespace) -> str | None:
+    """The optimizer name for a local-step algorithm; None for gradient algorithms."""
+    if args.algorithm in LOCAL_STEP_ALGORITHMS:
+        return args.optimizer or "momentum"
+    if args.optimizer not in (None, "sgd"):
+        raise SystemExit(
+            f"{args.algorithm} takes the plain gradient with step --lr (ALGORITHMS.md §4.5); "
+            f"--optimizer {args.optimizer} applies to {', '.join(sorted(LOCAL_STEP_ALGORITHMS))}"
+        )
+    if args.algorithm in ("lead", "beer") and _scheduled(args):
+        raise SystemExit(f"{args.algorithm} runs with a constant step: use --schedule constant "
+                         "and no warm-up")
+    return None
+
+
+def build_trainer(args, model, train_set, test_set, topology, world, gamma, total_rounds, rpe,
+                  *, evaluate: bool = True) -> DecentralizedTrainer:
+    name = args.algorithm
+    algorithm = make_algorithm(name, **algorithm_hparams(args, gamma, total_rounds, rpe))
+    opt_name = check_optimizer(args)
+    optimizer = scheduler = None
+    if opt_name is not None:
+        def optimizer(params):
+            return make_optimizer(opt_name, params, args.lr, momentum=args.momentum,
+                                  weight_decay=args.weight_decay, decay_1d=not args.no_decay_1d)
+        if _scheduled(args):
+            def scheduler(opt):
+                return torch.optim.lr_scheduler.LambdaLR(opt, multiplier(args, total_rounds, rpe))
+    return DecentralizedTrainer(
+        model, train_set, topology=topology, algorithm=algorithm, compressor=args.compressor,
+        optimizer=optimizer, scheduler=scheduler,
+        partition=args.partition, batch_size=args.batch_size,
+        test_set=test_set if evaluate else None, gossip_buffers=args.gossip_buffers,
+        per_tensor=not args.flat_compression,
+        l2=args.weight_decay if opt_name is None else 0.0, seed=args.seed, world=world,
+        device=args.device, dtype=DTYPES[args.dtype], timeout=args.timeout,
+        eval_batch_size=args.eval_batch_size, node_eval_samples=args.node_eval_samples,
+        eval_train=args.eval_train and evaluate,
+    )
+
+
+def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
+    """--gamma auto: the documented search of gossip.tuning, every candidate in this process.
+
+    Under mpiexec every rank runs the same in-process search (all nodes in each process): the
+    pick is then identical on every rank and equal to the in-process run's, with no message.
+    """
+    if args.algorithm not in TUNABLE:
+        raise SystemExit(f"--gamma auto tunes {' and '.join(TUNABLE)}; give {args.algorithm} a "
+                         "number (or leave its default)")
+    if not 0 < args.tune_fraction <= 1:
+        raise SystemExit(f"--tune-fraction must be in (0, 1], got {args.tune_fraction}")
+    rounds = max(1, math.ceil(args.tune_fraction * total_rounds))
+
+    def trial(gamma: float) -> float:
+        trainer = build_trainer(args, model, train_set, None, topology, World(None), gamma,
+                                total_rounds, rpe, evaluate=False)
+        trainer.fit(rounds=rounds, log_every=rounds)
+        return trainer.global_train_loss()
+
+    return search_gamma(trial, args.gamma_grid or log_grid(), rounds=rounds,
+                        score_name="train loss of the averaged model")
+
+
+# -- main ------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    world, topology = setup(args)
+    try:
+        train_set, test_set = load_data(args)
+        shape, classes = input_shape(train_set), num_classes(train_set, test_set)
+        model = build_model(args, shape, classes)
+        rpe = epoch_rounds(len(train_set), topology.n, args.batch_size)
+        total = args.rounds if args.rounds is not None else max(1, math.ceil(args.epochs * rpe))
+        log_every = args.log_every or max(1, round(args.eval_every * rpe))
+        search = None
+        gamma = args.gamma
+        if gamma == "auto":
+            search = tune_gamma(args, model, train_set, topology, total, rpe)
+            gamma = search.pick
+            if world.is_root:
+                print(search.describe(), flush=True)
+        trainer = build_trainer(args, model, train_set, test_set, topology, world, gamma, total,
+                                rpe)
+    except (ConfigError, DatasetError, TuningError, ValueError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+    label = f"{args.algorithm} {args.compressor}" + (f" γ={gamma:g}" if gamma is not None else "")
+    logger = JsonlLogger(args.out, enabled=world.is_root)
+    config = {
+        "script": "train", "args": vars(args), "algorithm": args.algorithm,
+        "hparams": trainer.algorithm.hparams(), "compressor": args.compressor,
+        "nodes": topology.n, "world_size": world.size, "topology": topology.describe(),
+        "model": args.model, "parameters": sum(p.numel() for p in model.parameters()),
+        "flat_numel": trainer.layout.numel, "train_samples": len(train_set),
+        "test_samples": len(test_set), "classes": classes,
+        "partition_sizes": [int(p.size) for p in trainer.partition],
+        "rounds_per_epoch": rpe, "log_every": log_every,
+        "gamma_search": search.record() if search else None, "versions": versions(),
+    }
+    result = execute(trainer.engine, label=label, config=config, logger=logger, rounds=total,
+                     log_every=log_every, metrics=[trainer.metrics], progress=args.progress,
+                     **checkpoint_options(args, 0))
+    logger.close()
+    records, summary = result.records, dict(result.summary)
+    epochs = trainer.engine.round / rpe
+    summary["epochs"] = epochs
+    summary["seconds_per_epoch"] = summary["wall_time_s"] / epochs if epochs else float("nan")
+    row = table_row(label, records, summary)
+    if world.is_root:
+        print(format_table([row]))
+        if args.plot:
+            plot(args.plot, label, records, topology)
+    return row
+
+
+def table_row(label: str, records: list[dict], summary: dict) -> dict[str, Any]:
+    last = records[-1] if records else {}
+    return {"run": label, "epochs": summary["epochs"], "train_loss": last.get("train_loss"),
+            "test_loss": last.get("test_loss"), "test_accuracy": last.get("test_accuracy"),
+            "worst_node_accuracy": last.get("worst_node_accuracy"),
+            "consensus_error": last.get("consensus_error"),
+            "bits_per_node": last.get("bits_per_node"),
+            "seconds_per_epoch": summary["seconds_per_epoch"], "status": summary["status"]}
+
+
+def format_table(rows: list[dict]) -> str:
+    def f(v: Any, spec: str) -> str:
+        return "—" if v is None else format(v, spec)
+
+    lines = ["| run | epochs | train loss | test loss | test acc | worst node acc | consensus "
+             "error | bits/node | s/epoch | status |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['run']} | {f(r['epochs'], '.3g')} | {f(r['train_loss'], '.4f')} "
+            f"| {f(r['test_loss'], '.4f')} | {f(r['test_accuracy'], '.2%')} "
+            f"| {f(r['worst_node_accuracy'], '.2%')} | {f(r['consensus_error'], '.3g')} "
+            f"| {f(r['bits_per_node'], '.3g')} | {f(r['seconds_per_epoch'], '.3f')} "
+            f"| {r['status']} |"
+        )
+    return "\n".join(lines)
+
+
+def plot(path: str, label: str, records: list[dict], topology: Any) -> None:
+    from gossip.plot import plot_runs
+
+    title = f"{label} on {topology.name}, n={topology.n}"
+    out = plot_runs({label: records}, path, metric="test_accuracy", logy=False, title=title)
+    loss = Path(path).with_name(Path(path).stem + "-loss" + (Path(path).suffix or ".png"))
+    plot_runs({label: records}, loss, metric="train_loss", title=title)
+    log.info("plots written to %s and %s", out, loss)
+
+
+if __name__ == "__main__":
+    guarded(main)

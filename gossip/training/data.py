@@ -1,0 +1,160 @@
+"""Per-node data: split any map-style ``Dataset`` over the nodes and give each node a loader.
+
+The split reuses :func:`gossip.problems.data.partition` (``iid``, ``sorted``, ``dirichlet:ALPHA``)
+on the data set's labels, seeded from the run seed only, so every process computes the same
+split whatever the MPI layout. Each node's ``DataLoader`` shuffles with its own seeded
+``torch.Generator`` (:func:`gossip.training.seeds.data_seed`): the same seed gives the same
+mini-batches in process and under ``mpiexec``.
+
+A ``TensorDataset`` takes a fast path: the node's rows are gathered once into its own
+``TensorDataset`` and each mini-batch is one fancy-indexing call instead of ``batch_size``
+``__getitem__`` calls and a collate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    RandomSampler,
+    Subset,
+    TensorDataset,
+)
+
+from gossip.problems.data import partition
+
+
+def labels_of(dataset: Dataset) -> np.ndarray:
+    """The integer label of every sample, as a numpy array.
+
+    Uses, in order: a ``TensorDataset``'s second tensor, a ``targets`` attribute (torchvision
+    style), a ``Subset`` of either, else ``dataset[i][1]`` for every ``i`` (slow, but general).
+    """
+    if isinstance(dataset, TensorDataset):
+        if len(dataset.tensors) < 2:
+            raise ValueError("a TensorDataset needs (inputs, labels) tensors to be partitioned")
+        return np.asarray(dataset.tensors[1].detach().cpu().numpy()).reshape(-1)
+    targets = getattr(dataset, "targets", None)
+    if targets is not None:
+        if isinstance(targets, torch.Tensor):
+            return targets.detach().cpu().numpy().reshape(-1)
+        return np.asarray(targets).reshape(-1)
+    if isinstance(dataset, Subset):
+        return labels_of(dataset.dataset)[np.asarray(dataset.indices)]
+    out = []
+    for i in range(len(dataset)):  # type: ignore[arg-type]
+        y = dataset[i][1]
+        out.append(int(y.item() if isinstance(y, torch.Tensor) else y))
+    return np.asarray(out)
+
+
+def partition_indices(
+    dataset: Dataset, n_nodes: int, scheme: str = "iid", seed: int = 0
+) -> list[np.ndarray]:
+    """One sorted index array per node (see :func:`gossip.problems.data.partition`)."""
+    if scheme.strip().lower().startswith("iid"):
+        return partition(len(dataset), n_nodes, scheme, seed)  # type: ignore[arg-type]
+    return partition(labels_of(dataset), n_nodes, scheme, seed)
+
+
+def partition_dataset(
+    dataset: Dataset, n_nodes: int, scheme: str = "iid", seed: int = 0
+) -> list[Subset]:
+    """The data set split over ``n_nodes`` nodes, one ``Subset`` each."""
+    parts = partition_indices(dataset, n_nodes, scheme, seed)
+    return [Subset(dataset, idx.tolist()) for idx in parts]
+
+
+def node_loader(
+    dataset: Dataset,
+    indices: Sequence[int] | np.ndarray,
+    batch_size: int,
+    generator: torch.Generator,
+    *,
+    drop_last: bool = False,
+    dtype: torch.dtype | None = None,
+) -> DataLoader:
+    """A shuffling ``DataLoader`` over ``dataset[indices]`` driven by ``generator``.
+
+    ``dtype`` casts floating-point tensors of a ``TensorDataset`` once, up front (other data
+    sets are cast batch by batch by the oracle).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    idx = torch.as_tensor(np.asarray(indices, dtype=np.int64))
+    if isinstance(dataset, TensorDataset):
+        local = TensorDataset(*(_cast(t[idx], dtype) for t in dataset.tensors))
+        sampler = BatchSampler(RandomSampler(local, generator=generator), batch_size, drop_last)
+        return DataLoader(local, sampler=sampler, batch_size=None, generator=generator)
+    return DataLoader(Subset(dataset, idx.tolist()), batch_size=batch_size, shuffle=True,
+                      drop_last=drop_last, generator=generator)
+
+
+def _cast(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return t.to(dtype) if dtype is not None and t.is_floating_point() else t
+
+
+class BatchStream:
+    """An endless stream of mini-batches: a new shuffled pass starts when one ends.
+
+    Its position is saved by :meth:`state_dict` as (the loader generator's state at the start
+    of the current pass, batches drawn since), so a resumed run draws the same batches.
+
+    Attributes:
+        passes: completed passes over the node's data (local epochs).
+    """
+
+    def __init__(self, loader: DataLoader):
+        if len(loader) == 0:
+            raise ValueError("a node's loader yields no batch (drop_last with too little data?)")
+        self.loader = loader
+        self.passes = 0
+        self._it: Iterator[Any] | None = None
+        self._pass_state: torch.Tensor | None = None
+        self._drawn = 0
+
+    def __iter__(self) -> BatchStream:
+        return self
+
+    def __next__(self) -> Any:
+        if self._it is not None:
+            try:
+                batch = next(self._it)
+                self._drawn += 1
+                return batch
+            except StopIteration:
+                self.passes += 1
+        self._start_pass()
+        batch = next(self._it)
+        self._drawn = 1
+        return batch
+
+    def _start_pass(self) -> None:
+        gen = self.loader.generator
+        self._pass_state = gen.get_state() if gen is not None else None
+        self._it = iter(self.loader)
+        self._drawn = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the stream is: passes, the current pass's generator state, batches drawn."""
+        return {"passes": self.passes, "pass_state": self._pass_state, "drawn": self._drawn}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue exactly where :meth:`state_dict` was taken (replays the current pass)."""
+        self.passes = int(state["passes"])
+        if state.get("pass_state") is None:
+            self._it, self._pass_state, self._drawn = None, None, 0
+            return
+        if self.loader.generator is None:
+            raise ValueError("a stream whose loader has no generator cannot be restored")
+        self.loader.generator.set_state(state["pass_state"])
+        self._start_pass()
+        for _ in range(int(state["drawn"])):
+            next(self._it)
+        self._drawn = int(state["drawn"])

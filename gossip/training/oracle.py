@@ -1,0 +1,241 @@
+"""Gradient oracles of a PyTorch model: what the algorithms call on a training node.
+
+A node owns a copy of the user's module whose parameters are views into the node's flat model
+``x`` (:func:`gossip.training.flat.bind`), its mini-batch stream, and — for algorithms with a
+local step — its ``torch.optim`` optimizer and scheduler built on those parameters::
+
+    g = oracle.grad(x, out)        # next mini-batch: forward, backward, gradient into ``out``
+    oracle.apply_step(x, g, t)     # optimizer.step() with the grads = views of g (writes into x)
+
+:class:`ModelOracle` has only ``grad`` (LEAD, BEER and the other algorithms that take the
+gradient directly, ALGORITHMS.md §4.5); :class:`OptimizerOracle` adds ``apply_step``, which
+D-PSGD, CHOCO-SGD, DeepSqueeze and PowerGossip call instead of ``x -= eta·g``
+(:func:`gossip.algorithms.base.local_step`).
+
+Randomness: mini-batches come from the node's own seeded loader, and each node keeps its own
+state of torch's global generator (swapped in around forward/backward), so a model with dropout
+draws the same numbers in process and under MPI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+from gossip.training import flat
+
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class ModelOracle:
+    """Stochastic gradients of ``loss_fn(module(inputs), targets)`` at a flat model.
+
+    Args:
+        module: this node's own module (already of the run's dtype and device).
+        batches: endless iterator of ``(inputs, targets)`` mini-batches.
+        loss_fn: mean loss of a batch (default cross-entropy).
+        buffers: the flat model also holds the module's float buffers (their gradient is 0).
+        l2: add ``l2·x`` to the gradient of every parameter (weight decay for algorithms
+            without an optimizer).
+        rng_seed: seed of the node's private state of torch's global generator.
+
+    Attributes:
+        samples: samples seen so far; ``loss_sum`` / ``loss_count``: running sums since the last
+            :meth:`pop_loss` (for the logged train loss); ``loss_reference``: the run's first
+            logged train loss, the trainer's divergence reference (kept here so that it is
+            saved with checkpoints).
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        batches: Iterator[Any],
+        loss_fn: LossFn | None = None,
+        *,
+        buffers: bool = False,
+        l2: float = 0.0,
+        rng_seed: int = 0,
+    ):
+        self.module = module
+        self.batches = batches
+        self.loss_fn = loss_fn or nn.functional.cross_entropy
+        self.buffers = buffers
+        self.l2 = float(l2)
+        self.params = flat.parameters(module)
+        self.trainable = [p for p in self.params if p.requires_grad]
+        self._tensors = flat.tensors(module, buffers)
+        self._n_params = sum(p.numel() for p in self.params)
+        ref = self.params[0] if self.params else self._tensors[0]
+        self.device, self.dtype = ref.device, ref.dtype
+        param_ids = {id(p) for p in self.params}
+        self._has_grad = [id(t) in param_ids and t.requires_grad for t in self._tensors]
+        self._zeros = {id(t): torch.zeros_like(t).reshape(-1)
+                       for t, has in zip(self._tensors, self._has_grad, strict=True) if not has}
+        self._bound: torch.Tensor | None = None
+        self.samples = 0
+        self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        self.loss_count = 0
+        self.loss_reference: float | None = None
+        with torch.random.fork_rng(devices=self._cuda()):
+            torch.manual_seed(rng_seed)
+            self._rng = self._get_rng()
+
+    # -- binding -----------------------------------------------------------------------------
+    def bind(self, x: torch.Tensor) -> None:
+        """Point the module's parameters (and buffers) into ``x`` (no-op when already bound)."""
+        if x is not self._bound:
+            flat.bind(self.module, x, self.buffers)
+            self._bound = x
+
+    # -- the oracle protocol -----------------------------------------------------------------
+    def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The gradient on the next mini-batch at ``x``, written into ``out``."""
+        self.bind(x)
+        inputs, targets = next(self.batches)
+        inputs = _to(inputs, self.device, self.dtype)
+        targets = _to(targets, self.device, None)
+        self.module.train()
+        saved = self._get_rng()
+        self._set_rng(self._rng)
+        try:
+            with torch.enable_grad():
+                loss = self.loss_fn(self.module(inputs), targets)
+                grads = torch.autograd.grad(loss, self.trainable, allow_unused=True)
+        finally:
+            self._rng = self._get_rng()
+            self._set_rng(saved)
+        it = iter(grads)
+        parts = []
+        for t, has in zip(self._tensors, self._has_grad, strict=True):
+            g = next(it) if has else None
+            parts.append(g.reshape(-1) if g is not None else self._zero(t))
+        if out is None:
+            out = torch.empty_like(x)
+        torch.cat(parts, out=out)
+        if self.l2:
+            out[: self._n_params].add_(x[: self._n_params], alpha=self.l2)
+        bs = int(targets.shape[0]) if targets.dim() else 1
+        self.samples += bs
+        self.loss_sum += loss.detach().to(torch.float64) * bs
+        self.loss_count += bs
+        return out
+
+    # -- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs besides ``x``: the batch stream's position, the
+        node's generator state, the loss sums since the last log and the buffers that are not
+        in ``x`` (local BatchNorm statistics). Tensors, numbers, lists and dicts only."""
+        stream = getattr(self.batches, "state_dict", None)
+        return {
+            "stream": stream() if stream is not None else None,
+            "rng": list(self._rng),
+            "samples": self.samples,
+            "loss_sum": self.loss_sum.clone(),
+            "loss_count": self.loss_count,
+            "loss_reference": self.loss_reference,
+            "local_buffers": [b.detach().clone() for b in self._local_buffers()],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        if state.get("stream") is not None:
+            self.batches.load_state_dict(state["stream"])  # type: ignore[attr-defined]
+        self._rng = tuple(t.clone() for t in state["rng"])
+        self.samples = int(state["samples"])
+        self.loss_sum.copy_(state["loss_sum"])
+        self.loss_count = int(state["loss_count"])
+        self.loss_reference = state.get("loss_reference")
+        with torch.no_grad():
+            for b, saved in zip(self._local_buffers(), state["local_buffers"], strict=True):
+                b.copy_(saved)
+
+    def _local_buffers(self) -> list[torch.Tensor]:
+        in_x = {id(t) for t in self._tensors}
+        return [b for b in self.module.buffers() if id(b) not in in_x]
+
+    def pop_loss(self) -> tuple[float, int]:
+        """(sum of per-sample losses, samples) since the last call; resets both."""
+        out = (float(self.loss_sum), self.loss_count)
+        self.loss_sum.zero_()
+        self.loss_count = 0
+        return out
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _zero(self, t: torch.Tensor) -> torch.Tensor:
+        z = self._zeros.get(id(t))
+        if z is None:
+            z = self._zeros[id(t)] = torch.zeros_like(t).reshape(-1)
+        return z
+
+    def _cuda(self) -> list[int]:
+        return [self.device.index or 0] if self.device.type == "cuda" else []
+
+    def _get_rng(self) -> tuple[torch.Tensor, ...]:
+        states = [torch.get_rng_state()]
+        if self.device.type == "cuda":
+            states.append(torch.cuda.get_rng_state(self.device))
+        return tuple(states)
+
+    def _set_rng(self, states: tuple[torch.Tensor, ...]) -> None:
+        torch.set_rng_state(states[0])
+        if self.device.type == "cuda":
+            torch.cuda.set_rng_state(states[1], self.device)
+
+
+class OptimizerOracle(ModelOracle):
+    """A :class:`ModelOracle` whose node steps with its own ``torch.optim`` optimizer.
+
+    Args:
+        optimizer: built on ``module.parameters()`` (momentum, Nesterov, Adam, weight decay…).
+        scheduler: optional ``torch.optim.lr_scheduler`` on it, stepped once per round.
+    """
+
+    def __init__(self, module: nn.Module, batches: Iterator[Any], optimizer: torch.optim.Optimizer,
+                 scheduler: Any = None, loss_fn: LossFn | None = None, *, buffers: bool = False,
+                 rng_seed: int = 0):
+        super().__init__(module, batches, loss_fn, buffers=buffers, rng_seed=rng_seed)
+        self.optimizer = optimizer
+        self.scheduler = scheduler
+        self._grad_src: torch.Tensor | None = None
+
+    def apply_step(self, x: torch.Tensor, g: torch.Tensor, t: int) -> None:
+        """``optimizer.step()`` on ``x`` with gradient ``g`` (round ``t``), then the scheduler."""
+        self.bind(x)
+        if g is not self._grad_src:
+            views = flat.split(g, self._tensors)
+            for p, view, has in zip(self._tensors, views, self._has_grad, strict=True):
+                if has:
+                    p.grad = view
+            self._grad_src = g
+        self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The :class:`ModelOracle` state plus the optimizer's and the scheduler's."""
+        state = super().state_dict()
+        state["optimizer"] = self.optimizer.state_dict()
+        state["scheduler"] = self.scheduler.state_dict() if self.scheduler is not None else None
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None and state.get("scheduler") is not None:
+            self.scheduler.load_state_dict(state["scheduler"])
+
+    @property
+    def lr(self) -> float:
+        """The current learning rate of the first parameter group."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+
+def _to(v: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
+    if not isinstance(v, torch.Tensor):
+        v = torch.as_tensor(v)
+    if dtype is not None and v.is_floating_point():
+        return v.to(device=device, dtype=dtype)
+    return v.to(device)

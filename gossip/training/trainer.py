@@ -1,0 +1,378 @@
+"""Decentralized training of a PyTorch model: every node trains a copy, then gossips.
+
+:class:`DecentralizedTrainer` turns a model, a data set and a topology into an
+:class:`~gossip.engine.Engine` run:
+
+* the model's parameters (and, with ``gossip_buffers=True``, its float buffers such as BatchNorm
+  running statistics) live in one flat buffer per node — the node's ``x``, so a message is one
+  buffer — and the node's module copy and optimizer work on views into it;
+* the training set is split over the nodes (``partition``: ``iid``, ``sorted``,
+  ``dirichlet:ALPHA`` or explicit index arrays) and each node reads its part through its own
+  seeded ``DataLoader``;
+* a round = each node computes a mini-batch gradient, steps with its ``torch.optim`` optimizer
+  and gossips, in the order of its algorithm (D-PSGD and PowerGossip: gradient at the
+  pre-gossip model, gossip, then the optimizer step; CHOCO-SGD and DeepSqueeze: gradient and
+  step, then gossip). LEAD and BEER take the gradient directly with their own ``eta``
+  (ALGORITHMS.md §4.5, §7), so they get no optimizer; weight decay then enters as ``l2``.
+
+Definitions (documented because logs depend on them):
+
+* **epoch** = ``ceil(N_train / (n · batch_size))`` rounds: the rounds in which the nodes draw,
+  together, as many samples as the training set holds. Each node reshuffles its own data when
+  its pass ends, so nodes with more data see less than one local pass per epoch.
+* **buffers**: by default (``gossip_buffers=False``) BatchNorm statistics stay local to each
+  node and are not sent; the averaged model is evaluated with the average of the nodes'
+  buffers. With ``gossip_buffers=True`` they are part of ``x``, compressed and mixed like the
+  parameters (their gradient is 0).
+* **evaluation** at every log: ``epoch``, ``time_per_epoch_s`` (wall time so far / epochs),
+  ``lr``, ``train_loss`` = mean mini-batch loss of all nodes since the last log;
+  ``test_loss`` / ``test_accuracy`` of the averaged model x̄ (node i evaluates slice i of the
+  test set); ``worst_node_accuracy`` / ``mean_node_accuracy`` of the nodes' own models (each
+  on the first ``node_eval_samples`` test samples, all by default). With
+  ``eval_train=True`` also ``avg_model_train_loss`` / ``avg_model_train_accuracy``: x̄ on the
+  whole training set (node i evaluates its own part) — the global objective f(x̄).
+
+The initial model is the one given, identical on every node: build it from a seeded generator
+(see ``experiments/train.py``) so that every MPI process builds the same; the trainer checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+from gossip.algorithms import make_algorithm
+from gossip.algorithms.base import Algorithm, ConfigError
+from gossip.comm.world import World
+from gossip.engine import DivergenceError, Engine
+from gossip.seeding import generator
+from gossip.training import flat
+from gossip.training.data import BatchStream, node_loader, partition_indices
+from gossip.training.evaluate import Sums, evaluate, shard
+from gossip.training.oracle import LossFn, ModelOracle, OptimizerOracle
+from gossip.training.seeds import data_seed, derive, partition_seed
+
+LOCAL_STEP_ALGORITHMS = frozenset({"dpsgd", "choco", "deepsqueeze", "powergossip"})
+"""Algorithms that take the local step through the node's optimizer (``apply_step``)."""
+GRADIENT_ALGORITHMS = frozenset({"lead", "beer", "dcd", "ecd"})
+"""Algorithms that use the plain gradient with their own step size ``eta``."""
+TRAINABLE = LOCAL_STEP_ALGORITHMS | GRADIENT_ALGORITHMS
+
+OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
+SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
+
+_RNG = 15  # seed purpose: a node's private state of torch's global generator
+
+
+def epoch_rounds(train_size: int, nodes: int, batch_size: int) -> int:
+    """Rounds per epoch: ``ceil(train_size / (nodes · batch_size))`` (at least 1)."""
+    return max(1, math.ceil(train_size / (nodes * batch_size)))
+
+
+class DecentralizedTrainer:
+    """Train ``model`` on ``train_set`` split over the nodes of ``topology``.
+
+    Args:
+        model: the initial model (not modified; every node gets a copy).
+        train_set: a map-style data set of ``(input, label)``.
+        topology: a ``topologies`` topology, or a spec such as ``"ring"`` (then ``nodes``).
+        algorithm: an :class:`~gossip.algorithms.Algorithm` or a registry name.
+        compressor: compressor spec (``"topk:0.01"``, ``"sign"`` …).
+        optimizer: ``optimizer(params) -> torch.optim.Optimizer``, built once per node on its
+            module's parameters; for D-PSGD, CHOCO-SGD, DeepSqueeze and PowerGossip. None: the
+            algorithm's own ``x -= eta·g``.
+        scheduler: ``scheduler(optimizer) -> LRScheduler``, stepped once per round.
+        loss_fn: mean loss of a batch (default ``cross_entropy``).
+        partition: ``iid``, ``sorted``, ``dirichlet:ALPHA``, or one index array per node.
+        batch_size: mini-batch per node and round.
+        test_set: evaluated at every log (optional).
+        gossip_buffers: put float buffers (BatchNorm statistics) into the flat model.
+        per_tensor: compress each tensor on its own (default, as the reference DL code);
+            False compresses the flat vector as a whole.
+        l2: weight decay added to the gradient for algorithms without an optimizer.
+        seed: run seed (engine, partition, shuffling).
+        nodes, world, device, dtype, timeout: as for :class:`Engine`.
+        divergence_factor: the run stops with :class:`~gossip.engine.DivergenceError` when the
+            logged train loss exceeds this times its first logged value, or anything logged is
+            NaN/Inf. (The engine's own consensus-error rule is off: all nodes start equal, so
+            the first consensus error is floating-point noise, no reference.)
+        eval_batch_size: batch size of evaluations.
+        node_eval_samples: test samples each node's own model is evaluated on (None: all).
+        eval_train: also evaluate the averaged model on the training set at every log.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        train_set: Dataset,
+        *,
+        topology: Any,
+        algorithm: Algorithm | str = "dpsgd",
+        compressor: str = "none",
+        optimizer: OptimizerFactory | None = None,
+        scheduler: SchedulerFactory | None = None,
+        loss_fn: LossFn | None = None,
+        partition: str | Sequence[Sequence[int]] = "iid",
+        batch_size: int = 32,
+        test_set: Dataset | None = None,
+        gossip_buffers: bool = False,
+        per_tensor: bool = True,
+        l2: float = 0.0,
+        seed: int = 0,
+        nodes: int | None = None,
+        world: World | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        timeout: float = 120.0,
+        divergence_factor: float = 1e3,
+        eval_batch_size: int = 1024,
+        node_eval_samples: int | None = None,
+        eval_train: bool = False,
+    ):
+        if isinstance(topology, str):
+            import topologies
+
+            topology = topologies.build(topology, nodes if nodes is not None else 8, seed=seed)
+        self.topology = topology
+        self.n = topology.n
+        self.algorithm = make_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
+        self._check_algorithm(optimizer, scheduler)
+        if batch_size < 1:
+            raise ConfigError(f"batch_size = {batch_size}: give at least 1 sample per node")
+        self.train_set, self.test_set = train_set, test_set
+        self.batch_size = batch_size
+        self.loss_fn = loss_fn or nn.functional.cross_entropy
+        self.gossip_buffers = gossip_buffers
+        self.seed = seed
+        self.device, self.dtype = torch.device(device), dtype
+        self.eval_batch_size = eval_batch_size
+        self.node_eval_samples = node_eval_samples
+        self.eval_train = eval_train
+
+        self.model = copy.deepcopy(model).to(device=self.device, dtype=dtype)
+        self.layout = flat.layout_of(self.model, gossip_buffers)
+        self.initial = flat.flatten(self.model, gossip_buffers)
+        self.partition = self._split(partition)
+        self.rounds_per_epoch = epoch_rounds(len(train_set), self.n, batch_size)  # type: ignore[arg-type]
+        self._optimizer, self._scheduler, self._l2 = optimizer, scheduler, l2
+
+        powergossip = self.algorithm.name == "powergossip"
+        self.engine = Engine(
+            self.algorithm, topology, lambda i: self.initial, compressor=compressor,
+            layout=self.layout if (per_tensor or powergossip) else None,
+            oracles=self._make_oracle, seed=seed, world=world, timeout=timeout,
+            device=self.device, dtype=dtype, divergence_factor=math.inf,
+        )
+        self.divergence_factor = divergence_factor
+        self._first_loss: float | None = None
+        for node in self.engine.nodes.values():
+            node.oracle.bind(node.x)
+        self._check_same_start()
+        self._eval_module = copy.deepcopy(self.model)
+        self._eval_flat = self.initial.clone()
+        flat.bind(self._eval_module, self._eval_flat, gossip_buffers)
+
+    # -- construction --------------------------------------------------------------------------
+    def _check_algorithm(self, optimizer: Any, scheduler: Any) -> None:
+        name = self.algorithm.name
+        if name not in TRAINABLE:
+            raise ConfigError(
+                f"{name} cannot train a model here; use one of {', '.join(sorted(TRAINABLE))}"
+            )
+        if optimizer is not None and name not in LOCAL_STEP_ALGORITHMS:
+            raise ConfigError(
+                f"{name} takes the gradient directly with its own step size eta (ALGORITHMS.md "
+                f"§4.5): pass no optimizer (set eta on the algorithm; weight decay via l2). "
+                f"Local optimizers work with {', '.join(sorted(LOCAL_STEP_ALGORITHMS))}"
+            )
+        if scheduler is not None and optimizer is None:
+            raise ConfigError("a scheduler needs an optimizer to schedule")
+
+    def _split(self, partition: str | Sequence[Sequence[int]]) -> list[np.ndarray]:
+        if isinstance(partition, str):
+            return partition_indices(self.train_set, self.n, partition, partition_seed(self.seed))
+        parts = [np.sort(np.asarray(p, dtype=np.int64)) for p in partition]
+        if len(parts) != self.n or any(p.size == 0 for p in parts):
+            raise ConfigError(
+                f"an explicit partition needs {self.n} non-empty index arrays, got "
+                f"{[p.size for p in parts]}"
+            )
+        return parts
+
+    def _make_oracle(self, i: int, _gen: torch.Generator) -> ModelOracle:
+        module = copy.deepcopy(self.model)
+        loader = node_loader(self.train_set, self.partition[i], self.batch_size,
+                             generator(data_seed(self.seed, i)), dtype=self.dtype)
+        stream = BatchStream(loader)
+        rng = derive(self.seed, _RNG, i)
+        if self._optimizer is None:
+            return ModelOracle(module, stream, self.loss_fn, buffers=self.gossip_buffers,
+                               l2=self._l2, rng_seed=rng)
+        opt = self._optimizer(flat.parameters(module))
+        sched = self._scheduler(opt) if self._scheduler is not None else None
+        return OptimizerOracle(module, stream, opt, sched, self.loss_fn,
+                               buffers=self.gossip_buffers, rng_seed=rng)
+
+    def _check_same_start(self) -> None:
+        """Every process must start from the same model (decentralized runs start equal)."""
+        x = self.initial.detach().double().cpu()
+        w = torch.linspace(1.0, 2.0, x.numel(), dtype=torch.float64)
+        sums = self.engine.node_values({i: float((x * w).sum()) for i in self.engine.nodes})
+        if not np.all(sums == sums[0]):
+            raise ConfigError(
+                "the initial model differs between MPI processes; build it after seeding torch "
+                "identically on every process (e.g. torch.manual_seed(seed) before the model)"
+            )
+
+    # -- running -------------------------------------------------------------------------------
+    @property
+    def round(self) -> int:
+        return self.engine.round
+
+    @property
+    def is_root(self) -> bool:
+        """True on the process that should print and write files (rank 0; always in process)."""
+        return self.engine.world.is_root
+
+    @property
+    def epoch(self) -> float:
+        return self.engine.round / self.rounds_per_epoch
+
+    def fit(
+        self,
+        epochs: float | None = None,
+        *,
+        rounds: int | None = None,
+        eval_every: float = 1.0,
+        log_every: int | None = None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        progress: bool = False,
+    ) -> list[dict[str, Any]]:
+        """Train for ``epochs`` (or ``rounds``); evaluate every ``eval_every`` epochs (or every
+        ``log_every`` rounds) and at the end. Returns the round records (collective)."""
+        if rounds is None:
+            if epochs is None:
+                raise ValueError("give epochs or rounds")
+            rounds = max(1, math.ceil(epochs * self.rounds_per_epoch - 1e-9))
+        if log_every is None:
+            log_every = max(1, round(eval_every * self.rounds_per_epoch))
+        return self.engine.run(rounds, log_every=log_every, metrics=[self.metrics],
+                               on_record=on_record, progress=progress)
+
+    def summary(self) -> dict[str, Any]:
+        """The engine's summary plus ``epochs`` and ``seconds_per_epoch``."""
+        s = self.engine.summary()
+        epochs = self.engine.round / self.rounds_per_epoch
+        s["epochs"] = epochs
+        s["seconds_per_epoch"] = s["wall_time_s"] / epochs if epochs else float("nan")
+        return s
+
+    # -- evaluation (collective: every process calls these together) -----------------------------
+    def metrics(self, engine: Engine, xbar: torch.Tensor) -> dict[str, Any]:
+        """The training metrics of a log record (see the module docstring)."""
+        epoch = engine.round / self.rounds_per_epoch
+        rec: dict[str, Any] = {"epoch": epoch}
+        if epoch > 0:
+            rec["time_per_epoch_s"] = engine.summary()["wall_time_s"] / epoch
+        nodes = engine.nodes
+        popped = {i: nd.oracle.pop_loss() for i, nd in nodes.items()}
+        loss = engine.node_values({i: p[0] for i, p in popped.items()})
+        count = engine.node_values({i: float(p[1]) for i, p in popped.items()})
+        total = math.fsum(count.tolist())
+        rec["train_loss"] = math.fsum(loss.tolist()) / total if total else None
+        self._check_loss(engine, rec["train_loss"])
+        first = nodes[min(nodes)].oracle
+        if isinstance(first, OptimizerOracle):
+            rec["lr"] = first.lr
+        if self.test_set is None and not self.eval_train:
+            return rec
+        avg = self._load_average(xbar)
+        if self.test_set is not None:
+            n_test = len(self.test_set)  # type: ignore[arg-type]
+            sums = self._gather({i: self._eval(avg, self.test_set, shard(n_test, self.n, i))
+                                 for i in nodes})
+            rec["test_loss"], rec["test_accuracy"] = sums.mean_loss, sums.accuracy
+            limit = self.node_eval_samples
+            idx = np.arange(n_test if limit is None else min(n_test, limit))
+            acc = engine.node_values(
+                {i: self._eval(nd.oracle.module, self.test_set, idx).accuracy
+                 for i, nd in nodes.items()})
+            rec["worst_node_accuracy"] = float(acc.min())
+            rec["mean_node_accuracy"] = math.fsum(acc.tolist()) / self.n
+        if self.eval_train:
+            sums = self._gather({i: self._eval(avg, self.train_set, self.partition[i])
+                                 for i in nodes})
+            rec["avg_model_train_loss"] = sums.mean_loss
+            rec["avg_model_train_accuracy"] = sums.accuracy
+        return rec
+
+    def _check_loss(self, engine: Engine, value: float | None) -> None:
+        if value is None:
+            return
+        oracles = [nd.oracle for nd in engine.nodes.values()]
+        if self._first_loss is None:  # after a resume, the reference comes from the checkpoint
+            self._first_loss = oracles[0].loss_reference
+        if self._first_loss is None and math.isfinite(value) and value > 0:
+            self._first_loss = value
+            for oracle in oracles:
+                oracle.loss_reference = value
+        ref = self._first_loss
+        if not math.isfinite(value) or (ref is not None and value > self.divergence_factor * ref):
+            why = f" exceeds {self.divergence_factor:g} x its first value {ref:.3g}" if ref else ""
+            raise DivergenceError(
+                f"round {engine.round}: train loss {value:.3g}{why}: the run diverged. Lower the "
+                "learning rate or the consensus step gamma.",
+                engine.round,
+            )
+
+    def average_model(self) -> nn.Module:
+        """A copy of the averaged model x̄ (with averaged buffers unless they are gossiped)."""
+        return copy.deepcopy(self._load_average(self.engine.mean_model()))
+
+    def node_model(self, i: int) -> nn.Module:
+        """Node ``i``'s own module (a live view of its flat model; local nodes only)."""
+        return self.engine.nodes[i].oracle.module
+
+    def evaluate_average(self, dataset: Dataset) -> Sums:
+        """Loss and accuracy sums of x̄ on ``dataset`` (split over the nodes, gathered)."""
+        avg = self._load_average(self.engine.mean_model())
+        n = len(dataset)  # type: ignore[arg-type]
+        return self._gather({i: self._eval(avg, dataset, shard(n, self.n, i))
+                             for i in self.engine.nodes})
+
+    def global_train_loss(self) -> float:
+        """f(x̄): the averaged model's mean loss on the whole training set."""
+        avg = self._load_average(self.engine.mean_model())
+        return self._gather({i: self._eval(avg, self.train_set, self.partition[i])
+                             for i in self.engine.nodes}).mean_loss
+
+    def _load_average(self, xbar: torch.Tensor) -> nn.Module:
+        self._eval_flat.copy_(xbar)
+        if not self.gossip_buffers and flat.float_buffers(self.model):
+            local = {i: torch.cat([b.reshape(-1) for b in flat.float_buffers(nd.oracle.module)])
+                     for i, nd in self.engine.nodes.items()}
+            mean = self.engine.world.ordered_sum(self.n, local).div_(self.n)
+            bufs = flat.float_buffers(self._eval_module)
+            with torch.no_grad():
+                for b, v in zip(bufs, flat.split(mean, bufs), strict=True):
+                    b.copy_(v)
+        return self._eval_module
+
+    def _eval(self, module: nn.Module, dataset: Dataset, indices: np.ndarray) -> Sums:
+        return evaluate(module, dataset, indices, loss_fn=self.loss_fn,
+                        batch_size=self.eval_batch_size, device=self.device, dtype=self.dtype)
+
+    def _gather(self, per_node: dict[int, Sums]) -> Sums:
+        values = self.engine.node_values
+        loss = values({i: s.loss for i, s in per_node.items()})
+        correct = values({i: s.correct for i, s in per_node.items()})
+        count = values({i: float(s.count) for i, s in per_node.items()})
+        return Sums(math.fsum(loss.tolist()), math.fsum(correct.tolist()),
+                    int(round(math.fsum(count.tolist()))))
