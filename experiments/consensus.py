@@ -26,6 +26,7 @@ from gossip.cli import (  # noqa: E402
     DTYPES,
     add_run_arguments,
     checkpoint_options,
+    gamma_value,
     guarded,
     setup,
     split_per_run,
@@ -35,6 +36,7 @@ from gossip.layout import Layout  # noqa: E402
 from gossip.metrics import JsonlLogger, first_reach, versions  # noqa: E402
 from gossip.runner import execute  # noqa: E402
 from gossip.seeding import generator, init_seed  # noqa: E402
+from gossip.tuning import tune_gamma  # noqa: E402
 
 log = logging.getLogger("gossip.consensus")
 
@@ -51,8 +53,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="compressor specs, one run each: none, fp16, bf16, topk:0.01, topk:K, "
                         "randk:0.01[:unbiased], sign, qsgd:4bit, qsgd:s=16[:biased], lead:2, "
                         "natural, lowrank:1")
-    g.add_argument("--gamma", nargs="+", type=float, default=None, metavar="G",
-                   help="consensus step: one for all runs or one per compressor "
+    g.add_argument("--gamma", nargs="+", type=gamma_value, default=None, metavar="G",
+                   help="consensus step: one for all runs or one per compressor; 'auto' "
+                        "searches the grid 1, 0.5, 0.2, ..., 0.01 on a tenth of the rounds "
                         "(default: the algorithm's own default)")
     g.add_argument("--rank", type=int, default=None,
                    help="PowerGossip's rank (only with --algorithm powergossip)")
@@ -112,22 +115,32 @@ def main(argv: list[str] | None = None) -> list[dict]:
     logger = JsonlLogger(args.out, enabled=world.is_root)
     rows, curves = [], {}
     for index, (spec, gamma) in enumerate(zip(args.compressor, gammas)):
-        hp = {}
-        if gamma is not None:
-            hp["gamma"] = gamma
-        if args.rank is not None:
-            hp["rank"] = args.rank
-        algorithm = make_algorithm(args.algorithm, **hp)
-        engine = Engine(
-            algorithm, topology, x0, compressor=spec, layout=layout, seed=args.seed, world=world,
-            timeout=args.timeout, device=args.device, dtype=DTYPES[args.dtype],
-        )
+        def build(gamma, spec=spec) -> Engine:
+            hp = {} if gamma is None else {"gamma": gamma}
+            if args.rank is not None:
+                hp["rank"] = args.rank
+            return Engine(
+                make_algorithm(args.algorithm, **hp), topology, x0, compressor=spec,
+                layout=layout, seed=args.seed, world=world, timeout=args.timeout,
+                device=args.device, dtype=DTYPES[args.dtype],
+            )
+
+        search = None
+        if gamma == "auto":
+            search = tune_gamma(build, max(1, args.rounds // 10), "consensus_error")
+            gamma = search.pick
+            if world.is_root:
+                print(f"{args.algorithm} {spec}: {search.describe()}")
+        engine = build(gamma)
+        algorithm = engine.algorithm
         label = f"{args.algorithm} {spec}" + (f" γ={gamma:g}" if gamma is not None else "")
         config = {
             "script": "consensus", "args": vars(args), "algorithm": args.algorithm,
             "hparams": algorithm.hparams(), "compressor": spec, "nodes": topology.n,
             "world_size": world.size, "topology": topology.describe(), "versions": versions(),
         }
+        if search is not None:
+            config["gamma_search"] = search.record()
         result = execute(engine, label=label, config=config, logger=logger, rounds=args.rounds,
                          log_every=args.log_every, progress=args.progress,
                          **checkpoint_options(args, index))

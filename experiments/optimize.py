@@ -22,11 +22,19 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gossip.algorithms import REGISTRY, make_algorithm  # noqa: E402
-from gossip.cli import DTYPES, add_run_arguments, checkpoint_options, guarded, setup  # noqa: E402
+from gossip.cli import (  # noqa: E402
+    DTYPES,
+    add_run_arguments,
+    checkpoint_options,
+    gamma_value,
+    guarded,
+    setup,
+)
 from gossip.engine import Engine  # noqa: E402
 from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions  # noqa: E402
 from gossip.problems import ESTIMATORS, PROBLEMS, default_hparams, make_problem  # noqa: E402
 from gossip.runner import execute  # noqa: E402
+from gossip.tuning import tune_gamma  # noqa: E402
 
 log = logging.getLogger("gossip.optimize")
 
@@ -59,8 +67,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "beer@topk:0.1; plots distance to optimum vs rounds and bits")
     a.add_argument("--eta", type=float, default=None,
                    help="step size (default 1/L full gradients, 1/(6 L_max) sampled; BEER 0.2/L)")
-    a.add_argument("--gamma", type=float, default=None,
-                   help="consensus step (choco 0.5, deepsqueeze 0.2, beer 0.4, gossip 1)")
+    a.add_argument("--gamma", type=gamma_value, default=None,
+                   help="consensus step (default choco 0.5, deepsqueeze 0.2, beer 0.4, gossip 1); "
+                        "'auto' searches 1, 0.5, 0.2, ..., 0.01 on a tenth of the iterations")
     a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
     a.add_argument("--rank", type=int, default=None, help="PowerGossip's rank")
@@ -135,18 +144,32 @@ def main(argv: list[str] | None = None) -> list[dict]:
     rows, curves = [], {}
     for index, (label, name, base_hp, comp) in enumerate(run_specs(args)):
         hp = hyperparameters(name, base_hp, args, problem)
-        algorithm = make_algorithm(name, **hp)
-        engine = Engine(
-            algorithm, topology, lambda i: x0, compressor=comp, seed=args.seed, world=world,
-            timeout=args.timeout, device=args.device, dtype=dtype,
-            oracles=lambda i, gen: problem.oracle(i, gen, args.estimator, args.batch_size),
-            watch=("distance_to_optimum",),
-        )
+
+        def build(gamma, name=name, hp=hp, comp=comp) -> Engine:
+            kw = hp if gamma is None else hp | {"gamma": gamma}
+            return Engine(
+                make_algorithm(name, **kw), topology, lambda i: x0, compressor=comp,
+                seed=args.seed, world=world, timeout=args.timeout, device=args.device,
+                dtype=dtype, watch=("distance_to_optimum",),
+                oracles=lambda i, gen: problem.oracle(i, gen, args.estimator, args.batch_size),
+            )
+
+        search = None
+        if hp.get("gamma") == "auto":
+            search = tune_gamma(build, max(1, args.iterations // 10), "distance_to_optimum",
+                                [metrics])
+            hp["gamma"] = search.pick
+            if world.is_root:
+                print(f"{label}: {search.describe()}")
+        engine = build(None)
+        algorithm = engine.algorithm
         config = {"script": "optimize", "args": vars(args), "algorithm": name,
                   "hparams": algorithm.hparams(), "compressor": comp, "nodes": topology.n,
                   "world_size": world.size, "topology": topology.describe(),
                   "problem": args.problem, "smoothness": default_hparams(problem, args.estimator),
                   "optimal_value": f_star, "versions": versions()}
+        if search is not None:
+            config["gamma_search"] = search.record()
         result = execute(engine, label=label, config=config, logger=logger,
                          rounds=args.iterations, log_every=args.log_every, metrics=[metrics],
                          progress=args.progress, **checkpoint_options(args, index))

@@ -123,6 +123,16 @@ def checkpoint_options(args: argparse.Namespace, index: int) -> dict[str, Any]:
             "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None}
 
 
+def gamma_value(text: str) -> float | str:
+    """A consensus step, or 'auto' for a short grid search."""
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"gamma must be a number or 'auto', got '{text}'") from None
+
+
 def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
     """One value for all runs, or exactly one per run."""
     if not values:

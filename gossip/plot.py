@@ -26,7 +26,8 @@ def plot_runs(
     for ax, xk in zip(axes[0], x_keys):
         for label, recs in runs.items():
             pts = [(r[xk], r[metric]) for r in recs
-                   if r.get("type") == "round" and r.get(metric) is not None and xk in r]
+                   if r.get("type") == "round" and r.get(metric) is not None and xk in r
+                   and (xk != "bits_per_node" or r[xk] > 0)]  # log axis: no zero bits
             if not pts:
                 continue
             xs, ys = zip(*pts)

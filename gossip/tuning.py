@@ -141,3 +141,11 @@ def final_score(engine: Any, rounds: int, key: str = "consensus_error",
     records = engine.run(rounds, log_every=max(rounds, 1), metrics=list(metrics))
     value = records[-1].get(key)
     return float("nan") if value is None else float(value)
+
+
+def tune_gamma(build: Callable[[float], Any], rounds: int, key: str = "consensus_error",
+               metrics: Sequence[Callable] = (), grid: Sequence[float] | None = None) -> GammaSearch:
+    """``--gamma auto``: run ``build(gamma)`` (a fresh engine) for ``rounds`` rounds per candidate
+    and pick the γ with the lowest final ``key`` among those that did not diverge."""
+    return search_gamma(lambda g: final_score(build(g), rounds, key, metrics), grid,
+                        rounds=rounds, score_name=key)
