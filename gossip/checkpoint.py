@@ -132,7 +132,9 @@ class Checkpointer:
         try:
             return json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
-            raise CheckpointError(f"{path} is corrupt ({exc}); delete the directory to restart")
+            raise CheckpointError(
+                f"{path} is corrupt ({exc}); delete the directory to restart"
+            ) from exc
 
     def _write_manifest(self, rounds: list[int], complete: bool = False) -> None:
         data = {"format": FORMAT, "fingerprint": self.fingerprint, "identity": self.identity,

@@ -16,7 +16,14 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Node, RoundGenerator, mix_into, scheduled, send_payload
+from gossip.algorithms.base import (
+    Algorithm,
+    Node,
+    RoundGenerator,
+    mix_into,
+    scheduled,
+    send_payload,
+)
 from gossip.compress import make
 
 

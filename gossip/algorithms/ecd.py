@@ -15,7 +15,14 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Node, RoundGenerator, mix_into, scheduled, send_payload
+from gossip.algorithms.base import (
+    Algorithm,
+    Node,
+    RoundGenerator,
+    mix_into,
+    scheduled,
+    send_payload,
+)
 from gossip.algorithms.dcd import exchange_exact
 
 

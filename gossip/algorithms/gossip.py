@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Node, RoundGenerator, check_range, mix_into, send_payload
+from gossip.algorithms.base import (
+    Algorithm,
+    Node,
+    RoundGenerator,
+    check_range,
+    mix_into,
+    send_payload,
+)
 
 
 class Gossip(Algorithm):

@@ -11,8 +11,9 @@ even rounds orthonormalise P and exchange ``u_i = M_iᵀ P̂``. Because the sket
 The new factor is kept (warm start), so consecutive rounds run a power iteration on the slowly
 changing difference; without warm start the input factor is redrawn from the edge's shared
 generator every round. With gradients (a training run) the node computes its gradient at
-the pre-gossip model, gossips, then takes its local step (D-PSGD order). Tensors with ndim ≤ 1 are gossiped exactly (rate 1). No extra
-hyper-parameter: γ = 1 works untuned (the optimal over-relaxation 2/((1−λ₂)+β) is faster).
+the pre-gossip model, gossips, then takes its local step (D-PSGD order). Tensors with
+ndim ≤ 1 are gossiped exactly (rate 1). No extra hyper-parameter: γ = 1 works untuned (the
+optimal over-relaxation 2/((1−λ₂)+β) is faster).
 Differences from the reference code: no skipped first step; a factor that collapses below
 1e-12 (the edge reached consensus) is redrawn from the edge generator instead of staying 0.
 """
