@@ -23,8 +23,10 @@ def plot_runs(
 
     labels = {"round": "round", "bits_per_node": "bits sent per node", "epoch": "epoch"}
     fig, axes = plt.subplots(1, len(x_keys), figsize=(6 * len(x_keys), 4.2), squeeze=False)
+    palette = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors
+    styles = ["-", "--", ":", "-."]
     for ax, xk in zip(axes[0], x_keys):
-        for label, recs in runs.items():
+        for idx, (label, recs) in enumerate(runs.items()):
             pts = [(r[xk], r[metric]) for r in recs
                    if r.get("type") == "round" and r.get(metric) is not None and xk in r
                    and (xk != "bits_per_node" or r[xk] > 0)]  # log axis: no zero bits
@@ -33,7 +35,8 @@ def plot_runs(
             xs, ys = zip(*pts)
             if logy:
                 ys = [max(y, 1e-300) for y in ys]
-            ax.plot(xs, ys, label=label)
+            ax.plot(xs, ys, label=label, color=palette[idx % len(palette)],
+                    linestyle=styles[(idx // len(palette)) % len(styles)])
         if logy:
             ax.set_yscale("log")
         if xk == "bits_per_node":
@@ -41,7 +44,7 @@ def plot_runs(
         ax.set_xlabel(labels.get(xk, xk))
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(True, which="both", alpha=0.3)
-    axes[0][0].legend(fontsize=8)
+    axes[0][-1].legend(fontsize=8, loc="center left", bbox_to_anchor=(1.02, 0.5))
     if title:
         fig.suptitle(title)
     fig.tight_layout()
