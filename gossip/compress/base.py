@@ -15,9 +15,9 @@ shape and dtype, so ``fixed_nbytes(like) == max_nbytes(like) == payload.nbytes``
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 
@@ -25,19 +25,43 @@ class CompressionError(ValueError):
     """Bad input to a compressor (NaN/Inf, wrong shape) or a malformed byte buffer."""
 
 
-@dataclass
 class Payload:
     """One encoded message.
 
     ``buffer`` is a 1-D contiguous uint8 tensor (on the tensor's device): the wire format.
     ``parts`` are named views into ``buffer`` (values, indices, packed bits, scales) that
-    ``decode`` reads; ``meta`` is static metadata known to both ends (shape, dtype, device).
+    ``decode`` reads; ``shape`` and ``dtype`` describe the tensor it stands for.
+
+    Payloads of CPU tensors built on the numpy fast path keep their sections as numpy views
+    (``host``); ``parts`` then turns them into torch views on first access (no copy).
     """
 
-    buffer: torch.Tensor
-    shape: torch.Size
-    dtype: torch.dtype
-    parts: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("buffer", "shape", "dtype", "_parts", "host")
+
+    def __init__(
+        self,
+        buffer: torch.Tensor,
+        shape: torch.Size,
+        dtype: torch.dtype,
+        parts: dict[str, Any] | None = None,
+        host: dict[str, Any] | None = None,
+    ) -> None:
+        self.buffer = buffer
+        self.shape = shape
+        self.dtype = dtype
+        self._parts = parts if parts is not None or host is not None else {}
+        self.host = host
+
+    @property
+    def parts(self) -> dict[str, Any]:
+        p = self._parts
+        if p is None:
+            p = self._parts = _as_torch(self.host)
+        return p
+
+    @parts.setter
+    def parts(self, value: dict[str, Any]) -> None:
+        self._parts = value
 
     @property
     def nbytes(self) -> int:
@@ -47,6 +71,24 @@ class Payload:
     def to_bytes(self) -> torch.Tensor:
         """The one contiguous uint8 buffer the transport sends (no copy)."""
         return self.buffer
+
+    def __repr__(self) -> str:
+        names = list(self.host if self._parts is None else self._parts)
+        return (
+            f"Payload(nbytes={self.nbytes}, shape={tuple(self.shape)}, dtype={self.dtype}, "
+            f"device={self.buffer.device}, parts={names})"
+        )
+
+
+def _as_torch(obj: Any) -> Any:
+    """``obj`` with every numpy array (in dicts and lists) as a torch view of it."""
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(obj)
+    if isinstance(obj, dict):
+        return {k: _as_torch(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_as_torch(v) for v in obj]
+    return obj
 
 
 class Compressor(ABC):

@@ -78,6 +78,9 @@ def pm1_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     return _table("pm1", dtype, device)
 
 
+_NP_TABLES: dict[tuple, np.ndarray] = {}
+
+
 def signbit32_table(device: torch.device) -> torch.Tensor:
     """(256, 8) int32 table: row v holds the float32 sign bit for each set bit of v."""
     return _table("signbit32", torch.int32, device)
@@ -248,3 +251,122 @@ def _gather_planes(packed, first, stop, n8, idx, tmp, acc) -> None:
         if j - first:
             tmp.bitwise_left_shift_(j - first)
         acc.bitwise_or_(tmp)
+
+
+# ----------------------------------------------------------- numpy path for CPU tensors
+_SMALL_NP = 1 << 16  # up to this many codes, all planes are packed in one numpy call
+# The same bytes as :func:`pack_codes` / :func:`unpack_codes`, in few numpy calls: planes are
+# packed from a (planes, d) uint8 array in one ``packbits``, and unpacked 8 entries at a time
+# through a 256-entry uint64 table (entry v holds bit i of v in byte i), shifted per plane and
+# OR-reduced, so every op runs on ⌈d/8⌉ words.
+
+
+def _np_cached(key: tuple, make) -> np.ndarray:
+    t = _NP_TABLES.get(key)
+    if t is None:
+        t = _NP_TABLES[key] = make()
+    return t
+
+
+def _bytes_table() -> np.ndarray:
+    return _np_cached(("bytes",), lambda: _table("bytes", torch.int64, torch.device("cpu")).numpy().view(np.uint64))
+
+
+def _plane_masks(n: int) -> np.ndarray:
+    """(n, 1) uint8 column of ``1 << j``."""
+    return _np_cached(("masks", n), lambda: np.array([1 << j for j in range(n)], np.uint8)[:, None])
+
+
+def _plane_shifts(n: int) -> np.ndarray:
+    """(n, 1) uint64 column of j."""
+    return _np_cached(("shifts", n), lambda: np.arange(n, dtype=np.uint64)[:, None])
+
+
+def _pack_planes(src: np.ndarray, n: int, planes: np.ndarray, ws) -> None:
+    """``planes`` (n, ⌈d/8⌉) get bits 0..n−1 of the uint8 entries ``src`` (d, each < 2^n).
+
+    Small inputs in one call; large ones a plane at a time through a workspace (no n·d
+    temporary to fault in).
+    """
+    if n == 1:  # entries are 0/1 (codes < 2^width): packbits reads nonzero as set
+        planes[0] = np.packbits(src, bitorder="little")
+        return
+    if src.size <= _SMALL_NP or ws is None:
+        planes[:] = np.packbits(np.bitwise_and(src, _plane_masks(n)), axis=1, bitorder="little")
+        return
+    bit = ws.host("pack.bit", src.size, torch.uint8)
+    for j in range(n):  # packbits reads any nonzero byte as a set bit
+        np.bitwise_and(src, np.uint8(1 << j), out=bit)
+        planes[j] = np.packbits(bit, bitorder="little")
+
+
+def _unpack_planes(planes: np.ndarray) -> np.ndarray:
+    """uint8 entries (8·⌈d/8⌉) whose bits 0..n−1 come from ``planes`` (n, ⌈d/8⌉), n ≤ 8."""
+    g = _bytes_table().take(planes)
+    n = planes.shape[0]
+    if n == 1:
+        return g.view(np.uint8).reshape(-1)
+    g <<= _plane_shifts(n)
+    return np.bitwise_or.reduce(g, axis=0).view(np.uint8)
+
+
+def popcount_np(packed: np.ndarray) -> int:
+    """Number of set bits in a uint8 array."""
+    if hasattr(np, "bitwise_count"):  # numpy >= 2
+        return int(np.bitwise_count(packed).sum())
+    pop = _np_cached(("popcount",), lambda: _table("popcount", torch.int64, torch.device("cpu")).numpy())
+    return int(pop.take(packed).sum())
+
+
+def host_code_dtype(width: int) -> type:
+    """The numpy dtype codes of ``width`` bits are held in on the numpy path."""
+    return np.uint8 if width <= 8 else np.uint16 if width <= 16 else np.int32
+
+
+def pack_codes_np(codes: np.ndarray, width: int, out: np.ndarray, ws) -> None:
+    """numpy twin of :func:`pack_codes`: ``codes`` holds exactly d codes of dtype
+    ``host_code_dtype(width)`` (no padding needed), ``out`` gets ``packed_nbytes(d, width)``
+    bytes. ``ws`` is a :class:`Workspace`."""
+    d = codes.size
+    n8 = nbytes_bits(d)
+    if width < 8:
+        _pack_planes(codes, width, out[: width * n8].reshape(width, n8), ws)
+        return
+    np.copyto(out[:d], codes, casting="unsafe")  # the low byte, raw
+    out[d : 8 * n8] = 0
+    byte = ws.host("pack.byte", d, torch.uint8) if width > 8 else None
+    for first in range(8, width, 8):  # planes of the next code byte
+        n = min(width, first + 8) - first
+        np.right_shift(codes, first, out=byte, casting="unsafe")  # keeps that byte
+        _pack_planes(byte, n, out[first * n8 : (first + n) * n8].reshape(n, n8), ws)
+
+
+def unpack_codes_np(packed: np.ndarray, d: int, width: int, ws) -> np.ndarray:
+    """Inverse of :func:`pack_codes_np`: the d codes (unsigned, or int32 for more than 16 bits;
+    a workspace array or a view of a temporary).
+
+    Small inputs: 8 entries at a time through a 256-entry table; large ones stream through
+    :func:`unpack_codes` (``unpackbits`` per plane into workspaces).
+    """
+    n8 = nbytes_bits(d)
+    if d > _SMALL_NP:
+        return unpack_codes(torch.from_numpy(packed), d, width, ws, torch.device("cpu")).numpy()[:d]
+    if width < 8:
+        return _unpack_planes(packed[: width * n8].reshape(width, n8))[:d]
+    dt = host_code_dtype(width)
+    codes = ws.host("unpack.codes", d, _TORCH_INT[dt])
+    if width == 8:
+        np.copyto(codes, packed[:d])
+        return codes
+    for first in range(8, width, 8):  # the higher code bytes, then the low one
+        n = min(width, first + 8) - first
+        byte = _unpack_planes(packed[first * n8 : (first + n) * n8].reshape(n, n8))[:d]
+        if first == 8:
+            np.left_shift(byte, first, out=codes, dtype=dt)
+        else:
+            codes |= np.left_shift(byte, first, dtype=dt)
+    codes |= packed[:d]
+    return codes
+
+
+_TORCH_INT = {np.uint8: torch.uint8, np.uint16: torch.uint16, np.int32: torch.int32}

@@ -12,32 +12,55 @@ A concrete compressor describes its message body with a few hooks and never touc
 
 The same hooks serve the per-tensor wrapper (:mod:`gossip.compress.pertensor`), which lays the
 bodies of several tensors after one header.
+
+CPU tensors (float32/float64, ``bits.USE_NUMPY``) take a numpy fast path when the compressor
+defines the twin hooks ``_encode_host`` / ``_parse_host`` / ``_decode_host`` /
+``_decode_add_host``: they work on numpy views of the message and of ``out``, where a numpy
+call costs well under a µs against a few µs per torch op, which is what dominates small
+tensors (d ~ 10³–10⁵). The twins give the same bytes and decoded values as the torch hooks
+(``tests/test_compress_host.py`` runs both); reductions whose value travels (sign's ‖x‖₁,
+QSGD's ‖x‖₂) and random draws stay torch calls on both paths, since numpy sums in another
+order. Everything that depends only on (shape, dtype, device) is computed once
+(:class:`.wire.Plan`: sections, header bytes, a zeroed message template), and ``no_grad`` is
+entered only on the torch path and only when grad mode is on. Payloads of the numpy path keep
+their sections as numpy views (``Payload.host``); ``Payload.parts`` turns them into torch views
+on first access.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
+from gossip.compress import bits
 from gossip.compress.base import CompressionError, Compressor, Payload
 from gossip.compress.checks import (
     FLOAT_DTYPES,
     Workspace,
     check_dtype,
     check_generator,
+    no_grad,
     shared_workspace,
 )
 from gossip.compress.wire import (
     HEADER_NBYTES,
+    Plan,
     Sections,
     aligned_on,
     as_message,
     check_header,
     new_buffer,
     numel_of,
-    write_header,
 )
+
+
+def _bump_public(tensors: tuple[torch.Tensor, ...]) -> None:
+    torch.autograd.graph.increment_version(tensors)
+
+
+_bump = getattr(torch._C, "_increment_version", _bump_public)
 
 
 class Codec(Compressor):
@@ -47,10 +70,29 @@ class Codec(Compressor):
     param_name: ClassVar[str] = "parameter"
     dtypes: ClassVar[tuple[torch.dtype, ...]] = FLOAT_DTYPES
 
+    # numpy fast path for CPU tensors (``bits.USE_NUMPY``); None = the torch hooks serve them.
+    # Each works on numpy views of the message (``Plan.host_views``; the section arrays) and
+    # must give the same bytes / decoded values as its torch twin.
+    #: ``(plan, x, xn, generator, views) -> host parts``: ``x`` contiguous, ``xn`` its flat
+    #: numpy view
+    _encode_host: ClassVar[Any] = None
+    #: ``(views, numel) -> host parts``, raising :class:`CompressionError` like ``_parse_body``
+    _parse_host: ClassVar[Any] = None
+    #: ``(host parts, out) -> None`` with ``out`` a flat numpy array of the payload's dtype
+    _decode_host: ClassVar[Any] = None
+    #: ``(host parts, out, weight) -> None``: ``out += weight * decode``
+    _decode_add_host: ClassVar[Any] = None
+
     def __init__(self, spec: str) -> None:
         self.spec = spec
         self.check_finite = True
         self._plans: dict[tuple[tuple[int, ...], torch.dtype], Sections] = {}
+        self._pl: dict[tuple[Any, ...], Plan] = {}
+        cls = type(self)
+        # how the numpy path validates a body: 0 nothing to check, 1 _parse_host, 2 torch
+        self._parse_mode = (
+            1 if cls._parse_host is not None else 2 if cls._parse_body is not Codec._parse_body else 0
+        )
 
     @property
     def ws(self) -> Workspace:
@@ -107,6 +149,22 @@ class Codec(Compressor):
             self._plans[key] = sec
         return sec
 
+    def plan(self, x: torch.Tensor) -> Plan:
+        """The message plan for tensors like ``x`` (cached per shape, dtype and device).
+
+        Checks dtype and emptiness the first time; a cached plan means they passed.
+        """
+        try:
+            return self._pl[(x.shape, x.dtype, x.device)]
+        except (KeyError, AttributeError, TypeError):
+            pass
+        check_dtype(x, self.dtypes, self.spec)
+        shape = tuple(x.shape)
+        sec = self.sections(shape, x.dtype)
+        p = Plan(sec, self.kind, x.dtype, self.param_for(shape), x.numel(), x.device)
+        self._pl[(x.shape, x.dtype, x.device)] = p
+        return p
+
     def check_input(self, x: torch.Tensor, generator: torch.Generator | None) -> None:
         """Dtype, emptiness and (for randomized compressors) the generator."""
         check_dtype(x, self.dtypes, self.spec)
@@ -125,7 +183,8 @@ class Codec(Compressor):
         return self._encode_body(x.detach().contiguous(), generator, sec.views(body))
 
     # ------------------------------------------------------------ interface
-    @torch.no_grad()
+    # The numpy paths never build an autograd graph (x is detached, ``out`` never requires
+    # grad there), so only the torch paths run under no_grad.
     def encode(
         self,
         x: torch.Tensor,
@@ -133,18 +192,73 @@ class Codec(Compressor):
         *,
         out: torch.Tensor | None = None,
     ) -> Payload:
-        self.check_input(x, generator)
-        shape = tuple(x.shape)
-        sec = self.sections(shape, x.dtype)
-        buf = new_buffer(HEADER_NBYTES + sec.nbytes, x.device, out, self.spec)
-        write_header(buf, self.kind, x.dtype, self.param_for(shape), x.numel())
-        parts = self._encode_body(
-            x.detach().contiguous(), generator, sec.views(buf[HEADER_NBYTES:])
-        )
+        plan = self.plan(x)
+        if self.randomized and self._needs_generator(x):
+            check_generator(generator, x, self.spec)
+        if x.requires_grad:
+            x = x.detach()
+        if not x.is_contiguous():
+            x = x.contiguous()
+        if plan.host and self._encode_host is not None and bits.USE_NUMPY:
+            if out is None:
+                arr = plan.new_message()
+                buf = torch.from_numpy(arr)
+            else:
+                buf = new_buffer(plan.nbytes, x.device, out, self.spec)
+                arr = buf.numpy()
+                arr[:HEADER_NBYTES] = plan.header_np
+            xn = x.numpy()
+            if xn.ndim != 1:
+                xn = xn.reshape(-1)
+            parts = self._encode_host(plan, x, xn, generator, plan.host_views(arr))
+            return Payload(buf, x.shape, x.dtype, None, parts)
+        return self._encode_torch(plan, x, generator, out)
+
+    @no_grad
+    def _encode_torch(
+        self, plan: Plan, x: torch.Tensor, generator: torch.Generator | None, out
+    ) -> Payload:
+        host = plan.cpu and bits.USE_NUMPY  # numpy only to lay out the buffer
+        if host and out is None:
+            buf = torch.from_numpy(plan.new_message())
+        else:
+            buf = new_buffer(plan.nbytes, x.device, out, self.spec)
+            if host:
+                buf.numpy()[:HEADER_NBYTES] = plan.header_np
+            else:
+                plan.write_header(buf)
+        parts = self._encode_body(x, generator, plan.torch_views(buf, host))
         return Payload(buf, x.shape, x.dtype, parts)
 
-    @torch.no_grad()
+    def _host_out(self, out: Any, payload: Payload) -> np.ndarray | None:
+        """``out`` as a flat numpy array when the numpy decoders can write it, else None."""
+        if (
+            isinstance(out, torch.Tensor)
+            and out.dtype == payload.dtype
+            and out.is_cpu
+            and not out.requires_grad
+            and out.is_contiguous()
+            and out.numel() == numel_of(payload.shape)
+        ):
+            _bump((out,))  # what an in-place torch op does (autograd's staleness checks)
+            on = out.numpy()
+            return on if on.ndim == 1 else on.reshape(-1)
+        return None
+
     def decode(self, payload: Payload, out: torch.Tensor | None = None) -> torch.Tensor:
+        if payload.host is not None and self._decode_host is not None:
+            if out is None:
+                res = torch.empty(payload.shape, dtype=payload.dtype)
+                self._decode_host(payload.host, res.numpy().reshape(-1))
+                return res
+            on = self._host_out(out, payload)
+            if on is not None:
+                self._decode_host(payload.host, on)
+                return out
+        return self._decode_torch(payload, out)
+
+    @no_grad
+    def _decode_torch(self, payload: Payload, out: torch.Tensor | None) -> torch.Tensor:
         shape, dtype = tuple(payload.shape), payload.dtype
         if out is None:
             res = torch.empty(shape, dtype=dtype, device=payload.buffer.device)
@@ -157,8 +271,16 @@ class Codec(Compressor):
             out.copy_(self.decode(payload).view(out.shape))
         return out
 
-    @torch.no_grad()
     def decode_add_(self, out: torch.Tensor, payload: Payload, weight: float = 1.0) -> torch.Tensor:
+        if payload.host is not None and self._decode_add_host is not None:
+            on = self._host_out(out, payload)
+            if on is not None:
+                self._decode_add_host(payload.host, on, float(weight))
+                return out
+        return self._decode_add_torch(out, payload, weight)
+
+    @no_grad
+    def _decode_add_torch(self, out: torch.Tensor, payload: Payload, weight: float) -> torch.Tensor:
         shape, dtype = tuple(payload.shape), payload.dtype
         _check_out(out, payload, self.spec)
         if out.dtype == dtype and out.is_contiguous():
@@ -167,35 +289,56 @@ class Codec(Compressor):
             out.add_(self.decode(payload).view(out.shape), alpha=weight)
         return out
 
-    @torch.no_grad()
     def from_bytes(self, buf: torch.Tensor, like: torch.Tensor) -> Payload:
         """Rebuild a payload for a tensor shaped like ``like`` (its values are not read).
 
         Checks header and exact length before any allocation, then the body (index ranges,
         bit widths, …). One host sync on CUDA for the header, plus one per body check.
+        (No autograd: a uint8 buffer never requires grad.)
         """
         buf = as_message(buf, self.spec)
-        check_dtype(like, self.dtypes, self.spec)
+        plan = self.plan(like)
+        if plan.cpu and buf.is_cpu and bits.USE_NUMPY:
+            bn = buf.numpy()
+            if bn.size != plan.nbytes or bn[:HEADER_NBYTES].tobytes() != plan.header:
+                self._check_header(buf, like, plan)
+                raise AssertionError("unreachable: the header check passed")  # pragma: no cover
+            if buf.data_ptr() % 8 or not buf.is_contiguous():
+                buf = buf.clone()
+                bn = buf.numpy()
+            views = plan.host_views(bn)
+            mode = self._parse_mode
+            if mode == 1:
+                return Payload(buf, like.shape, like.dtype, None, self._parse_host(views, plan.numel))
+            if mode == 2 or not plan.host:
+                parts = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in views.items()}
+                if mode == 2:
+                    parts = self._parse_body(parts, tuple(like.shape), like.dtype)
+                return Payload(buf, like.shape, like.dtype, parts)
+            return Payload(buf, like.shape, like.dtype, None, views)
+        self._check_header(buf, like, plan)
+        buf = aligned_on(buf, like.device)
+        parts = self._parse_body(
+            plan.torch_views(buf, False), tuple(like.shape), like.dtype
+        )
+        return Payload(buf, like.shape, like.dtype, parts)
+
+    def _check_header(self, buf: torch.Tensor, like: torch.Tensor, plan: Plan) -> None:
         shape = tuple(like.shape)
-        sec = self.sections(shape, like.dtype)
         check_header(
             buf,
             name=self.spec,
             kind=self.kind,
             dtype=like.dtype,
-            param=self.param_for(shape),
+            param=plan.param,
             param_name=self.param_name,
-            numel=like.numel(),
-            nbytes=HEADER_NBYTES + sec.nbytes,
+            numel=plan.numel,
+            nbytes=plan.nbytes,
             shape=shape,
         )
-        buf = aligned_on(buf, like.device)
-        parts = self._parse_body(sec.views(buf[HEADER_NBYTES:]), shape, like.dtype)
-        return Payload(buf, like.shape, like.dtype, parts)
 
     def max_nbytes(self, like: torch.Tensor) -> int:
-        check_dtype(like, self.dtypes, self.spec)
-        return HEADER_NBYTES + self.sections(tuple(like.shape), like.dtype).nbytes
+        return self.plan(like).nbytes
 
     def fixed_nbytes(self, like: torch.Tensor) -> int | None:
         return self.max_nbytes(like)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from gossip.compress.base import CompressionError
-from gossip.compress.checks import check_scalar, nonfinite
+from gossip.compress.checks import all_finite, check_scalar, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
 
@@ -40,6 +41,29 @@ class Identity(Codec):
 
     def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
         out.view(-1).add_(parts["values"], alpha=weight)
+
+    # ------------------------------------------------------- numpy fast path (CPU)
+    def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
+        vals = v["values"]
+        np.copyto(vals, xn)
+        if self.check_finite and not all_finite(xn, x):
+            raise nonfinite(self.spec)
+        return v
+
+    def _decode_host(self, host, out: np.ndarray) -> None:
+        np.copyto(out, host["values"])
+
+    def _decode_add_host(self, host, out: np.ndarray, weight: float) -> None:
+        vals = host["values"]
+        if weight == 1.0:
+            out += vals
+        else:
+            tmp = self.ws.host("decode_add", vals.size, _TORCH_OF[vals.dtype.type])
+            np.multiply(vals, weight, out=tmp)
+            out += tmp
+
+
+_TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
 
 
 class Cast(Codec):

@@ -19,18 +19,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
+from gossip.compress import bits
 from gossip.compress.base import CompressionError, Compressor, Payload
-from gossip.compress.checks import check_dtype
+from gossip.compress.checks import check_dtype, check_generator, no_grad
 from gossip.compress.codec import Codec, _check_out
 from gossip.compress.wire import (
     HEADER_NBYTES,
     PER_TENSOR,
+    Plan,
     align8,
     aligned_on,
     as_message,
     check_header,
+    header_bytes,
     new_buffer,
     write_header,
 )
@@ -56,6 +60,11 @@ class PerTensor(Compressor):
         self.omega = None if any(w is None for w in omegas) else max(omegas)
         self.delta = None if any(d is None for d in deltas) else min(deltas)
         self._plans: dict[torch.dtype, tuple[list[int], list[int], int]] = {}
+        self._hosts: dict[torch.dtype, _HostPlan] = {}
+        cls = type(first)
+        self._host_encode = cls._encode_host is not None
+        self._host_decode = cls._decode_host is not None
+        self._host_parse = first._parse_mode != 2
 
     @property
     def check_finite(self) -> bool:  # type: ignore[override]
@@ -96,7 +105,17 @@ class PerTensor(Compressor):
             )
         return x.reshape(-1)
 
-    @torch.no_grad()
+    def _host_plan(self, flat: torch.Tensor) -> _HostPlan | None:
+        """The numpy-path plan for CPU float32/float64 messages, else None."""
+        if not (flat.is_cpu and bits.USE_NUMPY and flat.dtype in (torch.float32, torch.float64)):
+            return None
+        hp = self._hosts.get(flat.dtype)
+        if hp is None:
+            hp = self._hosts[flat.dtype] = _HostPlan(self, flat.dtype)
+        return hp
+
+    # The numpy paths never build an autograd graph (as in Codec), the torch ones run under
+    # no_grad.
     def encode(
         self,
         x: torch.Tensor,
@@ -104,10 +123,40 @@ class PerTensor(Compressor):
         *,
         out: torch.Tensor | None = None,
     ) -> Payload:
-        flat = self._flat(x, "the input").contiguous()
+        flat = self._flat(x, "the input")
+        hp = self._host_plan(flat) if self._host_encode else None
+        if hp is None:
+            return self._encode_torch(x, flat, generator, out)
+        if self.randomized:
+            check_generator(generator, flat, self.spec)
+        if flat.requires_grad:
+            flat = flat.detach()
+        if not flat.is_contiguous():
+            flat = flat.contiguous()
+        if out is None:
+            arr = hp.new_message()
+            buf = torch.from_numpy(arr)
+        else:
+            buf = new_buffer(hp.nbytes, flat.device, out, self.spec)
+            arr = buf.numpy()
+            hp.write_header(arr)
+        fn = flat.numpy()
+        bodies = []
+        for c, plan, xo, n, shift in hp.items:
+            xs = fn[xo : xo + n]
+            bodies.append(
+                c._encode_host(plan, torch.from_numpy(xs), xs, generator, plan.host_views_at(arr, shift))
+            )
+        return Payload(buf, x.shape, x.dtype, None, {"bodies": bodies})
+
+    @no_grad
+    def _encode_torch(self, x, flat, generator, out) -> Payload:
+        flat = flat.contiguous()
         offsets, sizes, total = self.plan(flat.dtype)
         buf = new_buffer(total, flat.device, out, self.spec)
         write_header(buf, self.kind, flat.dtype, self.inners[0].param, flat.numel())
+        for a, b in _gaps(offsets, sizes):
+            buf[a:b].zero_()
         bodies = [
             c.encode_into(view, generator, buf[o : o + n])
             for c, view, o, n in zip(
@@ -116,10 +165,26 @@ class PerTensor(Compressor):
         ]
         return Payload(buf, x.shape, x.dtype, {"bodies": bodies})
 
-    @torch.no_grad()
+    def _host_out(self, out: Any, payload: Payload) -> tuple[_HostPlan, np.ndarray] | None:
+        if payload.host is None or not self._host_decode:
+            return None
+        hp = self._hosts.get(payload.dtype)
+        on = self.inners[0]._host_out(out, payload)
+        return None if hp is None or on is None else (hp, on)
+
     def decode(self, payload: Payload, out: torch.Tensor | None = None) -> torch.Tensor:
         if out is None:
             out = torch.empty(payload.shape, dtype=payload.dtype, device=payload.buffer.device)
+        got = self._host_out(out, payload)
+        if got is None:
+            return self._decode_torch(payload, out)
+        hp, on = got
+        for (c, _, xo, n, _), host in zip(hp.items, payload.host["bodies"], strict=True):
+            c._decode_host(host, on[xo : xo + n])
+        return out
+
+    @no_grad
+    def _decode_torch(self, payload: Payload, out: torch.Tensor) -> torch.Tensor:
         _check_out(out, payload, self.spec)
         if out.dtype != payload.dtype or not out.is_contiguous():
             return out.copy_(self.decode(payload).view(out.shape))
@@ -130,8 +195,18 @@ class PerTensor(Compressor):
             c._decode_body(parts, shape, payload.dtype, view)
         return out
 
-    @torch.no_grad()
     def decode_add_(self, out: torch.Tensor, payload: Payload, weight: float = 1.0) -> torch.Tensor:
+        got = self._host_out(out, payload)
+        if got is None:
+            return self._decode_add_torch(out, payload, weight)
+        hp, on = got
+        w = float(weight)
+        for (c, _, xo, n, _), host in zip(hp.items, payload.host["bodies"], strict=True):
+            c._decode_add_host(host, on[xo : xo + n], w)
+        return out
+
+    @no_grad
+    def _decode_add_torch(self, out: torch.Tensor, payload: Payload, weight: float) -> torch.Tensor:
         _check_out(out, payload, self.spec)
         if out.dtype != payload.dtype or not out.is_contiguous():
             return out.add_(self.decode(payload).view(out.shape), alpha=weight)
@@ -142,11 +217,26 @@ class PerTensor(Compressor):
             c._decode_add_body(parts, shape, payload.dtype, view, float(weight))
         return out
 
-    @torch.no_grad()
     def from_bytes(self, buf: torch.Tensor, like: torch.Tensor) -> Payload:
         buf = as_message(buf, self.spec)
         self._flat(like, "the receiving tensor")
-        offsets, sizes, total = self.plan(like.dtype)
+        hp = self._host_plan(like) if self._host_parse and buf.is_cpu else None
+        if hp is None:
+            return self._from_bytes_torch(buf, like)
+        bn = buf.numpy()
+        if bn.size != hp.nbytes or bn[:HEADER_NBYTES].tobytes() != hp.header:
+            self._check_header(buf, like, hp.nbytes)
+            raise AssertionError("unreachable: the header check passed")  # pragma: no cover
+        if buf.data_ptr() % 8 or not buf.is_contiguous():
+            buf = buf.clone()
+            bn = buf.numpy()
+        bodies = []
+        for c, plan, _, n, shift in hp.items:
+            views = plan.host_views_at(bn, shift)
+            bodies.append(c._parse_host(views, n) if c._parse_mode == 1 else views)
+        return Payload(buf, like.shape, like.dtype, None, {"bodies": bodies})
+
+    def _check_header(self, buf: torch.Tensor, like: torch.Tensor, nbytes: int) -> None:
         check_header(
             buf,
             name=f"{self.spec} (per tensor)",
@@ -155,9 +245,13 @@ class PerTensor(Compressor):
             param=self.inners[0].param,
             param_name=self.inners[0].param_name,
             numel=like.numel(),
-            nbytes=total,
+            nbytes=nbytes,
             shape=tuple(like.shape),
         )
+
+    def _from_bytes_torch(self, buf: torch.Tensor, like: torch.Tensor) -> Payload:
+        offsets, sizes, total = self.plan(like.dtype)
+        self._check_header(buf, like, total)
         buf = aligned_on(buf, like.device)
         bodies: list[dict[str, Any]] = []
         for c, shape, o, n in zip(self.inners, self.layout.shapes, offsets, sizes, strict=True):
@@ -178,3 +272,42 @@ class PerTensor(Compressor):
 
     def __repr__(self) -> str:
         return f"PerTensor({self.spec!r}, {self.layout!r})"
+
+
+class _HostPlan:
+    """A per-tensor message of one dtype on the numpy path: for each tensor its codec, body
+    plan, offset in the flat input, size, and where its body sits relative to a standalone
+    message's (``shift``)."""
+
+    def __init__(self, pt: PerTensor, dtype: torch.dtype) -> None:
+        offsets, _, total = pt.plan(dtype)
+        cpu = torch.device("cpu")
+        items = []
+        for c, shape, xo, n, o in zip(
+            pt.inners, pt.layout.shapes, pt.layout.offsets, pt.layout.sizes, offsets, strict=True
+        ):
+            plan = Plan(c.sections(shape, dtype), c.kind, dtype, c.param, n, cpu)
+            items.append((c, plan, xo, n, o - HEADER_NBYTES))
+        self.items = tuple(items)
+        self.nbytes = total
+        self.header = header_bytes(pt.kind, dtype, pt.inners[0].param, pt.layout.numel)
+        self.header_np = np.frombuffer(self.header, dtype=np.uint8)
+
+        self.gaps = _gaps(offsets, [p.sec.nbytes for _, p, _, _, _ in self.items])
+
+    def write_header(self, arr: np.ndarray) -> None:
+        """The header, and zeros in the alignment gaps between bodies."""
+        arr[:HEADER_NBYTES] = self.header_np
+        for a, b in self.gaps:
+            arr[a:b] = 0
+
+    def new_message(self) -> np.ndarray:
+        arr = np.empty(self.nbytes, dtype=np.uint8)
+        self.write_header(arr)
+        return arr
+
+
+def _gaps(offsets: list[int], sizes: list[int]) -> list[tuple[int, int]]:
+    """The padding between consecutive bodies (zeroed: a message never carries stale memory,
+    and equal inputs give equal bytes)."""
+    return [(o + n, nxt) for o, n, nxt in zip(offsets, sizes, offsets[1:]) if o + n < nxt]

@@ -5,13 +5,17 @@ from __future__ import annotations
 import math
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from gossip.compress import bits
 from gossip.compress.base import CompressionError
-from gossip.compress.checks import check_scalar, nonfinite
+from gossip.compress.checks import check_scalar, nonfinite, quiet, tame
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
+
+_TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
+_TORCH_INT = {np.uint8: torch.uint8, np.uint16: torch.uint16, np.int32: torch.int32}
 
 
 class LevelQuantizer(Codec):
@@ -71,11 +75,7 @@ class LevelQuantizer(Codec):
         t = self.ws.get("t", d, work, dev)
         t.uniform_(o, o + 1, generator=generator)
         if dev.type == "cpu" or self.check_finite:  # the norm is on the host anyway
-            nv = float(n)
-            if nv >= 1e-30:
-                t.add_(xf, alpha=s / nv)  # o + u + y in [o - s, o + s + 1)
-            elif nv > 0:  # s/n would overflow float32: divide instead
-                t.addcdiv_(xf, torch.full((), nv / s, dtype=work, device=dev))
+            self._add_levels(t, xf, float(n))
         else:  # no host sync: n = 0 means x = 0, any finite step gives codes o
             t.addcdiv_(xf, torch.where(n > 0, n / s, torch.ones_like(n)).to(work))
         codes = self.ws.get("codes", bits.padded(d), bits.code_dtype(self.width), dev)
@@ -86,6 +86,72 @@ class LevelQuantizer(Codec):
         codes[d:].zero_()
         bits.pack_codes(codes, self.width, v["codes"], self.ws, dev)
         return v
+
+    # ------------------------------------------------------- numpy fast path (CPU)
+    def _norm_host(self, x: torch.Tensor, xn: np.ndarray) -> float:
+        """The norm as a Python float (the value :meth:`_norm` gives); checks NaN/Inf."""
+        raise NotImplementedError
+
+    def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
+        d, s, o = xn.size, self.s, self.offset
+        nv = self._norm_host(x, xn)
+        factor = plan.extra.get("factor")
+        if factor is None:
+            factor = plan.extra["factor"] = self._factor(d) / s
+        dt = v["scale"].dtype.type
+        v["scale"][0] = dt(nv) * dt(factor)  # as torch: in the input dtype
+        work = torch.float64 if self.width > 10 else x.dtype
+        tt, t = self.ws.pair("t", d, work)
+        tt.uniform_(o, o + 1, generator=generator)
+        # the arithmetic in torch, as on the torch path (fused a + αb: the same bytes)
+        self._add_levels(tt, x.view(-1) if x.dim() != 1 else x, nv)
+        # codes = ⌊t⌋ clamped to [o − s, o + s] (float rounding at |y| = s), as the torch path
+        if self.width <= 8:  # clamp the uint8 codes (a quarter of the bytes of t)
+            if o + s + 1 > 255:
+                tt.clamp_(max=o + s)  # a float rounded up to 256 would wrap to 0 in uint8
+            codes_t, codes = self.ws.pair("codes", d, torch.uint8)
+            np.copyto(codes, t, casting="unsafe")  # truncation = floor (t > 0)
+            codes_t.clamp_(o - s, o + s)
+        else:  # wider codes (uint16: no torch clamp): clamp t, the same codes
+            tt.clamp_(o - s, o + s)
+            codes = self.ws.host("codes", d, _TORCH_INT[bits.host_code_dtype(self.width)])
+            np.copyto(codes, t, casting="unsafe")
+        bits.pack_codes_np(codes, self.width, v["codes"], self.ws)
+        return v
+
+    def _expand_host(self, packed: np.ndarray, step, out: np.ndarray) -> None:
+        """``out = (c − o)·step`` from the packed codes c (the torch path's arithmetic)."""
+        codes = bits.unpack_codes_np(packed, out.size, self.width, self.ws)
+        np.copyto(out, codes, casting="unsafe")
+        out -= self.offset
+        out *= step
+
+    def _decode_host(self, host, out: np.ndarray) -> None:
+        q = host["scale"][0]
+        if tame(q, 1 << self.width):
+            self._expand_host(host["codes"], q, out)
+        else:  # a corrupt step: Inf/NaN, as torch gives, without warnings
+            with quiet():
+                self._expand_host(host["codes"], q, out)
+
+    def _decode_add_host(self, host, out: np.ndarray, weight: float) -> None:
+        q = host["scale"][0]
+        if not tame(q, weight, 1 << self.width):
+            with quiet():
+                return self._decode_add_host_(host["codes"], q, out, weight)
+        return self._decode_add_host_(host["codes"], q, out, weight)
+
+    def _decode_add_host_(self, packed, q, out: np.ndarray, weight: float) -> None:
+        tmp = self.ws.host("decode_add", out.size, _TORCH_OF[out.dtype.type])
+        self._expand_host(packed, q * q.dtype.type(weight), tmp)
+        out += tmp
+
+    def _add_levels(self, t: torch.Tensor, xf: torch.Tensor, nv: float) -> None:
+        """``t += y``, y = s·x/n in [−s, s]: o + u + y in [o − s, o + s + 1) (both paths)."""
+        if nv >= 1e-30:
+            t.add_(xf, alpha=self.s / nv)
+        elif nv > 0:  # s/n would overflow float32: divide instead
+            t.addcdiv_(xf, torch.full((), nv / self.s, dtype=t.dtype, device=t.device))
 
     def _decode_body(self, parts, shape, dtype, out) -> None:
         of = out.view(-1)
@@ -133,6 +199,13 @@ class QSGD(LevelQuantizer):
             check_scalar(n, xf, self.spec, "‖x‖₂")
         return n
 
+    def _norm_host(self, x: torch.Tensor, xn: np.ndarray) -> float:
+        n = torch.linalg.vector_norm(x)  # torch on both paths: the same bytes
+        nv = n.item()
+        if self.check_finite and not math.isfinite(nv):
+            check_scalar(n, x, self.spec, "‖x‖₂")
+        return nv
+
 
 class LeadQuantizer(LevelQuantizer):
     """LEAD's unbiased b-bit ∞-norm quantizer (§9): s = 2^{b−1} levels of ‖x‖_∞.
@@ -158,6 +231,12 @@ class LeadQuantizer(LevelQuantizer):
         if self.check_finite and not bool(torch.isfinite(torch.stack((lo, hi))).all()):
             raise nonfinite(self.spec)  # aminmax propagates NaN
         return n
+
+    def _norm_host(self, x: torch.Tensor, xn: np.ndarray) -> float:
+        lo, hi = float(xn.min()), float(xn.max())  # propagate NaN
+        if self.check_finite and not (math.isfinite(lo) and math.isfinite(hi)):
+            raise nonfinite(self.spec)
+        return max(-lo, hi)
 
 
 class Natural(Codec):
@@ -214,6 +293,13 @@ class Natural(Codec):
         r.add_(ibits).bitwise_right_shift_(mant)
         bits.cast_into(v["exps"], r)
         bits.pack_negative(xf, v["signs"], self.ws)
+        return v
+
+    def _parse_host(self, v, d: int) -> dict[str, Any]:
+        if int(v["exps"].max()) == 255:
+            raise CompressionError(
+                f"{self.spec}: exponent code 255 is invalid (would decode to Inf)"
+            )
         return v
 
     def _parse_body(self, v, shape, dtype) -> dict[str, Any]:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from gossip.compress import bits
-from gossip.compress.checks import check_scalar
+from gossip.compress.checks import check_scalar, quiet, tame
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
+
+_TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
+_TABLE_FROM = 1 << 18  # above this many entries the table gather (one pass) decodes faster
 
 
 class ScaledSign(Codec):
@@ -45,6 +50,50 @@ class ScaledSign(Codec):
         bits.pack_negative(xf, v["bits"], self.ws)
         return v
 
+    # ------------------------------------------------------- numpy fast path (CPU)
+    def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
+        # ‖x‖₁ by torch on both paths: numpy sums in another order (other bytes)
+        xf = x if x.dim() == 1 else torch.from_numpy(xn)
+        l1 = torch.abs(xf, out=self.ws.pair("abs", xn.size, x.dtype)[0]).sum()
+        l1v = l1.item()
+        if self.check_finite and not math.isfinite(l1v):
+            check_scalar(l1, x, self.spec, "‖x‖₁")
+        dt = v["scale"].dtype.type
+        v["scale"][0] = dt(l1v) / dt(xn.size)  # as torch: in the input dtype
+        neg = self.ws.host("flags", xn.size, torch.bool)
+        np.less(xn, 0, out=neg)
+        v["bits"][:] = np.packbits(neg, bitorder="little")
+        return v
+
+    def _decode_host(self, host, out: np.ndarray) -> None:
+        scale = host["scale"][0]
+        if out.size > _TABLE_FROM:
+            self._expand_table(host, torch.from_numpy(out))
+        elif tame(scale):
+            _expand_host(host["bits"], scale, out)
+        else:
+            with quiet():
+                _expand_host(host["bits"], scale, out)
+
+    def _decode_add_host(self, host, out: np.ndarray, weight: float) -> None:
+        scale = host["scale"][0]
+        tmp = self.ws.host("decode_add", out.size, _TORCH_OF[out.dtype.type])
+        if out.size > _TABLE_FROM:
+            tt = torch.from_numpy(tmp)
+            self._expand_table(host, tt)
+            torch.from_numpy(out).add_(tt, alpha=weight)
+        elif tame(scale, weight):
+            _expand_host(host["bits"], scale * scale.dtype.type(weight), tmp)
+            out += tmp
+        else:
+            with quiet():
+                _expand_host(host["bits"], scale * scale.dtype.type(weight), tmp)
+                out += tmp
+
+    def _expand_table(self, host, out: torch.Tensor) -> None:
+        """:meth:`_expand` on numpy parts: one table row per byte, one pass over ``out``."""
+        self._expand({"bits": torch.from_numpy(host["bits"])}, out, torch.from_numpy(host["scale"]))
+
     def _decode_body(self, parts, shape, dtype, out) -> None:
         self._expand(parts, out.view(-1), parts["scale"])
 
@@ -66,3 +115,10 @@ class ScaledSign(Codec):
         if d % 8:
             last = table[packed[full:].long()].view(-1)
             out[8 * full :].copy_(last[: d % 8])
+
+
+def _expand_host(packed: np.ndarray, scale, out: np.ndarray) -> None:
+    """``out = scale·(±1)`` from the packed sign bits: ``scale − 2·scale·bit``, exact."""
+    b = np.unpackbits(packed, count=out.size, bitorder="little")
+    np.multiply(b, -2 * scale, out=out, dtype=out.dtype)  # -2·scale: exact
+    out += scale

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from typing import Any, ClassVar
 
 import numpy as np
@@ -10,7 +12,7 @@ import torch
 
 from gossip.compress import bits
 from gossip.compress.base import CompressionError
-from gossip.compress.checks import check_scalar
+from gossip.compress.checks import all_finite, check_scalar, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
 
@@ -138,6 +140,106 @@ class TopK(_KSparse):
         torch.ge(a, t, out=mask)
         return mask.nonzero().view(-1)
 
+    # ------------------------------------------------------- numpy fast path (CPU)
+    def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
+        d, k = xn.size, v["values"].size
+        a = self.ws.host("abs", d, x.dtype)
+        np.abs(xn, out=a)
+        sel = self._select_host(a, k)
+        np.take(xn, sel, out=v["values"])
+        if "index" in v:
+            v["index"][:] = sel
+        else:
+            flags = self.ws.host("flags", d, torch.bool)
+            flags.fill(False)
+            flags[sel] = True
+            v["bitmap"][:] = np.packbits(flags, bitorder="little")
+        v["sel"] = sel
+        return v
+
+    def _select_host(self, a: np.ndarray, k: int) -> np.ndarray:
+        """numpy twin of :meth:`select` (same set; raises on NaN/Inf when ``check_finite``).
+
+        Below ``sample_min_d`` one ``np.partition`` finds the k-th largest value t; the set is
+        then read off ``a >= t`` (ties resolved only when there are more than k candidates).
+        """
+        d = a.size
+        if d >= self.sample_min_d and 8 * k <= d:
+            if self.check_finite and not math.isfinite(a.max()):  # max propagates NaN
+                raise nonfinite(self.spec)
+            sample = a[:: max(8, d // self.sample_size)]
+            ns = sample.size
+            mean = ns * k / d
+            j = min(ns, math.ceil(mean + 4.0 * math.sqrt(mean) + 2.0))
+            cand = self._ge_host(a, np.partition(sample, ns - j)[ns - j])
+            if cand.size >= k:
+                ca = a[cand]
+                return _resolve_ties(cand, ca, np.partition(ca, ca.size - k)[ca.size - k], k)
+            # the sample was unlucky (or adversarial): the exact threshold from all entries
+            t = torch.topk(torch.from_numpy(a), k, sorted=False).values.min().item()
+        elif k == d:
+            if self.check_finite and not math.isfinite(a.max()):
+                raise nonfinite(self.spec)
+            return np.arange(d, dtype=np.int64)
+        else:
+            top = np.partition(a, d - k)[d - k :]  # NaN sorts last: NaN/Inf land in here
+            if self.check_finite and not math.isfinite(top.max()):
+                raise nonfinite(self.spec)
+            t = top[0]
+        cand = self._ge_host(a, t)
+        if cand.size == k:
+            return cand
+        if cand.size < k:  # t is NaN (only with check_finite off): any k entries, no crash
+            return np.sort(np.argpartition(a, d - k)[d - k :])
+        return _resolve_ties(cand, a[cand], t, k)
+
+    def _ge_host(self, a: np.ndarray, t) -> np.ndarray:
+        """Increasing int64 indices of ``a >= t``."""
+        mask = self.ws.host("mask", a.size, torch.bool)
+        np.greater_equal(a, t, out=mask)
+        return np.nonzero(mask)[0]
+
+    def _parse_host(self, v, d: int) -> dict[str, Any]:
+        k = v["values"].size
+        if "index" in v:
+            idx = v["index"]
+            inc = k == 1 or bool((idx[1:] > idx[:-1]).all())
+            lo, hi = (int(idx[0]), int(idx[-1])) if inc else (int(idx.min()), int(idx.max()))
+            if lo < 0 or hi >= d:
+                raise CompressionError(
+                    f"{self.spec}: index out of range: indices span [{lo}, {hi}] but d = {d}"
+                )
+            if not inc:
+                raise CompressionError(
+                    f"{self.spec}: indices are not strictly increasing (duplicates or unsorted)"
+                )
+            v["sel"] = idx
+        else:
+            bm = v["bitmap"]
+            ones = bits.popcount_np(bm)
+            if ones != k:
+                raise CompressionError(f"{self.spec}: bitmap has {ones} set bits, expected k = {k}")
+            tail = d % 8
+            if tail and int(bm[-1]) >> tail:
+                raise CompressionError(f"{self.spec}: bitmap sets bits past d = {d}")
+        return v
+
+    def _sel_host(self, host: dict[str, Any], d: int) -> np.ndarray:
+        sel = host.get("sel")
+        if sel is None:
+            sel = host["sel"] = np.nonzero(
+                np.unpackbits(host["bitmap"], count=d, bitorder="little")
+            )[0]
+        return sel
+
+    def _decode_host(self, host, out: np.ndarray) -> None:
+        out.fill(0)
+        out[self._sel_host(host, out.size)] = host["values"]
+
+    def _decode_add_host(self, host, out: np.ndarray, weight: float) -> None:
+        vals = host["values"]
+        out[self._sel_host(host, out.size)] += vals if weight == 1.0 else vals * weight
+
     def _parse_body(self, v, shape, dtype) -> dict[str, Any]:
         d, k = numel_of(shape), v["values"].numel()
         if "index" in v:
@@ -163,6 +265,8 @@ class TopK(_KSparse):
 
     def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
         sel = parts.get("sel")
+        if sel is not None and sel.dtype != torch.int64:  # the int32 wire indices
+            sel = parts["sel"] = sel.long()
         if sel is None:
             if "index" in parts:
                 sel = parts["index"].long()
@@ -233,11 +337,46 @@ class RandK(_KSparse):
             check_scalar(xf.sum(), xf, self.spec, "the sum", overflow_ok=True)
         seed = torch.randint(0, _SEED_HIGH, (1,), generator=generator, device=generator.device)
         v["seed"].copy_(seed)
-        idx = _to_device(sample_distinct(d, k, int(seed)), xf.device)  # host sync on CUDA
+        idx = _to_device(torch.from_numpy(_distinct_cached(d, k, int(seed))), xf.device)  # sync
         torch.index_select(xf, 0, idx, out=v["values"])
         if self.rescale:
             v["values"].mul_(d / k)
         return dict(v, sel=idx)
+
+    # ------------------------------------------------------- numpy fast path (CPU)
+    def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
+        d, k = xn.size, v["values"].size
+        if self.check_finite and not all_finite(xn, x):
+            raise nonfinite(self.spec)
+        seed = int(torch.randint(0, _SEED_HIGH, (1,), generator=generator))
+        v["seed"][0] = seed
+        idx = _distinct_cached(d, k, seed)
+        vals = v["values"]
+        np.take(xn, idx, out=vals)
+        if self.rescale:
+            vals *= d / k
+        v["sel"] = idx
+        return v
+
+    def _parse_host(self, v, d: int) -> dict[str, Any]:
+        seed = int(v["seed"][0])
+        if seed < 0:
+            raise CompressionError(f"{self.spec}: bad seed {seed} (seeds are non-negative)")
+        return v
+
+    def _sel_host(self, host: dict[str, Any], d: int) -> np.ndarray:
+        sel = host.get("sel")
+        if sel is None:
+            sel = host["sel"] = _distinct_cached(d, host["values"].size, int(host["seed"][0]))
+        return sel
+
+    def _decode_host(self, host, out: np.ndarray) -> None:
+        out.fill(0)
+        out[self._sel_host(host, out.size)] = host["values"]
+
+    def _decode_add_host(self, host, out: np.ndarray, weight: float) -> None:
+        vals = host["values"]
+        out[self._sel_host(host, out.size)] += vals if weight == 1.0 else vals * weight
 
     def _parse_body(self, v, shape, dtype) -> dict[str, Any]:
         seed = int(v["seed"])
@@ -249,7 +388,7 @@ class RandK(_KSparse):
         sel = parts.get("sel")
         if sel is None:
             k = parts["values"].numel()
-            sel = _to_device(sample_distinct(d, k, int(parts["seed"])), device)
+            sel = _to_device(torch.from_numpy(_distinct_cached(d, k, int(parts["seed"]))), device)
             parts["sel"] = sel
         return sel
 
@@ -261,6 +400,20 @@ class RandK(_KSparse):
     def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
         of = out.view(-1)
         of.index_add_(0, self._indices(parts, of.numel(), of.device), parts["values"], alpha=weight)
+
+
+def _resolve_ties(cand: np.ndarray, ca: np.ndarray, t, k: int) -> np.ndarray:
+    """From increasing candidates ``cand`` (values ``ca``, a superset of ``{a >= t}`` with at
+    least k entries >= t), every entry > t, then the lowest-index entries equal to t: k in all."""
+    ge = ca >= t
+    if not ge.all():
+        cand, ca = cand[ge], ca[ge]
+    if cand.size == k:
+        return cand
+    keep = ca > t
+    ties = np.nonzero(~keep)[0]
+    keep[ties[: k - (cand.size - ties.size)]] = True
+    return cand[keep]
 
 
 _SEED_HIGH = (1 << 63) - 1
@@ -280,6 +433,39 @@ def sample_distinct(n: int, k: int, seed: int) -> torch.Tensor:
     gen = torch.Generator()
     gen.manual_seed(seed)
     return torch.from_numpy(_distinct(n, k, gen))
+
+
+_CACHE: OrderedDict[tuple[int, int, int], np.ndarray] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_KEYS = 256  # index sets kept (a sender's and its receivers' in one process share one)
+_CACHE_ENTRIES = 1 << 21  # ... holding at most this many indices (16 MiB)
+_cache_entries = 0
+
+
+def _distinct_cached(n: int, k: int, seed: int) -> np.ndarray:
+    """:func:`sample_distinct` as a numpy array, memoized by (n, k, seed).
+
+    In-process runs decode each message at the sender and at every neighbor; the index set
+    is drawn once. The array is shared: callers must not write to it.
+    """
+    global _cache_entries
+    key = (n, k, seed)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return hit
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    idx = _distinct(n, k, gen)
+    if idx.size <= _CACHE_ENTRIES // 4:
+        with _CACHE_LOCK:
+            if key not in _CACHE:
+                _CACHE[key] = idx
+                _cache_entries += idx.size
+                while len(_CACHE) > _CACHE_KEYS or _cache_entries > _CACHE_ENTRIES:
+                    _cache_entries -= _CACHE.popitem(last=False)[1].size
+    return idx
 
 
 def _distinct(n: int, k: int, gen: torch.Generator) -> np.ndarray:

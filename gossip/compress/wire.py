@@ -19,7 +19,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
+import numpy as np
 import torch
 
 from gossip.compress.base import CompressionError
@@ -49,6 +51,17 @@ DTYPE_CODES: dict[torch.dtype, int] = {
     torch.bfloat16: 4,
 }
 _CODE_DTYPES = {v: k for k, v in DTYPE_CODES.items()}
+
+# numpy twins of the section dtypes; bfloat16 has none (its sections are viewed as uint16 and
+# handed out as torch views)
+NP_DTYPES: dict[torch.dtype, type] = {
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.float16: np.float16,
+    torch.uint8: np.uint8,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+}
 
 
 def kind_name(kind: int) -> str:
@@ -87,6 +100,97 @@ class Sections:
         return out
 
 
+class Plan:
+    """Everything about a message that depends only on (shape, dtype, device) and the spec.
+
+    ``slots`` are (name, start, stop, numpy dtype, torch dtype) of each section relative to
+    the message start (header included); ``host`` says whether the numpy fast path can serve
+    it (a CPU tensor of float32/float64 values).
+    """
+
+    __slots__ = (
+        "sec", "nbytes", "header", "header_np", "param", "numel", "device", "cpu", "host",
+        "slots", "extra", "_header_t", "_template",
+    )  # fmt: skip
+
+    def __init__(
+        self, sec: Sections, kind: int, dtype: torch.dtype, param: int, numel: int, device
+    ) -> None:
+        self.sec = sec
+        self.nbytes = HEADER_NBYTES + sec.nbytes
+        self.header = header_bytes(kind, dtype, param, numel)
+        self.header_np = np.frombuffer(self.header, dtype=np.uint8)
+        self.param = param
+        self.numel = numel
+        self.device = device
+        self.cpu = device.type == "cpu"
+        self.host = self.cpu and dtype in (torch.float32, torch.float64)
+        self.slots = tuple(
+            (name, HEADER_NBYTES + off, HEADER_NBYTES + off + count * dt.itemsize, NP_DTYPES.get(dt), dt)
+            for name, dt, count, off in zip(sec.names, sec.dtypes, sec.counts, sec.offsets, strict=True)
+        )  # fmt: skip
+        self.extra: dict[str, Any] = {}  # per-plan constants a compressor caches
+        self._header_t: torch.Tensor | None = None
+        self._template: np.ndarray | None = None
+
+    def new_message(self) -> np.ndarray:
+        """A fresh message buffer (numpy uint8) with the header written, body uninitialised."""
+        if self.nbytes <= 1 << 14:  # one small copy beats allocating, then writing 8 bytes
+            t = self._template
+            if t is None:
+                t = self._template = np.zeros(self.nbytes, dtype=np.uint8)
+                t[:HEADER_NBYTES] = self.header_np
+            return t.copy()
+        arr = np.empty(self.nbytes, dtype=np.uint8)
+        arr[:HEADER_NBYTES] = self.header_np
+        return arr
+
+    def host_views(self, arr: np.ndarray) -> dict[str, Any]:
+        """Section views of a whole message ``arr`` (numpy uint8; torch for bfloat16)."""
+        out = {}
+        for name, a, b, npdt, dt in self.slots:
+            if npdt is None:
+                out[name] = torch.from_numpy(arr[a:b].view(np.uint16)).view(dt)
+            else:
+                out[name] = arr[a:b].view(npdt)
+        return out
+
+    def host_views_at(self, arr: np.ndarray, shift: int) -> dict[str, Any]:
+        """:meth:`host_views` of a body placed ``shift`` bytes later than in a standalone
+        message (the per-tensor layout)."""
+        out = {}
+        for name, a, b, npdt, dt in self.slots:
+            if npdt is None:
+                out[name] = torch.from_numpy(arr[a + shift : b + shift].view(np.uint16)).view(dt)
+            else:
+                out[name] = arr[a + shift : b + shift].view(npdt)
+        return out
+
+    def torch_views(self, buf: torch.Tensor, host: bool) -> dict[str, torch.Tensor]:
+        """Section views of a whole message ``buf`` (torch uint8 on the plan's device).
+
+        ``host``: build them through numpy (CPU only; cheaper than torch slicing).
+        """
+        if host:
+            views = self.host_views(buf.numpy())
+            return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in views.items()}
+        return {name: buf[a:b].view(dt) for name, a, b, _, dt in self.slots}
+
+    def write_header(self, buf: torch.Tensor) -> None:
+        """Write the header into ``buf[:8]`` (a cached device copy: no host sync on CUDA)."""
+        h = self._header_t
+        if h is None:
+            h = self._header_t = torch.from_numpy(self.header_np.copy()).to(self.device)
+        buf[:HEADER_NBYTES].copy_(h)
+
+
+def header_bytes(kind: int, dtype: torch.dtype, param: int, numel: int) -> bytes:
+    """The 8 header bytes of a message."""
+    return bytes([MAGIC, (VERSION << 4) | DTYPE_CODES[dtype], kind, param]) + (
+        numel % (1 << 32)
+    ).to_bytes(4, "little")
+
+
 def align8(n: int) -> int:
     return (n + 7) & ~7
 
@@ -95,9 +199,7 @@ def align8(n: int) -> int:
 def _header_tensor(
     kind: int, dtype: torch.dtype, param: int, numel: int, device: torch.device
 ) -> torch.Tensor:
-    raw = bytes([MAGIC, (VERSION << 4) | DTYPE_CODES[dtype], kind, param]) + (
-        numel % (1 << 32)
-    ).to_bytes(4, "little")
+    raw = header_bytes(kind, dtype, param, numel)
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).to(device)
 
 
@@ -163,7 +265,7 @@ def check_header(
             f"{name}: message of {n} bytes is truncated: even the {HEADER_NBYTES}-byte header "
             f"is incomplete (expected {nbytes} bytes)"
         )
-    h = buf[:HEADER_NBYTES].cpu().tolist()
+    h = list(buf[:HEADER_NBYTES].cpu().numpy().tobytes())
     if h[0] != MAGIC:
         raise CompressionError(
             f"{name}: bad magic byte 0x{h[0]:02X} (expected 0x{MAGIC:02X}): not a gossip "
