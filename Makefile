@@ -26,7 +26,7 @@ run: install
 		--topology ring --rounds 1000 --log-every 10 \
 		--compressor none topk:0.01 randk:0.01 sign qsgd:4bit:biased lowrank:1 \
 		--gamma 1.0 0.05 0.01 0.6 0.3 0.05 \
-		--shape 40x50 --out results/consensus.jsonl --plot results/consensus.png
+		--shape 40x50 --dtype float64 --out results/consensus.jsonl --plot results/consensus.png
 
 lint: install
 	$(BIN)/ruff check gossip topologies experiments tests benchmarks

@@ -11,6 +11,10 @@ differences ``q_i = C(x_i − x̂_i)`` travel. Memory-efficient form: ``x``, ``x
 
 Works with any contractive compressor; γ must be tuned (too large diverges, sometimes late).
 The sender updates x̂_i with the decoded message, exactly what receivers add.
+
+Precision: ``s_i`` is maintained incrementally, so in float32 its rounding accumulates (about
+one ulp of ‖x‖ per round); once consensus passes ~1e-8 relative the error creeps back up.
+Use float64 for long high-precision consensus runs.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ on first access.
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -109,23 +110,26 @@ class Codec(Compressor):
         """The parameter byte of a standalone message for ``shape`` (default: ``param``)."""
         return self.param
 
+    @abstractmethod
     def _sections(self, shape: tuple[int, ...], dtype: torch.dtype) -> Sections:
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _encode_body(
         self, x: torch.Tensor, generator: torch.Generator | None, v: dict[str, torch.Tensor]
     ) -> dict[str, Any]:
-        raise NotImplementedError
+        ...
 
     def _parse_body(
         self, v: dict[str, torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype
     ) -> dict[str, Any]:
         return v
 
+    @abstractmethod
     def _decode_body(
         self, parts: dict[str, Any], shape: tuple[int, ...], dtype: torch.dtype, out: torch.Tensor
     ) -> None:
-        raise NotImplementedError
+        ...
 
     def _decode_add_body(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from abc import abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -58,9 +59,10 @@ class LevelQuantizer(Codec):
             ("scale", dtype, 1), ("codes", torch.uint8, bits.packed_nbytes(d, self.width))
         )
 
+    @abstractmethod
     def _norm(self, xf: torch.Tensor) -> torch.Tensor:
         """The norm (0-dim tensor); raises on NaN/Inf when ``check_finite``."""
-        raise NotImplementedError
+        ...
 
     def _factor(self, d: int) -> float:
         """Multiplier of the decoded value (1, or 1/(1+ω) for a ``biased`` variant)."""
@@ -88,9 +90,10 @@ class LevelQuantizer(Codec):
         return v
 
     # ------------------------------------------------------- numpy fast path (CPU)
+    @abstractmethod
     def _norm_host(self, x: torch.Tensor, xn: np.ndarray) -> float:
         """The norm as a Python float (the value :meth:`_norm` gives); checks NaN/Inf."""
-        raise NotImplementedError
+        ...
 
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
         d, s, o = xn.size, self.s, self.offset

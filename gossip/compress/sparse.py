@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import threading
+from abc import abstractmethod
 from collections import OrderedDict
 from typing import Any, ClassVar
 
@@ -27,6 +28,19 @@ class _KSparse(Codec):
         if (ratio is None) == (k is None):
             raise ValueError("give exactly one of ratio and k")
         self.ratio, self.k = ratio, k
+
+    @abstractmethod
+    def _sel_host(self, host: dict[str, Any], d: int) -> np.ndarray:
+        """The kept indices of a host-path payload (cached in ``host``)."""
+        ...
+
+    def _decode_host(self, host, out: np.ndarray) -> None:
+        out.fill(0)
+        out[self._sel_host(host, out.size)] = host["values"]
+
+    def _decode_add_host(self, host, out: np.ndarray, weight: float) -> None:
+        vals = host["values"]
+        out[self._sel_host(host, out.size)] += vals if weight == 1.0 else vals * weight
 
     def k_for(self, d: int) -> int:
         """Entries kept for a tensor of ``d`` entries (raises when k > d)."""
@@ -232,14 +246,6 @@ class TopK(_KSparse):
             )[0]
         return sel
 
-    def _decode_host(self, host, out: np.ndarray) -> None:
-        out.fill(0)
-        out[self._sel_host(host, out.size)] = host["values"]
-
-    def _decode_add_host(self, host, out: np.ndarray, weight: float) -> None:
-        vals = host["values"]
-        out[self._sel_host(host, out.size)] += vals if weight == 1.0 else vals * weight
-
     def _parse_body(self, v, shape, dtype) -> dict[str, Any]:
         d, k = numel_of(shape), v["values"].numel()
         if "index" in v:
@@ -369,14 +375,6 @@ class RandK(_KSparse):
         if sel is None:
             sel = host["sel"] = _distinct_cached(d, host["values"].size, int(host["seed"][0]))
         return sel
-
-    def _decode_host(self, host, out: np.ndarray) -> None:
-        out.fill(0)
-        out[self._sel_host(host, out.size)] = host["values"]
-
-    def _decode_add_host(self, host, out: np.ndarray, weight: float) -> None:
-        vals = host["values"]
-        out[self._sel_host(host, out.size)] += vals if weight == 1.0 else vals * weight
 
     def _parse_body(self, v, shape, dtype) -> dict[str, Any]:
         seed = int(v["seed"])

@@ -16,6 +16,7 @@ The L2 weight follows the ``(l2/2)‖x‖²`` convention: ALGORITHMS.md §11.6's
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -136,13 +137,15 @@ class GLM(Problem):
 
     # ---- the scalar loss -------------------------------------------------------------------
 
+    @abstractmethod
     def _phi(self, z: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """``φ(z, b)`` elementwise."""
-        raise NotImplementedError
+        ...
 
+    @abstractmethod
     def _dphi(self, z: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """``∂φ/∂z (z, b)`` elementwise (may overwrite ``z``)."""
-        raise NotImplementedError
+        ...
 
     # ---- Problem API --------------------------------------------------------------------
 
