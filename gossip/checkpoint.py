@@ -10,7 +10,8 @@ Each node file holds the model, the algorithm's state, the node's and its edges'
 states, stateful compressors (low-rank warm starts), the oracle's estimator/optimizer state and
 the node's byte counter. Files are written to a temporary name, fsynced and renamed; the
 manifest moves to a round only after every process wrote its nodes, and the previous round is
-kept until the new one is complete. Loading uses ``torch.load(weights_only=True)``: no pickle.
+kept until the new one is complete. Loading uses ``torch.load(weights_only=True)``: tensors
+and plain containers only, never arbitrary objects.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import argparse
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 import torch
@@ -162,6 +163,7 @@ def guarded(main_fn, world_of=World.detect):
         world = world_of()
         if exc.code not in (0, None) and world.size > 1:
             print(f"[rank {world.rank}] error: {exc.code}", file=sys.stderr, flush=True)
+            time.sleep(0.5)  # let mpiexec forward the message before the abort tears down I/O
             world.abort(2)
         raise
     except KeyboardInterrupt:
@@ -170,5 +172,6 @@ def guarded(main_fn, world_of=World.detect):
         world = world_of()
         if world.size > 1:
             log.error("rank %d stopping the job: %s", world.rank, exc, exc_info=True)
+            time.sleep(0.5)
             world.abort(1)
         raise

@@ -60,10 +60,11 @@ def test_graph_size_must_match_world(tmp_path):
     graph.write_text("a b\nb c\nc a\n")
     res = run_mpi(2, ["experiments/consensus.py", "--topology", str(graph), "--rounds", "2"])
     assert res.returncode != 0
-    assert "has 3 nodes" in res.stderr and "mpiexec -n 3" in res.stderr
+    out = res.stdout + res.stderr
+    assert "has 3 nodes" in out and "mpiexec -n 3" in out
     res = run_mpi(2, ["experiments/consensus.py", "--nodes", "1", "--rounds", "2"])
     assert res.returncode != 0
-    assert "smaller than the MPI world" in res.stderr
+    assert "smaller than the MPI world" in res.stdout + res.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])

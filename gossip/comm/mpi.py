@@ -1,4 +1,4 @@
-"""Point-to-point MPI transport: buffer-based ``Isend``/``Irecv`` of byte buffers, no pickle.
+"""Point-to-point MPI transport: buffer-based ``Isend``/``Irecv`` of raw byte buffers only.
 
 Receive buffers are numpy-allocated (they move about twice as fast as torch-allocated ones on
 this MPICH wheel), preallocated per sending node and grown on demand. CUDA tensors are staged
