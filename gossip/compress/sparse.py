@@ -30,6 +30,20 @@ class _KSparse(Codec):
         self.ratio, self.k = ratio, k
 
     @abstractmethod
+    def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
+        """The kept indices of a torch-path payload (int64, cached in ``parts``)."""
+        ...
+
+    def _decode_body(self, parts, shape, dtype, out) -> None:
+        of = out.view(-1)
+        of.zero_()
+        of.index_copy_(0, self._indices(parts, of.numel(), of.device), parts["values"])
+
+    def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
+        of = out.view(-1)
+        of.index_add_(0, self._indices(parts, of.numel(), of.device), parts["values"], alpha=weight)
+
+    @abstractmethod
     def _sel_host(self, host: dict[str, Any], d: int) -> np.ndarray:
         """The kept indices of a host-path payload (cached in ``host``)."""
         ...
@@ -284,15 +298,6 @@ class TopK(_KSparse):
             parts["sel"] = sel
         return sel
 
-    def _decode_body(self, parts, shape, dtype, out) -> None:
-        of = out.view(-1)
-        of.zero_()
-        of.index_copy_(0, self._indices(parts, of.numel(), of.device), parts["values"])
-
-    def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
-        of = out.view(-1)
-        of.index_add_(0, self._indices(parts, of.numel(), of.device), parts["values"], alpha=weight)
-
 
 class RandK(_KSparse):
     """Keep k distinct coordinates drawn uniformly (a uniform k-subset), optionally ×d/k.
@@ -389,15 +394,6 @@ class RandK(_KSparse):
             sel = _to_device(torch.from_numpy(_distinct_cached(d, k, int(parts["seed"]))), device)
             parts["sel"] = sel
         return sel
-
-    def _decode_body(self, parts, shape, dtype, out) -> None:
-        of = out.view(-1)
-        of.zero_()
-        of.index_copy_(0, self._indices(parts, of.numel(), of.device), parts["values"])
-
-    def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
-        of = out.view(-1)
-        of.index_add_(0, self._indices(parts, of.numel(), of.device), parts["values"], alpha=weight)
 
 
 def _resolve_ties(cand: np.ndarray, ca: np.ndarray, t, k: int) -> np.ndarray:
