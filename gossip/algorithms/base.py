@@ -106,6 +106,24 @@ class Algorithm(ABC):
     static_topology: ClassVar[bool] = True
     symmetric: ClassVar[bool] = True
     needs_oracle: ClassVar[bool] = False
+    trains: ClassVar[bool] = False
+    """Uses gradients when the node has an oracle, so it can train a model or solve a problem."""
+    takes_optimizer: ClassVar[bool] = False
+    """Its local step goes through :func:`local_step`, so a node's ``torch.optim`` optimizer
+    (momentum, Adam, weight decay) applies; otherwise it uses the plain gradient with ``eta``."""
+    tunable: ClassVar[tuple[str, ...]] = ()
+    """Hyper-parameters that ``--gamma auto`` may search on a grid (e.g. ``("gamma",)``)."""
+
+    @classmethod
+    def suggest_hparams(cls, problem: Any, estimator: str = "full") -> dict[str, Any]:
+        """Step sizes that converge on ``problem`` (one with ``smoothness()``), by keyword.
+
+        The default is ``eta = 1/L`` for full gradients and ``1/(6 L_max)`` for sampled ones;
+        algorithms whose step must be smaller (tracking, primal-dual) override this.
+        """
+        from gossip.problems.factory import default_hparams
+
+        return {"eta": default_hparams(problem, estimator)["eta"]} if cls.trains else {}
 
     def validate(self, topology: Any, compressor: Compressor) -> None:
         """Raise :class:`ConfigError` for a topology or compressor this algorithm cannot use."""

@@ -32,6 +32,7 @@ from gossip.compress import make
 
 class BEER(Algorithm):
     name = "beer"
+    trains = True
     needs_oracle = True
 
     def __init__(self, eta: float = 0.05, gamma: float = 0.4):

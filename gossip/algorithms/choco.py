@@ -37,6 +37,9 @@ from gossip.algorithms.base import (
 
 class Choco(Algorithm):
     name = "choco"
+    trains = True
+    takes_optimizer = True
+    tunable = ("gamma",)
 
     def __init__(self, gamma: float = 0.05, eta: float | Callable[[int], float] = 0.0):
         check_range("gamma", gamma, 0.0, 1.0, "CHOCO's consensus step; tune it on a grid.")

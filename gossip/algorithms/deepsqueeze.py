@@ -25,6 +25,9 @@ from gossip.algorithms.base import (
 
 class DeepSqueeze(Algorithm):
     name = "deepsqueeze"
+    trains = True
+    takes_optimizer = True
+    tunable = ("gamma",)
 
     def __init__(self, gamma: float = 0.2, eta: float | Callable[[int], float] = 0.0):
         check_range("gamma", gamma, 0.0, 1.0, "DeepSqueeze's consensus step; tune it.")

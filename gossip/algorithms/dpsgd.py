@@ -16,6 +16,8 @@ from gossip.algorithms.gossip import Gossip
 
 class DPSGD(Gossip):
     name = "dpsgd"
+    trains = True
+    takes_optimizer = True
     needs_oracle = True
 
     def __init__(self, eta: float | Callable[[int], float] = 0.1, gamma: float = 1.0):

@@ -57,6 +57,7 @@ def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, fl
 
 class LEAD(Algorithm):
     name = "lead"
+    trains = True
     needs_oracle = True
 
     def __init__(self, eta: float = 0.1, alpha: float | None = None, gamma_dual: float | None = None):

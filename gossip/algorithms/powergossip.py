@@ -53,6 +53,8 @@ def orthonormalize(m: torch.Tensor, eps: float = EPS) -> torch.Tensor:
 
 class PowerGossip(Algorithm):
     name = "powergossip"
+    trains = True
+    takes_optimizer = True
     static_topology = True
     symmetric = True
 
