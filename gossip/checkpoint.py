@@ -27,16 +27,18 @@ from typing import Any
 
 import torch
 
+from gossip.errors import GossipError
+
 log = logging.getLogger(__name__)
 
 FORMAT = 1
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(GossipError, RuntimeError):
     """A checkpoint cannot be used (corrupt, incomplete, or made by a different run)."""
 
 
-class Interrupted(RuntimeError):
+class Interrupted(GossipError, RuntimeError):
     """The run stopped on SIGINT/SIGTERM after writing a final checkpoint."""
 
     def __init__(self, round_: int, signum: int):

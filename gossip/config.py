@@ -33,10 +33,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gossip.errors import GossipError
+
 CONFIG_FLAG = "--config"
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(GossipError, ValueError):
     """A run file that cannot be used: unreadable, bad TOML, an unknown key or a wrong type."""
 
 

@@ -20,6 +20,7 @@ import torch
 from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node
 from gossip.comm.world import World
 from gossip.compress import make as make_compressor
+from gossip.errors import GossipError
 from gossip.layout import Layout
 from gossip.metrics import consensus_error
 from gossip.seeding import edge_seed, generator, node_seed
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 Metric = Callable[["Engine", torch.Tensor], dict[str, Any]]
 
 
-class DivergenceError(RuntimeError):
+class DivergenceError(GossipError, RuntimeError):
     """A run blew up: NaN/Inf in a node's state, or an error past the divergence bound."""
 
     def __init__(self, message: str, round_: int, node: int | None = None):
@@ -38,7 +39,7 @@ class DivergenceError(RuntimeError):
         self.node = node
 
 
-class NodeError(RuntimeError):
+class NodeError(GossipError, RuntimeError):
     """A node's round raised; the message names the node, its rank and the round."""
 
 

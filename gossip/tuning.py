@@ -29,11 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gossip.engine import DivergenceError
+from gossip.errors import GossipError
 
 TUNABLE = ("choco", "deepsqueeze")
 
 
-class TuningError(RuntimeError):
+class TuningError(GossipError, RuntimeError):
     """No candidate of the grid gave a usable run."""
 
 

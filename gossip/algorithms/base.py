@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from gossip.errors import GossipError
+
 if TYPE_CHECKING:
     from gossip.compress.base import Compressor
     from gossip.layout import Layout
 
 
-class ConfigError(ValueError):
+class ConfigError(GossipError, ValueError):
     """An algorithm was configured with values it cannot run with (named in the message)."""
 
 

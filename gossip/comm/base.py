@@ -13,10 +13,12 @@ from collections.abc import Mapping
 
 import torch
 
+from gossip.errors import GossipError
+
 Edge = tuple[int, int]  # (sender node, receiver node)
 
 
-class CommError(RuntimeError):
+class CommError(GossipError, RuntimeError):
     """A message could not be delivered (timeout, oversize message, dead peer)."""
 
 

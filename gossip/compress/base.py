@@ -20,8 +20,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from gossip.errors import GossipError
 
-class CompressionError(ValueError):
+
+class CompressionError(GossipError, ValueError):
     """Bad input to a compressor (NaN/Inf, wrong shape) or a malformed byte buffer."""
 
 

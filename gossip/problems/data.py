@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gossip.errors import GossipError
+
 KINDS = ("least-squares", "lasso", "logistic", "l1-logistic")
 
 
@@ -111,7 +113,7 @@ def synthetic(
 # ---- LibSVM ---------------------------------------------------------------------------------
 
 
-class LibSVMFormatError(ValueError):
+class LibSVMFormatError(GossipError, ValueError):
     """A malformed LibSVM file; the message names the file, the line number and the token."""
 
 

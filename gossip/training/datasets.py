@@ -23,10 +23,12 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 
+from gossip.errors import GossipError
+
 BUILTIN = ("digits", "synthetic")
 
 
-class DatasetError(ValueError):
+class DatasetError(GossipError, ValueError):
     """A data set that cannot be loaded (missing file, unknown format, missing optional package)."""
 
 
