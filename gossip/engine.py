@@ -19,11 +19,12 @@ import torch
 
 from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node
 from gossip.comm.world import World
-from gossip.compress import make as make_compressor
+from gossip.compress import Compressor, factory_for
 from gossip.errors import GossipError
 from gossip.layout import Layout
 from gossip.metrics import consensus_error
 from gossip.seeding import edge_seed, generator, node_seed
+from gossip.stateful import Stateful
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +51,9 @@ class Engine:
         algorithm: the per-node algorithm (its hyper-parameters already set).
         topology: a ``topologies.Topology`` or ``TimeVaryingTopology``.
         x0: initial model of node i, as ``x0(i) -> Tensor`` or a mapping; flattened.
-        compressor: registry spec; every node gets its own instance (stateful ones keep state).
+        compressor: a registry spec (``"topk:0.01"``, ``"module:Class:PARAMS"``) or a
+            :class:`~gossip.compress.Compressor` instance; every node (and every extra message
+            stream of a node) gets its own copy, so stateful ones keep separate state.
         layout: shapes packed in the flat model (default: one flat vector); low-rank
             compressors and PowerGossip work per matrix-shaped tensor of the layout.
         oracles: ``oracles(i, generator) -> oracle`` giving node i's gradients, or None.
@@ -68,7 +71,7 @@ class Engine:
         topology: Any,
         x0: Callable[[int], torch.Tensor] | Mapping[int, torch.Tensor],
         *,
-        compressor: str = "none",
+        compressor: str | Compressor = "none",
         layout: Layout | None = None,
         oracles: Callable[[int, torch.Generator], Any] | None = None,
         seed: int = 0,
@@ -87,7 +90,8 @@ class Engine:
         self.device = torch.device(device)
         self.dtype = dtype
         self.divergence_factor = divergence_factor
-        self.compressor_spec = compressor
+        self.compressor_spec = compressor if isinstance(compressor, str) else compressor.spec
+        self._new_compressor = factory_for(compressor, layout)
         self._check_config(oracles)
         self.local_ids = self.world.local_nodes(self.n)
         self.transport = self.world.transport(self.n, timeout=timeout)
@@ -104,7 +108,8 @@ class Engine:
                 x=x,
                 layout=lay,
                 view=topology.at_round(1).view(i),
-                compressor=make_compressor(compressor, layout=layout),
+                compressor=self._new_compressor(),
+                new_compressor=self._new_compressor,
                 generator=gen,
                 edge_seed=_edge_seeder(seed, i),
                 oracle=oracles(i, gen) if oracles is not None else None,
@@ -120,6 +125,7 @@ class Engine:
         with torch.no_grad():
             for node in self.nodes.values():
                 algorithm.setup(node)
+                _check_state(algorithm, node)
 
     def _check_config(self, oracles: Any) -> None:
         """Refuse, before any message, what this algorithm cannot run on."""
@@ -136,7 +142,7 @@ class Engine:
             )
         if alg.needs_oracle and oracles is None:
             raise ConfigError(f"{alg.name} needs gradients: give it a problem (an oracle per node)")
-        alg.validate(topo, make_compressor(self.compressor_spec))
+        alg.validate(topo, self._new_compressor())
 
     # -- rounds ----------------------------------------------------------------------------
     @torch.no_grad()
@@ -301,11 +307,12 @@ class Engine:
         for i, nd in self.nodes.items():
             out[i] = {
                 "x": nd.x,
-                "state": {k: _to_plain(v) for k, v in nd.state.items()},
+                "state": dict(nd.state),
                 "generator": nd.generator.get_state(),
                 "edge_generators": {j: g.get_state() for j, g in nd._edge_generators.items()},
-                "compressor": _to_plain(nd.compressor),
-                "oracle": _to_plain(nd.oracle) if nd.oracle is not None else None,
+                "compressor": nd.compressor.state_dict(),
+                "compressors": {name: c.state_dict() for name, c in nd.compressors.items()},
+                "oracle": nd.oracle.state_dict() if isinstance(nd.oracle, Stateful) else None,
                 "bytes_sent": int(sent.get(i, 0)),
             }
         return out
@@ -313,6 +320,7 @@ class Engine:
     def run_state_dict(self) -> dict[str, Any]:
         """The engine's own counters (identical on every process)."""
         return {"round": self.round, "seq": self._seq, "reference": dict(self._reference),
+                "algorithm": self.algorithm.state_dict(),
                 "compute_s": self.compute_s, "comm_s": self.comm_s,
                 "elapsed_s": time.perf_counter() - self._start}
 
@@ -321,15 +329,17 @@ class Engine:
         for i, blob in nodes.items():
             nd = self.nodes[i]
             nd.x.copy_(blob["x"])
-            for k, v in blob["state"].items():
-                nd.state[k] = _from_plain(nd.state.get(k), v)
+            _load_node_state(nd, blob["state"])
             nd.generator.set_state(blob["generator"])
             for j, st in blob["edge_generators"].items():
                 nd.edge_generator(int(j)).set_state(st)
-            _from_plain(nd.compressor, blob["compressor"])
-            if nd.oracle is not None:
-                _from_plain(nd.oracle, blob["oracle"])
+            nd.compressor.load_state_dict(blob["compressor"])
+            for name, st in blob.get("compressors", {}).items():
+                nd.stream_compressor(name).load_state_dict(st)
+            if isinstance(nd.oracle, Stateful):
+                nd.oracle.load_state_dict(blob["oracle"])
             self.transport.bytes_sent[i] = int(blob["bytes_sent"])
+        self.algorithm.load_state_dict(run.get("algorithm", {}))
         self.round = int(run["round"])
         self._seq = int(run["seq"])
         self._reference = dict(run["reference"])
@@ -353,6 +363,18 @@ class Engine:
         }
 
 
+def _check_state(algorithm: Algorithm, node: Node) -> None:
+    """``node.state`` must hold tensors (or lists of tensors): checkpoints restore them in place."""
+    for key, value in node.state.items():
+        items = value if isinstance(value, list | tuple) else [value]
+        if not all(isinstance(v, torch.Tensor) for v in items):
+            raise ConfigError(
+                f"{algorithm.name}.setup put a {type(value).__name__} in node.state[{key!r}]; node.state "
+                "holds tensors (or lists of tensors) only. Use node.stream_compressor(name) for an "
+                "extra compressor, a tensor for a counter, and Algorithm.state_dict for run-wide state"
+            )
+
+
 def _edge_seeder(seed: int, i: int) -> Callable[[int], int]:
     return lambda j: edge_seed(seed, i, j)
 
@@ -365,30 +387,17 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit="round", dynamic_ncols=True)
 
 
-def _to_plain(value: Any) -> Any:
-    """A checkpointable form: tensors, numbers, lists, dicts; objects via their state_dict()."""
-    if isinstance(value, torch.Tensor | int | float | str | bool) or value is None:
-        return value
-    if isinstance(value, list | tuple):
-        return [_to_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _to_plain(v) for k, v in value.items()}
-    state_dict = getattr(value, "state_dict", None)
-    return {"__state_dict__": _to_plain(state_dict())} if state_dict is not None else None
-
-
-def _from_plain(current: Any, saved: Any) -> Any:
-    """Load ``saved`` into ``current`` in place where it is a tensor/list/stateful object."""
-    if isinstance(current, torch.Tensor):
-        current.copy_(saved)
-        return current
-    if isinstance(current, list) and isinstance(saved, list):
-        return [_from_plain(c, s) for c, s in zip(current, saved)]
-    if isinstance(saved, dict) and "__state_dict__" in saved:
-        current.load_state_dict(saved["__state_dict__"])
-        return current
-    if isinstance(current, dict) and isinstance(saved, dict):
-        for k, v in saved.items():
-            current[k] = _from_plain(current.get(k), v)
-        return current
-    return saved
+def _load_node_state(node: Node, saved: Mapping[str, Any]) -> None:
+    """Copy saved tensors into ``node.state`` in place, refusing a checkpoint of another setup."""
+    if set(saved) != set(node.state):
+        raise ConfigError(
+            f"node {node.id}: the checkpoint's algorithm state has {sorted(saved)}, this run's "
+            f"{sorted(node.state)}; resume with the flags the run was started with"
+        )
+    for key, value in saved.items():
+        current = node.state[key]
+        if isinstance(current, torch.Tensor):
+            current.copy_(value)
+        else:
+            for c, v in zip(current, value, strict=True):
+                c.copy_(v)

@@ -60,9 +60,12 @@ class Node:
     """Everything one node's round may read or change.
 
     ``x`` is the node's flat model (its shape is described by ``layout``), ``state`` holds the
-    algorithm's tensors (saved by checkpoints), ``generator`` the node's private randomness and
-    ``edge_generator(j)`` randomness shared with neighbor ``j``. ``oracle`` gives gradients
-    (None for pure consensus).
+    algorithm's tensors (tensors or lists of tensors only: checkpoints copy them in place),
+    ``generator`` the node's private randomness and ``edge_generator(j)`` randomness shared with
+    neighbor ``j``. ``oracle`` gives gradients (None for pure consensus). ``compressor``
+    encodes the node's main stream of messages; an algorithm that sends a second stream (a
+    gradient tracker) gets its own instance from :meth:`stream_compressor`, so stateful
+    compressors never mix streams and checkpoints save every one.
     """
 
     id: int
@@ -75,7 +78,18 @@ class Node:
     oracle: Any = None
     round: int = 0
     state: dict[str, Any] = field(default_factory=dict)
+    new_compressor: Callable[[], Compressor] | None = None
+    compressors: dict[str, Compressor] = field(default_factory=dict)
     _edge_generators: dict[int, torch.Generator] = field(default_factory=dict)
+
+    def stream_compressor(self, stream: str) -> Compressor:
+        """A compressor of the run's kind for the message stream ``stream`` (one per name)."""
+        comp = self.compressors.get(stream)
+        if comp is None:
+            if self.new_compressor is None:
+                raise ConfigError(f"node {self.id} has no compressor factory for stream {stream!r}")
+            comp = self.compressors[stream] = self.new_compressor()
+        return comp
 
     def edge_generator(self, j: int) -> torch.Generator:
         """The generator this node shares with neighbor ``j`` (same stream on both ends)."""
@@ -101,7 +115,14 @@ class Algorithm(ABC):
 
     Class attributes say what the algorithm needs, so the engine refuses bad runs up front:
     ``static_topology`` (keeps neighbor state, so the graph cannot change between rounds),
-    ``symmetric`` (needs ``W = Wᵀ``), ``needs_oracle`` (uses gradients).
+    ``symmetric`` (needs ``W = Wᵀ``), ``needs_oracle`` (uses gradients). Scripts read the
+    capabilities (``trains``, ``takes_optimizer``, ``tunable``, :meth:`suggest_hparams`), never
+    lists of names, so a registered algorithm of a user's gets the same treatment.
+
+    Per-node tensors live in ``node.state``; anything else an algorithm keeps between rounds
+    belongs in :meth:`state_dict` (the :class:`gossip.stateful.Stateful` protocol). A page per
+    algorithm in ``docs/algorithms/`` gives its update, messages and state;
+    ``docs/extending.md`` shows how to write one.
     """
 
     name: ClassVar[str]
@@ -126,6 +147,15 @@ class Algorithm(ABC):
         from gossip.problems.factory import default_hparams
 
         return {"eta": default_hparams(problem, estimator)["eta"]} if cls.trains else {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Run-wide state beyond ``node.state`` (none by default), saved by checkpoints."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
+        if state:
+            raise ConfigError(f"{self.name} keeps no run-wide state, but the checkpoint holds {sorted(state)}")
 
     def validate(self, topology: Any, compressor: Compressor) -> None:
         """Raise :class:`ConfigError` for a topology or compressor this algorithm cannot use."""

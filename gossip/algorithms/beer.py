@@ -27,7 +27,6 @@ from gossip.algorithms.base import (
     packed_capacity,
     unpack,
 )
-from gossip.compress import make
 
 
 class BEER(Algorithm):
@@ -51,14 +50,13 @@ class BEER(Algorithm):
         )
         node.oracle.grad(x, st["v"])
         st["grad_prev"].copy_(st["v"])
-        # the tracker's stream gets its own compressor (stateful ones keep one state per stream)
-        st["tracker_compressor"] = make(node.compressor.spec, layout=_layout_of(node))
+        node.stream_compressor("tracker")  # its own instance: stateful ones keep one state per stream
 
     def step(self, node: Node) -> RoundGenerator:
         x, st, gamma = node.x, node.state, self.gamma
         h, sh, g, sg, v = st["h"], st["sh"], st["g"], st["sg"], st["v"]
         dx, dv, gn, gp = st["dx"], st["dv"], st["grad"], st["grad_prev"]
-        ch, cg = node.compressor, st["tracker_compressor"]
+        ch, cg = node.compressor, node.stream_compressor("tracker")
         x.add_(torch.sub(sh, h, out=dx), alpha=gamma).sub_(v, alpha=self.eta)
         qh = ch.encode(torch.sub(x, h, out=dx), node.generator)
         node.oracle.grad(x, gn)
@@ -73,7 +71,3 @@ class BEER(Algorithm):
         cg.decode_add_(g, qg, 1.0)
         mix_into(node, sg, qg, {j: p[1] for j, p in parts.items()}, compressor=cg)
 
-
-def _layout_of(node: Node):
-    """The layout the node's compressor was built with (None: whole vector)."""
-    return getattr(node.compressor, "layout", None)

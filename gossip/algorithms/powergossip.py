@@ -97,7 +97,6 @@ class PowerGossip(Algorithm):
                   for m, r in zip(mats, ranks)]
             node.state[f"P{j}"] = ps
             node.state[f"Q{j}"] = qs
-        node.state["step"] = 0
         if node.oracle is not None:
             node.state["grad"] = torch.empty_like(node.x)
 
@@ -105,15 +104,14 @@ class PowerGossip(Algorithm):
         grad = None
         if node.oracle is not None:  # PowerGossip inside D-PSGD: gradient at the pre-gossip x
             grad = node.oracle.grad(node.x, node.state["grad"])
-        for _ in range(self.iterations):
-            yield from self._power_step(node)
+        for k in range(self.iterations):
+            yield from self._power_step(node, (node.round - 1) * self.iterations + k + 1)
         if grad is not None:
             local_step(node, grad, scheduled(self.eta, node.round))
 
-    def _power_step(self, node: Node) -> RoundGenerator:
+    def _power_step(self, node: Node, step: int) -> RoundGenerator:
         st = node.state
-        st["step"] += 1
-        right = st["step"] % 2 == 1  # odd: sketch with Q (u = M Q̂); even: with P (u = Mᵀ P̂)
+        right = step % 2 == 1  # odd: sketch with Q (u = M Q̂); even: with P (u = Mᵀ P̂)
         mats, vecs = self._matrices(node)
         nbrs = node.view.neighbors
         bases: dict[int, list[torch.Tensor]] = {}

@@ -7,7 +7,9 @@ Build one from a short spec with :func:`make`::
     p = c.encode(x, generator)               # Payload; p.buffer is the wire format
     y = c.decode(c.from_bytes(p.to_bytes(), like=x))
 
-Specs (:func:`available`):
+Built-in specs (:func:`available` lists every registered one; ``docs/compressors.md`` gives
+the math). A user's own compressor joins with :func:`register_compressor`, or is named on the
+command line as ``module:Class[:PARAMS]`` (see ``docs/extending.md``):
 
 ======================  ============================================  ==========================
 spec                    what                                          constant
@@ -48,7 +50,10 @@ Memory: temporaries live in a per-thread workspace shared by all compressors
 
 from __future__ import annotations
 
+import copy
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gossip.compress.base import CompressionError, Compressor, Payload
 from gossip.compress.codec import Codec
@@ -58,14 +63,19 @@ from gossip.compress.pertensor import PerTensor
 from gossip.compress.quantize import QSGD, LeadQuantizer, Natural
 from gossip.compress.sign import ScaledSign
 from gossip.compress.sparse import RandK, TopK
+from gossip.compress.wire import KINDS, PER_TENSOR
 from gossip.layout import Layout
 
 __all__ = [
     "CompressionError",
     "Compressor",
+    "Codec",
     "Payload",
     "make",
     "available",
+    "usage",
+    "register_compressor",
+    "factory_for",
     "Identity",
     "Fp16",
     "Bf16",
@@ -79,46 +89,91 @@ __all__ = [
     "PerTensor",
 ]
 
-_FORMS = {
-    "none": "none",
-    "fp16": "fp16",
-    "bf16": "bf16",
-    "topk": "topk:RATIO (0 < RATIO <= 1, e.g. topk:0.01) or topk:K (integer K >= 1)",
-    "randk": "randk:RATIO or randk:K, optionally :unbiased (e.g. randk:0.01:unbiased)",
-    "sign": "sign",
-    "qsgd": "qsgd:BITS (1..16, also '4bit') or qsgd:s=LEVELS (1..65536), optionally :biased",
-    "lead": "lead:BITS (1..16, also '2bit')",
-    "natural": "natural",
-    "lowrank": "lowrank:RANK (integer RANK >= 1)",
-}
 MAX_LEVELS = 1 << 16
+
+Builder = Callable[..., Compressor]
+"""``build(spec, *params) -> Compressor``: ``spec`` the whole spec string, ``params`` the
+``:``-separated strings after the name (``"topk:0.01"`` -> ``build("topk:0.01", "0.01")``)."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    name: str
+    build: Builder
+    forms: tuple[str, ...]
+    usage: str
+    kind: int | None
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def register_compressor(
+    name: str,
+    build: Builder,
+    *,
+    forms: tuple[str, ...] | list[str] | None = None,
+    usage: str | None = None,
+    kind: int | None = None,
+    replace: bool = False,
+) -> Builder:
+    """Make ``make("NAME[:PARAMS]")`` (and every script's ``--compressor``) build ``build``.
+
+    Args:
+        name: the spec's name (lower case, no ``:``).
+        build: a :class:`Compressor` subclass or a function, called as
+            ``build(spec, *params)``; it raises :class:`CompressionError` (or ``ValueError``)
+            for bad parameters, with the reason.
+        forms: the spec forms it accepts, placeholders in capitals (``("mysign",)``,
+            ``("myk:RATIO",)``); default: ``(name,)``.
+        usage: one line for error messages and ``--help``; default: the forms joined.
+        kind: the wire kind byte of its messages (1..127, unique); default: ``build.kind``
+            when ``build`` is a class. Two compressors with one kind could decode each other's
+            messages, so a taken kind is refused, naming the owner and the free kinds.
+        replace: allow re-registering ``name`` (default: a taken name is refused).
+
+    Returns ``build``, so it can decorate a class whose ``name`` and ``kind`` are attributes.
+    """
+    if not isinstance(name, str) or not name or ":" in name or name != name.strip().lower():
+        raise CompressionError(f"compressor name {name!r} must be a non-empty lower-case string without ':'")
+    if not callable(build):
+        raise CompressionError(f"register_compressor({name!r}, ...): build must be callable, got {build!r}")
+    if kind is None and inspect.isclass(build):
+        kind = getattr(build, "kind", None)
+    if kind is not None:
+        if not isinstance(kind, int) or not 1 <= kind < PER_TENSOR:
+            raise CompressionError(f"{name}: wire kind {kind!r} must be an integer in 1..{PER_TENSOR - 1}")
+        owner = KINDS.get(kind)
+        if owner is not None and owner != name:
+            free = [k for k in range(1, PER_TENSOR) if k not in KINDS]
+            raise CompressionError(
+                f"compressor {name!r}: wire kind {kind} is already used by {owner!r}; give the class "
+                f"another `kind` (free: {free[0]}..{free[-1]} except any taken later)"
+            )
+    if name in _REGISTRY and not replace and _REGISTRY[name].build is not build:
+        raise CompressionError(f"a compressor named {name!r} is already registered; pick another name "
+                               "or pass replace=True")
+    forms = tuple(forms) if forms else (name,)
+    if name in _REGISTRY and _REGISTRY[name].kind is not None:
+        KINDS.pop(_REGISTRY[name].kind, None)
+    _REGISTRY[name] = _Entry(name, build, forms, usage or " or ".join(forms), kind)
+    if kind is not None:
+        KINDS[kind] = name
+    return build
 
 
 def available() -> list[str]:
-    """The spec forms :func:`make` accepts (placeholders in capitals)."""
-    return [
-        "none",
-        "fp16",
-        "bf16",
-        "topk:RATIO",
-        "topk:K",
-        "randk:RATIO",
-        "randk:K",
-        "randk:RATIO:unbiased",
-        "randk:K:unbiased",
-        "sign",
-        "qsgd:BITS",
-        "qsgd:s=LEVELS",
-        "qsgd:BITS:biased",
-        "qsgd:s=LEVELS:biased",
-        "lead:BITS",
-        "natural",
-        "lowrank:RANK",
-    ]
+    """The spec forms :func:`make` accepts (placeholders in capitals), built-in and registered."""
+    return [form for entry in _REGISTRY.values() for form in entry.forms]
+
+
+def usage() -> str:
+    """One line per registered compressor: how to write its spec (for ``--help`` and errors)."""
+    return "; ".join(entry.usage for entry in _REGISTRY.values()) + "; or module:Class[:PARAMS]"
 
 
 def make(spec: str, layout: Layout | None = None) -> Compressor:
-    """Build the compressor ``spec`` names (see :func:`available`).
+    """Build the compressor ``spec`` names (see :func:`available`; also ``module:Class``).
 
     With a ``layout`` the compressor is applied per tensor of the layout (one message, one
     header; see :mod:`gossip.compress.pertensor`), and d-dependent constants are exact;
@@ -126,69 +181,128 @@ def make(spec: str, layout: Layout | None = None) -> Compressor:
     tensor with ndim > 1: a 1-D tensor is sent raw). Raises :class:`CompressionError` for an
     unknown or malformed spec, listing the valid ones.
     """
-    factory = _factory(spec)
-    if layout is None:
-        return factory()
-    if not isinstance(layout, Layout):
-        raise CompressionError(
-            f"layout must be a gossip.layout.Layout, got {type(layout).__name__}"
-        )
-    return PerTensor(factory, layout)
+    return factory_for(spec, layout)()
+
+
+def factory_for(compressor: str | Compressor, layout: Layout | None = None) -> Callable[[], Compressor]:
+    """A function returning a fresh compressor per call (one per node and message stream).
+
+    ``compressor`` is a spec or an instance (each call then returns an independent deep copy,
+    so stateful instances never share memory). With a ``layout``, a :class:`Codec` is applied
+    per tensor; other compressors compress the flat vector.
+    """
+    if layout is not None and not isinstance(layout, Layout):
+        raise CompressionError(f"layout must be a gossip.layout.Layout, got {type(layout).__name__}")
+    if isinstance(compressor, Compressor):
+        if isinstance(compressor, PerTensor):
+            if layout is not None and compressor.layout != layout:
+                raise CompressionError(f"{compressor!r} was built for another layout than {layout!r}")
+            return lambda: copy.deepcopy(compressor)
+        single = lambda: copy.deepcopy(compressor)  # noqa: E731
+    elif isinstance(compressor, str):
+        single = _factory(compressor)
+        probe = single()
+        if not isinstance(probe, Compressor):
+            raise _bad(compressor, f"it built a {type(probe).__name__}, not a gossip Compressor")
+    else:
+        raise _bad(compressor, f"a spec is a string (or pass a Compressor instance), not a "
+                               f"{type(compressor).__name__}")
+    if layout is None or not isinstance(single(), Codec):
+        return single
+    return lambda: PerTensor(single, layout)
 
 
 def _bad(spec: object, why: str) -> CompressionError:
-    forms = "; ".join(_FORMS.values())
-    return CompressionError(f"bad compressor spec {spec!r}: {why}. Valid specs: {forms}")
+    return CompressionError(f"bad compressor spec {spec!r}: {why}. Valid specs: {usage()}")
 
 
-def _factory(spec: str) -> Callable[[], Codec]:
-    if not isinstance(spec, str):
-        raise _bad(spec, "a spec is a string")
-    norm = spec.strip().lower()
-    name, *args = norm.split(":")
-    if name not in _FORMS:
-        raise _bad(spec, f"unknown compressor {name!r}")
-    if name in ("none", "fp16", "bf16", "sign", "natural"):
-        if args:
-            raise _bad(spec, f"'{name}' takes no parameters")
-        cls = {"none": Identity, "fp16": Fp16, "bf16": Bf16, "sign": ScaledSign, "natural": Natural}
-        return lambda: cls[name](norm)
-    if not args or not args[0]:
-        raise _bad(spec, f"'{name}' needs a parameter: {_FORMS[name]}")
-    if name in ("topk", "randk"):
-        ratio, k = _ratio_or_k(spec, args[0])
-        flags = args[1:]
-        if name == "topk":
-            if flags:
-                raise _bad(spec, "topk takes one parameter")
-            return lambda: TopK(norm, ratio=ratio, k=k)
-        if flags not in ([], ["unbiased"]):
-            raise _bad(spec, f"unknown randk option {':'.join(flags)!r} (only ':unbiased')")
-        return lambda: RandK(norm, ratio=ratio, k=k, rescale=bool(flags))
-    if name == "qsgd":
-        flags = args[1:]
-        if flags not in ([], ["biased"]):
-            raise _bad(spec, f"unknown qsgd option {':'.join(flags)!r} (only ':biased')")
-        if args[0].startswith("s="):
-            s = _int(spec, args[0][2:], "LEVELS")
-            if not 1 <= s <= MAX_LEVELS:
-                raise _bad(spec, f"levels s = {s} must be in 1..{MAX_LEVELS}")
-        else:
-            s = 1 << (_bits(spec, args[0]) - 1)
-        scale = "biased" if flags else "none"
-        return lambda: QSGD(norm, s, scale)
-    if name == "lead":
-        if len(args) > 1:
-            raise _bad(spec, "lead takes one parameter")
-        b = _bits(spec, args[0])
-        return lambda: LeadQuantizer(norm, b)
-    # lowrank
-    if len(args) > 1:
-        raise _bad(spec, "lowrank takes one parameter")
-    r = _int(spec, args[0], "RANK")
+def _factory(spec: str) -> Callable[[], Compressor]:
+    name, *args = spec.strip().split(":")
+    entry = _REGISTRY.get(name.lower())
+    if entry is None:
+        from gossip.plugins import import_object, looks_like_target
+
+        if not looks_like_target(spec.strip()):
+            raise _bad(spec, f"unknown compressor {name!r}")
+        cls = import_object(f"{name}:{args[0]}")
+        if not (inspect.isclass(cls) and issubclass(cls, Compressor)):
+            raise _bad(spec, f"{name}:{args[0]} is not a gossip.compress.Compressor subclass")
+        kind = getattr(cls, "kind", None)
+        owner = KINDS.get(kind) if isinstance(kind, int) else None
+        if owner is not None and getattr(_REGISTRY.get(owner), "build", None) is not cls:
+            raise _bad(spec, f"its wire kind {kind} is already used by {owner!r}; give the class "
+                             "another `kind` class attribute")
+        return _checked(spec.strip(), cls, args[1:])
+    return _checked(spec.strip().lower(), entry.build, args)
+
+
+def _checked(spec: str, build: Builder, params: list[str]) -> Callable[[], Compressor]:
+    """``build(spec, *params)`` as a factory, after one trial call that turns errors into ours."""
+    try:
+        build(spec, *params)
+    except CompressionError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise _bad(spec, str(exc)) from exc
+    return lambda: build(spec, *params)
+
+
+# ---------------------------------------------------------------- built-ins
+def _plain(cls: type[Codec]) -> Builder:
+    def build(spec: str, *params: str) -> Codec:
+        if params:
+            raise _bad(spec, f"'{spec.split(':')[0]}' takes no parameters")
+        return cls(spec)
+
+    return build
+
+
+def _needs(spec: str, params: tuple[str, ...], most: int) -> None:
+    name = spec.split(":")[0]
+    if not params or not params[0]:
+        raise _bad(spec, f"'{name}' needs a parameter: {_REGISTRY[name].usage}")
+    if len(params) > most:
+        raise _bad(spec, f"{name} takes {'one parameter' if most == 1 else f'at most {most} parameters'}")
+
+
+def _topk(spec: str, *params: str) -> TopK:
+    _needs(spec, params, 1)
+    ratio, k = _ratio_or_k(spec, params[0])
+    return TopK(spec, ratio=ratio, k=k)
+
+
+def _randk(spec: str, *params: str) -> RandK:
+    _needs(spec, params, 2)
+    ratio, k = _ratio_or_k(spec, params[0])
+    if params[1:] not in ((), ("unbiased",)):
+        raise _bad(spec, f"unknown randk option {':'.join(params[1:])!r} (only ':unbiased')")
+    return RandK(spec, ratio=ratio, k=k, rescale=len(params) > 1)
+
+
+def _qsgd(spec: str, *params: str) -> QSGD:
+    _needs(spec, params, 2)
+    if params[1:] not in ((), ("biased",)):
+        raise _bad(spec, f"unknown qsgd option {':'.join(params[1:])!r} (only ':biased')")
+    if params[0].startswith("s="):
+        s = _int(spec, params[0][2:], "LEVELS")
+        if not 1 <= s <= MAX_LEVELS:
+            raise _bad(spec, f"levels s = {s} must be in 1..{MAX_LEVELS}")
+    else:
+        s = 1 << (_bits(spec, params[0]) - 1)
+    return QSGD(spec, s, "biased" if len(params) > 1 else "none")
+
+
+def _lead(spec: str, *params: str) -> LeadQuantizer:
+    _needs(spec, params, 1)
+    return LeadQuantizer(spec, _bits(spec, params[0]))
+
+
+def _lowrank(spec: str, *params: str) -> LowRank:
+    _needs(spec, params, 1)
+    r = _int(spec, params[0], "RANK")
     if r < 1:
         raise _bad(spec, f"rank {r} must be >= 1")
-    return lambda: LowRank(norm, r)
+    return LowRank(spec, r)
 
 
 def _int(spec: str, text: str, what: str) -> int:
@@ -220,3 +334,21 @@ def _ratio_or_k(spec: str, text: str) -> tuple[float | None, int | None]:
     if not 0.0 < r <= 1.0:  # also rejects NaN
         raise _bad(spec, f"ratio {r} must be in (0, 1]")
     return r, None
+
+
+for _name, _build, _forms, _usage, _kind in (
+    ("none", _plain(Identity), None, None, Identity.kind),
+    ("fp16", _plain(Fp16), None, None, Fp16.kind),
+    ("bf16", _plain(Bf16), None, None, Bf16.kind),
+    ("topk", _topk, ("topk:RATIO", "topk:K"),
+     "topk:RATIO (0 < RATIO <= 1, e.g. topk:0.01) or topk:K (integer K >= 1)", TopK.kind),
+    ("randk", _randk, ("randk:RATIO", "randk:K", "randk:RATIO:unbiased", "randk:K:unbiased"),
+     "randk:RATIO or randk:K, optionally :unbiased (e.g. randk:0.01:unbiased)", RandK.kind),
+    ("sign", _plain(ScaledSign), None, None, ScaledSign.kind),
+    ("qsgd", _qsgd, ("qsgd:BITS", "qsgd:s=LEVELS", "qsgd:BITS:biased", "qsgd:s=LEVELS:biased"),
+     "qsgd:BITS (1..16, also '4bit') or qsgd:s=LEVELS (1..65536), optionally :biased", QSGD.kind),
+    ("lead", _lead, ("lead:BITS",), "lead:BITS (1..16, also '2bit')", LeadQuantizer.kind),
+    ("natural", _plain(Natural), None, None, Natural.kind),
+    ("lowrank", _lowrank, ("lowrank:RANK",), "lowrank:RANK (integer RANK >= 1)", LowRank.kind),
+):
+    register_compressor(_name, _build, forms=_forms, usage=_usage, kind=_kind, replace=True)

@@ -158,6 +158,19 @@ class Compressor(ABC):
         """Exact size when every payload for such a tensor has the same size, else None."""
         return None
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint saves (see :class:`gossip.stateful.Stateful`): nothing by default;
+        compressors with memory (``stateful = True``) override this and :meth:`load_state_dict`."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (a stateless compressor has nothing to restore)."""
+        if state:
+            raise CompressionError(
+                f"{type(self).__name__} keeps no state, but the checkpoint holds {sorted(state)}; "
+                "resume with the compressor the run was started with"
+            )
+
     def omega_for(self, numel: int) -> float | None:
         """ω for a tensor of ``numel`` entries (worst case over the data), else None."""
         return self.omega

@@ -12,7 +12,7 @@ from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
 
 EPS = 1e-8  # Gram–Schmidt's guard, as in PowerSGD / PowerGossip
-COLLAPSE = 1e-12  # a warm-start factor this small is redrawn (ALGORITHMS.md §6.7)
+COLLAPSE = 1e-12  # a warm-start factor this small is redrawn (docs/compressors.md, low-rank)
 
 
 def orthonormalize_rows_(a: torch.Tensor, eps: float = EPS) -> torch.Tensor:
@@ -158,19 +158,20 @@ class LowRank(Codec):
         self._q.clear()
 
     def state_dict(self) -> dict[str, Any]:
-        """Warm-start factors, keyed by shape and dtype (for checkpoints)."""
+        """Warm-start factors with the shape, dtype and device they serve (for checkpoints)."""
         return {
             "q": [
-                (list(shape), str(dtype), q.detach().cpu())
-                for (shape, dtype, _), q in self._q.items()
+                (list(shape), str(dtype), str(device), q.detach().cpu())
+                for (shape, dtype, device), q in self._q.items()
             ]
         }
 
-    def load_state_dict(self, state: dict[str, Any], device: torch.device | str = "cpu") -> None:
+    def load_state_dict(self, state: dict[str, Any], device: torch.device | str | None = None) -> None:
+        """Restore :meth:`state_dict`; ``device`` moves every factor there (default: where it was)."""
         self._q.clear()
-        dev = torch.device(device)
-        if dev.type == "cuda" and dev.index is None:
-            dev = torch.device("cuda", torch.cuda.current_device())
-        for shape, dtype, q in state["q"]:
+        for shape, dtype, saved_device, q in state["q"]:
+            dev = torch.device(device if device is not None else saved_device)
+            if dev.type == "cuda" and dev.index is None:
+                dev = torch.device("cuda", torch.cuda.current_device())
             dt = getattr(torch, dtype.replace("torch.", ""))
             self._q[(tuple(shape), dt, dev)] = q.to(device=dev, dtype=dt).clone()

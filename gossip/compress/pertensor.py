@@ -266,6 +266,25 @@ class PerTensor(Compressor):
     def fixed_nbytes(self, like: torch.Tensor) -> int | None:
         return self.max_nbytes(like)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The state of every per-tensor instance (empty for stateless compressors)."""
+        if not self.stateful:
+            return {"inners": []}
+        return {"inners": [c.state_dict() for c in self.inners]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the layout must have as many tensors as when saved)."""
+        saved = state["inners"]
+        if not self.stateful:
+            return
+        if len(saved) != len(self.inners):
+            raise CompressionError(
+                f"{self.spec}: the checkpoint holds state for {len(saved)} tensors but the layout "
+                f"has {len(self.inners)}; resume with the model the run was started with"
+            )
+        for c, st in zip(self.inners, saved, strict=True):
+            c.load_state_dict(st)
+
     def clear_workspace(self) -> None:
         """Drop this thread's shared scratch memory (it is regrown on demand)."""
         self.inners[0].clear_workspace()
