@@ -52,6 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gossip.cli import HelpFormatter  # noqa: E402
 from gossip.config import ConfigFileError, load_toml  # noqa: E402
 from gossip.metrics import read_jsonl  # noqa: E402
 
@@ -82,7 +83,7 @@ class Run:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument("sweep", help="the sweep TOML file")
     p.add_argument("--out", default=None, help="output directory (overrides the file's 'out')")
     p.add_argument("--mpi", type=int, default=None,

@@ -21,9 +21,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gossip.algorithms import REGISTRY, make_algorithm  # noqa: E402
+from gossip.algorithms import algorithm_class, available, make_algorithm  # noqa: E402
 from gossip.cli import (  # noqa: E402
     DTYPES,
+    HelpFormatter,
     add_run_arguments,
     checkpoint_options,
     gamma_value,
@@ -31,7 +32,9 @@ from gossip.cli import (  # noqa: E402
     setup,
     split_per_run,
 )  # noqa: E402
+from gossip.compress import usage as compress_usage  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
+from gossip.errors import GossipError  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
 from gossip.metrics import JsonlLogger, first_reach, versions  # noqa: E402
 from gossip.runner import execute  # noqa: E402
@@ -44,28 +47,28 @@ log = logging.getLogger("gossip.consensus")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     g = p.add_argument_group("consensus")
-    g.add_argument("--algorithm", default="choco", choices=sorted(REGISTRY),
-                   help="algorithm run for every compressor")
+    g.add_argument("--algorithm", default="choco",
+                   help=f"algorithm run for every compressor: {', '.join(available())}, or "
+                        "module:Class")
     g.add_argument("--compressor", nargs="+", default=["none"], metavar="SPEC",
-                   help="compressor specs, one run each: none, fp16, bf16, topk:0.01, topk:K, "
-                        "randk:0.01[:unbiased], sign, qsgd:4bit, qsgd:s=16[:biased], lead:2, "
-                        "natural, lowrank:1")
+                   help=f"compressor specs, one run each: {compress_usage()}")
     g.add_argument("--gamma", nargs="+", type=gamma_value, default=None, metavar="G",
                    help="consensus step: one for all runs or one per compressor; 'auto' "
                         "searches the grid 1, 0.5, 0.2, ..., 0.01 on a tenth of the rounds "
                         "(default: the algorithm's own default)")
     g.add_argument("--rank", type=int, default=None,
                    help="PowerGossip's rank (only with --algorithm powergossip)")
-    g.add_argument("--dim", type=int, default=2000, help="vector dimension d")
+    g.add_argument("--dim", type=int, default=None,
+                   help="vector dimension d (default 2000, or the --init file's)")
     g.add_argument("--shape", default=None, metavar="MxK",
                    help="matrix-shaped vectors (for low-rank compressors and PowerGossip); "
-                        "overrides --dim")
+                        "overrides --dim (default: the --init file's when it is (n, m, k))")
     g.add_argument("--init", default="gaussian",
                    help="'gaussian' (x_i ~ N(0, I), seeded per node) or a .npy file of shape "
-                        "(n, d) or (n, m, k)")
+                        "(n, d) or (n, m, k); d or (m, k) are then read from the file")
     g.add_argument("--rounds", type=int, default=1000, help="rounds per run")
     g.add_argument("--target", type=float, default=1e-6,
                    help="consensus error, relative to the initial one, that counts as reached")
@@ -75,27 +78,48 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_args_with_config(p, argv)  # --config run.toml; flags override it
 
 
-def initial_vectors(args: argparse.Namespace, n: int, shape: tuple[int, ...]):
+def load_init(args: argparse.Namespace, n: int) -> np.ndarray | None:
+    """The ``--init`` file's array (one row per node), or None for Gaussian starts."""
+    if args.init == "gaussian":
+        return None
+    path = Path(args.init)
+    if not path.exists():
+        raise SystemExit(f"--init {args.init}: no such file (give 'gaussian' or a .npy file)")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise SystemExit(f"--init {path}: not a readable .npy file ({exc})") from None
+    if data.ndim not in (2, 3) or data.shape[0] != n or 0 in data.shape:
+        raise SystemExit(
+            f"--init {path} has shape {data.shape}; expected ({n}, d) or ({n}, m, k): one row per "
+            f"node of the {n}-node topology"
+        )
+    if not np.issubdtype(data.dtype, np.floating) and not np.issubdtype(data.dtype, np.integer):
+        raise SystemExit(f"--init {path} holds {data.dtype} values; give real numbers")
+    return data
+
+
+def initial_vectors(args: argparse.Namespace, data: np.ndarray | None, shape: tuple[int, ...]):
     """x_i^0 for every node: seeded Gaussians, or rows of a user's .npy file."""
     dtype = DTYPES[args.dtype]
-    if args.init == "gaussian":
+    if data is None:
         def draw(i: int) -> torch.Tensor:
             gen = generator(init_seed(args.seed, i))
             return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
         return draw
-    path = Path(args.init)
-    if not path.exists():
-        raise SystemExit(f"--init {args.init}: no such file (give 'gaussian' or a .npy file)")
-    data = np.load(path, allow_pickle=False)
-    if data.shape[0] != n or int(np.prod(data.shape[1:])) != int(np.prod(shape)):
+    if int(np.prod(data.shape[1:])) != int(np.prod(shape)):
         raise SystemExit(
-            f"--init {path} has shape {data.shape}; expected ({n}, {', '.join(map(str, shape))})"
+            f"--init {args.init} has shape {data.shape}, but --dim/--shape ask for "
+            f"({data.shape[0]}, {', '.join(map(str, shape))}); drop --dim/--shape to use the file's"
         )
     return lambda i: torch.from_numpy(np.ascontiguousarray(data[i])).to(dtype).reshape(shape)
 
 
-def parse_shape(args: argparse.Namespace) -> tuple[int, ...]:
+def parse_shape(args: argparse.Namespace, data: np.ndarray | None = None) -> tuple[int, ...]:
+    """The vectors' shape: --shape, else --dim, else the --init file's, else (2000,)."""
     if args.shape is None:
+        if args.dim is None:
+            return tuple(int(s) for s in data.shape[1:]) if data is not None else (2000,)
         if args.dim < 1:
             raise SystemExit(f"--dim must be positive, got {args.dim}")
         return (args.dim,)
@@ -108,9 +132,14 @@ def parse_shape(args: argparse.Namespace) -> tuple[int, ...]:
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     world, topology = setup(args)
-    shape = parse_shape(args)
+    try:
+        algorithm_class(args.algorithm)
+    except GossipError as exc:
+        raise SystemExit(f"--algorithm: {exc}") from None
+    data = load_init(args, topology.n)
+    shape = parse_shape(args, data)
     layout = Layout([shape]) if len(shape) > 1 else None
-    x0 = initial_vectors(args, topology.n, shape)
+    x0 = initial_vectors(args, data, shape)
     gammas = split_per_run(args.gamma, len(args.compressor), "--gamma")
     logger = JsonlLogger(args.out, enabled=world.is_root)
     rows, curves = [], {}

@@ -6,31 +6,33 @@ Under MPI:    mpiexec -n 8 python experiments/optimize.py --problem lasso --algo
 
 The exact optimum x* is computed centrally (scipy / proximal gradient in float64); each record
 carries distance_to_optimum = (1/n) Σ ‖x_i − x*‖² / ‖x*‖², the objective at the average model and
-its gap to the optimal value, consensus error and bits per node. Step sizes default to what
-ALGORITHMS.md recommends for the problem (η = 1/L with full gradients, 1/(6 L_max) with sampled
-ones), so a run with no tuning flag works.
+its gap to the optimal value, consensus error and bits per node. Step sizes default to what each
+algorithm suggests for the problem (η = 1/L with full gradients, 1/(6 L_max) with sampled ones,
+a fifth of that for gradient tracking), so a run with no tuning flag works.
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 import logging
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gossip.algorithms import REGISTRY, make_algorithm  # noqa: E402
+from gossip.algorithms import accepted_hparams, algorithm_class, available, make_algorithm  # noqa: E402
 from gossip.cli import (  # noqa: E402
     DTYPES,
+    HelpFormatter,
     add_run_arguments,
     checkpoint_options,
     gamma_value,
     guarded,
     setup,
 )
+from gossip.compress import usage as compress_usage  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
+from gossip.errors import GossipError  # noqa: E402
 from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions  # noqa: E402
 from gossip.problems import ESTIMATORS, PROBLEMS, default_hparams, make_problem  # noqa: E402
 from gossip.runner import execute  # noqa: E402
@@ -44,10 +46,11 @@ ALIASES = {"nids": ("lead", {"alpha": 1.0, "gamma_dual": 1.0}, "none"),
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
     )
     g = p.add_argument_group("problem")
-    g.add_argument("--problem", choices=PROBLEMS, default="least-squares", help="what to minimize")
+    g.add_argument("--problem", default="least-squares",
+                   help=f"what to minimize: {', '.join(PROBLEMS)}, or module:function")
     g.add_argument("--dim", type=int, default=200, help="model dimension (synthetic data)")
     g.add_argument("--samples-per-node", type=int, default=200, help="samples per node (synthetic)")
     g.add_argument("--heterogeneity", type=float, default=1.0,
@@ -59,16 +62,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--l1", type=float, default=None, help="L1 weight (lasso, l1-logistic)")
     g.add_argument("--l2", type=float, default=None, help="L2 weight")
     a = p.add_argument_group("algorithm")
-    a.add_argument("--algorithm", default="lead", choices=sorted(REGISTRY) + sorted(ALIASES),
-                   help="algorithm (nids = lead with no compression, dgd = dpsgd)")
-    a.add_argument("--compressor", default="lead:2", help="compressor spec (see consensus.py)")
+    a.add_argument("--algorithm", default="lead",
+                   help=f"{', '.join(available() + sorted(ALIASES))} (nids = lead with no "
+                        "compression, dgd = dpsgd), or module:Class")
+    a.add_argument("--compressor", default="lead:2", help=f"compressor spec: {compress_usage()}")
     a.add_argument("--compare", nargs="+", default=None, metavar="ALG[@COMPRESSOR]",
                    help="run several algorithms, e.g. lead@lead:2 nids dgd choco@lead:2 "
                         "beer@topk:0.1; plots distance to optimum vs rounds and bits")
     a.add_argument("--eta", type=float, default=None,
-                   help="step size (default 1/L full gradients, 1/(6 L_max) sampled; BEER 0.2/L)")
+                   help="step size (default: what the algorithm suggests for the problem, e.g. 1/L "
+                        "with full gradients, 1/(6 L_max) sampled, 0.2/L for gradient tracking)")
     a.add_argument("--gamma", type=gamma_value, default=None,
-                   help="consensus step (default choco 0.5, deepsqueeze 0.2, beer 0.4, gossip 1); "
+                   help="consensus step (default: the algorithm's suggestion or its own default); "
                         "'auto' searches 1, 0.5, 0.2, ..., 0.01 on a tenth of the iterations")
     a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
@@ -97,9 +102,10 @@ def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
             name, hp, forced = ALIASES[name]
             hp = dict(hp)
             comp = forced or comp
-        if name not in REGISTRY:
-            raise SystemExit(f"unknown algorithm '{name}' in '{item}'; choose from "
-                             f"{', '.join(sorted(REGISTRY) + sorted(ALIASES))}")
+        try:
+            algorithm_class(name)
+        except ValueError as exc:
+            raise SystemExit(f"--algorithm/--compare '{item}': {exc}") from None
         comp = comp or ("none" if args.compare else args.compressor)
         out.append((item if args.compare else f"{name}@{comp}", name, hp, comp))
     return out
@@ -107,18 +113,13 @@ def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
 
 def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem) -> dict:
     """Keyword hyper-parameters for ``name``: flags first, then the problem's recommendations."""
-    defaults = default_hparams(problem, args.estimator)
-    hp = dict(base)
-    accepted = set(inspect.signature(REGISTRY[name].__init__).parameters)
-    eta = args.eta if args.eta is not None else defaults["eta"] * (0.2 if name == "beer" else 1.0)
-    gamma_defaults = {"choco": 0.5, "deepsqueeze": 0.2, "beer": 0.4}
-    for key, value in (("eta", eta), ("gamma", args.gamma), ("alpha", args.alpha),
+    cls = algorithm_class(name)
+    hp = cls.suggest_hparams(problem, args.estimator) | base
+    accepted = accepted_hparams(cls)
+    for key, value in (("eta", args.eta), ("gamma", args.gamma), ("alpha", args.alpha),
                        ("gamma_dual", args.gamma_dual), ("rank", args.rank)):
-        if key in accepted and key not in hp:
-            if value is None and key == "gamma":
-                value = gamma_defaults.get(name)
-            if value is not None:
-                hp[key] = value
+        if key in accepted and key not in base and value is not None:
+            hp[key] = value
     return hp
 
 
@@ -126,11 +127,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     world, topology = setup(args)
     dtype = DTYPES[args.dtype]
-    problem = make_problem(
-        args.problem, n_nodes=topology.n, dim=args.dim, samples_per_node=args.samples_per_node,
-        heterogeneity=args.heterogeneity, seed=args.seed, data=args.data,
-        partition_scheme=args.partition, l1=args.l1, l2=args.l2, dtype=dtype, device=args.device,
-    )
+    try:
+        problem = make_problem(
+            args.problem, n_nodes=topology.n, dim=args.dim, samples_per_node=args.samples_per_node,
+            heterogeneity=args.heterogeneity, seed=args.seed, data=args.data,
+            partition_scheme=args.partition, l1=args.l1, l2=args.l2, dtype=dtype, device=args.device,
+        )
+    except GossipError as exc:
+        raise SystemExit(f"--problem {args.problem}: {exc}") from None
     x_star = problem.solution()
     f_star = problem.optimal_value()
     x0 = problem.initial_point()

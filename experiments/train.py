@@ -18,7 +18,6 @@ read from disk (--data FILE.npz / FILE.pt / an ImageFolder directory with torchv
 from __future__ import annotations
 
 import argparse
-import inspect
 import logging
 import math
 import sys
@@ -29,20 +28,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gossip.algorithms import REGISTRY, make_algorithm  # noqa: E402
+from gossip.algorithms import accepted_hparams, algorithm_class, make_algorithm  # noqa: E402
 from gossip.algorithms.base import ConfigError  # noqa: E402
 from gossip.cli import (  # noqa: E402
     DTYPES,
+    HelpFormatter,
     add_run_arguments,
     checkpoint_options,
     guarded,
     setup,
 )
 from gossip.comm.world import World  # noqa: E402
+from gossip.compress import usage as compress_usage  # noqa: E402
 from gossip.metrics import JsonlLogger, versions  # noqa: E402
 from gossip.runner import execute  # noqa: E402
 from gossip.training import (  # noqa: E402
-    LOCAL_STEP_ALGORITHMS,
     MODELS,
     OPTIMIZERS,
     SCHEDULES,
@@ -53,12 +53,13 @@ from gossip.training import (  # noqa: E402
     lr_multiplier,
     make_model,
     make_optimizer,
+    optimizer_algorithms,
+    trainable_algorithms,
 )
 from gossip.training.datasets import input_shape, num_classes  # noqa: E402
 from gossip.training.models import NORMS  # noqa: E402
 from gossip.training.seeds import model_seed, split_seed  # noqa: E402
-from gossip.training.trainer import TRAINABLE  # noqa: E402
-from gossip.tuning import TUNABLE, TuningError, log_grid, search_gamma  # noqa: E402
+from gossip.tuning import TuningError, log_grid, search_gamma, tunable_algorithms  # noqa: E402
 
 log = logging.getLogger("gossip.train")
 
@@ -75,7 +76,7 @@ def gamma_value(text: str) -> float | str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
     )
     d = p.add_argument_group("data")
     d.add_argument("--data", default="digits",
@@ -111,20 +112,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="gossip float buffers (BatchNorm statistics) with the parameters; by "
                         "default they stay local and the averaged model uses their node average")
     a = p.add_argument_group("algorithm")
-    a.add_argument("--algorithm", choices=sorted(TRAINABLE), default="dpsgd",
-                   help="dpsgd, choco, deepsqueeze, powergossip (local optimizer step), or lead, "
-                        "beer, dcd, ecd (plain gradient with step --lr)")
+    a.add_argument("--algorithm", default="dpsgd",
+                   help=f"{', '.join(optimizer_algorithms())} (local optimizer step), or "
+                        f"{', '.join(sorted(set(trainable_algorithms()) - set(optimizer_algorithms())))} "
+                        "(plain gradient with step --lr), or module:Class")
     a.add_argument("--compressor", default="none",
-                   help="compressor spec: none, topk:0.01, sign, qsgd:8bit:biased, lead:2, ... "
-                        "(powergossip: none, it sketches by itself)")
+                   help=f"compressor spec: {compress_usage()} (powergossip: none, it sketches by itself)")
     a.add_argument("--flat-compression", action="store_true",
                    help="compress the whole flat model at once instead of tensor by tensor")
     a.add_argument("--gamma", type=gamma_value, default=None,
-                   help="consensus step, or 'auto' (choco, deepsqueeze): a short search over "
+                   help=f"consensus step, or 'auto' ({', '.join(tunable_algorithms())}): a short search over "
                         "--gamma-grid, each candidate on a fresh run of --tune-fraction of the "
                         "rounds with the same seed; the lowest final training loss of the "
                         "averaged model among those that did not diverge wins (default: the "
-                        "algorithm's own: choco 0.05, deepsqueeze 0.2, powergossip 1, beer 0.4)")
+                        "algorithm's own)")
     a.add_argument("--gamma-grid", type=float, nargs="+", default=None,
                    help="candidates of --gamma auto (default 1 0.5 0.2 0.1 0.05 0.02 0.01)")
     a.add_argument("--tune-fraction", type=float, default=0.1,
@@ -136,12 +137,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
     o = p.add_argument_group("local optimizer")
     o.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="sgd, momentum, nesterov, adam, adamw (default momentum; lead, beer, "
-                        "dcd and ecd take the plain gradient: sgd only)")
-    o.add_argument("--lr", type=float, default=0.1, help="learning rate (eta of lead/beer/dcd/ecd)")
+                   help=f"{', '.join(OPTIMIZERS)} (default momentum; algorithms other than "
+                        f"{', '.join(optimizer_algorithms())} take the plain gradient: sgd only)")
+    o.add_argument("--lr", type=float, default=0.1,
+                   help="learning rate (the step eta of algorithms without a local optimizer)")
     o.add_argument("--momentum", type=float, default=0.9, help="momentum of momentum/nesterov")
     o.add_argument("--weight-decay", type=float, default=0.0,
-                   help="weight decay (an L2 term of the gradient for lead/beer/dcd/ecd)")
+                   help="weight decay (an L2 term of the gradient for algorithms without a local "
+                        "optimizer)")
     o.add_argument("--no-decay-1d", action="store_true",
                    help="no weight decay on tensors with ndim <= 1 (biases, norm weights)")
     s = p.add_argument_group("learning-rate schedule (counted in epochs, applied per round)")
@@ -196,11 +199,12 @@ def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_round
                       rpe: int) -> dict[str, Any]:
     """Keyword hyper-parameters of the algorithm from the flags (only those it accepts)."""
     name = args.algorithm
-    accepted = set(inspect.signature(REGISTRY[name].__init__).parameters)
+    cls = algorithm_class(name)
+    accepted = accepted_hparams(cls)
     hp: dict[str, Any] = {}
-    if name not in LOCAL_STEP_ALGORITHMS and "eta" in accepted:
+    if not cls.takes_optimizer and "eta" in accepted:
         hp["eta"] = args.lr
-        if name in ("dcd", "ecd") and _scheduled(args):
+        if cls.step_schedule and _scheduled(args):
             mult = multiplier(args, total_rounds, rpe)
             hp["eta"] = lambda t, lr=args.lr: lr * mult(t - 1)
     for key, value in (("gamma", gamma), ("rank", args.rank), ("alpha", args.alpha),
@@ -226,14 +230,15 @@ def multiplier(args: argparse.Namespace, total_rounds: int, rpe: int):
 
 def check_optimizer(args: argparse.Namespace) -> str | None:
     """The optimizer name for a local-step algorithm; None for gradient algorithms."""
-    if args.algorithm in LOCAL_STEP_ALGORITHMS:
+    cls = algorithm_class(args.algorithm)
+    if cls.takes_optimizer:
         return args.optimizer or "momentum"
     if args.optimizer not in (None, "sgd"):
         raise SystemExit(
-            f"{args.algorithm} takes the plain gradient with step --lr (ALGORITHMS.md §4.5); "
-            f"--optimizer {args.optimizer} applies to {', '.join(sorted(LOCAL_STEP_ALGORITHMS))}"
+            f"{args.algorithm} takes the plain gradient with step --lr (its update needs the raw "
+            f"gradient); --optimizer {args.optimizer} applies to {', '.join(optimizer_algorithms())}"
         )
-    if args.algorithm in ("lead", "beer") and _scheduled(args):
+    if not cls.step_schedule and _scheduled(args):
         raise SystemExit(f"{args.algorithm} runs with a constant step: use --schedule constant "
                          "and no warm-up")
     return None
@@ -271,9 +276,9 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
     Under mpiexec every rank runs the same in-process search (all nodes in each process): the
     pick is then identical on every rank and equal to the in-process run's, with no message.
     """
-    if args.algorithm not in TUNABLE:
-        raise SystemExit(f"--gamma auto tunes {' and '.join(TUNABLE)}; give {args.algorithm} a "
-                         "number (or leave its default)")
+    if "gamma" not in algorithm_class(args.algorithm).tunable:
+        raise SystemExit(f"--gamma auto tunes {' and '.join(tunable_algorithms())}; give "
+                         f"{args.algorithm} a number (or leave its default)")
     if not 0 < args.tune_fraction <= 1:
         raise SystemExit(f"--tune-fraction must be in (0, 1], got {args.tune_fraction}")
     rounds = max(1, math.ceil(args.tune_fraction * total_rounds))

@@ -22,6 +22,24 @@ log = logging.getLogger("gossip")
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Appends ``(default: X)`` to a flag's help once: not when the help already states its
+    default, nor for flags whose default is None or False (nothing useful to show)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS):
+            return text
+        return super()._get_help_string(action)
+
+
+def topology_forms() -> str:
+    """The topology specs ``topologies.build`` accepts, from its own tables (never stale)."""
+    from topologies.spec import STATIC, TIME_VARYING
+
+    return ", ".join(e.usage() for e in (*STATIC.values(), *TIME_VARYING.values()))
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every script (topology, seed, devices, MPI, logs, plots)."""
     g = parser.add_argument_group("run")
@@ -30,11 +48,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "(default 8). Under mpiexec: defaults to the world size; a larger value "
                         "hosts several nodes per rank")
     g.add_argument("--topology", default="ring",
-                   help="graph spec: ring, path, torus, grid, complete, star, hypercube, "
-                        "exponential, directed-exponential, erdos-renyi:p=0.3, regular:k=4, "
-                        "geometric:r=0.4, watts-strogatz:k=4,p=0.3, one-peer-exponential, "
-                        "matchings, a graph file (edge list, GraphML, GML, JSON node-link) or "
-                        "module:function (default: ring)")
+                   help=f"graph spec: {topology_forms()}, a graph file (edge list, GraphML, GML, "
+                        "JSON node-link) or module:function (default: ring)")
     g.add_argument("--weights", default="metropolis",
                    help="mixing rule: metropolis, max-degree, uniform, weights (explicit edge "
                         "'weight' attributes) (default: metropolis)")

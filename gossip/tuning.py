@@ -31,7 +31,12 @@ from typing import Any
 from gossip.engine import DivergenceError
 from gossip.errors import GossipError
 
-TUNABLE = ("choco", "deepsqueeze")
+
+def tunable_algorithms(hparam: str = "gamma") -> list[str]:
+    """Registered algorithms whose class lists ``hparam`` in ``tunable``, sorted."""
+    from gossip.algorithms import REGISTRY
+
+    return sorted(name for name, cls in REGISTRY.items() if hparam in cls.tunable)
 
 
 class TuningError(GossipError, RuntimeError):

@@ -1,7 +1,12 @@
-"""Decentralized algorithms, one module each, built by name from the registry."""
+"""Decentralized algorithms, one module each, built by name from the registry.
+
+``docs/algorithms/<name>.md`` describes each one; a user's own algorithm joins with
+:func:`register_algorithm` or is named as ``module:Class`` (``docs/extending.md``).
+"""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Inbox, Node
@@ -22,30 +27,81 @@ REGISTRY: dict[str, type[Algorithm]] = {
 }
 
 
-def register(cls: type[Algorithm]) -> type[Algorithm]:
-    """Add an algorithm class to the registry under ``cls.name``."""
-    REGISTRY[cls.name] = cls
+def register_algorithm(cls: type[Algorithm], *, replace: bool = False) -> type[Algorithm]:
+    """Add an :class:`Algorithm` subclass to the registry under ``cls.name`` (usable as a decorator).
+
+    Scripts then accept ``--algorithm NAME``. A name taken by another class is refused unless
+    ``replace`` is set.
+    """
+    if not (inspect.isclass(cls) and issubclass(cls, Algorithm)):
+        raise ConfigError(f"register_algorithm takes an Algorithm subclass, got {cls!r}")
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name or ":" in name or name != name.strip():
+        raise ConfigError(f"{cls.__name__}.name = {name!r}: give the class a `name` class attribute "
+                          "(a string without ':' or spaces), its registry name")
+    if inspect.isabstract(cls):
+        missing = ", ".join(sorted(cls.__abstractmethods__))
+        raise ConfigError(f"{cls.__name__} cannot be registered: it does not define {missing}")
+    old = REGISTRY.get(name)
+    if old is not None and old is not cls and not replace:
+        raise ConfigError(f"an algorithm named {name!r} is already registered ({old.__module__}."
+                          f"{old.__qualname__}); pick another name or pass replace=True")
+    REGISTRY[name] = cls
     return cls
 
 
-def make_algorithm(name: str, **hparams: Any) -> Algorithm:
-    """Build an algorithm by registry name with keyword hyper-parameters (unknown ones rejected)."""
-    try:
-        cls = REGISTRY[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown algorithm '{name}'; choose one of: {', '.join(sorted(REGISTRY))}"
-        ) from None
-    import inspect
+register = register_algorithm
+"""The former name of :func:`register_algorithm`."""
 
+
+def available() -> list[str]:
+    """Registered algorithm names, sorted."""
+    return sorted(REGISTRY)
+
+
+def algorithm_class(spec: str | type[Algorithm]) -> type[Algorithm]:
+    """The class a registry name or a ``module:Class`` spec names (the class itself passes)."""
+    if inspect.isclass(spec) and issubclass(spec, Algorithm):
+        return spec
+    if not isinstance(spec, str):
+        raise ConfigError(f"an algorithm is a registry name, 'module:Class' or an Algorithm, got {spec!r}")
+    cls = REGISTRY.get(spec)
+    if cls is not None:
+        return cls
+    from gossip.plugins import import_object, looks_like_target
+
+    if not looks_like_target(spec):
+        raise ConfigError(f"unknown algorithm '{spec}'; choose one of: {', '.join(available())}, "
+                          "or give module:Class")
+    obj = import_object(spec)
+    if not (inspect.isclass(obj) and issubclass(obj, Algorithm)):
+        raise ConfigError(f"{spec!r} is not a gossip.algorithms.Algorithm subclass")
+    if inspect.isabstract(obj):
+        raise ConfigError(f"{spec!r} does not define {', '.join(sorted(obj.__abstractmethods__))}")
+    return obj
+
+
+def make_algorithm(spec: str | type[Algorithm] | Algorithm, **hparams: Any) -> Algorithm:
+    """Build an algorithm from a registry name, ``module:Class`` or class, with keyword
+    hyper-parameters (unknown ones rejected, naming the accepted ones); an instance passes."""
+    if isinstance(spec, Algorithm):
+        if hparams:
+            raise ConfigError(f"{spec.name} is already built; set {sorted(hparams)} on its constructor")
+        return spec
+    cls = algorithm_class(spec)
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
     unknown = set(hparams) - accepted
     if unknown:
         raise ConfigError(
-            f"{name} does not take {sorted(unknown)}; its hyper-parameters are {sorted(accepted)}"
+            f"{cls.name} does not take {sorted(unknown)}; its hyper-parameters are {sorted(accepted)}"
         )
     return cls(**hparams)
 
 
-__all__ = ["Algorithm", "ConfigError", "Exchange", "Inbox", "Node", "REGISTRY", "make_algorithm",
-           "register"]
+def accepted_hparams(spec: str | type[Algorithm]) -> set[str]:
+    """The keyword hyper-parameters the algorithm's constructor takes."""
+    return set(inspect.signature(algorithm_class(spec).__init__).parameters) - {"self"}
+
+
+__all__ = ["Algorithm", "ConfigError", "Exchange", "Inbox", "Node", "REGISTRY", "accepted_hparams",
+           "algorithm_class", "available", "make_algorithm", "register", "register_algorithm"]

@@ -136,17 +136,31 @@ class Algorithm(ABC):
     (momentum, Adam, weight decay) applies; otherwise it uses the plain gradient with ``eta``."""
     tunable: ClassVar[tuple[str, ...]] = ()
     """Hyper-parameters that ``--gamma auto`` may search on a grid (e.g. ``("gamma",)``)."""
+    step_schedule: ClassVar[bool] = False
+    """Its ``eta`` may be a schedule ``eta(t)`` (learning-rate warm-up, decay); otherwise constant."""
+    needs_layout: ClassVar[bool] = False
+    """Works per matrix-shaped tensor of the model, so it always gets the model's layout."""
+    tracks_gradient: ClassVar[bool] = False
+    """Gradient tracking (or primal-dual): the default step of :meth:`suggest_hparams` is then
+    ``0.2/L`` instead of ``1/L``, which such methods need to converge."""
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full") -> dict[str, Any]:
         """Step sizes that converge on ``problem`` (one with ``smoothness()``), by keyword.
 
-        The default is ``eta = 1/L`` for full gradients and ``1/(6 L_max)`` for sampled ones;
-        algorithms whose step must be smaller (tracking, primal-dual) override this.
+        The default is ``eta = 1/L`` for full gradients and ``1/(6 L_max)`` for sampled ones,
+        a fifth of that for ``tracks_gradient`` algorithms; only hyper-parameters the
+        constructor takes are returned. Algorithms with other needs override this.
         """
+        import inspect
+
         from gossip.problems.factory import default_hparams
 
-        return {"eta": default_hparams(problem, estimator)["eta"]} if cls.trains else {}
+        if not cls.trains:
+            return {}
+        accepted = set(inspect.signature(cls.__init__).parameters)
+        eta = default_hparams(problem, estimator)["eta"] * (0.2 if cls.tracks_gradient else 1.0)
+        return {"eta": eta} if "eta" in accepted else {}
 
     def state_dict(self) -> dict[str, Any]:
         """Run-wide state beyond ``node.state`` (none by default), saved by checkpoints."""

@@ -20,6 +20,7 @@ Use float64 for long high-precision consensus runs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -40,11 +41,18 @@ class Choco(Algorithm):
     trains = True
     takes_optimizer = True
     tunable = ("gamma",)
+    step_schedule = True
 
     def __init__(self, gamma: float = 0.05, eta: float | Callable[[int], float] = 0.0):
         check_range("gamma", gamma, 0.0, 1.0, "CHOCO's consensus step; tune it on a grid.")
         self.gamma = gamma
         self.eta = eta
+
+    @classmethod
+    def suggest_hparams(cls, problem: Any, estimator: str = "full") -> dict[str, Any]:
+        """``eta`` as for every algorithm and γ = 0.5, which converges on the built-in convex
+        problems with the built-in compressors (training keeps the cautious default 0.05)."""
+        return super().suggest_hparams(problem, estimator) | {"gamma": 0.5}
 
     def setup(self, node: Node) -> None:
         zeros = torch.zeros_like(node.x)

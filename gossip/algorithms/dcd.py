@@ -30,6 +30,7 @@ from gossip.compress import make
 class DCD(Algorithm):
     name = "dcd"
     trains = True
+    step_schedule = True
 
     def __init__(self, eta: float | Callable[[int], float] = 0.0):
         self.eta = eta

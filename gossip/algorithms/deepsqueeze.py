@@ -28,6 +28,7 @@ class DeepSqueeze(Algorithm):
     trains = True
     takes_optimizer = True
     tunable = ("gamma",)
+    step_schedule = True
 
     def __init__(self, gamma: float = 0.2, eta: float | Callable[[int], float] = 0.0):
         check_range("gamma", gamma, 0.0, 1.0, "DeepSqueeze's consensus step; tune it.")

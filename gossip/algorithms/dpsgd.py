@@ -19,6 +19,7 @@ class DPSGD(Gossip):
     trains = True
     takes_optimizer = True
     needs_oracle = True
+    step_schedule = True
 
     def __init__(self, eta: float | Callable[[int], float] = 0.1, gamma: float = 1.0):
         super().__init__(gamma)

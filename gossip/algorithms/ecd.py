@@ -29,6 +29,7 @@ from gossip.algorithms.dcd import exchange_exact
 class ECD(Algorithm):
     name = "ecd"
     trains = True
+    step_schedule = True
 
     def __init__(self, eta: float | Callable[[int], float] = 0.0):
         self.eta = eta

@@ -55,6 +55,8 @@ class PowerGossip(Algorithm):
     name = "powergossip"
     trains = True
     takes_optimizer = True
+    step_schedule = True
+    needs_layout = True
     static_topology = True
     symmetric = True
 

@@ -18,7 +18,7 @@ from gossip.problems.data import (
     partition,
     synthetic,
 )
-from gossip.problems.factory import PROBLEMS, default_hparams, make_problem
+from gossip.problems.factory import PROBLEMS, default_hparams, make_problem, register_problem
 from gossip.problems.glm import GLM, L1Logistic, Lasso, LeastSquares, Logistic
 from gossip.problems.oracles import (
     ESTIMATORS,
@@ -57,5 +57,6 @@ __all__ = [
     "make_oracle",
     "make_problem",
     "partition",
+    "register_problem",
     "synthetic",
 ]

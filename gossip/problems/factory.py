@@ -1,28 +1,54 @@
-"""Build problems by name (what scripts call) and suggest step sizes for them."""
+"""Build problems by name (what scripts call) and suggest step sizes for them.
+
+Users add their own with :func:`register_problem` (or name a builder as ``module:function``).
+"""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
-from gossip.problems.base import Problem
+from gossip.problems.base import Problem, ProblemError
 from gossip.problems.data import load_libsvm, partition, synthetic
 from gossip.problems.glm import GLM, L1Logistic, Lasso, LeastSquares, Logistic
 
-PROBLEMS = ("least-squares", "logistic", "lasso", "l1-logistic")
+ProblemBuilder = Callable[..., Problem]
+"""``build(**options) -> Problem``; options are :func:`make_problem`'s keywords (``n_nodes``,
+``dim``, ``seed``, ``dtype``, ``device``, …): take the ones you need and ``**_`` the rest."""
+
+_BUILDERS: dict[str, ProblemBuilder] = {}
+PROBLEMS: list[str] = []
+"""Registered problem names (kept in sync by :func:`register_problem`)."""
 
 DEFAULT_L1 = {"lasso": 0.02, "l1-logistic": 1e-3}
-"""ALGORITHMS.md §11.6 uses l1 = 0.02 for the lasso; the logistic value keeps a sparse but
-non-trivial solution on the §11.3 recipe."""
+"""The lasso's l1 = 0.02 follows the LEAD paper's experiment; the logistic value keeps a sparse
+but non-trivial solution on the default synthetic data (docs/problems.md)."""
+
+
+def register_problem(name: str, build: ProblemBuilder, *, replace: bool = False) -> ProblemBuilder:
+    """Make ``make_problem(name, ...)`` and ``optimize.py --problem NAME`` call ``build``."""
+    if not isinstance(name, str) or not name or ":" in name:
+        raise ProblemError(f"problem name {name!r} must be a non-empty string without ':'")
+    if not callable(build):
+        raise ProblemError(f"register_problem({name!r}, ...): build must be callable, got {build!r}")
+    if name in _BUILDERS and _BUILDERS[name] is not build and not replace:
+        raise ProblemError(f"a problem named {name!r} is already registered; pick another name or "
+                           "pass replace=True")
+    _BUILDERS[name] = build
+    if name not in PROBLEMS:
+        PROBLEMS.append(name)
+    return build
 
 
 def _default_l2(name: str, total_samples: int) -> float:
     if name == "least-squares":
-        return 0.1  # §11.2
+        return 0.1  # CHOCO / LEAD papers' least-squares experiments
     if name == "lasso":
-        return 0.05  # §11.6: 0.025‖x‖² = (0.05/2)‖x‖²
-    return 1.0 / total_samples  # §11.3: λ = 1/(n m)
+        return 0.05  # 0.025‖x‖² = (0.05/2)‖x‖², the LEAD paper's lasso
+    return 1.0 / total_samples  # λ = 1/N, the usual logistic-regression choice
 
 
 def make_problem(
@@ -41,7 +67,8 @@ def make_problem(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str = "cpu",
 ) -> GLM:
-    """A problem by name: ``least-squares``, ``logistic``, ``lasso`` or ``l1-logistic``.
+    """A problem by registry name (built in: ``least-squares``, ``logistic``, ``lasso``,
+    ``l1-logistic``; see :func:`register_problem`) or ``module:function``.
 
     Without ``data`` the samples come from :func:`~gossip.problems.data.synthetic` (``n_nodes``,
     ``dim``, ``samples_per_node``, ``heterogeneity``, ``common``, ``seed``). With ``data`` (a LibSVM
@@ -50,12 +77,55 @@ def make_problem(
     ``dirichlet:ALPHA``; seeded by ``seed``); labels are the regression targets for least squares
     and must be binary for the logistic problems. ``dim`` and ``samples_per_node`` are then ignored.
 
-    Defaults: ``l2`` = 0.1 (least squares, §11.2), 0.05 (lasso, §11.6), ``1/N`` with ``N`` the
-    total number of samples (logistic, §11.3); ``l1`` = 0.02 (lasso), 1e-3 (l1-logistic: about a
-    third of the coordinates of ``x*`` are non-zero on the default synthetic data).
+    Defaults: ``l2`` = 0.1 (least squares), 0.05 (lasso), ``1/N`` with ``N`` the total number
+    of samples (logistic); ``l1`` = 0.02 (lasso), 1e-3 (l1-logistic: about a third of the
+    coordinates of ``x*`` are non-zero on the default synthetic data).
     """
-    if name not in PROBLEMS:
-        raise ValueError(f"unknown problem {name!r}; choose one of {PROBLEMS}")
+    options = dict(n_nodes=n_nodes, dim=dim, samples_per_node=samples_per_node,
+                   heterogeneity=heterogeneity, common=common, seed=seed, data=data,
+                   partition_scheme=partition_scheme, l2=l2, l1=l1, dtype=dtype, device=device)
+    build = _BUILDERS.get(name)
+    if build is None:
+        from gossip.plugins import import_object, looks_like_target
+
+        if not (isinstance(name, str) and looks_like_target(name)):
+            raise ProblemError(f"unknown problem {name!r}; choose one of {', '.join(PROBLEMS)}, or give "
+                               "module:function")
+        build = import_object(name)
+        if not callable(build):
+            raise ProblemError(f"{name!r} is not callable")
+    problem = build(**options)
+    if not isinstance(problem, Problem):
+        raise ProblemError(f"problem builder {name!r} returned a {type(problem).__name__}, not a "
+                           "gossip.problems.Problem")
+    return problem
+
+
+def _glm(name: str) -> ProblemBuilder:
+    """The builder of one built-in generalized linear model."""
+    def build(**options: Any) -> GLM:
+        return _make_glm(name, **options)
+
+    build.__doc__ = f"The built-in {name} problem (see make_problem)."
+    return build
+
+
+def _make_glm(
+    name: str,
+    *,
+    n_nodes: int,
+    dim: int,
+    samples_per_node: int,
+    heterogeneity: float,
+    common: float,
+    seed: int,
+    data: str | os.PathLike | None,
+    partition_scheme: str,
+    l2: float | None,
+    l1: float | None,
+    dtype: torch.dtype,
+    device: torch.device | str,
+) -> GLM:
     if data is not None:
         X, y = load_libsvm(data, binary=True if name in ("logistic", "l1-logistic") else None)
         parts = partition(y, n_nodes, partition_scheme, seed)
@@ -77,8 +147,12 @@ def make_problem(
     return L1Logistic(A, b, l1, l2, **kw)
 
 
+for _name in ("least-squares", "logistic", "lasso", "l1-logistic"):
+    register_problem(_name, _glm(_name))
+
+
 def default_hparams(problem: Problem, estimator: str = "full") -> dict[str, float]:
-    """Step sizes that work on ``problem`` (ALGORITHMS.md §4.4 and §5.3).
+    """Step sizes that work on ``problem`` (docs/algorithms/README.md, step sizes).
 
     ``eta = 1/L`` for full gradients; ``eta = 1/(6 L_max)`` for the sampled estimators (``sgd``,
     ``lsvrg``, ``saga``; SGD then converges to a noise floor, the VR estimators to ``x*``).

@@ -41,15 +41,13 @@ from gossip.training.models import MLP, MODELS, ResNet, SmallCNN, make_model, re
 from gossip.training.optim import OPTIMIZERS, SCHEDULES, lr_multiplier, make_optimizer
 from gossip.training.oracle import ModelOracle, OptimizerOracle
 from gossip.training.trainer import (
-    GRADIENT_ALGORITHMS,
-    LOCAL_STEP_ALGORITHMS,
     DecentralizedTrainer,
     epoch_rounds,
+    optimizer_algorithms,
+    trainable_algorithms,
 )
 
 __all__ = [
-    "GRADIENT_ALGORITHMS",
-    "LOCAL_STEP_ALGORITHMS",
     "MLP",
     "MODELS",
     "OPTIMIZERS",
@@ -73,8 +71,10 @@ __all__ = [
     "make_model",
     "make_optimizer",
     "node_loader",
+    "optimizer_algorithms",
     "partition_dataset",
     "partition_indices",
     "resnet20",
     "synthetic_classification",
+    "trainable_algorithms",
 ]

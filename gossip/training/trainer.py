@@ -12,8 +12,9 @@
 * a round = each node computes a mini-batch gradient, steps with its ``torch.optim`` optimizer
   and gossips, in the order of its algorithm (D-PSGD and PowerGossip: gradient at the
   pre-gossip model, gossip, then the optimizer step; CHOCO-SGD and DeepSqueeze: gradient and
-  step, then gossip). LEAD and BEER take the gradient directly with their own ``eta``
-  (ALGORITHMS.md §4.5, §7), so they get no optimizer; weight decay then enters as ``l2``.
+  step, then gossip). Algorithms whose class says ``takes_optimizer = False`` (LEAD, BEER,
+  DCD, ECD) take the gradient directly with their own ``eta`` (their update needs the raw
+  gradient; docs/algorithms/), so they get no optimizer; weight decay then enters as ``l2``.
 
 Definitions (documented because logs depend on them):
 
@@ -48,9 +49,10 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from gossip.algorithms import make_algorithm
+from gossip.algorithms import REGISTRY, make_algorithm
 from gossip.algorithms.base import Algorithm, ConfigError
 from gossip.comm.world import World
+from gossip.compress import Compressor
 from gossip.engine import DivergenceError, Engine
 from gossip.seeding import generator
 from gossip.training import flat
@@ -59,11 +61,15 @@ from gossip.training.evaluate import Sums, evaluate, shard
 from gossip.training.oracle import LossFn, ModelOracle, OptimizerOracle
 from gossip.training.seeds import data_seed, derive, partition_seed
 
-LOCAL_STEP_ALGORITHMS = frozenset({"dpsgd", "choco", "deepsqueeze", "powergossip"})
-"""Algorithms that take the local step through the node's optimizer (``apply_step``)."""
-GRADIENT_ALGORITHMS = frozenset({"lead", "beer", "dcd", "ecd"})
-"""Algorithms that use the plain gradient with their own step size ``eta``."""
-TRAINABLE = LOCAL_STEP_ALGORITHMS | GRADIENT_ALGORITHMS
+
+def trainable_algorithms() -> list[str]:
+    """Registered algorithms that can train a model (``trains``), sorted."""
+    return sorted(name for name, cls in REGISTRY.items() if cls.trains)
+
+
+def optimizer_algorithms() -> list[str]:
+    """Registered algorithms whose local step goes through a ``torch.optim`` optimizer."""
+    return sorted(name for name, cls in REGISTRY.items() if cls.trains and cls.takes_optimizer)
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
@@ -84,7 +90,8 @@ class DecentralizedTrainer:
         train_set: a map-style data set of ``(input, label)``.
         topology: a ``topologies`` topology, or a spec such as ``"ring"`` (then ``nodes``).
         algorithm: an :class:`~gossip.algorithms.Algorithm` or a registry name.
-        compressor: compressor spec (``"topk:0.01"``, ``"sign"`` …).
+        compressor: compressor spec (``"topk:0.01"``, ``"sign"``, ``"module:Class"`` …) or a
+            :class:`~gossip.compress.Compressor` instance (each node gets its own copy).
         optimizer: ``optimizer(params) -> torch.optim.Optimizer``, built once per node on its
             module's parameters; for D-PSGD, CHOCO-SGD, DeepSqueeze and PowerGossip. None: the
             algorithm's own ``x -= eta·g``.
@@ -114,8 +121,8 @@ class DecentralizedTrainer:
         train_set: Dataset,
         *,
         topology: Any,
-        algorithm: Algorithm | str = "dpsgd",
-        compressor: str = "none",
+        algorithm: Algorithm | str | type[Algorithm] = "dpsgd",
+        compressor: str | Compressor = "none",
         optimizer: OptimizerFactory | None = None,
         scheduler: SchedulerFactory | None = None,
         loss_fn: LossFn | None = None,
@@ -142,7 +149,7 @@ class DecentralizedTrainer:
             topology = topologies.build(topology, nodes if nodes is not None else 8, seed=seed)
         self.topology = topology
         self.n = topology.n
-        self.algorithm = make_algorithm(algorithm) if isinstance(algorithm, str) else algorithm
+        self.algorithm = make_algorithm(algorithm)
         self._check_algorithm(optimizer, scheduler)
         if batch_size < 1:
             raise ConfigError(f"batch_size = {batch_size}: give at least 1 sample per node")
@@ -163,10 +170,9 @@ class DecentralizedTrainer:
         self.rounds_per_epoch = epoch_rounds(len(train_set), self.n, batch_size)  # type: ignore[arg-type]
         self._optimizer, self._scheduler, self._l2 = optimizer, scheduler, l2
 
-        powergossip = self.algorithm.name == "powergossip"
         self.engine = Engine(
             self.algorithm, topology, lambda i: self.initial, compressor=compressor,
-            layout=self.layout if (per_tensor or powergossip) else None,
+            layout=self.layout if (per_tensor or self.algorithm.needs_layout) else None,
             oracles=self._make_oracle, seed=seed, world=world, timeout=timeout,
             device=self.device, dtype=dtype, divergence_factor=math.inf,
         )
@@ -181,16 +187,17 @@ class DecentralizedTrainer:
 
     # -- construction --------------------------------------------------------------------------
     def _check_algorithm(self, optimizer: Any, scheduler: Any) -> None:
-        name = self.algorithm.name
-        if name not in TRAINABLE:
+        alg = self.algorithm
+        if not alg.trains:
             raise ConfigError(
-                f"{name} cannot train a model here; use one of {', '.join(sorted(TRAINABLE))}"
+                f"{alg.name} cannot train a model (it uses no gradients); use one of "
+                f"{', '.join(trainable_algorithms())}"
             )
-        if optimizer is not None and name not in LOCAL_STEP_ALGORITHMS:
+        if optimizer is not None and not alg.takes_optimizer:
             raise ConfigError(
-                f"{name} takes the gradient directly with its own step size eta (ALGORITHMS.md "
-                f"§4.5): pass no optimizer (set eta on the algorithm; weight decay via l2). "
-                f"Local optimizers work with {', '.join(sorted(LOCAL_STEP_ALGORITHMS))}"
+                f"{alg.name} takes the gradient directly with its own step size eta (its update "
+                "needs the raw gradient): pass no optimizer (set eta on the algorithm; weight "
+                f"decay via l2). Local optimizers work with {', '.join(optimizer_algorithms())}"
             )
         if scheduler is not None and optimizer is None:
             raise ConfigError("a scheduler needs an optimizer to schedule")
