@@ -111,10 +111,10 @@ def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
     return out
 
 
-def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem) -> dict:
+def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, topology=None) -> dict:
     """Keyword hyper-parameters for ``name``: flags first, then the problem's recommendations."""
     cls = algorithm_class(name)
-    hp = cls.suggest_hparams(problem, args.estimator) | base
+    hp = cls.suggest_hparams(problem, args.estimator, topology) | base
     accepted = accepted_hparams(cls)
     for key, value in (("eta", args.eta), ("gamma", args.gamma), ("alpha", args.alpha),
                        ("gamma_dual", args.gamma_dual), ("rank", args.rank)):
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     logger = JsonlLogger(args.out, enabled=world.is_root)
     rows, curves = [], {}
     for index, (label, name, base_hp, comp) in enumerate(run_specs(args)):
-        hp = hyperparameters(name, base_hp, args, problem)
+        hp = hyperparameters(name, base_hp, args, problem, topology)
 
         def build(gamma, name=name, hp=hp, comp=comp) -> Engine:
             kw = hp if gamma is None else hp | {"gamma": gamma}

@@ -1,3 +1,86 @@
-"""gossip: decentralized learning with compressed communication over arbitrary graphs."""
+"""gossip: decentralized learning with compressed communication over arbitrary graphs.
+
+The public API, importable from here (loaded on first use, so ``import gossip`` stays cheap)::
+
+    import gossip, topologies
+
+    topo = topologies.build("ring", 8)
+    engine = gossip.Engine(gossip.make_algorithm("choco", gamma=0.5), topo, x0,
+                           compressor="topk:0.1")
+    engine.run(100)
+
+Extending it without editing the package (``docs/extending.md``): subclass :class:`Codec`
+and call :func:`register_compressor`, subclass :class:`Algorithm` and call
+:func:`register_algorithm`, or name either as ``module:Class`` on a script's command line.
+Every exception the library raises derives from :class:`GossipError`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # running
+    "Engine": "gossip.engine",
+    "DivergenceError": "gossip.engine",
+    "NodeError": "gossip.engine",
+    "World": "gossip.comm.world",
+    "Layout": "gossip.layout",
+    "Checkpointer": "gossip.checkpoint",
+    "DecentralizedTrainer": "gossip.training",
+    # algorithms
+    "Algorithm": "gossip.algorithms",
+    "Node": "gossip.algorithms",
+    "Exchange": "gossip.algorithms",
+    "make_algorithm": "gossip.algorithms",
+    "register_algorithm": "gossip.algorithms",
+    # compressors
+    "Compressor": "gossip.compress",
+    "Codec": "gossip.compress",
+    "Payload": "gossip.compress",
+    "make_compressor": "gossip.compress",
+    "register_compressor": "gossip.compress",
+    # problems
+    "Problem": "gossip.problems",
+    "make_problem": "gossip.problems",
+    "register_problem": "gossip.problems",
+    # protocols and errors
+    "Stateful": "gossip.stateful",
+    "GossipError": "gossip.errors",
+    "ConfigError": "gossip.algorithms",
+    "CompressionError": "gossip.compress",
+    "ProblemError": "gossip.problems",
+}
+_RENAMED = {"make_compressor": "make"}
+
+__all__ = ["__version__", "available_algorithms", "available_compressors", *_EXPORTS]
+
+
+def available_algorithms() -> list[str]:
+    """Registered algorithm names (built-in and registered by the user)."""
+    from gossip.algorithms import available
+
+    return available()
+
+
+def available_compressors() -> list[str]:
+    """Compressor spec forms :func:`make_compressor` accepts (placeholders in capitals)."""
+    from gossip.compress import available
+
+    return available()
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gossip' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -140,17 +140,22 @@ class Algorithm(ABC):
     """Its ``eta`` may be a schedule ``eta(t)`` (learning-rate warm-up, decay); otherwise constant."""
     needs_layout: ClassVar[bool] = False
     """Works per matrix-shaped tensor of the model, so it always gets the model's layout."""
-    tracks_gradient: ClassVar[bool] = False
-    """Gradient tracking (or primal-dual): the default step of :meth:`suggest_hparams` is then
-    ``0.2/L`` instead of ``1/L``, which such methods need to converge."""
+    step_rule: ClassVar[str] = "tracking"
+    """How :meth:`suggest_hparams` picks ``eta`` from the base step ``1/L`` (``1/(6 L_max)`` for
+    sampled gradients): ``"exact"`` — primal-dual methods that converge with it (LEAD);
+    ``"dgd"`` — the model mixes and steps, stable only for ``η < (1 + λ_min(W))/L``, so the
+    base step times ``min(1, 0.9 (1 + λ_min))`` (½ without a topology); ``"tracking"`` —
+    gradient tracking, a fifth of it. The default is the cautious ``"tracking"``, so a new
+    algorithm that does not say otherwise still gets a step that converges."""
 
     @classmethod
-    def suggest_hparams(cls, problem: Any, estimator: str = "full") -> dict[str, Any]:
+    def suggest_hparams(cls, problem: Any, estimator: str = "full",
+                        topology: Any = None) -> dict[str, Any]:
         """Step sizes that converge on ``problem`` (one with ``smoothness()``), by keyword.
 
-        The default is ``eta = 1/L`` for full gradients and ``1/(6 L_max)`` for sampled ones,
-        a fifth of that for ``tracks_gradient`` algorithms; only hyper-parameters the
-        constructor takes are returned. Algorithms with other needs override this.
+        ``eta`` follows :attr:`step_rule`; ``topology`` (optional) sharpens the ``"dgd"`` rule
+        with its smallest mixing eigenvalue. Only hyper-parameters the constructor takes are
+        returned. Algorithms with other needs override this.
         """
         import inspect
 
@@ -159,7 +164,7 @@ class Algorithm(ABC):
         if not cls.trains:
             return {}
         accepted = set(inspect.signature(cls.__init__).parameters)
-        eta = default_hparams(problem, estimator)["eta"] * (0.2 if cls.tracks_gradient else 1.0)
+        eta = default_hparams(problem, estimator)["eta"] * _step_factor(cls.step_rule, topology)
         return {"eta": eta} if "eta" in accepted else {}
 
     def state_dict(self) -> dict[str, Any]:
@@ -185,6 +190,21 @@ class Algorithm(ABC):
     def hparams(self) -> dict[str, Any]:
         """Hyper-parameters for the log's config record."""
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+def _step_factor(rule: str, topology: Any) -> float:
+    """The multiple of the base step ``1/L`` that :attr:`Algorithm.step_rule` allows."""
+    if rule == "exact":
+        return 1.0
+    if rule == "tracking":
+        return 0.2
+    if rule != "dgd":
+        raise ConfigError(f"step_rule {rule!r} is not one of 'exact', 'dgd', 'tracking'")
+    spectrum = getattr(topology, "spectrum", None)
+    lam = getattr(spectrum, "lambda_min", None)
+    if lam is None or lam != lam:
+        return 0.5
+    return min(1.0, 0.9 * (1.0 + float(lam)))
 
 
 def send_payload(

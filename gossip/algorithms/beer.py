@@ -33,7 +33,7 @@ class BEER(Algorithm):
     name = "beer"
     trains = True
     needs_oracle = True
-    tracks_gradient = True
+    step_rule = "tracking"
 
     def __init__(self, eta: float = 0.05, gamma: float = 0.4):
         check_range("eta", eta, 0.0, float("inf"), "Try 0.2/L to 0.5/L.")

@@ -42,6 +42,7 @@ class Choco(Algorithm):
     takes_optimizer = True
     tunable = ("gamma",)
     step_schedule = True
+    step_rule = "dgd"
 
     def __init__(self, gamma: float = 0.05, eta: float | Callable[[int], float] = 0.0):
         check_range("gamma", gamma, 0.0, 1.0, "CHOCO's consensus step; tune it on a grid.")
@@ -49,10 +50,11 @@ class Choco(Algorithm):
         self.eta = eta
 
     @classmethod
-    def suggest_hparams(cls, problem: Any, estimator: str = "full") -> dict[str, Any]:
-        """``eta`` as for every algorithm and γ = 0.5, which converges on the built-in convex
+    def suggest_hparams(cls, problem: Any, estimator: str = "full",
+                        topology: Any = None) -> dict[str, Any]:
+        """``eta`` by the ``"dgd"`` rule and γ = 0.5, which converges on the built-in convex
         problems with the built-in compressors (training keeps the cautious default 0.05)."""
-        return super().suggest_hparams(problem, estimator) | {"gamma": 0.5}
+        return super().suggest_hparams(problem, estimator, topology) | {"gamma": 0.5}
 
     def setup(self, node: Node) -> None:
         zeros = torch.zeros_like(node.x)

@@ -31,6 +31,7 @@ class DCD(Algorithm):
     name = "dcd"
     trains = True
     step_schedule = True
+    step_rule = "dgd"
 
     def __init__(self, eta: float | Callable[[int], float] = 0.0):
         self.eta = eta

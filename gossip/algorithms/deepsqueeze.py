@@ -29,6 +29,7 @@ class DeepSqueeze(Algorithm):
     takes_optimizer = True
     tunable = ("gamma",)
     step_schedule = True
+    step_rule = "dgd"
 
     def __init__(self, gamma: float = 0.2, eta: float | Callable[[int], float] = 0.0):
         check_range("gamma", gamma, 0.0, 1.0, "DeepSqueeze's consensus step; tune it.")

@@ -20,6 +20,7 @@ class DPSGD(Gossip):
     takes_optimizer = True
     needs_oracle = True
     step_schedule = True
+    step_rule = "dgd"
 
     def __init__(self, eta: float | Callable[[int], float] = 0.1, gamma: float = 1.0):
         super().__init__(gamma)

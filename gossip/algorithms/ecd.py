@@ -30,6 +30,7 @@ class ECD(Algorithm):
     name = "ecd"
     trains = True
     step_schedule = True
+    step_rule = "dgd"
 
     def __init__(self, eta: float | Callable[[int], float] = 0.0):
         self.eta = eta

@@ -59,6 +59,7 @@ class LEAD(Algorithm):
     name = "lead"
     trains = True
     needs_oracle = True
+    step_rule = "exact"
 
     def __init__(self, eta: float = 0.1, alpha: float | None = None, gamma_dual: float | None = None):
         check_range("eta", eta, 0.0, float("inf"), "Use eta = 1/L (the problem's smoothness).")

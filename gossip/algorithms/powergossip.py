@@ -56,6 +56,7 @@ class PowerGossip(Algorithm):
     trains = True
     takes_optimizer = True
     step_schedule = True
+    step_rule = "dgd"
     needs_layout = True
     static_topology = True
     symmetric = True
