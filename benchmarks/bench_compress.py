@@ -10,7 +10,7 @@ For each size d (float32, one torch thread) and compressor: median encode / deco
 * ``torch.topk`` of |x| alone (top-k targets ≥ 1).
 
 Encode writes into a preallocated ``out=`` buffer and decode into a preallocated tensor, as
-the engine does (fresh model-sized memory costs page faults: DESIGN.md speed rules). Low-rank
+the engine does (fresh model-sized memory costs page faults: docs/performance.md). Low-rank
 runs on the tensor viewed as a near-square matrix. Prints a markdown table.
 
     python benchmarks/bench_compress.py --sizes 1e5 1e6 1e7 --repeat 7

@@ -1,6 +1,6 @@
 """Choosing the consensus step γ of CHOCO / DeepSqueeze by a short search (``--gamma auto``).
 
-γ is the main failure mode of CHOCO-SGD and DeepSqueeze (ALGORITHMS.md §2.2): too small and the
+γ is the main failure mode of CHOCO-SGD and DeepSqueeze (docs/algorithms/choco.md): too small and the
 nodes drift apart, too large and the run blows up, sometimes late. The search:
 
 1. candidates = a log grid, by default the 1-2-5 sequence from 1 down to 0.01
@@ -14,7 +14,7 @@ nodes drift apart, too large and the run blows up, sometimes late. The search:
    training runs.
 
 Caveat: instability can appear only after many rounds (CHOCO top-1 % with γ = 0.06 on the
-25-ring looks fine for 3000 rounds, ALGORITHMS.md §11.4), so a short search can pick a γ that
+25-ring looks fine for 3000 rounds, docs/experiments.md#consensus), so a short search can pick a γ that
 diverges later; the full run still stops cleanly if it does.
 
     search = search_gamma(lambda g: run_briefly(g), grid=log_grid())

@@ -1,6 +1,6 @@
-"""Vectorized matrix-form simulators of ALGORITHMS.md (numpy, float64): the ground truth.
+"""Vectorized matrix-form simulators of the algorithms in docs/algorithms/ (numpy, float64): the ground truth.
 
-Every function is written line by line as the *matrix form* of its ALGORITHMS.md section, so the
+Every function is written line by line as the *matrix form* of its page in docs/algorithms/, so the
 per-node torch implementations can be compared with it iteration by iteration.
 
 Conventions (shared by all simulators):
@@ -19,7 +19,8 @@ Conventions (shared by all simulators):
   before any exchange, i.e. what a per-node engine holds after ``setup``. For NIDS, LEAD and
   Prox-LEAD the first, purely local gradient step happens at setup, so ``iterates[0]`` is the
   paper's ``X^1`` and ``iterates[r]`` is ``X^{r+1}``. For PowerGossip, ``iterates[s]`` is the state
-  after ``s`` gossip steps (each of ``iterations`` exchanges); step 0 is skipped (§6.4 quirk), so
+  after ``s`` gossip steps (each of ``iterations`` exchanges); step 0 is skipped (a quirk of the
+  reference code), so
   ``iterates[1] == iterates[0]``.
 * ``trace(r, state)``, when given, is called after setup (``r = 0``) and after every round with a
   dict of the algorithm's arrays (``X``, and e.g. ``X_hat``, ``D``, ``H``, ``H_w``); the arrays are
@@ -56,7 +57,7 @@ def ring(n: int) -> Array:
 
 
 def rel_error(X: Array, x_star: Array) -> float:
-    """``Σ_i ‖x_i − x*‖² / (n ‖x*‖²)`` (the metric of ALGORITHMS.md §11.2/§11.6/§11.7)."""
+    """``Σ_i ‖x_i − x*‖² / (n ‖x*‖²)`` (the metric of docs/experiments.md)."""
     return float(((X - x_star) ** 2).sum() / (X.shape[0] * (x_star @ x_star)))
 
 
@@ -90,7 +91,7 @@ def scaled_sign(i: int, v: Array) -> Array:
 
 
 class LeadQuantizer:
-    """LEAD's unbiased b-bit ∞-norm quantizer (ALGORITHMS.md §9), one numpy stream per node.
+    """LEAD's unbiased b-bit ∞-norm quantizer (docs/compressors.md), one numpy stream per node.
 
     ``C(v) = (‖v‖_∞/2^{b−1}) · sign(v) ⊙ ⌊2^{b−1}|v|/‖v‖_∞ + u⌋``, ``u ~ U[0,1)^d``;
     node ``i`` draws from ``numpy.random.default_rng([seed, i])``.
@@ -128,11 +129,11 @@ def _check(X0: Array, W: Array) -> tuple[Array, Array]:
     return X0, W
 
 
-# ---- §1 gossip and D-PSGD --------------------------------------------------------------------
+# ---- docs/algorithms/gossip.md, dpsgd.md gossip and D-PSGD ----------------------------------------
 
 
 def gossip(X0: Array, W: Array, T: int, gamma: float = 1.0, trace: Trace = None) -> list[Array]:
-    """§1.1 relaxed gossip ``X^{t+1} = X^t + γ (W − I) X^t`` (γ = 1: ``X ← W X``)."""
+    """docs/algorithms/gossip.md relaxed gossip ``X^{t+1} = X^t + γ (W − I) X^t`` (γ = 1: ``X ← W X``)."""
     X, W = _check(X0, W)
     out = [X.copy()]
     if trace:
@@ -146,7 +147,7 @@ def gossip(X0: Array, W: Array, T: int, gamma: float = 1.0, trace: Trace = None)
 
 
 def dpsgd(X0: Array, W: Array, grad: Grad, eta: Step, T: int, trace: Trace = None) -> list[Array]:
-    """§1.2 D-PSGD ``X^{t+1} = W X^t − η G(X^t)`` (gradient at the pre-gossip point)."""
+    """docs/algorithms/dpsgd.md D-PSGD ``X^{t+1} = W X^t − η G(X^t)`` (gradient at the pre-gossip point)."""
     X, W = _check(X0, W)
     out = [X.copy()]
     if trace:
@@ -159,7 +160,7 @@ def dpsgd(X0: Array, W: Array, grad: Grad, eta: Step, T: int, trace: Trace = Non
     return out
 
 
-# ---- §2 CHOCO --------------------------------------------------------------------------------
+# ---- docs/algorithms/choco.md CHOCO --------------------------------------------------------------------------------
 
 
 def choco(
@@ -172,7 +173,7 @@ def choco(
     eta: Step = 0.0,
     trace: Trace = None,
 ) -> list[Array]:
-    """§2.4 CHOCO-SGD in the ICLR'20 order (§2.3 CHOCO-Gossip when ``grad`` is None).
+    """CHOCO-SGD in the ICLR'20 order, CHOCO-Gossip when ``grad`` is None (docs/algorithms/choco.md).
 
     ``X^{t+½} = X^t − η G(X^t)``; ``X^{t+1} = X^{t+½} + γ (W − I) X̂^t``;
     ``X̂^{t+1} = X̂^t + C(X^{t+1} − X̂^t)``; ``X̂^0 = 0`` (so ``S = W X̂ = 0``).
@@ -194,7 +195,7 @@ def choco(
     return out
 
 
-# ---- §3 DeepSqueeze, DCD, ECD ----------------------------------------------------------------
+# ---- docs/algorithms/deepsqueeze.md, dcd.md, ecd.md DeepSqueeze, DCD, ECD -------------------------
 
 
 def deepsqueeze(
@@ -207,7 +208,7 @@ def deepsqueeze(
     eta: Step = 0.0,
     trace: Trace = None,
 ) -> list[Array]:
-    """§3.1 ``X^{t+½} = X^t − ηG; V = X^{t+½} + E; Cv = C(V); E ← V − Cv;
+    """docs/algorithms/deepsqueeze.md ``X^{t+½} = X^t − ηG; V = X^{t+½} + E; Cv = C(V); E ← V − Cv;
     X^{t+1} = X^{t+½} + γ (W − I) Cv`` with ``E = 0`` initially. Trace: ``X``, ``E``."""
     X, W = _check(X0, W)
     E = np.zeros_like(X)
@@ -230,7 +231,7 @@ def deepsqueeze(
 def dcd(
     X0: Array, W: Array, grad: Grad, eta: Step, T: int, compress: Compress, trace: Trace = None
 ) -> list[Array]:
-    """§3.2 DCD-PSGD ``X^{t+1} = X^t + C(W X^t − η G(X^t) − X^t)``."""
+    """docs/algorithms/dcd.md DCD-PSGD ``X^{t+1} = X^t + C(W X^t − η G(X^t) − X^t)``."""
     X, W = _check(X0, W)
     out = [X.copy()]
     if trace:
@@ -246,7 +247,7 @@ def dcd(
 def ecd(
     X0: Array, W: Array, grad: Grad, eta: Step, T: int, compress: Compress, trace: Trace = None
 ) -> list[Array]:
-    """§3.3 ECD-PSGD, ``k = 1..T`` (round ``k−1`` uses ``eta(k−1)``), ``Ŷ^0 = X^0``:
+    """docs/algorithms/ecd.md ECD-PSGD, ``k = 1..T`` (round ``k−1`` uses ``eta(k−1)``), ``Ŷ^0 = X^0``:
 
     ``X^k = W Ŷ − η G(X^{k−1})``; ``Z = (1 − k/2) X^{k−1} + (k/2) X^k``;
     ``Ŷ ← (1 − 2/k) Ŷ + (2/k) C(Z)``. Trace: ``X``, ``Y_hat``.
@@ -267,7 +268,7 @@ def ecd(
     return out
 
 
-# ---- §4 NIDS, LEAD, §5 Prox-LEAD -------------------------------------------------------------
+# ---- docs/algorithms/lead.md NIDS, LEAD, docs/algorithms/prox-lead.md Prox-LEAD -------------------
 
 
 def nids(X0: Array, W: Array, grad: Grad, eta: float, T: int, trace: Trace = None) -> list[Array]:
@@ -305,7 +306,7 @@ def prox_lead(
     prox: Prox | None,
     trace: Trace = None,
 ) -> list[Array]:
-    """§5.1 Prox-LEAD (``prox=None``: §4.2 LEAD). ``prox(v, eta)`` is ``prox_{ηr}`` of one row.
+    """Prox-LEAD (docs/algorithms/prox-lead.md; ``prox=None``: LEAD). ``prox(v, eta)`` is ``prox_{ηr}`` of one row.
 
     Setup: ``D = H = H_w = 0``, ``X^1 = prox(X^0 − η G^0)``. Round ``k = 1..T``::
 
@@ -357,11 +358,11 @@ def lead(
     compress: Compress,
     trace: Trace = None,
 ) -> list[Array]:
-    """§4.2 LEAD: :func:`prox_lead` without a prox (same conventions)."""
+    """docs/algorithms/lead.md LEAD: :func:`prox_lead` without a prox (same conventions)."""
     return prox_lead(X0, W, grad, eta, alpha, gamma_dual, T, compress, None, trace)
 
 
-# ---- §7 BEER ---------------------------------------------------------------------------------
+# ---- docs/algorithms/beer.md BEER ---------------------------------------------------------------------------------
 
 
 def beer(
@@ -375,7 +376,7 @@ def beer(
     trace: Trace = None,
     init_grad: Grad | None = None,
 ) -> list[Array]:
-    """§7.1 BEER. Setup ``H = G = 0``, ``V = ∇F(X^0)``, ``grad_prev = V``; round ``t``::
+    """docs/algorithms/beer.md BEER. Setup ``H = G = 0``, ``V = ∇F(X^0)``, ``grad_prev = V``; round ``t``::
 
         X = X + γ (W − I) H − η V;   H = H + C(X − H)
         g = grad(X);   V = V + γ (W − I) G + g − grad_prev;   grad_prev = g
@@ -407,11 +408,11 @@ def beer(
     return out
 
 
-# ---- §6 PowerGossip --------------------------------------------------------------------------
+# ---- docs/algorithms/powergossip.md PowerGossip ---------------------------------------------------
 
 
 def orth(M: Array, eps: float = 1e-8) -> Array:
-    """§6.3 Gram–Schmidt on columns: ``col_i /= ‖col_i‖ + eps``, then remove it from later ones."""
+    """Gram–Schmidt on columns: ``col_i /= ‖col_i‖ + eps``, then remove it from later ones."""
     M = np.array(M, dtype=np.float64)
     r = M.shape[1]
     for i in range(r):
@@ -449,7 +450,7 @@ def powergossip(
     eps: float = 1e-8,
     trace: Trace = None,
 ) -> list[Array]:
-    """§6.3 PowerGossip on one matrix parameter per node (``Ms``: ``n × m × k``), symmetric ``W``.
+    """PowerGossip on one matrix parameter per node (``Ms``: ``n × m × k``), symmetric ``W``.
 
     Edges are ``(lo, hi)`` with ``lo < hi`` and ``w_hi,lo ≠ 0``; the shared state ``P_e`` (m × r),
     ``Q_e`` (k × r) describes ``M_hi − M_lo``. **Initial factors**: for every edge in sorted order,
@@ -460,7 +461,7 @@ def powergossip(
 
     A step runs ``iterations`` power iterations, each one exchange and one update (the counter
     ``t`` advances by one per iteration); the first step (``t = 0``) is skipped entirely and ``t``
-    jumps to ``iterations`` (§6.4 quirk). Iteration ``t`` (Jacobi: products use the models from the
+    jumps to ``iterations`` (a quirk of the reference code). Iteration ``t`` (Jacobi: products use the models from the
     start of the iteration)::
 
         odd t:  Q̂ = orth(Q_e); P_e = M_hi Q̂ − M_lo Q̂; Q_e = Q̂

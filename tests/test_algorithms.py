@@ -2,7 +2,7 @@
 
 The reference gets the same compressor as a row-wise callable (deterministic ones: identity,
 top-k with lowest-index ties, scaled sign), so any difference is in the per-node algorithm.
-Top-k runs are compared over fewer rounds: near-ties can flip late (ALGORITHMS.md §2.7).
+Top-k runs are compared over fewer rounds: near-ties can flip late (docs/algorithms/choco.md).
 """
 
 from __future__ import annotations

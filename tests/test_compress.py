@@ -73,7 +73,7 @@ def width_of(s: int) -> int:
 
 
 def expected_nbytes(spec: str, shape: tuple[int, ...], dtype: torch.dtype) -> int:
-    """The honest wire size of ALGORITHMS.md §9 plus our 8-byte header, per compressor."""
+    """The honest wire size of docs/compressors.md plus our 8-byte header, per compressor."""
     d, isz, n8 = math.prod(shape), dtype.itemsize, -(-math.prod(shape) // 8)
     name, *args = spec.split(":")
     if name == "none":

@@ -1,6 +1,6 @@
 """Monte-Carlo checks of the compressors' laws: unbiasedness (mean within 4 standard errors,
 coordinate-wise), variance ω and contraction δ against their bounds, the typical constants of
-ALGORITHMS.md §9, and uniform rand-k index sets. Fixed seeds: the outcomes are deterministic."""
+docs/compressors.md, and uniform rand-k index sets. Fixed seeds: the outcomes are deterministic."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_biased_qsgd_contraction(spec):
     "spec,typical", [("qsgd:s=16", 1.25), ("lead:2", 0.64), ("lead:3", 0.16), ("natural", 0.082)]
 )
 def test_typical_constants_of_the_table(spec, typical):
-    """ALGORITHMS.md §9: ‖C(x) − x‖²/‖x‖² on a Gaussian vector, d = 2000, 300 draws."""
+    """docs/compressors.md: ‖C(x) − x‖²/‖x‖² on a Gaussian vector, d = 2000, 300 draws."""
     x = torch.randn(2000, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     y = draws(spec, x, 300)
     ratio = mse_stats(y, x)[0] / float(x.norm() ** 2)

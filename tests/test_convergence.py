@@ -1,7 +1,8 @@
 """The papers' convergence claims, reproduced at CPU scale through the user-facing scripts.
 
-ALGORITHMS.md §11.2 (LEAD exact linear convergence vs DGD/CHOCO stalling), §11.5 (PowerGossip
-warm start, rank), §11.6 (Prox-LEAD with full and variance-reduced gradients), §11.7 (BEER).
+The reference experiments of docs/experiments.md: least squares (LEAD exact linear convergence vs
+DGD/CHOCO stalling), PowerGossip (warm start, rank), lasso (Prox-LEAD with full and variance-reduced
+gradients), BEER.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def test_lead_converges_to_the_exact_optimum_while_dgd_and_choco_stall(tmp_path)
     assert c["nids"][-1]["distance_to_optimum"] <= 1e-20
     assert c["dgd"][-1]["distance_to_optimum"] > 1e-3
     assert c["choco@lead:2"][-1]["distance_to_optimum"] > 1e-3
-    # ~15x fewer bits than uncompressed NIDS for the same accuracy (§11.2: 432 vs 6400 bits)
+    # ~15x fewer bits than uncompressed NIDS for the same accuracy (docs/experiments.md#least-squares: 432 vs 6400 bits)
     bits = {k: v[-1]["bits_per_node"] for k, v in c.items()}
     assert bits["nids"] / bits["lead@lead:2"] > 10
 
@@ -76,7 +77,7 @@ def test_beer_converges_linearly_with_top10(tmp_path):
 
 
 def test_powergossip_warm_start_and_rank(tmp_path):
-    """§11.5 on low-rank differences: warm start ≫ random basis; rank 2 faster than rank 1."""
+    """docs/experiments.md#powergossip on low-rank differences: warm start ≫ random basis; rank 2 faster than rank 1."""
     import numpy as np
 
     n, m, k = 8, 40, 40
@@ -103,7 +104,7 @@ def test_powergossip_warm_start_and_rank(tmp_path):
                   layout=Layout([(m, k)]))
     recs = cold.run(100, log_every=100)
     results["cold r1"] = recs[-1]["consensus_error"] / recs[0]["consensus_error"]
-    assert results["warm r1"] < 1e-4  # §11.5: 8e-6 at t = 100
+    assert results["warm r1"] < 1e-4  # docs/experiments.md#powergossip: 8e-6 at t = 100
     assert results["warm r2"] < results["warm r1"]
     assert results["cold r1"] > 100 * results["warm r1"]
 

@@ -79,7 +79,7 @@ def test_choco_topk_ring25_converges_at_tuned_gamma_and_diverges_when_too_large(
     eng = Engine(make_algorithm("choco", gamma=0.05), topo, gaussian(2000), compressor="topk:0.01")
     recs = eng.run(1000, log_every=100)
     rel = [r["consensus_error"] / recs[0]["consensus_error"] for r in recs]
-    assert rel[-1] < 2e-2  # ALGORITHMS.md §11.4: 1.1e-2 at t = 1000
+    assert rel[-1] < 2e-2  # docs/experiments.md#consensus: 1.1e-2 at t = 1000
     assert all(b < a for a, b in zip(rel[1:], rel[2:]))  # monotone decrease past round 100
     bad = Engine(make_algorithm("choco", gamma=0.5), topo, gaussian(2000), compressor="topk:0.01")
     with pytest.raises(DivergenceError, match=r"round \d+") as info:

@@ -1,4 +1,4 @@
-"""Checks of the matrix-form reference simulators themselves (ALGORITHMS.md §11 and §12).
+"""Checks of the matrix-form reference simulators themselves (docs/experiments.md).
 
 Measured numbers are printed (``pytest -s``) so they can be compared with the tables.
 """
@@ -34,7 +34,7 @@ def _ls_grad(problem):
 
 @pytest.fixture(scope="module")
 def lsq():
-    """§11.2: n = 8 ring, d = 200, m = 200, x_i^true ~ N(0, I) node-specific, λ = 0.1."""
+    """docs/experiments.md#least-squares: n = 8 ring, d = 200, m = 200, x_i^true ~ N(0, I) node-specific, λ = 0.1."""
     syn = synthetic("least-squares", 8, 200, 200, heterogeneity=1.0, common=0.0, seed=1)
     pb = LeastSquares(syn.A, syn.b, l2=0.1, dtype=torch.float64)
     return pb, _ls_grad(pb), pb.solution_numpy(), pb.smoothness().L
@@ -42,7 +42,7 @@ def lsq():
 
 @pytest.fixture(scope="module")
 def lasso():
-    """§11.6: n = 8 ring, d = 100, m = 50, sparse node-specific truths, 0.025‖x‖², λ₁ = 0.02."""
+    """docs/experiments.md#lasso: n = 8 ring, d = 100, m = 50, sparse node-specific truths, 0.025‖x‖², λ₁ = 0.02."""
     syn = synthetic("lasso", 8, 100, 50, heterogeneity=1.0, common=0.0, seed=2)
     pb = Lasso(syn.A, syn.b, l1=0.02, l2=0.05, dtype=torch.float64)
     return pb, _ls_grad(pb), pb.solution_numpy(), pb.smoothness().L
@@ -52,12 +52,12 @@ def _errs(iterates, x_star, at):
     return {k: ref.rel_error(iterates[k], x_star) for k in at}
 
 
-# ---- §11.2 LEAD vs NIDS vs DGD vs CHOCO ------------------------------------------------------
+# ---- docs/experiments.md#least-squares LEAD vs NIDS vs DGD vs CHOCO -------------------------------
 
 
 def test_11_2_lsq_constants(lsq):
     pb, _, _, L = lsq
-    assert 3.9 < L < 4.3  # ALGORITHMS.md: L ≈ 4.08
+    assert 3.9 < L < 4.3  # docs/experiments.md#least-squares: L ≈ 4.1
     assert pb.smoothness().mu == pytest.approx(0.1, abs=0.01)
 
 
@@ -66,7 +66,7 @@ def test_11_2_lead_2bit_reaches_machine_precision(lsq):
     W, X0 = ref.ring(8), np.zeros((8, 200))
     its = ref.lead(X0, W, grad, 1.0 / L, 0.5, 1.0, 300, ref.LeadQuantizer(2, seed=0))
     e = _errs(its, xs, (49, 99, 199, 299))  # iterates[r] = paper X^{r+1}
-    print("\n§11.2 LEAD 2-bit α=0.5 γ=1 at k=50/100/200/300:", e)
+    print("\ndocs/experiments.md#least-squares LEAD 2-bit α=0.5 γ=1 at k=50/100/200/300:", e)
     assert e[299] < 1e-15
     assert e[49] > e[99] > e[199]  # linear convergence, not an accident at the end
 
@@ -79,7 +79,7 @@ def test_11_2_lead_identity_equals_nids(lsq):
     scale = np.linalg.norm(xs)
     dev = max(np.abs(x - y).max() for x, y in zip(a, b, strict=True)) / scale
     e = _errs(b, xs, (49, 99))
-    print(f"\n§11.2 NIDS at k=50/100: {e}; max |LEAD(id) − NIDS| / ‖x*‖ = {dev:.1e}")
+    print(f"\ndocs/experiments.md#least-squares NIDS at k=50/100: {e}; max |LEAD(id) − NIDS| / ‖x*‖ = {dev:.1e}")
     assert dev < 1e-10
     assert e[99] < 1e-9
 
@@ -92,14 +92,14 @@ def test_11_2_dgd_and_choco_stall(lsq):
         ref.choco(X0, W, 400, 0.5, ref.LeadQuantizer(2, seed=3), grad=grad, eta=1.0 / L),
         xs, (100, 200, 400),
     )
-    print(f"\n§11.2 DGD at 100/200/400: {dgd}\n§11.2 CHOCO 2-bit γ=0.5: {ch}")
+    print(f"\nleast squares: DGD at 100/200/400: {dgd}\nleast squares: CHOCO 2-bit γ=0.5: {ch}")
     for e in (dgd, ch):
         assert e[400] > 1e-2
         assert 0.8 < e[400] / e[200] < 1.25  # a plateau
-    assert 0.3 < dgd[400] < 1.0  # ALGORITHMS.md measured 0.65 on its draw
+    assert 0.3 < dgd[400] < 1.0  # the reference experiment measured 0.65 on its draw
 
 
-# ---- §11.6 Prox-LEAD on L1 + L2 least squares ------------------------------------------------
+# ---- docs/experiments.md#lasso Prox-LEAD on L1 + L2 least squares ------------------------------------------------
 
 
 def test_11_6_prox_lead_full_gradient(lasso):
@@ -108,7 +108,7 @@ def test_11_6_prox_lead_full_gradient(lasso):
     prox = pb.regularizer.prox_numpy
     its = ref.prox_lead(X0, W, grad, 1.0 / L, 0.5, 1.0, 400, ref.LeadQuantizer(2, 1), prox)
     e = _errs(its, xs, (99, 299, 399))
-    print(f"\n§11.6 Prox-LEAD 2-bit (nnz(x*) = {np.count_nonzero(xs)}/100) at k=100/300/400: {e}")
+    print(f"\ndocs/experiments.md#lasso Prox-LEAD 2-bit (nnz(x*) = {np.count_nonzero(xs)}/100) at k=100/300/400: {e}")
     assert e[399] < 1e-15
     support = xs != 0
     assert support.any() and not support.all()
@@ -125,7 +125,7 @@ def test_11_6_reference_solution_is_prox_gradient_fixed_point(lasso):
 def test_11_6_variance_reduced_estimators(lasso):
     """Single-sample estimators through the torch oracles, η = 1/(6 L_max), LSVRG p = 1/m.
 
-    Reduced horizon (ALGORITHMS.md runs 20 000 iterations): SAGA keeps decreasing geometrically
+    Reduced horizon (the reference experiment runs 20 000 iterations): SAGA keeps decreasing geometrically
     while SGD slows down towards its noise floor; LSVRG follows SAGA's curve.
     """
     pb, _, xs, _ = lasso
@@ -141,7 +141,7 @@ def test_11_6_variance_reduced_estimators(lasso):
 
         its = ref.prox_lead(X0, W, grad, eta, 0.5, 1.0, T, ref.LeadQuantizer(2, 5), prox)
         res[est] = _errs(its, xs, range(1000, T + 1, 1000))
-    print(f"\n§11.6 single-sample estimators at 1000/2000/3000: {res}")
+    print(f"\ndocs/experiments.md#lasso single-sample estimators at 1000/2000/3000: {res}")
     saga, sgd = res["saga"], res["sgd"]
     assert saga[3000] < 0.5 * saga[2000] < 0.25 * saga[1000]  # geometric
     assert sgd[3000] > 0.5 * sgd[2000]  # flattening out
@@ -149,7 +149,7 @@ def test_11_6_variance_reduced_estimators(lasso):
     assert 0.67 < res["lsvrg"][2000] / saga[2000] < 1.5
 
 
-# ---- §11.7 BEER ------------------------------------------------------------------------------
+# ---- docs/experiments.md#beer BEER ------------------------------------------------------------------------------
 
 
 def test_11_7_beer_top10_converges(lsq):
@@ -159,13 +159,13 @@ def test_11_7_beer_top10_converges(lsq):
     its = ref.beer(X0, W, grad, 0.2 / L, 0.4, 500, ref.TopK(20),
                    trace=lambda r, s: states.append((s["V"].mean(0), s["grad_prev"].mean(0))))
     e = _errs(its, xs, (200, 500))
-    print(f"\n§11.7 BEER top-10% γ=0.4 η=0.2/L at 200/500: {e}")
+    print(f"\ndocs/experiments.md#beer BEER top-10% γ=0.4 η=0.2/L at 200/500: {e}")
     assert e[500] < 1e-12 and e[500] < 1e-4 * e[200]
     # tracking invariant: mean(V) == mean(last gradients)
     assert max(np.abs(v - g).max() for v, g in states) < 1e-12
 
 
-# ---- §12 reductions and invariants -----------------------------------------------------------
+# ---- docs/experiments.md reductions and invariants -----------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -191,12 +191,12 @@ def test_powergossip_full_rank_square_is_relaxed_gossip():
     b = ref.gossip(Ms.reshape(8, -1), W, 30, gamma)
     assert np.array_equal(a[1], Ms)  # step 0 is skipped
     dev = max(np.abs(a[t + 1].reshape(8, -1) - b[t]).max() for t in range(31))
-    print(f"\n§12 PowerGossip full-rank (eps=0) vs relaxed gossip: {dev:.1e}")
+    print(f"\ndocs/experiments.md PowerGossip full-rank (eps=0) vs relaxed gossip: {dev:.1e}")
     assert dev < 1e-12
 
 
 def test_powergossip_low_rank_warm_start_beats_random_basis():
-    """§11.5 low-rank differences (reduced to 100 steps): warm start ≫ random basis."""
+    """docs/experiments.md#powergossip low-rank differences (reduced to 100 steps): warm start ≫ random basis."""
     rng = np.random.default_rng(9)
     B, V = rng.standard_normal((100, 100)), rng.standard_normal((100, 2))
     Ms = np.stack([B + rng.standard_normal((100, 2)) @ V.T for _ in range(8)])
@@ -206,7 +206,7 @@ def test_powergossip_low_rank_warm_start_beats_random_basis():
     cold = ref.powergossip(Ms, W, 100, 1.3084, rank=1, warm_start=False, basis=ref.default_basis(1))
     ew = [ref.consensus_error(warm[t]) / e0 for t in (20, 50, 100)]
     ec = [ref.consensus_error(cold[t]) / e0 for t in (20, 50, 100)]
-    print(f"\n§11.5 PowerGossip rank 1 low-rank data, t=20/50/100: warm {ew}, random {ec}")
+    print(f"\ndocs/experiments.md#powergossip PowerGossip rank 1 low-rank data, t=20/50/100: warm {ew}, random {ec}")
     assert ew[2] < 1e-3 and ec[2] > 10 * ew[2]
     for its in (warm, cold):
         assert np.abs(its[-1].mean(0) - Ms.mean(0)).max() < 1e-12

@@ -1,4 +1,4 @@
-"""Spectral quantities against ALGORITHMS.md section 10.2, and the sparse solvers against dense."""
+"""Spectral quantities against docs/topologies.md, and the sparse solvers against dense."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Mixing matrices from graphs, and their validation.
 
-Convention (ALGORITHMS.md section 0): W[i, j] is the weight node i gives to node j's value, so
+Convention (docs/algorithms/README.md): W[i, j] is the weight node i gives to node j's value, so
 node i computes x_i <- sum_j W[i, j] x_j.  For a DiGraph an arc u -> v means u sends to v, so it
 allows W[v, u] != 0.
 

@@ -1,4 +1,4 @@
-"""BEER (Zhao et al. NeurIPS'22; ALGORITHMS.md §7): gradient tracking with EF21-style states.
+"""BEER (Zhao et al. NeurIPS'22; docs/algorithms/beer.md): gradient tracking with EF21-style states.
 
 Both the model and the gradient tracker travel as compressed differences against states
 ``h`` (for x) and ``g`` (for v) that neighbors rebuild; ``sh = Σ_j w_ij h_j`` and

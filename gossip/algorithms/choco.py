@@ -1,4 +1,4 @@
-"""CHOCO-Gossip and CHOCO-SGD (Koloskova et al. ICML'19 / ICLR'20; ALGORITHMS.md §2).
+"""CHOCO-Gossip and CHOCO-SGD (Koloskova et al. ICML'19 / ICLR'20; docs/algorithms/choco.md).
 
 Every node keeps a public copy ``x̂_i`` that all its neighbors agree on, and only compressed
 differences ``q_i = C(x_i − x̂_i)`` travel. Memory-efficient form: ``x``, ``x̂_i`` and

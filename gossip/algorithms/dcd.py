@@ -1,4 +1,4 @@
-"""DCD-PSGD (Tang et al. NeurIPS'18; ALGORITHMS.md §3.2): compressed model differences.
+"""DCD-PSGD (Tang et al. NeurIPS'18; docs/algorithms/dcd.md): compressed model differences.
 
 Every node keeps exact replicas of its neighbors' models through ``s_i = Σ_{j∈N_i⁺} w_ij x_j``
 (replicas are updated with the same decoded messages everywhere, so they stay identical)::

@@ -1,4 +1,4 @@
-"""DeepSqueeze (Tang et al. 2019; ALGORITHMS.md §3.1): error-compensated compression of x.
+"""DeepSqueeze (Tang et al. 2019; docs/algorithms/deepsqueeze.md): error-compensated compression of x.
 
 ``v_i = x_i + e_i;  c_i = C(v_i);  e_i ← v_i − c_i``; send c_i;
 ``x_i ← x_i + γ (Σ_{j∈N_i⁺} w_ij c_j − c_i)`` (after the local gradient step, if any).

@@ -1,4 +1,4 @@
-"""D-PSGD (Lian et al. 2017; ALGORITHMS.md §1.2): ``X ← W X − η ∇F(X)``.
+"""D-PSGD (Lian et al. 2017; docs/algorithms/dpsgd.md): ``X ← W X − η ∇F(X)``.
 
 The gradient is taken at the pre-gossip model ``x_i`` (D-PSGD proper, not adapt-then-combine),
 so communication can overlap with it. With γ ≠ 1 the mixing is relaxed as in :class:`Gossip`.

@@ -1,4 +1,4 @@
-"""ECD-PSGD (Tang et al. NeurIPS'18; ALGORITHMS.md §3.3): compressed extrapolations.
+"""ECD-PSGD (Tang et al. NeurIPS'18; docs/algorithms/ecd.md): compressed extrapolations.
 
 Node i keeps estimates ŷ_j of its neighbors' models (and its own) through their weighted sum
 ``s_i = Σ_{j∈N_i⁺} w_ij ŷ_j`` (the update of ŷ is linear, so the sum suffices). Iteration k::

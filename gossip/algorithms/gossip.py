@@ -1,4 +1,4 @@
-"""Gossip averaging (ALGORITHMS.md §1.1), relaxed by a step γ.
+"""Gossip averaging (docs/algorithms/gossip.md), relaxed by a step γ.
 
 ``x_i ← x_i + γ (Σ_{j∈N_i⁺} w_ij C(x_j) − C(x_i))``; with the ``none`` compressor this is exact
 gossip ``X ← (I + γ(W − I)) X`` (γ = 1: ``X ← W X``), which preserves the average and contracts

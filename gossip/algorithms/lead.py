@@ -1,4 +1,4 @@
-"""LEAD (Liu et al. ICLR'21; ALGORITHMS.md §4): linear convergence to the exact optimum.
+"""LEAD (Liu et al. ICLR'21; docs/algorithms/lead.md): linear convergence to the exact optimum.
 
 NIDS in which the only message is a compressed difference ``q_i = C(y_i − h_i)`` against a
 DIANA-style state ``h_i`` every neighbor can rebuild. Per node: ``x, d, h, hw = Σ_j w_ij h_j``.
@@ -31,13 +31,13 @@ from gossip.algorithms.base import (
 
 
 def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, float]:
-    """α and γ_dual suited to a compressor on a d-vector (ALGORITHMS.md §4.4; tune from here).
+    """α and γ_dual suited to a compressor on a d-vector (docs/algorithms/lead.md; tune from here).
 
     * identity: α = γ_dual = 1 (NIDS);
     * quantizers (``lead:B``, ``qsgd``, ``natural``, casts): 0.5 / 1. Their worst-case ω is
       loose (``lead:2`` at d = 200: bound 7.1, typical 0.64) and 0.5 / 1 converges at NIDS speed;
     * rescaled rand-k, whose variance is ω‖x‖² for every x: γ_dual = min(1, 1/((3ω+1)β)) — half
-      the recalled bound of §4.4, which sat at the edge of stability for rand-10% — and
+      the recalled bound of docs/algorithms/lead.md, which sat at the edge of stability for rand-10% — and
       α = min(1/(1+ω), γ_dual);
     * biased compressors (top-k, sign, low-rank): 0.1 / 0.5.
     """

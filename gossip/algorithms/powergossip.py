@@ -1,4 +1,4 @@
-"""PowerGossip (Vogels, Karimireddy, Jaggi NeurIPS'20; ALGORITHMS.md §6).
+"""PowerGossip (Vogels, Karimireddy, Jaggi NeurIPS'20; docs/algorithms/powergossip.md).
 
 For every edge {i, j} and every matrix-shaped tensor M (``T.reshape(T.shape[0], -1)``), both
 ends keep the same factors P (m×r), Q (k×r) of the edge difference ``D = M_a − M_b``

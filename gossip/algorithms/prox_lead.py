@@ -1,4 +1,4 @@
-"""Prox-LEAD (Li et al. 2021; ALGORITHMS.md §5): LEAD for ``(1/n) Σ f_i + r`` with a prox.
+"""Prox-LEAD (Li et al. 2021; docs/algorithms/prox-lead.md): LEAD for ``(1/n) Σ f_i + r`` with a prox.
 
 Identical to :class:`LEAD` (same message ``C(y − h)``) except that every primal update ends
 with the local prox: ``x_i ← prox_{ηr}(x_i − η g − η d_i)``, including the first step

@@ -132,7 +132,7 @@ class Workspace:
     """Scratch tensors kept between calls, grown on demand.
 
     Freshly allocated memory costs a page fault per 4 KiB on first touch (≈ 2 GB/s here, see
-    DESIGN.md speed rules), so model-sized temporaries are allocated once and reused. All
+    docs/performance.md), so model-sized temporaries are allocated once and reused. All
     compressors of a thread share one workspace (:func:`shared_workspace`), so hosting many
     nodes in one process costs one set of temporaries, not one per node. Hence the rule: a
     workspace tensor never outlives the call that took it (never put one in a payload or hand

@@ -179,7 +179,7 @@ class QSGD(LevelQuantizer):
     unbiased. ``qsgd:BITS`` means s = 2^{BITS−1} (BEER/NDA's ``gsgd_b``), i.e. BITS + 1 bits
     per entry on the wire; ``qsgd:s=LEVELS`` gives s directly.
     Bytes: ``8 + itemsize + w·⌈d/8⌉`` with w = ⌈log2(2s+1)⌉ = 1 + ⌈log2(s+1)⌉
-    (§9's fixed-length 32 + d·(1 + ⌈log2(s+1)⌉) bits, up to w − 1 bytes of plane padding).
+    (docs/compressors.md's fixed-length 32 + d·(1 + ⌈log2(s+1)⌉) bits, up to w − 1 bytes of plane padding).
     The NaN/Inf check reads ‖x‖₂ (computed anyway).
     """
 
@@ -211,7 +211,7 @@ class QSGD(LevelQuantizer):
 
 
 class LeadQuantizer(LevelQuantizer):
-    """LEAD's unbiased b-bit ∞-norm quantizer (§9): s = 2^{b−1} levels of ‖x‖_∞.
+    """LEAD's unbiased b-bit ∞-norm quantizer (docs/compressors.md): s = 2^{b−1} levels of ‖x‖_∞.
 
     ``C(x) = (‖x‖_∞/2^{b−1})·sign(x)⊙⌊2^{b−1}|x|/‖x‖_∞ + u⌋``; the largest entry is sent
     exactly. Unbiased, ω ≤ min(d/4^b, √d/2^{b−1}). 2^b + 1 symbols in ⌈log2(2^b + 1)⌉ = b + 1

@@ -2,8 +2,8 @@
 
 The global problem is ``min_x f(x) + r(x)`` with ``f = (1/n) Σ_i f_i``: node ``i`` holds the
 smooth local function ``f_i`` (its data lives on the problem's torch device), ``r`` is an optional
-non-smooth regularizer shared by all nodes and applied **once** to the average (ALGORITHMS.md
-§5.2: a per-node prox with ``r`` solves ``(1/n) Σ f_i + r``, not ``Σ f_i + r``).
+non-smooth regularizer shared by all nodes and applied **once** to the average (a per-node prox
+with ``r`` solves ``(1/n) Σ f_i + r``, not ``Σ f_i + r``; docs/algorithms/prox-lead.md).
 
 Algorithms never call a problem directly: they ask it for an
 :class:`~gossip.problems.oracles.Oracle` (``problem.oracle(i, generator, estimator)``) that owns
@@ -181,7 +181,7 @@ class Problem(ABC):
         batch_size: int = 1,
         p: float | None = None,
     ) -> Oracle:
-        """Node ``i``'s gradient oracle (ALGORITHMS.md §5.4).
+        """Node ``i``'s gradient oracle (docs/algorithms/prox-lead.md).
 
         Args:
             i: the node.

@@ -2,8 +2,8 @@
 
 Everything here is numpy float64 on the CPU; the problem classes move it to their torch device.
 
-* :func:`synthetic` — the heterogeneous recipes of ALGORITHMS.md §11.2 (least squares), §11.3
-  (logistic) and §11.6 (sparse truths for L1 problems), one block of samples per node.
+* :func:`synthetic` — the heterogeneous recipes of the reference experiments (docs/experiments.md:
+  least squares, logistic, sparse truths for L1 problems), one block of samples per node.
 * :func:`load_libsvm` — a small reader for ``label idx:val ...`` files (dense result).
 * :func:`partition` — the one function that splits a data set's sample indices over nodes:
   ``iid``, ``sorted`` (by label) or ``dirichlet:ALPHA``.
@@ -50,7 +50,7 @@ def synthetic(
     noise: float | None = None,
     density: float = 0.2,
 ) -> SyntheticData:
-    """Heterogeneous synthetic data, one block per node (ALGORITHMS.md §11.2, §11.3, §11.6).
+    """Heterogeneous synthetic data, one block per node (docs/experiments.md).
 
     Node ``i`` has its own ground truth ``x_i = common·x_c + heterogeneity·z_i`` with shared
     ``x_c`` and node-specific ``z_i`` (both ``N(0, I)``), and
@@ -58,14 +58,14 @@ def synthetic(
     * ``least-squares`` / ``lasso``: ``A_i ~ N(0, 1)``, ``b_i = A_i x_i + noise·N(0, 1)``
       (``noise`` defaults to 0.1);
     * ``logistic`` / ``l1-logistic``: rows ``a ~ N(0, I/dim)`` and
-      ``b = sign(aᵀx_i + noise·N(0,1))`` (``noise`` defaults to 0.3) — the §11.3 recipe;
+      ``b = sign(aᵀx_i + noise·N(0,1))`` (``noise`` defaults to 0.3) — the docs/experiments.md#logistic recipe;
       unit-variance features would make the margins ``~√dim`` and the data nearly separable;
     * ``lasso`` / ``l1-logistic``: ``x_c`` and every ``z_i`` are sparse, each with
       ``round(density·dim)`` non-zeros on its own random support (so a truth has at most
       ``2·density·dim`` non-zeros).
 
-    §11.2 draws fully node-specific truths ``x_i ~ N(0, I)``: that is ``common=0,
-    heterogeneity=1`` exactly (same for §11.6's sparse truths). The default ``common=1,
+    docs/experiments.md#least-squares draws fully node-specific truths ``x_i ~ N(0, I)``: that is ``common=0,
+    heterogeneity=1`` exactly (same for docs/experiments.md#lasso's sparse truths). The default ``common=1,
     heterogeneity=1`` is as heterogeneous in its node-specific part but adds a shared component;
     ``heterogeneity=0`` gives identical truths (homogeneous data up to sampling noise).
     """
@@ -225,7 +225,7 @@ def partition(
         scheme: ``"iid"`` — a seeded shuffle cut into ``n_nodes`` parts whose sizes differ by at
             most one; ``"sorted"`` — samples ordered by label (stable) and cut into contiguous parts
             of the same sizes, so each node sees one or two classes (the label-sorted split of
-            ALGORITHMS.md §11.1); ``"dirichlet:ALPHA"`` — for every class, proportions over the
+            docs/experiments.md); ``"dirichlet:ALPHA"`` — for every class, proportions over the
             nodes drawn from ``Dirichlet(ALPHA·1)`` (small ALPHA = skewed, large = close to iid);
             labels must be integers; a node left empty receives one sample from the largest node.
         seed: seeds every random choice (same seed, same split).

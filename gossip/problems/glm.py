@@ -10,7 +10,7 @@ A per-sample gradient is ``φ'(a_lᵀx, b_l)·a_l + l2·x``: one scalar per samp
 data-dependent information, which is why SAGA keeps ``m_i`` scalars instead of ``m_i × d``
 (see :mod:`gossip.problems.oracles`).
 
-The L2 weight follows the ``(l2/2)‖x‖²`` convention: ALGORITHMS.md §11.6's ``0.025‖x‖²`` is
+The L2 weight follows the ``(l2/2)‖x‖²`` convention: the lasso experiment's ``0.025‖x‖²`` (docs/experiments.md) is
 ``l2 = 0.05``.
 """
 
@@ -260,7 +260,7 @@ class GLM(Problem):
 
 
 class LeastSquares(GLM):
-    """``f_i(x) = ‖A_i x − b_i‖²/(2 m_i) + (l2/2)‖x‖²`` (ALGORITHMS.md §11.2 with ``l2 = 0.1``)."""
+    """``f_i(x) = ‖A_i x − b_i‖²/(2 m_i) + (l2/2)‖x‖²`` (docs/experiments.md#least-squares with ``l2 = 0.1``)."""
 
     curvature = 1.0
     loss_name = "squares"
@@ -276,7 +276,7 @@ class LeastSquares(GLM):
 
 
 class Lasso(LeastSquares):
-    """Least squares plus ``r(x) = l1·‖x‖₁`` applied once to the average (ALGORITHMS.md §11.6)."""
+    """Least squares plus ``r(x) = l1·‖x‖₁`` applied once to the average (docs/experiments.md#lasso)."""
 
     def __init__(self, A, b, l1: float, l2: float = 0.0, *, dtype=torch.float32, device="cpu"):
         if not l1 > 0:

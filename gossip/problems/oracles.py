@@ -1,4 +1,4 @@
-"""Gradient oracles: what an algorithm calls for ``∇f_i`` estimates (ALGORITHMS.md §5.4).
+"""Gradient oracles: what an algorithm calls for ``∇f_i`` estimates (docs/algorithms/prox-lead.md).
 
 An oracle belongs to one node. ``oracle.grad(x, out)`` returns an estimate of ``∇f_i(x)``; every
 random choice (sample indices, the LSVRG refresh coin) comes from the node's ``torch.Generator``,

@@ -1,4 +1,4 @@
-"""Non-smooth regularizers ``r`` with their proximal operators (ALGORITHMS.md §5.2).
+"""Non-smooth regularizers ``r`` with their proximal operators (docs/algorithms/prox-lead.md).
 
 ``r`` is shared by all nodes and belongs to the *average* objective ``(1/n) Σ f_i + r``; every
 node applies ``prox_{ηr}`` locally (Prox-LEAD's last line), so no scaling by ``n`` is involved.

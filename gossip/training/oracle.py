@@ -8,7 +8,7 @@ local step — its ``torch.optim`` optimizer and scheduler built on those parame
     oracle.apply_step(x, g, t)     # optimizer.step() with the grads = views of g (writes into x)
 
 :class:`ModelOracle` has only ``grad`` (LEAD, BEER and the other algorithms that take the
-gradient directly, ALGORITHMS.md §4.5); :class:`OptimizerOracle` adds ``apply_step``, which
+gradient directly, docs/algorithms/lead.md); :class:`OptimizerOracle` adds ``apply_step``, which
 D-PSGD, CHOCO-SGD, DeepSqueeze and PowerGossip call instead of ``x -= eta·g``
 (:func:`gossip.algorithms.base.local_step`).
 
