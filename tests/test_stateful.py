@@ -130,3 +130,47 @@ def test_node_state_holds_tensors_only():
 
     with pytest.raises(ConfigError, match="tensors"):
         Engine(Bad(), topologies.build("ring", 3), lambda i: torch.zeros(3))
+
+
+def _records(path) -> list[dict]:
+    import json
+
+    recs = [json.loads(line) for line in open(path)]
+    return [{k: v for k, v in r.items() if not k.endswith("_s") and k != "lr"}
+            for r in recs if r["type"] == "round"]
+
+
+SCRIPT_RUNS = {
+    # the trainer's default per-tensor compression with warm-started low-rank factors
+    "train-lowrank": ("train", ["--algorithm", "choco", "--compressor", "lowrank:1", "--gamma", "0.3",
+                                "--data", "synthetic", "--synthetic-samples", "300", "--nodes", "4",
+                                "--dtype", "float64", "--log-every", "10", "--optimizer", "sgd"]),
+    # BEER's second (tracker) compressor stream
+    "optimize-beer": ("optimize", ["--algorithm", "beer", "--compressor", "topk:0.2", "--dim", "20",
+                                   "--samples-per-node", "30", "--nodes", "4", "--log-every", "10"]),
+}
+
+
+@pytest.mark.parametrize("run", sorted(SCRIPT_RUNS))
+def test_script_resume_after_a_crash_equals_uninterrupted(tmp_path, monkeypatch, run):
+    """20 rounds, a crash, --resume for 20 more: the same log as 40 rounds in one go."""
+    from tests.extending_driver import script
+
+    name, args = SCRIPT_RUNS[run]
+    length = ["--rounds", "40"] if name == "train" else ["--iterations", "40"]
+    main = script(name).main
+    full, cut, ck = tmp_path / "full.jsonl", tmp_path / "cut.jsonl", tmp_path / "ck"
+    main([*args, *length, "--out", str(full)])
+    original = Engine.step
+
+    def crash_after_round_20(self):
+        if self.round == 20:
+            raise KeyboardInterrupt
+        original(self)
+
+    monkeypatch.setattr(Engine, "step", crash_after_round_20)
+    with pytest.raises(KeyboardInterrupt):
+        main([*args, *length, "--out", str(cut), "--checkpoint-dir", str(ck), "--checkpoint-every", "10"])
+    monkeypatch.undo()
+    main([*args, *length, "--out", str(cut), "--resume", str(ck)])
+    assert _records(cut) == _records(full)
