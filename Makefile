@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODES ?= 8
 
-.PHONY: install test run lint bench clean
+.PHONY: install test test-fast run lint bench clean
 
 install: $(STAMP)
 
@@ -17,8 +17,13 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# everything, MPI launches and long convergence runs included (what CI runs)
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
+
+# the quick loop while editing: skips tests marked slow (MPI launches, long runs); < 3 min
+test-fast: install
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow"
 
 run: install
 	mkdir -p results

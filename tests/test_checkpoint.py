@@ -43,6 +43,7 @@ def manifest_round(ck: Path) -> int:
         return 0
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_sigkill_all_ranks_then_resume_equals_uninterrupted(tmp_path, name):
@@ -69,6 +70,7 @@ def test_sigkill_all_ranks_then_resume_equals_uninterrupted(tmp_path, name):
     assert rounds_of(cut) == rounds_of(full)
 
 
+@pytest.mark.slow
 def test_corrupt_checkpoint_falls_back_to_the_previous_one(tmp_path):
     args = [*RUNS["choco"][:-1], "40", *COMMON, "--nodes", "4"]
     full, ck = tmp_path / "full.jsonl", tmp_path / "ck"
@@ -89,6 +91,7 @@ def test_corrupt_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert rounds_of(tmp_path / "b.jsonl") == rounds_of(full)
 
 
+@pytest.mark.slow
 def test_resume_with_a_different_run_is_refused(tmp_path):
     args = [*RUNS["choco"][:-1], "20", *COMMON, "--nodes", "4"]
     ck = tmp_path / "ck"
@@ -99,6 +102,7 @@ def test_resume_with_a_different_run_is_refused(tmp_path):
     assert "different run" in res.stderr and "compressor" in res.stderr
 
 
+@pytest.mark.slow
 def test_sigterm_writes_a_final_checkpoint_and_exits_cleanly(tmp_path):
     args = [*RUNS["choco"][:-1], "100000", *COMMON, "--nodes", "4"]
     ck = tmp_path / "ck"

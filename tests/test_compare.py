@@ -12,6 +12,7 @@ from tests.test_config import script
 CONFIGS = ROOT / "experiments" / "configs"
 
 
+@pytest.mark.slow
 def test_shipped_training_sweep_gives_table_and_plots(tmp_path, capsys):
     compare = script("compare")
     text = compare.main([str(CONFIGS / "sweep_digits.toml"), "--out", str(tmp_path),

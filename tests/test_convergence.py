@@ -52,6 +52,7 @@ def test_prox_lead_reaches_the_composite_optimum(tmp_path):
     assert curves(out)["prox-lead@lead:2"][-1]["distance_to_optimum"] <= 1e-23
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("estimator", "target"), [("saga", 1e-8), ("lsvrg", 1e-8), ("sgd", None)])
 def test_prox_lead_with_variance_reduction_is_exact_and_sgd_stalls(tmp_path, estimator, target):
     out = tmp_path / f"{estimator}.jsonl"

@@ -54,3 +54,17 @@ def test_code_points_into_docs_not_into_design_notes():
                 if re.search(r"ALGORITHMS(-2)?\.md|DESIGN\.md", line) and path.name != "test_docs.py":
                     hits.append(f"{path.relative_to(ROOT)}:{no}")
     assert not hits, "cite docs/ instead: " + ", ".join(hits[:20])
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_algorithm_classes_document_their_update_and_args(name):
+    import inspect
+
+    cls = REGISTRY[name]
+    assert vars(cls).get("__doc__"), f"{cls.__name__} needs its own docstring (update rule and Args)"
+    doc = inspect.getdoc(cls)
+    params = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    if params:
+        assert "Args:" in doc, f"{cls.__name__}'s docstring should list its Args ({sorted(params)})"
+        missing = [p for p in params if p not in doc]
+        assert not missing, f"{cls.__name__}'s docstring does not mention {missing}"

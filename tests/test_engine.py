@@ -74,6 +74,7 @@ def test_choco_keeps_s_equal_to_weighted_public_copies():
     np.testing.assert_allclose(stack(eng).mean(0), xbar0, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_choco_topk_ring25_converges_at_tuned_gamma_and_diverges_when_too_large():
     topo = topologies.build("ring", 25)
     eng = Engine(make_algorithm("choco", gamma=0.05), topo, gaussian(2000), compressor="topk:0.01")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import ROOT, mpiexec, run_mpi, run_py
 
-pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
+pytestmark = [pytest.mark.skipif(mpiexec() is None, reason="no mpiexec"), pytest.mark.slow]
 
 
 def _records(path):

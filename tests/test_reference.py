@@ -122,6 +122,7 @@ def test_11_6_reference_solution_is_prox_gradient_fixed_point(lasso):
     assert np.linalg.norm(step - xs) <= 1e-13 * np.linalg.norm(xs)
 
 
+@pytest.mark.slow
 def test_11_6_variance_reduced_estimators(lasso):
     """Single-sample estimators through the torch oracles, η = 1/(6 L_max), LSVRG p = 1/m.
 

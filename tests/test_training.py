@@ -289,6 +289,7 @@ def test_batchnorm_buffers_local_by_default_or_gossiped(data):
     assert not torch.equal(stats[:4], torch.zeros(4))  # statistics moved and live in x
 
 
+@pytest.mark.slow
 def test_compressed_training_close_to_exact_with_fewer_bits(data):
     """A reduced done-when check: 8-ring, Dirichlet 0.5, CHOCO top-1 % vs exact D-PSGD."""
     train, test = data

@@ -30,6 +30,7 @@ COMMON = ["--algorithm", "choco", "--compressor", "topk:0.05", "--gamma", "0.2",
           "1e-4", "--schedule", "cosine", "--warmup-epochs", "0.5"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 def test_mpi_run_equals_in_process_run(tmp_path):
     local, remote = tmp_path / "local.jsonl", tmp_path / "mpi.jsonl"

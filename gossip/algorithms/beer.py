@@ -30,6 +30,15 @@ from gossip.algorithms.base import (
 
 
 class BEER(Algorithm):
+    """BEER: gradient tracking with compressed, EF21-style states for the model and tracker.
+
+    ``x_i += γ (sh_i − h_i) − η v_i``; ``v_i += γ (sg_i − g_i) + ∇f_i(x_i) − ∇f_i(x_i^prev)``;
+    one message carries ``C(x_i − h_i)`` and ``C(v_i − g_i)``. See docs/algorithms/beer.md.
+
+    Args:
+        eta: step size (constant); ``0.2/L`` converges. Default 0.05.
+        gamma: mixing step in (0, 1]. Default 0.4.
+    """
     name = "beer"
     trains = True
     needs_oracle = True

@@ -37,6 +37,16 @@ from gossip.algorithms.base import (
 
 
 class Choco(Algorithm):
+    """CHOCO-Gossip / CHOCO-SGD: compressed differences against public copies ``x̂``.
+
+    One round: ``x_i ← x_i − η ∇f_i(x_i)`` (with an oracle); ``x_i ← x_i + γ (s_i − x̂_i)``;
+    send ``q_i = C(x_i − x̂_i)``; ``x̂_i += q_i``; ``s_i += Σ_{j∈N_i⁺} w_ij q_j``.
+    See docs/algorithms/choco.md.
+
+    Args:
+        gamma: consensus step in (0, 1]; tune it (too large diverges). Default 0.05.
+        eta: local step size or schedule (training uses the node's optimizer). Default 0.
+    """
     name = "choco"
     trains = True
     takes_optimizer = True

@@ -28,6 +28,14 @@ from gossip.compress import make
 
 
 class DCD(Algorithm):
+    """DCD-PSGD: ``z_i = C(s_i − η ∇f_i(x_i) − x_i)``; ``x_i += z_i``; ``s_i += Σ_j w_ij z_j``.
+
+    ``s_i`` replicates ``Σ_{j∈N_i⁺} w_ij x_j`` exactly (round 1 sends full models). Needs an
+    unbiased, low-variance compressor. See docs/algorithms/dcd.md.
+
+    Args:
+        eta: step size, a number or a schedule ``eta(t)``. Default 0.
+    """
     name = "dcd"
     trains = True
     step_schedule = True

@@ -24,6 +24,15 @@ from gossip.algorithms.base import (
 
 
 class DeepSqueeze(Algorithm):
+    """DeepSqueeze: error-compensated compression of the model.
+
+    ``v_i = x_i + e_i;  c_i = C(v_i);  e_i ← v_i − c_i``; send ``c_i``;
+    ``x_i ← x_i + γ (Σ_{j∈N_i⁺} w_ij c_j − c_i)``. See docs/algorithms/deepsqueeze.md.
+
+    Args:
+        gamma: consensus step in (0, 1]; tune it. Default 0.2.
+        eta: local step size or schedule (training uses the node's optimizer). Default 0.
+    """
     name = "deepsqueeze"
     trains = True
     takes_optimizer = True

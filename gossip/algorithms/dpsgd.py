@@ -15,6 +15,15 @@ from gossip.algorithms.gossip import Gossip
 
 
 class DPSGD(Gossip):
+    """D-PSGD, ``X ← X + γ (W − I) X − η ∇F(X)`` (gradient at the pre-gossip model).
+
+    See docs/algorithms/dpsgd.md.
+
+    Args:
+        eta: step size, a number or a schedule ``eta(t)``; a node with its own optimizer
+            (training) uses the optimizer's step instead. Default 0.1.
+        gamma: relaxation of the mixing step (1 = plain ``W X``). Default 1.
+    """
     name = "dpsgd"
     trains = True
     takes_optimizer = True

@@ -27,6 +27,15 @@ from gossip.algorithms.dcd import exchange_exact
 
 
 class ECD(Algorithm):
+    """ECD-PSGD: compressed extrapolations ``z_i = (1 − k/2) x_i^{k−1} + (k/2) x_i^k``.
+
+    ``x_i^k = s_i − η ∇f_i(x_i^{k−1})``; send ``C(z_i)``;
+    ``s_i ← (1 − 2/k) s_i + (2/k) Σ_{j∈N_i⁺} w_ij C(z_j)``. Needs an unbiased compressor.
+    See docs/algorithms/ecd.md.
+
+    Args:
+        eta: step size, a number or a schedule ``eta(t)``. Default 0.
+    """
     name = "ecd"
     trains = True
     step_schedule = True

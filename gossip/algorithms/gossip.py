@@ -22,6 +22,14 @@ from gossip.algorithms.base import (
 
 
 class Gossip(Algorithm):
+    """Gossip averaging, ``x_i ← x_i + γ (Σ_{j∈N_i⁺} w_ij C(x_j) − C(x_i))``.
+
+    Exact averaging ``X ← W X`` with the ``none`` compressor and γ = 1. Runs on directed and
+    time-varying graphs (no neighbor state). See docs/algorithms/gossip.md.
+
+    Args:
+        gamma: relaxation of the mixing step, in (0, 2] (stable for γ < 2/β). Default 1.
+    """
     name = "gossip"
     static_topology = False
     symmetric = False

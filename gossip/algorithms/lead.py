@@ -56,6 +56,17 @@ def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, fl
 
 
 class LEAD(Algorithm):
+    """LEAD: NIDS with compressed differences ``q_i = C(y_i − h_i)``; exact linear convergence.
+
+    ``y_i = x_i − η g − η d_i``; send ``q_i``; ``h_i, hw_i`` move by ``α`` towards
+    ``h_i + q_i`` and ``hw_i + Σ_j w_ij q_j``; ``d_i += γ_dual/(2η) (ŷ_i − ŷw_i)``;
+    ``x_i ← x_i − η g − η d_i``. See docs/algorithms/lead.md.
+
+    Args:
+        eta: step size (constant); ``1/L`` converges. Default 0.1.
+        alpha: state momentum α in (0, 1]; default from the compressor's ω.
+        gamma_dual: dual step in (0, 1] (1 = NIDS); default from ω and the graph's β.
+    """
     name = "lead"
     trains = True
     needs_oracle = True

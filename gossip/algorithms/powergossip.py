@@ -52,6 +52,19 @@ def orthonormalize(m: torch.Tensor, eps: float = EPS) -> torch.Tensor:
 
 
 class PowerGossip(Algorithm):
+    """PowerGossip: per-edge, warm-started rank-r power steps on the model differences.
+
+    Odd steps send ``M_i Q̂`` and move ``M_i −= γ Σ_j w_ij (u_i − u_j) Q̂ᵀ``, even steps the
+    same with ``P̂`` on the other side. See docs/algorithms/powergossip.md.
+
+    Args:
+        gamma: mixing step (1 works untuned). Default 1.
+        rank: rank r of the per-edge factors. Default 1.
+        iterations: power steps (message exchanges) per round. Default 1.
+        warm_start: keep the factors between steps (False: redraw them). Default True.
+        eps: Gram–Schmidt guard. Default 1e-8.
+        eta: local step size or schedule (training uses the node's optimizer). Default 0.
+    """
     name = "powergossip"
     trains = True
     takes_optimizer = True

@@ -13,6 +13,12 @@ from gossip.algorithms.lead import LEAD
 
 
 class ProxLEAD(LEAD):
+    """Prox-LEAD: :class:`LEAD` whose primal updates end with ``prox_{ηr}`` of the problem's
+    regularizer, for ``(1/n) Σ f_i + r``. See docs/algorithms/prox-lead.md.
+
+    Args:
+        eta, alpha, gamma_dual: as for :class:`LEAD`.
+    """
     name = "prox-lead"
 
     def setup(self, node: Node) -> None:
