@@ -169,7 +169,9 @@ class LowRank(Codec):
     def load_state_dict(self, state: dict[str, Any], device: torch.device | str | None = None) -> None:
         """Restore :meth:`state_dict`; ``device`` moves every factor there (default: where it was)."""
         self._q.clear()
-        for shape, dtype, saved_device, q in state["q"]:
+        for entry in state["q"]:
+            shape, dtype, q = entry[0], entry[1], entry[-1]
+            saved_device = entry[2] if len(entry) == 4 else "cpu"  # 3 entries: saved before devices
             dev = torch.device(device if device is not None else saved_device)
             if dev.type == "cuda" and dev.index is None:
                 dev = torch.device("cuda", torch.cuda.current_device())
