@@ -90,7 +90,8 @@ class Engine:
         self.device = torch.device(device)
         self.dtype = dtype
         self.divergence_factor = divergence_factor
-        self.compressor_spec = compressor if isinstance(compressor, str) else compressor.spec
+        self.compressor_spec = (compressor if isinstance(compressor, str)
+                                else getattr(compressor, "spec", type(compressor).__name__))
         self._new_compressor = factory_for(compressor, layout)
         self._check_config(oracles)
         self.local_ids = self.world.local_nodes(self.n)

@@ -14,7 +14,7 @@ import torch
 import topologies
 from examples.my_parts import LocalGossip, StochasticInt8
 from gossip.algorithms import REGISTRY, ConfigError, make_algorithm, register_algorithm
-from gossip.compress import CompressionError, make, register_compressor
+from gossip.compress import CompressionError, TopK, available, make, register_compressor
 from gossip.engine import Engine
 from gossip.plugins import PluginError
 from gossip.problems import make_problem
@@ -98,8 +98,16 @@ def test_wire_kind_collision_is_refused():
         register_compressor("clash", Clash)
     with pytest.raises(CompressionError, match="already used by 'int8'"):
         register_compressor("clash2", StochasticInt8)
-    assert "clash" not in str(make.__module__) and "clash" not in [f.split(":")[0] for f in
-                                                                   __import__("gossip").available_compressors()]
+    assert not {"clash", "clash2"} & {form.split(":")[0] for form in available()}
+    alias = register_compressor("top-tenth", lambda spec: TopK(spec, ratio=0.1))  # same class: fine
+    assert isinstance(make("top-tenth"), TopK) and alias is not None
+
+    class SubTopK(TopK):  # another class on top-k's kind: refused when first built
+        pass
+
+    register_compressor("subtopk", lambda spec: SubTopK(spec, ratio=0.1))
+    with pytest.raises(CompressionError, match="kind 4 is already used by 'topk'"):
+        make("subtopk")
 
 
 def test_registry_errors_say_what_to_fix():

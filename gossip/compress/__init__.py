@@ -102,10 +102,30 @@ class _Entry:
     build: Builder
     forms: tuple[str, ...]
     usage: str
-    kind: int | None
 
 
 _REGISTRY: dict[str, _Entry] = {}
+_KIND_CLASS: dict[int, type] = {}
+"""Wire kind -> the compressor class whose messages carry it (one class per kind)."""
+
+
+def _claim(kind: object, cls: type, name: str) -> None:
+    """Reserve wire ``kind`` for ``cls``; refuse it when another class already uses it."""
+    if not isinstance(kind, int) or kind == 0:
+        return
+    if not 1 <= kind < PER_TENSOR:
+        raise CompressionError(f"{name}: wire kind {kind!r} must be an integer in 1..{PER_TENSOR - 1}")
+    owner = _KIND_CLASS.get(kind)
+    if owner is None:
+        _KIND_CLASS[kind] = cls
+        KINDS.setdefault(kind, name)
+    elif owner is not cls:
+        free = [k for k in range(1, PER_TENSOR) if k not in _KIND_CLASS]
+        raise CompressionError(
+            f"compressor {name!r} ({cls.__name__}): wire kind {kind} is already used by "
+            f"{KINDS.get(kind, owner.__name__)!r} ({owner.__name__}), so their messages could be "
+            f"mistaken for each other; give the class another `kind` (free: {free[0]}..{free[-1]})"
+        )
 
 
 def register_compressor(
@@ -114,7 +134,6 @@ def register_compressor(
     *,
     forms: tuple[str, ...] | list[str] | None = None,
     usage: str | None = None,
-    kind: int | None = None,
     replace: bool = False,
 ) -> Builder:
     """Make ``make("NAME[:PARAMS]")`` (and every script's ``--compressor``) build ``build``.
@@ -127,38 +146,24 @@ def register_compressor(
         forms: the spec forms it accepts, placeholders in capitals (``("mysign",)``,
             ``("myk:RATIO",)``); default: ``(name,)``.
         usage: one line for error messages and ``--help``; default: the forms joined.
-        kind: the wire kind byte of its messages (1..127, unique); default: ``build.kind``
-            when ``build`` is a class. Two compressors with one kind could decode each other's
-            messages, so a taken kind is refused, naming the owner and the free kinds.
         replace: allow re-registering ``name`` (default: a taken name is refused).
 
-    Returns ``build``, so it can decorate a class whose ``name`` and ``kind`` are attributes.
+    The wire kind of its messages (the class attribute ``kind``, 1..127) must not be used by
+    another class: two encodings with one kind could be mistaken for each other, so a taken
+    kind is refused, naming the owner and the free kinds (checked here for a class, at the
+    first build for a function). Returns ``build``.
     """
     if not isinstance(name, str) or not name or ":" in name or name != name.strip().lower():
         raise CompressionError(f"compressor name {name!r} must be a non-empty lower-case string without ':'")
     if not callable(build):
         raise CompressionError(f"register_compressor({name!r}, ...): build must be callable, got {build!r}")
-    if kind is None and inspect.isclass(build):
-        kind = getattr(build, "kind", None)
-    if kind is not None:
-        if not isinstance(kind, int) or not 1 <= kind < PER_TENSOR:
-            raise CompressionError(f"{name}: wire kind {kind!r} must be an integer in 1..{PER_TENSOR - 1}")
-        owner = KINDS.get(kind)
-        if owner is not None and owner != name:
-            free = [k for k in range(1, PER_TENSOR) if k not in KINDS]
-            raise CompressionError(
-                f"compressor {name!r}: wire kind {kind} is already used by {owner!r}; give the class "
-                f"another `kind` (free: {free[0]}..{free[-1]} except any taken later)"
-            )
     if name in _REGISTRY and not replace and _REGISTRY[name].build is not build:
         raise CompressionError(f"a compressor named {name!r} is already registered; pick another name "
                                "or pass replace=True")
+    if inspect.isclass(build):
+        _claim(getattr(build, "kind", None), build, name)
     forms = tuple(forms) if forms else (name,)
-    if name in _REGISTRY and _REGISTRY[name].kind is not None:
-        KINDS.pop(_REGISTRY[name].kind, None)
-    _REGISTRY[name] = _Entry(name, build, forms, usage or " or ".join(forms), kind)
-    if kind is not None:
-        KINDS[kind] = name
+    _REGISTRY[name] = _Entry(name, build, forms, usage or " or ".join(forms))
     return build
 
 
@@ -227,23 +232,21 @@ def _factory(spec: str) -> Callable[[], Compressor]:
         cls = import_object(f"{name}:{args[0]}")
         if not (inspect.isclass(cls) and issubclass(cls, Compressor)):
             raise _bad(spec, f"{name}:{args[0]} is not a gossip.compress.Compressor subclass")
-        kind = getattr(cls, "kind", None)
-        owner = KINDS.get(kind) if isinstance(kind, int) else None
-        if owner is not None and getattr(_REGISTRY.get(owner), "build", None) is not cls:
-            raise _bad(spec, f"its wire kind {kind} is already used by {owner!r}; give the class "
-                             "another `kind` class attribute")
-        return _checked(spec.strip(), cls, args[1:])
-    return _checked(spec.strip().lower(), entry.build, args)
+        return _checked(spec.strip(), cls, args[1:], cls.__name__)
+    return _checked(spec.strip().lower(), entry.build, args, entry.name)
 
 
-def _checked(spec: str, build: Builder, params: list[str]) -> Callable[[], Compressor]:
-    """``build(spec, *params)`` as a factory, after one trial call that turns errors into ours."""
+def _checked(spec: str, build: Builder, params: list[str], name: str | None = None) -> Callable[[], Compressor]:
+    """``build(spec, *params)`` as a factory, after one trial call that turns errors into ours
+    and checks that a registered builder's compressors use the wire kind it owns."""
     try:
-        build(spec, *params)
+        probe = build(spec, *params)
     except CompressionError:
         raise
     except (TypeError, ValueError) as exc:
         raise _bad(spec, str(exc)) from exc
+    if name is not None and not isinstance(probe, PerTensor):
+        _claim(getattr(probe, "kind", None), type(probe), name)
     return lambda: build(spec, *params)
 
 
@@ -336,19 +339,20 @@ def _ratio_or_k(spec: str, text: str) -> tuple[float | None, int | None]:
     return r, None
 
 
-for _name, _build, _forms, _usage, _kind in (
-    ("none", _plain(Identity), None, None, Identity.kind),
-    ("fp16", _plain(Fp16), None, None, Fp16.kind),
-    ("bf16", _plain(Bf16), None, None, Bf16.kind),
+for _name, _build, _forms, _usage, _cls in (
+    ("none", _plain(Identity), None, None, Identity),
+    ("fp16", _plain(Fp16), None, None, Fp16),
+    ("bf16", _plain(Bf16), None, None, Bf16),
     ("topk", _topk, ("topk:RATIO", "topk:K"),
-     "topk:RATIO (0 < RATIO <= 1, e.g. topk:0.01) or topk:K (integer K >= 1)", TopK.kind),
+     "topk:RATIO (0 < RATIO <= 1, e.g. topk:0.01) or topk:K (integer K >= 1)", TopK),
     ("randk", _randk, ("randk:RATIO", "randk:K", "randk:RATIO:unbiased", "randk:K:unbiased"),
-     "randk:RATIO or randk:K, optionally :unbiased (e.g. randk:0.01:unbiased)", RandK.kind),
-    ("sign", _plain(ScaledSign), None, None, ScaledSign.kind),
+     "randk:RATIO or randk:K, optionally :unbiased (e.g. randk:0.01:unbiased)", RandK),
+    ("sign", _plain(ScaledSign), None, None, ScaledSign),
     ("qsgd", _qsgd, ("qsgd:BITS", "qsgd:s=LEVELS", "qsgd:BITS:biased", "qsgd:s=LEVELS:biased"),
-     "qsgd:BITS (1..16, also '4bit') or qsgd:s=LEVELS (1..65536), optionally :biased", QSGD.kind),
-    ("lead", _lead, ("lead:BITS",), "lead:BITS (1..16, also '2bit')", LeadQuantizer.kind),
-    ("natural", _plain(Natural), None, None, Natural.kind),
-    ("lowrank", _lowrank, ("lowrank:RANK",), "lowrank:RANK (integer RANK >= 1)", LowRank.kind),
+     "qsgd:BITS (1..16, also '4bit') or qsgd:s=LEVELS (1..65536), optionally :biased", QSGD),
+    ("lead", _lead, ("lead:BITS",), "lead:BITS (1..16, also '2bit')", LeadQuantizer),
+    ("natural", _plain(Natural), None, None, Natural),
+    ("lowrank", _lowrank, ("lowrank:RANK",), "lowrank:RANK (integer RANK >= 1)", LowRank),
 ):
-    register_compressor(_name, _build, forms=_forms, usage=_usage, kind=_kind, replace=True)
+    _claim(_cls.kind, _cls, _name)
+    register_compressor(_name, _build, forms=_forms, usage=_usage, replace=True)
