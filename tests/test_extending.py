@@ -97,7 +97,7 @@ def test_wire_kind_collision_is_refused():
     with pytest.raises(CompressionError, match="kind 4 is already used by 'topk'"):
         register_compressor("clash", Clash)
     with pytest.raises(CompressionError, match="already used by 'int8'"):
-        register_compressor("clash2", StochasticInt8)
+        register_compressor("clash2", type("Copy", (StochasticInt8,), {}))
     assert not {"clash", "clash2"} & {form.split(":")[0] for form in available()}
     alias = register_compressor("top-tenth", lambda spec: TopK(spec, ratio=0.1))  # same class: fine
     assert isinstance(make("top-tenth"), TopK) and alias is not None
