@@ -34,7 +34,7 @@ run: install
 		--shape 40x50 --dtype float64 --out results/consensus.jsonl --plot results/consensus.png
 
 lint: install
-	$(BIN)/ruff check gossip topologies experiments tests benchmarks
+	$(BIN)/ruff check gossip topologies experiments tests benchmarks examples
 
 bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_compress.py

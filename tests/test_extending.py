@@ -191,3 +191,29 @@ def test_plugin_file_path_spec(tmp_path):
     alg = make_algorithm(f"{tmp_path / 'mine.py'}:Every", period=1)
     assert alg.name == "every-round" and alg.period == 1
     assert make_algorithm(f"{tmp_path / 'mine.py'}:Every").__class__ is type(alg)  # imported once
+
+
+def test_public_api_resolves():
+    import gossip
+
+    for name in gossip.__all__:
+        assert getattr(gossip, name) is not None, name
+    assert issubclass(gossip.ConfigError, gossip.GossipError)
+    assert issubclass(gossip.CompressionError, gossip.GossipError)
+    assert issubclass(PluginError, gossip.GossipError)
+    assert "local-gossip" in gossip.available_algorithms() and "int8" in gossip.available_compressors()
+
+
+def test_optimize_takes_a_problem_builder_by_path(tmp_path):
+    (tmp_path / "probs.py").write_text(textwrap.dedent('''
+        from gossip.problems import make_problem
+
+        def small(*, n_nodes, seed, dtype, device, **_):
+            return make_problem("logistic", n_nodes=n_nodes, dim=6, samples_per_node=20, seed=seed,
+                                dtype=dtype, device=device)
+    '''))
+    rows = script("optimize").main(["--problem", f"{tmp_path / 'probs.py'}:small", "--algorithm", "lead",
+                                    "--compressor", "none", "--nodes", "4", "--iterations", "200"])
+    assert rows[0]["status"] == "ok" and rows[0]["final"] < 1e-8
+    with pytest.raises(SystemExit, match="unknown problem 'nope'"):
+        script("optimize").main(["--problem", "nope", "--nodes", "4", "--iterations", "1"])
