@@ -306,6 +306,7 @@ class Engine:
         sent = self.transport.bytes_sent
         out = {}
         for i, nd in self.nodes.items():
+            _check_state(self.algorithm, nd)  # a round may have added to it since setup
             out[i] = {
                 "x": nd.x,
                 "state": dict(nd.state),
@@ -370,7 +371,7 @@ def _check_state(algorithm: Algorithm, node: Node) -> None:
         items = value if isinstance(value, list | tuple) else [value]
         if not all(isinstance(v, torch.Tensor) for v in items):
             raise ConfigError(
-                f"{algorithm.name}.setup put a {type(value).__name__} in node.state[{key!r}]; node.state "
+                f"{algorithm.name} put a {type(value).__name__} in node.state[{key!r}]; node.state "
                 "holds tensors (or lists of tensors) only. Use node.stream_compressor(name) for an "
                 "extra compressor, a tensor for a counter, and Algorithm.state_dict for run-wide state"
             )
