@@ -203,6 +203,7 @@ def factory_for(compressor: str | Compressor, layout: Layout | None = None) -> C
             if layout is not None and compressor.layout != layout:
                 raise CompressionError(f"{compressor!r} was built for another layout than {layout!r}")
             return lambda: copy.deepcopy(compressor)
+        probe = compressor
         single = lambda: copy.deepcopy(compressor)  # noqa: E731
     elif isinstance(compressor, str):
         single = _factory(compressor)
@@ -212,7 +213,7 @@ def factory_for(compressor: str | Compressor, layout: Layout | None = None) -> C
     else:
         raise _bad(compressor, f"a spec is a string (or pass a Compressor instance), not a "
                                f"{type(compressor).__name__}")
-    if layout is None or not isinstance(single(), Codec):
+    if layout is None or not isinstance(probe, Codec):
         return single
     return lambda: PerTensor(single, layout)
 
