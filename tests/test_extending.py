@@ -22,6 +22,23 @@ from tests.conftest import ROOT, run_mpi, run_py
 from tests.extending_driver import RUNS, script
 
 
+@pytest.fixture(autouse=True)
+def restore_registries():
+    """Registrations a test makes end with it (the example's own, made at import, stay)."""
+    import gossip.compress as compress
+    import gossip.problems.factory as problems
+    from gossip.compress import wire
+
+    saved = [(d, dict(d)) for d in (REGISTRY, compress._REGISTRY, compress._KIND_CLASS, wire.KINDS,
+                                    problems._BUILDERS)]
+    names = list(problems.PROBLEMS)
+    yield
+    for live, copy in saved:
+        live.clear()
+        live.update(copy)
+    problems.PROBLEMS[:] = names
+
+
 def rounds(path) -> list[dict]:
     recs = [json.loads(line) for line in open(path)]
     return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in recs if r["type"] == "round"]
