@@ -18,6 +18,7 @@ spec                    what                                          constant
 ``randk:RATIO|K``       k uniform coordinates (seed on the wire)      δ = k/d
 ``randk:…:unbiased``    the same × d/k                                ω = d/k − 1
 ``sign``                (‖x‖₁/d)·sign(x), 1 bit per entry             δ ≥ 1/d
+``sign_l2``             (‖x‖₂/√d)·sign(x) (1-bit Adam's scale)        not contractive
 ``qsgd:BITS|s=LEVELS``  QSGD, s = 2^{BITS−1} levels of ‖x‖₂           ω = min(d/s², √d/s)
 ``qsgd:…:biased``       QSGD / (1 + ω)                                δ = 1/(1+ω)
 ``lead:BITS``           LEAD's ∞-norm quantizer, s = 2^{BITS−1}       ω ≤ min(d/4^b, √d/2^{b−1})
@@ -56,7 +57,7 @@ from gossip.compress.dense import Bf16, Fp16, Identity
 from gossip.compress.lowrank import LowRank
 from gossip.compress.pertensor import PerTensor
 from gossip.compress.quantize import QSGD, LeadQuantizer, Natural
-from gossip.compress.sign import ScaledSign
+from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
 from gossip.layout import Layout
 
@@ -72,6 +73,7 @@ __all__ = [
     "TopK",
     "RandK",
     "ScaledSign",
+    "ScaledSignL2",
     "QSGD",
     "LeadQuantizer",
     "Natural",
@@ -86,6 +88,7 @@ _FORMS = {
     "topk": "topk:RATIO (0 < RATIO <= 1, e.g. topk:0.01) or topk:K (integer K >= 1)",
     "randk": "randk:RATIO or randk:K, optionally :unbiased (e.g. randk:0.01:unbiased)",
     "sign": "sign",
+    "sign_l2": "sign_l2",
     "qsgd": "qsgd:BITS (1..16, also '4bit') or qsgd:s=LEVELS (1..65536), optionally :biased",
     "lead": "lead:BITS (1..16, also '2bit')",
     "natural": "natural",
@@ -107,6 +110,7 @@ def available() -> list[str]:
         "randk:RATIO:unbiased",
         "randk:K:unbiased",
         "sign",
+        "sign_l2",
         "qsgd:BITS",
         "qsgd:s=LEVELS",
         "qsgd:BITS:biased",
@@ -148,10 +152,11 @@ def _factory(spec: str) -> Callable[[], Codec]:
     name, *args = norm.split(":")
     if name not in _FORMS:
         raise _bad(spec, f"unknown compressor {name!r}")
-    if name in ("none", "fp16", "bf16", "sign", "natural"):
+    if name in ("none", "fp16", "bf16", "sign", "sign_l2", "natural"):
         if args:
             raise _bad(spec, f"'{name}' takes no parameters")
-        cls = {"none": Identity, "fp16": Fp16, "bf16": Bf16, "sign": ScaledSign, "natural": Natural}
+        cls = {"none": Identity, "fp16": Fp16, "bf16": Bf16, "sign": ScaledSign,
+               "sign_l2": ScaledSignL2, "natural": Natural}
         return lambda: cls[name](norm)
     if not args or not args[0]:
         raise _bad(spec, f"'{name}' needs a parameter: {_FORMS[name]}")
