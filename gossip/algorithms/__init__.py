@@ -13,12 +13,14 @@ from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.lead import LEAD
+from gossip.algorithms.onebit_adam import OneBitAdam
 from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
 
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls
-    for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER)
+    for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
+                OneBitAdam)
 }
 
 

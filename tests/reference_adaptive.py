@@ -1,0 +1,127 @@
+"""Dense matrix-form references of the adaptive / all-reduce family (float64, all nodes at once).
+
+Each function runs the rule as written in the algorithm's docstring on an ``(n, d)`` matrix of
+node values, with the sums in node order, so the engine's runs can be compared to it to ~1e-12.
+``grads(t, X)`` returns the ``(n, d)`` matrix of the nodes' gradients at round ``t``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def scale(z: torch.Tensor, codec: str) -> torch.Tensor:
+    if codec == "sign_l2":
+        return torch.sqrt((z * z).sum()) / math.sqrt(z.numel())
+    return z.abs().sum() / z.numel()
+
+
+def sgn(z: torch.Tensor) -> torch.Tensor:
+    """sgn with sgn(0) = +1."""
+    return torch.where(z < 0, -1.0, 1.0).to(z.dtype)
+
+
+class AllReduceRef:
+    """Two-stage 1-bit all-reduce with worker errors E (n, D') and server errors S (n, c)."""
+
+    def __init__(self, n: int, d: int, codec: str, dtype=torch.float64):
+        self.n, self.d, self.codec = n, d, codec
+        unit = n * math.lcm(n, 8) if codec != "none" else n
+        self.padded = max(unit, -(-d // unit) * unit)
+        self.c = self.padded // n
+        self.E = torch.zeros(n, self.padded, dtype=dtype)
+        self.S = torch.zeros(n, self.c, dtype=dtype)
+
+    def __call__(self, U: torch.Tensor) -> torch.Tensor:
+        n, c = self.n, self.c
+        Z = torch.zeros(n, self.padded, dtype=U.dtype)
+        Z[:, : self.d] = U
+        out = torch.zeros(self.padded, dtype=U.dtype)
+        if self.codec == "none":
+            for j in range(n):
+                r = torch.zeros(c, dtype=U.dtype)
+                for i in range(n):
+                    r += Z[i, j * c : (j + 1) * c]
+                out[j * c : (j + 1) * c] = r / n
+            return out[: self.d]
+        Z += self.E
+        A = torch.stack([scale(Z[i], self.codec) for i in range(n)])
+        sig = sgn(Z)
+        self.E = Z - A[:, None] * sig
+        for j in range(n):
+            r = torch.zeros(c, dtype=U.dtype)
+            for i in range(n):
+                r += A[i] * sig[i, j * c : (j + 1) * c]
+            r = r / n + self.S[j]
+            b = scale(r, self.codec)
+            tau = sgn(r)
+            self.S[j] = r - b * tau
+            out[j * c : (j + 1) * c] = b * tau
+        return out[: self.d]
+
+
+def onebit_adam(x0, grads, rounds, *, eta, freeze_step, beta1=0.9, beta2=0.999, eps=1e-8,
+                codec="sign_l2"):
+    """1-bit Adam: returns the (n, d) models (identical rows) after ``rounds`` rounds."""
+    n, d = x0.shape
+    X = x0.clone()
+    m = torch.zeros(d, dtype=X.dtype)
+    v = torch.zeros(d, dtype=X.dtype)
+    fp, ar = AllReduceRef(n, d, "none"), AllReduceRef(n, d, codec)
+    for t in range(1, rounds + 1):
+        G = grads(t, X)
+        if t <= freeze_step:
+            g = fp(G)
+            m = beta1 * m + (1 - beta1) * g
+            v = beta2 * v + (1 - beta2) * g * g
+        else:
+            m = ar(beta1 * m + (1 - beta1) * G)
+        X = X - eta * (m / (torch.sqrt(v) + eps))
+    return X
+
+
+# -- a small deterministic problem the engine and the references share ---------------------------
+
+
+def quadratic_problem(n: int, d: int, seed: int = 0, scales=None):
+    """Heterogeneous least squares ``f_i(x) = s_i/2 ‖A_i x − b_i‖²`` (float64).
+
+    Returns ``(A, b, s)`` and a ``grads(t, X)`` for the references; :class:`QuadraticOracle`
+    gives the same gradients to the engine's nodes.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    A = torch.randn(n, 12, d, generator=gen, dtype=torch.float64) / math.sqrt(12)
+    b = torch.randn(n, 12, generator=gen, dtype=torch.float64) + 2.0 * torch.randn(
+        1, 12, generator=gen, dtype=torch.float64)
+    s = torch.ones(n, dtype=torch.float64) if scales is None else torch.tensor(scales, dtype=torch.float64)
+
+    def grads(t, X):
+        return torch.stack([s[i] * (A[i].T @ (A[i] @ X[i] - b[i])) for i in range(n)])
+
+    return (A, b, s), grads
+
+
+class QuadraticOracle:
+    """Node i's gradient of :func:`quadratic_problem` (the engine's oracle protocol)."""
+
+    def __init__(self, data, i: int):
+        A, b, s = data
+        self.A, self.b, self.s = A[i], b[i], float(s[i])
+
+    def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        g = self.s * (self.A.T @ (self.A @ x - self.b))
+        if out is None:
+            return g
+        return out.copy_(g)
+
+
+def run_engine(algorithm, topology, x0: torch.Tensor, data, rounds: int, compressor: str = "none"):
+    """Run ``algorithm`` in process on the quadratic problem; returns (engine, (n, d) models)."""
+    from gossip.engine import Engine
+
+    eng = Engine(algorithm, topology, lambda i: x0[i], compressor=compressor,
+                 oracles=lambda i, gen: QuadraticOracle(data, i), seed=1)
+    eng.run(rounds, log_every=rounds)
+    return eng, torch.stack([eng.nodes[i].x for i in range(topology.n)])
