@@ -8,7 +8,7 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.algorithms.base import ConfigError
-from tests.reference_adaptive import AllReduceRef, onebit_adam, quadratic_problem, run_engine
+from tests.reference_adaptive import onebit_adam, quadratic_problem, run_engine
 
 
 def _close(a, b, tol=1e-11):

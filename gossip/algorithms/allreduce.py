@@ -27,7 +27,12 @@ entries) and a server error ``s_i`` (its chunk, ``c`` entries)::
     phase 2: (τ_j, b_j) go to every node;  ū[chunk j] = b_j τ_j
 
 ``scale`` is ``‖z‖₂/√len`` for ``sign_l2`` (norm preserving, DeepSpeed's choice) or
-``‖z‖₁/len`` for ``sign_l1`` (the ``sign`` compressor's). For 1-bit codecs ``D'`` is a multiple
+``‖z‖₁/len`` for ``sign_l1`` (the ``sign`` compressor's).
+
+``codec="vote"`` is signSGD's majority vote on the same routing: phase 1 carries the signs only
+(``c`` bits), node j returns ``sgn(Σ_i sgn(u_i))`` on its chunk, and a tie (possible for even n
+only) gives 0, sent as a second bit plane (so ``2c`` bits back for even n, ``c`` for odd n).
+No scales, no error feedback. For 1-bit codecs ``D'`` is a multiple
 of ``n·lcm(n, 8)`` so that every chunk packs into whole bytes; the padding entries take part in
 the scales (as in DeepSpeed). Per node and call that is ``2(n−1)(c/8 + itemsize)`` bytes, about
 2 bits per coordinate. Scales travel in the working dtype (4 bytes in float32).
@@ -45,7 +50,7 @@ from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Inbox, Node
 from gossip.compress import bits
 from gossip.compress.checks import Workspace
 
-CODECS = ("none", "sign_l1", "sign_l2")
+CODECS = ("none", "sign_l1", "sign_l2", "vote")
 
 
 def sign_scale(z: torch.Tensor, codec: str) -> torch.Tensor:
@@ -80,7 +85,7 @@ class ChunkedAllReduce:
         n: number of nodes.
         numel: entries of the vector reduced (``D``).
         codec: ``none`` (full precision), ``sign_l1`` or ``sign_l2`` (1 bit per entry with
-            worker and server error feedback).
+            worker and server error feedback), ``vote`` (majority vote of the signs).
         key: prefix of the state entries (two collectives on one node need two keys).
     """
 
@@ -100,81 +105,96 @@ class ChunkedAllReduce:
 
     def nbytes(self, dtype: torch.dtype) -> int:
         """Bytes one node sends per call (both phases)."""
+        return (self.n - 1) * (self._phase_nbytes(dtype, 1) + self._phase_nbytes(dtype, 2))
+
+    def _phase_nbytes(self, dtype: torch.dtype, phase: int) -> int:
+        """Bytes of one message of ``phase`` (1: to a chunk's server, 2: from it)."""
         item = torch.empty((), dtype=dtype).element_size()
-        per = self.chunk // 8 + item if self.compressed else self.chunk * item
-        return 2 * (self.n - 1) * per
+        if self.codec == "vote":
+            return self.chunk // 8 * (2 if phase == 2 and self.n % 2 == 0 else 1)
+        return self.chunk // 8 + item if self.compressed else self.chunk * item
 
     def setup(self, node: Node) -> None:
         """Allocate node's error buffers (zero) in ``node.state`` and its send buffers."""
         x = node.x
-        if self.compressed:
+        if self.codec in ("sign_l1", "sign_l2"):
             node.state[f"{self.key}_worker_error"] = x.new_zeros(self.padded)
             node.state[f"{self.key}_server_error"] = x.new_zeros(self.chunk)
-        item = x.element_size()
-        per = self.chunk // 8 + item if self.compressed else self.chunk * item
         self._work[node.id] = {
             "z": x.new_zeros(self.padded),
-            "sent": torch.empty((self.n, per), dtype=torch.uint8, device=x.device),
+            "sent": torch.empty((self.n, self._phase_nbytes(x.dtype, 1)), dtype=torch.uint8,
+                                device=x.device),
             "packed": torch.empty(self.padded // 8, dtype=torch.uint8, device=x.device),
             "r": x.new_empty(self.chunk),
-            "back": torch.empty(per, dtype=torch.uint8, device=x.device),
+            "back": torch.empty(self._phase_nbytes(x.dtype, 2), dtype=torch.uint8, device=x.device),
+            "tie": torch.empty(self.chunk, dtype=torch.bool, device=x.device),
         }
 
     def reset(self, node: Node) -> None:
         """Zero the error buffers (when the meaning of the reduced quantity changes)."""
-        if self.compressed:
+        if self.codec in ("sign_l1", "sign_l2"):
             node.state[f"{self.key}_worker_error"].zero_()
             node.state[f"{self.key}_server_error"].zero_()
 
     def reduce(self, node: Node, u: torch.Tensor, out: torch.Tensor) -> Generator[Exchange, Inbox, None]:
-        """``out ← mean_i u_i`` (approximately, with a 1-bit codec); two exchanges.
+        """``out ← mean_i u_i`` (approximately, with a 1-bit codec; the vote with ``vote``).
 
-        ``out`` may be ``u``. Use as ``yield from allreduce.reduce(node, u, out)``.
+        Two exchanges; ``out`` may be ``u``. Use as ``yield from allreduce.reduce(node, u, out)``.
         """
         w = self._work[node.id]
-        z, sent, c, me = w["z"], w["sent"], self.chunk, node.id
+        z, sent, c, me, nb = w["z"], w["sent"], self.chunk, node.id, self.chunk // 8
         z[: self.numel].copy_(u.reshape(-1))
         z[self.numel :].zero_()  # the padding (z held the last result)
-        if self.compressed:
-            z.add_(node.state[f"{self.key}_worker_error"])
+        if self.codec == "vote":
+            self._pack(z, w["packed"])
+            sent.copy_(w["packed"].view(self.n, nb))
+        elif self.compressed:
+            err = node.state[f"{self.key}_worker_error"]
+            z.add_(err)
             a = sign_scale(z, self.codec)
             self._pack(z, w["packed"])
-            nb = c // 8
             for j in range(self.n):
                 _put_scale(sent[j], a)
                 sent[j, -nb:].copy_(w["packed"][j * nb : (j + 1) * nb])
-            err = node.state[f"{self.key}_worker_error"]
             self._unpack(w["packed"], err)  # ±1
             torch.sub(z, err.mul_(a), out=err)  # e ← z − a σ
         else:
-            for j in range(self.n):
-                sent[j].view(z.dtype).copy_(z[j * c : (j + 1) * c])
+            sent.view(z.dtype).copy_(z.view(self.n, c))
         inbox = yield Exchange({j: sent[j] for j in range(self.n) if j != me}, sent.shape[1])
         r = w["r"].zero_()
         for i in range(self.n):  # node order, own chunk included
             msg = sent[me] if i == me else inbox[i]
-            if self.compressed:
-                r.add_(self._signs(msg[-(c // 8) :], r.dtype), alpha=float(_get_scale(msg, r.dtype)))
+            if self.codec == "vote":
+                r.add_(self._signs(msg, r.dtype))
+            elif self.compressed:
+                r.add_(self._signs(msg[-nb:], r.dtype), alpha=float(_get_scale(msg, r.dtype)))
             else:
                 r.add_(msg.view(r.dtype))
-        r.div_(self.n)
         back = w["back"]
-        if self.compressed:
+        if self.codec == "vote":  # sgn of the sum of signs; a tie gives 0 (even n only)
+            self._pack(r, back[:nb])
+            if self.n % 2 == 0:
+                self._pack(torch.eq(r, 0, out=w["tie"]).to(r.dtype).neg_(), back[nb:])
+        elif self.compressed:
             s = node.state[f"{self.key}_server_error"]
-            r.add_(s)
+            r.div_(self.n).add_(s)
             b = sign_scale(r, self.codec)
             _put_scale(back, b)
-            self._pack(r, back[-(c // 8) :])
-            torch.sub(r, self._signs(back[-(c // 8) :], r.dtype).mul_(b), out=s)
+            self._pack(r, back[-nb:])
+            torch.sub(r, self._signs(back[-nb:], r.dtype).mul_(b), out=s)
         else:
-            back.view(r.dtype).copy_(r)
+            back.view(r.dtype).copy_(r.div_(self.n))
         inbox = yield Exchange.broadcast(back)
         full = z  # the padded result, chunk by chunk
         for j in range(self.n):
             msg = back if j == me else inbox[j]
             part = full[j * c : (j + 1) * c]
-            if self.compressed:
-                torch.mul(self._signs(msg[-(c // 8) :], r.dtype), _get_scale(msg, r.dtype), out=part)
+            if self.codec == "vote":
+                part.copy_(self._signs(msg[:nb], r.dtype))
+                if self.n % 2 == 0:  # zero the ties: σ·(1 − tie)
+                    part.mul_(self._signs(msg[nb:], r.dtype).add_(1.0).mul_(0.5))
+            elif self.compressed:
+                torch.mul(self._signs(msg[-nb:], r.dtype), _get_scale(msg, r.dtype), out=part)
             else:
                 part.copy_(msg.view(r.dtype))
         out.reshape(-1).copy_(full[: self.numel])
