@@ -113,7 +113,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.add_argument_group("algorithm")
     a.add_argument("--algorithm", choices=sorted(TRAINABLE), default="dpsgd",
                    help="dpsgd, choco, deepsqueeze, powergossip (local optimizer step), or lead, "
-                        "beer, dcd, ecd (plain gradient with step --lr)")
+                        "beer, dcd, ecd (plain gradient with step --lr); adaptive methods with "
+                        "their own Adam state and step --lr: onebit-adam, zero-one-adam, signum, "
+                        "adasum (all-reduce: --topology complete), dadam, tracked-amsgrad, desloc "
+                        "(any graph)")
     a.add_argument("--compressor", default="none",
                    help="compressor spec: none, topk:0.01, sign, qsgd:8bit:biased, lead:2, ... "
                         "(powergossip: none, it sketches by itself)")
@@ -132,6 +135,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--rank", type=int, default=None, help="PowerGossip's rank (default 1)")
     a.add_argument("--power-iterations", type=int, default=None,
                    help="PowerGossip's power steps per round (default 1)")
+    a.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE",
+                   help="any other hyper-parameter of the algorithm by name, repeatable, e.g. "
+                        "--hparam freeze_step=100 (onebit-adam), --hparam byzantine=1,5 "
+                        "(signum); numbers, true/false and comma lists of integers are parsed")
     a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
     o = p.add_argument_group("local optimizer")
@@ -200,7 +207,7 @@ def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_round
     hp: dict[str, Any] = {}
     if name not in LOCAL_STEP_ALGORITHMS and "eta" in accepted:
         hp["eta"] = args.lr
-        if name in ("dcd", "ecd") and _scheduled(args):
+        if name not in ("lead", "beer") and _scheduled(args):
             mult = multiplier(args, total_rounds, rpe)
             hp["eta"] = lambda t, lr=args.lr: lr * mult(t - 1)
     for key, value in (("gamma", gamma), ("rank", args.rank), ("alpha", args.alpha),
@@ -209,7 +216,29 @@ def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_round
             if key not in accepted:
                 raise SystemExit(f"--{key.replace('_', '-')} does not apply to {name}")
             hp[key] = value
+    for item in args.hparam:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--hparam {item!r}: expected KEY=VALUE")
+        hp[key.strip().replace("-", "_")] = hparam_value(text.strip())
     return hp
+
+
+def hparam_value(text: str) -> Any:
+    """``--hparam`` values: int, float, true/false, a comma list of ints, else the string."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if "," in text or text == "":
+        try:
+            return [int(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            pass
+    return text
 
 
 def _scheduled(args: argparse.Namespace) -> bool:

@@ -77,7 +77,7 @@ def onebit_adam(x0, grads, rounds, *, eta, freeze_step, beta1=0.9, beta2=0.999, 
             m = beta1 * m + (1 - beta1) * g
             v = beta2 * v + (1 - beta2) * g * g
         else:
-            m = ar(beta1 * m + (1 - beta1) * G)
+            m = ar(beta1 * m + (1 - beta1) * G) * (v != 0)
         X = X - eta * (m / (torch.sqrt(v) + eps))
     return X
 
@@ -125,3 +125,152 @@ def run_engine(algorithm, topology, x0: torch.Tensor, data, rounds: int, compres
                  oracles=lambda i, gen: QuadraticOracle(data, i), seed=1)
     eng.run(rounds, log_every=rounds)
     return eng, torch.stack([eng.nodes[i].x for i in range(topology.n)])
+
+
+def zero_one_adam(x0, grads, rounds, *, eta, var_freeze_step, var_update_scaler,
+                  local_step_scaler, local_step_clipper, beta1=0.9, beta2=0.999, eps=1e-8,
+                  codec="sign_l2"):
+    """0/1 Adam with DeepSpeed's T_v / T_u policies; returns the (n, d) models."""
+    n, d = x0.shape
+    X = x0.clone()
+    M = torch.zeros(n, d, dtype=X.dtype)  # rows equal until the local steps
+    v = torch.zeros(d, dtype=X.dtype)
+    U = torch.zeros(n, d, dtype=X.dtype)
+    fp, ar = AllReduceRef(n, d, "none"), AllReduceRef(n, d, codec)
+    var_interval, var_counter, ls_interval, ls_counter, eta_sum = 1, 0, 1, 0, 0.0
+    for t in range(1, rounds + 1):
+        G = grads(t, X)
+        if t <= var_freeze_step:
+            if t % var_interval == 0:
+                g = fp(G)
+                v = beta2 * v + (1 - beta2) * g * g
+            else:
+                g = ar(G) * (v != 0)
+            M = beta1 * M + (1 - beta1) * g
+            X = X - eta * (M / (torch.sqrt(v) + eps))
+            if t % var_interval == 0:
+                var_counter += 1
+                if var_counter == var_update_scaler:
+                    var_counter, var_interval = 0, var_interval * 2
+            continue
+        if t == var_freeze_step + 1:
+            ar.E.zero_()
+            ar.S.zero_()
+            Xsync = X.clone()
+        M = beta1 * M + (1 - beta1) * G
+        eta_sum += eta
+        delta = eta * (M / (torch.sqrt(v) + eps))
+        X, U = X - delta, U - delta
+        if t % ls_interval == 0:
+            denom = torch.sqrt(v) + eps
+            ubar = ar(U * denom) * (v != 0)
+            M = (ubar / -eta_sum).expand(n, d).clone()
+            X = (Xsync + ubar / denom).expand(n, d).clone()
+            Xsync = X.clone()
+            U = torch.zeros_like(U)
+            eta_sum = 0.0
+        ls_counter += 1
+        if ls_counter == local_step_scaler:
+            ls_counter, ls_interval = 0, min(local_step_clipper, 2 * ls_interval)
+    return X
+
+
+def signum_vote(x0, grads, rounds, *, eta, beta=0.9, weight_decay=0.0, byzantine=()):
+    """Signum with majority vote (tie -> 0); returns the (n, d) models."""
+    n, d = x0.shape
+    X = x0.clone()
+    M = torch.zeros(n, d, dtype=X.dtype)
+    flip = torch.tensor([-1.0 if i in byzantine else 1.0 for i in range(n)], dtype=X.dtype)
+    for t in range(1, rounds + 1):
+        M = beta * M + (1 - beta) * grads(t, X)
+        s = torch.sign((sgn(M * flip[:, None])).sum(0))
+        X = X - eta * (s + weight_decay * X)
+    return X
+
+
+def adasum_pair(a, b):
+    dot, na, nb = float(a @ b), float(a @ a), float(b @ b)
+    ca = 1 - dot / (2 * na) if na >= 1e-8 else 1.0
+    cb = 1 - dot / (2 * nb) if nb >= 1e-8 else 1.0
+    return ca * a + cb * b
+
+
+def adasum(x0, grads, rounds, *, eta, sizes, local="adam", beta1=0.9, beta2=0.999, eps=1e-8):
+    """Adasum in delta mode: binary tree in node order, per tensor of ``sizes``."""
+    n, d = x0.shape
+    X = x0.clone()
+    M = torch.zeros(n, d, dtype=X.dtype)
+    V = torch.zeros(n, d, dtype=X.dtype)
+    for t in range(1, rounds + 1):
+        G = grads(t, X)
+        if local == "adam":
+            M = beta1 * M + (1 - beta1) * G
+            V = beta2 * V + (1 - beta2) * G * G
+            D = -eta * (M / (torch.sqrt(V) + eps))
+        else:
+            D = -eta * G
+        parts = list(D)
+        while len(parts) > 1:  # the tree: (0,1), (2,3), … then pairs of pairs
+            nxt = []
+            for k in range(0, len(parts), 2):
+                a, b = parts[k], parts[k + 1]
+                out, o = torch.empty_like(a), 0
+                for s in sizes:
+                    out[o : o + s] = adasum_pair(a[o : o + s], b[o : o + s])
+                    o += s
+                nxt.append(out)
+            parts = nxt
+        X = X + parts[0]
+    return X
+
+
+def dadam(x0, grads, rounds, W, *, eta, beta1=0.9, beta2=0.999, eps=1e-8, gossip_steps=1):
+    X = x0.clone()
+    M, V, Vmax = (torch.zeros_like(X) for _ in range(3))
+    WK = torch.linalg.matrix_power(W, gossip_steps)
+    for t in range(1, rounds + 1):
+        G = grads(t, X)
+        M = beta1 * M + (1 - beta1) * G
+        V = beta2 * V + (1 - beta2) * G * G
+        Vmax = torch.maximum(Vmax, V)
+        X = WK @ X - eta * M / (torch.sqrt(Vmax) + eps)
+    return X
+
+
+def tracked_amsgrad(x0, grads, rounds, W, *, eta, beta1=0.9, beta2=0.999, eps=1e-8,
+                    gossip_steps=1, track=None):
+    """Decentralized AMSGrad with u-tracking; ``track(t, U, Vhat)`` is called every round."""
+    X = x0.clone()
+    M, V = torch.zeros_like(X), torch.zeros_like(X)
+    Vhat, U = torch.full_like(X, eps), torch.full_like(X, eps)
+    WK = torch.linalg.matrix_power(W, gossip_steps)
+    for t in range(1, rounds + 1):
+        G = grads(t, X)
+        M = beta1 * M + (1 - beta1) * G
+        V = beta2 * V + (1 - beta2) * G * G
+        Vnew = torch.maximum(Vhat, V)
+        U = WK @ U - Vhat + Vnew
+        X = WK @ X - eta * M / torch.sqrt(torch.clamp(U, min=eps))
+        Vhat = Vnew
+        if track is not None:
+            track(t, U, Vhat)
+    return X
+
+
+def desloc(x0, grads, rounds, W, *, eta, period_x, period_m, period_v, beta1=0.9, beta2=0.999,
+           eps=1e-8, gossip_steps=1):
+    X = x0.clone()
+    M, V = torch.zeros_like(X), torch.zeros_like(X)
+    WK = torch.linalg.matrix_power(W, gossip_steps)
+    for t in range(1, rounds + 1):
+        G = grads(t, X)
+        M = beta1 * M + (1 - beta1) * G
+        V = beta2 * V + (1 - beta2) * G * G
+        X = X - eta * M / (torch.sqrt(V) + eps)
+        if t % period_x == 0:
+            X = WK @ X
+        if period_m and t % period_m == 0:
+            M = WK @ M
+        if period_v and t % period_v == 0:
+            V = WK @ V
+    return X

@@ -14,7 +14,7 @@ from gossip.algorithms.allreduce import (
     node_count,
     preconditioned,
 )
-from gossip.algorithms.base import Node, RoundGenerator, check_range, scheduled
+from gossip.algorithms.base import ConfigError, Node, RoundGenerator, check_range, scheduled
 
 
 class OneBitAdam(AllReduceAlgorithm):
@@ -31,6 +31,9 @@ class OneBitAdam(AllReduceAlgorithm):
         m ← CompressedAllReduce(β1 m + (1−β1) g_i);   x ← x − η m / (√v + ε)
 
     No bias correction; every node holds the same ``x``, ``m`` and ``v`` after every round.
+    Coordinates whose frozen ``v`` is exactly 0 (they never had a gradient, e.g. pixels that are
+    always blank) get ``m = 0``: the 1-bit all-reduce would otherwise hand them ``±scale`` every
+    round, divided by ``ε`` (DeepSpeed asks the user for such a mask; we derive it from ``v``).
 
     Args:
         eta: learning rate (a number or a schedule ``eta(t)``).
@@ -51,7 +54,7 @@ class OneBitAdam(AllReduceAlgorithm):
         check_betas(beta1, beta2)
         check_range("eps", eps, 0.0, float("inf"))
         if freeze_step < 0:
-            raise ValueError(f"freeze_step = {freeze_step} must be >= 0")
+            raise ConfigError(f"freeze_step = {freeze_step} must be >= 0")
         self.eta, self.freeze_step, self.beta1, self.beta2, self.eps = eta, freeze_step, beta1, beta2, eps
         self.codec = codec
         self._fp: ChunkedAllReduce | None = None
@@ -77,4 +80,5 @@ class OneBitAdam(AllReduceAlgorithm):
         else:
             adam_moments_(m, None, g, self.beta1, self.beta2)
             yield from self._ar.reduce(node, m, m)
+            m.masked_fill_(v == 0, 0.0)  # coordinates that never had a gradient stay put
         node.x.sub_(preconditioned(m, v, self.eps, st["step"]), alpha=scheduled(self.eta, node.round))

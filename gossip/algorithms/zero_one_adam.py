@@ -34,10 +34,14 @@ class ZeroOneAdam(AllReduceAlgorithm):
     after every ``local_step_scaler`` rounds up to ``local_step_clipper``)::
 
         m_i ← β1 m_i + (1−β1) g_i;   Δ = η m_i/(√v+ε);   x_i ← x_i − Δ;   u_i ← u_i − Δ;   Σ_η += η
-        t ∈ T_u:  x_i ← x_i − u_i;   ū = 1-bit-AllReduce(u_i ⊙ (√v+ε))
-                  m ← −ū / Σ_η;   x ← x + ū/(√v+ε);   u_i ← 0;   Σ_η ← 0
+        t ∈ T_u:  ū = 1-bit-AllReduce(u_i ⊙ (√v+ε))
+                  m ← −ū / Σ_η;   x ← x_sync + ū/(√v+ε);   x_sync ← x;   u_i ← 0;   Σ_η ← 0
 
-    Between syncs nothing is sent. No bias correction.
+    ``x_sync`` is the last synchronized model (DeepSpeed recovers it as ``x_i − u_i``, which
+    leaves rounding-level differences between the nodes; keeping it makes them bitwise equal).
+
+    Between syncs nothing is sent. No bias correction. Coordinates whose ``v`` is exactly 0
+    (never a gradient) get 0 from the 1-bit reductions (``ĝ``, ``ū``), as 1-bit Adam's ``m``.
 
     Args:
         eta: learning rate (a number or a schedule ``eta(t)``; local steps want a decaying one).
@@ -77,7 +81,7 @@ class ZeroOneAdam(AllReduceAlgorithm):
         self._fp.setup(node)
         self._ar.setup(node)
         z = torch.zeros_like(node.x)
-        node.state.update(m=z, v=z.clone(), u=z.clone(), grad=torch.empty_like(z),
+        node.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone(), grad=torch.empty_like(z),
                           step=torch.empty_like(z), denom=torch.empty_like(z),
                           var_interval=1, var_counter=0, ls_interval=1, ls_counter=0, eta_sum=0.0)
 
@@ -93,6 +97,7 @@ class ZeroOneAdam(AllReduceAlgorithm):
                 adam_moments_(m, v, g, self.beta1, self.beta2)
             else:
                 yield from self._ar.reduce(node, g, g)
+                g.masked_fill_(v == 0, 0.0)  # never had a gradient: no 1-bit noise either
                 adam_moments_(m, None, g, self.beta1, self.beta2)
             x.sub_(preconditioned(m, v, self.eps, step), alpha=eta)
             if refresh:
@@ -103,6 +108,7 @@ class ZeroOneAdam(AllReduceAlgorithm):
             return
         if t == self.var_freeze_step + 1:
             self._ar.reset(node)  # the errors held gradients, now they will hold momenta
+            st["x_sync"].copy_(x)
         adam_moments_(m, None, g, self.beta1, self.beta2)
         st["eta_sum"] += eta
         preconditioned(m, v, self.eps, step).mul_(eta)
@@ -110,11 +116,12 @@ class ZeroOneAdam(AllReduceAlgorithm):
         u.sub_(step)
         if t % st["ls_interval"] == 0:
             denom = torch.sqrt(v, out=st["denom"]).add_(self.eps)
-            x.sub_(u)
             u.mul_(denom)
             yield from self._ar.reduce(node, u, u)
+            u.masked_fill_(v == 0, 0.0)
             torch.div(u, -st["eta_sum"], out=m)
-            x.addcdiv_(u, denom)
+            torch.addcdiv(st["x_sync"], u, denom, out=x)
+            st["x_sync"].copy_(x)
             u.zero_()
             st["eta_sum"] = 0.0
         st["ls_counter"] += 1
