@@ -33,14 +33,15 @@ class SignumVote(AllReduceAlgorithm):
     name = "signum"
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta: float = 0.9,
-                 weight_decay: float = 0.0, byzantine: Iterable[int] = ()):
+                 weight_decay: float = 0.0, byzantine: int | Iterable[int] = ()):
         check_range("eta", eta, 0.0, float("inf"))
         if not 0.0 <= beta < 1.0:
             raise ConfigError(f"beta = {beta} must be in [0, 1)")
         if weight_decay < 0:
             raise ConfigError(f"weight_decay = {weight_decay} must be >= 0")
         self.eta, self.beta, self.weight_decay = eta, beta, weight_decay
-        self.byzantine = sorted(int(i) for i in byzantine)
+        ids = [byzantine] if isinstance(byzantine, int) else byzantine
+        self.byzantine = sorted(int(i) for i in ids)
         self._vote: ChunkedAllReduce | None = None
 
     def setup(self, node: Node) -> None:

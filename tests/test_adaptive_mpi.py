@@ -1,0 +1,30 @@
+"""Under mpiexec the adaptive and all-reduce methods give the in-process numbers, bit for bit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import mpiexec, run_mpi, run_py
+
+pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
+
+
+def _records(path):
+    with open(path) as fh:
+        return [json.loads(line) for line in fh]
+
+
+def test_adaptive_mpi_equals_in_process(tmp_path):
+    local, remote = tmp_path / "local.jsonl", tmp_path / "mpi.jsonl"
+    res = run_py(["tests/mpi_adaptive.py", str(local), "4"])
+    assert res.returncode == 0, res.stderr
+    res = run_mpi(4, ["tests/mpi_adaptive.py", str(remote), "4"])
+    assert res.returncode == 0, res.stdout + res.stderr
+    a, b = _records(local), _records(remote)
+    assert len(a) == len(b) == 7 * 5
+    for ra, rb in zip(a, b):
+        assert ra == rb, (ra.get("scenario"), ra.get("round"))
+    finals = [r for r in a if r["type"] == "round" and r["round"] == 12]
+    assert all(r["bits_per_node"] > 0 for r in finals)
