@@ -274,3 +274,59 @@ def desloc(x0, grads, rounds, W, *, eta, period_x, period_m, period_v, beta1=0.9
         if period_v and t % period_v == 0:
             V = WK @ V
     return X
+
+
+def onebit_lamb(x0, grads, rounds, *, eta, freeze_step, sizes, beta1=0.9, beta2=0.999, eps=1e-8,
+                weight_decay=0.0, max_coeff=10.0, min_coeff=0.01, coeff_beta=0.9, factor_max=4.0,
+                factor_min=0.5, factor_threshold=0.1, codec="sign_l2"):
+    """1-bit LAMB per tensor of ``sizes``; returns the (n, d) models (identical rows)."""
+    n, d = x0.shape
+    x = x0[0].clone()
+    m, v = torch.zeros(d, dtype=x.dtype), torch.zeros(d, dtype=x.dtype)
+    v_fresh = torch.zeros(d, dtype=x.dtype)
+    fp, ar = AllReduceRef(n, d, "none"), AllReduceRef(n, d, codec)
+    parts, o = [], 0
+    for s in sizes:
+        parts.append(slice(o, o + s))
+        o += s
+    trust, scaling, last = [0.0] * len(parts), [1.0] * len(parts), [1.0] * len(parts)
+    clip = lambda a, lo, hi: min(max(a, lo), hi)  # noqa: E731
+    for t in range(1, rounds + 1):
+        G = grads(t, x.expand(n, d))
+        if t <= freeze_step:
+            g = fp(G)
+            m = beta1 * m + (1 - beta1) * g
+            v = beta2 * v + (1 - beta2) * g * g
+            if t == freeze_step:
+                v_fresh = v.clone()
+            upd = m / (torch.sqrt(v) + eps) + weight_decay * x
+            x = x.clone()
+            for k, p in enumerate(parts):
+                wn, un = float(x[p].norm()), float(upd[p].norm())
+                c = clip(wn / un, min_coeff, max_coeff) if wn > 0 and un > 0 else 1.0
+                if c != 1.0:
+                    trust[k] = coeff_beta * trust[k] + (1 - coeff_beta) * c
+                x[p] = x[p] - eta * c * upd[p]
+            continue
+        if t == freeze_step + 1:
+            rms = [float(m[p].norm()) / s ** 0.5 for p, s in zip(parts, sizes)]
+            scaling = [sum(rms) / len(rms) / r if r > 0 else 1.0 for r in rms]
+        k_vec = torch.cat([torch.full((s,), scaling[k], dtype=x.dtype) for k, s in enumerate(sizes)])
+        m_old = m
+        m = ar((beta1 * m + (1 - beta1) * G) * k_vec) / k_vec * (v != 0)
+        g_rec = (m - beta1 * m_old) / (1 - beta1)
+        v_fresh = beta2 * v_fresh + (1 - beta2) * g_rec * g_rec
+        plain_upd = m / (torch.sqrt(v) + eps)
+        upd = plain_upd + weight_decay * x
+        x = x.clone()
+        for k, p in enumerate(parts):
+            f = float(((torch.sqrt(v[p]) + eps) / (torch.sqrt(v_fresh[p]) + eps)).max())
+            if weight_decay:
+                full = float(upd[p].norm())
+                r = min(1.0, float(plain_upd[p].norm()) / full) if full > 0 else 1.0
+                f = f * r + (1 - r)
+            f = clip(f, factor_min, factor_max)
+            f = clip(f, last[k] * (1 - factor_threshold), last[k] * (1 + factor_threshold))
+            last[k] = f
+            x[p] = x[p] - eta * trust[k] * f * upd[p]
+    return x.expand(n, d).clone()

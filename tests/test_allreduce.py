@@ -43,3 +43,25 @@ def test_allreduce_needs_complete_graph_and_no_gossip_compressor():
     with pytest.raises(ConfigError, match="--compressor none"):
         run_engine(make_algorithm("onebit-adam"), topologies.build("complete", 4), x0, data, 1,
                    compressor="sign")
+
+
+@pytest.mark.parametrize(("codec", "wd"), [("sign_l2", 0.0), ("sign_l1", 0.05)])
+def test_onebit_lamb_equals_reference(codec, wd):
+    from gossip.engine import Engine
+    from gossip.layout import Layout
+    from tests.reference_adaptive import QuadraticOracle, onebit_lamb
+
+    n, shapes, sizes, rounds = 4, [(2, 5), (3, 3), (4,)], [10, 9, 4], 14
+    d = sum(sizes)
+    data, grads = quadratic_problem(n, d, seed=11)
+    x0 = torch.full((n, d), 0.3, dtype=torch.float64)
+    hp = dict(eta=0.02, freeze_step=6, weight_decay=wd, codec=codec, max_coeff=3.0)
+    eng = Engine(make_algorithm("onebit-lamb", **hp), topologies.build("complete", n),
+                 lambda i: x0[i], layout=Layout(shapes), seed=1,
+                 oracles=lambda i, gen: QuadraticOracle(data, i))
+    eng.run(rounds, log_every=rounds)
+    X = torch.stack([eng.nodes[i].x for i in range(n)])
+    _close(X, onebit_lamb(x0, grads, rounds, sizes=sizes, **hp))
+    assert float((X - X[0]).abs().max()) == 0.0
+    st = eng.nodes[0].state
+    assert float(st["trust"].min()) > 0 and not torch.equal(st["last_factor"], torch.ones(3))

@@ -16,6 +16,7 @@ from gossip.algorithms.ecd import ECD
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.lead import LEAD
 from gossip.algorithms.onebit_adam import OneBitAdam
+from gossip.algorithms.onebit_lamb import OneBitLamb
 from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
 from gossip.algorithms.signum import SignumVote
@@ -24,7 +25,7 @@ from gossip.algorithms.zero_one_adam import ZeroOneAdam
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls
     for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
-                OneBitAdam, ZeroOneAdam, SignumVote, Adasum, DADAM, TrackedAMSGrad, DESLOC)
+                OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, DESLOC)
 }
 
 
