@@ -135,9 +135,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--rank", type=int, default=None, help="PowerGossip's rank (default 1)")
     a.add_argument("--power-iterations", type=int, default=None,
                    help="PowerGossip's power steps per round (default 1)")
-    a.add_argument("--hparam", action="append", default=[], metavar="KEY=VALUE",
-                   help="any other hyper-parameter of the algorithm by name, repeatable, e.g. "
-                        "--hparam freeze_step=100 (onebit-adam), --hparam byzantine=1,5 "
+    a.add_argument("--hparam", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="other hyper-parameters of the algorithm by name, e.g. "
+                        "--hparam freeze_step=100 eps=1e-4 (onebit-adam), --hparam byzantine=1,5 "
                         "(signum); numbers, true/false and comma lists of integers are parsed")
     a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")

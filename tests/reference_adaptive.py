@@ -258,7 +258,7 @@ def tracked_amsgrad(x0, grads, rounds, W, *, eta, beta1=0.9, beta2=0.999, eps=1e
 
 
 def desloc(x0, grads, rounds, W, *, eta, period_x, period_m, period_v, beta1=0.9, beta2=0.999,
-           eps=1e-8, gossip_steps=1):
+           eps=1e-8, clip=1.0, gossip_steps=1):
     X = x0.clone()
     M, V = torch.zeros_like(X), torch.zeros_like(X)
     WK = torch.linalg.matrix_power(W, gossip_steps)
@@ -266,7 +266,8 @@ def desloc(x0, grads, rounds, W, *, eta, period_x, period_m, period_v, beta1=0.9
         G = grads(t, X)
         M = beta1 * M + (1 - beta1) * G
         V = beta2 * V + (1 - beta2) * G * G
-        X = X - eta * M / (torch.sqrt(V) + eps)
+        step = M / (torch.sqrt(V) + eps)
+        X = X - eta * (torch.clamp(step, -clip, clip) if clip else step)
         if t % period_x == 0:
             X = WK @ X
         if period_m and t % period_m == 0:

@@ -115,8 +115,9 @@ GOSSIP_CASES = [
     ("tracked-amsgrad", {"eta": 0.02}, ref.tracked_amsgrad),
     ("tracked-amsgrad", {"eta": 0.02, "gossip_steps": 2}, ref.tracked_amsgrad),
     ("desloc", {"eta": 0.02, "period_x": 2, "period_m": 3, "period_v": 5}, ref.desloc),
-    ("desloc", {"eta": 0.02, "period_x": 3, "period_m": 0, "period_v": 0, "gossip_steps": 2},
-     ref.desloc),
+    ("desloc", {"eta": 0.02, "period_x": 3, "period_m": 0, "period_v": 0, "gossip_steps": 2,
+                "clip": 0.0}, ref.desloc),
+    ("desloc", {"eta": 0.02, "period_x": 2, "period_m": 4, "period_v": 0, "clip": 0.5}, ref.desloc),
 ]
 
 

@@ -177,15 +177,20 @@ class DESLOC(AdaptiveGossip):
     rounds (each by ``gossip_steps`` exchanges with ``W``; on the complete graph with uniform
     weights that is the exact average of DES-LOC / Local Adam)::
 
-        m_i ← β1 m_i + (1−β1) g_i;   v_i ← β2 v_i + (1−β2) g_i²;   x_i ← x_i − η m_i/(√v_i + ε)
+        m_i ← β1 m_i + (1−β1) g_i;   v_i ← β2 v_i + (1−β2) g_i²
+        x_i ← x_i − η clip(m_i/(√v_i + ε), −ρ, ρ)
         t mod K_x = 0: x ← W x;   t mod K_m = 0: m ← W m;   t mod K_v = 0: v ← W v
 
-    Rounds with nothing due send nothing. No bias correction.
+    Rounds with nothing due send nothing. No bias correction. The clip (each coordinate of the
+    Adam direction to ``[−ρ, ρ]``, ρ = ``clip``) matters: after ``m`` is mixed but ``v`` is not,
+    a coordinate where this node's ``v_i`` is tiny but its neighbors' ``m_j`` is not would take
+    a huge step (without it the digits MLP diverges at K_m ≠ K_v).
 
     Args:
         eta: learning rate (a number or a schedule ``eta(t)``).
         period_x, period_m, period_v: K_x, K_m, K_v (0 never mixes that vector).
         beta1, beta2, eps: Adam's.
+        clip: ρ, the bound of each coordinate of the Adam direction (0: no clipping).
         gossip_steps: mixing exchanges per due round.
     """
 
@@ -193,8 +198,11 @@ class DESLOC(AdaptiveGossip):
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, period_x: int = 4,
                  period_m: int = 12, period_v: int = 24, beta1: float = 0.9, beta2: float = 0.999,
-                 eps: float = 1e-8, gossip_steps: int = 1):
+                 eps: float = 1e-8, clip: float = 1.0, gossip_steps: int = 1):
         super().__init__(eta, beta1, beta2, eps, gossip_steps)
+        if clip < 0:
+            raise ConfigError(f"clip = {clip} must be >= 0 (0: no clipping)")
+        self.clip = float(clip)
         for key, value in (("period_x", period_x), ("period_m", period_m), ("period_v", period_v)):
             if int(value) < 0:
                 raise ConfigError(f"{key} = {value} must be >= 0 (0: never mixed)")
@@ -205,7 +213,10 @@ class DESLOC(AdaptiveGossip):
     def step(self, node: Node) -> RoundGenerator:
         st, t = node.state, node.round
         adam_moments_(st["m"], st["v"], node.oracle.grad(node.x, st["grad"]), self.beta1, self.beta2)
-        node.x.sub_(preconditioned(st["m"], st["v"], self.eps, st["step"]), alpha=scheduled(self.eta, t))
+        direction = preconditioned(st["m"], st["v"], self.eps, st["step"])
+        if self.clip:
+            direction.clamp_(-self.clip, self.clip)
+        node.x.sub_(direction, alpha=scheduled(self.eta, t))
         due = [vec for vec, k in ((node.x, self.period_x), (st["m"], self.period_m), (st["v"], self.period_v))
                if k and t % k == 0]
         if due:
