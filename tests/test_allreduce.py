@@ -65,3 +65,27 @@ def test_onebit_lamb_equals_reference(codec, wd):
     assert float((X - X[0]).abs().max()) == 0.0
     st = eng.nodes[0].state
     assert float(st["trust"].min()) > 0 and not torch.equal(st["last_factor"], torch.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sign_l2_compressor_keeps_the_norm_and_matches_the_torch_path(dtype, monkeypatch):
+    from gossip.compress import bits, make
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2000, generator=gen, dtype=dtype)
+    c = make("sign_l2")
+    host = c.encode(x).to_bytes().clone()
+    y = c.decode(c.from_bytes(host, x))
+    torch.testing.assert_close(y.norm(), x.norm(), rtol=1e-5, atol=0)
+    assert torch.equal(torch.sign(y), torch.where(x < 0, -1.0, 1.0).to(dtype))
+    assert host.numel() == make("sign").encode(x).to_bytes().numel()
+    monkeypatch.setattr(bits, "USE_NUMPY", False)
+    assert torch.equal(c.encode(x).to_bytes(), host)
+    # not contractive: on a 10-sparse vector in R^2000 the relative error is
+    # √(2 − 2‖x‖₁/(√d‖x‖)) ≥ √(2 − 2√(10/2000)) ≈ 1.36 (ℓ1 scale: below 1)
+    sparse = torch.zeros(2000, dtype=dtype)
+    sparse[:10] = torch.randn(10, generator=gen, dtype=dtype)
+    err = lambda spec: float((make(spec).decode(make(spec).encode(sparse)) - sparse).norm()  # noqa: E731
+                             / sparse.norm())
+    assert err("sign_l2") > 1.36 and err("sign") < 1.0
+    assert c.delta_for(2000) is None
