@@ -28,3 +28,17 @@ def test_adaptive_mpi_equals_in_process(tmp_path):
         assert ra == rb, (ra.get("scenario"), ra.get("round"))
     finals = [r for r in a if r["type"] == "round" and r["round"] == 12]
     assert all(r["bits_per_node"] > 0 for r in finals)
+
+
+def test_train_script_onebit_adam_under_mpi_equals_in_process(tmp_path):
+    from tests.test_config import script
+    from tests.test_training_script import comparable
+
+    args = ["experiments/train.py", "--algorithm", "onebit-adam", "--topology", "complete",
+            "--hparam", "freeze_step=3", "eps=1e-3", "--hidden", "16", "--rounds", "8",
+            "--log-every", "4", "--dtype", "float64", "--lr", "0.01"]
+    res = run_mpi(4, [*args, "--out", str(tmp_path / "m.jsonl")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    script("train").main([*args[1:], "--nodes", "4", "--out", str(tmp_path / "l.jsonl")])
+    a, b = comparable(_records(tmp_path / "l.jsonl")), comparable(_records(tmp_path / "m.jsonl"))
+    assert len(a) == 3 and a == b and a[-1]["bits_per_node"] > 0
