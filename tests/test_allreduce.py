@@ -89,3 +89,16 @@ def test_sign_l2_compressor_keeps_the_norm_and_matches_the_torch_path(dtype, mon
                              / sparse.norm())
     assert err("sign_l2") > 1.36 and err("sign") < 1.0
     assert c.delta_for(2000) is None
+
+
+@pytest.mark.parametrize(("name", "hp", "message"), [
+    ("onebit-adam", {"codec": "topk"}, "codec = 'topk': choose sign_l2"),
+    ("onebit-adam", {"freeze_step": 0}, "freeze_step = 0: at least 1 warm-up round"),
+    ("zero-one-adam", {"var_freeze_step": 0}, "var_freeze_step = 0"),
+    ("onebit-lamb", {"min_coeff": 2.0, "max_coeff": 1.0}, "min_coeff <= max_coeff"),
+    ("signum", {"beta": 1.0}, "beta = 1.0 must be in"),
+    ("adasum", {"local": "lamb"}, "'adam' or 'sgd'"),
+])
+def test_bad_hyper_parameters_are_refused_up_front(name, hp, message):
+    with pytest.raises(ConfigError, match=message):
+        make_algorithm(name, **hp)

@@ -268,6 +268,19 @@ def preconditioned(m: torch.Tensor, v: torch.Tensor, eps: float, out: torch.Tens
     return torch.div(m, out, out=out)
 
 
+def check_codec(codec: str) -> None:
+    """The 1-bit all-reduce codecs an optimizer may choose (``vote`` is Signum's own)."""
+    if codec not in ("none", "sign_l1", "sign_l2"):
+        raise ConfigError(f"codec = {codec!r}: choose sign_l2 (‖z‖₂/√d scale, DeepSpeed's), sign_l1 "
+                          "(‖z‖₁/d) or none (full precision)")
+
+
+def check_warmup(name: str, rounds: int) -> None:
+    """The frozen-variance methods need at least one full-precision round to estimate ``v``."""
+    if int(rounds) < 1:
+        raise ConfigError(f"{name} = {rounds}: at least 1 warm-up round is needed to estimate v")
+
+
 def check_betas(beta1: float, beta2: float) -> None:
     for name, b in (("beta1", beta1), ("beta2", beta2)):
         if not 0.0 <= b < 1.0:

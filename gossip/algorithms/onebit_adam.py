@@ -11,10 +11,12 @@ from gossip.algorithms.allreduce import (
     ChunkedAllReduce,
     adam_moments_,
     check_betas,
+    check_codec,
+    check_warmup,
     node_count,
     preconditioned,
 )
-from gossip.algorithms.base import ConfigError, Node, RoundGenerator, check_range, scheduled
+from gossip.algorithms.base import Node, RoundGenerator, check_range, scheduled
 
 
 class OneBitAdam(AllReduceAlgorithm):
@@ -52,9 +54,9 @@ class OneBitAdam(AllReduceAlgorithm):
                  codec: str = "sign_l2"):
         check_range("eta", eta, 0.0, float("inf"))
         check_betas(beta1, beta2)
+        check_codec(codec)
+        check_warmup("freeze_step", freeze_step)
         check_range("eps", eps, 0.0, float("inf"))
-        if freeze_step < 0:
-            raise ConfigError(f"freeze_step = {freeze_step} must be >= 0")
         self.eta, self.freeze_step, self.beta1, self.beta2, self.eps = eta, freeze_step, beta1, beta2, eps
         self.codec = codec
         self._fp: ChunkedAllReduce | None = None

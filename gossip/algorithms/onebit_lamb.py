@@ -12,6 +12,8 @@ from gossip.algorithms.allreduce import (
     ChunkedAllReduce,
     adam_moments_,
     check_betas,
+    check_codec,
+    check_warmup,
     node_count,
     preconditioned,
 )
@@ -66,11 +68,12 @@ class OneBitLamb(AllReduceAlgorithm):
                  factor_threshold: float = 0.1, codec: str = "sign_l2"):
         check_range("eta", eta, 0.0, float("inf"))
         check_betas(beta1, beta2)
-        if freeze_step < 0 or not 0 < min_coeff <= max_coeff or not 0 < factor_min <= factor_max:
+        check_codec(codec)
+        check_warmup("freeze_step", freeze_step)
+        if not 0 < min_coeff <= max_coeff or not 0 < factor_min <= factor_max:
             raise ConfigError(
-                f"freeze_step = {freeze_step} must be >= 0, 0 < min_coeff <= max_coeff "
-                f"({min_coeff}, {max_coeff}) and 0 < factor_min <= factor_max ({factor_min}, "
-                f"{factor_max})"
+                f"need 0 < min_coeff <= max_coeff ({min_coeff}, {max_coeff}) and "
+                f"0 < factor_min <= factor_max ({factor_min}, {factor_max})"
             )
         self.eta, self.freeze_step, self.beta1, self.beta2, self.eps = eta, int(freeze_step), beta1, beta2, eps
         self.weight_decay, self.max_coeff, self.min_coeff = weight_decay, max_coeff, min_coeff

@@ -11,6 +11,8 @@ from gossip.algorithms.allreduce import (
     ChunkedAllReduce,
     adam_moments_,
     check_betas,
+    check_codec,
+    check_warmup,
     node_count,
     preconditioned,
 )
@@ -61,6 +63,8 @@ class ZeroOneAdam(AllReduceAlgorithm):
                  eps: float = 1e-8, codec: str = "sign_l2"):
         check_range("eta", eta, 0.0, float("inf"))
         check_betas(beta1, beta2)
+        check_codec(codec)
+        check_warmup("var_freeze_step", var_freeze_step)
         for key, value in (("var_update_scaler", var_update_scaler),
                            ("local_step_scaler", local_step_scaler),
                            ("local_step_clipper", local_step_clipper)):
