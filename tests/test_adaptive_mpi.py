@@ -16,11 +16,12 @@ def _records(path):
         return [json.loads(line) for line in fh]
 
 
-def test_adaptive_mpi_equals_in_process(tmp_path):
+@pytest.mark.parametrize(("ranks", "nodes"), [(2, 8)])  # local and remote neighbors; train.py: 4 x 1
+def test_adaptive_mpi_equals_in_process(tmp_path, ranks, nodes):
     local, remote = tmp_path / "local.jsonl", tmp_path / "mpi.jsonl"
-    res = run_py(["tests/mpi_adaptive.py", str(local), "4"])
+    res = run_py(["tests/mpi_adaptive.py", str(local), str(nodes)])
     assert res.returncode == 0, res.stderr
-    res = run_mpi(4, ["tests/mpi_adaptive.py", str(remote), "4"])
+    res = run_mpi(ranks, ["tests/mpi_adaptive.py", str(remote), str(nodes)])
     assert res.returncode == 0, res.stdout + res.stderr
     a, b = _records(local), _records(remote)
     assert len(a) == len(b) == 7 * 5
