@@ -116,7 +116,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "beer, dcd, ecd (plain gradient with step --lr); adaptive methods with "
                         "their own Adam state and step --lr (about 1e-3, not the SGD default): "
                         "onebit-adam, zero-one-adam, onebit-lamb, signum, adasum (all-reduce: "
-                        "--topology complete), dadam, tracked-amsgrad, desloc (any graph)")
+                        "--topology complete), dadam, tracked-amsgrad, choco-amsgrad (compressed), "
+                        "desloc (any graph)")
     a.add_argument("--compressor", default="none",
                    help="compressor spec: none, topk:0.01, sign, qsgd:8bit:biased, lead:2, ... "
                         "(powergossip: none, it sketches by itself)")

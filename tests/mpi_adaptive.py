@@ -21,7 +21,7 @@ from gossip.layout import Layout  # noqa: E402
 from gossip.metrics import JsonlLogger  # noqa: E402
 from tests.reference_adaptive import QuadraticOracle, quadratic_problem  # noqa: E402
 
-# name -> (algorithm, hyper-parameters, topology)
+# name -> (algorithm, hyper-parameters, topology); choco-amsgrad compresses with top-50 %
 SCENARIOS = {
     "onebit-adam": ("onebit-adam", {"eta": 0.05, "freeze_step": 3}, "complete"),
     "zero-one-adam": ("zero-one-adam", {"eta": 0.03, "var_freeze_step": 5, "var_update_scaler": 1,
@@ -31,6 +31,7 @@ SCENARIOS = {
     "adasum": ("adasum", {"eta": 0.05}, "complete"),
     "tracked-amsgrad": ("tracked-amsgrad", {"eta": 0.02, "gossip_steps": 2}, "ring"),
     "dadam": ("dadam", {"eta": 0.02}, "ring"),
+    "choco-amsgrad": ("choco-amsgrad", {"eta": 0.02, "gamma": 0.3}, "ring"),
     "desloc": ("desloc", {"eta": 0.02, "period_x": 2, "period_m": 3, "period_v": 4}, "ring"),
 }
 
@@ -44,6 +45,7 @@ def main() -> None:
         for name, (alg, hp, topo) in SCENARIOS.items():
             engine = Engine(make_algorithm(alg, **hp), topologies.build(topo, n),
                             lambda i: torch.zeros(23, dtype=torch.float64),
+                            compressor="topk:0.5" if alg == "choco-amsgrad" else "none",
                             layout=Layout([(4, 5), (3,)]), seed=4, world=world, timeout=60,
                             oracles=lambda i, gen: QuadraticOracle(data, i))
             for rec in engine.run(12, log_every=4):

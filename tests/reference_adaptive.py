@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 
@@ -331,3 +332,39 @@ def onebit_lamb(x0, grads, rounds, *, eta, freeze_step, sizes, beta1=0.9, beta2=
             last[k] = f
             x[p] = x[p] - eta * trust[k] * f * upd[p]
     return x.expand(n, d).clone()
+
+
+def choco_amsgrad(x0, grads, rounds, W, *, eta, gamma, compress, beta1=0.9, beta2=0.999,
+                  eps=1e-8, track=None):
+    """Tracked AMSGrad with CHOCO copies of x and u; ``compress(v) -> C(v)`` per row."""
+    X = x0.clone()
+    M, V = torch.zeros_like(X), torch.zeros_like(X)
+    Vhat, U = torch.full_like(X, eps), torch.full_like(X, eps)
+    Xh, Uh = torch.zeros_like(X), torch.zeros_like(X)
+    rows = lambda A: torch.stack([compress(a) for a in A])  # noqa: E731
+    for t in range(1, rounds + 1):
+        G = grads(t, X)
+        M = beta1 * M + (1 - beta1) * G
+        V = beta2 * V + (1 - beta2) * G * G
+        Vnew = torch.maximum(Vhat, V)
+        U = U - Vhat + Vnew
+        Vhat = Vnew
+        X = X - eta * M / torch.sqrt(torch.clamp(U, min=eps))
+        X = X + gamma * (W @ Xh - Xh)
+        U = U + gamma * (W @ Uh - Uh)
+        Xh = Xh + rows(X - Xh)
+        Uh = Uh + rows(U - Uh)
+        if track is not None:
+            track(t, U, Vhat)
+    return X
+
+
+def topk(k: int):
+    """Keep the k entries of largest magnitude (ties to the lowest index), as ``topk:K``."""
+    def compress(v):
+        keep = torch.from_numpy(np.argsort(-np.abs(v.numpy()), kind="stable")[:k])
+        out = torch.zeros_like(v)
+        out[keep] = v[keep]
+        return out
+
+    return compress

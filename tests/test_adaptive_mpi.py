@@ -24,7 +24,7 @@ def test_adaptive_mpi_equals_in_process(tmp_path, ranks, nodes):
     res = run_mpi(ranks, ["tests/mpi_adaptive.py", str(remote), str(nodes)])
     assert res.returncode == 0, res.stdout + res.stderr
     a, b = _records(local), _records(remote)
-    assert len(a) == len(b) == 7 * 5
+    assert len(a) == len(b) == 8 * 5
     for ra, rb in zip(a, b):
         assert ra == rb, (ra.get("scenario"), ra.get("round"))
     finals = [r for r in a if r["type"] == "round" and r["round"] == 12]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, TrackedAMSGrad
+from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, TrackedAMSGrad
 from gossip.algorithms.adasum import Adasum
 from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Inbox, Node
 from gossip.algorithms.beer import BEER
@@ -25,7 +25,8 @@ from gossip.algorithms.zero_one_adam import ZeroOneAdam
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls
     for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
-                OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, DESLOC)
+                OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
+                DESLOC)
 }
 
 

@@ -27,7 +27,10 @@ from gossip.algorithms.base import (
     Node,
     RoundGenerator,
     check_range,
+    pack,
+    packed_capacity,
     scheduled,
+    unpack,
 )
 
 
@@ -167,6 +170,78 @@ class TrackedAMSGrad(AdaptiveGossip):
         v_max.copy_(v_new)
         denom = torch.clamp(u, min=self.eps, out=st["step"]).sqrt_()
         node.x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, node.round))
+
+
+class ChocoAMSGrad(TrackedAMSGrad):
+    r"""Tracked AMSGrad with compressed gossip: CHOCO-style public copies of ``x`` and ``u``.
+
+    Each node keeps public copies ``x̂_i``, ``û_i`` that its neighbors agree on and the sums
+    ``s^x_i = Σ_j w_ij x̂_j``, ``s^u_i = Σ_j w_ij û_j`` (self included); only compressed
+    differences travel. One round::
+
+        m_i ← β1 m_i + (1−β1) g_i;   v_i ← β2 v_i + (1−β2) g_i²;   v̂_i' = max(v̂_i, v_i)
+        u_i ← u_i − v̂_i + v̂_i';   v̂_i ← v̂_i'                     (tracking increment)
+        x_i ← x_i − η m_i / √max(u_i, ε)
+        x_i ← x_i + γ (s^x_i − x̂_i);   u_i ← u_i + γ (s^u_i − û_i)   (consensus, old copies)
+        q^x_i = C(x_i − x̂_i),  q^u_i = C(u_i − û_i);  send both (one message)
+        x̂_i += q^x_i;  û_i += q^u_i;  s_i += Σ_j w_ij q_j
+
+    The consensus step keeps ``Σ_i u_i`` (W doubly stochastic), so ``mean_i u_i = mean_i v̂_i``
+    holds under any compressor. With ``--compressor none`` and ``gamma = 1`` the copies are the
+    last models and this is ``x ← W x − η m/√max(u + Δv̂, ε)``, ``u ← W u + Δv̂``: tracked AMSGrad
+    except that the step uses the tracker before its mixing. Works with the node's compressor
+    (per tensor of the layout in training); ``gamma`` must be tuned like CHOCO's. One exchange
+    per round (``gossip_steps`` is 1). Prefer top-k or QSGD to ``sign``: ``u`` spans orders of
+    magnitude, one sign scale can push small coordinates of ``u_i`` below 0, and the ε floor
+    then makes ``1/√ε``-sized steps.
+
+    Args:
+        eta: learning rate (a number or a schedule ``eta(t)``).
+        gamma: consensus step in (0, 1].
+        beta1, beta2, eps: as ``tracked-amsgrad``.
+    """
+
+    name = "choco-amsgrad"
+    tunable = ("gamma",)
+
+    def __init__(self, eta: float | Callable[[int], float] = 1e-3, gamma: float = 0.2,
+                 beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8):
+        super().__init__(eta, beta1, beta2, eps, gossip_steps=1)
+        check_range("gamma", gamma, 0.0, 1.0, "the consensus step of CHOCO; tune it on a grid.")
+        self.gamma = gamma
+
+    def validate(self, topology: Any, compressor: Any) -> None:
+        """Any compressor: the copies make biased ones safe (as in CHOCO-SGD)."""
+
+    def setup(self, node: Node) -> None:
+        super().setup(node)
+        z = torch.zeros_like(node.x)
+        node.state.update(x_hat=z, u_hat=z.clone(), s_x=z.clone(), s_u=z.clone(), diff=torch.empty_like(z))
+
+    def step(self, node: Node) -> RoundGenerator:
+        st, x, comp = node.state, node.x, node.compressor
+        adam_moments_(st["m"], st["v"], node.oracle.grad(x, st["grad"]), self.beta1, self.beta2)
+        u, v_max, v_new, diff = st["u"], st["v_max"], st["v_new"], st["diff"]
+        torch.maximum(v_max, st["v"], out=v_new)
+        u.sub_(v_max).add_(v_new)
+        v_max.copy_(v_new)
+        denom = torch.clamp(u, min=self.eps, out=st["step"]).sqrt_()
+        x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, node.round))
+        parts = []
+        for vec, hat, s in ((x, st["x_hat"], st["s_x"]), (u, st["u_hat"], st["s_u"])):
+            vec.add_(torch.sub(s, hat, out=diff), alpha=self.gamma)
+            parts.append(comp.encode(torch.sub(vec, hat, out=diff), node.generator).to_bytes())
+        message = pack(parts)
+        cap = comp.max_nbytes(x)
+        inbox = yield Exchange.broadcast(message, packed_capacity([cap, cap]))
+        own = unpack(message, 2, [cap, cap])
+        received = {j: unpack(buf, 2, [cap, cap]) for j, buf in sorted(inbox.items())}
+        for k, (hat, s) in enumerate(((st["x_hat"], st["s_x"]), (st["u_hat"], st["s_u"]))):
+            q = comp.from_bytes(own[k], x)
+            comp.decode_add_(hat, q, 1.0)
+            comp.decode_add_(s, q, node.view.self_weight)
+            for j, bufs in received.items():
+                comp.decode_add_(s, comp.from_bytes(bufs[k], x), node.weight(j))
 
 
 class DESLOC(AdaptiveGossip):

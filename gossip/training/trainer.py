@@ -62,7 +62,8 @@ from gossip.training.seeds import data_seed, derive, partition_seed
 LOCAL_STEP_ALGORITHMS = frozenset({"dpsgd", "choco", "deepsqueeze", "powergossip"})
 """Algorithms that take the local step through the node's optimizer (``apply_step``)."""
 GRADIENT_ALGORITHMS = frozenset({"lead", "beer", "dcd", "ecd", "onebit-adam", "zero-one-adam",
-                                 "onebit-lamb", "signum", "adasum", "dadam", "tracked-amsgrad", "desloc"})
+                                 "onebit-lamb", "signum", "adasum", "dadam", "tracked-amsgrad",
+                                 "choco-amsgrad", "desloc"})
 """Algorithms that use the plain gradient with their own step size ``eta`` (the adaptive ones
 own their optimizer state)."""
 TRAINABLE = LOCAL_STEP_ALGORITHMS | GRADIENT_ALGORITHMS
