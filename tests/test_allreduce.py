@@ -88,6 +88,7 @@ def test_sign_l2_compressor_keeps_the_norm_and_matches_the_torch_path(dtype, mon
     err = lambda spec: float((make(spec).decode(make(spec).encode(sparse)) - sparse).norm()  # noqa: E731
                              / sparse.norm())
     assert err("sign_l2") > 1.36 and err("sign") < 1.0
+    assert torch.equal(make("sign_l1").decode(make("sign_l1").encode(x)), make("sign").decode(make("sign").encode(x)))
     assert c.delta_for(2000) is None
 
 

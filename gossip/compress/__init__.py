@@ -18,6 +18,7 @@ spec                    what                                          constant
 ``randk:RATIO|K``       k uniform coordinates (seed on the wire)      δ = k/d
 ``randk:…:unbiased``    the same × d/k                                ω = d/k − 1
 ``sign``                (‖x‖₁/d)·sign(x), 1 bit per entry             δ ≥ 1/d
+``sign_l1``             the same as ``sign`` (named beside ``sign_l2``)
 ``sign_l2``             (‖x‖₂/√d)·sign(x) (1-bit Adam's scale)        not contractive
 ``qsgd:BITS|s=LEVELS``  QSGD, s = 2^{BITS−1} levels of ‖x‖₂           ω = min(d/s², √d/s)
 ``qsgd:…:biased``       QSGD / (1 + ω)                                δ = 1/(1+ω)
@@ -88,6 +89,7 @@ _FORMS = {
     "topk": "topk:RATIO (0 < RATIO <= 1, e.g. topk:0.01) or topk:K (integer K >= 1)",
     "randk": "randk:RATIO or randk:K, optionally :unbiased (e.g. randk:0.01:unbiased)",
     "sign": "sign",
+    "sign_l1": "sign_l1",
     "sign_l2": "sign_l2",
     "qsgd": "qsgd:BITS (1..16, also '4bit') or qsgd:s=LEVELS (1..65536), optionally :biased",
     "lead": "lead:BITS (1..16, also '2bit')",
@@ -110,6 +112,7 @@ def available() -> list[str]:
         "randk:RATIO:unbiased",
         "randk:K:unbiased",
         "sign",
+        "sign_l1",
         "sign_l2",
         "qsgd:BITS",
         "qsgd:s=LEVELS",
@@ -152,11 +155,11 @@ def _factory(spec: str) -> Callable[[], Codec]:
     name, *args = norm.split(":")
     if name not in _FORMS:
         raise _bad(spec, f"unknown compressor {name!r}")
-    if name in ("none", "fp16", "bf16", "sign", "sign_l2", "natural"):
+    if name in ("none", "fp16", "bf16", "sign", "sign_l1", "sign_l2", "natural"):
         if args:
             raise _bad(spec, f"'{name}' takes no parameters")
         cls = {"none": Identity, "fp16": Fp16, "bf16": Bf16, "sign": ScaledSign,
-               "sign_l2": ScaledSignL2, "natural": Natural}
+               "sign_l1": ScaledSign, "sign_l2": ScaledSignL2, "natural": Natural}
         return lambda: cls[name](norm)
     if not args or not args[0]:
         raise _bad(spec, f"'{name}' needs a parameter: {_FORMS[name]}")
