@@ -115,7 +115,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--algorithm", default="dpsgd",
                    help=f"{', '.join(optimizer_algorithms())} (local optimizer step), or "
                         f"{', '.join(sorted(set(trainable_algorithms()) - set(optimizer_algorithms())))} "
-                        "(plain gradient with step --lr), or module:Class")
+                        "(plain gradient with step --lr; the adaptive ones keep their own Adam "
+                        "state and want --lr about 1e-3; all-reduce methods need --topology "
+                        "complete), or module:Class")
     a.add_argument("--compressor", default="none",
                    help=f"compressor spec: {compress_usage()} (powergossip: none, it sketches by itself)")
     a.add_argument("--flat-compression", action="store_true",
@@ -133,6 +135,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--rank", type=int, default=None, help="PowerGossip's rank (default 1)")
     a.add_argument("--power-iterations", type=int, default=None,
                    help="PowerGossip's power steps per round (default 1)")
+    a.add_argument("--hparam", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="other hyper-parameters of the algorithm by name, e.g. "
+                        "--hparam freeze_step=100 eps=1e-4 (onebit-adam), --hparam byzantine=1,5 "
+                        "(signum); numbers, true/false and comma lists of integers are parsed")
     a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
     o = p.add_argument_group("local optimizer")
@@ -213,7 +219,29 @@ def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_round
             if key not in accepted:
                 raise SystemExit(f"--{key.replace('_', '-')} does not apply to {name}")
             hp[key] = value
+    for item in args.hparam:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--hparam {item!r}: expected KEY=VALUE")
+        hp[key.strip().replace("-", "_")] = hparam_value(text.strip())
     return hp
+
+
+def hparam_value(text: str) -> Any:
+    """``--hparam`` values: int, float, true/false, a comma list of ints, else the string."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if "," in text or text == "":
+        try:
+            return [int(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            pass
+    return text
 
 
 def _scheduled(args: argparse.Namespace) -> bool:

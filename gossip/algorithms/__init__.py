@@ -9,6 +9,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, TrackedAMSGrad
+from gossip.algorithms.adasum import Adasum
 from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Inbox, Node
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.choco import Choco
@@ -18,12 +20,18 @@ from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.lead import LEAD
+from gossip.algorithms.onebit_adam import OneBitAdam
+from gossip.algorithms.onebit_lamb import OneBitLamb
 from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
+from gossip.algorithms.signum import SignumVote
+from gossip.algorithms.zero_one_adam import ZeroOneAdam
 
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls
-    for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER)
+    for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
+                OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
+                DESLOC)
 }
 
 

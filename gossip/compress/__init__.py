@@ -20,6 +20,8 @@ spec                    what                                          constant
 ``randk:RATIO|K``       k uniform coordinates (seed on the wire)      δ = k/d
 ``randk:…:unbiased``    the same × d/k                                ω = d/k − 1
 ``sign``                (‖x‖₁/d)·sign(x), 1 bit per entry             δ ≥ 1/d
+``sign_l1``             the same as ``sign`` (named beside ``sign_l2``)
+``sign_l2``             (‖x‖₂/√d)·sign(x) (1-bit Adam's scale)        not contractive
 ``qsgd:BITS|s=LEVELS``  QSGD, s = 2^{BITS−1} levels of ‖x‖₂           ω = min(d/s², √d/s)
 ``qsgd:…:biased``       QSGD / (1 + ω)                                δ = 1/(1+ω)
 ``lead:BITS``           LEAD's ∞-norm quantizer, s = 2^{BITS−1}       ω ≤ min(d/4^b, √d/2^{b−1})
@@ -61,7 +63,7 @@ from gossip.compress.dense import Bf16, Fp16, Identity
 from gossip.compress.lowrank import LowRank
 from gossip.compress.pertensor import PerTensor
 from gossip.compress.quantize import QSGD, LeadQuantizer, Natural
-from gossip.compress.sign import ScaledSign
+from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
 from gossip.compress.wire import KINDS, PER_TENSOR
 from gossip.layout import Layout
@@ -82,6 +84,7 @@ __all__ = [
     "TopK",
     "RandK",
     "ScaledSign",
+    "ScaledSignL2",
     "QSGD",
     "LeadQuantizer",
     "Natural",
@@ -349,6 +352,8 @@ for _name, _build, _forms, _usage, _cls in (
     ("randk", _randk, ("randk:RATIO", "randk:K", "randk:RATIO:unbiased", "randk:K:unbiased"),
      "randk:RATIO or randk:K, optionally :unbiased (e.g. randk:0.01:unbiased)", RandK),
     ("sign", _plain(ScaledSign), None, None, ScaledSign),
+    ("sign_l1", _plain(ScaledSign), None, None, ScaledSign),
+    ("sign_l2", _plain(ScaledSignL2), None, None, ScaledSignL2),
     ("qsgd", _qsgd, ("qsgd:BITS", "qsgd:s=LEVELS", "qsgd:BITS:biased", "qsgd:s=LEVELS:biased"),
      "qsgd:BITS (1..16, also '4bit') or qsgd:s=LEVELS (1..65536), optionally :biased", QSGD),
     ("lead", _lead, ("lead:BITS",), "lead:BITS (1..16, also '2bit')", LeadQuantizer),

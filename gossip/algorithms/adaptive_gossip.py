@@ -1,0 +1,300 @@
+"""Adaptive optimizers under gossip on any static graph: DADAM, tracked AMSGrad, DES-LOC.
+
+Every node keeps its own Adam moments; the models (and, for tracked AMSGrad, a tracker of the
+second moment; for DES-LOC, the moments at their own periods) are mixed with the weights of
+``W`` by exact (uncompressed) gossip. ``gossip_steps = K`` runs K mixing exchanges per gradient
+step (the vectors are multiplied by ``W^K``): more consensus per gradient, K times the bytes.
+
+Why the tracker (Chen et al., ACML 2023): with local preconditioners ``1/√v̂_i`` a DADAM node
+follows ``m_i/√v̂_i``, and when the nodes' gradient scales differ the fixed point of
+``x_i = Σ_j w_ij x_j − η m_i/√v̂_i`` is not a stationary point of ``f = (1/n) Σ f_i``. Tracking
+``u_i ≈ mean_j v̂_j`` by gossip makes the preconditioners agree and removes that bias.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from typing import Any
+
+import torch
+
+from gossip.algorithms.allreduce import adam_moments_, check_betas, preconditioned
+from gossip.algorithms.base import (
+    Algorithm,
+    ConfigError,
+    Exchange,
+    Inbox,
+    Node,
+    RoundGenerator,
+    check_range,
+    pack,
+    packed_capacity,
+    scheduled,
+    unpack,
+)
+
+
+class AdaptiveGossip(Algorithm):
+    """Shared parts: hyper-parameter checks, node-local Adam moments, exact multi-step mixing."""
+
+    trains = True
+    needs_oracle = True
+    takes_optimizer = False
+    step_schedule = True
+
+    def __init__(self, eta: float | Callable[[int], float], beta1: float, beta2: float,
+                 eps: float, gossip_steps: int):
+        check_range("eta", eta, 0.0, float("inf"))
+        check_betas(beta1, beta2)
+        check_range("eps", eps, 0.0, float("inf"))
+        if int(gossip_steps) < 1:
+            raise ConfigError(f"gossip_steps = {gossip_steps} must be >= 1")
+        self.eta, self.beta1, self.beta2, self.eps = eta, beta1, beta2, eps
+        self.gossip_steps = int(gossip_steps)
+        self._work: dict[int, dict[str, torch.Tensor]] = {}
+
+    @classmethod
+    def suggest_hparams(cls, problem: Any, estimator: str = "full",
+                        topology: Any = None) -> dict[str, Any]:
+        """Nothing: adaptive steps do not scale with 1/L; the defaults (or ``eta``) apply."""
+        return {}
+
+    def validate(self, topology: Any, compressor: Any) -> None:
+        spec = getattr(compressor, "spec", "none")
+        if spec != "none":
+            raise ConfigError(f"{self.name} mixes exact models: use --compressor none (got '{spec}')")
+
+    def setup(self, node: Node) -> None:
+        z = torch.zeros_like(node.x)
+        node.state.update(m=z, v=z.clone(), grad=torch.empty_like(z), step=torch.empty_like(z))
+
+    def mix(self, node: Node, vectors: Sequence[torch.Tensor], steps: int) -> Generator[Exchange, Inbox, None]:
+        """``v ← Σ_j w_ij v_j`` for each of ``vectors`` (in place), ``steps`` times: one message
+        a step carries all of them; sums in node order."""
+        total = sum(v.numel() for v in vectors)
+        work = self._work.setdefault(node.id, {})
+        if work.get("send") is None or work["send"].numel() != total:
+            work["send"] = node.x.new_empty(total)
+            work["acc"] = node.x.new_empty(total)
+        send, acc = work["send"], work["acc"]
+        for _ in range(steps):
+            torch.cat([v.reshape(-1) for v in vectors], out=send)
+            raw = send.view(torch.uint8)
+            inbox = yield Exchange.broadcast(raw)
+            torch.mul(send, node.view.self_weight, out=acc)
+            for j in sorted(inbox):
+                acc.add_(inbox[j].view(send.dtype), alpha=node.weight(j))
+            pos = 0
+            for v in vectors:
+                v.reshape(-1).copy_(acc[pos : pos + v.numel()])
+                pos += v.numel()
+
+
+class DADAM(AdaptiveGossip):
+    r"""DADAM (Nazari et al. 2019): local AMSGrad moments, gossip of the models.
+
+    ::
+
+        m_i ← β1 m_i + (1−β1) g_i;   v_i ← β2 v_i + (1−β2) g_i²;   v̂_i ← max(v̂_i, v_i)
+        x_i ← Σ_j w_ij x_j − η m_i / (√v̂_i + ε)            (W^K with gossip_steps = K)
+
+    ``g_i`` is taken at the pre-gossip ``x_i``. A baseline: with heterogeneous data the nodes'
+    preconditioners differ and the fixed point is biased (use ``tracked-amsgrad``).
+
+    Args:
+        eta: learning rate (a number or a schedule ``eta(t)``).
+        beta1, beta2, eps: Adam's.
+        amsgrad: keep the running maximum v̂ (True, DADAM's form) or use v itself.
+        gossip_steps: mixing exchanges per round.
+    """
+
+    name = "dadam"
+
+    def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta1: float = 0.9,
+                 beta2: float = 0.999, eps: float = 1e-8, amsgrad: bool = True,
+                 gossip_steps: int = 1):
+        super().__init__(eta, beta1, beta2, eps, gossip_steps)
+        self.amsgrad = bool(amsgrad)
+
+    def setup(self, node: Node) -> None:
+        super().setup(node)
+        if self.amsgrad:
+            node.state["v_max"] = torch.zeros_like(node.x)
+
+    def step(self, node: Node) -> RoundGenerator:
+        st = node.state
+        adam_moments_(st["m"], st["v"], node.oracle.grad(node.x, st["grad"]), self.beta1, self.beta2)
+        v = st["v"]
+        if self.amsgrad:
+            v = torch.maximum(st["v_max"], v, out=st["v_max"])
+        yield from self.mix(node, [node.x], self.gossip_steps)
+        node.x.sub_(preconditioned(st["m"], v, self.eps, st["step"]), alpha=scheduled(self.eta, node.round))
+
+
+class TrackedAMSGrad(AdaptiveGossip):
+    r"""Decentralized AMSGrad with a gossip-tracked second moment (Chen, Karimi, Zhao, Li).
+
+    ::
+
+        m_i ← β1 m_i + (1−β1) g_i;   v_i ← β2 v_i + (1−β2) g_i²;   v̂_i' = max(v̂_i, v_i)
+        u_i ← Σ_j w_ij u_j − v̂_i + v̂_i'                    (tracks mean_j v̂_j)
+        x_i ← Σ_j w_ij x_j − η m_i / √max(u_i, ε);   v̂_i ← v̂_i'
+
+    ``u_i`` is updated first and then used. ``u_i = v̂_i = ε`` at the start, so
+    ``mean_i u_i = mean_i v̂_i`` in every round (W doubly stochastic). One message of
+    ``[x_i, u_i]`` (2d values) per gossip step.
+
+    Args:
+        eta: learning rate (a number or a schedule ``eta(t)``).
+        beta1, beta2: Adam's.
+        eps: the floor of ``u`` and the start of ``u`` and ``v̂``.
+        gossip_steps: mixing exchanges per round.
+    """
+
+    name = "tracked-amsgrad"
+
+    def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta1: float = 0.9,
+                 beta2: float = 0.999, eps: float = 1e-8, gossip_steps: int = 1):
+        super().__init__(eta, beta1, beta2, eps, gossip_steps)
+
+    def setup(self, node: Node) -> None:
+        super().setup(node)
+        node.state.update(v_max=torch.full_like(node.x, self.eps), u=torch.full_like(node.x, self.eps),
+                          v_new=torch.empty_like(node.x))
+
+    def step(self, node: Node) -> RoundGenerator:
+        st = node.state
+        adam_moments_(st["m"], st["v"], node.oracle.grad(node.x, st["grad"]), self.beta1, self.beta2)
+        u, v_max, v_new = st["u"], st["v_max"], st["v_new"]
+        torch.maximum(v_max, st["v"], out=v_new)
+        yield from self.mix(node, [node.x, u], self.gossip_steps)
+        u.sub_(v_max).add_(v_new)
+        v_max.copy_(v_new)
+        denom = torch.clamp(u, min=self.eps, out=st["step"]).sqrt_()
+        node.x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, node.round))
+
+
+class ChocoAMSGrad(TrackedAMSGrad):
+    r"""Tracked AMSGrad with compressed gossip: CHOCO-style public copies of ``x`` and ``u``.
+
+    Each node keeps public copies ``x̂_i``, ``û_i`` that its neighbors agree on and the sums
+    ``s^x_i = Σ_j w_ij x̂_j``, ``s^u_i = Σ_j w_ij û_j`` (self included); only compressed
+    differences travel. One round::
+
+        m_i ← β1 m_i + (1−β1) g_i;   v_i ← β2 v_i + (1−β2) g_i²;   v̂_i' = max(v̂_i, v_i)
+        u_i ← u_i − v̂_i + v̂_i';   v̂_i ← v̂_i'                     (tracking increment)
+        x_i ← x_i − η m_i / √max(u_i, ε)
+        x_i ← x_i + γ (s^x_i − x̂_i);   u_i ← u_i + γ (s^u_i − û_i)   (consensus, old copies)
+        q^x_i = C(x_i − x̂_i),  q^u_i = C(u_i − û_i);  send both (one message)
+        x̂_i += q^x_i;  û_i += q^u_i;  s_i += Σ_j w_ij q_j
+
+    The consensus step keeps ``Σ_i u_i`` (W doubly stochastic), so ``mean_i u_i = mean_i v̂_i``
+    holds under any compressor. With ``--compressor none`` and ``gamma = 1`` the copies are the
+    last models and this is ``x ← W x − η m/√max(u + Δv̂, ε)``, ``u ← W u + Δv̂``: tracked AMSGrad
+    except that the step uses the tracker before its mixing. Works with the node's compressor
+    (per tensor of the layout in training); ``gamma`` must be tuned like CHOCO's. One exchange
+    per round (``gossip_steps`` is 1). Prefer top-k or QSGD to ``sign``: ``u`` spans orders of
+    magnitude, one sign scale can push small coordinates of ``u_i`` below 0, and the ε floor
+    then makes ``1/√ε``-sized steps.
+
+    Args:
+        eta: learning rate (a number or a schedule ``eta(t)``).
+        gamma: consensus step in (0, 1].
+        beta1, beta2, eps: as ``tracked-amsgrad``.
+    """
+
+    name = "choco-amsgrad"
+    tunable = ("gamma",)
+
+    def __init__(self, eta: float | Callable[[int], float] = 1e-3, gamma: float = 0.2,
+                 beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8):
+        super().__init__(eta, beta1, beta2, eps, gossip_steps=1)
+        check_range("gamma", gamma, 0.0, 1.0, "the consensus step of CHOCO; tune it on a grid.")
+        self.gamma = gamma
+
+    def validate(self, topology: Any, compressor: Any) -> None:
+        """Any compressor: the copies make biased ones safe (as in CHOCO-SGD)."""
+
+    def setup(self, node: Node) -> None:
+        super().setup(node)
+        z = torch.zeros_like(node.x)
+        node.state.update(x_hat=z, u_hat=z.clone(), s_x=z.clone(), s_u=z.clone(), diff=torch.empty_like(z))
+
+    def step(self, node: Node) -> RoundGenerator:
+        st, x, comp = node.state, node.x, node.compressor
+        adam_moments_(st["m"], st["v"], node.oracle.grad(x, st["grad"]), self.beta1, self.beta2)
+        u, v_max, v_new, diff = st["u"], st["v_max"], st["v_new"], st["diff"]
+        torch.maximum(v_max, st["v"], out=v_new)
+        u.sub_(v_max).add_(v_new)
+        v_max.copy_(v_new)
+        denom = torch.clamp(u, min=self.eps, out=st["step"]).sqrt_()
+        x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, node.round))
+        parts = []
+        for vec, hat, s in ((x, st["x_hat"], st["s_x"]), (u, st["u_hat"], st["s_u"])):
+            vec.add_(torch.sub(s, hat, out=diff), alpha=self.gamma)
+            parts.append(comp.encode(torch.sub(vec, hat, out=diff), node.generator).to_bytes())
+        message = pack(parts)
+        cap = comp.max_nbytes(x)
+        inbox = yield Exchange.broadcast(message, packed_capacity([cap, cap]))
+        own = unpack(message, 2, [cap, cap])
+        received = {j: unpack(buf, 2, [cap, cap]) for j, buf in sorted(inbox.items())}
+        for k, (hat, s) in enumerate(((st["x_hat"], st["s_x"]), (st["u_hat"], st["s_u"]))):
+            q = comp.from_bytes(own[k], x)
+            comp.decode_add_(hat, q, 1.0)
+            comp.decode_add_(s, q, node.view.self_weight)
+            for j, bufs in received.items():
+                comp.decode_add_(s, comp.from_bytes(bufs[k], x), node.weight(j))
+
+
+class DESLOC(AdaptiveGossip):
+    r"""Local Adam with independent gossip periods for x, m and v (DES-LOC style, Iacob et al.).
+
+    Every node takes a local Adam step every round; the model is mixed every ``period_x``
+    rounds, the first moment every ``period_m`` rounds and the second every ``period_v``
+    rounds (each by ``gossip_steps`` exchanges with ``W``; on the complete graph with uniform
+    weights that is the exact average of DES-LOC / Local Adam)::
+
+        m_i ← β1 m_i + (1−β1) g_i;   v_i ← β2 v_i + (1−β2) g_i²
+        x_i ← x_i − η clip(m_i/(√v_i + ε), −ρ, ρ)
+        t mod K_x = 0: x ← W x;   t mod K_m = 0: m ← W m;   t mod K_v = 0: v ← W v
+
+    Rounds with nothing due send nothing. No bias correction. The clip (each coordinate of the
+    Adam direction to ``[−ρ, ρ]``, ρ = ``clip``) matters: after ``m`` is mixed but ``v`` is not,
+    a coordinate where this node's ``v_i`` is tiny but its neighbors' ``m_j`` is not would take
+    a huge step (without it the digits MLP diverges at K_m ≠ K_v).
+
+    Args:
+        eta: learning rate (a number or a schedule ``eta(t)``).
+        period_x, period_m, period_v: K_x, K_m, K_v (0 never mixes that vector).
+        beta1, beta2, eps: Adam's.
+        clip: ρ, the bound of each coordinate of the Adam direction (0: no clipping).
+        gossip_steps: mixing exchanges per due round.
+    """
+
+    name = "desloc"
+
+    def __init__(self, eta: float | Callable[[int], float] = 1e-3, period_x: int = 4,
+                 period_m: int = 12, period_v: int = 24, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8, clip: float = 1.0, gossip_steps: int = 1):
+        super().__init__(eta, beta1, beta2, eps, gossip_steps)
+        if clip < 0:
+            raise ConfigError(f"clip = {clip} must be >= 0 (0: no clipping)")
+        self.clip = float(clip)
+        for key, value in (("period_x", period_x), ("period_m", period_m), ("period_v", period_v)):
+            if int(value) < 0:
+                raise ConfigError(f"{key} = {value} must be >= 0 (0: never mixed)")
+        if int(period_x) == 0:
+            raise ConfigError("period_x = 0 never mixes the models: the nodes would train alone")
+        self.period_x, self.period_m, self.period_v = int(period_x), int(period_m), int(period_v)
+
+    def step(self, node: Node) -> RoundGenerator:
+        st, t = node.state, node.round
+        adam_moments_(st["m"], st["v"], node.oracle.grad(node.x, st["grad"]), self.beta1, self.beta2)
+        direction = preconditioned(st["m"], st["v"], self.eps, st["step"])
+        if self.clip:
+            direction.clamp_(-self.clip, self.clip)
+        node.x.sub_(direction, alpha=scheduled(self.eta, t))
+        due = [vec for vec, k in ((node.x, self.period_x), (st["m"], self.period_m), (st["v"], self.period_v))
+               if k and t % k == 0]
+        if due:
+            yield from self.mix(node, due, self.gossip_steps)

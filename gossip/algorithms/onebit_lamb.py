@@ -1,0 +1,148 @@
+"""1-bit LAMB (Li, Awan, Tang, Rajbhandari, He, 2021): LAMB warm-up, then frozen trust ratios
+rescaled from a reconstructed gradient, with 1-bit momentum."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gossip.algorithms.allreduce import (
+    AllReduceAlgorithm,
+    ChunkedAllReduce,
+    adam_moments_,
+    check_betas,
+    check_codec,
+    check_warmup,
+    node_count,
+    preconditioned,
+)
+from gossip.algorithms.base import ConfigError, Node, RoundGenerator, check_range, scheduled
+
+
+def _clip(value: float, low: float, high: float) -> float:
+    return min(max(value, low), high)
+
+
+class OneBitLamb(AllReduceAlgorithm):
+    r"""1-bit LAMB on the complete graph, as DeepSpeed runs it; per tensor ``p`` of the layout.
+
+    Warm-up, rounds ``t ≤ freeze_step`` (full-precision all-reduce of the gradients)::
+
+        m ← β1 m + (1−β1) g;   v ← β2 v + (1−β2) g²;   (t = freeze_step: v_fresh ← v)
+        u_p = m_p/(√v_p+ε) + λ x_p;   c = clip(‖x_p‖/‖u_p‖, min_coeff, max_coeff)  (1 if a norm is 0)
+        c ≠ 1:  c̄_p ← coeff_beta c̄_p + (1−coeff_beta) c          (the frozen trust ratio, from 0)
+        x_p ← x_p − η c u_p
+
+    Compression stage (``v`` frozen). At its first round every tensor gets a scaling
+    ``k_p = mean_q rms(m_q) / rms(m_p)`` (``rms = ‖·‖/√numel``; 1 for a zero momentum) so that one
+    1-bit all-reduce over the fused momenta treats the tensors alike::
+
+        m_old = m;   m_p ← k_p (β1 m_p + (1−β1) g_p,i);   m ← 1-bit-AllReduce(m);   m_p ← m_p / k_p
+        g̃ = (m − β1 m_old)/(1−β1);   v_fresh ← β2 v_fresh + (1−β2) g̃²
+        u_p = m_p/(√v_p+ε) + λ x_p;   f = max_coord (√v_p+ε)/(√v_fresh,p+ε)
+        λ > 0:  r = min(1, ‖m_p/(√v_p+ε)‖/‖u_p‖);   f ← f r + (1 − r)
+        f ← clip(f, factor_min, factor_max), then within f_last (1 ± factor_threshold);  f_last ← f
+        x_p ← x_p − η c̄_p f u_p
+
+    ``f_last`` starts at 1. Coordinates whose ``v`` is 0 get ``m = 0`` after the all-reduce (as in
+    1-bit Adam). No bias correction.
+
+    Args:
+        eta: learning rate (a number or a schedule ``eta(t)``).
+        freeze_step: rounds of full-precision LAMB (should be ≥ ``1/(1−coeff_beta)``).
+        beta1, beta2, eps: Adam's.
+        weight_decay: λ (decoupled, inside the trust ratio as in LAMB).
+        max_coeff, min_coeff: bounds of the warm-up trust ratio.
+        coeff_beta: EMA rate of the frozen trust ratio.
+        factor_max, factor_min, factor_threshold: bounds of the compression-stage factor.
+        codec: the 1-bit scale (``sign_l2`` or ``sign_l1``), or ``none`` (full precision).
+    """
+
+    name = "onebit-lamb"
+
+    def __init__(self, eta: float | Callable[[int], float] = 1e-3, freeze_step: int = 100,
+                 beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+                 weight_decay: float = 0.0, max_coeff: float = 10.0, min_coeff: float = 0.01,
+                 coeff_beta: float = 0.9, factor_max: float = 4.0, factor_min: float = 0.5,
+                 factor_threshold: float = 0.1, codec: str = "sign_l2"):
+        check_range("eta", eta, 0.0, float("inf"))
+        check_betas(beta1, beta2)
+        check_codec(codec)
+        check_warmup("freeze_step", freeze_step)
+        if not 0 < min_coeff <= max_coeff or not 0 < factor_min <= factor_max:
+            raise ConfigError(
+                f"need 0 < min_coeff <= max_coeff ({min_coeff}, {max_coeff}) and "
+                f"0 < factor_min <= factor_max ({factor_min}, {factor_max})"
+            )
+        self.eta, self.freeze_step, self.beta1, self.beta2, self.eps = eta, int(freeze_step), beta1, beta2, eps
+        self.weight_decay, self.max_coeff, self.min_coeff = weight_decay, max_coeff, min_coeff
+        self.coeff_beta, self.factor_max, self.factor_min = coeff_beta, factor_max, factor_min
+        self.factor_threshold, self.codec = factor_threshold, codec
+        self._fp: ChunkedAllReduce | None = None
+        self._ar: ChunkedAllReduce | None = None
+
+    def setup(self, node: Node) -> None:
+        if self._ar is None:
+            n, d = node_count(node), node.x.numel()
+            self._fp = ChunkedAllReduce(n, d, "none", key="fp")
+            self._ar = ChunkedAllReduce(n, d, self.codec, key="ar")
+        self._fp.setup(node)
+        self._ar.setup(node)
+        z, k = torch.zeros_like(node.x), len(node.layout)
+        per = torch.zeros(k, dtype=torch.float64)
+        node.state.update(m=z, v=z.clone(), v_fresh=z.clone(), m_old=z.clone(), grad=torch.empty_like(z),
+                          upd=torch.empty_like(z), tmp=torch.empty_like(z), trust=per,
+                          scaling=torch.ones(k, dtype=torch.float64), last_factor=torch.ones(k, dtype=torch.float64))
+
+    def step(self, node: Node) -> RoundGenerator:
+        st, t, x = node.state, node.round, node.x
+        m, v, upd = st["m"], st["v"], st["upd"]
+        eta = scheduled(self.eta, t)
+        g = node.oracle.grad(x, st["grad"])
+        parts = [slice(o, o + s) for o, s in zip(node.layout.offsets, node.layout.sizes)]
+        if t <= self.freeze_step:
+            yield from self._fp.reduce(node, g, g)
+            adam_moments_(m, v, g, self.beta1, self.beta2)
+            if t == self.freeze_step:
+                st["v_fresh"].copy_(v)
+            preconditioned(m, v, self.eps, upd).add_(x, alpha=self.weight_decay)
+            for k, p in enumerate(parts):
+                wn, un = float(x[p].norm()), float(upd[p].norm())
+                c = _clip(wn / un, self.min_coeff, self.max_coeff) if wn > 0 and un > 0 else 1.0
+                if c != 1.0:
+                    st["trust"][k] = self.coeff_beta * float(st["trust"][k]) + (1 - self.coeff_beta) * c
+                x[p].add_(upd[p], alpha=-eta * c)
+            return
+        scaling = st["scaling"]
+        if t == self.freeze_step + 1:
+            rms = [float(m[p].norm()) / p_len ** 0.5 for p, p_len in zip(parts, node.layout.sizes)]
+            mean = sum(rms) / len(rms)
+            for k, r in enumerate(rms):
+                scaling[k] = mean / r if r > 0 else 1.0
+        st["m_old"].copy_(m)
+        adam_moments_(m, None, g, self.beta1, self.beta2)
+        for k, p in enumerate(parts):
+            m[p].mul_(float(scaling[k]))
+        yield from self._ar.reduce(node, m, m)
+        for k, p in enumerate(parts):
+            m[p].div_(float(scaling[k]))
+        m.masked_fill_(v == 0, 0.0)
+        g_rec = torch.sub(m, st["m_old"], alpha=self.beta1, out=st["tmp"]).div_(1 - self.beta1)
+        st["v_fresh"].mul_(self.beta2).addcmul_(g_rec, g_rec, value=1 - self.beta2)
+        preconditioned(m, v, self.eps, upd)
+        for k, p in enumerate(parts):
+            plain = float(upd[p].norm())
+            if self.weight_decay:
+                upd[p].add_(x[p], alpha=self.weight_decay)
+            ratio = torch.sqrt(v[p]).add_(self.eps).div_(torch.sqrt(st["v_fresh"][p]).add_(self.eps))
+            f = float(ratio.max())
+            if self.weight_decay:
+                full = float(upd[p].norm())
+                r = min(1.0, plain / full) if full > 0 else 1.0
+                f = f * r + (1 - r)
+            f = _clip(f, self.factor_min, self.factor_max)
+            last = float(st["last_factor"][k])
+            f = _clip(f, last * (1 - self.factor_threshold), last * (1 + self.factor_threshold))
+            st["last_factor"][k] = f
+            x[p].add_(upd[p], alpha=-eta * float(st["trust"][k]) * f)

@@ -1,0 +1,62 @@
+"""signSGD / Signum with majority vote (Bernstein et al., ICML 2018 and ICLR 2019)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+from gossip.algorithms.allreduce import AllReduceAlgorithm, ChunkedAllReduce, adam_moments_, node_count
+from gossip.algorithms.base import ConfigError, Node, RoundGenerator, check_range, scheduled
+
+
+class SignumVote(AllReduceAlgorithm):
+    r"""Signum with majority vote on the complete graph (1 bit per coordinate each way).
+
+    Every node keeps its own momentum and sends only its sign; the vote of each coordinate is
+    taken by the node serving that chunk (:class:`~gossip.algorithms.allreduce.ChunkedAllReduce`
+    with ``codec="vote"``)::
+
+        m_i ← β m_i + (1−β) g_i                 (β = 0: signSGD)
+        s = sgn( Σ_i sgn(m_i) )                 (a tie, possible for even n, gives 0)
+        x ← x − η (s + λ x)                     (weight decay after the vote, unsigned)
+
+    Args:
+        eta: learning rate (a number or a schedule ``eta(t)``; a decaying one such as
+            ``eta0/√t`` helps when many workers are adversarial).
+        beta: momentum (0 gives signSGD).
+        weight_decay: λ, added after the vote.
+        byzantine: ids of nodes that send the inverted sign (an adversary for robustness tests;
+            empty by default).
+    """
+
+    name = "signum"
+
+    def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta: float = 0.9,
+                 weight_decay: float = 0.0, byzantine: int | Iterable[int] = ()):
+        check_range("eta", eta, 0.0, float("inf"))
+        if not 0.0 <= beta < 1.0:
+            raise ConfigError(f"beta = {beta} must be in [0, 1)")
+        if weight_decay < 0:
+            raise ConfigError(f"weight_decay = {weight_decay} must be >= 0")
+        self.eta, self.beta, self.weight_decay = eta, beta, weight_decay
+        ids = [byzantine] if isinstance(byzantine, int) else byzantine
+        self.byzantine = sorted(int(i) for i in ids)
+        self._vote: ChunkedAllReduce | None = None
+
+    def setup(self, node: Node) -> None:
+        if self._vote is None:
+            self._vote = ChunkedAllReduce(node_count(node), node.x.numel(), "vote", key="vote")
+        self._vote.setup(node)
+        node.state.update(m=torch.zeros_like(node.x), grad=torch.empty_like(node.x),
+                          s=torch.empty_like(node.x))
+
+    def step(self, node: Node) -> RoundGenerator:
+        st = node.state
+        m, s = st["m"], st["s"]
+        adam_moments_(m, None, node.oracle.grad(node.x, st["grad"]), self.beta, 0.0)
+        torch.neg(m, out=s) if node.id in self.byzantine else s.copy_(m)
+        yield from self._vote.reduce(node, s, s)
+        if self.weight_decay:
+            s.add_(node.x, alpha=self.weight_decay)
+        node.x.sub_(s, alpha=scheduled(self.eta, node.round))

@@ -1,0 +1,59 @@
+"""The adaptive / all-reduce scenarios, in process or under ``mpiexec``: one JSON line each.
+
+Started by tests/test_adaptive_mpi.py, which compares the two files.
+Usage: python tests/mpi_adaptive.py OUT.jsonl NODES
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import topologies  # noqa: E402
+from gossip.algorithms import make_algorithm  # noqa: E402
+from gossip.comm.world import World  # noqa: E402
+from gossip.engine import Engine  # noqa: E402
+from gossip.layout import Layout  # noqa: E402
+from gossip.metrics import JsonlLogger  # noqa: E402
+from tests.reference_adaptive import QuadraticOracle, quadratic_problem  # noqa: E402
+
+# name -> (algorithm, hyper-parameters, topology); choco-amsgrad compresses with top-50 %
+SCENARIOS = {
+    "onebit-adam": ("onebit-adam", {"eta": 0.05, "freeze_step": 3}, "complete"),
+    "zero-one-adam": ("zero-one-adam", {"eta": 0.03, "var_freeze_step": 5, "var_update_scaler": 1,
+                                        "local_step_scaler": 2, "local_step_clipper": 2},
+                      "complete"),
+    "signum": ("signum", {"eta": 0.01, "byzantine": [1]}, "complete"),
+    "adasum": ("adasum", {"eta": 0.05}, "complete"),
+    "tracked-amsgrad": ("tracked-amsgrad", {"eta": 0.02, "gossip_steps": 2}, "ring"),
+    "dadam": ("dadam", {"eta": 0.02}, "ring"),
+    "choco-amsgrad": ("choco-amsgrad", {"eta": 0.02, "gamma": 0.3}, "ring"),
+    "desloc": ("desloc", {"eta": 0.02, "period_x": 2, "period_m": 3, "period_v": 4}, "ring"),
+}
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    out, n = sys.argv[1], int(sys.argv[2])
+    world = World.detect()
+    data, _ = quadratic_problem(n, 23, seed=9, scales=[0.5 + i for i in range(n)])
+    with JsonlLogger(out, enabled=world.is_root) as logger:
+        for name, (alg, hp, topo) in SCENARIOS.items():
+            engine = Engine(make_algorithm(alg, **hp), topologies.build(topo, n),
+                            lambda i: torch.zeros(23, dtype=torch.float64),
+                            compressor="topk:0.5" if alg == "choco-amsgrad" else "none",
+                            layout=Layout([(4, 5), (3,)]), seed=4, world=world, timeout=60,
+                            oracles=lambda i, gen: QuadraticOracle(data, i))
+            for rec in engine.run(12, log_every=4):
+                logger.write({"scenario": name} | {k: v for k, v in rec.items() if not k.endswith("_s")})
+            xs = engine.node_values({i: float(nd.x.sum()) for i, nd in engine.nodes.items()})
+            logger.write({"scenario": name, "type": "final", "x_sums": xs.tolist(),
+                          "xbar": engine.mean_model().tolist()})
+
+
+if __name__ == "__main__":
+    main()

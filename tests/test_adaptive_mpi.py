@@ -1,0 +1,45 @@
+"""Under mpiexec the adaptive and all-reduce methods give the in-process numbers, bit for bit."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import mpiexec, run_mpi, run_py
+
+pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
+
+
+def _records(path):
+    with open(path) as fh:
+        return [json.loads(line) for line in fh]
+
+
+@pytest.mark.parametrize(("ranks", "nodes"), [(2, 8)])  # local and remote neighbors; train.py: 4 x 1
+def test_adaptive_mpi_equals_in_process(tmp_path, ranks, nodes):
+    local, remote = tmp_path / "local.jsonl", tmp_path / "mpi.jsonl"
+    res = run_py(["tests/mpi_adaptive.py", str(local), str(nodes)])
+    assert res.returncode == 0, res.stderr
+    res = run_mpi(ranks, ["tests/mpi_adaptive.py", str(remote), str(nodes)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    a, b = _records(local), _records(remote)
+    assert len(a) == len(b) == 8 * 5
+    for ra, rb in zip(a, b):
+        assert ra == rb, (ra.get("scenario"), ra.get("round"))
+    finals = [r for r in a if r["type"] == "round" and r["round"] == 12]
+    assert all(r["bits_per_node"] > 0 for r in finals)
+
+
+def test_train_script_onebit_adam_under_mpi_equals_in_process(tmp_path):
+    from tests.test_config import script
+    from tests.test_training_script import comparable
+
+    args = ["experiments/train.py", "--algorithm", "onebit-adam", "--topology", "complete",
+            "--hparam", "freeze_step=3", "eps=1e-3", "--hidden", "16", "--rounds", "8",
+            "--log-every", "4", "--dtype", "float64", "--lr", "0.01"]
+    res = run_mpi(4, [*args, "--out", str(tmp_path / "m.jsonl")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    script("train").main([*args[1:], "--nodes", "4", "--out", str(tmp_path / "l.jsonl")])
+    a, b = comparable(_records(tmp_path / "l.jsonl")), comparable(_records(tmp_path / "m.jsonl"))
+    assert len(a) == 3 and a == b and a[-1]["bits_per_node"] > 0

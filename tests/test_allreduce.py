@@ -1,0 +1,105 @@
+"""The chunked all-reduce and the all-reduce optimizers equal their dense references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import topologies
+from gossip.algorithms import make_algorithm
+from gossip.algorithms.base import ConfigError
+from tests.reference_adaptive import onebit_adam, quadratic_problem, run_engine
+
+
+def _close(a, b, tol=1e-11):
+    torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize(("n", "codec"), [(4, "sign_l2"), (3, "sign_l1"), (5, "none")])
+def test_onebit_adam_equals_reference(n, codec):
+    d = 37
+    data, grads = quadratic_problem(n, d, seed=n)
+    x0 = torch.zeros(n, d, dtype=torch.float64)
+    hp = dict(eta=0.05, freeze_step=4)
+    eng, X = run_engine(make_algorithm("onebit-adam", codec=codec, **hp),
+                        topologies.build("complete", n), x0, data, 12)
+    ref = onebit_adam(x0, grads, 12, codec=codec, **hp)
+    _close(X, ref)
+    assert float((X - X[0]).abs().max()) == 0.0  # identical models on every node
+    # bytes: warm-up rounds full precision (2(n-1)·D'/n values), then 1 bit + one scale a chunk
+    fp_pad = -(-d // n) * n
+    unit = n * (n * 8 // __import__("math").gcd(n, 8))
+    pad = -(-d // unit) * unit
+    per_fp = 2 * (n - 1) * (fp_pad // n) * 8
+    per_c = 2 * (n - 1) * (pad // n // 8 + 8) if codec != "none" else per_fp
+    assert eng.transport.bytes_sent[0] == 4 * per_fp + 8 * per_c
+
+
+def test_allreduce_needs_complete_graph_and_no_gossip_compressor():
+    data, _ = quadratic_problem(4, 5)
+    x0 = torch.zeros(4, 5, dtype=torch.float64)
+    with pytest.raises(ConfigError, match="onebit-adam is an all-reduce method.*--topology complete"):
+        run_engine(make_algorithm("onebit-adam"), topologies.build("ring", 4), x0, data, 1)
+    with pytest.raises(ConfigError, match="--compressor none"):
+        run_engine(make_algorithm("onebit-adam"), topologies.build("complete", 4), x0, data, 1,
+                   compressor="sign")
+
+
+@pytest.mark.parametrize(("codec", "wd"), [("sign_l2", 0.0), ("sign_l1", 0.05)])
+def test_onebit_lamb_equals_reference(codec, wd):
+    from gossip.engine import Engine
+    from gossip.layout import Layout
+    from tests.reference_adaptive import QuadraticOracle, onebit_lamb
+
+    n, shapes, sizes, rounds = 4, [(2, 5), (3, 3), (4,)], [10, 9, 4], 14
+    d = sum(sizes)
+    data, grads = quadratic_problem(n, d, seed=11)
+    x0 = torch.full((n, d), 0.3, dtype=torch.float64)
+    hp = dict(eta=0.02, freeze_step=6, weight_decay=wd, codec=codec, max_coeff=3.0)
+    eng = Engine(make_algorithm("onebit-lamb", **hp), topologies.build("complete", n),
+                 lambda i: x0[i], layout=Layout(shapes), seed=1,
+                 oracles=lambda i, gen: QuadraticOracle(data, i))
+    eng.run(rounds, log_every=rounds)
+    X = torch.stack([eng.nodes[i].x for i in range(n)])
+    _close(X, onebit_lamb(x0, grads, rounds, sizes=sizes, **hp))
+    assert float((X - X[0]).abs().max()) == 0.0
+    st = eng.nodes[0].state
+    assert float(st["trust"].min()) > 0 and not torch.equal(st["last_factor"], torch.ones(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sign_l2_compressor_keeps_the_norm_and_matches_the_torch_path(dtype, monkeypatch):
+    from gossip.compress import bits, make
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2000, generator=gen, dtype=dtype)
+    c = make("sign_l2")
+    host = c.encode(x).to_bytes().clone()
+    y = c.decode(c.from_bytes(host, x))
+    torch.testing.assert_close(y.norm(), x.norm(), rtol=1e-5, atol=0)
+    assert torch.equal(torch.sign(y), torch.where(x < 0, -1.0, 1.0).to(dtype))
+    assert host.numel() == make("sign").encode(x).to_bytes().numel()
+    monkeypatch.setattr(bits, "USE_NUMPY", False)
+    assert torch.equal(c.encode(x).to_bytes(), host)
+    # not contractive: on a 10-sparse vector in R^2000 the relative error is
+    # √(2 − 2‖x‖₁/(√d‖x‖)) ≥ √(2 − 2√(10/2000)) ≈ 1.36 (ℓ1 scale: below 1)
+    sparse = torch.zeros(2000, dtype=dtype)
+    sparse[:10] = torch.randn(10, generator=gen, dtype=dtype)
+    err = lambda spec: float((make(spec).decode(make(spec).encode(sparse)) - sparse).norm()  # noqa: E731
+                             / sparse.norm())
+    assert err("sign_l2") > 1.36 and err("sign") < 1.0
+    assert torch.equal(make("sign_l1").decode(make("sign_l1").encode(x)), make("sign").decode(make("sign").encode(x)))
+    assert c.delta_for(2000) is None
+
+
+@pytest.mark.parametrize(("name", "hp", "message"), [
+    ("onebit-adam", {"codec": "topk"}, "codec = 'topk': choose sign_l2"),
+    ("onebit-adam", {"freeze_step": 0}, "freeze_step = 0: at least 1 warm-up round"),
+    ("zero-one-adam", {"var_freeze_step": 0}, "var_freeze_step = 0"),
+    ("onebit-lamb", {"min_coeff": 2.0, "max_coeff": 1.0}, "min_coeff <= max_coeff"),
+    ("signum", {"beta": 1.0}, "beta = 1.0 must be in"),
+    ("adasum", {"local": "lamb"}, "'adam' or 'sgd'"),
+])
+def test_bad_hyper_parameters_are_refused_up_front(name, hp, message):
+    with pytest.raises(ConfigError, match=message):
+        make_algorithm(name, **hp)
