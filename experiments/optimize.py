@@ -110,7 +110,8 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem) ->
     defaults = default_hparams(problem, args.estimator)
     hp = dict(base)
     accepted = set(inspect.signature(REGISTRY[name].__init__).parameters)
-    eta = args.eta if args.eta is not None else defaults["eta"] * (0.2 if name == "beer" else 1.0)
+    suggested = REGISTRY[name].suggest_hparams(problem, args.estimator).get("eta", defaults["eta"])
+    eta = args.eta if args.eta is not None else suggested * (0.2 if name == "beer" else 1.0)
     gamma_defaults = {"choco": 0.5, "deepsqueeze": 0.2, "beer": 0.4}
     for key, value in (("eta", eta), ("gamma", args.gamma), ("alpha", args.alpha),
                        ("gamma_dual", args.gamma_dual), ("rank", args.rank)):

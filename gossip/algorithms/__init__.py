@@ -15,10 +15,12 @@ from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.lead import LEAD
 from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
+from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls
-    for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER)
+    for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
+                DIGing, EXTRA, CGT)
 }
 
 

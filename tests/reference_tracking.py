@@ -1,0 +1,91 @@
+"""Matrix-form simulators (numpy, float64) of the tracking, directed, momentum and primal-dual
+methods, written line by line from their update rules; the per-node code must equal them.
+
+Conventions as in tests/reference.py: ``X`` is ``n × d`` (row i = node i), ``(M X)_i = Σ_j m_ij x_j``,
+``grad(X)`` returns all nodes' gradients, ``compress(i, v)`` compresses node i's vector, and
+``iterates[r]`` holds the models after r rounds (``iterates[0]`` = after setup).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from tests.reference import Compress, Grad, _rows
+
+Array = np.ndarray
+Trace = Callable[[int, dict], None] | None
+
+
+class Comm:
+    """The compressed stream of a matrix M: ``Q = C(Z − H (+E))``, ``Ẑ = H + Q``,
+    ``Ẑ_M = H_M + M Q``, ``H ← (1−α)H + αẐ``, ``H_M ← (1−α)H_M + αẐ_M`` (E: error feedback)."""
+
+    def __init__(self, M: Array, shape: tuple[int, int], alpha: float, compress: Compress,
+                 error_feedback: bool = False):
+        self.M, self.alpha, self.compress = M, alpha, compress
+        self.H = np.zeros(shape)
+        self.HM = np.zeros(shape)
+        self.E = np.zeros(shape) if error_feedback else None
+
+    def __call__(self, Z: Array) -> tuple[Array, Array]:
+        D = Z - self.H + (self.E if self.E is not None else 0.0)
+        Q = _rows(self.compress, D)
+        if self.E is not None:
+            self.E = D - Q
+        Z_hat, ZM_hat = self.H + Q, self.HM + self.M @ Q
+        a = self.alpha
+        self.H = (1 - a) * self.H + a * Z_hat
+        self.HM = (1 - a) * self.HM + a * ZM_hat
+        return Z_hat, ZM_hat
+
+
+def cgt(X0: Array, W: Array, grad: Grad, eta: float, gamma: float, alpha: float, T: int,
+        compress: Compress, error_feedback: bool = False, R: Array | None = None,
+        C: Array | None = None, trace: Trace = None) -> list[Array]:
+    """C-GT (R = C = W) or CPP (X pulled with row-stochastic R, Y pushed with column-stochastic C)::
+
+        X̂, X̂_R = COMM_R(X);  Ŷ, Ŷ_C = COMM_C(Y)
+        X ← X − γ(X̂ − X̂_R) − ηY;  G' = ∇F(X);  Y ← Y − γ(Ŷ − Ŷ_C) + G' − G
+
+    ``compress`` is called for all rows of the X stream, then all rows of the Y stream.
+    Trace: X, Y, G.
+    """
+    X = np.array(X0, dtype=np.float64)
+    R = W if R is None else R
+    C = W if C is None else C
+    cx = Comm(R, X.shape, alpha, compress, error_feedback)
+    cy = Comm(C, X.shape, alpha, compress, error_feedback)
+    G = grad(X)
+    Y = G.copy()
+    out = [X.copy()]
+    if trace:
+        trace(0, {"X": X, "Y": Y, "G": G})
+    for t in range(T):
+        Xh, XR = cx(X)
+        Yh, YC = cy(Y)
+        X = X - gamma * (Xh - XR) - eta * Y
+        Gn = grad(X)
+        Y = Y - gamma * (Yh - YC) + Gn - G
+        G = Gn
+        out.append(X.copy())
+        if trace:
+            trace(t + 1, {"X": X, "Y": Y, "G": G})
+    return out
+
+
+def extra(X0: Array, W: Array, grad: Grad, eta: float, T: int) -> list[Array]:
+    """EXTRA: ``X¹ = W X⁰ − η∇F(X⁰)``; ``X^{k+1} = (I+W)X^k − W̃X^{k−1} − η(∇F(X^k) − ∇F(X^{k−1}))``."""
+    n = W.shape[0]
+    Wt = (np.eye(n) + W) / 2
+    X_prev = np.array(X0, dtype=np.float64)
+    G_prev = grad(X_prev)
+    X = W @ X_prev - eta * G_prev
+    out = [X_prev.copy(), X.copy()]
+    for _ in range(T - 1):
+        G = grad(X)
+        X, X_prev = X + W @ X - Wt @ X_prev - eta * (G - G_prev), X
+        G_prev = G
+        out.append(X.copy())
+    return out[: T + 1]
