@@ -89,3 +89,41 @@ def extra(X0: Array, W: Array, grad: Grad, eta: float, T: int) -> list[Array]:
         G_prev = G
         out.append(X.copy())
     return out[: T + 1]
+
+
+def pull_matrix(C: Array) -> Array:
+    """Row-stochastic R on the support of C: ``r_ij = 1/(1 + |N_in(i)|)``."""
+    S = (C != 0).astype(np.float64)
+    np.fill_diagonal(S, 1.0)
+    return S / S.sum(axis=1, keepdims=True)
+
+
+def push_sum(X0: Array, C: Array | Callable[[int], Array], T: int, compress: Compress,
+             gamma: float = 1.0, grad: Grad | None = None, eta: float = 0.0,
+             exact: bool = False, trace: Trace = None) -> list[Array]:
+    """Push-sum with column-stochastic C (a matrix, or ``C(t)`` for round t = 1, 2, ...)::
+
+        S ← S − η∇F(S / w);  Ŝ, Ŝ_C = COMM_C(S) (α = 1; stateless when exact);
+        S ← S + γ(Ŝ_C − Ŝ);  w ← C w;  X = S / w
+
+    Trace: S, w.
+    """
+    S = np.array(X0, dtype=np.float64)
+    n = S.shape[0]
+    w = np.ones(n)
+    Ct = C if callable(C) else (lambda t: C)
+    comm = Comm(Ct(1), S.shape, 0.0 if exact else 1.0, compress)
+    out = [S.copy()]
+    if trace:
+        trace(0, {"S": S, "w": w})
+    for t in range(1, T + 1):
+        if grad is not None:
+            S = S - eta * grad(S / w[:, None])
+        comm.M = Ct(t)
+        Sh, SC = comm(S)
+        S = S + gamma * (SC - Sh)
+        w = comm.M @ w
+        out.append(S / w[:, None])
+        if trace:
+            trace(t, {"S": S, "w": w})
+    return out

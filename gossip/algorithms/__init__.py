@@ -9,6 +9,7 @@ from gossip.algorithms.beer import BEER
 from gossip.algorithms.choco import Choco
 from gossip.algorithms.dcd import DCD
 from gossip.algorithms.deepsqueeze import DeepSqueeze
+from gossip.algorithms.directed import CPP, PushSum
 from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
 from gossip.algorithms.gossip import Gossip
@@ -20,7 +21,7 @@ from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls
     for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
-                DIGing, EXTRA, CGT)
+                DIGing, EXTRA, CGT, PushSum, CPP)
 }
 
 
