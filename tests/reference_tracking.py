@@ -127,3 +127,61 @@ def push_sum(X0: Array, C: Array | Callable[[int], Array], T: int, compress: Com
         if trace:
             trace(t, {"S": S, "w": w})
     return out
+
+
+def docom(X0: Array, W: Array, grad: Grad, eta: float, gamma: float, beta: float, T: int,
+          compress: Compress, grad_pair: Callable[[Array, Array], tuple[Array, Array]] | None = None,
+          trace: Trace = None) -> list[Array]:
+    """DoCoM (full gradients unless ``grad_pair(X, X_prev)`` gives both at one sample)::
+
+        G, G_old = ∇F(X), ∇F(X_prev);  V' = G + (1−β)(V − G_old);  Y += V' − V;  V = V'
+        Y += γ(W Ĥy − Ĥy);  X_prev = X;  X = X − ηY + γ(W Ĥx − Ĥx)
+        Ĥx += C(X − Ĥx);  Ĥy += C(Y − Ĥy)       (x rows compressed first, then y rows)
+
+    Trace: X, Y, V.
+    """
+    X = np.array(X0, dtype=np.float64)
+    V = grad(X)
+    Y = V.copy()
+    X_prev = X.copy()
+    Hx, Hy = np.zeros_like(X), np.zeros_like(X)
+    out = [X.copy()]
+    if trace:
+        trace(0, {"X": X, "Y": Y, "V": V})
+    for t in range(T):
+        G, G_old = (grad(X), grad(X_prev)) if grad_pair is None else grad_pair(X, X_prev)
+        Vn = G + (1 - beta) * (V - G_old)
+        Y = Y + Vn - V
+        V = Vn
+        Y = Y + gamma * (W @ Hy - Hy)
+        X_prev = X
+        X = X - eta * Y + gamma * (W @ Hx - Hx)
+        Hx = Hx + _rows(compress, X - Hx)
+        Hy = Hy + _rows(compress, Y - Hy)
+        out.append(X.copy())
+        if trace:
+            trace(t + 1, {"X": X, "Y": Y, "V": V})
+    return out
+
+
+def motef(X0: Array, W: Array, grad: Grad, eta: float, gamma: float, lam: float, T: int,
+          compress: Compress) -> list[Array]:
+    """MoTEF (BEER tracking a momentum), with ``M⁰ = V⁰ = ∇F(X⁰)``, ``H = G = 0``::
+
+        X += γ(W − I)H − ηV;  H += C(X − H);  M' = (1−λ)M + λ∇F(X)
+        V += γ(W − I)G + M' − M;  M = M';  G += C(V − G)
+    """
+    X = np.array(X0, dtype=np.float64)
+    H, Gc = np.zeros_like(X), np.zeros_like(X)
+    V = grad(X)
+    M = V.copy()
+    out = [X.copy()]
+    for _ in range(T):
+        X = X + gamma * (W @ H - H) - eta * V
+        H = H + _rows(compress, X - H)
+        Mn = (1 - lam) * M + lam * grad(X)
+        V = V + gamma * (W @ Gc - Gc) + Mn - M
+        M = Mn
+        Gc = Gc + _rows(compress, V - Gc)
+        out.append(X.copy())
+    return out

@@ -14,6 +14,7 @@ from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.lead import LEAD
+from gossip.algorithms.momentum import DoCoM, MoTEF
 from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
 from gossip.algorithms.tracking import CGT, EXTRA, DIGing
@@ -21,7 +22,7 @@ from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls
     for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
-                DIGing, EXTRA, CGT, PushSum, CPP)
+                DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF)
 }
 
 

@@ -54,6 +54,9 @@ class BEER(Algorithm):
         # the tracker's stream gets its own compressor (stateful ones keep one state per stream)
         st["tracker_compressor"] = make(node.compressor.spec, layout=_layout_of(node))
 
+    def estimate(self, node: Node, grad: torch.Tensor, prev: torch.Tensor) -> None:
+        """Turn the fresh gradient into the tracked quantity, in place (BEER: the gradient)."""
+
     def step(self, node: Node) -> RoundGenerator:
         x, st, gamma = node.x, node.state, self.gamma
         h, sh, g, sg, v = st["h"], st["sh"], st["g"], st["sg"], st["v"]
@@ -61,7 +64,7 @@ class BEER(Algorithm):
         ch, cg = node.compressor, st["tracker_compressor"]
         x.add_(torch.sub(sh, h, out=dx), alpha=gamma).sub_(v, alpha=self.eta)
         qh = ch.encode(torch.sub(x, h, out=dx), node.generator)
-        node.oracle.grad(x, gn)
+        self.estimate(node, node.oracle.grad(x, gn), gp)
         v.add_(torch.sub(sg, g, out=dv), alpha=gamma).add_(gn).sub_(gp)
         gp.copy_(gn)
         qg = cg.encode(torch.sub(v, g, out=dv), node.generator)
