@@ -185,3 +185,33 @@ def motef(X0: Array, W: Array, grad: Grad, eta: float, gamma: float, lam: float,
         Gc = Gc + _rows(compress, V - Gc)
         out.append(X.copy())
     return out
+
+
+def cecl(X0: Array, W: Array, grad: Grad, eta: float, K: int, rho: float, theta: float, T: int,
+         compress: Compress, weight_decay: float = 0.0) -> list[Array]:
+    """C-ECL, edge by edge (the neighbors of i are the j with ``W[i, j] != 0``)::
+
+        α_i = 1/(η(K/ρ − 1)|N_i|);  x_i ← (x_i/η − ∇f_i(x_i) − λx_i + α_i Σ_j A_ij z_ij) / (1/η + α_i|N_i|)
+        every K-th round:  z_ij ← z_ij + θ C(y_ji − z_ij),  y_ji = z_ji − 2A_ji x_j
+
+    ``A_ij = 1`` if i < j else −1; the message from j is compressed by ``compress(j, ·)``.
+    """
+    X = np.array(X0, dtype=np.float64)
+    n = X.shape[0]
+    nbrs = [[j for j in range(n) if j != i and W[i, j] != 0] for i in range(n)]
+    Z = {(i, j): np.zeros(X.shape[1]) for i in range(n) for j in nbrs[i]}
+    out = [X.copy()]
+    for t in range(1, T + 1):
+        G = grad(X)
+        Xn = np.empty_like(X)
+        for i in range(n):
+            deg = len(nbrs[i])
+            a = 1.0 / (eta * (K / rho - 1.0) * deg)
+            dual = sum((1.0 if i < j else -1.0) * Z[(i, j)] for j in nbrs[i])
+            Xn[i] = (X[i] / eta - G[i] - weight_decay * X[i] + a * dual) / (1.0 / eta + a * deg)
+        X = Xn
+        if t % K == 0:
+            Y = {(j, i): Z[(j, i)] - 2.0 * (1.0 if j < i else -1.0) * X[j] for (i, j) in Z}
+            Z = {(i, j): Z[(i, j)] + theta * compress(j, Y[(j, i)] - Z[(i, j)]) for (i, j) in Z}
+        out.append(X.copy())
+    return out

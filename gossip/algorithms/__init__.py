@@ -12,6 +12,7 @@ from gossip.algorithms.deepsqueeze import DeepSqueeze
 from gossip.algorithms.directed import CPP, PushSum
 from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
+from gossip.algorithms.ecl import CECL
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.lead import LEAD
 from gossip.algorithms.momentum import DoCoM, MoTEF
@@ -22,7 +23,7 @@ from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls
     for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
-                DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF)
+                DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF, CECL)
 }
 
 
