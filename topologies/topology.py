@@ -35,6 +35,7 @@ class NodeView:
     in_weights: tuple[float, ...]  # W[node, j], aligned with in_neighbors
     out_neighbors: tuple[int, ...]  # sorted j != node with W[j, node] != 0: it sends to them
     self_weight: float  # W[node, node]
+    out_weights: tuple[float, ...] = ()  # W[j, node], aligned with out_neighbors
 
     @property
     def neighbors(self) -> tuple[int, ...]:
@@ -161,13 +162,14 @@ class Topology:
         mask = idx != i
         self_weight = float(vals[~mask].sum())
         olo, ohi = cols.indptr[i], cols.indptr[i + 1]
-        out_idx = cols.indices[olo:ohi]
+        out_idx, out_vals = cols.indices[olo:ohi], cols.data[olo:ohi]
         view = NodeView(
             node=i,
             in_neighbors=tuple(int(j) for j in idx[mask]),
             in_weights=tuple(float(w) for w in vals[mask]),
             out_neighbors=tuple(int(j) for j in out_idx[out_idx != i]),
             self_weight=self_weight,
+            out_weights=tuple(float(w) for w in out_vals[out_idx != i]),
         )
         self._views[i] = view
         return view

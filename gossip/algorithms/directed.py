@@ -129,6 +129,7 @@ class CPP(CGT):
 
     name = "cpp"
     needs = ("column", "double")
+    arc_copies = False
 
     def validate(self, topology: Any, compressor: Any) -> None:
         check_column_stochastic(self.name, topology)

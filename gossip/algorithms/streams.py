@@ -147,3 +147,80 @@ def pull_weights(node: Node) -> Weights:
     def m(j: int) -> float:
         return 1.0 / (1.0 + len(node.view.in_neighbors))
     return m
+
+
+class ArcStream:
+    """Compressed gossip on graphs that change every round: one public copy per arc.
+
+    Node i keeps, for every out-neighbor j it has ever sent to, the copy ``o_ij`` of its value
+    that j holds, and for every in-neighbor j the copy ``c_ji`` of j's value (copies are created
+    at zero the first time an arc is used; on a one-peer exponential graph there are ⌈log₂ n⌉
+    of each). In a round with weights ``W(t)``::
+
+        q_ij = C(z_i − o_ij) to each current out-neighbor j;   o_ij += q_ij;   c_ji += q_ji
+        D_i = Σ_{j ∈ N_in(i)} w_ij c_ji − Σ_{j ∈ N_out(i)} w_ji o_ij
+
+    ``D`` is the compressed ``(W(t) − I) z`` (exactly that with the identity compressor and a
+    doubly stochastic W(t)), and ``Σ_i D_i = 0`` exactly, whatever the compressor: each arc's
+    copy enters once with + at the receiver and once with − at the sender. So averages (or
+    trackers) are preserved on time-varying graphs, where a single shared copy per node could
+    not be kept up to date.
+    """
+
+    def __init__(self, node: Node, *, fresh_compressor: bool = False):
+        self.node = node
+        self.compressor = (make(node.compressor.spec, layout=getattr(node.compressor, "layout", None))
+                           if fresh_compressor else node.compressor)
+        self.out: dict[int, torch.Tensor] = {}
+        self.inc: dict[int, torch.Tensor] = {}
+        self.diff = torch.empty_like(node.x)
+        self.mix = torch.empty_like(node.x)
+        self._q: dict[int, Any] = {}
+
+    def _copy(self, table: dict[int, torch.Tensor], j: int) -> torch.Tensor:
+        if j not in table:
+            table[j] = torch.zeros_like(self.node.x)
+        return table[j]
+
+    def encode(self, z: torch.Tensor) -> dict[int, torch.Tensor]:
+        """``{j: bytes of C(z − o_ij)}`` for the current out-neighbors."""
+        self._q = {}
+        out = {}
+        for j in self.node.view.out_neighbors:
+            d = torch.sub(z, self._copy(self.out, j), out=self.diff)
+            self._q[j] = self.compressor.encode(d, self.node.generator)
+            out[j] = self._q[j].to_bytes()
+        return out
+
+    def capacity(self) -> int:
+        return self.compressor.max_nbytes(self.node.x)
+
+    def laplacian(self, inbox: Inbox) -> torch.Tensor:
+        """Update the copies with this round's messages and return ``D_i`` (a buffer)."""
+        comp, view, mix = self.compressor, self.node.view, self.mix.zero_()
+        for j, w in zip(view.out_neighbors, view.out_weights):
+            o = self._copy(self.out, j)
+            comp.decode_add_(o, self._q[j], 1.0)
+            mix.sub_(o, alpha=w)
+        for j in sorted(inbox):
+            c = self._copy(self.inc, j)
+            comp.decode_add_(c, comp.from_bytes(inbox[j], c), 1.0)
+            mix.add_(c, alpha=self.node.weight(j))
+        return mix
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"out": dict(self.out), "inc": dict(self.inc)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in ("out", "inc"):
+            table = getattr(self, name)
+            for j, v in state[name].items():
+                self._copy(table, int(j)).copy_(v)
+
+
+def send_arc_streams(streams: Sequence[ArcStream], values: Sequence[torch.Tensor]) -> Exchange:
+    """One exchange with a packed message per out-neighbor (one part per arc stream)."""
+    per_stream = [s.encode(v) for s, v in zip(streams, values)]
+    caps = [s.capacity() for s in streams]
+    send = {j: pack([msgs[j] for msgs in per_stream]) for j in per_stream[0]}
+    return Exchange(send, packed_capacity(caps))

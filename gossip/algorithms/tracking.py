@@ -12,7 +12,14 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range
-from gossip.algorithms.streams import Stream, Weights, send_streams, split_inbox
+from gossip.algorithms.streams import (
+    ArcStream,
+    Stream,
+    Weights,
+    send_arc_streams,
+    send_streams,
+    split_inbox,
+)
 
 
 def tracking_eta(problem: Any, estimator: str, scale: float) -> dict[str, float]:
@@ -69,8 +76,10 @@ class CGT(Algorithm):
     trains = True
     needs_oracle = True
     symmetric = False
+    static_topology = False
     tunable = ("gamma",)
-    stream_count = 2
+    arc_copies = True
+    _arcs = False
     needs: tuple[str, ...] = ("double",)
     eta_scale = 0.2
 
@@ -104,11 +113,15 @@ class CGT(Algorithm):
         default = compression_defaults(compressor)
         self.gamma = default if self.gamma is None else self.gamma
         self.alpha = default if self.alpha is None else self.alpha
-        if getattr(topology, "time_varying", False) and self.alpha > 0:
+        self._arcs = bool(getattr(topology, "time_varying", False)) and self.alpha > 0
+        if self._arcs and not self.arc_copies:
             raise ConfigError(
-                f"{self.name} with alpha = {self.alpha} keeps copies mixed with a fixed W, but "
-                f"'{topology.name}' changes every round; use a static graph (or alpha = 0)"
+                f"{self.name} keeps copies mixed with a fixed matrix, but '{topology.name}' "
+                "changes every round; use a static graph, or c-gt (per-arc copies)"
             )
+        if self._arcs and self.error_feedback:
+            raise ConfigError(f"{self.name} on a time-varying graph ('{topology.name}') has no "
+                              "error-feedback form; drop --error-feedback or use a static graph")
 
     def weights_x(self, node: Node) -> Weights | None:
         """Mixing weights of the model stream (None: the topology's w_ij)."""
@@ -121,9 +134,13 @@ class CGT(Algorithm):
     def setup(self, node: Node) -> None:
         x, st = node.x, node.state
         ef = self.error_feedback
-        st["sx"] = Stream(node, alpha=self.alpha, weights=self.weights_x(node), error_feedback=ef)
-        st["sy"] = Stream(node, alpha=self.alpha, weights=self.weights_y(node), error_feedback=ef,
-                          fresh_compressor=True)
+        if self._arcs:
+            st["sx"] = ArcStream(node)
+            st["sy"] = ArcStream(node, fresh_compressor=True)
+        else:
+            st["sx"] = Stream(node, alpha=self.alpha, weights=self.weights_x(node), error_feedback=ef)
+            st["sy"] = Stream(node, alpha=self.alpha, weights=self.weights_y(node), error_feedback=ef,
+                              fresh_compressor=True)
         st["g"] = node.oracle.grad(x, torch.empty_like(x))
         st["y"] = st["g"].clone()
         st["g_new"] = torch.empty_like(x)
@@ -131,13 +148,19 @@ class CGT(Algorithm):
     def step(self, node: Node) -> RoundGenerator:
         x, st, gamma = node.x, node.state, self.gamma
         sx, sy, y, g, g_new = st["sx"], st["sy"], st["y"], st["g"], st["g_new"]
-        inbox = yield send_streams([sx, sy], [x, y])
-        in_x, in_y = split_inbox(inbox, [sx, sy])
-        x_hat, x_mix = sx.receive(in_x)
-        y_hat, y_mix = sy.receive(in_y)
-        x.sub_(x_hat.sub_(x_mix), alpha=gamma).sub_(y, alpha=self.eta)
+        if self._arcs:
+            inbox = yield send_arc_streams([sx, sy], [x, y])
+            in_x, in_y = split_inbox(inbox, [sx, sy])
+            dx, dy = sx.laplacian(in_x), sy.laplacian(in_y)  # compressed (W(t) − I)x, (W(t) − I)y
+        else:
+            inbox = yield send_streams([sx, sy], [x, y])
+            in_x, in_y = split_inbox(inbox, [sx, sy])
+            x_hat, x_mix = sx.receive(in_x)
+            y_hat, y_mix = sy.receive(in_y)
+            dx, dy = x_mix.sub_(x_hat), y_mix.sub_(y_hat)
+        x.add_(dx, alpha=gamma).sub_(y, alpha=self.eta)
         node.oracle.grad(x, g_new)
-        y.sub_(y_hat.sub_(y_mix), alpha=gamma).add_(g_new).sub_(g)
+        y.add_(dy, alpha=gamma).add_(g_new).sub_(g)
         g.copy_(g_new)
 
 
