@@ -19,21 +19,16 @@ Trace = Callable[[int, dict], None] | None
 
 
 class Comm:
-    """The compressed stream of a matrix M: ``Q = C(Z − H (+E))``, ``Ẑ = H + Q``,
-    ``Ẑ_M = H_M + M Q``, ``H ← (1−α)H + αẐ``, ``H_M ← (1−α)H_M + αẐ_M`` (E: error feedback)."""
+    """The compressed stream of a matrix M: ``Q = C(Z − H)``, ``Ẑ = H + Q``,
+    ``Ẑ_M = H_M + M Q``, ``H ← (1−α)H + αẐ``, ``H_M ← (1−α)H_M + αẐ_M``."""
 
-    def __init__(self, M: Array, shape: tuple[int, int], alpha: float, compress: Compress,
-                 error_feedback: bool = False):
+    def __init__(self, M: Array, shape: tuple[int, int], alpha: float, compress: Compress):
         self.M, self.alpha, self.compress = M, alpha, compress
         self.H = np.zeros(shape)
         self.HM = np.zeros(shape)
-        self.E = np.zeros(shape) if error_feedback else None
 
     def __call__(self, Z: Array) -> tuple[Array, Array]:
-        D = Z - self.H + (self.E if self.E is not None else 0.0)
-        Q = _rows(self.compress, D)
-        if self.E is not None:
-            self.E = D - Q
+        Q = _rows(self.compress, Z - self.H)
         Z_hat, ZM_hat = self.H + Q, self.HM + self.M @ Q
         a = self.alpha
         self.H = (1 - a) * self.H + a * Z_hat
@@ -42,7 +37,7 @@ class Comm:
 
 
 def cgt(X0: Array, W: Array, grad: Grad, eta: float, gamma: float, alpha: float, T: int,
-        compress: Compress, error_feedback: bool = False, R: Array | None = None,
+        compress: Compress, R: Array | None = None,
         C: Array | None = None, trace: Trace = None) -> list[Array]:
     """C-GT (R = C = W) or CPP (X pulled with row-stochastic R, Y pushed with column-stochastic C)::
 
@@ -55,8 +50,8 @@ def cgt(X0: Array, W: Array, grad: Grad, eta: float, gamma: float, alpha: float,
     X = np.array(X0, dtype=np.float64)
     R = W if R is None else R
     C = W if C is None else C
-    cx = Comm(R, X.shape, alpha, compress, error_feedback)
-    cy = Comm(C, X.shape, alpha, compress, error_feedback)
+    cx = Comm(R, X.shape, alpha, compress)
+    cy = Comm(C, X.shape, alpha, compress)
     G = grad(X)
     Y = G.copy()
     out = [X.copy()]

@@ -15,9 +15,11 @@ With the identity compressor ``ẑ = z`` and ``ẑm = M z`` for any α.
 ``α = 0`` keeps no state: ``q = C(z)`` and ``ẑm = M ẑ`` come from this round's messages only,
 which is what a time-varying graph (a different M every round) allows.
 
-With ``error_feedback=True`` the part of ``z − h`` the compressor dropped is remembered in
-``e_i`` and added before the next compression (``q = C(z − h + e)``, ``e ← z − h + e − q``),
-so errors telescope over rounds instead of accumulating; meant for biased compressors.
+``α = 1`` is error feedback in its EF21 form: the copy moves by exactly what was sent, so what
+the compressor dropped stays in ``z − h`` and goes out in later messages (the form for biased,
+contractive compressors such as top-k). ``α < 1`` damps the copy (DIANA-style, for unbiased
+compressors of large variance). An extra additive error memory would count the dropped part
+twice (it is already in ``z − h``); measured, it diverged where these forms converge.
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ class Stream:
             up every round, so they follow the node's current view.
         fresh_compressor: build a second compressor instance from the node's spec (stateful
             compressors keep one state per stream of messages).
-        error_feedback: remember what the compressor dropped and send it later.
     """
 
     def __init__(
@@ -55,7 +56,6 @@ class Stream:
         alpha: float,
         weights: Weights | None = None,
         fresh_compressor: bool = False,
-        error_feedback: bool = False,
     ):
         x = node.x
         self.node = node
@@ -65,23 +65,17 @@ class Stream:
                            if fresh_compressor else node.compressor)
         self.h = torch.zeros_like(x) if self.alpha > 0 else None
         self.hm = torch.zeros_like(x) if self.alpha > 0 else None
-        self.e = torch.zeros_like(x) if error_feedback else None
         self.diff = torch.empty_like(x)
         self.z_hat = torch.empty_like(x)
         self.zm_hat = torch.empty_like(x)
         self._q: Any = None
 
     def encode(self, z: torch.Tensor) -> torch.Tensor:
-        """Compress ``z − h (+ e)``; returns the message bytes (kept for :meth:`receive`)."""
+        """Compress ``z − h``; returns the message bytes (kept for :meth:`receive`)."""
         d = self.diff.copy_(z)
         if self.h is not None:
             d.sub_(self.h)
-        if self.e is not None:
-            d.add_(self.e)
         self._q = self.compressor.encode(d, self.node.generator)
-        if self.e is not None:  # e = d − C(d)
-            self.e.copy_(d)
-            self.compressor.decode_add_(self.e, self._q, -1.0)
         return self._q.to_bytes()
 
     def capacity(self) -> int:
@@ -111,16 +105,16 @@ class Stream:
             self.hm.mul_(1.0 - a).add_(zm_hat, alpha=a)
         return z_hat, zm_hat
 
-    # checkpoints: the copies, the error memory and the compressor's own state
+    # checkpoints: the copies and the compressor's own state
     def state_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: getattr(self, k) for k in ("h", "hm", "e") if getattr(self, k) is not None}
+        out: dict[str, Any] = {k: getattr(self, k) for k in ("h", "hm") if getattr(self, k) is not None}
         comp_state = getattr(self.compressor, "state_dict", None)
         if comp_state is not None and self.compressor is not self.node.compressor:
             out["compressor"] = comp_state()
         return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        for k in ("h", "hm", "e"):
+        for k in ("h", "hm"):
             if k in state:
                 getattr(self, k).copy_(state[k])
         if "compressor" in state:
@@ -164,7 +158,7 @@ class ArcStream:
     doubly stochastic W(t)), and ``Σ_i D_i = 0`` exactly, whatever the compressor: each arc's
     copy enters once with + at the receiver and once with − at the sender. So averages (or
     trackers) are preserved on time-varying graphs, where a single shared copy per node could
-    not be kept up to date.
+    not be kept up to date. Copies move by the whole message (EF21-style error feedback).
     """
 
     def __init__(self, node: Node, *, fresh_compressor: bool = False):

@@ -68,8 +68,9 @@ class CGT(Algorithm):
             0.2 biased).
         alpha: how far the public copies follow the reconstructed values, α ∈ [0, 1] (default
             as gamma). 0 sends each vector compressed with no memory.
-        error_feedback: add the part of each difference the compressor dropped to the next
-            message (EF form for biased compressors such as top-k).
+        error_feedback: the error-feedback form for biased compressors such as top-k: the
+            copies move by the whole message (α = 1, EF21-style), so what the compressor drops
+            stays in ``x − h`` and is sent later. Cannot be combined with another alpha.
     """
 
     name = "c-gt"
@@ -90,9 +91,12 @@ class CGT(Algorithm):
             check_range("gamma", gamma, 0.0, 1.0, "The consensus step; 0.2-0.5 with compression.")
         if alpha is not None and not 0.0 <= alpha <= 1.0:
             raise ConfigError(f"alpha = {alpha} is outside [0, 1]; 0.5 for quantizers, 0.2 for top-k.")
+        if error_feedback and alpha not in (None, 1.0):
+            raise ConfigError(f"error_feedback moves the copies by the whole message (alpha = 1); "
+                              f"got alpha = {alpha}: drop one of the two")
         self.eta = eta
         self.gamma = gamma
-        self.alpha = alpha
+        self.alpha = 1.0 if error_feedback else alpha
         self.error_feedback = bool(error_feedback)
 
     @classmethod
@@ -119,9 +123,6 @@ class CGT(Algorithm):
                 f"{self.name} keeps copies mixed with a fixed matrix, but '{topology.name}' "
                 "changes every round; use a static graph, or c-gt (per-arc copies)"
             )
-        if self._arcs and self.error_feedback:
-            raise ConfigError(f"{self.name} on a time-varying graph ('{topology.name}') has no "
-                              "error-feedback form; drop --error-feedback or use a static graph")
 
     def weights_x(self, node: Node) -> Weights | None:
         """Mixing weights of the model stream (None: the topology's w_ij)."""
@@ -133,14 +134,12 @@ class CGT(Algorithm):
 
     def setup(self, node: Node) -> None:
         x, st = node.x, node.state
-        ef = self.error_feedback
         if self._arcs:
             st["sx"] = ArcStream(node)
             st["sy"] = ArcStream(node, fresh_compressor=True)
         else:
-            st["sx"] = Stream(node, alpha=self.alpha, weights=self.weights_x(node), error_feedback=ef)
-            st["sy"] = Stream(node, alpha=self.alpha, weights=self.weights_y(node), error_feedback=ef,
-                              fresh_compressor=True)
+            st["sx"] = Stream(node, alpha=self.alpha, weights=self.weights_x(node))
+            st["sy"] = Stream(node, alpha=self.alpha, weights=self.weights_y(node), fresh_compressor=True)
         st["g"] = node.oracle.grad(x, torch.empty_like(x))
         st["y"] = st["g"].clone()
         st["g_new"] = torch.empty_like(x)
