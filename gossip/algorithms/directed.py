@@ -9,11 +9,12 @@ with C.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range
+from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range, scheduled
 from gossip.algorithms.streams import Stream, Weights, pull_weights, send_streams, split_inbox
 from gossip.algorithms.tracking import CGT, stochastic_kind
 
@@ -51,7 +52,9 @@ class PushSum(Algorithm):
     A constant η reaches a neighborhood of the optimum (a decaying one: the optimum).
 
     Args:
-        eta: gradient step (default 0.05; ignored in consensus).
+        eta: gradient step, a number or a schedule ``eta(t)`` of the 0-based round (e.g.
+            ``lambda t: a / (t + 1) ** 0.5`` to reach the optimum); default 0.05, unused in
+            consensus.
         gamma: consensus step γ ∈ (0, 1] (default 1; lower it for coarse quantizers).
     """
 
@@ -61,7 +64,7 @@ class PushSum(Algorithm):
     static_topology = False
     tunable = ("gamma",)
 
-    def __init__(self, eta: float = 0.05, gamma: float = 1.0):
+    def __init__(self, eta: float | Callable[[int], float] = 0.05, gamma: float = 1.0):
         check_range("eta", eta, 0.0, float("inf"), "Try 1/L with a decaying schedule.")
         check_range("gamma", gamma, 0.0, 1.0, "1 for exact push-sum; 0.2-0.5 for 1-2 bit quantizers.")
         self.eta = eta
@@ -90,7 +93,7 @@ class PushSum(Algorithm):
         st = node.state
         s, ss, w = st["s"], st["ss"], st["w"]
         if node.oracle is not None:
-            s.sub_(node.oracle.grad(node.x, st["grad"]), alpha=self.eta)
+            s.sub_(node.oracle.grad(node.x, st["grad"]), alpha=scheduled(self.eta, node.round - 1))
         inbox = yield send_streams([ss], [s], extra=[w.view(torch.uint8)])
         in_s, in_w = split_inbox(inbox, [ss], extra=[_W_BYTES])
         s_hat, s_mix = ss.receive(in_s)
