@@ -35,3 +35,12 @@ def test_cpp_quantized_converges_and_topk_diverges_on_a_directed_graph():
     final, rounds, _, _, status = rows["cpp@lead:2"]
     assert status == "ok" and float(final) < 1e-12 and int(rounds) < 600
     assert rows["cpp@topk:0.2"][4].startswith("diverged at round")
+
+
+def test_train_script_runs_a_compressed_tracking_method():
+    res = run_py(["experiments/train.py", "--nodes", "4", "--algorithm", "docom", "--compressor",
+                  "lead:4", "--epochs", "6", "--lr", "0.1", "--partition", "sorted"])
+    assert res.returncode == 0, res.stderr
+    row = [c.strip() for c in res.stdout.splitlines()[-1].strip("|").split("|")]
+    assert row[0] == "docom lead:4" and row[-1] == "ok"
+    assert float(row[4].rstrip("%")) > 50.0  # test accuracy, chance is 10 %

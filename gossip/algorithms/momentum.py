@@ -32,7 +32,9 @@ class DoCoM(Algorithm):
     Setup: ``v_i = y_i = ∇f_i(x_i⁰)``, copies zero; the first round moves x only. The mean of
     ``y`` equals the mean of ``v`` at every round. With full gradients ``v = ∇f`` exactly and
     this is CHOCO-compressed gradient tracking. With a sampled oracle (``--estimator sgd``) both
-    gradients use one mini-batch; other oracles that cannot evaluate a sample twice are refused.
+    gradients use one mini-batch; the table-based estimators (``lsvrg``, ``saga``) are refused.
+    Model-training oracles draw their own batches and cannot evaluate one twice: there the
+    previous gradient stands in for ``g_old`` and ``v`` is the plain stochastic gradient.
 
     Args:
         eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).

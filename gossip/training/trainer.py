@@ -61,7 +61,8 @@ from gossip.training.seeds import data_seed, derive, partition_seed
 
 LOCAL_STEP_ALGORITHMS = frozenset({"dpsgd", "choco", "deepsqueeze", "powergossip"})
 """Algorithms that take the local step through the node's optimizer (``apply_step``)."""
-GRADIENT_ALGORITHMS = frozenset({"lead", "beer", "dcd", "ecd"})
+GRADIENT_ALGORITHMS = frozenset({"lead", "beer", "dcd", "ecd", "c-gt", "diging", "push-sum", "docom",
+                                 "motef", "c-ecl"})
 """Algorithms that use the plain gradient with their own step size ``eta``."""
 TRAINABLE = LOCAL_STEP_ALGORITHMS | GRADIENT_ALGORITHMS
 
