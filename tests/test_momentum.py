@@ -85,7 +85,7 @@ def test_motef_equals_matrix_form_and_lam_one_is_beer(spec, rounds):
     assert_same(ours, ref.beer(X0(), W, full_grad(PROBLEM), eta, 0.4, rounds, row_compressor(spec)))
 
 
-@pytest.mark.parametrize(("name", "spec", "rounds"), [("docom", "lead:2", 700), ("motef", "lead:2", 900)])
+@pytest.mark.parametrize(("name", "spec", "rounds"), [("docom", "lead:2", 450), ("motef", "lead:2", 450)])
 def test_full_gradient_runs_reach_the_exact_optimum(name, spec, rounds):
     from tests.test_tracking import HETERO, distance
 
@@ -95,7 +95,7 @@ def test_full_gradient_runs_reach_the_exact_optimum(name, spec, rounds):
                  compressor=spec, oracles=lambda i, gen: HETERO.oracle(i, gen), seed=1)
     for _ in range(rounds):
         eng.step()
-    assert distance(eng, HETERO) < 1e-10
+    assert distance(eng, HETERO) < 1e-9
 
 
 def test_configuration_errors():
