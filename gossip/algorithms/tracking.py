@@ -62,6 +62,11 @@ class CGT(Algorithm):
     With the identity compressor and γ = 1 this is DIGing, ``x ← W x − η y``,
     ``y ← W y + Δg``.
 
+    On a time-varying graph (one-peer exponential, matchings) the copies cannot be mixed with a
+    fixed W; each node then keeps one copy per arc (:class:`~gossip.algorithms.streams.ArcStream`)
+    and ``x̂_w − x̂`` becomes ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``, whose sum over nodes is zero
+    for any compressor, so ``Σ y = Σ g`` still holds. One message per current out-neighbor.
+
     Args:
         eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
         gamma: consensus step γ ∈ (0, 1] (default by compressor: 1 uncompressed, 0.5 unbiased,
