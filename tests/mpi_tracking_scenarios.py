@@ -29,6 +29,7 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     "extra": ("extra", {}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
     "push-sum-lead2": ("push-sum", {"gamma": 0.5}, "lead:2", "directed-random:p=0.2", "push", "full"),
     "push-sum-onepeer": ("push-sum", {}, "none", "one-peer-exponential", "metropolis", "full"),
+    "push-sum-onepeer-q": ("push-sum", {}, "lead:2", "one-peer-exponential", "metropolis", "full"),
     "cpp-lead2": ("cpp", {}, "lead:2", "directed-random:p=0.2", "push", "full"),
     "docom-sgd": ("docom", {"beta": 0.3}, "sign", "ring", "metropolis", "sgd"),
     "motef-topk": ("motef", {}, "topk:0.25", "ring", "metropolis", "sgd"),

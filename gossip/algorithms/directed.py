@@ -15,7 +15,15 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range, scheduled
-from gossip.algorithms.streams import Stream, Weights, pull_weights, send_streams, split_inbox
+from gossip.algorithms.streams import (
+    ArcStream,
+    Stream,
+    Weights,
+    pull_weights,
+    send_arc_streams,
+    send_streams,
+    split_inbox,
+)
 from gossip.algorithms.tracking import CGT, stochastic_kind
 
 _W_BYTES = 8  # the push-sum weight travels as one float64
@@ -46,9 +54,11 @@ class PushSum(Algorithm):
 
     ``Σ_i s_i`` changes only by the gradient steps and ``Σ_i w_i = n`` at all times, so in
     consensus every ``x_i`` tends to the average of ``x⁰``. With ``--compressor none`` the copies
-    are not needed (``ŝ = s``) and this is exact push-sum / SGP, which keeps no per-neighbor
-    state and so also runs on time-varying directed graphs (one-peer exponential). With a
-    compressor, the public copies ``ŝ_j`` live on both ends of each arc (static graphs only).
+    are not needed (``ŝ = s``) and this is exact push-sum / SGP. With a compressor on a static
+    graph, each node's public copy ``ŝ_i`` is kept by its out-neighbors; on a time-varying graph
+    (one-peer exponential) each node keeps one copy per arc instead
+    (:class:`~gossip.algorithms.streams.ArcStream`: ``Σ_j c_ij ŝ_j − ŝ_i`` becomes
+    ``Σ_in c_ij c_ji − Σ_out c_ji o_ij``, whose sum over nodes is zero, so mass is conserved).
     A constant η reaches a neighborhood of the optimum (a decaying one: the optimum).
 
     Args:
@@ -70,20 +80,17 @@ class PushSum(Algorithm):
         self.eta = eta
         self.gamma = gamma
 
+    _arcs = False
+
     def validate(self, topology: Any, compressor: Any) -> None:
         check_column_stochastic(self.name, topology)
-        if getattr(topology, "time_varying", False) and compressor.spec != "none":
-            raise ConfigError(
-                f"quantized push-sum keeps public copies on both ends of each arc, but "
-                f"'{topology.name}' changes every round; use --compressor none (exact push-sum) "
-                "or a static directed graph"
-            )
+        self._arcs = bool(getattr(topology, "time_varying", False)) and compressor.spec != "none"
 
     def setup(self, node: Node) -> None:
         st = node.state
         alpha = 0.0 if node.compressor.spec == "none" else 1.0
         st["s"] = node.x.clone()
-        st["ss"] = Stream(node, alpha=alpha)
+        st["ss"] = ArcStream(node) if self._arcs else Stream(node, alpha=alpha)
         st["w"] = torch.ones(1, dtype=torch.float64)
         st["w_in"] = torch.empty(1, dtype=torch.float64)
         if node.oracle is not None:
@@ -94,10 +101,15 @@ class PushSum(Algorithm):
         s, ss, w = st["s"], st["ss"], st["w"]
         if node.oracle is not None:
             s.sub_(node.oracle.grad(node.x, st["grad"]), alpha=scheduled(self.eta, node.round - 1))
-        inbox = yield send_streams([ss], [s], extra=[w.view(torch.uint8)])
-        in_s, in_w = split_inbox(inbox, [ss], extra=[_W_BYTES])
-        s_hat, s_mix = ss.receive(in_s)
-        s.add_(s_mix.sub_(s_hat), alpha=self.gamma)
+        if self._arcs:
+            inbox = yield send_arc_streams([ss], [s], extra=[w.view(torch.uint8)])
+            in_s, in_w = split_inbox(inbox, [ss], extra=[_W_BYTES])
+            s.add_(ss.laplacian(in_s), alpha=self.gamma)
+        else:
+            inbox = yield send_streams([ss], [s], extra=[w.view(torch.uint8)])
+            in_s, in_w = split_inbox(inbox, [ss], extra=[_W_BYTES])
+            s_hat, s_mix = ss.receive(in_s)
+            s.add_(s_mix.sub_(s_hat), alpha=self.gamma)
         w_new, w_in = node.weight(node.id) * float(w), st["w_in"]
         for j in sorted(in_w):
             if in_w[j].numel() != _W_BYTES:

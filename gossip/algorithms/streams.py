@@ -212,9 +212,11 @@ class ArcStream:
                 self._copy(table, int(j)).copy_(v)
 
 
-def send_arc_streams(streams: Sequence[ArcStream], values: Sequence[torch.Tensor]) -> Exchange:
-    """One exchange with a packed message per out-neighbor (one part per arc stream)."""
+def send_arc_streams(streams: Sequence[ArcStream], values: Sequence[torch.Tensor],
+                     extra: Sequence[torch.Tensor] = ()) -> Exchange:
+    """One exchange with a packed message per out-neighbor (one part per arc stream, then the
+    small extra byte buffers, the same for every out-neighbor)."""
     per_stream = [s.encode(v) for s, v in zip(streams, values)]
-    caps = [s.capacity() for s in streams]
-    send = {j: pack([msgs[j] for msgs in per_stream]) for j in per_stream[0]}
+    caps = [s.capacity() for s in streams] + [p.numel() for p in extra]
+    send = {j: pack([msgs[j] for msgs in per_stream] + list(extra)) for j in per_stream[0]}
     return Exchange(send, packed_capacity(caps))
