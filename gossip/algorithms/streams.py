@@ -1,7 +1,7 @@
 """Compressed streams: a vector whose mixed value neighbors rebuild from compressed differences.
 
 One procedure shared by the compressed tracking, push-pull, push-sum and momentum-tracking
-methods (it is LEAD's communication step, ALGORITHMS.md §4.2, with a free mixing matrix M).
+methods (LEAD's communication step, see :mod:`gossip.algorithms.lead`, with a free mixing matrix M).
 For node i, a stream of values ``z_i`` keeps a public copy ``h_i`` that every out-neighbor
 rebuilds, and its mixed copy ``hm_i = Σ_j m_ij h_j`` (j over in-neighbors and i itself)::
 
