@@ -41,7 +41,9 @@ from gossip.tuning import tune_gamma  # noqa: E402
 log = logging.getLogger("gossip.optimize")
 
 ALIASES = {"nids": ("lead", {"alpha": 1.0, "gamma_dual": 1.0}, "none"),
-           "dgd": ("dpsgd", {}, None)}
+           "dgd": ("dpsgd", {}, None),
+           "ef-c-gt": ("c-gt", {"error_feedback": True}, None),
+           "sgp": ("push-sum", {}, "none")}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -64,7 +66,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a = p.add_argument_group("algorithm")
     a.add_argument("--algorithm", default="lead",
                    help=f"{', '.join(available() + sorted(ALIASES))} (nids = lead with no "
-                        "compression, dgd = dpsgd), or module:Class")
+                        "compression, dgd = dpsgd, ef-c-gt = c-gt with error feedback, sgp = push-sum "
+                        "with no compression), or module:Class")
     a.add_argument("--compressor", default="lead:2", help=f"compressor spec: {compress_usage()}")
     a.add_argument("--compare", nargs="+", default=None, metavar="ALG[@COMPRESSOR]",
                    help="run several algorithms, e.g. lead@lead:2 nids dgd choco@lead:2 "

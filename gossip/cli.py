@@ -52,7 +52,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "JSON node-link) or module:function (default: ring)")
     g.add_argument("--weights", default="metropolis",
                    help="mixing rule: metropolis, max-degree, uniform, weights (explicit edge "
-                        "'weight' attributes) (default: metropolis)")
+                        "'weight' attributes), push / pull (column- / row-stochastic, directed "
+                        "graphs) (default: metropolis)")
     g.add_argument("--lazy", action="store_true", help="use the lazy matrix (I + W)/2")
     g.add_argument("--seed", type=int, default=0, help="run seed; same seed, same numbers (default 0)")
     g.add_argument("--dtype", choices=sorted(DTYPES), default="float32",

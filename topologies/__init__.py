@@ -11,6 +11,7 @@ Pure networkx / numpy / scipy; nothing about tensors or MPI.
 from .builders import (
     complete,
     directed_exponential,
+    directed_random,
     erdos_renyi,
     exponential,
     geometric,
@@ -78,6 +79,7 @@ __all__ = [
     "hypercube",
     "exponential",
     "directed_exponential",
+    "directed_random",
     "random_regular",
     "erdos_renyi",
     "geometric",

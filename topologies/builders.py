@@ -28,6 +28,7 @@ __all__ = [
     "hypercube",
     "exponential",
     "directed_exponential",
+    "directed_random",
     "random_regular",
     "erdos_renyi",
     "geometric",
@@ -254,6 +255,26 @@ def directed_exponential(n: int) -> nx.DiGraph:
     graph.add_nodes_from(range(n))
     for m in range(_tau(n)):
         graph.add_edges_from((i, (i + (1 << m)) % n) for i in range(n))
+    return graph
+
+
+def directed_random(n: int, p: float = 0.2, seed: int = 0) -> nx.DiGraph:
+    """Directed ring i -> i+1 (mod n) plus every other arc u -> v independently with probability p.
+
+    Strongly connected by construction; in- and out-degrees differ from node to node, so only the
+    one-way stochastic rules (``push``: column-stochastic, ``pull``: row-stochastic) or explicit
+    weights give it a mixing matrix. The test bed of push-sum and push-pull methods.
+    """
+    n = _check_n(n, "directed_random")
+    p = _check_probability(p, "directed_random", allow_zero=True)
+    seed = _check_seed(seed, "directed_random")
+    graph = nx.DiGraph(name="directed-random", layout="circular")
+    graph.add_nodes_from(range(n))
+    graph.add_edges_from((i, (i + 1) % n) for i in range(n))
+    rng = np.random.default_rng(seed)
+    draws = rng.random((n, n))
+    graph.add_edges_from((u, v) for u in range(n) for v in range(n)
+                         if u != v and v != (u + 1) % n and draws[u, v] < p)
     return graph
 
 

@@ -16,8 +16,18 @@ Rules (section 10.1), for an undirected graph with degrees d_i:
 For a DiGraph, ``uniform`` and ``metropolis`` need every node to have in-degree = out-degree = d
 (weights 1 / (d + 1): the directed exponential graph's 1 / (tau + 1)), and ``max-degree`` needs
 in-degree = out-degree at every node; ``weights`` works for any digraph but validation then checks
-that columns also sum to 1.  Self weights always come from the rule: graphs with self-loops are
-rejected.  ``lazy=True`` returns (I + W) / 2.
+that columns also sum to 1.
+
+Two rules for directed graphs of any degrees (push-sum and push-pull methods) give matrices that are
+stochastic one way only:
+
+* ``push``: column-stochastic, node j splits its value equally over itself and its out-neighbours,
+  W[i, j] = 1 / (1 + out_deg(j)) on arcs j -> i and on the diagonal;
+* ``pull``: row-stochastic, node i averages itself and its in-neighbours,
+  W[i, j] = 1 / (1 + in_deg(i)).
+
+`validate(..., stochastic="column" | "row")` checks those instead of double stochasticity.
+Self weights always come from the rule: graphs with self-loops are rejected.  ``lazy=True`` returns (I + W) / 2.
 """
 
 from __future__ import annotations
@@ -46,7 +56,9 @@ from .spectral import DENSE_MAX_N, rho
 
 __all__ = ["mixing_matrix", "validate", "check_graph", "normalize_rule", "RULES", "DENSE_MAX_N"]
 
-RULES = ("metropolis", "max-degree", "uniform", "weights")
+RULES = ("metropolis", "max-degree", "uniform", "weights", "push", "pull")
+STOCHASTIC = {"push": "column", "pull": "row"}
+"""Rules whose matrices are stochastic one way only (all others give doubly stochastic W)."""
 _ALIASES = {
     "mh": "metropolis",
     "metropolis-hastings": "metropolis",
@@ -54,6 +66,10 @@ _ALIASES = {
     "max": "max-degree",
     "explicit": "weights",
     "weight": "weights",
+    "column": "push",
+    "column-stochastic": "push",
+    "row": "pull",
+    "row-stochastic": "pull",
 }
 
 
@@ -110,8 +126,9 @@ def _regular_degree(in_deg: np.ndarray, out_deg: np.ndarray, rule: str, directed
             i = int(bad[0])
             raise WeightRuleError(
                 f"rule {rule!r} on a directed graph needs in-degree = out-degree at every node, "
-                f"but node {i} has in-degree {in_deg[i]} and out-degree {out_deg[i]}; give "
-                "explicit 'weight' attributes (rule='weights') or use an undirected graph"
+                f"but node {i} has in-degree {in_deg[i]} and out-degree {out_deg[i]}; use "
+                "rule='push' (column-stochastic, for push-sum methods) or 'pull' (row-stochastic), "
+                "explicit 'weight' attributes (rule='weights'), or an undirected graph"
             )
     if in_deg.min() != in_deg.max():
         i, j = int(in_deg.argmin()), int(in_deg.argmax())
@@ -161,6 +178,14 @@ def mixing_matrix(
     if not directed:
         in_deg = out_deg = in_deg + out_deg
 
+    if rule in STOCHASTIC:
+        if not directed:  # every edge is two arcs
+            u, v = np.concatenate([u, v]), np.concatenate([v, u])
+            directed = True
+        deg = out_deg[u] if rule == "push" else in_deg[v]
+        w = 1.0 / (1.0 + deg)
+        self_w = 1.0 / (1.0 + (out_deg if rule == "push" else in_deg))
+        return _assemble(n, v, u, w, self_w, lazy, sparse, dense_max_n)
     if rule == "weights":
         w = _explicit_weights(graph, u, v)
     elif rule == "max-degree":
@@ -184,6 +209,11 @@ def mixing_matrix(
             f"negative self weight {self_w[i]:.6g}; scale node {i}'s weights so they sum to <= 1"
         )
     self_w = np.maximum(self_w, 0.0) if rule == "weights" else self_w
+    return _assemble(n, rows, cols, vals, self_w, lazy, sparse, dense_max_n)
+
+
+def _assemble(n, rows, cols, vals, self_w, lazy, sparse, dense_max_n):
+    """W with the given off-diagonal entries and diagonal, made lazy if asked, dense or CSR."""
     if lazy:
         vals = vals * 0.5
         self_w = 0.5 + 0.5 * self_w
@@ -245,13 +275,18 @@ def validate(
     *,
     connected: bool = True,
     atol: float = 1e-10,
+    stochastic: str = "double",
 ) -> None:
     """Check W is a valid mixing matrix for graph; raise the specific MixingMatrixError otherwise.
 
     Checks, in order: square, size matches the graph, finite, no weight outside the graph's edges,
-    nonnegative, rows and columns sum to 1 (within atol), symmetric (if required), and, when
-    `connected` is True, that W's support is (strongly) connected with spectral gap > 0.
+    nonnegative, rows and columns sum to 1 (within atol; only columns for
+    ``stochastic="column"``, only rows for ``"row"``), symmetric (if required), and, when
+    `connected` is True, that W's support is (strongly) connected with spectral gap > 0 (for a
+    one-way stochastic W: strongly connected with a positive diagonal, so W is primitive).
     """
+    if stochastic not in ("double", "column", "row"):
+        raise TopologyError(f"stochastic must be 'double', 'column' or 'row', got {stochastic!r}")
     n = check_graph(graph)
     shape = getattr(W, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] != shape[1]:
@@ -295,16 +330,20 @@ def validate(
 
     row_sums = np.bincount(rows, weights=vals, minlength=n)
     col_sums = np.bincount(cols, weights=vals, minlength=n)
-    for sums, what in ((row_sums, "row"), (col_sums, "column")):
+    checks = [(row_sums, "row"), (col_sums, "column")]
+    if stochastic != "double":
+        checks = [c for c in checks if c[1] == stochastic]
+    for sums, what in checks:
         err = np.abs(sums - 1.0)
         if err.max() > atol:
             i = int(err.argmax())
             meaning = ("the weights node {i} mixes" if what == "row"
                        else "the weights others give to node {i}'s value").format(i=i)
+            need = ("doubly stochastic so gossip preserves the average" if stochastic == "double"
+                    else f"{stochastic}-stochastic")
             raise NotDoublyStochasticError(
-                f"{what} {i} of W sums to {sums[i]:.12g}, not 1 ({meaning}); W must be doubly "
-                "stochastic so gossip preserves the average: use topologies.mixing_matrix(graph) "
-                f"or fix node {i}'s weights"
+                f"{what} {i} of W sums to {sums[i]:.12g}, not 1 ({meaning}); W must be {need}: "
+                f"use topologies.mixing_matrix(graph) or fix node {i}'s weights"
             )
 
     if symmetric:
@@ -332,7 +371,13 @@ def validate(
         raise DisconnectedGraphError(message)
     diagonal = W.diagonal() if sp.issparse(W) else np.diag(W)
     if diagonal.min() > atol:
-        return  # connected + doubly stochastic + positive diagonal => rho < 1
+        return  # connected + stochastic + positive diagonal => primitive (rho < 1 if doubly)
+    if stochastic != "double":
+        i = int(diagonal.argmin())
+        raise NoSpectralGapError(
+            f"W[{i}, {i}] = {diagonal[i]:.6g}: a {stochastic}-stochastic W needs a positive "
+            "diagonal to be primitive (push-sum converges only then); use lazy=True"
+        )
     value = rho(W)
     if value >= 1.0 - 1e-12:
         raise NoSpectralGapError(

@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 from .errors import NotNeighborError, TopologyError
 from .io import relabel
-from .mixing import check_graph, mixing_matrix, normalize_rule, validate
+from .mixing import STOCHASTIC, check_graph, mixing_matrix, normalize_rule, validate
 from .spectral import DENSE_MAX_N, Spectrum, spectrum
 
 __all__ = ["NodeView", "Topology", "TimeVaryingTopology"]
@@ -35,6 +35,7 @@ class NodeView:
     in_weights: tuple[float, ...]  # W[node, j], aligned with in_neighbors
     out_neighbors: tuple[int, ...]  # sorted j != node with W[j, node] != 0: it sends to them
     self_weight: float  # W[node, node]
+    out_weights: tuple[float, ...] = ()  # W[j, node], aligned with out_neighbors
 
     @property
     def neighbors(self) -> tuple[int, ...]:
@@ -88,10 +89,15 @@ class Topology:
         name: str | None = None,
         require_connected: bool = True,
         sparse: bool | None = None,
+        stochastic: str | None = None,
     ) -> None:
         """Build W from `rule` when W is None (else use W, made lazy if asked); then validate.
 
-        `symmetric=None` requires a symmetric W exactly when the graph is undirected;
+        `stochastic` is "double" (default), "column" or "row" (the defaults of the `push` and
+        `pull` rules): what `validate` checks, kept as ``self.stochastic`` for algorithms that
+        need one kind (push-sum needs column-stochastic weights).
+        `symmetric=None` requires a symmetric W exactly when the graph is undirected and W is
+        doubly stochastic;
         `require_connected=False` skips the connectivity and spectral-gap checks (per-round graphs
         of time-varying topologies).  Nodes other than 0..n-1 are relabeled when W is built here.
         """
@@ -114,8 +120,12 @@ class Topology:
                     W = sp.csr_array((W + sp.eye_array(W.shape[0])) * 0.5)
                 else:
                     W = (W + np.eye(W.shape[0])) * 0.5
-        required = (not graph.is_directed()) if symmetric is None else bool(symmetric)
-        validate(W, graph, symmetric=required, connected=require_connected)
+        if stochastic is None:
+            stochastic = STOCHASTIC.get(self.rule, "double")
+        self.stochastic = stochastic
+        default_symmetric = not graph.is_directed() and stochastic == "double"
+        required = default_symmetric if symmetric is None else bool(symmetric)
+        validate(W, graph, symmetric=required, connected=require_connected, stochastic=stochastic)
 
         self.graph = graph
         self.W = W
@@ -152,13 +162,14 @@ class Topology:
         mask = idx != i
         self_weight = float(vals[~mask].sum())
         olo, ohi = cols.indptr[i], cols.indptr[i + 1]
-        out_idx = cols.indices[olo:ohi]
+        out_idx, out_vals = cols.indices[olo:ohi], cols.data[olo:ohi]
         view = NodeView(
             node=i,
             in_neighbors=tuple(int(j) for j in idx[mask]),
             in_weights=tuple(float(w) for w in vals[mask]),
             out_neighbors=tuple(int(j) for j in out_idx[out_idx != i]),
             self_weight=self_weight,
+            out_weights=tuple(float(w) for w in out_vals[out_idx != i]),
         )
         self._views[i] = view
         return view
@@ -225,6 +236,7 @@ class Topology:
             "gap": self.gap,
             "beta": self.beta,
             "weights": self.rule,
+            "stochastic": self.stochastic,
             "lazy": self.lazy,
         }
 

@@ -16,22 +16,27 @@ from gossip.algorithms.beer import BEER
 from gossip.algorithms.choco import Choco
 from gossip.algorithms.dcd import DCD
 from gossip.algorithms.deepsqueeze import DeepSqueeze
+from gossip.algorithms.directed import CPP, PushSum
 from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
+from gossip.algorithms.ecl import CECL
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.lead import LEAD
+from gossip.algorithms.momentum import DoCoM, MoTEF
 from gossip.algorithms.onebit_adam import OneBitAdam
 from gossip.algorithms.onebit_lamb import OneBitLamb
 from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
 from gossip.algorithms.signum import SignumVote
+from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
 
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls
     for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
-                OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
-                DESLOC)
+                DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
+                OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
+                ChocoAMSGrad, DESLOC)
 }
 
 

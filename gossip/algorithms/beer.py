@@ -62,6 +62,9 @@ class BEER(Algorithm):
         st["grad_prev"].copy_(st["v"])
         node.stream_compressor("tracker")  # its own instance: stateful ones keep one state per stream
 
+    def estimate(self, node: Node, grad: torch.Tensor, prev: torch.Tensor) -> None:
+        """Turn the fresh gradient into the tracked quantity, in place (BEER: the gradient)."""
+
     def step(self, node: Node) -> RoundGenerator:
         x, st, gamma = node.x, node.state, self.gamma
         h, sh, g, sg, v = st["h"], st["sh"], st["g"], st["sg"], st["v"]
@@ -69,7 +72,7 @@ class BEER(Algorithm):
         ch, cg = node.compressor, node.stream_compressor("tracker")
         x.add_(torch.sub(sh, h, out=dx), alpha=gamma).sub_(v, alpha=self.eta)
         qh = ch.encode(torch.sub(x, h, out=dx), node.generator)
-        node.oracle.grad(x, gn)
+        self.estimate(node, node.oracle.grad(x, gn), gp)
         v.add_(torch.sub(sg, g, out=dv), alpha=gamma).add_(gn).sub_(gp)
         gp.copy_(gn)
         qg = cg.encode(torch.sub(v, g, out=dv), node.generator)

@@ -1,0 +1,154 @@
+"""Directed graphs: push-sum / SGP (exact or quantized) and CPP (compressed push-pull).
+
+On a directed graph whose degrees differ, no nonnegative matrix on its arcs is doubly stochastic
+in general. Push-sum keeps a column-stochastic C (build the topology with ``--weights push``:
+node j splits its value equally over itself and its out-neighbors) and corrects the bias with a
+scalar weight; push-pull pulls the model with a row-stochastic R and pushes the gradient tracker
+with C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range, scheduled
+from gossip.algorithms.streams import (
+    ArcStream,
+    Stream,
+    Weights,
+    pull_weights,
+    send_arc_streams,
+    send_streams,
+    split_inbox,
+)
+from gossip.algorithms.tracking import CGT, stochastic_kind
+
+_W_BYTES = 8  # the push-sum weight travels as one float64
+
+
+def check_column_stochastic(name: str, topology: Any) -> None:
+    """Raise unless every round's mixing matrix has columns summing to one."""
+    kind = stochastic_kind(topology)
+    if kind not in ("column", "double"):
+        raise ConfigError(
+            f"{name} pushes mass with column-stochastic weights, but '{topology.name}' has a "
+            f"{kind}-stochastic matrix; build it with --weights push"
+        )
+
+
+class PushSum(Algorithm):
+    r"""Push-sum / stochastic gradient push, exact or quantized (Kempe et al. 2003; Assran et
+    al. 2019; Taheri et al. 2020 for the quantized form).
+
+    Node i keeps a numerator ``s_i`` (init ``x_i⁰``), a scalar weight ``w_i`` (init 1) and the
+    de-biased model ``x_i = s_i / w_i``. With a column-stochastic C (``c_ij``: the share of j's
+    mass that goes to i), one round::
+
+        s_i ← s_i − η ∇f_i(x_i)                                  (optimization only)
+        q_i = Q(s_i − ŝ_i);  send q_i and w_i to out-neighbors;  ŝ ← ŝ + q for every copy
+        s_i ← s_i + γ (Σ_{j ∈ N_in(i) ∪ {i}} c_ij ŝ_j − ŝ_i)
+        w_i ← Σ_{j ∈ N_in(i) ∪ {i}} c_ij w_j;   x_i = s_i / w_i
+
+    ``Σ_i s_i`` changes only by the gradient steps and ``Σ_i w_i = n`` at all times, so in
+    consensus every ``x_i`` tends to the average of ``x⁰``. With ``--compressor none`` the copies
+    are not needed (``ŝ = s``) and this is exact push-sum / SGP. With a compressor on a static
+    graph, each node's public copy ``ŝ_i`` is kept by its out-neighbors; on a time-varying graph
+    (one-peer exponential) each node keeps one copy per arc instead
+    (:class:`~gossip.algorithms.streams.ArcStream`: ``Σ_j c_ij ŝ_j − ŝ_i`` becomes
+    ``Σ_in c_ij c_ji − Σ_out c_ji o_ij``, whose sum over nodes is zero, so mass is conserved).
+    A constant η reaches a neighborhood of the optimum (a decaying one: the optimum).
+
+    Args:
+        eta: gradient step, a number or a schedule ``eta(t)`` of the 0-based round (e.g.
+            ``lambda t: a / (t + 1) ** 0.5`` to reach the optimum); default 0.05, unused in
+            consensus.
+        gamma: consensus step γ ∈ (0, 1] (default 1; lower it for coarse quantizers).
+    """
+
+    name = "push-sum"
+    trains = True
+    symmetric = False
+    static_topology = False
+    tunable = ("gamma",)
+
+    def __init__(self, eta: float | Callable[[int], float] = 0.05, gamma: float = 1.0):
+        check_range("eta", eta, 0.0, float("inf"), "Try 1/L with a decaying schedule.")
+        check_range("gamma", gamma, 0.0, 1.0, "1 for exact push-sum; 0.2-0.5 for 1-2 bit quantizers.")
+        self.eta = eta
+        self.gamma = gamma
+
+    _arcs = False
+
+    def validate(self, topology: Any, compressor: Any) -> None:
+        check_column_stochastic(self.name, topology)
+        self._arcs = bool(getattr(topology, "time_varying", False)) and compressor.spec != "none"
+
+    def setup(self, node: Node) -> None:
+        st = node.state
+        alpha = 0.0 if node.compressor.spec == "none" else 1.0
+        st["s"] = node.x.clone()
+        st["ss"] = ArcStream(node) if self._arcs else Stream(node, alpha=alpha)
+        st["w"] = torch.ones(1, dtype=torch.float64)
+        st["w_in"] = torch.empty(1, dtype=torch.float64)
+        if node.oracle is not None:
+            st["grad"] = torch.empty_like(node.x)
+
+    def step(self, node: Node) -> RoundGenerator:
+        st = node.state
+        s, ss, w = st["s"], st["ss"], st["w"]
+        if node.oracle is not None:
+            s.sub_(node.oracle.grad(node.x, st["grad"]), alpha=scheduled(self.eta, node.round - 1))
+        if self._arcs:
+            inbox = yield send_arc_streams([ss], [s], extra=[w.view(torch.uint8)])
+            in_s, in_w = split_inbox(inbox, [ss], extra=[_W_BYTES])
+            s.add_(ss.laplacian(in_s), alpha=self.gamma)
+        else:
+            inbox = yield send_streams([ss], [s], extra=[w.view(torch.uint8)])
+            in_s, in_w = split_inbox(inbox, [ss], extra=[_W_BYTES])
+            s_hat, s_mix = ss.receive(in_s)
+            s.add_(s_mix.sub_(s_hat), alpha=self.gamma)
+        w_new, w_in = node.weight(node.id) * float(w), st["w_in"]
+        for j in sorted(in_w):
+            if in_w[j].numel() != _W_BYTES:
+                raise ConfigError(f"node {j} sent a push-sum weight of {in_w[j].numel()} bytes, not 8")
+            w_in.view(torch.uint8).copy_(in_w[j])
+            w_new += node.weight(j) * float(w_in)
+        w.fill_(w_new)
+        torch.div(s, w_new, out=node.x)
+
+
+class CPP(CGT):
+    r"""CPP: compressed push-pull gradient tracking over directed graphs (Song, Shi, Pu, Yan 2022).
+
+    The model is pulled with row-stochastic weights ``r_ij = 1/(1 + |N_in(i)|)`` and the gradient
+    tracker pushed with the topology's column-stochastic ``c_ij`` (``--weights push``); both
+    travel as compressed streams (:mod:`gossip.algorithms.streams`)::
+
+        x̂, x̂_R = COMM_R(x);   ŷ, ŷ_C = COMM_C(y)
+        x_i ← x_i − γ (x̂_i − x̂_R,i) − η y_i
+        y_i ← y_i − γ (ŷ_i − ŷ_C,i) + ∇f_i(x_i^new) − ∇f_i(x_i^old)
+
+    ``Σ_i y_i = Σ_i ∇f_i(x_i)`` at every round. Linear convergence to the exact optimum with
+    unbiased compressors (quantizers); biased ones (top-k) fall outside its theory and can
+    diverge. Same messages as C-GT: two compressed vectors per out-neighbor per round.
+
+    Args:
+        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        gamma: consensus step (default 1 uncompressed, 0.5 unbiased, 0.2 biased).
+        alpha: public copies' step (default as gamma).
+        error_feedback: as in C-GT.
+    """
+
+    name = "cpp"
+    needs = ("column", "double")
+    arc_copies = False
+
+    def validate(self, topology: Any, compressor: Any) -> None:
+        check_column_stochastic(self.name, topology)
+        super().validate(topology, compressor)
+
+    def weights_x(self, node: Node) -> Weights | None:
+        return pull_weights(node)

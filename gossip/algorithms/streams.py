@@ -1,0 +1,222 @@
+"""Compressed streams: a vector whose mixed value neighbors rebuild from compressed differences.
+
+One procedure shared by the compressed tracking, push-pull, push-sum and momentum-tracking
+methods (LEAD's communication step, see :mod:`gossip.algorithms.lead`, with a free mixing matrix M).
+For node i, a stream of values ``z_i`` keeps a public copy ``h_i`` that every out-neighbor
+rebuilds, and its mixed copy ``hm_i = Σ_j m_ij h_j`` (j over in-neighbors and i itself)::
+
+    q_i = C(z_i − h_i)                               # the only message, to out-neighbors
+    ẑ_i = h_i + q_i;    ẑm_i = hm_i + Σ_j m_ij q_j
+    h_i ← (1 − α) h_i + α ẑ_i;    hm_i ← (1 − α) hm_i + α ẑm_i
+
+so ``hm = M h`` holds exactly at all times, and ``ẑ − ẑm`` is the compressed ``(I − M) z``.
+With the identity compressor ``ẑ = z`` and ``ẑm = M z`` for any α.
+
+``α = 0`` keeps no state: ``q = C(z)`` and ``ẑm = M ẑ`` come from this round's messages only,
+which is what a time-varying graph (a different M every round) allows.
+
+``α = 1`` is error feedback in its EF21 form: the copy moves by exactly what was sent, so what
+the compressor dropped stays in ``z − h`` and goes out in later messages (the form for biased,
+contractive compressors such as top-k). ``α < 1`` damps the copy (DIANA-style, for unbiased
+compressors of large variance). An extra additive error memory would count the dropped part
+twice (it is already in ``z − h``); measured, it diverged where these forms converge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from gossip.algorithms.base import Exchange, Inbox, Node, pack, packed_capacity, unpack
+from gossip.compress import make
+
+Weights = Callable[[int], float]
+"""``m(j)``: the weight node i gives to node j's value (j an in-neighbor, or i itself)."""
+
+
+class Stream:
+    """One compressed stream of a node (see the module docstring).
+
+    Args:
+        node: the node it belongs to (its shape, device and compressor).
+        alpha: how far the public copy moves toward the reconstructed value, in [0, 1];
+            0 keeps no state (time-varying graphs).
+        weights: the stream's mixing weights ``m(j)`` (default: the topology's ``w_ij``); looked
+            up every round, so they follow the node's current view.
+        fresh_compressor: build a second compressor instance from the node's spec (stateful
+            compressors keep one state per stream of messages).
+    """
+
+    def __init__(
+        self,
+        node: Node,
+        *,
+        alpha: float,
+        weights: Weights | None = None,
+        fresh_compressor: bool = False,
+    ):
+        x = node.x
+        self.node = node
+        self.alpha = float(alpha)
+        self.weights = weights or node.weight
+        self.compressor = (make(node.compressor.spec, layout=getattr(node.compressor, "layout", None))
+                           if fresh_compressor else node.compressor)
+        self.h = torch.zeros_like(x) if self.alpha > 0 else None
+        self.hm = torch.zeros_like(x) if self.alpha > 0 else None
+        self.diff = torch.empty_like(x)
+        self.z_hat = torch.empty_like(x)
+        self.zm_hat = torch.empty_like(x)
+        self._q: Any = None
+
+    def encode(self, z: torch.Tensor) -> torch.Tensor:
+        """Compress ``z − h``; returns the message bytes (kept for :meth:`receive`)."""
+        d = self.diff.copy_(z)
+        if self.h is not None:
+            d.sub_(self.h)
+        self._q = self.compressor.encode(d, self.node.generator)
+        return self._q.to_bytes()
+
+    def capacity(self) -> int:
+        """The largest message a neighbor may send on this stream."""
+        return self.compressor.max_nbytes(self.node.x)
+
+    def receive(self, inbox: Inbox) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ẑ_i, ẑm_i)`` from this node's last message and the neighbors' ones (sorted by sender).
+
+        The returned tensors are this stream's buffers, valid until the next call.
+        """
+        comp, q, m = self.compressor, self._q, self.weights
+        z_hat, zm_hat = self.z_hat, self.zm_hat
+        if self.h is None:
+            z_hat.zero_()
+            zm_hat.zero_()
+        else:
+            z_hat.copy_(self.h)
+            zm_hat.copy_(self.hm)
+        comp.decode_add_(z_hat, q, 1.0)
+        comp.decode_add_(zm_hat, q, m(self.node.id))
+        for j in sorted(inbox):
+            comp.decode_add_(zm_hat, comp.from_bytes(inbox[j], zm_hat), m(j))
+        if self.h is not None:
+            a = self.alpha
+            self.h.mul_(1.0 - a).add_(z_hat, alpha=a)
+            self.hm.mul_(1.0 - a).add_(zm_hat, alpha=a)
+        return z_hat, zm_hat
+
+    # checkpoints: the copies and the compressor's own state
+    def state_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {k: getattr(self, k) for k in ("h", "hm") if getattr(self, k) is not None}
+        comp_state = getattr(self.compressor, "state_dict", None)
+        if comp_state is not None and self.compressor is not self.node.compressor:
+            out["compressor"] = comp_state()
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for k in ("h", "hm"):
+            if k in state:
+                getattr(self, k).copy_(state[k])
+        if "compressor" in state:
+            self.compressor.load_state_dict(state["compressor"])
+
+
+def send_streams(streams: Sequence[Stream], values: Sequence[torch.Tensor],
+                 extra: Sequence[torch.Tensor] = ()) -> Exchange:
+    """One exchange carrying every stream's message (and small extra byte buffers), packed."""
+    parts = [s.encode(v) for s, v in zip(streams, values)] + list(extra)
+    caps = [s.capacity() for s in streams] + [p.numel() for p in extra]
+    return Exchange(pack(parts), packed_capacity(caps))
+
+
+def split_inbox(inbox: Inbox, streams: Sequence[Stream], extra: Sequence[int] = ()) -> list[Inbox]:
+    """The per-stream (then per-extra-part) inboxes of a :func:`send_streams` exchange."""
+    caps = [s.capacity() for s in streams] + list(extra)
+    parts = {j: unpack(buf, len(caps), caps) for j, buf in inbox.items()}
+    return [{j: p[k] for j, p in parts.items()} for k in range(len(caps))]
+
+
+def pull_weights(node: Node) -> Weights:
+    """Row-stochastic weights ``1/(1 + |N_in(i)|)`` on node i's in-neighbors and itself."""
+    def m(j: int) -> float:
+        return 1.0 / (1.0 + len(node.view.in_neighbors))
+    return m
+
+
+class ArcStream:
+    """Compressed gossip on graphs that change every round: one public copy per arc.
+
+    Node i keeps, for every out-neighbor j it has ever sent to, the copy ``o_ij`` of its value
+    that j holds, and for every in-neighbor j the copy ``c_ji`` of j's value (copies are created
+    at zero the first time an arc is used; on a one-peer exponential graph there are ⌈log₂ n⌉
+    of each). In a round with weights ``W(t)``::
+
+        q_ij = C(z_i − o_ij) to each current out-neighbor j;   o_ij += q_ij;   c_ji += q_ji
+        D_i = Σ_{j ∈ N_in(i)} w_ij c_ji − Σ_{j ∈ N_out(i)} w_ji o_ij
+
+    ``D`` is the compressed ``(W(t) − I) z`` (exactly that with the identity compressor and a
+    doubly stochastic W(t)), and ``Σ_i D_i = 0`` exactly, whatever the compressor: each arc's
+    copy enters once with + at the receiver and once with − at the sender. So averages (or
+    trackers) are preserved on time-varying graphs, where a single shared copy per node could
+    not be kept up to date. Copies move by the whole message (EF21-style error feedback).
+    """
+
+    def __init__(self, node: Node, *, fresh_compressor: bool = False):
+        self.node = node
+        self.compressor = (make(node.compressor.spec, layout=getattr(node.compressor, "layout", None))
+                           if fresh_compressor else node.compressor)
+        self.out: dict[int, torch.Tensor] = {}
+        self.inc: dict[int, torch.Tensor] = {}
+        self.diff = torch.empty_like(node.x)
+        self.mix = torch.empty_like(node.x)
+        self._q: dict[int, Any] = {}
+
+    def _copy(self, table: dict[int, torch.Tensor], j: int) -> torch.Tensor:
+        if j not in table:
+            table[j] = torch.zeros_like(self.node.x)
+        return table[j]
+
+    def encode(self, z: torch.Tensor) -> dict[int, torch.Tensor]:
+        """``{j: bytes of C(z − o_ij)}`` for the current out-neighbors."""
+        self._q = {}
+        out = {}
+        for j in self.node.view.out_neighbors:
+            d = torch.sub(z, self._copy(self.out, j), out=self.diff)
+            self._q[j] = self.compressor.encode(d, self.node.generator)
+            out[j] = self._q[j].to_bytes()
+        return out
+
+    def capacity(self) -> int:
+        return self.compressor.max_nbytes(self.node.x)
+
+    def laplacian(self, inbox: Inbox) -> torch.Tensor:
+        """Update the copies with this round's messages and return ``D_i`` (a buffer)."""
+        comp, view, mix = self.compressor, self.node.view, self.mix.zero_()
+        for j, w in zip(view.out_neighbors, view.out_weights):
+            o = self._copy(self.out, j)
+            comp.decode_add_(o, self._q[j], 1.0)
+            mix.sub_(o, alpha=w)
+        for j in sorted(inbox):
+            c = self._copy(self.inc, j)
+            comp.decode_add_(c, comp.from_bytes(inbox[j], c), 1.0)
+            mix.add_(c, alpha=self.node.weight(j))
+        return mix
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"out": dict(self.out), "inc": dict(self.inc)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in ("out", "inc"):
+            table = getattr(self, name)
+            for j, v in state[name].items():
+                self._copy(table, int(j)).copy_(v)
+
+
+def send_arc_streams(streams: Sequence[ArcStream], values: Sequence[torch.Tensor],
+                     extra: Sequence[torch.Tensor] = ()) -> Exchange:
+    """One exchange with a packed message per out-neighbor (one part per arc stream, then the
+    small extra byte buffers, the same for every out-neighbor)."""
+    per_stream = [s.encode(v) for s, v in zip(streams, values)]
+    caps = [s.capacity() for s in streams] + [p.numel() for p in extra]
+    send = {j: pack([msgs[j] for msgs in per_stream] + list(extra)) for j in per_stream[0]}
+    return Exchange(send, packed_capacity(caps))

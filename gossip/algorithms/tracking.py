@@ -1,0 +1,240 @@
+"""Gradient tracking: DIGing, C-GT (compressed, optionally with error feedback) and EXTRA.
+
+All three reach the exact optimum of a strongly convex sum with a constant step, on
+heterogeneous data, because each node follows a tracker ``y_i`` of the average gradient (or,
+for EXTRA, a correction built from the last two iterates) instead of its own gradient.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range
+from gossip.algorithms.streams import (
+    ArcStream,
+    Stream,
+    Weights,
+    send_arc_streams,
+    send_streams,
+    split_inbox,
+)
+
+
+def compression_defaults(compressor: Any) -> float:
+    """The consensus step and state momentum (γ = α) that converge for a compressor class.
+
+    identity: 1 (the uncompressed method); unbiased quantizers: 0.5; biased ones (top-k,
+    sign, low-rank): 0.2 (the values measured on heterogeneous least squares).
+    """
+    if compressor.spec == "none":
+        return 1.0
+    return 0.5 if compressor.unbiased else 0.2
+
+
+def stochastic_kind(topology: Any) -> str:
+    """'double', 'column' or 'row': what the topology's matrices sum to one along."""
+    return getattr(topology, "stochastic", "double")
+
+
+class CGT(Algorithm):
+    r"""C-GT: gradient tracking with compressed model and tracker (Liao, Li, Huang, Pu 2022).
+
+    Each node keeps its model ``x_i``, a tracker ``y_i`` of the average gradient and the last
+    gradient ``g_i``; both ``x`` and ``y`` travel as compressed streams (public copies
+    ``h`` with mixed copies ``Σ_j w_ij h_j``, see :mod:`gossip.algorithms.streams`). One round,
+    one message carrying two compressed vectors::
+
+        x̂, x̂_w = COMM_W(x);   ŷ, ŷ_w = COMM_W(y)
+        x_i ← x_i − γ (x̂_i − x̂_w,i) − η y_i
+        g_new = ∇f_i(x_i);   y_i ← y_i − γ (ŷ_i − ŷ_w,i) + g_new − g_i;   g_i ← g_new
+
+    Setup: ``y_i = g_i = ∇f_i(x_i⁰)``, copies zero. The mean of ``y`` equals the mean of ``g``
+    at every round (W doubly stochastic), which is why the fixed point is the exact optimum.
+    With the identity compressor and γ = 1 this is DIGing, ``x ← W x − η y``,
+    ``y ← W y + Δg``.
+
+    On a time-varying graph (one-peer exponential, matchings) the copies cannot be mixed with a
+    fixed W; each node then keeps one copy per arc (:class:`~gossip.algorithms.streams.ArcStream`)
+    and ``x̂_w − x̂`` becomes ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``, whose sum over nodes is zero
+    for any compressor, so ``Σ y = Σ g`` still holds. One message per current out-neighbor.
+
+    Args:
+        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        gamma: consensus step γ ∈ (0, 1] (default by compressor: 1 uncompressed, 0.5 unbiased,
+            0.2 biased).
+        alpha: how far the public copies follow the reconstructed values, α ∈ [0, 1] (default
+            as gamma). 0 sends each vector compressed with no memory.
+        error_feedback: the error-feedback form for biased compressors such as top-k: the
+            copies move by the whole message (α = 1, EF21-style), so what the compressor drops
+            stays in ``x − h`` and is sent later. Cannot be combined with another alpha.
+    """
+
+    name = "c-gt"
+    trains = True
+    needs_oracle = True
+    symmetric = False
+    static_topology = False
+    tunable = ("gamma",)
+    arc_copies = True
+    _arcs = False
+    needs: tuple[str, ...] = ("double",)
+    step_rule = "tracking"
+
+    def __init__(self, eta: float = 0.05, gamma: float | None = None, alpha: float | None = None,
+                 error_feedback: bool = False):
+        check_range("eta", eta, 0.0, float("inf"), "Try 0.1/L to 0.5/L.")
+        if gamma is not None:
+            check_range("gamma", gamma, 0.0, 1.0, "The consensus step; 0.2-0.5 with compression.")
+        if alpha is not None and not 0.0 <= alpha <= 1.0:
+            raise ConfigError(f"alpha = {alpha} is outside [0, 1]; 0.5 for quantizers, 0.2 for top-k.")
+        if error_feedback and alpha not in (None, 1.0):
+            raise ConfigError(f"error_feedback moves the copies by the whole message (alpha = 1); "
+                              f"got alpha = {alpha}: drop one of the two")
+        self.eta = eta
+        self.gamma = gamma
+        self.alpha = 1.0 if error_feedback else alpha
+        self.error_feedback = bool(error_feedback)
+
+    def validate(self, topology: Any, compressor: Any) -> None:
+        kind = stochastic_kind(topology)
+        if kind not in self.needs:
+            raise ConfigError(
+                f"{self.name} needs a {' or '.join(self.needs)}-stochastic mixing matrix, but "
+                f"'{topology.name}' has a {kind}-stochastic one; "
+                + ("use --weights metropolis (or an undirected graph), or cpp for directed graphs "
+                   "with unequal degrees" if "double" in self.needs and len(self.needs) == 1
+                   else "use --weights push (column-stochastic)")
+            )
+        default = compression_defaults(compressor)
+        self.gamma = default if self.gamma is None else self.gamma
+        self.alpha = default if self.alpha is None else self.alpha
+        self._arcs = bool(getattr(topology, "time_varying", False)) and self.alpha > 0
+        if self._arcs and not self.arc_copies:
+            raise ConfigError(
+                f"{self.name} keeps copies mixed with a fixed matrix, but '{topology.name}' "
+                "changes every round; use a static graph, or c-gt (per-arc copies)"
+            )
+
+    def weights_x(self, node: Node) -> Weights | None:
+        """Mixing weights of the model stream (None: the topology's w_ij)."""
+        return None
+
+    def weights_y(self, node: Node) -> Weights | None:
+        """Mixing weights of the tracker stream (None: the topology's w_ij)."""
+        return None
+
+    def setup(self, node: Node) -> None:
+        x, st = node.x, node.state
+        if self._arcs:
+            st["sx"] = ArcStream(node)
+            st["sy"] = ArcStream(node, fresh_compressor=True)
+        else:
+            st["sx"] = Stream(node, alpha=self.alpha, weights=self.weights_x(node))
+            st["sy"] = Stream(node, alpha=self.alpha, weights=self.weights_y(node), fresh_compressor=True)
+        st["g"] = node.oracle.grad(x, torch.empty_like(x))
+        st["y"] = st["g"].clone()
+        st["g_new"] = torch.empty_like(x)
+
+    def step(self, node: Node) -> RoundGenerator:
+        x, st, gamma = node.x, node.state, self.gamma
+        sx, sy, y, g, g_new = st["sx"], st["sy"], st["y"], st["g"], st["g_new"]
+        if self._arcs:
+            inbox = yield send_arc_streams([sx, sy], [x, y])
+            in_x, in_y = split_inbox(inbox, [sx, sy])
+            dx, dy = sx.laplacian(in_x), sy.laplacian(in_y)  # compressed (W(t) − I)x, (W(t) − I)y
+        else:
+            inbox = yield send_streams([sx, sy], [x, y])
+            in_x, in_y = split_inbox(inbox, [sx, sy])
+            x_hat, x_mix = sx.receive(in_x)
+            y_hat, y_mix = sy.receive(in_y)
+            dx, dy = x_mix.sub_(x_hat), y_mix.sub_(y_hat)
+        x.add_(dx, alpha=gamma).sub_(y, alpha=self.eta)
+        node.oracle.grad(x, g_new)
+        y.add_(dy, alpha=gamma).add_(g_new).sub_(g)
+        g.copy_(g_new)
+
+
+class DIGing(CGT):
+    r"""DIGing / gradient tracking, uncompressed (Nedić, Olshevsky, Shi 2017)::
+
+        x_i ← Σ_j w_ij x_j − η y_i
+        y_i ← Σ_j w_ij y_j + ∇f_i(x_i^new) − ∇f_i(x_i^old)
+
+    Setup ``y_i = ∇f_i(x_i⁰)``. Two full vectors per neighbor per round (one message). It keeps
+    no per-neighbor state, so it runs on time-varying graphs (one-peer exponential) as well as
+    on directed graphs with a doubly stochastic W.
+
+    Args:
+        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+    """
+
+    name = "diging"
+    static_topology = False
+    tunable = ()
+
+    def __init__(self, eta: float = 0.05):
+        super().__init__(eta=eta, gamma=1.0, alpha=0.0)
+
+    def validate(self, topology: Any, compressor: Any) -> None:
+        if compressor.spec != "none":
+            raise ConfigError(
+                f"diging sends uncompressed vectors but the compressor is '{compressor.spec}'; "
+                "use --compressor none, or c-gt for compressed gradient tracking"
+            )
+        super().validate(topology, compressor)
+
+    def hparams(self) -> dict[str, Any]:
+        return {"eta": self.eta}
+
+
+class EXTRA(Algorithm):
+    r"""EXTRA (Shi, Ling, Wu, Yin 2015), uncompressed; ``W̃ = (I + W)/2``::
+
+        x¹ = W x⁰ − η ∇f(x⁰)
+        x^{k+1} = x^k + W x^k − W̃ x^{k−1} − η (∇f(x^k) − ∇f(x^{k−1}))
+
+    Per node: ``x``, the previous ``(W̃ x)_i`` and the previous gradient; one full vector per
+    neighbor per round. Needs a symmetric, doubly stochastic, static W.
+
+    Args:
+        eta: step size (default 0.05; ``optimize.py`` uses 0.5/L).
+    """
+
+    name = "extra"
+    trains = True
+    needs_oracle = True
+    step_rule = "dgd"
+
+    def __init__(self, eta: float = 0.05):
+        check_range("eta", eta, 0.0, float("inf"), "Try 0.5/L (EXTRA diverges near 1/L on some graphs).")
+        self.eta = eta
+
+    def validate(self, topology: Any, compressor: Any) -> None:
+        if compressor.spec != "none":
+            raise ConfigError(
+                f"extra sends uncompressed vectors but the compressor is '{compressor.spec}'; "
+                "use --compressor none, or lead / c-gt for compressed exact methods"
+            )
+
+    def setup(self, node: Node) -> None:
+        x, st = node.x, node.state
+        st["sx"] = Stream(node, alpha=0.0)
+        st["half_prev"] = x.clone()  # makes round 1 the x¹ rule
+        st["g_prev"] = torch.zeros_like(x)
+        st["g"] = torch.empty_like(x)
+        st["x_wx"] = torch.empty_like(x)
+
+    def step(self, node: Node) -> RoundGenerator:
+        x, st = node.x, node.state
+        sx, half_prev, g_prev, g, x_wx = st["sx"], st["half_prev"], st["g_prev"], st["g"], st["x_wx"]
+        node.oracle.grad(x, g)
+        inbox = yield send_streams([sx], [x])
+        _, wx = sx.receive(split_inbox(inbox, [sx])[0])
+        # x_new = (x + Wx) − W̃x_prev − η(g − g_prev); then W̃x = (x + Wx)/2 for the next round
+        torch.add(x, wx, out=x_wx)
+        g_prev.sub_(g)  # −(g − g_prev)
+        x.copy_(x_wx).sub_(half_prev).add_(g_prev, alpha=self.eta)
+        half_prev.copy_(x_wx).mul_(0.5)
+        g_prev.copy_(g)
