@@ -15,11 +15,20 @@ from typing import Any
 
 import torch
 
+from gossip.comm.base import CommConfigError, check_timeout
 from gossip.comm.world import World
 
 log = logging.getLogger("gossip")
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def seconds(text: str) -> float:
+    """a positive number of seconds"""
+    try:
+        return check_timeout(text)
+    except CommConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,7 +55,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, default=1,
                    help="torch threads per process (default 1: fastest under MPI and needed for "
                         "in-process runs to equal MPI runs bit for bit)")
-    g.add_argument("--timeout", type=float, default=120.0,
+    g.add_argument("--timeout", type=seconds, default=120.0,
                    help="seconds to wait for a neighbor before stopping with an error naming it "
                         "(default 120)")
     g.add_argument("--log-every", type=int, default=10, help="log every K rounds (default 10)")
@@ -68,7 +77,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 def setup(args: argparse.Namespace) -> tuple[World, Any]:
     """Threads, logging, the MPI world and the validated topology, before any message is sent."""
     torch.set_num_threads(max(1, args.threads))
-    world = World.detect()
+    world = World.detect(timeout=args.timeout)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else (logging.INFO if world.is_root else logging.WARNING),
         format=f"[rank {world.rank}] %(levelname)s %(name)s: %(message)s",
