@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -129,6 +130,14 @@ def checkpoint_options(args: argparse.Namespace, index: int) -> dict[str, Any]:
         raise SystemExit("--checkpoint-every needs --checkpoint-dir DIR (where to write them)")
     if root is None:
         return {}
+    if args.resume is not None:
+        resume = Path(args.resume)
+        if not resume.is_dir():
+            raise SystemExit(f"error: --resume {args.resume}: no such directory; give the "
+                             "--checkpoint-dir of the run to continue")
+        if not any(resume.glob("run*/manifest.json")):
+            raise SystemExit(f"error: --resume {args.resume} holds no checkpoint (no "
+                             "run*/manifest.json); to start a new run use --checkpoint-dir")
     return {"checkpoint_dir": os.path.join(root, f"run{index:02d}"),
             "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None}
 
@@ -155,13 +164,21 @@ def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
 
 
 def guarded(main_fn, world_of=World.detect):
-    """Run ``main_fn``; under MPI an uncaught error is logged with its rank, then the job aborts.
+    """Run ``main_fn``; errors end the job with one clean line, and under MPI with an abort.
 
-    Without the abort, the other ranks would wait for the failed one until their timeout.
+    A :class:`gossip.GossipError` (a bad flag or file, a refused checkpoint, a silent rank) is
+    printed as one ``error: ...`` line without a traceback and exits with status 1; other
+    exceptions (bugs) keep their traceback. Under MPI the job is then aborted, since the other
+    ranks would otherwise wait for the failed one until their timeout. An error every rank
+    meets alike (a configuration error) is printed by rank 0 only: the other ranks wait a
+    moment before printing, and rank 0's abort ends them first. A silent neighbor
+    (:class:`CommError`) is reported at once by every rank that saw it.
     SIGINT/SIGTERM during a checkpointed run end with exit status 128 + signal, after the
     final checkpoint (every rank stops at the same round, so nothing is aborted).
     """
     from gossip.checkpoint import Interrupted
+    from gossip.comm.base import CommError
+    from gossip.errors import GossipError
 
     try:
         return main_fn()
@@ -169,14 +186,17 @@ def guarded(main_fn, world_of=World.detect):
         log.warning("%s", exc)
         raise SystemExit(128 + int(exc.signum)) from None
     except SystemExit as exc:
-        world = world_of()
-        if exc.code not in (0, None) and world.size > 1:
-            print(f"[rank {world.rank}] error: {exc.code}", file=sys.stderr, flush=True)
-            time.sleep(0.5)  # let mpiexec forward the message before the abort tears down I/O
-            world.abort(2)
+        if exc.code not in (0, None) and not isinstance(exc.code, int) \
+                and _stop_job(world_of(), str(exc.code), 2, at_once=False):
+            raise SystemExit(2) from None  # printed once already
         raise
     except KeyboardInterrupt:
         raise
+    except GossipError as exc:
+        text = str(exc) if str(exc).startswith("error:") else f"error: {exc}"
+        if _stop_job(world_of(), text, 1, at_once=isinstance(exc, CommError)):
+            raise SystemExit(1) from None  # printed once already
+        raise SystemExit(text) from None
     except Exception as exc:
         world = world_of()
         if world.size > 1:
@@ -184,3 +204,16 @@ def guarded(main_fn, world_of=World.detect):
             time.sleep(0.5)
             world.abort(1)
         raise
+
+
+def _stop_job(world: World, text: str, code: int, at_once: bool) -> bool:
+    """Under MPI: print ``text`` with the rank, abort every process and return True (in
+    process: False, the caller prints)."""
+    if world.size <= 1:
+        return False
+    if not at_once and not world.is_root:
+        time.sleep(1.5)  # rank 0 meets the same error and aborts the job before this prints
+    print(f"[rank {world.rank}] {text}", file=sys.stderr, flush=True)
+    time.sleep(0.5)  # let mpiexec forward the message before the abort tears down I/O
+    world.abort(code)
+    return True

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from gossip.checkpoint import Checkpointer
+from gossip.checkpoint import Checkpointer, CheckpointError
 from gossip.engine import DivergenceError, Engine, Metric
 from gossip.metrics import JsonlLogger
 
@@ -64,15 +64,39 @@ def execute(
     if checkpoint_dir is not None:
         ckpt = Checkpointer(checkpoint_dir, run_identity(config, engine.world.size),
                             every=checkpoint_every, world=engine.world)
+    try:
+        return _execute(engine, ckpt, result, config, logger, rounds, log_every, metrics,
+                        progress, resume)
+    finally:
+        if ckpt is not None:
+            ckpt.close()
+
+
+def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, config: dict,
+             logger: JsonlLogger, rounds: int, log_every: int, metrics: list[Metric],
+             progress: bool, resume: bool) -> RunResult:
+    label = result.label
     start_round = 0
     if ckpt is not None and resume:
         manifest = ckpt.manifest()
         if manifest is not None:
-            ckpt.check_identity(manifest)
+            ckpt.check_identity(manifest)  # refused before anything is written
             if manifest.get("complete"):
-                return _replay_complete(ckpt, logger, result)
+                finished = _finished_round(ckpt)
+                if finished is None or rounds <= finished:
+                    return _replay_complete(ckpt, logger, result)
+                if finished not in manifest["rounds"]:
+                    raise CheckpointError(
+                        f"{ckpt.dir}: the run finished at round {finished} but its newest "
+                        f"checkpoint is of round {max(manifest['rounds'], default=0)}, so it cannot "
+                        f"be continued to round {rounds}; start it again with a new "
+                        "--checkpoint-dir"
+                    )
+                log.info("%s: continuing the finished run from round %d to %d", label, finished,
+                         rounds)
             start_round = ckpt.restore(engine)
-            replay = ckpt.records_until(start_round)
+            ckpt.mark_complete(False)
+            replay = [r for r in ckpt.records_until(start_round) if r.get("type") != "summary"]
             ckpt.reset_records(replay)
             for rec in replay:
                 logger.write(rec)
@@ -106,10 +130,20 @@ def execute(
     result.summary = engine.summary() | {"label": label, "status": result.status}
     logger.write(result.summary)
     if ckpt is not None:
-        ckpt.append_record(result.summary)
         if result.status == "ok" and engine.round >= rounds:
+            if engine.round not in ckpt.saved_rounds():
+                ckpt.save(engine)  # so that a resume with more rounds can continue the run
+            ckpt.append_record(result.summary)
             ckpt.mark_complete()
+        else:
+            ckpt.append_record(result.summary)
     return result
+
+
+def _finished_round(ckpt: Checkpointer) -> int | None:
+    """The last round of a finished run, from its summary record."""
+    summaries = [r for r in ckpt.records_until(10**12) if r.get("type") == "summary"]
+    return int(summaries[-1].get("rounds", 0)) if summaries else None
 
 
 def _replay_complete(ckpt: Checkpointer, logger: JsonlLogger, result: RunResult) -> RunResult:
