@@ -377,9 +377,13 @@ def main(argv: list[str] | None = None) -> str:
         relative = _type(source, "relative", sweep.get("relative", False), bool, "a boolean")
         if not args.no_run:
             for run in runs:
-                validate(run, source)
+                if not args.dry_run or run.script in SCRIPTS:  # a user's script is not imported
+                    validate(run, source)
     except (SweepError, ConfigFileError) as exc:
         raise SystemExit(f"error: {exc}") from None
+    if args.dry_run and any(r.script not in SCRIPTS for r in runs):
+        print("note: --dry-run does not import the sweep's own script, so its flags are not "
+              "checked", file=sys.stderr)
 
     if args.dry_run:
         text = "\n".join(command_line(r, source) for r in runs)
@@ -416,6 +420,12 @@ def main(argv: list[str] | None = None) -> str:
                              logy=not _higher_is_better(m))
             print(f"plot: {path}")
     print(f"table: {out / 'table.md'}")
+    failed = [f"{label}: {summary.get('status', status) if status == 'ok' else status}"
+              for label, _, summary, status in rows
+              if (summary.get("status", status) if status == "ok" else status) != "ok"]
+    if failed and not args.no_run:
+        raise SystemExit(f"error: {len(failed)} of {len(rows)} run(s) did not finish "
+                         f"({'; '.join(failed)})")
     return text
 
 

@@ -26,6 +26,7 @@ from gossip.cli import (  # noqa: E402
     DTYPES,
     add_run_arguments,
     checkpoint_options,
+    exit_status,
     gamma_value,
     guarded,
     setup,
@@ -185,4 +186,4 @@ def format_table(rows: list[dict], target: float) -> str:
 
 
 if __name__ == "__main__":
-    guarded(main)
+    guarded(lambda: exit_status(main()))

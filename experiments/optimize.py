@@ -26,6 +26,7 @@ from gossip.cli import (  # noqa: E402
     DTYPES,
     add_run_arguments,
     checkpoint_options,
+    exit_status,
     gamma_value,
     guarded,
     setup,
@@ -196,4 +197,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    guarded(main)
+    guarded(lambda: exit_status(main()))

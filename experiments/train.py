@@ -35,6 +35,7 @@ from gossip.cli import (  # noqa: E402
     DTYPES,
     add_run_arguments,
     checkpoint_options,
+    exit_status,
     guarded,
     setup,
 )
@@ -380,4 +381,4 @@ def plot(path: str, label: str, records: list[dict], topology: Any) -> None:
 
 
 if __name__ == "__main__":
-    guarded(main)
+    guarded(lambda: exit_status(main()))

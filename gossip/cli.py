@@ -142,6 +142,17 @@ def checkpoint_options(args: argparse.Namespace, index: int) -> dict[str, Any]:
             "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None}
 
 
+def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
+    """After a script printed its table: exit non-zero unless every run ended "ok".
+
+    ``rows`` are the script's table rows (one dict or a list), each with ``run`` and ``status``.
+    """
+    rows = [rows] if isinstance(rows, dict) else list(rows)
+    bad = [f"{r['run']}: {r['status']}" for r in rows if r.get("status") != "ok"]
+    if bad:
+        raise SystemExit(f"error: {len(bad)} of {len(rows)} run(s) did not finish ({'; '.join(bad)})")
+
+
 def gamma_value(text: str) -> float | str:
     """A consensus step, or 'auto' for a short grid search."""
     if text == "auto":

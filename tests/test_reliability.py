@@ -36,3 +36,48 @@ def test_timeout_flag_is_validated():
     for value in ("0", "-1", "nan"):
         res = run_py([*CONSENSUS, "--timeout", value])
         clean_error(res, "--timeout", "positive number of seconds")
+
+
+@pytest.mark.parametrize("kind", ["device", "directory", "oversized", "binary"])
+def test_config_files_are_checked_before_reading(tmp_path, kind):
+    from gossip.config import ConfigFileError, load_toml
+
+    path = {"device": "/dev/zero", "directory": str(tmp_path), "oversized": tmp_path / "big.toml",
+            "binary": tmp_path / "bin.toml"}[kind]
+    if kind == "oversized":
+        path.write_text("# padding\n" * 200_000)
+    if kind == "binary":
+        path.write_bytes(b"\xff\xfe\x00 = 1")
+    expected = {"device": "not a regular file", "directory": "is a directory",
+                "oversized": "bytes, more than", "binary": "not UTF-8"}[kind]
+    with pytest.raises(ConfigFileError, match=expected):
+        load_toml(path)
+
+
+def test_config_flag_refuses_a_device_with_one_line():
+    clean_error(run_py([*CONSENSUS, "--config", "/dev/zero"]), "config file /dev/zero is not a regular file")
+
+
+def test_compare_dry_run_does_not_import_the_sweeps_script(tmp_path):
+    marker = tmp_path / "imported"
+    script = tmp_path / "mine.py"
+    script.write_text(f"open({str(marker)!r}, 'w').close()\n\ndef parse_args(argv=None):\n    return argv\n")
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(f'script = "{script}"\nout = "{tmp_path / "out"}"\n[[run]]\nlabel = "a"\nrounds = 3\n')
+    res = run_py(["experiments/compare.py", str(sweep), "--dry-run"])
+    assert res.returncode == 0, res.stderr
+    assert "mine.py --rounds=3" in res.stdout
+    assert not marker.exists()
+
+
+def test_diverged_or_failed_runs_exit_non_zero(tmp_path):
+    res = run_py(["experiments/optimize.py", "--nodes", "4", "--dim", "10", "--iterations", "20",
+                  "--algorithm", "dgd", "--eta", "100"])
+    clean_error(res, "1 of 1 run(s) did not finish", "diverged at round")
+    assert "| diverged at round" in res.stdout  # the table is still printed
+    sweep = tmp_path / "s.toml"
+    sweep.write_text(f'script = "consensus"\nout = "{tmp_path / "out"}"\n[defaults]\nnodes = 4\n'
+                     'dim = 8\nrounds = 4\n[[run]]\nlabel = "fine"\n[[run]]\nlabel = "bad"\n'
+                     'init = "missing.npy"\n')
+    res = run_py(["experiments/compare.py", str(sweep)])
+    clean_error(res, "1 of 2 run(s) did not finish", "bad: failed")
