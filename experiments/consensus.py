@@ -29,6 +29,7 @@ from gossip.cli import (  # noqa: E402
     exit_status,
     gamma_value,
     guarded,
+    read_npy,
     setup,
     split_per_run,
 )  # noqa: E402
@@ -87,12 +88,12 @@ def initial_vectors(args: argparse.Namespace, n: int, shape: tuple[int, ...]):
     path = Path(args.init)
     if not path.exists():
         raise SystemExit(f"--init {args.init}: no such file (give 'gaussian' or a .npy file)")
-    data = np.load(path, allow_pickle=False)
-    if data.shape[0] != n or int(np.prod(data.shape[1:])) != int(np.prod(shape)):
+    data = read_npy(args.init, "--init")
+    if data.ndim < 2 or data.shape[0] != n or int(np.prod(data.shape[1:])) != int(np.prod(shape)):
         raise SystemExit(
             f"--init {path} has shape {data.shape}; expected ({n}, {', '.join(map(str, shape))})"
         )
-    return lambda i: torch.from_numpy(np.ascontiguousarray(data[i])).to(dtype).reshape(shape)
+    return lambda i: torch.from_numpy(np.array(data[i])).to(dtype).reshape(shape)
 
 
 def parse_shape(args: argparse.Namespace) -> tuple[int, ...]:

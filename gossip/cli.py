@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from gossip.comm.base import CommConfigError, check_timeout
@@ -22,6 +24,27 @@ from gossip.comm.world import World
 log = logging.getLogger("gossip")
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def positive_int(text: str) -> int:
+    """a positive integer"""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """a non-negative integer"""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low:
+        what = "a positive" if low == 1 else "a non-negative"
+        raise argparse.ArgumentTypeError(f"expected {what} integer, got {text!r}")
+    return value
 
 
 def seconds(text: str) -> float:
@@ -35,7 +58,7 @@ def seconds(text: str) -> float:
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every script (topology, seed, devices, MPI, logs, plots)."""
     g = parser.add_argument_group("run")
-    g.add_argument("--nodes", type=int, default=None,
+    g.add_argument("--nodes", type=positive_int, default=None,
                    help="number of nodes. In process: required unless the topology is a file "
                         "(default 8). Under mpiexec: defaults to the world size; a larger value "
                         "hosts several nodes per rank")
@@ -49,7 +72,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                    help="mixing rule: metropolis, max-degree, uniform, weights (explicit edge "
                         "'weight' attributes) (default: metropolis)")
     g.add_argument("--lazy", action="store_true", help="use the lazy matrix (I + W)/2")
-    g.add_argument("--seed", type=int, default=0, help="run seed; same seed, same numbers (default 0)")
+    g.add_argument("--seed", type=non_negative_int, default=0, help="run seed; same seed, same numbers (default 0)")
     g.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                    help="floating-point type of the models (default float32)")
     g.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
@@ -59,13 +82,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout", type=seconds, default=120.0,
                    help="seconds to wait for a neighbor before stopping with an error naming it "
                         "(default 120)")
-    g.add_argument("--log-every", type=int, default=10, help="log every K rounds (default 10)")
+    g.add_argument("--log-every", type=positive_int, default=10, help="log every K rounds (default 10)")
     g.add_argument("--out", default=None, help="JSON-lines log file (default: none)")
     g.add_argument("--plot", default=None, help="write a PNG plot here")
     g.add_argument("--progress", action="store_true", help="show a progress bar (rank 0)")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     c = parser.add_argument_group("long runs")
-    c.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
+    c.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="K",
                    help="write a checkpoint every K rounds (0: only on SIGINT/SIGTERM when "
                         "--checkpoint-dir is set)")
     c.add_argument("--checkpoint-dir", default=None, metavar="DIR",
@@ -83,11 +106,77 @@ def setup(args: argparse.Namespace) -> tuple[World, Any]:
         level=logging.DEBUG if args.verbose else (logging.INFO if world.is_root else logging.WARNING),
         format=f"[rank {world.rank}] %(levelname)s %(name)s: %(message)s",
     )
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise SystemExit(f"error: --device {args.device!r} is not a torch device; use cpu, cuda or "
+                         "cuda:K") from None
+    if device.type not in ("cpu", "cuda"):
+        raise SystemExit(f"error: --device {args.device}: only cpu and cuda devices are supported")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for, but torch sees no CUDA device")
+    check_outputs(args)
     if args.device.startswith("cuda") and world.size > 1:
         torch.cuda.set_device(world.rank % torch.cuda.device_count())
     return world, build_topology(args, world)
+
+
+def check_outputs(args: argparse.Namespace) -> None:
+    """--out and --plot, checked before any round: distinct files, a plot format that exists."""
+    out, plot = getattr(args, "out", None), getattr(args, "plot", None)
+    if plot is None:
+        return
+    if out is not None and Path(out).resolve() == Path(plot).resolve():
+        raise SystemExit(f"error: --plot and --out are the same file ({plot}); the plot would "
+                         "overwrite the log: give the plot its own name, e.g. run.png")
+    suffix = Path(plot).suffix.lower().lstrip(".")
+    if suffix:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        if suffix not in formats:
+            raise SystemExit(f"error: --plot {plot}: '.{suffix}' is not an image format matplotlib "
+                             f"writes; use one of {', '.join('.' + f for f in sorted(formats))}")
+
+
+def read_npy(path: str, flag: str) -> np.ndarray:
+    """A numeric array from a ``.npy`` file given to ``flag``, memory-mapped, checked first.
+
+    The file must be a regular file holding one ``.npy`` array (not ``.npz``, not pickled
+    objects) whose header agrees with the file's length: the header alone is read and checked
+    against the bytes that follow, so a header claiming a huge shape costs nothing and is
+    refused; the array is then memory-mapped, and nothing is allocated until rows are read.
+    """
+    from gossip.config import ConfigFileError, user_file
+
+    try:
+        file = user_file(path, flag)
+    except ConfigFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    fmt = np.lib.format
+    readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+    with open(file, "rb") as fh:
+        magic = fh.read(6)
+        if magic != b"\x93NUMPY":
+            what = "an .npz archive" if magic[:2] == b"PK" else "not a .npy file"
+            raise SystemExit(f"error: {flag} {path} is {what}; save one array with "
+                             "numpy.save(path, a)")
+        fh.seek(0)
+        try:
+            version = fmt.read_magic(fh)
+            shape, _, dtype = readers[version](fh)
+        except (KeyError, ValueError, OSError) as exc:
+            why = "format version not supported" if isinstance(exc, KeyError) else str(exc)
+            raise SystemExit(f"error: {flag} {path} has an unreadable .npy header ({why}); save "
+                             "it again with numpy.save") from None
+        body = file.stat().st_size - fh.tell()
+    if dtype.hasobject or dtype.kind not in "biuf":
+        raise SystemExit(f"error: {flag} {path} holds {dtype} values; expected numbers")
+    need = math.prod(shape) * dtype.itemsize
+    if need > body:
+        raise SystemExit(f"error: {flag} {path}: its header announces shape {shape} ({need} bytes) "
+                         f"but only {body} bytes follow; the file is truncated or corrupt")
+    return np.load(file, mmap_mode="r", allow_pickle=False)
 
 
 def build_topology(args: argparse.Namespace, world: World) -> Any:

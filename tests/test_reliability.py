@@ -81,3 +81,51 @@ def test_diverged_or_failed_runs_exit_non_zero(tmp_path):
                      'init = "missing.npy"\n')
     res = run_py(["experiments/compare.py", str(sweep)])
     clean_error(res, "1 of 2 run(s) did not finish", "bad: failed")
+
+
+def _npy_files(tmp_path):
+    """Broken --init files: what each is, and a phrase its error must contain."""
+    import numpy as np
+
+    files = {}
+    np.save(tmp_path / "scalar.npy", np.float64(3.0))
+    files["scalar.npy"] = "has shape ()"
+    np.savez(tmp_path / "a.npz", x=np.zeros((4, 16)))
+    files["a.npz"] = "is an .npz archive"
+    np.save(tmp_path / "t.npy", np.zeros((4, 16)))
+    (tmp_path / "t.npy").write_bytes((tmp_path / "t.npy").read_bytes()[:-40])
+    files["t.npy"] = "only 472 bytes follow"
+    raw = bytearray((tmp_path / "t.npy").read_bytes())
+    header = b"{'descr': '<f8', 'fortran_order': False, 'shape': (4, 4000000000000), }"
+    raw[10:128] = header + b" " * (117 - len(header)) + b"\n"
+    (tmp_path / "huge.npy").write_bytes(bytes(raw))
+    files["huge.npy"] = "announces shape (4, 4000000000000)"
+    np.save(tmp_path / "obj.npy", np.array([{"a": 1}] * 4, dtype=object), allow_pickle=True)
+    files["obj.npy"] = "holds object values"
+    (tmp_path / "dir.npy").mkdir()
+    files["dir.npy"] = "is a directory"
+    return files
+
+
+def test_configuration_errors_are_one_clean_line(tmp_path, capsys):
+    """Each bad flag or file ends in SystemExit with one message naming it, before round 1."""
+    from gossip.cli import guarded
+    from tests.test_config import script
+
+    consensus = script("consensus")
+    cases = [(["--log-every", "0"], "--log-every: expected a positive integer"),
+             (["--seed", "-1"], "--seed: expected a non-negative integer"),
+             (["--nodes", "0"], "--nodes: expected a positive integer"),
+             (["--checkpoint-every", "-2"], "--checkpoint-every: expected a non-negative"),
+             (["--device", "bogus"], "--device 'bogus' is not a torch device"),
+             (["--compressor", "topk:100"], "cannot compress node 0's model of 16 entries"),
+             (["--plot", str(tmp_path / "p.txt")], "'.txt' is not an image format"),
+             (["--plot", str(tmp_path / "x"), "--out", str(tmp_path / "x")], "are the same file")]
+    cases += [(["--init", str(tmp_path / name)], needle) for name, needle in _npy_files(tmp_path).items()]
+    for extra, needle in cases:
+        with pytest.raises(SystemExit) as exc:
+            guarded(lambda extra=extra: consensus.main([*CONSENSUS[1:], *extra]))
+        assert exc.value.code not in (0, None), extra
+        message = str(exc.value.code) + capsys.readouterr().err
+        assert needle in message, (extra, message)
+    assert not (tmp_path / "x").exists()  # nothing was written before the refusal
