@@ -182,6 +182,12 @@ class Engine:
                     node.round,
                     i,
                 ) from exc
+            sender = getattr(exc, "sender", None)
+            if sender is not None:
+                raise NodeError(
+                    f"round {node.round}: node {i} (rank {self.world.rank}) refused the message "
+                    f"from node {sender} (rank {self.transport.placement[sender]}): {exc}"
+                ) from exc
             raise NodeError(
                 f"round {node.round}: node {i} (rank {self.world.rank}) failed: {exc}"
             ) from exc
