@@ -127,18 +127,17 @@ class LevelQuantizer(Codec):
         """Also refuse codes outside the 2s + 1 levels (w bits hold up to 2^w symbols)."""
         super()._check_received(views, numel)
         packed = views["codes"]
+        lo, hi = self.offset - self.s, self.offset + self.s
         if isinstance(packed, np.ndarray):
-            codes = bits.unpack_codes_np(packed, numel, self.width, self.ws)[:numel]
-            lo, hi = int(codes.min()), int(codes.max())
+            ok = bits.codes_within_np(packed, numel, self.width, lo, hi, self.ws)
         else:
             codes = bits.unpack_codes(packed, numel, self.width, self.ws, packed.device)[:numel]
-            lo, hi = (int(v) for v in torch.aminmax(codes))
-        if lo < self.offset - self.s or hi > self.offset + self.s:
-            bad = lo if lo < self.offset - self.s else hi
+            low, high = torch.aminmax(codes)
+            ok = int(low) >= lo and int(high) <= hi
+        if not ok:
             raise CompressionError(
-                f"{self.spec}: the message holds code {bad}, outside the {2 * self.s + 1} levels "
-                f"[{self.offset - self.s}, {self.offset + self.s}] of {self.width}-bit codes (the "
-                "message is corrupt)"
+                f"{self.spec}: the message holds codes outside the {2 * self.s + 1} levels "
+                f"[{lo}, {hi}] of its {self.width}-bit codes (the message is corrupt)"
             )
 
     def _expand_host(self, packed: np.ndarray, step, out: np.ndarray) -> None:
