@@ -64,6 +64,10 @@ def parse_args_with_config(
     any other bad flag.
     """
     add_config_argument(parser)
+    from gossip.comm.world import launcher_rank
+
+    if launcher_rank() != 0:  # under mpiexec a bad flag (or --help) is printed by rank 0 only
+        parser._print_message = lambda *args, **kwargs: None  # type: ignore[method-assign]
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument(CONFIG_FLAG, default=None)
     known, _ = pre.parse_known_args(argv)

@@ -95,3 +95,22 @@ def test_decoding_huge_values_raises_no_numpy_warning(spec):
         warnings.simplefilter("error")
         comp.decode_add_(out, payload, 2.0)
     assert not bool(torch.isfinite(out).all())  # the overflow is there, for divergence checks
+
+
+@pytest.mark.parametrize("spec", ["qsgd:4bit", "lead:2", "qsgd:s=10"])
+def test_code_range_check_on_packed_planes(spec):
+    """Long messages are checked on the packed bit planes; the last partial byte exactly."""
+    import numpy as np
+
+    comp = make(spec)
+    lo, hi = comp.offset - comp.s, comp.offset + comp.s
+    rng = np.random.default_rng(0)
+    for d in (70_000, 70_005):
+        codes = rng.integers(lo, hi + 1, d).astype(bits.host_code_dtype(comp.width))
+        for where, bad in ((None, None), (5, lo - 1), (d // 2, hi + 1), (d - 1, (1 << comp.width) - 1)):
+            c = codes.copy()
+            if where is not None:
+                c[where] = bad
+            packed = np.zeros(bits.packed_nbytes(d, comp.width), dtype=np.uint8)
+            bits.pack_codes_np(c, comp.width, packed, comp.ws)
+            assert bits.codes_within_np(packed, d, comp.width, lo, hi, comp.ws) == (where is None)

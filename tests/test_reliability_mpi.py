@@ -44,3 +44,16 @@ def test_rank_stopped_inside_a_reduction_stops_the_job(tmp_path, where):
     assert time.time() - start < 45
     assert "rank(s) [2] stopped answering" in out, out[-3000:]
     assert "metrics: rank" in out, out[-3000:]
+
+
+def test_configuration_errors_under_mpi_are_printed_once():
+    from tests.conftest import run_mpi
+
+    res = run_mpi(2, ["experiments/consensus.py", "--log-every", "0"], timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert out.count("expected a positive integer") == 1 and out.count("usage:") == 1, out
+    res = run_mpi(2, ["experiments/consensus.py", "--dim", "8", "--device", "bogus"], timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert out.count("is not a torch device") == 1 and "Traceback" not in out, out

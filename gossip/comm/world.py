@@ -28,6 +28,14 @@ def launched_by_mpi() -> bool:
     return any(v in os.environ for v in _LAUNCHER_VARS)
 
 
+def launcher_rank() -> int:
+    """This process's rank as the launcher announced it (0 when not under mpiexec)."""
+    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
 class World:
     """This process's place among the processes of a run (a single process when ``comm`` is None)."""
 
