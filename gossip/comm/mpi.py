@@ -29,7 +29,7 @@ def wait_requests(
     *,
     timeout: float,
     rank: int,
-    peers: list[tuple[str, int]],
+    peers: list[tuple[str, int | tuple[int, ...]]],
     what: str,
     statuses: list | None = None,
     spin: int = 100,
@@ -40,8 +40,10 @@ def wait_requests(
     Every wait of a run (the transport's messages, the metric reductions, barriers) goes
     through here, so a crashed, killed or stopped rank ends the run with an error instead of a
     hang. ``peers[k]`` is ``(label, rank)`` of the process ``reqs[k]`` talks to; the error names
-    those still pending. ``what`` starts the message; ``{timeout}`` in it becomes the deadline.
-    After ``spin`` polls each further poll yields the CPU (oversubscribed ranks).
+    those still pending. Where that process may itself be waiting for others (a chain of
+    ranks), ``rank`` is the tuple of every rank whose silence would leave it pending.
+    ``what`` starts the message; ``{timeout}`` in it becomes the deadline. After ``spin``
+    polls each further poll yields the CPU (oversubscribed ranks).
     """
     if not reqs:
         return
@@ -66,11 +68,12 @@ def wait_requests(
             os.sched_yield()  # let the process we wait for run
         if time.monotonic() > deadline:
             pending = [p for p, r in zip(peers, reqs) if not r.Test()]
-            ranks = sorted({p[1] for p in pending})
+            ranks = sorted({q for p in pending for q in (p[1] if isinstance(p[1], tuple) else (p[1],))})
+            chain = any(isinstance(p[1], tuple) and len(p[1]) > 1 for p in pending)
             raise CommTimeout(
                 f"{what.format(timeout=f'{timeout:g} s')} {', '.join(p[0] for p in pending)}; "
-                f"rank(s) {ranks} stopped answering (crashed, killed or stuck). Raise --timeout "
-                "if rounds are legitimately slower."
+                f"{'one of ' if chain else ''}rank(s) {ranks} stopped answering (crashed, killed "
+                "or stuck). Raise --timeout if rounds are legitimately slower."
             )
 
 

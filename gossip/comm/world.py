@@ -110,11 +110,17 @@ class World:
         """
         acc: torch.Tensor | None = None
         last = self.size - 1
+        if self.comm is not None:
+            # every rank answers first, so a rank already silent is named itself rather than
+            # through the chain of ranks waiting for it
+            self.barrier()
         if self.comm is not None and self.rank > 0:
             like = next(iter(local.values()))
             host = torch.empty(like.shape, dtype=like.dtype)
+            before = tuple(range(self.rank))
             self._wait([self.comm.Irecv([_bytes(host), self._mpi.BYTE], source=self.rank - 1,
-                                        tag=_TAG_CHAIN)], [self.rank - 1], "the running sum from")
+                                        tag=_TAG_CHAIN)], [(self.rank - 1, before)],
+                       "the running sum from")
             acc = host.to(like.device)
         for i in sorted(local):
             acc = local[i].clone() if acc is None else acc.add_(local[i])
@@ -127,7 +133,8 @@ class World:
             send = self.comm.Isend([_bytes(host), BYTE], dest=self.rank + 1, tag=_TAG_CHAIN)
             total = torch.empty_like(host)
             recv = self.comm.Irecv([_bytes(total), BYTE], source=last, tag=_TAG_SUM)
-            self._wait([send, recv], [self.rank + 1, last],
+            after = tuple(range(self.rank + 1, self.size))
+            self._wait([send, recv], [(self.rank + 1, (self.rank + 1,)), (last, after)],
                        "the running sum (passed from rank to rank) with")
             return total.to(acc.device)
         reqs = [self.comm.Isend([_bytes(host), BYTE], dest=r, tag=_TAG_SUM) for r in range(last)]
@@ -168,11 +175,13 @@ class World:
                 peers.append(r)
         self._wait(reqs, peers, what)
 
-    def _wait(self, reqs: list, peers: list[int], what: str) -> None:
+    def _wait(self, reqs: list, peers: list, what: str) -> None:
+        """``peers[k]``: the rank ``reqs[k]`` talks to, or (that rank, the ranks it waits on)."""
         from gossip.comm.mpi import wait_requests
 
+        peers = [p if isinstance(p, tuple) else (p, (p,)) for p in peers]
         wait_requests(reqs, timeout=self.timeout, rank=self.rank,
-                      peers=[(f"rank {r}", r) for r in peers],
+                      peers=[(f"rank {r}", blame) for r, blame in peers],
                       what=f"metrics: rank {self.rank} waited {{timeout}} for {what}")
 
     @property
