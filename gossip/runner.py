@@ -94,8 +94,8 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
                     )
                 log.info("%s: continuing the finished run from round %d to %d", label, finished,
                          rounds)
+                ckpt.mark_complete(False)  # killed while continuing: resumed, not replayed
             start_round = ckpt.restore(engine)
-            ckpt.mark_complete(False)
             replay = [r for r in ckpt.records_until(start_round) if r.get("type") != "summary"]
             ckpt.reset_records(replay)
             for rec in replay:
@@ -130,13 +130,12 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
     result.summary = engine.summary() | {"label": label, "status": result.status}
     logger.write(result.summary)
     if ckpt is not None:
-        if result.status == "ok" and engine.round >= rounds:
-            if engine.round not in ckpt.saved_rounds():
-                ckpt.save(engine)  # so that a resume with more rounds can continue the run
-            ckpt.append_record(result.summary)
+        finished = result.status == "ok" and engine.round >= rounds
+        if finished and engine.round not in ckpt.saved_rounds():
+            ckpt.save(engine)  # so that a resume with more rounds can continue the run
+        ckpt.append_record(result.summary)
+        if finished:
             ckpt.mark_complete()
-        else:
-            ckpt.append_record(result.summary)
     return result
 
 
