@@ -180,7 +180,19 @@ def read_npy(path: str, flag: str) -> np.ndarray:
 
 
 def build_topology(args: argparse.Namespace, world: World) -> Any:
-    """The topology for ``args``, refusing sizes that do not match the MPI world or --nodes."""
+    """The topology for ``args``, refusing sizes that do not match the MPI world or --nodes.
+
+    A bad spec, graph file or weight rule ends in one ``error:`` line (SystemExit).
+    """
+    from topologies.errors import TopologyError
+
+    try:
+        return _build_topology(args, world)
+    except TopologyError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _build_topology(args: argparse.Namespace, world: World) -> Any:
     import topologies
 
     spec = args.topology

@@ -118,6 +118,8 @@ def test_configuration_errors_are_one_clean_line(tmp_path, capsys):
              (["--nodes", "0"], "--nodes: expected a positive integer"),
              (["--checkpoint-every", "-2"], "--checkpoint-every: expected a non-negative"),
              (["--device", "bogus"], "--device 'bogus' is not a torch device"),
+             (["--weights", "bogus"], "unknown weight rule 'bogus'"),
+             (["--nodes", "1"], "needs n >= 2 nodes"),
              (["--compressor", "topk:100"], "cannot compress node 0's model of 16 entries"),
              (["--plot", str(tmp_path / "p.txt")], "'.txt' is not an image format"),
              (["--plot", str(tmp_path / "x"), "--out", str(tmp_path / "x")], "are the same file")]
