@@ -52,6 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gossip.cli import non_negative_int  # noqa: E402
 from gossip.config import ConfigFileError, load_toml  # noqa: E402
 from gossip.metrics import read_jsonl  # noqa: E402
 
@@ -85,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("sweep", help="the sweep TOML file")
     p.add_argument("--out", default=None, help="output directory (overrides the file's 'out')")
-    p.add_argument("--mpi", type=int, default=None,
+    p.add_argument("--mpi", type=non_negative_int, default=None,
                    help="run each run under mpiexec -n K (0: in this process); overrides the file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="set a flag of every run (TOML value, e.g. --set rounds=100); repeatable")

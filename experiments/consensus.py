@@ -29,6 +29,7 @@ from gossip.cli import (  # noqa: E402
     exit_status,
     gamma_value,
     guarded,
+    positive_int,
     read_npy,
     setup,
     split_per_run,
@@ -59,16 +60,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="consensus step: one for all runs or one per compressor; 'auto' "
                         "searches the grid 1, 0.5, 0.2, ..., 0.01 on a tenth of the rounds "
                         "(default: the algorithm's own default)")
-    g.add_argument("--rank", type=int, default=None,
+    g.add_argument("--rank", type=positive_int, default=None,
                    help="PowerGossip's rank (only with --algorithm powergossip)")
-    g.add_argument("--dim", type=int, default=2000, help="vector dimension d")
+    g.add_argument("--dim", type=positive_int, default=2000, help="vector dimension d")
     g.add_argument("--shape", default=None, metavar="MxK",
                    help="matrix-shaped vectors (for low-rank compressors and PowerGossip); "
                         "overrides --dim")
     g.add_argument("--init", default="gaussian",
                    help="'gaussian' (x_i ~ N(0, I), seeded per node) or a .npy file of shape "
                         "(n, d) or (n, m, k)")
-    g.add_argument("--rounds", type=int, default=1000, help="rounds per run")
+    g.add_argument("--rounds", type=positive_int, default=1000, help="rounds per run")
     g.add_argument("--target", type=float, default=1e-6,
                    help="consensus error, relative to the initial one, that counts as reached")
     add_run_arguments(p)

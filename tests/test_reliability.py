@@ -131,3 +131,11 @@ def test_configuration_errors_are_one_clean_line(tmp_path, capsys):
         message = str(exc.value.code) + capsys.readouterr().err
         assert needle in message, (extra, message)
     assert not (tmp_path / "x").exists()  # nothing was written before the refusal
+    optimize = script("optimize")
+    base = ["--nodes", "4", "--dim", "8", "--iterations", "3"]
+    for extra, needle in ((["--data", "/dev/zero"], "--data /dev/zero is not a regular file"),
+                          (["--estimator", "sgd", "--batch-size", "500"], "batch_size must be"),
+                          (["--batch-size", "0"], "--batch-size: expected a positive integer")):
+        with pytest.raises(SystemExit) as exc:
+            guarded(lambda extra=extra: optimize.main([*base, *extra]))
+        assert needle in str(exc.value.code) + capsys.readouterr().err, extra
