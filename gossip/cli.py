@@ -36,12 +36,15 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
+positive_int.toml_type = non_negative_int.toml_type = int  # type: ignore[attr-defined]
+
+
 def _int_at_least(text: str, low: int) -> int:
     try:
         value = int(text)
     except ValueError:
-        value = None
-    if value is None or value < low:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < low:
         what = "a positive" if low == 1 else "a non-negative"
         raise argparse.ArgumentTypeError(f"expected {what} integer, got {text!r}")
     return value

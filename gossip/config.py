@@ -275,11 +275,14 @@ def _scalar(action: argparse.Action, key: str, value: Any, source: str, whole: A
     else:  # a converter such as 'float or auto': it sees the value as text, like argparse does
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise _wrong(source, key, _expected(action), whole)
+        if getattr(t, "toml_type", None) is int and not isinstance(value, int):
+            raise _wrong(source, key, "an integer", whole)  # a range-checked integer flag
         try:
             out = t(str(value))
         except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+            detail = "" if str(exc).startswith("expected") else f": {exc}"
             raise ConfigFileError(
-                f"{source}: key '{key}' expects {_expected(action)}, got {whole!r}: {exc}"
+                f"{source}: key '{key}' expects {_expected(action)}, got {whole!r}{detail}"
             ) from None
     if action.choices is not None and out not in action.choices:
         choices = ", ".join(repr(c) for c in action.choices)
