@@ -89,11 +89,6 @@ def test_a_finished_run_continues_with_more_rounds(finished, tmp_path):
     assert [r["type"] for r in recs].count("summary") == 1 and recs[-1]["rounds"] == 20
 
 
-def test_resume_needs_a_checkpoint(tmp_path):
-    clean_error(run_py([*ARGS, "--resume", str(tmp_path / "missing")]), "no such directory")
-    clean_error(run_py([*ARGS, "--resume", str(tmp_path)]), "holds no checkpoint")
-
-
 # -- the library, in process -----------------------------------------------------------------------
 
 
