@@ -330,6 +330,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     result = execute(trainer.engine, label=label, config=config, logger=logger, rounds=total,
                      log_every=log_every, metrics=[trainer.metrics], progress=args.progress,
+                     not_extendable=("its learning-rate schedule spans the run's length; run the "
+                                     "longer run from the start with a new --checkpoint-dir")
+                     if _scheduled(args) else None,
                      **checkpoint_options(args, 0))
     logger.close()
     records, summary = result.records, dict(result.summary)

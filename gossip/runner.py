@@ -51,12 +51,15 @@ def execute(
     checkpoint_dir: str | None = None,
     checkpoint_every: int = 0,
     resume: bool = False,
+    not_extendable: str | None = None,
 ) -> RunResult:
     """Run ``engine`` for ``rounds`` rounds (from a checkpoint when ``resume``), logging as it goes.
 
     The config record is written first; each round record gets the run's ``label``; a
     :class:`DivergenceError` ends the run with ``status = "diverged at round R"`` (the rest of a
-    comparison goes on); the summary record closes it.
+    comparison goes on); the summary record closes it. A finished run resumed with more rounds
+    continues from its last round, unless ``not_extendable`` says why it cannot (e.g. a
+    learning-rate schedule that spans the run's length).
     """
     result = RunResult(label)
     config = {"type": "config", "label": label} | config
@@ -66,7 +69,7 @@ def execute(
                             every=checkpoint_every, world=engine.world)
     try:
         return _execute(engine, ckpt, result, config, logger, rounds, log_every, metrics,
-                        progress, resume)
+                        progress, resume, not_extendable)
     finally:
         if ckpt is not None:
             ckpt.close()
@@ -74,7 +77,7 @@ def execute(
 
 def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, config: dict,
              logger: JsonlLogger, rounds: int, log_every: int, metrics: list[Metric],
-             progress: bool, resume: bool) -> RunResult:
+             progress: bool, resume: bool, not_extendable: str | None) -> RunResult:
     label = result.label
     start_round = 0
     if ckpt is not None and resume:
@@ -85,6 +88,9 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
                 finished = _finished_round(ckpt)
                 if finished is None or rounds <= finished:
                     return _replay_complete(ckpt, logger, result)
+                if not_extendable:
+                    raise CheckpointError(f"{ckpt.dir}: the run finished at round {finished} and "
+                                          f"cannot be continued to round {rounds}: {not_extendable}")
                 if finished not in manifest["rounds"]:
                     raise CheckpointError(
                         f"{ckpt.dir}: the run finished at round {finished} but its newest "

@@ -169,3 +169,20 @@ def test_two_runs_cannot_share_a_checkpoint_directory(tmp_path):
         Checkpointer(tmp_path / "run00", {"test": 2})
     first.close()
     Checkpointer(tmp_path / "run00", {"test": 2}).close()  # free again once the first is done
+
+
+def test_a_finished_run_with_a_length_dependent_schedule_says_why_it_cannot_continue(tmp_path):
+    from gossip.cli import guarded
+    from tests.test_config import script
+
+    train = script("train")
+    args = ["--data", "synthetic", "--synthetic-samples", "200", "--nodes", "2", "--hidden", "8",
+            "--schedule", "cosine", "--log-every", "2"]
+    train.main([*args, "--rounds", "4", "--checkpoint-dir", str(tmp_path / "ck")])
+    log = tmp_path / "more.jsonl"
+    with pytest.raises(SystemExit) as exc:
+        guarded(lambda: train.main([*args, "--rounds", "6", "--resume", str(tmp_path / "ck"),
+                                    "--out", str(log)]))
+    assert "finished at round 4 and cannot be continued to round 6" in str(exc.value.code)
+    assert "learning-rate schedule" in str(exc.value.code)
+    assert not log.exists()
