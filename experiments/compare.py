@@ -52,7 +52,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gossip.cli import HelpFormatter  # noqa: E402
+from gossip.cli import HelpFormatter, non_negative_int  # noqa: E402
 from gossip.config import ConfigFileError, load_toml  # noqa: E402
 from gossip.metrics import read_jsonl  # noqa: E402
 
@@ -86,7 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 formatter_class=HelpFormatter)
     p.add_argument("sweep", help="the sweep TOML file")
     p.add_argument("--out", default=None, help="output directory (overrides the file's 'out')")
-    p.add_argument("--mpi", type=int, default=None,
+    p.add_argument("--mpi", type=non_negative_int, default=None,
                    help="run each run under mpiexec -n K (0: in this process); overrides the file")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="set a flag of every run (TOML value, e.g. --set rounds=100); repeatable")
@@ -378,9 +378,13 @@ def main(argv: list[str] | None = None) -> str:
         relative = _type(source, "relative", sweep.get("relative", False), bool, "a boolean")
         if not args.no_run:
             for run in runs:
-                validate(run, source)
+                if not args.dry_run or run.script in SCRIPTS:  # a user's script is not imported
+                    validate(run, source)
     except (SweepError, ConfigFileError) as exc:
         raise SystemExit(f"error: {exc}") from None
+    if args.dry_run and any(r.script not in SCRIPTS for r in runs):
+        print("note: --dry-run does not import the sweep's own script, so its flags are not "
+              "checked", file=sys.stderr)
 
     if args.dry_run:
         text = "\n".join(command_line(r, source) for r in runs)
@@ -417,6 +421,12 @@ def main(argv: list[str] | None = None) -> str:
                              logy=not _higher_is_better(m))
             print(f"plot: {path}")
     print(f"table: {out / 'table.md'}")
+    failed = [f"{label}: {summary.get('status', status) if status == 'ok' else status}"
+              for label, _, summary, status in rows
+              if (summary.get("status", status) if status == "ok" else status) != "ok"]
+    if failed and not args.no_run:
+        raise SystemExit(f"error: {len(failed)} of {len(rows)} run(s) did not finish "
+                         f"({'; '.join(failed)})")
     return text
 
 

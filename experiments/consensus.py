@@ -27,8 +27,11 @@ from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_run_arguments,
     checkpoint_options,
+    exit_status,
     gamma_value,
     guarded,
+    positive_int,
+    read_npy,
     setup,
     split_per_run,
 )  # noqa: E402
@@ -59,9 +62,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="consensus step: one for all runs or one per compressor; 'auto' "
                         "searches the grid 1, 0.5, 0.2, ..., 0.01 on a tenth of the rounds "
                         "(default: the algorithm's own default)")
-    g.add_argument("--rank", type=int, default=None,
+    g.add_argument("--rank", type=positive_int, default=None,
                    help="PowerGossip's rank (only with --algorithm powergossip)")
-    g.add_argument("--dim", type=int, default=None,
+    g.add_argument("--dim", type=positive_int, default=None,
                    help="vector dimension d (default 2000, or the --init file's)")
     g.add_argument("--shape", default=None, metavar="MxK",
                    help="matrix-shaped vectors (for low-rank compressors and PowerGossip); "
@@ -69,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--init", default="gaussian",
                    help="'gaussian' (x_i ~ N(0, I), seeded per node) or a .npy file of shape "
                         "(n, d) or (n, m, k); d or (m, k) are then read from the file")
-    g.add_argument("--rounds", type=int, default=1000, help="rounds per run")
+    g.add_argument("--rounds", type=positive_int, default=1000, help="rounds per run")
     g.add_argument("--target", type=float, default=1e-6,
                    help="consensus error, relative to the initial one, that counts as reached")
     add_run_arguments(p)
@@ -85,10 +88,7 @@ def load_init(args: argparse.Namespace, n: int) -> np.ndarray | None:
     path = Path(args.init)
     if not path.exists():
         raise SystemExit(f"--init {args.init}: no such file (give 'gaussian' or a .npy file)")
-    try:
-        data = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise SystemExit(f"--init {path}: not a readable .npy file ({exc})") from None
+    data = read_npy(args.init, "--init")
     if data.ndim not in (2, 3) or data.shape[0] != n or 0 in data.shape:
         raise SystemExit(
             f"--init {path} has shape {data.shape}; expected ({n}, d) or ({n}, m, k): one row per "
@@ -112,7 +112,7 @@ def initial_vectors(args: argparse.Namespace, data: np.ndarray | None, shape: tu
             f"--init {args.init} has shape {data.shape}, but --dim/--shape ask for "
             f"({data.shape[0]}, {', '.join(map(str, shape))}); drop --dim/--shape to use the file's"
         )
-    return lambda i: torch.from_numpy(np.ascontiguousarray(data[i])).to(dtype).reshape(shape)
+    return lambda i: torch.from_numpy(np.array(data[i])).to(dtype).reshape(shape)
 
 
 def parse_shape(args: argparse.Namespace, data: np.ndarray | None = None) -> tuple[int, ...]:
@@ -214,4 +214,4 @@ def format_table(rows: list[dict], target: float) -> str:
 
 
 if __name__ == "__main__":
-    guarded(main)
+    guarded(lambda: exit_status(main()))

@@ -26,8 +26,10 @@ from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_run_arguments,
     checkpoint_options,
+    exit_status,
     gamma_value,
     guarded,
+    positive_int,
     setup,
 )
 from gossip.compress import usage as compress_usage  # noqa: E402
@@ -53,8 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g = p.add_argument_group("problem")
     g.add_argument("--problem", default="least-squares",
                    help=f"what to minimize: {', '.join(PROBLEMS)}, or module:function")
-    g.add_argument("--dim", type=int, default=200, help="model dimension (synthetic data)")
-    g.add_argument("--samples-per-node", type=int, default=200, help="samples per node (synthetic)")
+    g.add_argument("--dim", type=positive_int, default=200, help="model dimension (synthetic data)")
+    g.add_argument("--samples-per-node", type=positive_int, default=200, help="samples per node (synthetic)")
     g.add_argument("--heterogeneity", type=float, default=1.0,
                    help="spread of the node-specific ground truths (0 = identical data model)")
     g.add_argument("--data", default=None,
@@ -80,11 +82,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "'auto' searches 1, 0.5, 0.2, ..., 0.01 on a tenth of the iterations")
     a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
-    a.add_argument("--rank", type=int, default=None, help="PowerGossip's rank")
+    a.add_argument("--rank", type=positive_int, default=None, help="PowerGossip's rank")
     a.add_argument("--estimator", choices=ESTIMATORS, default="full",
                    help="gradient estimator (sampled ones need a finite-sum problem)")
-    a.add_argument("--batch-size", type=int, default=1, help="samples per sampled gradient")
-    a.add_argument("--iterations", type=int, default=300, help="rounds per run")
+    a.add_argument("--batch-size", type=positive_int, default=1, help="samples per sampled gradient")
+    a.add_argument("--iterations", type=positive_int, default=300, help="rounds per run")
     a.add_argument("--target", type=float, default=1e-8,
                    help="distance to optimum counted as reached in the table")
     add_run_arguments(p)
@@ -130,6 +132,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     world, topology = setup(args)
     dtype = DTYPES[args.dtype]
+    if args.data is not None:
+        from gossip.config import ConfigFileError, user_file
+
+        try:
+            user_file(args.data, "--data")
+        except ConfigFileError as exc:
+            raise SystemExit(f"error: {exc}") from None
     try:
         problem = make_problem(
             args.problem, n_nodes=topology.n, dim=args.dim, samples_per_node=args.samples_per_node,
@@ -168,7 +177,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             hp["gamma"] = search.pick
             if world.is_root:
                 print(f"{label}: {search.describe()}")
-        engine = build(None)
+        try:
+            engine = build(None)  # the oracles check --estimator / --batch-size against the data
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from None
         algorithm = engine.algorithm
         config = {"script": "optimize", "args": vars(args), "algorithm": name,
                   "hparams": algorithm.hparams(), "compressor": comp, "nodes": topology.n,
@@ -203,4 +215,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    guarded(main)
+    guarded(lambda: exit_status(main()))

@@ -35,7 +35,9 @@ from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_run_arguments,
     checkpoint_options,
+    exit_status,
     guarded,
+    positive_int,
     setup,
 )
 from gossip.comm.world import World  # noqa: E402
@@ -85,17 +87,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "ImageFolder directory (needs torchvision). Nothing is downloaded")
     d.add_argument("--test-fraction", type=float, default=0.2,
                    help="share of the data held out for testing when the data has no test split")
-    d.add_argument("--synthetic-samples", type=int, default=2000, help="samples (synthetic data)")
-    d.add_argument("--synthetic-features", type=int, default=32, help="features (synthetic data)")
-    d.add_argument("--synthetic-classes", type=int, default=10, help="classes (synthetic data)")
+    d.add_argument("--synthetic-samples", type=positive_int, default=2000, help="samples (synthetic data)")
+    d.add_argument("--synthetic-features", type=positive_int, default=32, help="features (synthetic data)")
+    d.add_argument("--synthetic-classes", type=positive_int, default=10, help="classes (synthetic data)")
     d.add_argument("--synthetic-separation", type=float, default=1.0,
                    help="spread of the class means (synthetic data; larger is easier)")
     d.add_argument("--partition", default="iid",
                    help="split of the training set over the nodes: iid, sorted (by label), "
                         "dirichlet:ALPHA (smaller ALPHA = more skewed)")
-    d.add_argument("--batch-size", type=int, default=32, help="mini-batch per node and round")
-    d.add_argument("--eval-batch-size", type=int, default=1024, help="batch size of evaluations")
-    d.add_argument("--node-eval-samples", type=int, default=None,
+    d.add_argument("--batch-size", type=positive_int, default=32, help="mini-batch per node and round")
+    d.add_argument("--eval-batch-size", type=positive_int, default=1024, help="batch size of evaluations")
+    d.add_argument("--node-eval-samples", type=positive_int, default=None,
                    help="test samples each node's own model is evaluated on for the worst-node "
                         "accuracy (default: the whole test set)")
     d.add_argument("--eval-train", action="store_true",
@@ -103,8 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m = p.add_argument_group("model")
     m.add_argument("--model", choices=MODELS, default="mlp",
                    help="mlp (any input), cnn (images), resnet20 (CIFAR-shaped images)")
-    m.add_argument("--hidden", type=int, nargs="+", default=[128], help="MLP hidden widths")
-    m.add_argument("--width", type=int, default=None,
+    m.add_argument("--hidden", type=positive_int, nargs="+", default=[128], help="MLP hidden widths")
+    m.add_argument("--width", type=positive_int, default=None,
                    help="channels of the first conv layer (cnn 32, resnet20 16)")
     m.add_argument("--norm", choices=NORMS, default=None,
                    help="normalization layers (default: cnn none, resnet20 batch)")
@@ -132,8 +134,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="candidates of --gamma auto (default 1 0.5 0.2 0.1 0.05 0.02 0.01)")
     a.add_argument("--tune-fraction", type=float, default=0.1,
                    help="share of the run's rounds each --gamma auto candidate runs")
-    a.add_argument("--rank", type=int, default=None, help="PowerGossip's rank (default 1)")
-    a.add_argument("--power-iterations", type=int, default=None,
+    a.add_argument("--rank", type=positive_int, default=None, help="PowerGossip's rank (default 1)")
+    a.add_argument("--power-iterations", type=positive_int, default=None,
                    help="PowerGossip's power steps per round (default 1)")
     a.add_argument("--hparam", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
                    help="other hyper-parameters of the algorithm by name, e.g. "
@@ -166,7 +168,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="final multiplier of the cosine schedule")
     r = p.add_argument_group("length and evaluation")
     r.add_argument("--epochs", type=float, default=20.0, help="training length in epochs")
-    r.add_argument("--rounds", type=int, default=None,
+    r.add_argument("--rounds", type=positive_int, default=None,
                    help="training length in rounds (overrides --epochs)")
     r.add_argument("--eval-every", type=float, default=1.0,
                    help="evaluate and log every this many epochs (--log-every K rounds overrides)")
@@ -361,6 +363,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }
     result = execute(trainer.engine, label=label, config=config, logger=logger, rounds=total,
                      log_every=log_every, metrics=[trainer.metrics], progress=args.progress,
+                     not_extendable=("its learning-rate schedule spans the run's length; run the "
+                                     "longer run from the start with a new --checkpoint-dir")
+                     if _scheduled(args) else None,
                      **checkpoint_options(args, 0))
     logger.close()
     records, summary = result.records, dict(result.summary)
@@ -413,4 +418,4 @@ def plot(path: str, label: str, records: list[dict], topology: Any) -> None:
 
 
 if __name__ == "__main__":
-    guarded(main)
+    guarded(lambda: exit_status(main()))

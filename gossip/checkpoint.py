@@ -5,21 +5,29 @@ Layout of a run's directory::
     DIR/run00/manifest.json              last round every node completed + the run's identity
     DIR/run00/records.jsonl              every log record so far (replayed on resume)
     DIR/run00/round-000120/node-0003.pt  one file per node: its whole state
+    DIR/run00/lock                       held (flock) by the run using the directory
 
 Each node file holds the model, the algorithm's state, the node's and its edges' generator
 states, stateful compressors (low-rank warm starts), the oracle's estimator/optimizer state and
 the node's byte counter. Files are written to a temporary name, fsynced and renamed; the
 manifest moves to a round only after every process wrote its nodes, and the previous round is
-kept until the new one is complete. Loading uses ``torch.load(weights_only=True)``: tensors
-and plain containers only, never arbitrary objects.
+kept until the new one is complete. The manifest holds the SHA-256 of every file of a round;
+a file whose bytes differ, that cannot be read or that does not fit the run (shapes, keys,
+generator states) makes the resume fall back to the previous round, and a
+:class:`CheckpointError` naming the file is raised only when no round is left. Loading uses
+``torch.load(weights_only=True)``: tensors and plain containers only, never arbitrary objects.
+A finished run saves its last round too, so a resume with more rounds continues it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
+import io
 import json
 import logging
 import os
+import re
 import shutil
 import signal
 from pathlib import Path
@@ -31,7 +39,8 @@ from gossip.errors import GossipError
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1
+FORMAT = 2  # 2: per-file SHA-256 in the manifest ("files"); 1 (no checksums) is still read
+ROUND_DIR = re.compile(r"round-(\d{6,})")
 
 
 class CheckpointError(GossipError, RuntimeError):
@@ -59,12 +68,17 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        torch.save(obj, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def fingerprint(identity: dict[str, Any]) -> str:
@@ -89,8 +103,35 @@ class Checkpointer:
         self.keep = keep
         self._stop_signal: int | None = None
         self._old_handlers: dict[int, Any] = {}
+        self._lock: Any = None
         if self.is_root:
             self.dir.mkdir(parents=True, exist_ok=True)
+            self._acquire_lock()
+
+    def _acquire_lock(self) -> None:
+        """Hold ``DIR/lock`` while this run uses the directory (freed when the process dies)."""
+        fh = open(self.dir / "lock", "a+", encoding="utf-8")  # noqa: SIM115 (closed in close())
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            fh.seek(0)
+            owner = fh.read().strip() or "another process"
+            fh.close()
+            raise CheckpointError(
+                f"{self.dir} is in use by another run ({owner}); two runs sharing a checkpoint "
+                "directory overwrite each other's files: give this one its own --checkpoint-dir"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}\n")
+        fh.flush()
+        self._lock = fh
+
+    def close(self) -> None:
+        """Release the directory lock."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     @property
     def is_root(self) -> bool:
@@ -129,26 +170,38 @@ class Checkpointer:
 
     # -- manifest ------------------------------------------------------------------------
     def manifest(self) -> dict[str, Any] | None:
+        """The manifest (None when there is none), checked field by field."""
         path = self.dir / "manifest.json"
         if not path.exists():
             return None
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
+            m = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise CheckpointError(
-                f"{path} is corrupt ({exc}); delete the directory to restart"
-            ) from exc
+                f"{path} is unreadable ({exc}); delete the directory to restart"
+            ) from None
+        problem = _manifest_problem(m)
+        if problem:
+            raise CheckpointError(f"{path} is not a valid manifest: {problem}; delete the "
+                                  "directory to restart")
+        return m
 
-    def _write_manifest(self, rounds: list[int], complete: bool = False) -> None:
+    def _write_manifest(self, rounds: list[int], files: dict[str, dict[str, str]],
+                        complete: bool = False) -> None:
         data = {"format": FORMAT, "fingerprint": self.fingerprint, "identity": self.identity,
-                "rounds": rounds, "complete": complete}
+                "rounds": rounds, "files": files, "complete": complete}
         atomic_write_bytes(self.dir / "manifest.json", json.dumps(data, default=str).encode())
 
-    def mark_complete(self) -> None:
-        """The run finished: a resume replays its records instead of running it again."""
+    def mark_complete(self, complete: bool = True) -> None:
+        """The run finished: a resume replays its records instead of running it again
+        (``complete=False``: it goes on, a finished run being continued)."""
         if self.is_root:
-            m = self.manifest() or {"rounds": []}
-            self._write_manifest(m["rounds"], complete=True)
+            m = self.manifest() or {"rounds": [], "files": {}}
+            self._write_manifest(m["rounds"], m.get("files", {}), complete=complete)
+
+    def saved_rounds(self) -> list[int]:
+        m = self.manifest()
+        return list(m["rounds"]) if m else []
 
     # -- save ------------------------------------------------------------------------------
     def after_round(self, engine: Any) -> None:
@@ -177,9 +230,13 @@ class Checkpointer:
             m = self.manifest()
             rounds = [r for r in (m["rounds"] if m else []) if r != engine.round] + [engine.round]
             rounds = rounds[-self.keep:]
-            self._write_manifest(rounds)
+            files = {k: v for k, v in (m.get("files", {}) if m else {}).items()
+                     if int(k) in rounds}
+            files[str(engine.round)] = {f.name: sha256_of(f) for f in sorted(rdir.glob("*.pt"))}
+            self._write_manifest(rounds, files)
             for old in self.dir.glob("round-*"):
-                if int(old.name.split("-")[1]) not in rounds:
+                match = ROUND_DIR.fullmatch(old.name)
+                if match and int(match[1]) not in rounds:  # other names are not ours: left alone
                     shutil.rmtree(old, ignore_errors=True)
         engine.world.barrier()
 
@@ -187,12 +244,12 @@ class Checkpointer:
     def check_identity(self, manifest: dict[str, Any]) -> None:
         if manifest.get("fingerprint") == self.fingerprint:
             return
-        theirs = manifest.get("identity", {})
-        diffs = [k for k in sorted(set(theirs) | set(self.identity))
-                 if json.dumps(theirs.get(k), sort_keys=True, default=str)
-                 != json.dumps(self.identity.get(k), sort_keys=True, default=str)]
-        detail = "; ".join(f"{k}: checkpoint {theirs.get(k)!r}, now {self.identity.get(k)!r}"
-                           for k in diffs[:4])
+        theirs = _leaves(manifest.get("identity", {}))
+        ours = _leaves(json.loads(json.dumps(self.identity, default=str)))
+        diffs = [k for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
+        missing = "(not set)"
+        detail = "; ".join(f"{k}: checkpoint {theirs.get(k, missing)!r}, now {ours.get(k, missing)!r}"
+                           for k in diffs[:6]) + (f"; and {len(diffs) - 6} more" if len(diffs) > 6 else "")
         raise CheckpointError(
             f"checkpoint in {self.dir} was made by a different run ({detail}); resume with the "
             "same topology, algorithm, compressor, world layout and code version, or use a new "
@@ -205,31 +262,48 @@ class Checkpointer:
         if m is None:
             return 0
         self.check_identity(m)
+        reasons = []
         for round_ in sorted(m["rounds"], reverse=True):
             try:
-                self._load_round(engine, round_)
+                self._load_round(engine, round_, m.get("files", {}).get(str(round_)))
                 return round_
             except CheckpointError as exc:
+                reasons.append(str(exc))
                 log.warning("%s; trying an older checkpoint", exc)
-        raise CheckpointError(f"no intact checkpoint left in {self.dir} (rounds {m['rounds']})")
+        raise CheckpointError(f"no intact checkpoint left in {self.dir} (rounds {m['rounds']}): "
+                              + "; ".join(reasons))
 
-    def _load_round(self, engine: Any, round_: int) -> None:
+    def _load_round(self, engine: Any, round_: int, sums: dict[str, str] | None) -> None:
+        """Load one round on every process; any file failing anywhere fails it everywhere."""
         rdir = self.dir / f"round-{round_:06d}"
-        blobs = {}
-        ok = True
+        reason = None
+        path = rdir / "engine.pt"
         try:
+            run_state = self._read(path, sums)
             for i in engine.nodes:
-                blobs[i] = torch.load(rdir / f"node-{i:04d}.pt", weights_only=True,
-                                      map_location="cpu")
-            run_state = torch.load(rdir / "engine.pt", weights_only=True)
-        except Exception as exc:  # missing, truncated or corrupt file
-            ok = False
-            reason = f"checkpoint of round {round_} is unreadable ({type(exc).__name__}: {exc})"
-        if not engine.world.any(not ok) and ok:
-            engine.load_state_dicts(blobs, run_state)
+                path = rdir / f"node-{i:04d}.pt"
+                engine.load_state_dicts({i: self._read(path, sums)}, run_state)
+            if int(run_state["round"]) != round_:
+                path = rdir / "engine.pt"
+                raise ValueError(f"it holds round {run_state['round']}")
+        except Exception as exc:  # missing, torn, altered, or not this run's state
+            reason = f"checkpoint of round {round_} is unreadable ({path}: {_describe(exc)})"
+        if not engine.world.any(reason is not None):
             return
-        raise CheckpointError(reason if not ok else f"checkpoint of round {round_} is "
-                              "unreadable on another process")
+        raise CheckpointError(reason or f"checkpoint of round {round_} is unreadable on another "
+                              "process (see its warning)")
+
+    @staticmethod
+    def _read(path: Path, sums: dict[str, str] | None) -> Any:
+        data = path.read_bytes()
+        if sums is not None:
+            want = sums.get(path.name)
+            if want is None:
+                raise ValueError("the manifest lists no checksum for it")
+            if hashlib.sha256(data).hexdigest() != want:
+                raise ValueError("its SHA-256 differs from the manifest's (the file was altered "
+                                 "or damaged after it was written)")
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
 
     # -- signals ---------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -244,3 +318,41 @@ class Checkpointer:
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
         self._old_handlers.clear()
+
+
+def _manifest_problem(m: Any) -> str | None:
+    """What is wrong with a parsed manifest (None when it is usable)."""
+    if not isinstance(m, dict):
+        return f"expected a JSON object, got {type(m).__name__}"
+    if m.get("format") not in (1, FORMAT):
+        return f"format {m.get('format')!r} is not one this version reads (1, {FORMAT})"
+    if not isinstance(m.get("fingerprint"), str) or not isinstance(m.get("identity"), dict):
+        return "'fingerprint' (a string) or 'identity' (an object) is missing"
+    rounds = m.get("rounds")
+    if not isinstance(rounds, list) or not all(isinstance(r, int) and r >= 0 for r in rounds):
+        return f"'rounds' must be a list of round numbers, got {rounds!r}"
+    if m["format"] >= 2:
+        files = m.get("files")
+        if not isinstance(files, dict) or not all(
+            isinstance(v, dict) and all(isinstance(h, str) for h in v.values())
+            for v in files.values()
+        ):
+            return "'files' (the checksums of each round's files) is missing or malformed"
+    return None
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"args.gamma": 0.2, ...}``: nested objects flattened to dotted keys."""
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_leaves(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, KeyError):
+        return f"missing entry {exc.args[0]!r}"
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

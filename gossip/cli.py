@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
+from gossip.comm.base import CommConfigError, check_timeout
 from gossip.comm.world import World
 
 log = logging.getLogger("gossip")
@@ -40,10 +44,42 @@ def topology_forms() -> str:
     return ", ".join(e.usage() for e in (*STATIC.values(), *TIME_VARYING.values()))
 
 
+def positive_int(text: str) -> int:
+    """a positive integer"""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """a non-negative integer"""
+    return _int_at_least(text, 0)
+
+
+positive_int.toml_type = non_negative_int.toml_type = int  # type: ignore[attr-defined]
+
+
+def _int_at_least(text: str, low: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < low:
+        what = "a positive" if low == 1 else "a non-negative"
+        raise argparse.ArgumentTypeError(f"expected {what} integer, got {text!r}")
+    return value
+
+
+def seconds(text: str) -> float:
+    """a positive number of seconds"""
+    try:
+        return check_timeout(text)
+    except CommConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every script (topology, seed, devices, MPI, logs, plots)."""
     g = parser.add_argument_group("run")
-    g.add_argument("--nodes", type=int, default=None,
+    g.add_argument("--nodes", type=positive_int, default=None,
                    help="number of nodes. In process: required unless the topology is a file "
                         "(default 8). Under mpiexec: defaults to the world size; a larger value "
                         "hosts several nodes per rank")
@@ -55,23 +91,23 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "'weight' attributes), push / pull (column- / row-stochastic, directed "
                         "graphs) (default: metropolis)")
     g.add_argument("--lazy", action="store_true", help="use the lazy matrix (I + W)/2")
-    g.add_argument("--seed", type=int, default=0, help="run seed; same seed, same numbers (default 0)")
+    g.add_argument("--seed", type=non_negative_int, default=0, help="run seed; same seed, same numbers (default 0)")
     g.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                    help="floating-point type of the models (default float32)")
     g.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
     g.add_argument("--threads", type=int, default=1,
                    help="torch threads per process (default 1: fastest under MPI and needed for "
                         "in-process runs to equal MPI runs bit for bit)")
-    g.add_argument("--timeout", type=float, default=120.0,
+    g.add_argument("--timeout", type=seconds, default=120.0,
                    help="seconds to wait for a neighbor before stopping with an error naming it "
                         "(default 120)")
-    g.add_argument("--log-every", type=int, default=10, help="log every K rounds (default 10)")
+    g.add_argument("--log-every", type=positive_int, default=10, help="log every K rounds (default 10)")
     g.add_argument("--out", default=None, help="JSON-lines log file (default: none)")
     g.add_argument("--plot", default=None, help="write a PNG plot here")
     g.add_argument("--progress", action="store_true", help="show a progress bar (rank 0)")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     c = parser.add_argument_group("long runs")
-    c.add_argument("--checkpoint-every", type=int, default=0, metavar="K",
+    c.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="K",
                    help="write a checkpoint every K rounds (0: only on SIGINT/SIGTERM when "
                         "--checkpoint-dir is set)")
     c.add_argument("--checkpoint-dir", default=None, metavar="DIR",
@@ -84,20 +120,98 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 def setup(args: argparse.Namespace) -> tuple[World, Any]:
     """Threads, logging, the MPI world and the validated topology, before any message is sent."""
     torch.set_num_threads(max(1, args.threads))
-    world = World.detect()
+    world = World.detect(timeout=args.timeout)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else (logging.INFO if world.is_root else logging.WARNING),
         format=f"[rank {world.rank}] %(levelname)s %(name)s: %(message)s",
     )
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise SystemExit(f"error: --device {args.device!r} is not a torch device; use cpu, cuda or "
+                         "cuda:K") from None
+    if device.type not in ("cpu", "cuda"):
+        raise SystemExit(f"error: --device {args.device}: only cpu and cuda devices are supported")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for, but torch sees no CUDA device")
+    check_outputs(args)
     if args.device.startswith("cuda") and world.size > 1:
         torch.cuda.set_device(world.rank % torch.cuda.device_count())
     return world, build_topology(args, world)
 
 
+def check_outputs(args: argparse.Namespace) -> None:
+    """--out and --plot, checked before any round: distinct files, a plot format that exists."""
+    out, plot = getattr(args, "out", None), getattr(args, "plot", None)
+    if plot is None:
+        return
+    if out is not None and Path(out).resolve() == Path(plot).resolve():
+        raise SystemExit(f"error: --plot and --out are the same file ({plot}); the plot would "
+                         "overwrite the log: give the plot its own name, e.g. run.png")
+    suffix = Path(plot).suffix.lower().lstrip(".")
+    if suffix:
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = FigureCanvasBase.get_supported_filetypes()
+        if suffix not in formats:
+            raise SystemExit(f"error: --plot {plot}: '.{suffix}' is not an image format matplotlib "
+                             f"writes; use one of {', '.join('.' + f for f in sorted(formats))}")
+
+
+def read_npy(path: str, flag: str) -> np.ndarray:
+    """A numeric array from a ``.npy`` file given to ``flag``, memory-mapped, checked first.
+
+    The file must be a regular file holding one ``.npy`` array (not ``.npz``, not pickled
+    objects) whose header agrees with the file's length: the header alone is read and checked
+    against the bytes that follow, so a header claiming a huge shape costs nothing and is
+    refused; the array is then memory-mapped, and nothing is allocated until rows are read.
+    """
+    from gossip.config import ConfigFileError, user_file
+
+    try:
+        file = user_file(path, flag)
+    except ConfigFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    fmt = np.lib.format
+    readers = {(1, 0): fmt.read_array_header_1_0, (2, 0): fmt.read_array_header_2_0}
+    with open(file, "rb") as fh:
+        magic = fh.read(6)
+        if magic != b"\x93NUMPY":
+            what = "an .npz archive" if magic[:2] == b"PK" else "not a .npy file"
+            raise SystemExit(f"error: {flag} {path} is {what}; save one array with "
+                             "numpy.save(path, a)")
+        fh.seek(0)
+        try:
+            version = fmt.read_magic(fh)
+            shape, _, dtype = readers[version](fh)
+        except (KeyError, ValueError, OSError) as exc:
+            why = "format version not supported" if isinstance(exc, KeyError) else str(exc)
+            raise SystemExit(f"error: {flag} {path} has an unreadable .npy header ({why}); save "
+                             "it again with numpy.save") from None
+        body = file.stat().st_size - fh.tell()
+    if dtype.hasobject or dtype.kind not in "biuf":
+        raise SystemExit(f"error: {flag} {path} holds {dtype} values; expected numbers")
+    need = math.prod(shape) * dtype.itemsize
+    if need > body:
+        raise SystemExit(f"error: {flag} {path}: its header announces shape {shape} ({need} bytes) "
+                         f"but only {body} bytes follow; the file is truncated or corrupt")
+    return np.load(file, mmap_mode="r", allow_pickle=False)
+
+
 def build_topology(args: argparse.Namespace, world: World) -> Any:
-    """The topology for ``args``, refusing sizes that do not match the MPI world or --nodes."""
+    """The topology for ``args``, refusing sizes that do not match the MPI world or --nodes.
+
+    A bad spec, graph file or weight rule ends in one ``error:`` line (SystemExit).
+    """
+    from topologies.errors import TopologyError
+
+    try:
+        return _build_topology(args, world)
+    except TopologyError as exc:
+        raise SystemExit(f"error: {exc}") from None
+
+
+def _build_topology(args: argparse.Namespace, world: World) -> Any:
     import topologies
 
     spec = args.topology
@@ -136,8 +250,27 @@ def checkpoint_options(args: argparse.Namespace, index: int) -> dict[str, Any]:
         raise SystemExit("--checkpoint-every needs --checkpoint-dir DIR (where to write them)")
     if root is None:
         return {}
+    if args.resume is not None:
+        resume = Path(args.resume)
+        if not resume.is_dir():
+            raise SystemExit(f"error: --resume {args.resume}: no such directory; give the "
+                             "--checkpoint-dir of the run to continue")
+        if not any(resume.glob("run*/manifest.json")):
+            raise SystemExit(f"error: --resume {args.resume} holds no checkpoint (no "
+                             "run*/manifest.json); to start a new run use --checkpoint-dir")
     return {"checkpoint_dir": os.path.join(root, f"run{index:02d}"),
             "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None}
+
+
+def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
+    """After a script printed its table: exit non-zero unless every run ended "ok".
+
+    ``rows`` are the script's table rows (one dict or a list), each with ``run`` and ``status``.
+    """
+    rows = [rows] if isinstance(rows, dict) else list(rows)
+    bad = [f"{r['run']}: {r['status']}" for r in rows if r.get("status") != "ok"]
+    if bad:
+        raise SystemExit(f"error: {len(bad)} of {len(rows)} run(s) did not finish ({'; '.join(bad)})")
 
 
 def gamma_value(text: str) -> float | str:
@@ -162,13 +295,21 @@ def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
 
 
 def guarded(main_fn, world_of=World.detect):
-    """Run ``main_fn``; under MPI an uncaught error is logged with its rank, then the job aborts.
+    """Run ``main_fn``; errors end the job with one clean line, and under MPI with an abort.
 
-    Without the abort, the other ranks would wait for the failed one until their timeout.
+    A :class:`gossip.GossipError` (a bad flag or file, a refused checkpoint, a silent rank) is
+    printed as one ``error: ...`` line without a traceback and exits with status 1; other
+    exceptions (bugs) keep their traceback. Under MPI the job is then aborted, since the other
+    ranks would otherwise wait for the failed one until their timeout. An error every rank
+    meets alike (a configuration error) is printed by rank 0 only: the other ranks wait a
+    moment before printing, and rank 0's abort ends them first. A silent neighbor
+    (:class:`CommError`) is reported at once by every rank that saw it.
     SIGINT/SIGTERM during a checkpointed run end with exit status 128 + signal, after the
     final checkpoint (every rank stops at the same round, so nothing is aborted).
     """
     from gossip.checkpoint import Interrupted
+    from gossip.comm.base import CommError
+    from gossip.errors import GossipError
 
     try:
         return main_fn()
@@ -176,14 +317,17 @@ def guarded(main_fn, world_of=World.detect):
         log.warning("%s", exc)
         raise SystemExit(128 + int(exc.signum)) from None
     except SystemExit as exc:
-        world = world_of()
-        if exc.code not in (0, None) and world.size > 1:
-            print(f"[rank {world.rank}] error: {exc.code}", file=sys.stderr, flush=True)
-            time.sleep(0.5)  # let mpiexec forward the message before the abort tears down I/O
-            world.abort(2)
+        if exc.code not in (0, None) and not isinstance(exc.code, int) \
+                and _stop_job(world_of(), str(exc.code), 2, at_once=False):
+            raise SystemExit(2) from None  # printed once already
         raise
     except KeyboardInterrupt:
         raise
+    except GossipError as exc:
+        text = str(exc) if str(exc).startswith("error:") else f"error: {exc}"
+        if _stop_job(world_of(), text, 1, at_once=isinstance(exc, CommError)):
+            raise SystemExit(1) from None  # printed once already
+        raise SystemExit(text) from None
     except Exception as exc:
         world = world_of()
         if world.size > 1:
@@ -191,3 +335,16 @@ def guarded(main_fn, world_of=World.detect):
             time.sleep(0.5)
             world.abort(1)
         raise
+
+
+def _stop_job(world: World, text: str, code: int, at_once: bool) -> bool:
+    """Under MPI: print ``text`` with the rank, abort every process and return True (in
+    process: False, the caller prints)."""
+    if world.size <= 1:
+        return False
+    if not at_once and not world.is_root:
+        time.sleep(1.5)  # rank 0 meets the same error and aborts the job before this prints
+    print(f"[rank {world.rank}] {text}", file=sys.stderr, flush=True)
+    time.sleep(0.5)  # let mpiexec forward the message before the abort tears down I/O
+    world.abort(code)
+    return True

@@ -36,6 +36,8 @@ from typing import Any
 from gossip.errors import GossipError
 
 CONFIG_FLAG = "--config"
+MAX_CONFIG_BYTES = 1 << 20
+"""A run or sweep file is a few hundred bytes; anything past 1 MiB is the wrong file."""
 
 
 class ConfigFileError(GossipError, ValueError):
@@ -62,6 +64,10 @@ def parse_args_with_config(
     any other bad flag.
     """
     add_config_argument(parser)
+    from gossip.comm.world import launcher_rank
+
+    if launcher_rank() != 0:  # under mpiexec a bad flag (or --help) is printed by rank 0 only
+        parser._print_message = lambda *args, **kwargs: None  # type: ignore[method-assign]
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument(CONFIG_FLAG, default=None)
     known, _ = pre.parse_known_args(argv)
@@ -77,14 +83,45 @@ def parse_args_with_config(
     return parser.parse_args(argv)
 
 
-def load_toml(path: str | Path) -> dict[str, Any]:
-    """The table of a TOML file; a missing file or a syntax error names the file."""
+def user_file(path: str | Path, what: str, max_bytes: int | None = None) -> Path:
+    """``path`` after checking that it is an existing regular file of at most ``max_bytes``.
+
+    Directories, devices (``/dev/zero``), pipes and oversized files are refused before a byte
+    is read, with a :class:`ConfigFileError` naming ``what`` (e.g. ``"config file"``).
+    """
     path = Path(path)
     try:
-        with open(path, "rb") as fh:
-            return tomllib.load(fh)
+        info = path.stat()
     except FileNotFoundError:
-        raise ConfigFileError(f"config file {path} does not exist") from None
+        raise ConfigFileError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigFileError(f"{what} {path} cannot be read: {exc.strerror}") from None
+    if not path.is_file():
+        kind = "a directory" if path.is_dir() else "not a regular file (a device, pipe or socket)"
+        raise ConfigFileError(f"{what} {path} is {kind}; give a file")
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise ConfigFileError(
+            f"{what} {path} is {info.st_size} bytes, more than the {max_bytes} such a file may "
+            "have: is it the right file?"
+        )
+    return path
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    """The table of a TOML file; a missing, special or oversized file or a syntax error names
+    the file."""
+    path = user_file(path, "config file", MAX_CONFIG_BYTES)
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)  # bounded even if the file grows meanwhile
+    except OSError as exc:
+        raise ConfigFileError(f"config file {path} cannot be read: {exc.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigFileError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigFileError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigFileError(f"{path}: not valid TOML: {exc}") from None
 
@@ -238,11 +275,14 @@ def _scalar(action: argparse.Action, key: str, value: Any, source: str, whole: A
     else:  # a converter such as 'float or auto': it sees the value as text, like argparse does
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise _wrong(source, key, _expected(action), whole)
+        if getattr(t, "toml_type", None) is int and not isinstance(value, int):
+            raise _wrong(source, key, "an integer", whole)  # a range-checked integer flag
         try:
             out = t(str(value))
         except (TypeError, ValueError, argparse.ArgumentTypeError) as exc:
+            detail = "" if str(exc).startswith("expected") else f": {exc}"
             raise ConfigFileError(
-                f"{source}: key '{key}' expects {_expected(action)}, got {whole!r}: {exc}"
+                f"{source}: key '{key}' expects {_expected(action)}, got {whole!r}{detail}"
             ) from None
     if action.choices is not None and out not in action.choices:
         choices = ", ".join(repr(c) for c in action.choices)

@@ -20,6 +20,7 @@ import torch
 from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node
 from gossip.comm.world import World
 from gossip.compress import Compressor, factory_for
+from gossip.compress.base import CompressionError
 from gossip.errors import GossipError
 from gossip.layout import Layout
 from gossip.metrics import consensus_error
@@ -116,6 +117,11 @@ class Engine:
                 oracle=oracles(i, gen) if oracles is not None else None,
             )
             self.nodes[i] = node
+            try:  # a spec that cannot fit this model (top-k with k > d) is refused before round 1
+                node.compressor.max_nbytes(x)
+            except CompressionError as exc:
+                raise ConfigError(f"compressor '{compressor}' cannot compress node {i}'s model of "
+                                  f"{x.numel()} entries: {exc}") from None
         self.round = 0
         self._seq = 0
         self.compute_s = 0.0
@@ -182,6 +188,12 @@ class Engine:
                     f"the run diverged ({exc}). Lower the step sizes (gamma, eta).",
                     node.round,
                     i,
+                ) from exc
+            sender = getattr(exc, "sender", None)
+            if sender is not None:
+                raise NodeError(
+                    f"round {node.round}: node {i} (rank {self.world.rank}) refused the message "
+                    f"from node {sender} (rank {self.transport.placement[sender]}): {exc}"
                 ) from exc
             raise NodeError(
                 f"round {node.round}: node {i} (rank {self.world.rank}) failed: {exc}"

@@ -65,15 +65,22 @@ def versions() -> dict[str, str]:
 
 
 class JsonlLogger:
-    """Appends one JSON object per line; only the root process writes (others are no-ops)."""
+    """Appends one JSON object per line; only the root process writes (others are no-ops).
+
+    The file is opened (and, with ``mode="w"``, truncated) at the first record, not before:
+    a run refused before it starts (a resume of another run's checkpoint, a bad flag) leaves
+    an existing log as it was.
+    """
 
     def __init__(self, path: str | Path | None, enabled: bool = True, mode: str = "w"):
         self._fh: IO[str] | None = None
-        if path is not None and enabled:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(path, mode, encoding="utf-8")  # noqa: SIM115 (closed in close())
+        self._path = Path(path) if path is not None and enabled else None
+        self._mode = mode
 
     def write(self, record: Mapping[str, Any]) -> None:
+        if self._fh is None and self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self._path, self._mode, encoding="utf-8")  # noqa: SIM115 (closed in close())
         if self._fh is not None:
             self._fh.write(json.dumps(record, default=_jsonable) + "\n")
             self._fh.flush()
@@ -82,6 +89,7 @@ class JsonlLogger:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        self._path = None
 
     def __enter__(self) -> JsonlLogger:
         return self

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from gossip.checkpoint import Checkpointer
+from gossip.checkpoint import Checkpointer, CheckpointError
 from gossip.engine import DivergenceError, Engine, Metric
 from gossip.metrics import JsonlLogger
 
@@ -51,12 +51,15 @@ def execute(
     checkpoint_dir: str | None = None,
     checkpoint_every: int = 0,
     resume: bool = False,
+    not_extendable: str | None = None,
 ) -> RunResult:
     """Run ``engine`` for ``rounds`` rounds (from a checkpoint when ``resume``), logging as it goes.
 
     The config record is written first; each round record gets the run's ``label``; a
     :class:`DivergenceError` ends the run with ``status = "diverged at round R"`` (the rest of a
-    comparison goes on); the summary record closes it.
+    comparison goes on); the summary record closes it. A finished run resumed with more rounds
+    continues from its last round, unless ``not_extendable`` says why it cannot (e.g. a
+    learning-rate schedule that spans the run's length).
     """
     result = RunResult(label)
     config = {"type": "config", "label": label} | config
@@ -64,15 +67,42 @@ def execute(
     if checkpoint_dir is not None:
         ckpt = Checkpointer(checkpoint_dir, run_identity(config, engine.world.size),
                             every=checkpoint_every, world=engine.world)
+    try:
+        return _execute(engine, ckpt, result, config, logger, rounds, log_every, metrics,
+                        progress, resume, not_extendable)
+    finally:
+        if ckpt is not None:
+            ckpt.close()
+
+
+def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, config: dict,
+             logger: JsonlLogger, rounds: int, log_every: int, metrics: list[Metric],
+             progress: bool, resume: bool, not_extendable: str | None) -> RunResult:
+    label = result.label
     start_round = 0
     if ckpt is not None and resume:
         manifest = ckpt.manifest()
         if manifest is not None:
-            ckpt.check_identity(manifest)
+            ckpt.check_identity(manifest)  # refused before anything is written
             if manifest.get("complete"):
-                return _replay_complete(ckpt, logger, result)
+                finished = _finished_round(ckpt)
+                if finished is None or rounds <= finished:
+                    return _replay_complete(ckpt, logger, result)
+                if not_extendable:
+                    raise CheckpointError(f"{ckpt.dir}: the run finished at round {finished} and "
+                                          f"cannot be continued to round {rounds}: {not_extendable}")
+                if finished not in manifest["rounds"]:
+                    raise CheckpointError(
+                        f"{ckpt.dir}: the run finished at round {finished} but its newest "
+                        f"checkpoint is of round {max(manifest['rounds'], default=0)}, so it cannot "
+                        f"be continued to round {rounds}; start it again with a new "
+                        "--checkpoint-dir"
+                    )
+                log.info("%s: continuing the finished run from round %d to %d", label, finished,
+                         rounds)
+                ckpt.mark_complete(False)  # killed while continuing: resumed, not replayed
             start_round = ckpt.restore(engine)
-            replay = ckpt.records_until(start_round)
+            replay = [r for r in ckpt.records_until(start_round) if r.get("type") != "summary"]
             ckpt.reset_records(replay)
             for rec in replay:
                 logger.write(rec)
@@ -106,10 +136,19 @@ def execute(
     result.summary = engine.summary() | {"label": label, "status": result.status}
     logger.write(result.summary)
     if ckpt is not None:
+        finished = result.status == "ok" and engine.round >= rounds
+        if finished and engine.round not in ckpt.saved_rounds():
+            ckpt.save(engine)  # so that a resume with more rounds can continue the run
         ckpt.append_record(result.summary)
-        if result.status == "ok" and engine.round >= rounds:
+        if finished:
             ckpt.mark_complete()
     return result
+
+
+def _finished_round(ckpt: Checkpointer) -> int | None:
+    """The last round of a finished run, from its summary record."""
+    summaries = [r for r in ckpt.records_until(10**12) if r.get("type") == "summary"]
+    return int(summaries[-1].get("rounds", 0)) if summaries else None
 
 
 def _replay_complete(ckpt: Checkpointer, logger: JsonlLogger, result: RunResult) -> RunResult:

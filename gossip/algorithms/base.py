@@ -234,8 +234,24 @@ def mix_into(
         w_own = node.view.self_weight if own_weight is None else own_weight
         comp.decode_add_(out, own, scale * w_own)
     for j in sorted(inbox):
-        comp.decode_add_(out, comp.from_bytes(inbox[j], out), scale * node.weight(j))
+        comp.decode_add_(out, received(comp, inbox, j, out), scale * node.weight(j))
     return out
+
+
+def received(comp: Compressor, inbox: Inbox, j: int, like: torch.Tensor) -> Any:
+    """``comp.from_bytes`` of neighbor ``j``'s message for a tensor like ``like``.
+
+    A refused message (NaN/Inf values, a corrupt header or body) raises the
+    :class:`~gossip.compress.base.CompressionError` with ``sender = j``, so the engine's error
+    names the node (and rank) that sent it rather than blaming the receiver.
+    """
+    from gossip.compress.base import CompressionError
+
+    try:
+        return comp.from_bytes(inbox[j], like)
+    except CompressionError as exc:
+        exc.sender = j
+        raise
 
 
 def local_step(node: Node, grad: torch.Tensor, eta: float) -> None:

@@ -8,6 +8,7 @@ already writes its next message); the rest is the subclass's job.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 
@@ -20,6 +21,24 @@ Edge = tuple[int, int]  # (sender node, receiver node)
 
 class CommError(GossipError, RuntimeError):
     """A message could not be delivered (timeout, oversize message, dead peer)."""
+
+
+class CommConfigError(GossipError, ValueError):
+    """A communication setting that cannot work (e.g. a deadline that is not a positive number)."""
+
+
+def check_timeout(value: float) -> float:
+    """``value`` as seconds of a deadline: a positive finite number, else CommConfigError."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (0 < seconds < math.inf):
+        raise CommConfigError(
+            f"timeout must be a positive number of seconds, got {value!r}: it is how long a rank "
+            "waits for a neighbor before stopping the run (e.g. --timeout 120)"
+        )
+    return seconds
 
 
 class Transport(ABC):

@@ -15,13 +15,66 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from gossip.comm.base import CommError, Edge, Transport
+from gossip.comm.base import CommError, Edge, Transport, check_timeout
 
 TAG_SPACE = 1 << 20
 
 
 class CommTimeout(CommError):
     """A neighbor did not answer before the deadline."""
+
+
+def wait_requests(
+    reqs: list,
+    *,
+    timeout: float,
+    rank: int,
+    peers: list[tuple[str, int | tuple[int, ...]]],
+    what: str,
+    statuses: list | None = None,
+    spin: int = 100,
+    yield_cpu: bool = True,
+) -> None:
+    """Busy-poll MPI requests until all are done; past ``timeout`` seconds, raise CommTimeout.
+
+    Every wait of a run (the transport's messages, the metric reductions, barriers) goes
+    through here, so a crashed, killed or stopped rank ends the run with an error instead of a
+    hang. ``peers[k]`` is ``(label, rank)`` of the process ``reqs[k]`` talks to; the error names
+    those still pending. Where that process may itself be waiting for others (a chain of
+    ranks), ``rank`` is the tuple of every rank whose silence would leave it pending.
+    ``what`` starts the message; ``{timeout}`` in it becomes the deadline. After ``spin``
+    polls each further poll yields the CPU (oversubscribed ranks).
+    """
+    if not reqs:
+        return
+    from mpi4py import MPI
+
+    deadline = time.monotonic() + timeout
+    test = MPI.Request.Testall
+    polls = 0
+    while True:
+        try:
+            done = test(reqs, statuses) if statuses is not None else test(reqs)
+        except MPI.Exception as exc:  # e.g. MPI_ERR_TRUNCATE
+            raise CommError(
+                f"{what.format(timeout=f'{timeout:g} s')} {', '.join(p[0] for p in peers)}: MPI "
+                f"error on rank {rank}: {exc.Get_error_string()} (a neighbor sent more bytes "
+                "than it announced, or a peer died)"
+            ) from exc
+        if done:
+            return
+        polls += 1
+        if polls > spin and yield_cpu:
+            os.sched_yield()  # let the process we wait for run
+        if time.monotonic() > deadline:
+            pending = [p for p, r in zip(peers, reqs) if not r.Test()]
+            ranks = sorted({q for p in pending for q in (p[1] if isinstance(p[1], tuple) else (p[1],))})
+            chain = any(isinstance(p[1], tuple) and len(p[1]) > 1 for p in pending)
+            raise CommTimeout(
+                f"{what.format(timeout=f'{timeout:g} s')} {', '.join(p[0] for p in pending)}; "
+                f"{'one of ' if chain else ''}rank(s) {ranks} stopped answering (crashed, killed "
+                "or stuck). Raise --timeout if rounds are legitimately slower."
+            )
 
 
 class MPITransport(Transport):
@@ -35,7 +88,7 @@ class MPITransport(Transport):
 
         self._mpi = MPI
         self.comm = comm
-        self.timeout = float(timeout)
+        self.timeout = check_timeout(timeout)
         self.yield_cpu = yield_cpu
         self._recv_bufs: dict[Edge, np.ndarray] = {}
         self._send_stage: dict[Edge, np.ndarray] = {}
@@ -98,39 +151,17 @@ class MPITransport(Transport):
         return received
 
     def _wait(self, reqs, statuses, edges, round_: int, sending: bool = False) -> None:
-        """Busy-poll ``reqs`` until done or the deadline passes (then name the silent peers)."""
-        if not reqs:
-            return
-        MPI = self._mpi
-        deadline = time.monotonic() + self.timeout
-        test = MPI.Request.Testall
-        polls = 0
-        while True:
-            try:
-                done = test(reqs, statuses) if statuses is not None else test(reqs)
-            except MPI.Exception as exc:  # e.g. MPI_ERR_TRUNCATE
-                raise CommError(
-                    f"round {round_}: MPI error on rank {self.rank}: {exc.Get_error_string()}"
-                    " (a neighbor sent more bytes than it announced, or a peer died)"
-                ) from exc
-            if done:
-                return
-            polls += 1
-            if polls > self.spin and self.yield_cpu:
-                os.sched_yield()  # oversubscribed ranks: let the peer we wait for run
-            if time.monotonic() > deadline:
-                pending = [e for e, r in zip(edges, reqs) if not r.Test()]
-                peers = sorted({self.placement[e[1] if sending else e[0]] for e in pending})
-                what = "send to" if sending else "message from"
-                detail = ", ".join(
-                    f"node {e[1] if sending else e[0]} (rank {self.placement[e[1] if sending else e[0]]})"
-                    for e in pending
-                )
-                raise CommTimeout(
-                    f"round {round_}: rank {self.rank} waited {self.timeout:.0f} s for a {what} "
-                    f"{detail}; rank(s) {peers} stopped answering (crashed, killed or stuck). "
-                    "Raise --timeout if rounds are legitimately slower."
-                )
+        """Wait for ``reqs`` (one per edge) against the deadline, naming the silent peers."""
+        node = [e[1] if sending else e[0] for e in edges]
+        wait_requests(
+            reqs, statuses=statuses, timeout=self.timeout, rank=self.rank,
+            peers=[(f"node {j} (rank {self.placement[j]})", self.placement[j]) for j in node],
+            what=f"round {round_}: rank {self.rank} waited {{timeout}} for a "
+                 f"{'send to' if sending else 'message from'}",
+            spin=self.spin, yield_cpu=self.yield_cpu,
+        )
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        from gossip.comm.world import World
+
+        World(self.comm, timeout=self.timeout).barrier()

@@ -370,3 +370,44 @@ def unpack_codes_np(packed: np.ndarray, d: int, width: int, ws) -> np.ndarray:
 
 
 _TORCH_INT = {np.uint8: torch.uint8, np.uint16: torch.uint16, np.int32: torch.int32}
+
+
+def codes_within_np(packed: np.ndarray, d: int, width: int, lo: int, hi: int, ws) -> bool:
+    """Whether every one of the d codes packed by :func:`pack_codes_np` lies in [lo, hi].
+
+    Widths below 8 are compared plane by plane, most significant bit first, on the packed
+    bytes (8 codes per byte operation, no unpacking); the last, partial byte and wider codes
+    are unpacked.
+    """
+    n8 = nbytes_bits(d)
+    if width >= 8 or d <= _SMALL_NP:
+        codes = unpack_codes_np(packed, d, width, ws)[:d]
+        return d == 0 or (int(codes.min()) >= lo and int(codes.max()) <= hi)
+    planes = packed[: width * n8].reshape(width, n8)
+    full = d // 8
+    if full < n8:  # entries of the last byte past d are padding: compare the real ones only
+        tail = _unpack_planes(np.ascontiguousarray(planes[:, full:]))[: d - 8 * full]
+        if int(tail.min()) < lo or int(tail.max()) > hi:
+            return False
+    outside = np.zeros(full, dtype=np.uint8)
+    eq_lo = np.full(full, 0xFF, dtype=np.uint8)
+    eq_hi = eq_lo.copy()
+    tmp = np.empty(full, dtype=np.uint8)
+    for b in reversed(range(width)):
+        plane = planes[b, :full]
+        if (lo >> b) & 1:  # a 0 here while equal so far: below lo
+            np.invert(plane, out=tmp)
+            tmp &= eq_lo
+            outside |= tmp
+            eq_lo &= plane
+        else:
+            np.invert(plane, out=tmp)
+            eq_lo &= tmp
+        if (hi >> b) & 1:
+            eq_hi &= plane
+        else:  # a 1 here while equal so far: above hi
+            np.bitwise_and(plane, eq_hi, out=tmp)
+            outside |= tmp
+            np.invert(plane, out=tmp)
+            eq_hi &= tmp
+    return not outside.any()

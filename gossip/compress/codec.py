@@ -40,9 +40,11 @@ from gossip.compress.base import CompressionError, Compressor, Payload
 from gossip.compress.checks import (
     FLOAT_DTYPES,
     Workspace,
+    all_finite,
     check_dtype,
     check_generator,
     no_grad,
+    quiet,
     shared_workspace,
 )
 from gossip.compress.wire import (
@@ -70,6 +72,9 @@ class Codec(Compressor):
     kind: ClassVar[int] = 0
     param_name: ClassVar[str] = "parameter"
     dtypes: ClassVar[tuple[torch.dtype, ...]] = FLOAT_DTYPES
+
+    #: sections holding a scale (a norm or a step): a received negative one is refused
+    scale_sections: ClassVar[tuple[str, ...]] = ()
 
     # numpy fast path for CPU tensors (``bits.USE_NUMPY``); None = the torch hooks serve them.
     # Each works on numpy views of the message (``Plan.host_views``; the section arrays) and
@@ -279,7 +284,8 @@ class Codec(Compressor):
         if payload.host is not None and self._decode_add_host is not None:
             on = self._host_out(out, payload)
             if on is not None:
-                self._decode_add_host(payload.host, on, float(weight))
+                with quiet():  # out + w·values may overflow to Inf (caught as divergence), silently
+                    self._decode_add_host(payload.host, on, float(weight))
                 return out
         return self._decode_add_torch(out, payload, weight)
 
@@ -311,6 +317,7 @@ class Codec(Compressor):
                 buf = buf.clone()
                 bn = buf.numpy()
             views = plan.host_views(bn)
+            self._check_received(views, plan.numel)
             mode = self._parse_mode
             if mode == 1:
                 return Payload(buf, like.shape, like.dtype, None, self._parse_host(views, plan.numel))
@@ -322,10 +329,35 @@ class Codec(Compressor):
             return Payload(buf, like.shape, like.dtype, None, views)
         self._check_header(buf, like, plan)
         buf = aligned_on(buf, like.device)
-        parts = self._parse_body(
-            plan.torch_views(buf, False), tuple(like.shape), like.dtype
-        )
+        views = plan.torch_views(buf, False)
+        self._check_received(views, plan.numel)
+        parts = self._parse_body(views, tuple(like.shape), like.dtype)
         return Payload(buf, like.shape, like.dtype, parts)
+
+    def _check_received(self, views: dict[str, Any], numel: int) -> None:
+        """Refuse values no sender produces: NaN/Inf in a floating section, a negative scale.
+
+        ``views`` are the message's sections (numpy arrays, or torch tensors for bfloat16 and
+        for device messages). Subclasses add their own checks (codes out of range). A receiver
+        whose ``check_finite`` is off skips these value checks, as it skips them on its input.
+        """
+        if not self.check_finite:
+            return
+        for name, v in views.items():
+            t = torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+            if not t.is_floating_point():
+                continue
+            finite = all_finite(v, t) if isinstance(v, np.ndarray) else bool(torch.isfinite(t).all())
+            if not finite:
+                raise CompressionError(
+                    f"{self.spec}: the message's {name} contain NaN/Inf, which no healthy sender "
+                    "produces (the sender diverged, or the message is corrupt)"
+                )
+            if name in self.scale_sections and bool((t < 0).any()):
+                raise CompressionError(
+                    f"{self.spec}: the message's {name} is negative ({float(t.min()):.3g}); a "
+                    "scale never is (the message is corrupt)"
+                )
 
     def _check_header(self, buf: torch.Tensor, like: torch.Tensor, plan: Plan) -> None:
         shape = tuple(like.shape)

@@ -24,7 +24,7 @@ import torch
 
 from gossip.compress import bits
 from gossip.compress.base import CompressionError, Compressor, Payload
-from gossip.compress.checks import check_dtype, check_generator, no_grad
+from gossip.compress.checks import check_dtype, check_generator, no_grad, quiet
 from gossip.compress.codec import Codec, _check_out
 from gossip.compress.wire import (
     HEADER_NBYTES,
@@ -36,6 +36,7 @@ from gossip.compress.wire import (
     check_header,
     header_bytes,
     new_buffer,
+    numel_of,
     write_header,
 )
 from gossip.layout import Layout
@@ -201,8 +202,9 @@ class PerTensor(Compressor):
             return self._decode_add_torch(out, payload, weight)
         hp, on = got
         w = float(weight)
-        for (c, _, xo, n, _), host in zip(hp.items, payload.host["bodies"], strict=True):
-            c._decode_add_host(host, on[xo : xo + n], w)
+        with quiet():  # out + w·values may overflow to Inf (caught as divergence), silently
+            for (c, _, xo, n, _), host in zip(hp.items, payload.host["bodies"], strict=True):
+                c._decode_add_host(host, on[xo : xo + n], w)
         return out
 
     @no_grad
@@ -233,6 +235,7 @@ class PerTensor(Compressor):
         bodies = []
         for c, plan, _, n, shift in hp.items:
             views = plan.host_views_at(bn, shift)
+            c._check_received(views, n)
             bodies.append(c._parse_host(views, n) if c._parse_mode == 1 else views)
         return Payload(buf, like.shape, like.dtype, None, {"bodies": bodies})
 
@@ -255,8 +258,9 @@ class PerTensor(Compressor):
         buf = aligned_on(buf, like.device)
         bodies: list[dict[str, Any]] = []
         for c, shape, o, n in zip(self.inners, self.layout.shapes, offsets, sizes, strict=True):
-            sec = c.sections(shape, like.dtype)
-            bodies.append(c._parse_body(sec.views(buf[o : o + n]), shape, like.dtype))
+            views = c.sections(shape, like.dtype).views(buf[o : o + n])
+            c._check_received(views, numel_of(shape))
+            bodies.append(c._parse_body(views, shape, like.dtype))
         return Payload(buf, like.shape, like.dtype, {"bodies": bodies})
 
     def max_nbytes(self, like: torch.Tensor) -> int:

@@ -41,6 +41,7 @@ class LevelQuantizer(Codec):
     randomized: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
     param_name: ClassVar[str] = "bit width"
+    scale_sections: ClassVar[tuple[str, ...]] = ("scale",)
 
     def __init__(self, spec: str, levels: int, scale: str = "none") -> None:
         super().__init__(spec)
@@ -121,6 +122,23 @@ class LevelQuantizer(Codec):
             np.copyto(codes, t, casting="unsafe")
         bits.pack_codes_np(codes, self.width, v["codes"], self.ws)
         return v
+
+    def _check_received(self, views: dict[str, Any], numel: int) -> None:
+        """Also refuse codes outside the 2s + 1 levels (w bits hold up to 2^w symbols)."""
+        super()._check_received(views, numel)
+        packed = views["codes"]
+        lo, hi = self.offset - self.s, self.offset + self.s
+        if isinstance(packed, np.ndarray):
+            ok = bits.codes_within_np(packed, numel, self.width, lo, hi, self.ws)
+        else:
+            codes = bits.unpack_codes(packed, numel, self.width, self.ws, packed.device)[:numel]
+            low, high = torch.aminmax(codes)
+            ok = int(low) >= lo and int(high) <= hi
+        if not ok:
+            raise CompressionError(
+                f"{self.spec}: the message holds codes outside the {2 * self.s + 1} levels "
+                f"[{lo}, {hi}] of its {self.width}-bit codes (the message is corrupt)"
+            )
 
     def _expand_host(self, packed: np.ndarray, step, out: np.ndarray) -> None:
         """``out = (c − o)·step`` from the packed codes c (the torch path's arithmetic)."""

@@ -31,6 +31,7 @@ class ScaledSign(Codec):
     """
 
     kind: ClassVar[int] = 6
+    scale_sections: ClassVar[tuple[str, ...]] = ("scale",)
 
     def delta_for(self, numel: int) -> float | None:
         return 1.0 / numel

@@ -1,0 +1,116 @@
+"""Received messages with values no sender produces are refused, naming the sender."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import topologies
+from gossip.algorithms import make_algorithm
+from gossip.compress import bits, make
+from gossip.compress.base import CompressionError
+from gossip.engine import Engine, NodeError
+from gossip.layout import Layout
+
+SPECS = ["none", "fp16", "bf16", "topk:4", "randk:0.5", "sign", "qsgd:4bit", "lead:2", "lowrank:1"]
+
+
+def message(spec: str, like: torch.Tensor) -> tuple[torch.Tensor, list]:
+    comp = make(spec)
+    gen = torch.Generator()
+    gen.manual_seed(0)
+    buf = comp.encode(torch.randn(like.shape, generator=gen, dtype=like.dtype), gen).to_bytes().clone()
+    return buf, comp.plan(like).slots
+
+
+def altered(buf: torch.Tensor, a: int, b: int, dt: torch.dtype, value) -> torch.Tensor:
+    out = buf.clone()
+    out[a:b].view(dt)[0] = value
+    return out
+
+
+@pytest.mark.parametrize("host", [True, False])
+@pytest.mark.parametrize("spec", SPECS)
+def test_nan_inf_negative_scales_and_bad_codes_are_refused(spec, host, monkeypatch):
+    monkeypatch.setattr(bits, "USE_NUMPY", host)
+    like = torch.zeros(6, 5)
+    comp = make(spec)
+    buf, slots = message(spec, like)
+    comp.from_bytes(buf, like)  # the intact message is accepted
+    refused = 0
+    for name, a, b, _, dt in slots:
+        if dt.is_floating_point:
+            for bad in (math.nan, math.inf, -math.inf):
+                with pytest.raises(CompressionError, match=f"{name} contain NaN/Inf"):
+                    comp.from_bytes(altered(buf, a, b, dt, bad), like)
+                refused += 1
+        if name in comp.scale_sections:
+            with pytest.raises(CompressionError, match=f"{name} is negative"):
+                comp.from_bytes(altered(buf, a, b, dt, -1.0), like)
+            refused += 1
+        if name == "codes":  # every bit set: code 2^w - 1, past the 2s + 1 levels
+            bad = buf.clone()
+            bad[a:b] = 255
+            with pytest.raises(CompressionError, match="outside the .* levels"):
+                comp.from_bytes(bad, like)
+            refused += 1
+    assert refused >= 3
+
+
+def test_per_tensor_messages_are_checked_too():
+    layout = Layout([(4, 3), (5,)])
+    comp = make("none", layout=layout)
+    x = torch.arange(17, dtype=torch.float32)
+    buf = comp.encode(x).to_bytes().clone()
+    pos = buf.view(torch.uint8).numpy().tobytes().find(torch.tensor([7.0]).numpy().tobytes())
+    buf[pos : pos + 4].view(torch.float32)[0] = math.nan
+    with pytest.raises(CompressionError, match="NaN/Inf"):
+        comp.from_bytes(buf, torch.zeros(17))
+
+
+def test_a_nan_message_names_its_sender_not_the_receivers_step():
+    topo = topologies.build("ring", 4)
+    engine = Engine(make_algorithm("choco", gamma=0.5), topo, lambda i: torch.ones(8) * i,
+                    compressor="none", dtype=torch.float64)
+    faulty = engine.nodes[2]
+    faulty.compressor.check_finite = False  # a sender that no longer checks what it sends
+    faulty.x[0] = math.nan
+    with pytest.raises(NodeError, match=r"node 1 \(rank 0\) refused the message from node 2 "
+                                        r"\(rank 0\): none: the message's values contain NaN/Inf"):
+        engine.step()
+    assert bool(torch.isfinite(engine.nodes[1].x).all())
+
+
+@pytest.mark.parametrize("spec", ["none", "topk:4", "randk:0.5", "lead:2"])
+def test_decoding_huge_values_raises_no_numpy_warning(spec):
+    comp = make(spec)
+    gen = torch.Generator()
+    gen.manual_seed(0)
+    payload = comp.from_bytes(comp.encode(torch.full((16,), 3e38), gen).to_bytes(), torch.zeros(16))
+    out = torch.full((16,), 3e38)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        comp.decode_add_(out, payload, 2.0)
+    assert not bool(torch.isfinite(out).all())  # the overflow is there, for divergence checks
+
+
+@pytest.mark.parametrize("spec", ["qsgd:4bit", "lead:2", "qsgd:s=10"])
+def test_code_range_check_on_packed_planes(spec):
+    """Long messages are checked on the packed bit planes; the last partial byte exactly."""
+    import numpy as np
+
+    comp = make(spec)
+    lo, hi = comp.offset - comp.s, comp.offset + comp.s
+    rng = np.random.default_rng(0)
+    for d in (70_000, 70_005):
+        codes = rng.integers(lo, hi + 1, d).astype(bits.host_code_dtype(comp.width))
+        for where, bad in ((None, None), (5, lo - 1), (d // 2, hi + 1), (d - 1, (1 << comp.width) - 1)):
+            c = codes.copy()
+            if where is not None:
+                c[where] = bad
+            packed = np.zeros(bits.packed_nbytes(d, comp.width), dtype=np.uint8)
+            bits.pack_codes_np(c, comp.width, packed, comp.ws)
+            assert bits.codes_within_np(packed, d, comp.width, lo, hi, comp.ws) == (where is None)
