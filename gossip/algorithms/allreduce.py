@@ -60,20 +60,6 @@ def sign_scale(z: torch.Tensor, codec: str) -> torch.Tensor:
     return z.abs().sum() / z.numel()
 
 
-def check_complete(name: str, topology: Any, hint: str = "use --topology complete") -> None:
-    """Raise :class:`ConfigError` unless every node is linked to every other one."""
-    if getattr(topology, "time_varying", False):
-        raise ConfigError(f"{name} is an all-reduce method and needs the static complete graph: {hint}")
-    view_of = topology.at_round(1).view
-    for i in range(topology.n):
-        if len(view_of(i).out_neighbors) != topology.n - 1:
-            raise ConfigError(
-                f"{name} is an all-reduce method: every node talks to every other one, but node "
-                f"{i} of '{topology.name}' has {len(view_of(i).out_neighbors)} of "
-                f"{topology.n - 1} neighbors; {hint}"
-            )
-
-
 class ChunkedAllReduce:
     """The mean of a flat vector over all nodes, by reduce-scatter + all-gather (module doc).
 
@@ -227,12 +213,14 @@ class AllReduceAlgorithm(Algorithm):
     """Base of the complete-graph methods: they own their optimizer and keep nodes identical.
 
     They take the plain gradient (``trains``, ``needs_oracle``; no local ``torch.optim``
-    optimizer) and need the complete graph; the gossip compressor must be ``none`` because
-    they compress inside their own collective (see ``codec``).
+    optimizer) and need the complete graph (``needs_complete_graph``, checked by the engine);
+    the gossip compressor must be ``none`` because they compress inside their own collective
+    (see ``codec``).
     """
 
     trains = True
     needs_oracle = True
+    needs_complete_graph = True
     takes_optimizer = False
     step_schedule = True
     codec_hint = "choose the all-reduce's 1-bit scale with codec=sign_l2|sign_l1"
@@ -244,7 +232,6 @@ class AllReduceAlgorithm(Algorithm):
         return {}
 
     def validate(self, topology: Any, compressor: Any) -> None:
-        check_complete(self.name, topology)
         spec = getattr(compressor, "spec", "none")
         if spec != "none":
             raise ConfigError(

@@ -91,8 +91,8 @@ class OneBitLamb(AllReduceAlgorithm):
         self._ar.setup(node)
         z, k = torch.zeros_like(node.x), len(node.layout)
         per = torch.zeros(k, dtype=torch.float64)
-        node.state.update(m=z, v=z.clone(), v_fresh=z.clone(), m_old=z.clone(), grad=torch.empty_like(z),
-                          upd=torch.empty_like(z), tmp=torch.empty_like(z), trust=per,
+        node.state.update(m=z, v=z.clone(), v_fresh=z.clone(), m_old=z.clone(), grad=torch.zeros_like(z),
+                          upd=torch.zeros_like(z), tmp=torch.zeros_like(z), trust=per,
                           scaling=torch.ones(k, dtype=torch.float64), last_factor=torch.ones(k, dtype=torch.float64))
 
     def step(self, node: Node) -> RoundGenerator:

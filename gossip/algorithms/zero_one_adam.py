@@ -85,8 +85,8 @@ class ZeroOneAdam(AllReduceAlgorithm):
         self._fp.setup(node)
         self._ar.setup(node)
         z = torch.zeros_like(node.x)
-        node.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone(), grad=torch.empty_like(z),
-                          step=torch.empty_like(z), denom=torch.empty_like(z))
+        node.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone(), grad=torch.zeros_like(z),
+                          step=torch.zeros_like(z), denom=torch.zeros_like(z))
         # the schedules' counters and Σ_η: 0-d host tensors (checkpointed in place, read without a
         # device sync); eta_sum in float64 sums exactly as a Python float
         node.state.update({key: torch.tensor(value, dtype=torch.int64) for key, value in
