@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.allreduce import adam_moments_, check_betas, preconditioned
+from gossip.algorithms.allreduce import adam_moments_, adaptive_hparams, check_betas, preconditioned
 from gossip.algorithms.base import (
     Algorithm,
     ConfigError,
@@ -56,8 +56,8 @@ class AdaptiveGossip(Algorithm):
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
                         topology: Any = None) -> dict[str, Any]:
-        """Nothing: adaptive steps do not scale with 1/L; the defaults (or ``eta``) apply."""
-        return {}
+        """``eta`` sized from the problem (:func:`~gossip.algorithms.allreduce.adaptive_hparams`)."""
+        return adaptive_hparams(cls, problem)
 
     def validate(self, topology: Any, compressor: Any) -> None:
         spec = getattr(compressor, "spec", "none")
