@@ -306,7 +306,7 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
     pick is then identical on every rank and equal to the in-process run's, with no message.
     """
     if "gamma" not in algorithm_class(args.algorithm).tunable:
-        raise SystemExit(f"--gamma auto tunes {' and '.join(tunable_algorithms())}; give "
+        raise SystemExit(f"--gamma auto tunes {', '.join(tunable_algorithms())}; give "
                          f"{args.algorithm} a number (or leave its default)")
     if not 0 < args.tune_fraction <= 1:
         raise SystemExit(f"--tune-fraction must be in (0, 1], got {args.tune_fraction}")

@@ -71,7 +71,7 @@ def test_script_refuses_bad_combinations(capsys):
     with pytest.raises(SystemExit, match="plain gradient"):
         train.main(["--algorithm", "lead", "--compressor", "lead:2", "--optimizer", "adam",
                     "--rounds", "1"])
-    with pytest.raises(SystemExit, match="--gamma auto tunes choco and deepsqueeze"):
+    with pytest.raises(SystemExit, match="--gamma auto tunes choco, choco-amsgrad, deepsqueeze; give dpsgd"):
         train.main(["--algorithm", "dpsgd", "--gamma", "auto", "--rounds", "1"])
     with pytest.raises(SystemExit):
         train.main(["--model", "resnet", "--rounds", "1"])
