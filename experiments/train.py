@@ -28,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gossip.algorithms import accepted_hparams, algorithm_class, make_algorithm  # noqa: E402
+from gossip.algorithms import REGISTRY, accepted_hparams, algorithm_class, make_algorithm  # noqa: E402
 from gossip.algorithms.base import ConfigError  # noqa: E402
 from gossip.cli import (  # noqa: E402
     DTYPES,
@@ -118,8 +118,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"{', '.join(optimizer_algorithms())} (local optimizer step), or "
                         f"{', '.join(sorted(set(trainable_algorithms()) - set(optimizer_algorithms())))} "
                         "(plain gradient with step --lr; the adaptive ones keep their own Adam "
-                        "state and want --lr about 1e-3; all-reduce methods need --topology "
-                        "complete), or module:Class")
+                        "state and want --lr about 1e-3; the all-reduce methods "
+                        f"{', '.join(sorted(n for n, c in REGISTRY.items() if c.needs_complete_graph))} "
+                        "need --topology complete), or module:Class")
     a.add_argument("--compressor", default="none",
                    help=f"compressor spec: {compress_usage()} (powergossip: none, it sketches by itself)")
     a.add_argument("--flat-compression", action="store_true",

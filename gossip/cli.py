@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,17 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Appends ``(default: X)`` to a flag's help once: not when the help already states its
-    default, nor for flags whose default is None or False (nothing useful to show)."""
+    default, nor for flags whose default is None or False (nothing useful to show). Lines
+    wrap at spaces only, so names such as ``zero-one-adam`` or ``sign_l2`` stay whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        text = self._whitespace_matcher.sub(" ", text).strip()
+        return textwrap.wrap(text, width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        text = self._whitespace_matcher.sub(" ", text).strip()
+        return textwrap.fill(text, width, initial_indent=indent, subsequent_indent=indent,
+                             break_on_hyphens=False)
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""

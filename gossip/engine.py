@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node
+from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node, check_complete
 from gossip.comm.world import World
 from gossip.compress import Compressor, factory_for
 from gossip.compress.base import CompressionError
@@ -147,6 +147,8 @@ class Engine:
                 f"{alg.name} needs a symmetric mixing matrix, but '{topo.name}' is directed; use a "
                 "symmetric graph (e.g. 'exponential' instead of 'directed-exponential')"
             )
+        if alg.needs_complete_graph:
+            check_complete(alg.name, topo)
         if alg.needs_oracle and oracles is None:
             raise ConfigError(f"{alg.name} needs gradients: give it a problem (an oracle per node)")
         alg.validate(topo, self._new_compressor())

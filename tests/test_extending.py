@@ -159,10 +159,12 @@ def test_suggested_steps_converge(name):
     cls = REGISTRY[name]
     if not cls.trains:
         pytest.skip(f"{name} uses no gradients")
-    problem = make_problem("lasso" if name == "prox-lead" else "least-squares", n_nodes=6, dim=15,
+    # an all-reduce gets the complete graph, on 8 nodes (a power of two, for adasum's tree)
+    n = 8 if cls.needs_complete_graph else 6
+    problem = make_problem("lasso" if name == "prox-lead" else "least-squares", n_nodes=n, dim=15,
                            samples_per_node=30, seed=2, dtype=torch.float64)
     x_star = torch.as_tensor(problem.solution(), dtype=torch.float64)
-    topo = topologies.build("ring", 6)
+    topo = topologies.build("complete" if cls.needs_complete_graph else "ring", n)
     hp = cls.suggest_hparams(problem, "full", topo)
     engine = Engine(make_algorithm(name, **hp), topo, lambda i: problem.initial_point(), compressor="none",
                     oracles=lambda i, gen: problem.oracle(i, gen, "full", 1))

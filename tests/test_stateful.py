@@ -39,7 +39,8 @@ STATEFUL = [spec for spec in example_specs() if make(spec).stateful]
 
 
 def build(name: str, spec: str, per_tensor: bool, problem_name: str = "least-squares") -> Engine:
-    """A 4-node ring engine; trainable algorithms get a problem (lasso if they need a prox)."""
+    """A 4-node ring engine (the complete graph for an all-reduce); trainable algorithms get a
+    problem (lasso if they need a prox)."""
     try:
         return _build(name, spec, per_tensor, problem_name)
     except ConfigError:
@@ -50,7 +51,7 @@ def build(name: str, spec: str, per_tensor: bool, problem_name: str = "least-squ
 
 def _build(name: str, spec: str, per_tensor: bool, problem_name: str) -> Engine:
     cls = REGISTRY[name]
-    topo = topologies.build("ring", 4)
+    topo = topologies.build("complete" if cls.needs_complete_graph else "ring", 4)
     layout = Layout(SHAPES) if per_tensor else None
     kw: dict = {}
     if cls.trains:

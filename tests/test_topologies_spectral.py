@@ -70,7 +70,7 @@ def test_symmetric_exponential(n, gap):
 
 @pytest.mark.parametrize("p, low, high", [(0.2, 0.05, 0.4), (0.5, 0.35, 0.7)])
 def test_erdos_renyi_ballpark(p, low, high):
-    # section 10.2 quotes one draw (~0.28 / ~0.45); over 30 seeds we see 0.06-0.31 (mean 0.22)
+    # one draw gives ~0.28 / ~0.45; over 30 seeds we see 0.06-0.31 (mean 0.22)
     # and 0.44-0.62 (mean 0.53)
     for seed in range(3):
         assert low < T.spectral_gap(W_of(T.erdos_renyi(40, p, seed=seed))) < high

@@ -4,7 +4,7 @@ Convention (docs/algorithms/README.md): W[i, j] is the weight node i gives to no
 node i computes x_i <- sum_j W[i, j] x_j.  For a DiGraph an arc u -> v means u sends to v, so it
 allows W[v, u] != 0.
 
-Rules (section 10.1), for an undirected graph with degrees d_i:
+Rules (docs/topologies.md, mixing matrices), for an undirected graph with degrees d_i:
 
 * ``metropolis`` (default): w_ij = 1 / (1 + max(d_i, d_j)) on edges; symmetric, doubly
   stochastic, positive self weights, needs only the neighbours' degrees.

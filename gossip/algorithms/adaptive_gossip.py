@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.allreduce import adam_moments_, check_betas, preconditioned
+from gossip.algorithms.allreduce import adam_moments_, adaptive_hparams, check_betas, preconditioned
 from gossip.algorithms.base import (
     Algorithm,
     ConfigError,
@@ -56,8 +56,8 @@ class AdaptiveGossip(Algorithm):
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
                         topology: Any = None) -> dict[str, Any]:
-        """Nothing: adaptive steps do not scale with 1/L; the defaults (or ``eta``) apply."""
-        return {}
+        """``eta`` sized from the problem (:func:`~gossip.algorithms.allreduce.adaptive_hparams`)."""
+        return adaptive_hparams(cls, problem)
 
     def validate(self, topology: Any, compressor: Any) -> None:
         spec = getattr(compressor, "spec", "none")
@@ -66,7 +66,7 @@ class AdaptiveGossip(Algorithm):
 
     def setup(self, node: Node) -> None:
         z = torch.zeros_like(node.x)
-        node.state.update(m=z, v=z.clone(), grad=torch.empty_like(z), step=torch.empty_like(z))
+        node.state.update(m=z, v=z.clone(), grad=torch.zeros_like(z), step=torch.zeros_like(z))
 
     def mix(self, node: Node, vectors: Sequence[torch.Tensor], steps: int) -> Generator[Exchange, Inbox, None]:
         """``v ← Σ_j w_ij v_j`` for each of ``vectors`` (in place), ``steps`` times: one message
@@ -160,7 +160,7 @@ class TrackedAMSGrad(AdaptiveGossip):
     def setup(self, node: Node) -> None:
         super().setup(node)
         node.state.update(v_max=torch.full_like(node.x, self.eps), u=torch.full_like(node.x, self.eps),
-                          v_new=torch.empty_like(node.x))
+                          v_new=torch.zeros_like(node.x))
 
     def step(self, node: Node) -> RoundGenerator:
         st = node.state
@@ -218,7 +218,7 @@ class ChocoAMSGrad(TrackedAMSGrad):
     def setup(self, node: Node) -> None:
         super().setup(node)
         z = torch.zeros_like(node.x)
-        node.state.update(x_hat=z, u_hat=z.clone(), s_x=z.clone(), s_u=z.clone(), diff=torch.empty_like(z))
+        node.state.update(x_hat=z, u_hat=z.clone(), s_x=z.clone(), s_u=z.clone(), diff=torch.zeros_like(z))
 
     def step(self, node: Node) -> RoundGenerator:
         st, x, comp = node.state, node.x, node.compressor

@@ -75,7 +75,7 @@ class Adasum(AllReduceAlgorithm):
 
     def setup(self, node: Node) -> None:
         z = torch.zeros_like(node.x)
-        node.state.update(grad=torch.empty_like(z), delta=torch.empty_like(z))
+        node.state.update(grad=torch.zeros_like(z), delta=torch.zeros_like(z))
         if self.local == "adam":
             node.state.update(m=z, v=z.clone())
         self._work[node.id] = {"empty": torch.empty(0, dtype=torch.uint8, device=z.device),

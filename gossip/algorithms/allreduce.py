@@ -60,20 +60,6 @@ def sign_scale(z: torch.Tensor, codec: str) -> torch.Tensor:
     return z.abs().sum() / z.numel()
 
 
-def check_complete(name: str, topology: Any, hint: str = "use --topology complete") -> None:
-    """Raise :class:`ConfigError` unless every node is linked to every other one."""
-    if getattr(topology, "time_varying", False):
-        raise ConfigError(f"{name} is an all-reduce method and needs the static complete graph: {hint}")
-    view_of = topology.at_round(1).view
-    for i in range(topology.n):
-        if len(view_of(i).out_neighbors) != topology.n - 1:
-            raise ConfigError(
-                f"{name} is an all-reduce method: every node talks to every other one, but node "
-                f"{i} of '{topology.name}' has {len(view_of(i).out_neighbors)} of "
-                f"{topology.n - 1} neighbors; {hint}"
-            )
-
-
 class ChunkedAllReduce:
     """The mean of a flat vector over all nodes, by reduce-scatter + all-gather (module doc).
 
@@ -227,12 +213,14 @@ class AllReduceAlgorithm(Algorithm):
     """Base of the complete-graph methods: they own their optimizer and keep nodes identical.
 
     They take the plain gradient (``trains``, ``needs_oracle``; no local ``torch.optim``
-    optimizer) and need the complete graph; the gossip compressor must be ``none`` because
-    they compress inside their own collective (see ``codec``).
+    optimizer) and need the complete graph (``needs_complete_graph``, checked by the engine);
+    the gossip compressor must be ``none`` because they compress inside their own collective
+    (see ``codec``).
     """
 
     trains = True
     needs_oracle = True
+    needs_complete_graph = True
     takes_optimizer = False
     step_schedule = True
     codec_hint = "choose the all-reduce's 1-bit scale with codec=sign_l2|sign_l1"
@@ -240,11 +228,10 @@ class AllReduceAlgorithm(Algorithm):
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
                         topology: Any = None) -> dict[str, Any]:
-        """Nothing: adaptive steps do not scale with 1/L; the defaults (or ``eta``) apply."""
-        return {}
+        """``eta`` and ``eps`` sized from the problem (:func:`adaptive_hparams`, with ``eps``)."""
+        return adaptive_hparams(cls, problem, with_eps=True)
 
     def validate(self, topology: Any, compressor: Any) -> None:
-        check_complete(self.name, topology)
         spec = getattr(compressor, "spec", "none")
         if spec != "none":
             raise ConfigError(
@@ -268,6 +255,34 @@ def preconditioned(m: torch.Tensor, v: torch.Tensor, eps: float, out: torch.Tens
     """``out = m / (√v + ε)`` (no bias correction, ε outside the root, as DeepSpeed)."""
     torch.sqrt(v, out=out).add_(eps)
     return torch.div(m, out, out=out)
+
+
+def adaptive_hparams(cls: type[Algorithm], problem: Any, *, with_eps: bool = False) -> dict[str, Any]:
+    """A step for Adam-like updates on ``problem`` (one with ``smoothness()`` and ``grad_full``).
+
+    Adaptive steps do not scale with ``1/L``: Adam, Signum and their kin move every coordinate
+    by about ``η`` a round, whatever the gradient's size. We size ``η`` from the problem instead,
+    as a twentieth of the per-coordinate size of a safe gradient step at the start::
+
+        r = RMS(∇f(x0)) = ‖(1/n) Σ_i ∇f_i(x0)‖ / √d;   η = r / (20 L)
+
+    With ``with_eps`` (the frozen-variance methods) also ``ε = r/20 = η L``: where the (frozen)
+    ``√v`` has fallen well below ``ε`` the update is a gradient step of at most ``η/ε = 1/L``,
+    so the 1-bit noise of coordinates with a tiny ``v`` cannot blow up (with ``ε = 1e-8`` it
+    does). Only what the constructor takes is returned; nothing when ``∇f(x0) = 0``.
+    """
+    import inspect
+
+    x0 = problem.initial_point()
+    grad = sum(problem.grad_full(i, x0) for i in range(problem.n_nodes)) / problem.n_nodes
+    rms = float(grad.square().mean().sqrt())
+    if not 0.0 < rms < float("inf"):
+        return {}
+    hp = {"eta": rms / (20.0 * problem.smoothness().L)}
+    if with_eps:
+        hp["eps"] = rms / 20.0
+    accepted = set(inspect.signature(cls.__init__).parameters)
+    return {k: v for k, v in hp.items() if k in accepted}
 
 
 def check_codec(codec: str) -> None:

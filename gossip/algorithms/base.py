@@ -115,7 +115,8 @@ class Algorithm(ABC):
 
     Class attributes say what the algorithm needs, so the engine refuses bad runs up front:
     ``static_topology`` (keeps neighbor state, so the graph cannot change between rounds),
-    ``symmetric`` (needs ``W = Wᵀ``), ``needs_oracle`` (uses gradients). Scripts read the
+    ``symmetric`` (needs ``W = Wᵀ``), ``needs_oracle`` (uses gradients), ``needs_complete_graph``
+    (an all-reduce: every node talks to every other one). Scripts read the
     capabilities (``trains``, ``takes_optimizer``, ``tunable``, :meth:`suggest_hparams`), never
     lists of names, so a registered algorithm of a user's gets the same treatment.
 
@@ -129,6 +130,10 @@ class Algorithm(ABC):
     static_topology: ClassVar[bool] = True
     symmetric: ClassVar[bool] = True
     needs_oracle: ClassVar[bool] = False
+    needs_complete_graph: ClassVar[bool] = False
+    """Runs a collective in which every node talks to every other one (an all-reduce), so it
+    needs the static complete graph (``--topology complete``): the engine refuses any other
+    before a message is sent, and tests and tools that pick a graph pick that one for it."""
     trains: ClassVar[bool] = False
     """Uses gradients when the node has an oracle, so it can train a model or solve a problem."""
     takes_optimizer: ClassVar[bool] = False
@@ -190,6 +195,20 @@ class Algorithm(ABC):
     def hparams(self) -> dict[str, Any]:
         """Hyper-parameters for the log's config record."""
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+def check_complete(name: str, topology: Any, hint: str = "use --topology complete") -> None:
+    """Raise :class:`ConfigError` unless every node is linked to every other one, in every round."""
+    if getattr(topology, "time_varying", False):
+        raise ConfigError(f"{name} is an all-reduce method and needs the static complete graph: {hint}")
+    view_of = topology.at_round(1).view
+    for i in range(topology.n):
+        if len(view_of(i).out_neighbors) != topology.n - 1:
+            raise ConfigError(
+                f"{name} is an all-reduce method: every node talks to every other one, but node "
+                f"{i} of '{topology.name}' has {len(view_of(i).out_neighbors)} of "
+                f"{topology.n - 1} neighbors; {hint}"
+            )
 
 
 def _step_factor(rule: str, topology: Any) -> float:

@@ -70,7 +70,7 @@ class OneBitAdam(AllReduceAlgorithm):
         self._fp.setup(node)
         self._ar.setup(node)
         node.state.update(m=torch.zeros_like(node.x), v=torch.zeros_like(node.x),
-                          grad=torch.empty_like(node.x), step=torch.empty_like(node.x))
+                          grad=torch.zeros_like(node.x), step=torch.zeros_like(node.x))
 
     def step(self, node: Node) -> RoundGenerator:
         st = node.state

@@ -4,6 +4,7 @@ rescaled from a reconstructed gradient, with 1-bit momentum."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -11,6 +12,7 @@ from gossip.algorithms.allreduce import (
     AllReduceAlgorithm,
     ChunkedAllReduce,
     adam_moments_,
+    adaptive_hparams,
     check_betas,
     check_codec,
     check_warmup,
@@ -82,6 +84,17 @@ class OneBitLamb(AllReduceAlgorithm):
         self._fp: ChunkedAllReduce | None = None
         self._ar: ChunkedAllReduce | None = None
 
+    @classmethod
+    def suggest_hparams(cls, problem: Any, estimator: str = "full",
+                        topology: Any = None) -> dict[str, Any]:
+        """``eta = 0.05`` and the problem's ``eps`` (:func:`~gossip.algorithms.allreduce.adaptive_hparams`).
+
+        LAMB's step is relative: the trust ratio makes ``‖Δx_p‖ ≈ η ‖x_p‖`` per tensor, so its
+        ``η`` does not depend on the problem's scale; ``eps`` does (it bounds the steps of
+        coordinates whose frozen ``v`` is tiny).
+        """
+        return {**adaptive_hparams(cls, problem, with_eps=True), "eta": 0.05}
+
     def setup(self, node: Node) -> None:
         if self._ar is None:
             n, d = node_count(node), node.x.numel()
@@ -91,8 +104,8 @@ class OneBitLamb(AllReduceAlgorithm):
         self._ar.setup(node)
         z, k = torch.zeros_like(node.x), len(node.layout)
         per = torch.zeros(k, dtype=torch.float64)
-        node.state.update(m=z, v=z.clone(), v_fresh=z.clone(), m_old=z.clone(), grad=torch.empty_like(z),
-                          upd=torch.empty_like(z), tmp=torch.empty_like(z), trust=per,
+        node.state.update(m=z, v=z.clone(), v_fresh=z.clone(), m_old=z.clone(), grad=torch.zeros_like(z),
+                          upd=torch.zeros_like(z), tmp=torch.zeros_like(z), trust=per,
                           scaling=torch.ones(k, dtype=torch.float64), last_factor=torch.ones(k, dtype=torch.float64))
 
     def step(self, node: Node) -> RoundGenerator:

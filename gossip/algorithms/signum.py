@@ -48,8 +48,8 @@ class SignumVote(AllReduceAlgorithm):
         if self._vote is None:
             self._vote = ChunkedAllReduce(node_count(node), node.x.numel(), "vote", key="vote")
         self._vote.setup(node)
-        node.state.update(m=torch.zeros_like(node.x), grad=torch.empty_like(node.x),
-                          s=torch.empty_like(node.x))
+        node.state.update(m=torch.zeros_like(node.x), grad=torch.zeros_like(node.x),
+                          s=torch.zeros_like(node.x))
 
     def step(self, node: Node) -> RoundGenerator:
         st = node.state

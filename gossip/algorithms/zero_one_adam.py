@@ -85,9 +85,13 @@ class ZeroOneAdam(AllReduceAlgorithm):
         self._fp.setup(node)
         self._ar.setup(node)
         z = torch.zeros_like(node.x)
-        node.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone(), grad=torch.empty_like(z),
-                          step=torch.empty_like(z), denom=torch.empty_like(z),
-                          var_interval=1, var_counter=0, ls_interval=1, ls_counter=0, eta_sum=0.0)
+        node.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone(), grad=torch.zeros_like(z),
+                          step=torch.zeros_like(z), denom=torch.zeros_like(z))
+        # the schedules' counters and Σ_η: 0-d host tensors (checkpointed in place, read without a
+        # device sync); eta_sum in float64 sums exactly as a Python float
+        node.state.update({key: torch.tensor(value, dtype=torch.int64) for key, value in
+                           (("var_interval", 1), ("var_counter", 0), ("ls_interval", 1), ("ls_counter", 0))})
+        node.state["eta_sum"] = torch.tensor(0.0, dtype=torch.float64)
 
     def step(self, node: Node) -> RoundGenerator:
         st, t, x = node.state, node.round, node.x
@@ -95,7 +99,7 @@ class ZeroOneAdam(AllReduceAlgorithm):
         eta = scheduled(self.eta, t)
         g = node.oracle.grad(x, st["grad"])
         if t <= self.var_freeze_step:
-            refresh = t % st["var_interval"] == 0
+            refresh = t % int(st["var_interval"]) == 0
             if refresh:
                 yield from self._fp.reduce(node, g, g)
                 adam_moments_(m, v, g, self.beta1, self.beta2)
@@ -105,30 +109,30 @@ class ZeroOneAdam(AllReduceAlgorithm):
                 adam_moments_(m, None, g, self.beta1, self.beta2)
             x.sub_(preconditioned(m, v, self.eps, step), alpha=eta)
             if refresh:
-                st["var_counter"] += 1
-                if st["var_counter"] == self.var_update_scaler:
-                    st["var_counter"] = 0
-                    st["var_interval"] *= 2
+                st["var_counter"].add_(1)
+                if int(st["var_counter"]) == self.var_update_scaler:
+                    st["var_counter"].zero_()
+                    st["var_interval"].mul_(2)
             return
         if t == self.var_freeze_step + 1:
             self._ar.reset(node)  # the errors held gradients, now they will hold momenta
             st["x_sync"].copy_(x)
         adam_moments_(m, None, g, self.beta1, self.beta2)
-        st["eta_sum"] += eta
+        st["eta_sum"].add_(eta)
         preconditioned(m, v, self.eps, step).mul_(eta)
         x.sub_(step)
         u.sub_(step)
-        if t % st["ls_interval"] == 0:
+        if t % int(st["ls_interval"]) == 0:
             denom = torch.sqrt(v, out=st["denom"]).add_(self.eps)
             u.mul_(denom)
             yield from self._ar.reduce(node, u, u)
             u.masked_fill_(v == 0, 0.0)
-            torch.div(u, -st["eta_sum"], out=m)
+            torch.div(u, -float(st["eta_sum"]), out=m)
             torch.addcdiv(st["x_sync"], u, denom, out=x)
             st["x_sync"].copy_(x)
             u.zero_()
-            st["eta_sum"] = 0.0
-        st["ls_counter"] += 1
-        if st["ls_counter"] == self.local_step_scaler:
-            st["ls_counter"] = 0
-            st["ls_interval"] = min(self.local_step_clipper, 2 * st["ls_interval"])
+            st["eta_sum"].zero_()
+        st["ls_counter"].add_(1)
+        if int(st["ls_counter"]) == self.local_step_scaler:
+            st["ls_counter"].zero_()
+            st["ls_interval"].fill_(min(self.local_step_clipper, 2 * int(st["ls_interval"])))
