@@ -114,3 +114,16 @@ def test_code_range_check_on_packed_planes(spec):
             packed = np.zeros(bits.packed_nbytes(d, comp.width), dtype=np.uint8)
             bits.pack_codes_np(c, comp.width, packed, comp.ws)
             assert bits.codes_within_np(packed, d, comp.width, lo, hi, comp.ws) == (where is None)
+
+
+def test_a_malformed_packed_message_names_its_sender():
+    from gossip.algorithms.base import pack, packed_capacity, unpack_inbox
+
+    caps = [8, 8]
+    good = pack([torch.arange(8, dtype=torch.uint8), torch.arange(4, dtype=torch.uint8)])
+    parts = unpack_inbox({5: good, 3: good.clone()}, 2, caps)
+    assert [list(p) for p in parts] == [[3, 5], [3, 5]] and parts[1][5].numel() == 4
+    truncated = good[: packed_capacity(caps) - 20]
+    with pytest.raises(CompressionError) as info:
+        unpack_inbox({3: good, 5: truncated}, 2, caps)
+    assert info.value.sender == 5

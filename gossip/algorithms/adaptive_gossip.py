@@ -27,10 +27,12 @@ from gossip.algorithms.base import (
     Node,
     RoundGenerator,
     check_range,
+    mix_into,
     pack,
     packed_capacity,
     scheduled,
     unpack,
+    unpack_inbox,
 )
 
 
@@ -237,13 +239,11 @@ class ChocoAMSGrad(TrackedAMSGrad):
         cap = comp.max_nbytes(x)
         inbox = yield Exchange.broadcast(message, packed_capacity([cap, cap]))
         own = unpack(message, 2, [cap, cap])
-        received = {j: unpack(buf, 2, [cap, cap]) for j, buf in sorted(inbox.items())}
+        received = unpack_inbox(inbox, 2, [cap, cap])
         for k, (hat, s) in enumerate(((st["x_hat"], st["s_x"]), (st["u_hat"], st["s_u"]))):
             q = comp.from_bytes(own[k], x)
             comp.decode_add_(hat, q, 1.0)
-            comp.decode_add_(s, q, node.view.self_weight)
-            for j, bufs in received.items():
-                comp.decode_add_(s, comp.from_bytes(bufs[k], x), node.weight(j))
+            mix_into(node, s, q, received[k], compressor=comp)
 
 
 class DESLOC(AdaptiveGossip):

@@ -325,6 +325,26 @@ def packed_capacity(capacities: list[int]) -> int:
     return (len(capacities) + 1) * _LEN + sum(capacities)
 
 
+def unpack_inbox(inbox: Inbox, count: int, capacities: list[int]) -> list[Inbox]:
+    """Split every neighbor's :func:`pack`-ed message: one inbox per part, sorted by sender.
+
+    A malformed message raises :class:`~gossip.compress.base.CompressionError` with ``sender``
+    set, so the engine names the node that sent it (as :func:`received` does).
+    """
+    from gossip.compress.base import CompressionError
+
+    parts: list[Inbox] = [{} for _ in range(count)]
+    for j in sorted(inbox):
+        try:
+            split = unpack(inbox[j], count, capacities)
+        except CompressionError as exc:
+            exc.sender = j
+            raise
+        for part, buf in zip(parts, split):
+            part[j] = buf
+    return parts
+
+
 def unpack(buf: torch.Tensor, count: int, capacities: list[int]) -> list[torch.Tensor]:
     """Split a :func:`pack`-ed message, checking the header against what may be sent."""
     from gossip.compress.base import CompressionError

@@ -25,7 +25,7 @@ from gossip.algorithms.base import (
     mix_into,
     pack,
     packed_capacity,
-    unpack,
+    unpack_inbox,
 )
 
 
@@ -78,9 +78,9 @@ class BEER(Algorithm):
         qg = cg.encode(torch.sub(v, g, out=dv), node.generator)
         caps = [ch.max_nbytes(dx), cg.max_nbytes(dv)]
         inbox = yield Exchange(pack([qh.to_bytes(), qg.to_bytes()]), packed_capacity(caps))
-        parts = {j: unpack(buf, 2, caps) for j, buf in inbox.items()}
+        parts = unpack_inbox(inbox, 2, caps)
         ch.decode_add_(h, qh, 1.0)
-        mix_into(node, sh, qh, {j: p[0] for j, p in parts.items()}, compressor=ch)
+        mix_into(node, sh, qh, parts[0], compressor=ch)
         cg.decode_add_(g, qg, 1.0)
-        mix_into(node, sg, qg, {j: p[1] for j, p in parts.items()}, compressor=cg)
+        mix_into(node, sg, qg, parts[1], compressor=cg)
 
