@@ -52,8 +52,8 @@ def test_cgt_equals_matrix_form(spec, gamma, alpha, ef, rounds):
     np.testing.assert_allclose(stacked(eng, "y").mean(0), stacked(eng, "g").mean(0), atol=1e-12)
     if ef or alpha > 0:  # the mixed copies are W times the copies, exactly
         for key in ("sx", "sy"):
-            h = np.stack([eng.nodes[i].state[key].h.numpy() for i in range(len(ours[0]))])
-            hm = np.stack([eng.nodes[i].state[key].hm.numpy() for i in range(len(ours[0]))])
+            h = stacked(eng, f"{key}.h")
+            hm = stacked(eng, f"{key}.hm")
             np.testing.assert_allclose(hm, W @ h, atol=1e-12)
 
 
@@ -148,7 +148,7 @@ def test_cgt_on_a_time_varying_graph_keeps_one_copy_per_arc():
         np.testing.assert_allclose(a.nodes[i].x.numpy(), b.nodes[i].x.numpy(), atol=1e-12)
     eng = run("c-gt", "topk:0.25", 30)
     np.testing.assert_allclose(stacked(eng, "y").sum(0), stacked(eng, "g").sum(0), atol=1e-11)
-    assert len(eng.nodes[0].state["sx"].out) == 3  # log2(8) arcs out of node 0 over a period
+    assert len(eng.nodes[0].state["sx.out"]) == 3  # log2(8) arcs out of node 0 over a period
     x0 = HETERO.initial_point()
     eng = run("c-gt", "lead:2", 600, problem=HETERO, x0=lambda i: x0)
     assert distance(eng, HETERO) < 1e-10
@@ -157,7 +157,10 @@ def test_cgt_on_a_time_varying_graph_keeps_one_copy_per_arc():
 @pytest.mark.parametrize(("name", "spec", "topo_spec", "weights"), [
     ("c-gt", "lead:2", "ring", "metropolis"),
     ("c-gt", "topk:0.25", "one-peer-exponential", "metropolis"),
+    ("c-gt", "lead:2", "matchings", "metropolis"),
     ("push-sum", "lead:2", "directed-random", "push"),
+    ("push-sum", "lead:2", "one-peer-exponential", "push"),
+    ("cpp", "lead:2", "directed-random", "push"),
     ("c-ecl", "randk:0.3", "ring", "metropolis"),
     ("docom", "sign", "ring", "metropolis"),
 ])

@@ -17,8 +17,10 @@ import torch
 from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range, scheduled
 from gossip.algorithms.streams import (
     ArcStream,
+    PerNode,
     Stream,
     Weights,
+    arcs_over_schedule,
     pull_weights,
     send_arc_streams,
     send_streams,
@@ -79,18 +81,27 @@ class PushSum(Algorithm):
         check_range("gamma", gamma, 0.0, 1.0, "1 for exact push-sum; 0.2-0.5 for 1-2 bit quantizers.")
         self.eta = eta
         self.gamma = gamma
+        self._topology: Any = None
+        self._streams = PerNode(self._make_stream)
 
     _arcs = False
 
     def validate(self, topology: Any, compressor: Any) -> None:
         check_column_stochastic(self.name, topology)
         self._arcs = bool(getattr(topology, "time_varying", False)) and compressor.spec != "none"
+        self._topology = topology
+
+    def _make_stream(self, node: Node) -> Stream | ArcStream:
+        """The numerator's stream ``ss``: per-arc copies on a time-varying graph when compressed."""
+        if self._arcs:
+            outs, ins = arcs_over_schedule(self._topology, node.id)
+            return ArcStream(node, "ss", outs=outs, ins=ins)
+        return Stream(node, "ss", alpha=0.0 if node.compressor.spec == "none" else 1.0)
 
     def setup(self, node: Node) -> None:
         st = node.state
-        alpha = 0.0 if node.compressor.spec == "none" else 1.0
         st["s"] = node.x.clone()
-        st["ss"] = ArcStream(node) if self._arcs else Stream(node, alpha=alpha)
+        self._streams(node)
         st["w"] = torch.ones(1, dtype=torch.float64)
         st["w_in"] = torch.empty(1, dtype=torch.float64)
         if node.oracle is not None:
@@ -98,7 +109,7 @@ class PushSum(Algorithm):
 
     def step(self, node: Node) -> RoundGenerator:
         st = node.state
-        s, ss, w = st["s"], st["ss"], st["w"]
+        s, w, ss = st["s"], st["w"], self._streams(node)
         if node.oracle is not None:
             s.sub_(node.oracle.grad(node.x, st["grad"]), alpha=scheduled(self.eta, node.round - 1))
         if self._arcs:

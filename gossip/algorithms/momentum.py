@@ -12,7 +12,7 @@ import torch
 
 from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range
 from gossip.algorithms.beer import BEER
-from gossip.algorithms.streams import Stream, send_streams, split_inbox
+from gossip.algorithms.streams import PerNode, Stream, send_streams, split_inbox
 from gossip.algorithms.tracking import compression_defaults, stochastic_kind
 
 
@@ -56,6 +56,8 @@ class DoCoM(Algorithm):
         self.eta = eta
         self.gamma = gamma
         self.beta = beta
+        self._streams = PerNode(lambda node: (Stream(node, "sx", alpha=1.0),
+                                              Stream(node, "sy", alpha=1.0, own_compressor=True)))
 
     def validate(self, topology: Any, compressor: Any) -> None:
         _check_doubly_stochastic(self.name, topology)
@@ -64,8 +66,7 @@ class DoCoM(Algorithm):
     def setup(self, node: Node) -> None:
         x, st, oracle = node.x, node.state, node.oracle
         self._sampled(oracle)  # refuse oracles it cannot use, before any message
-        st["sx"] = Stream(node, alpha=1.0)
-        st["sy"] = Stream(node, alpha=1.0, fresh_compressor=True)
+        self._streams(node)  # the public copies sx.h, sx.hm, sy.h, sy.hm
         st["v"] = oracle.grad(x, torch.empty_like(x))
         st["y"] = st["v"].clone()
         st["x_prev"] = x.clone()
@@ -88,7 +89,8 @@ class DoCoM(Algorithm):
 
     def step(self, node: Node) -> RoundGenerator:
         x, st, oracle = node.x, node.state, node.oracle
-        sx, sy, v, y, x_prev, g, g_old = (st[k] for k in ("sx", "sy", "v", "y", "x_prev", "g", "g_old"))
+        sx, sy = self._streams(node)
+        v, y, x_prev, g, g_old = (st[k] for k in ("v", "y", "x_prev", "g", "g_old"))
         if self._sampled(oracle):
             idx = oracle.sample()
             oracle.grad_at(x, idx, g)
