@@ -64,9 +64,8 @@ class PushSum(Algorithm):
     A constant η reaches a neighborhood of the optimum (a decaying one: the optimum).
 
     Args:
-        eta: gradient step, a number or a schedule ``eta(t)`` of the 0-based round (e.g.
-            ``lambda t: a / (t + 1) ** 0.5`` to reach the optimum); default 0.05, unused in
-            consensus.
+        eta: gradient step, a number or a schedule ``eta(t)`` of the round t = 1, 2, … (e.g.
+            ``lambda t: a / t ** 0.5`` to reach the optimum); default 0.05, unused in consensus.
         gamma: consensus step γ ∈ (0, 1] (default 1; lower it for coarse quantizers).
     """
 
@@ -75,6 +74,10 @@ class PushSum(Algorithm):
     symmetric = False
     static_topology = False
     tunable = ("gamma",)
+    step_schedule = True
+    step_rule = "tracking"
+    """A fifth of ``1/L``: with a constant step push-sum stops in a neighborhood of the optimum
+    whose radius grows with η (no tracking), so the cautious step ends closer."""
 
     def __init__(self, eta: float | Callable[[int], float] = 0.05, gamma: float = 1.0):
         check_range("eta", eta, 0.0, float("inf"), "Try 1/L with a decaying schedule.")
@@ -111,7 +114,7 @@ class PushSum(Algorithm):
         st = node.state
         s, w, ss = st["s"], st["w"], self._streams(node)
         if node.oracle is not None:
-            s.sub_(node.oracle.grad(node.x, st["grad"]), alpha=scheduled(self.eta, node.round - 1))
+            s.sub_(node.oracle.grad(node.x, st["grad"]), alpha=scheduled(self.eta, node.round))
         if self._arcs:
             inbox = yield send_arc_streams([ss], [s], extra=[w.view(torch.uint8)])
             in_s, in_w = split_inbox(inbox, [ss], extra=[_W_BYTES])
