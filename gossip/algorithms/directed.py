@@ -150,7 +150,7 @@ class CPP(CGT):
     diverge. Same messages as C-GT: two compressed vectors per out-neighbor per round.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         gamma: consensus step (default 1 uncompressed, 0.5 unbiased, 0.2 biased).
         alpha: public copies' step (default as gamma).
         error_feedback: as in C-GT.

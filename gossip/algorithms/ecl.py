@@ -37,7 +37,7 @@ class CECL(Algorithm):
     costs rounds, not accuracy.
 
     Args:
-        eta: step size η (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size η (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         period: K, rounds between dual exchanges (default 5).
         rho: kept fraction ρ in α (default: k/d for the sparsifiers, e.g. ``randk:0.2`` → 0.2;
             1 otherwise). Needs ``K/ρ > 1``.

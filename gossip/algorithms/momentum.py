@@ -37,7 +37,7 @@ class DoCoM(Algorithm):
     previous gradient stands in for ``g_old`` and ``v`` is the plain stochastic gradient.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         gamma: consensus step for x and y (default by compressor: 1, 0.5 unbiased, 0.2 biased).
         beta: momentum weight β ∈ (0, 1] (default 0.1; 1 is the plain stochastic gradient).
     """
@@ -128,7 +128,7 @@ class MoTEF(BEER):
     which shifts the tracker by the mean initial gradient.) λ = 1 is BEER.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         gamma: consensus step (default 0.4).
         lam: momentum weight λ ∈ (0, 1] (default 0.9).
     """

@@ -20,6 +20,12 @@ the compressor dropped stays in ``z − h`` and goes out in later messages (the 
 contractive compressors such as top-k). ``α < 1`` damps the copy (DIANA-style, for unbiased
 compressors of large variance). An extra additive error memory would count the dropped part
 twice (it is already in ``z − h``); measured, it diverged where these forms converge.
+
+Where things live: the copies are tensors in ``node.state`` under the stream's name
+(``"sx.h"``, ``"sx.hm"``; per-arc copies as lists ``"sx.out"``, ``"sx.in"``), so checkpoints
+save and restore them in place; a stream's own compressor is ``node.stream_compressor(name)``,
+which checkpoints save too. :class:`Stream` and :class:`ArcStream` are thin helpers bound to
+``(node, name)`` holding scratch buffers only; algorithms keep them in a :class:`PerNode`.
 """
 
 from __future__ import annotations

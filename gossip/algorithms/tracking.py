@@ -63,7 +63,7 @@ class CGT(Algorithm):
     for any compressor, so ``Σ y = Σ g`` still holds. One message per current out-neighbor.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         gamma: consensus step γ ∈ (0, 1] (default by compressor: 1 uncompressed, 0.5 unbiased,
             0.2 biased).
         alpha: how far the public copies follow the reconstructed values, α ∈ [0, 1] (default
@@ -177,7 +177,7 @@ class DIGing(CGT):
     on directed graphs with a doubly stochastic W.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
     """
 
     name = "diging"
@@ -209,7 +209,7 @@ class EXTRA(Algorithm):
     neighbor per round. Needs a symmetric, doubly stochastic, static W.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.5/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.9 (1 + λ_min)/L, step rule "dgd").
     """
 
     name = "extra"
