@@ -191,3 +191,20 @@ def test_checkpoint_resume_continues_the_same_run(name, spec, topo_spec, weights
         resumed.step()
     for i in range(8):
         np.testing.assert_array_equal(resumed.nodes[i].x.numpy(), straight.nodes[i].x.numpy())
+
+
+def test_one_algorithm_object_runs_two_engines():
+    """Stream helpers live outside node.state, per node: an algorithm shared by two engines
+    (stepped in turn) gives each the run it gives alone."""
+    eta = 0.2 / L
+    shared = make_algorithm("c-gt", eta=eta)
+    a = Engine(shared, TOPO, x0_fn(), compressor="topk:0.25", oracles=oracles(PROBLEM), seed=1)
+    b = Engine(shared, TOPO, x0_fn(), compressor="topk:0.25", oracles=oracles(PROBLEM), seed=1)
+    alone = Engine(make_algorithm("c-gt", eta=eta), TOPO, x0_fn(), compressor="topk:0.25",
+                   oracles=oracles(PROBLEM), seed=1)
+    for _ in range(10):
+        a.step()
+        b.step()
+        alone.step()
+    for i in alone.nodes:
+        assert torch.equal(a.nodes[i].x, alone.nodes[i].x) and torch.equal(b.nodes[i].x, alone.nodes[i].x)
