@@ -52,8 +52,8 @@ def test_cgt_equals_matrix_form(spec, gamma, alpha, ef, rounds):
     np.testing.assert_allclose(stacked(eng, "y").mean(0), stacked(eng, "g").mean(0), atol=1e-12)
     if ef or alpha > 0:  # the mixed copies are W times the copies, exactly
         for key in ("sx", "sy"):
-            h = np.stack([eng.nodes[i].state[key].h.numpy() for i in range(len(ours[0]))])
-            hm = np.stack([eng.nodes[i].state[key].hm.numpy() for i in range(len(ours[0]))])
+            h = stacked(eng, f"{key}.h")
+            hm = stacked(eng, f"{key}.hm")
             np.testing.assert_allclose(hm, W @ h, atol=1e-12)
 
 
@@ -148,7 +148,7 @@ def test_cgt_on_a_time_varying_graph_keeps_one_copy_per_arc():
         np.testing.assert_allclose(a.nodes[i].x.numpy(), b.nodes[i].x.numpy(), atol=1e-12)
     eng = run("c-gt", "topk:0.25", 30)
     np.testing.assert_allclose(stacked(eng, "y").sum(0), stacked(eng, "g").sum(0), atol=1e-11)
-    assert len(eng.nodes[0].state["sx"].out) == 3  # log2(8) arcs out of node 0 over a period
+    assert len(eng.nodes[0].state["sx.out"]) == 3  # log2(8) arcs out of node 0 over a period
     x0 = HETERO.initial_point()
     eng = run("c-gt", "lead:2", 600, problem=HETERO, x0=lambda i: x0)
     assert distance(eng, HETERO) < 1e-10
@@ -157,7 +157,10 @@ def test_cgt_on_a_time_varying_graph_keeps_one_copy_per_arc():
 @pytest.mark.parametrize(("name", "spec", "topo_spec", "weights"), [
     ("c-gt", "lead:2", "ring", "metropolis"),
     ("c-gt", "topk:0.25", "one-peer-exponential", "metropolis"),
+    ("c-gt", "lead:2", "matchings", "metropolis"),
     ("push-sum", "lead:2", "directed-random", "push"),
+    ("push-sum", "lead:2", "one-peer-exponential", "push"),
+    ("cpp", "lead:2", "directed-random", "push"),
     ("c-ecl", "randk:0.3", "ring", "metropolis"),
     ("docom", "sign", "ring", "metropolis"),
 ])
@@ -188,3 +191,20 @@ def test_checkpoint_resume_continues_the_same_run(name, spec, topo_spec, weights
         resumed.step()
     for i in range(8):
         np.testing.assert_array_equal(resumed.nodes[i].x.numpy(), straight.nodes[i].x.numpy())
+
+
+def test_one_algorithm_object_runs_two_engines():
+    """Stream helpers live outside node.state, per node: an algorithm shared by two engines
+    (stepped in turn) gives each the run it gives alone."""
+    eta = 0.2 / L
+    shared = make_algorithm("c-gt", eta=eta)
+    a = Engine(shared, TOPO, x0_fn(), compressor="topk:0.25", oracles=oracles(PROBLEM), seed=1)
+    b = Engine(shared, TOPO, x0_fn(), compressor="topk:0.25", oracles=oracles(PROBLEM), seed=1)
+    alone = Engine(make_algorithm("c-gt", eta=eta), TOPO, x0_fn(), compressor="topk:0.25",
+                   oracles=oracles(PROBLEM), seed=1)
+    for _ in range(10):
+        a.step()
+        b.step()
+        alone.step()
+    for i in alone.nodes:
+        assert torch.equal(a.nodes[i].x, alone.nodes[i].x) and torch.equal(b.nodes[i].x, alone.nodes[i].x)

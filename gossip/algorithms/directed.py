@@ -17,8 +17,10 @@ import torch
 from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range, scheduled
 from gossip.algorithms.streams import (
     ArcStream,
+    PerNode,
     Stream,
     Weights,
+    arcs_over_schedule,
     pull_weights,
     send_arc_streams,
     send_streams,
@@ -62,9 +64,8 @@ class PushSum(Algorithm):
     A constant η reaches a neighborhood of the optimum (a decaying one: the optimum).
 
     Args:
-        eta: gradient step, a number or a schedule ``eta(t)`` of the 0-based round (e.g.
-            ``lambda t: a / (t + 1) ** 0.5`` to reach the optimum); default 0.05, unused in
-            consensus.
+        eta: gradient step, a number or a schedule ``eta(t)`` of the round t = 1, 2, … (e.g.
+            ``lambda t: a / t ** 0.5`` to reach the optimum); default 0.05, unused in consensus.
         gamma: consensus step γ ∈ (0, 1] (default 1; lower it for coarse quantizers).
     """
 
@@ -73,24 +74,37 @@ class PushSum(Algorithm):
     symmetric = False
     static_topology = False
     tunable = ("gamma",)
+    step_schedule = True
+    step_rule = "tracking"
+    """A fifth of ``1/L``: with a constant step push-sum stops in a neighborhood of the optimum
+    whose radius grows with η (no tracking), so the cautious step ends closer."""
 
     def __init__(self, eta: float | Callable[[int], float] = 0.05, gamma: float = 1.0):
         check_range("eta", eta, 0.0, float("inf"), "Try 1/L with a decaying schedule.")
         check_range("gamma", gamma, 0.0, 1.0, "1 for exact push-sum; 0.2-0.5 for 1-2 bit quantizers.")
         self.eta = eta
         self.gamma = gamma
+        self._topology: Any = None
+        self._streams = PerNode(self._make_stream)
 
     _arcs = False
 
     def validate(self, topology: Any, compressor: Any) -> None:
         check_column_stochastic(self.name, topology)
         self._arcs = bool(getattr(topology, "time_varying", False)) and compressor.spec != "none"
+        self._topology = topology
+
+    def _make_stream(self, node: Node) -> Stream | ArcStream:
+        """The numerator's stream ``ss``: per-arc copies on a time-varying graph when compressed."""
+        if self._arcs:
+            outs, ins = arcs_over_schedule(self._topology, node.id)
+            return ArcStream(node, "ss", outs=outs, ins=ins)
+        return Stream(node, "ss", alpha=0.0 if node.compressor.spec == "none" else 1.0)
 
     def setup(self, node: Node) -> None:
         st = node.state
-        alpha = 0.0 if node.compressor.spec == "none" else 1.0
         st["s"] = node.x.clone()
-        st["ss"] = ArcStream(node) if self._arcs else Stream(node, alpha=alpha)
+        self._streams(node)
         st["w"] = torch.ones(1, dtype=torch.float64)
         st["w_in"] = torch.empty(1, dtype=torch.float64)
         if node.oracle is not None:
@@ -98,9 +112,9 @@ class PushSum(Algorithm):
 
     def step(self, node: Node) -> RoundGenerator:
         st = node.state
-        s, ss, w = st["s"], st["ss"], st["w"]
+        s, w, ss = st["s"], st["w"], self._streams(node)
         if node.oracle is not None:
-            s.sub_(node.oracle.grad(node.x, st["grad"]), alpha=scheduled(self.eta, node.round - 1))
+            s.sub_(node.oracle.grad(node.x, st["grad"]), alpha=scheduled(self.eta, node.round))
         if self._arcs:
             inbox = yield send_arc_streams([ss], [s], extra=[w.view(torch.uint8)])
             in_s, in_w = split_inbox(inbox, [ss], extra=[_W_BYTES])
@@ -136,7 +150,7 @@ class CPP(CGT):
     diverge. Same messages as C-GT: two compressed vectors per out-neighbor per round.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         gamma: consensus step (default 1 uncompressed, 0.5 unbiased, 0.2 biased).
         alpha: public copies' step (default as gamma).
         error_feedback: as in C-GT.

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node, RoundGenerator, check_range
+from gossip.algorithms.streams import PerNode
 
 
 class CECL(Algorithm):
@@ -36,7 +37,7 @@ class CECL(Algorithm):
     costs rounds, not accuracy.
 
     Args:
-        eta: step size η (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size η (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         period: K, rounds between dual exchanges (default 5).
         rho: kept fraction ρ in α (default: k/d for the sparsifiers, e.g. ``randk:0.2`` → 0.2;
             1 otherwise). Needs ``K/ρ > 1``.
@@ -64,6 +65,7 @@ class CECL(Algorithm):
         self.rho = rho
         self.theta = theta
         self.weight_decay = weight_decay
+        self._work = PerNode(_Edges)
 
     def validate(self, topology: Any, compressor: Any) -> None:
         if getattr(compressor, "stateful", False):
@@ -93,17 +95,18 @@ class CECL(Algorithm):
         nbrs = node.view.neighbors
         if not nbrs:
             raise ConfigError(f"node {node.id} has no neighbors; c-ecl needs a connected graph")
-        st["z"] = {j: torch.zeros_like(x) for j in nbrs}
-        st["r"] = {j: torch.zeros_like(x) for j in nbrs}
-        st["msg"] = {j: torch.empty_like(x) for j in nbrs}
+        st["z"] = [torch.zeros_like(x) for _ in nbrs]  # in the order of sorted(neighbors)
+        st["r"] = [torch.zeros_like(x) for _ in nbrs]
+        self._work(node)
         st["grad"] = torch.empty_like(x)
         st["acc"] = torch.empty_like(x)
         self._check_rho(self.kept_fraction(node))
 
     def step(self, node: Node) -> RoundGenerator:
         x, st, i = node.x, node.state, node.id
-        z, r = st["z"], st["r"]
-        nbrs = sorted(z)
+        work = self._work(node)
+        nbrs, msg = work.neighbors, work.msg
+        z, r = dict(zip(nbrs, st["z"], strict=True)), dict(zip(nbrs, st["r"], strict=True))
         deg = len(nbrs)
         mu = 1.0 / self.eta
         alpha = 1.0 / (self.eta * (self.period / self.kept_fraction(node) - 1.0) * deg)
@@ -117,10 +120,18 @@ class CECL(Algorithm):
         comp, theta = node.compressor, self.theta
         sent, bufs = {}, {}
         for j in nbrs:  # y_ij − r_ij = z_ij − 2 A_ij w_i − r_ij
-            d = torch.sub(z[j], r[j], out=st["msg"][j]).add_(x, alpha=-2.0 if i < j else 2.0)
+            d = torch.sub(z[j], r[j], out=msg[j]).add_(x, alpha=-2.0 if i < j else 2.0)
             sent[j] = comp.encode(d, node.generator)
             bufs[j] = sent[j].to_bytes()
         inbox = yield Exchange(bufs, comp.max_nbytes(x))
         for j in nbrs:
             comp.decode_add_(r[j], sent[j], theta)
             comp.decode_add_(z[j], comp.from_bytes(inbox[j], x), theta)
+
+
+class _Edges:
+    """A node's sorted neighbors and its per-edge message buffers (scratch, outside node.state)."""
+
+    def __init__(self, node: Node):
+        self.neighbors = sorted(node.view.neighbors)
+        self.msg = {j: torch.empty_like(node.x) for j in self.neighbors}

@@ -12,7 +12,7 @@ import torch
 
 from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range
 from gossip.algorithms.beer import BEER
-from gossip.algorithms.streams import Stream, send_streams, split_inbox
+from gossip.algorithms.streams import PerNode, Stream, send_streams, split_inbox
 from gossip.algorithms.tracking import compression_defaults, stochastic_kind
 
 
@@ -37,7 +37,7 @@ class DoCoM(Algorithm):
     previous gradient stands in for ``g_old`` and ``v`` is the plain stochastic gradient.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         gamma: consensus step for x and y (default by compressor: 1, 0.5 unbiased, 0.2 biased).
         beta: momentum weight β ∈ (0, 1] (default 0.1; 1 is the plain stochastic gradient).
     """
@@ -56,6 +56,8 @@ class DoCoM(Algorithm):
         self.eta = eta
         self.gamma = gamma
         self.beta = beta
+        self._streams = PerNode(lambda node: (Stream(node, "sx", alpha=1.0),
+                                              Stream(node, "sy", alpha=1.0, own_compressor=True)))
 
     def validate(self, topology: Any, compressor: Any) -> None:
         _check_doubly_stochastic(self.name, topology)
@@ -64,8 +66,7 @@ class DoCoM(Algorithm):
     def setup(self, node: Node) -> None:
         x, st, oracle = node.x, node.state, node.oracle
         self._sampled(oracle)  # refuse oracles it cannot use, before any message
-        st["sx"] = Stream(node, alpha=1.0)
-        st["sy"] = Stream(node, alpha=1.0, fresh_compressor=True)
+        self._streams(node)  # the public copies sx.h, sx.hm, sy.h, sy.hm
         st["v"] = oracle.grad(x, torch.empty_like(x))
         st["y"] = st["v"].clone()
         st["x_prev"] = x.clone()
@@ -88,7 +89,8 @@ class DoCoM(Algorithm):
 
     def step(self, node: Node) -> RoundGenerator:
         x, st, oracle = node.x, node.state, node.oracle
-        sx, sy, v, y, x_prev, g, g_old = (st[k] for k in ("sx", "sy", "v", "y", "x_prev", "g", "g_old"))
+        sx, sy = self._streams(node)
+        v, y, x_prev, g, g_old = (st[k] for k in ("v", "y", "x_prev", "g", "g_old"))
         if self._sampled(oracle):
             idx = oracle.sample()
             oracle.grad_at(x, idx, g)
@@ -126,7 +128,7 @@ class MoTEF(BEER):
     which shifts the tracker by the mean initial gradient.) λ = 1 is BEER.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         gamma: consensus step (default 0.4).
         lam: momentum weight λ ∈ (0, 1] (default 0.9).
     """

@@ -20,51 +20,100 @@ the compressor dropped stays in ``z − h`` and goes out in later messages (the 
 contractive compressors such as top-k). ``α < 1`` damps the copy (DIANA-style, for unbiased
 compressors of large variance). An extra additive error memory would count the dropped part
 twice (it is already in ``z − h``); measured, it diverged where these forms converge.
+
+Where things live: the copies are tensors in ``node.state`` under the stream's name
+(``"sx.h"``, ``"sx.hm"``; per-arc copies as lists ``"sx.out"``, ``"sx.in"``), so checkpoints
+save and restore them in place; a stream's own compressor is ``node.stream_compressor(name)``,
+which checkpoints save too. :class:`Stream` and :class:`ArcStream` are thin helpers bound to
+``(node, name)`` holding scratch buffers only; algorithms keep them in a :class:`PerNode`.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
-from gossip.algorithms.base import Exchange, Inbox, Node, pack, packed_capacity, unpack
-from gossip.compress import make
+from gossip.algorithms.base import ConfigError, Exchange, Inbox, Node, pack, packed_capacity, unpack
 
 Weights = Callable[[int], float]
 """``m(j)``: the weight node i gives to node j's value (j an in-neighbor, or i itself)."""
+
+T = TypeVar("T")
+
+
+class PerNode(Generic[T]):
+    """What an algorithm keeps per node *outside* ``node.state``: stream helpers, scratch buffers.
+
+    ``node.state`` holds the tensors a checkpoint restores (in place); helpers bound to a node
+    and scratch memory reused across rounds live here, keyed by node id, and ``build(node)``
+    rebuilds them whenever the node is not the one they were built for (another engine).
+
+    Args:
+        build: makes the helpers of a node; called by the algorithm's ``setup`` first (so the
+            state tensors the helpers allocate exist before the engine checks them).
+    """
+
+    def __init__(self, build: Callable[[Node], T]):
+        self._build = build
+        self._items: dict[int, tuple[weakref.ref, T]] = {}
+
+    def __call__(self, node: Node) -> T:
+        item = self._items.get(node.id)
+        if item is None or item[0]() is not node:
+            item = (weakref.ref(node), self._build(node))
+            self._items[node.id] = item
+        return item[1]
+
+
+def state_tensor(node: Node, key: str) -> torch.Tensor:
+    """``node.state[key]``, created at zero (shaped as the model) the first time."""
+    t = node.state.get(key)
+    if t is None:
+        t = node.state[key] = torch.zeros_like(node.x)
+    return t
 
 
 class Stream:
     """One compressed stream of a node (see the module docstring).
 
+    A thin helper bound to ``(node, name)``: the public copies are the tensors
+    ``node.state[name + ".h"]`` and ``node.state[name + ".hm"]`` (none for α = 0), so
+    checkpoints save them; the helper itself only holds scratch buffers and the message of the
+    current round, and can be rebuilt at any time (keep it in a :class:`PerNode`).
+
     Args:
-        node: the node it belongs to (its shape, device and compressor).
+        node: the node it belongs to (its shape, device, state and compressors).
+        name: the stream's name: the prefix of its keys in ``node.state`` and, with
+            ``own_compressor``, the name of its compressor.
         alpha: how far the public copy moves toward the reconstructed value, in [0, 1];
             0 keeps no state (time-varying graphs).
         weights: the stream's mixing weights ``m(j)`` (default: the topology's ``w_ij``); looked
             up every round, so they follow the node's current view.
-        fresh_compressor: build a second compressor instance from the node's spec (stateful
-            compressors keep one state per stream of messages).
+        own_compressor: use ``node.stream_compressor(name)`` instead of the node's main
+            compressor (stateful compressors keep one state per stream of messages, and
+            checkpoints save it).
     """
 
     def __init__(
         self,
         node: Node,
+        name: str,
         *,
         alpha: float,
         weights: Weights | None = None,
-        fresh_compressor: bool = False,
+        own_compressor: bool = False,
     ):
         x = node.x
         self.node = node
+        self.name = name
         self.alpha = float(alpha)
         self.weights = weights or node.weight
-        self.compressor = (make(node.compressor.spec, layout=getattr(node.compressor, "layout", None))
-                           if fresh_compressor else node.compressor)
-        self.h = torch.zeros_like(x) if self.alpha > 0 else None
-        self.hm = torch.zeros_like(x) if self.alpha > 0 else None
+        self.compressor = node.stream_compressor(name) if own_compressor else node.compressor
+        self.h = state_tensor(node, f"{name}.h") if self.alpha > 0 else None
+        self.hm = state_tensor(node, f"{name}.hm") if self.alpha > 0 else None
         self.diff = torch.empty_like(x)
         self.z_hat = torch.empty_like(x)
         self.zm_hat = torch.empty_like(x)
@@ -105,21 +154,6 @@ class Stream:
             self.hm.mul_(1.0 - a).add_(zm_hat, alpha=a)
         return z_hat, zm_hat
 
-    # checkpoints: the copies and the compressor's own state
-    def state_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {k: getattr(self, k) for k in ("h", "hm") if getattr(self, k) is not None}
-        comp_state = getattr(self.compressor, "state_dict", None)
-        if comp_state is not None and self.compressor is not self.node.compressor:
-            out["compressor"] = comp_state()
-        return out
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for k in ("h", "hm"):
-            if k in state:
-                getattr(self, k).copy_(state[k])
-        if "compressor" in state:
-            self.compressor.load_state_dict(state["compressor"])
-
 
 def send_streams(streams: Sequence[Stream], values: Sequence[torch.Tensor],
                  extra: Sequence[torch.Tensor] = ()) -> Exchange:
@@ -143,13 +177,34 @@ def pull_weights(node: Node) -> Weights:
     return m
 
 
+def arcs_over_schedule(topology: Any, i: int) -> tuple[list[int], list[int]]:
+    """Node i's out- and in-neighbors over every round of ``topology`` (sorted).
+
+    A static graph: its neighbors; a periodic time-varying one: the union over a period; one
+    without a period (random matchings): every other node, since any arc may be drawn.
+    """
+    if not getattr(topology, "time_varying", False):
+        view = topology.view(i)
+        return sorted(view.out_neighbors), sorted(view.in_neighbors)
+    if not topology.period:
+        others = [j for j in range(topology.n) if j != i]
+        return others, list(others)
+    outs: set[int] = set()
+    ins: set[int] = set()
+    for t in range(1, topology.period + 1):
+        view = topology.at_round(t).view(i)
+        outs.update(view.out_neighbors)
+        ins.update(view.in_neighbors)
+    return sorted(outs), sorted(ins)
+
+
 class ArcStream:
     """Compressed gossip on graphs that change every round: one public copy per arc.
 
-    Node i keeps, for every out-neighbor j it has ever sent to, the copy ``o_ij`` of its value
-    that j holds, and for every in-neighbor j the copy ``c_ji`` of j's value (copies are created
-    at zero the first time an arc is used; on a one-peer exponential graph there are ⌈log₂ n⌉
-    of each). In a round with weights ``W(t)``::
+    Node i keeps, for every out-neighbor j it may send to, the copy ``o_ij`` of its value that
+    j holds, and for every in-neighbor j the copy ``c_ji`` of j's value (all zero at the start;
+    the arcs are those of a whole period, :func:`arcs_over_schedule`: on a one-peer exponential
+    graph ⌈log₂ n⌉ of each). In a round with weights ``W(t)``::
 
         q_ij = C(z_i − o_ij) to each current out-neighbor j;   o_ij += q_ij;   c_ji += q_ji
         D_i = Σ_{j ∈ N_in(i)} w_ij c_ji − Σ_{j ∈ N_out(i)} w_ji o_ij
@@ -159,29 +214,50 @@ class ArcStream:
     copy enters once with + at the receiver and once with − at the sender. So averages (or
     trackers) are preserved on time-varying graphs, where a single shared copy per node could
     not be kept up to date. Copies move by the whole message (EF21-style error feedback).
+
+    The copies are the lists of tensors ``node.state[name + ".out"]`` and
+    ``node.state[name + ".in"]``, one per arc in the order of ``outs`` and ``ins``; the helper
+    holds scratch buffers only.
+
+    Args:
+        node: the node it belongs to.
+        name: the prefix of its keys in ``node.state`` (and its compressor's name with
+            ``own_compressor``).
+        outs: every out-neighbor the node may ever send to (sorted).
+        ins: every in-neighbor it may ever receive from (sorted).
+        own_compressor: use ``node.stream_compressor(name)`` instead of the main compressor.
     """
 
-    def __init__(self, node: Node, *, fresh_compressor: bool = False):
+    def __init__(self, node: Node, name: str, *, outs: Sequence[int], ins: Sequence[int],
+                 own_compressor: bool = False):
         self.node = node
-        self.compressor = (make(node.compressor.spec, layout=getattr(node.compressor, "layout", None))
-                           if fresh_compressor else node.compressor)
-        self.out: dict[int, torch.Tensor] = {}
-        self.inc: dict[int, torch.Tensor] = {}
+        self.name = name
+        self.compressor = node.stream_compressor(name) if own_compressor else node.compressor
+        st = node.state
+        for key, ids in ((f"{name}.out", outs), (f"{name}.in", ins)):
+            if key not in st:
+                st[key] = [torch.zeros_like(node.x) for _ in ids]
+        self.out = dict(zip(outs, st[f"{name}.out"], strict=True))
+        self.inc = dict(zip(ins, st[f"{name}.in"], strict=True))
         self.diff = torch.empty_like(node.x)
         self.mix = torch.empty_like(node.x)
         self._q: dict[int, Any] = {}
 
-    def _copy(self, table: dict[int, torch.Tensor], j: int) -> torch.Tensor:
-        if j not in table:
-            table[j] = torch.zeros_like(self.node.x)
-        return table[j]
+    def _copy(self, table: dict[int, torch.Tensor], j: int, kind: str) -> torch.Tensor:
+        copy = table.get(j)
+        if copy is None:
+            raise ConfigError(
+                f"node {self.node.id}: {kind}-arc with node {j} is not in the schedule's arcs "
+                f"{sorted(table)}; the topology changed its graph beyond its period"
+            )
+        return copy
 
     def encode(self, z: torch.Tensor) -> dict[int, torch.Tensor]:
         """``{j: bytes of C(z − o_ij)}`` for the current out-neighbors."""
         self._q = {}
         out = {}
         for j in self.node.view.out_neighbors:
-            d = torch.sub(z, self._copy(self.out, j), out=self.diff)
+            d = torch.sub(z, self._copy(self.out, j, "out"), out=self.diff)
             self._q[j] = self.compressor.encode(d, self.node.generator)
             out[j] = self._q[j].to_bytes()
         return out
@@ -193,23 +269,14 @@ class ArcStream:
         """Update the copies with this round's messages and return ``D_i`` (a buffer)."""
         comp, view, mix = self.compressor, self.node.view, self.mix.zero_()
         for j, w in zip(view.out_neighbors, view.out_weights):
-            o = self._copy(self.out, j)
+            o = self._copy(self.out, j, "out")
             comp.decode_add_(o, self._q[j], 1.0)
             mix.sub_(o, alpha=w)
         for j in sorted(inbox):
-            c = self._copy(self.inc, j)
+            c = self._copy(self.inc, j, "in")
             comp.decode_add_(c, comp.from_bytes(inbox[j], c), 1.0)
             mix.add_(c, alpha=self.node.weight(j))
         return mix
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"out": dict(self.out), "inc": dict(self.inc)}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name in ("out", "inc"):
-            table = getattr(self, name)
-            for j, v in state[name].items():
-                self._copy(table, int(j)).copy_(v)
 
 
 def send_arc_streams(streams: Sequence[ArcStream], values: Sequence[torch.Tensor],

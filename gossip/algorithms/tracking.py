@@ -14,8 +14,10 @@ import torch
 from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range
 from gossip.algorithms.streams import (
     ArcStream,
+    PerNode,
     Stream,
     Weights,
+    arcs_over_schedule,
     send_arc_streams,
     send_streams,
     split_inbox,
@@ -61,7 +63,7 @@ class CGT(Algorithm):
     for any compressor, so ``Σ y = Σ g`` still holds. One message per current out-neighbor.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         gamma: consensus step γ ∈ (0, 1] (default by compressor: 1 uncompressed, 0.5 unbiased,
             0.2 biased).
         alpha: how far the public copies follow the reconstructed values, α ∈ [0, 1] (default
@@ -96,6 +98,8 @@ class CGT(Algorithm):
         self.gamma = gamma
         self.alpha = 1.0 if error_feedback else alpha
         self.error_feedback = bool(error_feedback)
+        self._topology: Any = None
+        self._streams = PerNode(self._make_streams)
 
     def validate(self, topology: Any, compressor: Any) -> None:
         kind = stochastic_kind(topology)
@@ -111,6 +115,7 @@ class CGT(Algorithm):
         self.gamma = default if self.gamma is None else self.gamma
         self.alpha = default if self.alpha is None else self.alpha
         self._arcs = bool(getattr(topology, "time_varying", False)) and self.alpha > 0
+        self._topology = topology
         if self._arcs and not self.arc_copies:
             raise ConfigError(
                 f"{self.name} keeps copies mixed with a fixed matrix, but '{topology.name}' "
@@ -125,21 +130,26 @@ class CGT(Algorithm):
         """Mixing weights of the tracker stream (None: the topology's w_ij)."""
         return None
 
+    def _make_streams(self, node: Node) -> tuple[Stream, Stream] | tuple[ArcStream, ArcStream]:
+        """The model stream ``sx`` (main compressor) and tracker stream ``sy`` (its own)."""
+        if self._arcs:
+            outs, ins = arcs_over_schedule(self._topology, node.id)
+            return (ArcStream(node, "sx", outs=outs, ins=ins),
+                    ArcStream(node, "sy", outs=outs, ins=ins, own_compressor=True))
+        return (Stream(node, "sx", alpha=self.alpha, weights=self.weights_x(node)),
+                Stream(node, "sy", alpha=self.alpha, weights=self.weights_y(node), own_compressor=True))
+
     def setup(self, node: Node) -> None:
         x, st = node.x, node.state
-        if self._arcs:
-            st["sx"] = ArcStream(node)
-            st["sy"] = ArcStream(node, fresh_compressor=True)
-        else:
-            st["sx"] = Stream(node, alpha=self.alpha, weights=self.weights_x(node))
-            st["sy"] = Stream(node, alpha=self.alpha, weights=self.weights_y(node), fresh_compressor=True)
+        self._streams(node)  # allocates the copies in node.state
         st["g"] = node.oracle.grad(x, torch.empty_like(x))
         st["y"] = st["g"].clone()
         st["g_new"] = torch.empty_like(x)
 
     def step(self, node: Node) -> RoundGenerator:
         x, st, gamma = node.x, node.state, self.gamma
-        sx, sy, y, g, g_new = st["sx"], st["sy"], st["y"], st["g"], st["g_new"]
+        sx, sy = self._streams(node)
+        y, g, g_new = st["y"], st["g"], st["g_new"]
         if self._arcs:
             inbox = yield send_arc_streams([sx, sy], [x, y])
             in_x, in_y = split_inbox(inbox, [sx, sy])
@@ -167,7 +177,7 @@ class DIGing(CGT):
     on directed graphs with a doubly stochastic W.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.2/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
     """
 
     name = "diging"
@@ -199,7 +209,7 @@ class EXTRA(Algorithm):
     neighbor per round. Needs a symmetric, doubly stochastic, static W.
 
     Args:
-        eta: step size (default 0.05; ``optimize.py`` uses 0.5/L).
+        eta: step size (default 0.05; ``suggest_hparams``: 0.9 (1 + λ_min)/L, step rule "dgd").
     """
 
     name = "extra"
@@ -210,6 +220,7 @@ class EXTRA(Algorithm):
     def __init__(self, eta: float = 0.05):
         check_range("eta", eta, 0.0, float("inf"), "Try 0.5/L (EXTRA diverges near 1/L on some graphs).")
         self.eta = eta
+        self._streams = PerNode(lambda node: Stream(node, "sx", alpha=0.0))
 
     def validate(self, topology: Any, compressor: Any) -> None:
         if compressor.spec != "none":
@@ -220,7 +231,7 @@ class EXTRA(Algorithm):
 
     def setup(self, node: Node) -> None:
         x, st = node.x, node.state
-        st["sx"] = Stream(node, alpha=0.0)
+        self._streams(node)
         st["half_prev"] = x.clone()  # makes round 1 the x¹ rule
         st["g_prev"] = torch.zeros_like(x)
         st["g"] = torch.empty_like(x)
@@ -228,7 +239,8 @@ class EXTRA(Algorithm):
 
     def step(self, node: Node) -> RoundGenerator:
         x, st = node.x, node.state
-        sx, half_prev, g_prev, g, x_wx = st["sx"], st["half_prev"], st["g_prev"], st["g"], st["x_wx"]
+        sx = self._streams(node)
+        half_prev, g_prev, g, x_wx = st["half_prev"], st["g_prev"], st["g"], st["x_wx"]
         node.oracle.grad(x, g)
         inbox = yield send_streams([sx], [x])
         _, wx = sx.receive(split_inbox(inbox, [sx])[0])
