@@ -10,7 +10,15 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node, RoundGenerator, check_range
+from gossip.algorithms.base import (
+    Algorithm,
+    ConfigError,
+    Exchange,
+    Node,
+    RoundGenerator,
+    check_range,
+    received,
+)
 from gossip.algorithms.streams import PerNode
 
 
@@ -126,7 +134,7 @@ class CECL(Algorithm):
         inbox = yield Exchange(bufs, comp.max_nbytes(x))
         for j in nbrs:
             comp.decode_add_(r[j], sent[j], theta)
-            comp.decode_add_(z[j], comp.from_bytes(inbox[j], x), theta)
+            comp.decode_add_(z[j], received(comp, inbox, j, x), theta)
 
 
 class _Edges:

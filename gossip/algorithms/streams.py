@@ -36,7 +36,16 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from gossip.algorithms.base import ConfigError, Exchange, Inbox, Node, pack, packed_capacity, unpack
+from gossip.algorithms.base import (
+    ConfigError,
+    Exchange,
+    Inbox,
+    Node,
+    pack,
+    packed_capacity,
+    received,
+    unpack_inbox,
+)
 
 Weights = Callable[[int], float]
 """``m(j)``: the weight node i gives to node j's value (j an in-neighbor, or i itself)."""
@@ -147,7 +156,7 @@ class Stream:
         comp.decode_add_(z_hat, q, 1.0)
         comp.decode_add_(zm_hat, q, m(self.node.id))
         for j in sorted(inbox):
-            comp.decode_add_(zm_hat, comp.from_bytes(inbox[j], zm_hat), m(j))
+            comp.decode_add_(zm_hat, received(comp, inbox, j, zm_hat), m(j))
         if self.h is not None:
             a = self.alpha
             self.h.mul_(1.0 - a).add_(z_hat, alpha=a)
@@ -166,8 +175,7 @@ def send_streams(streams: Sequence[Stream], values: Sequence[torch.Tensor],
 def split_inbox(inbox: Inbox, streams: Sequence[Stream], extra: Sequence[int] = ()) -> list[Inbox]:
     """The per-stream (then per-extra-part) inboxes of a :func:`send_streams` exchange."""
     caps = [s.capacity() for s in streams] + list(extra)
-    parts = {j: unpack(buf, len(caps), caps) for j, buf in inbox.items()}
-    return [{j: p[k] for j, p in parts.items()} for k in range(len(caps))]
+    return unpack_inbox(inbox, len(caps), caps)
 
 
 def pull_weights(node: Node) -> Weights:
@@ -274,7 +282,7 @@ class ArcStream:
             mix.sub_(o, alpha=w)
         for j in sorted(inbox):
             c = self._copy(self.inc, j, "in")
-            comp.decode_add_(c, comp.from_bytes(inbox[j], c), 1.0)
+            comp.decode_add_(c, received(comp, inbox, j, c), 1.0)
             mix.add_(c, alpha=self.node.weight(j))
         return mix
 
