@@ -225,6 +225,19 @@ class AllReduceAlgorithm(Algorithm):
     step_schedule = True
     codec_hint = "choose the all-reduce's 1-bit scale with codec=sign_l2|sign_l1"
 
+    _fp: ChunkedAllReduce | None = None
+    _ar: ChunkedAllReduce | None = None
+
+    def setup_collectives(self, node: Node) -> None:
+        """Give ``node`` its buffers in the full-precision (``_fp``) and the ``codec``-compressed
+        (``_ar``) all-reduce, built once for the run's node count and model size."""
+        if self._ar is None:
+            n, d = node_count(node), node.x.numel()
+            self._fp = ChunkedAllReduce(n, d, "none", key="fp")
+            self._ar = ChunkedAllReduce(n, d, self.codec, key="ar")
+        self._fp.setup(node)
+        self._ar.setup(node)
+
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
                         topology: Any = None) -> dict[str, Any]:

@@ -8,12 +8,10 @@ import torch
 
 from gossip.algorithms.allreduce import (
     AllReduceAlgorithm,
-    ChunkedAllReduce,
     adam_moments_,
     check_betas,
     check_codec,
     check_warmup,
-    node_count,
     preconditioned,
 )
 from gossip.algorithms.base import Node, RoundGenerator, check_range, scheduled
@@ -59,16 +57,9 @@ class OneBitAdam(AllReduceAlgorithm):
         check_range("eps", eps, 0.0, float("inf"))
         self.eta, self.freeze_step, self.beta1, self.beta2, self.eps = eta, freeze_step, beta1, beta2, eps
         self.codec = codec
-        self._fp: ChunkedAllReduce | None = None
-        self._ar: ChunkedAllReduce | None = None
 
     def setup(self, node: Node) -> None:
-        if self._ar is None:
-            n, d = node_count(node), node.x.numel()
-            self._fp = ChunkedAllReduce(n, d, "none", key="fp")
-            self._ar = ChunkedAllReduce(n, d, self.codec, key="ar")
-        self._fp.setup(node)
-        self._ar.setup(node)
+        self.setup_collectives(node)
         node.state.update(m=torch.zeros_like(node.x), v=torch.zeros_like(node.x),
                           grad=torch.zeros_like(node.x), step=torch.zeros_like(node.x))
 

@@ -10,13 +10,11 @@ import torch
 
 from gossip.algorithms.allreduce import (
     AllReduceAlgorithm,
-    ChunkedAllReduce,
     adam_moments_,
     adaptive_hparams,
     check_betas,
     check_codec,
     check_warmup,
-    node_count,
     preconditioned,
 )
 from gossip.algorithms.base import ConfigError, Node, RoundGenerator, check_range, scheduled
@@ -81,8 +79,6 @@ class OneBitLamb(AllReduceAlgorithm):
         self.weight_decay, self.max_coeff, self.min_coeff = weight_decay, max_coeff, min_coeff
         self.coeff_beta, self.factor_max, self.factor_min = coeff_beta, factor_max, factor_min
         self.factor_threshold, self.codec = factor_threshold, codec
-        self._fp: ChunkedAllReduce | None = None
-        self._ar: ChunkedAllReduce | None = None
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -96,12 +92,7 @@ class OneBitLamb(AllReduceAlgorithm):
         return {**adaptive_hparams(cls, problem, with_eps=True), "eta": 0.05}
 
     def setup(self, node: Node) -> None:
-        if self._ar is None:
-            n, d = node_count(node), node.x.numel()
-            self._fp = ChunkedAllReduce(n, d, "none", key="fp")
-            self._ar = ChunkedAllReduce(n, d, self.codec, key="ar")
-        self._fp.setup(node)
-        self._ar.setup(node)
+        self.setup_collectives(node)
         z, k = torch.zeros_like(node.x), len(node.layout)
         per = torch.zeros(k, dtype=torch.float64)
         node.state.update(m=z, v=z.clone(), v_fresh=z.clone(), m_old=z.clone(), grad=torch.zeros_like(z),

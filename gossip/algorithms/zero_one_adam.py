@@ -8,12 +8,10 @@ import torch
 
 from gossip.algorithms.allreduce import (
     AllReduceAlgorithm,
-    ChunkedAllReduce,
     adam_moments_,
     check_betas,
     check_codec,
     check_warmup,
-    node_count,
     preconditioned,
 )
 from gossip.algorithms.base import ConfigError, Node, RoundGenerator, check_range, scheduled
@@ -74,16 +72,9 @@ class ZeroOneAdam(AllReduceAlgorithm):
         self.var_update_scaler, self.local_step_scaler = int(var_update_scaler), int(local_step_scaler)
         self.local_step_clipper = int(local_step_clipper)
         self.beta1, self.beta2, self.eps, self.codec = beta1, beta2, eps, codec
-        self._fp: ChunkedAllReduce | None = None
-        self._ar: ChunkedAllReduce | None = None
 
     def setup(self, node: Node) -> None:
-        if self._ar is None:
-            n, d = node_count(node), node.x.numel()
-            self._fp = ChunkedAllReduce(n, d, "none", key="fp")
-            self._ar = ChunkedAllReduce(n, d, self.codec, key="ar")
-        self._fp.setup(node)
-        self._ar.setup(node)
+        self.setup_collectives(node)
         z = torch.zeros_like(node.x)
         node.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone(), grad=torch.zeros_like(z),
                           step=torch.zeros_like(z), denom=torch.zeros_like(z))
