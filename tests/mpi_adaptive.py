@@ -19,6 +19,8 @@ from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
 from gossip.metrics import JsonlLogger  # noqa: E402
+from tests.mpi_scenarios import log_run  # noqa: E402
+from tests.mpi_scenarios import main as scenario_main  # noqa: E402
 from tests.reference_adaptive import QuadraticOracle, quadratic_problem  # noqa: E402
 
 # name -> (algorithm, hyper-parameters, topology); choco-amsgrad compresses with top-50 %
@@ -36,24 +38,16 @@ SCENARIOS = {
 }
 
 
-def main() -> None:
-    torch.set_num_threads(1)
-    out, n = sys.argv[1], int(sys.argv[2])
-    world = World.detect()
+def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
+    alg, hp, topo = SCENARIOS[name]
     data, _ = quadratic_problem(n, 23, seed=9, scales=[0.5 + i for i in range(n)])
-    with JsonlLogger(out, enabled=world.is_root) as logger:
-        for name, (alg, hp, topo) in SCENARIOS.items():
-            engine = Engine(make_algorithm(alg, **hp), topologies.build(topo, n),
-                            lambda i: torch.zeros(23, dtype=torch.float64),
-                            compressor="topk:0.5" if alg == "choco-amsgrad" else "none",
-                            layout=Layout([(4, 5), (3,)]), seed=4, world=world, timeout=60,
-                            oracles=lambda i, gen: QuadraticOracle(data, i))
-            for rec in engine.run(12, log_every=4):
-                logger.write({"scenario": name} | {k: v for k, v in rec.items() if not k.endswith("_s")})
-            xs = engine.node_values({i: float(nd.x.sum()) for i, nd in engine.nodes.items()})
-            logger.write({"scenario": name, "type": "final", "x_sums": xs.tolist(),
-                          "xbar": engine.mean_model().tolist()})
+    engine = Engine(make_algorithm(alg, **hp), topologies.build(topo, n),
+                    lambda i: torch.zeros(23, dtype=torch.float64),
+                    compressor="topk:0.5" if alg == "choco-amsgrad" else "none",
+                    layout=Layout([(4, 5), (3,)]), seed=4, world=world, timeout=60,
+                    oracles=lambda i, gen: QuadraticOracle(data, i))
+    log_run(engine, name, logger, rounds=12, log_every=4)
 
 
 if __name__ == "__main__":
-    main()
+    scenario_main(run, SCENARIOS)

@@ -46,18 +46,24 @@ def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
         make_algorithm(alg_name, **hp), topo, x0, compressor=spec,
         layout=Layout([shape]) if len(shape) > 1 else None, seed=11, world=world, timeout=60,
     )
-    for rec in engine.run(20, log_every=5):
+    log_run(engine, name, logger)
+
+
+def log_run(engine: Engine, name: str, logger: JsonlLogger, rounds: int = 20, log_every: int = 5,
+            metrics: list = ()) -> None:
+    """Run ``engine`` and write its records, then every node's final model sum and x̄ exactly."""
+    for rec in engine.run(rounds, log_every=log_every, metrics=metrics):
         logger.write({"scenario": name} | {k: v for k, v in rec.items() if not k.endswith("_s")})
-    # every node's final model, in node order, as exact float64 values
     xs = engine.node_values({i: float(nd.x.sum()) for i, nd in engine.nodes.items()})
     logger.write({"scenario": name, "type": "final", "x_sums": xs.tolist(),
                   "xbar": engine.mean_model().tolist()})
 
 
-def main() -> None:
+def main(run=run, scenarios=SCENARIOS) -> None:
+    """``OUT.jsonl NODES [SCENARIO ...]``: ``run(name, n, world, logger)`` for each scenario."""
     torch.set_num_threads(1)
     out, n = sys.argv[1], int(sys.argv[2])
-    names = sys.argv[3:] or list(SCENARIOS)
+    names = sys.argv[3:] or list(scenarios)
     world = World.detect()
     with JsonlLogger(out, enabled=world.is_root) as logger:
         for name in names:

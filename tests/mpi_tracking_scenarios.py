@@ -19,6 +19,8 @@ from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.metrics import JsonlLogger, squared_distance  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
+from tests.mpi_scenarios import log_run  # noqa: E402
+from tests.mpi_scenarios import main as scenario_main  # noqa: E402
 
 # name -> (algorithm, hyper-parameters, compressor, topology spec, weights, estimator)
 SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
@@ -53,22 +55,8 @@ def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
     def metrics(eng, xbar):
         return {"distance_to_optimum": squared_distance(eng, x_star, relative=True)}
 
-    for rec in engine.run(20, log_every=5, metrics=[metrics]):
-        logger.write({"scenario": name} | {k: v for k, v in rec.items() if not k.endswith("_s")})
-    xs = engine.node_values({i: float(nd.x.sum()) for i, nd in engine.nodes.items()})
-    logger.write({"scenario": name, "type": "final", "x_sums": xs.tolist(),
-                  "xbar": engine.mean_model().tolist()})
-
-
-def main() -> None:
-    torch.set_num_threads(1)
-    out, n = sys.argv[1], int(sys.argv[2])
-    names = sys.argv[3:] or list(SCENARIOS)
-    world = World.detect()
-    with JsonlLogger(out, enabled=world.is_root) as logger:
-        for name in names:
-            run(name, n, world, logger)
+    log_run(engine, name, logger, metrics=[metrics])
 
 
 if __name__ == "__main__":
-    main()
+    scenario_main(run, SCENARIOS)

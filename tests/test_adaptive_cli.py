@@ -14,7 +14,7 @@ import json
 import pytest
 
 from tests.test_config import script
-from tests.test_training_script import comparable, records
+from tests.test_training_script import interrupted_and_resumed, records
 
 DIGITS = ["--topology", "complete", "--nodes", "8", "--partition", "iid", "--eval-every", "30",
           "--epochs", "30", "--lr", "0.003"]
@@ -71,26 +71,9 @@ def test_tracked_amsgrad_removes_dadams_bias(tmp_path, capsys):
      "--hparam", "eps=1e-3"],
 ])
 def test_resume_equals_uninterrupted(tmp_path, monkeypatch, hparams):
-    from gossip.training import DecentralizedTrainer
-
-    train = script("train")
     args = [*hparams, "--topology", "complete", "--nodes", "4", "--hidden", "16", "--lr", "0.01",
             "--rounds", "12", "--log-every", "3", "--dtype", "float64", "--batch-size", "16"]
-    full, cut, ck = tmp_path / "full.jsonl", tmp_path / "cut.jsonl", tmp_path / "ck"
-    train.main([*args, "--out", str(full)])
-    original = DecentralizedTrainer.metrics
-
-    def crash_at_round_9(self, engine, xbar):
-        if engine.round == 9:
-            raise KeyboardInterrupt
-        return original(self, engine, xbar)
-
-    monkeypatch.setattr(DecentralizedTrainer, "metrics", crash_at_round_9)
-    with pytest.raises(KeyboardInterrupt):
-        train.main([*args, "--out", str(cut), "--checkpoint-dir", str(ck), "--checkpoint-every", "3"])
-    monkeypatch.undo()
-    train.main([*args, "--out", str(cut), "--resume", str(ck)])
-    a, b = comparable(records(full)), comparable(records(cut))
+    a, b = interrupted_and_resumed(tmp_path, monkeypatch, args)
     assert [r["round"] for r in a] == [0, 3, 6, 9, 12] and a == b
     assert a[-1]["bits_per_node"] > 0
 

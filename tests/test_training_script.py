@@ -24,6 +24,29 @@ def comparable(recs):
             for r in recs if r["type"] == "round"]
 
 
+def interrupted_and_resumed(tmp_path, monkeypatch, args: list[str], crash_round: int = 9):
+    """train.py run straight through, and run again stopped at ``crash_round`` (checkpoints every
+    3 rounds) then resumed: the round records of both, comparable."""
+    from gossip.training import DecentralizedTrainer
+
+    train = script("train")
+    full, cut, ck = tmp_path / "full.jsonl", tmp_path / "cut.jsonl", tmp_path / "ck"
+    train.main([*args, "--out", str(full)])
+    original = DecentralizedTrainer.metrics
+
+    def crash(self, engine, xbar):
+        if engine.round == crash_round:
+            raise KeyboardInterrupt
+        return original(self, engine, xbar)
+
+    monkeypatch.setattr(DecentralizedTrainer, "metrics", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train.main([*args, "--out", str(cut), "--checkpoint-dir", str(ck), "--checkpoint-every", "3"])
+    monkeypatch.undo()
+    train.main([*args, "--out", str(cut), "--resume", str(ck)])
+    return comparable(records(full)), comparable(records(cut))
+
+
 COMMON = ["--algorithm", "choco", "--compressor", "topk:0.05", "--gamma", "0.2",
           "--partition", "dirichlet:0.5", "--rounds", "12", "--log-every", "6",
           "--dtype", "float64", "--hidden", "16", "--optimizer", "nesterov", "--weight-decay",
@@ -79,27 +102,9 @@ def test_script_refuses_bad_combinations(capsys):
 
 
 def test_resume_from_checkpoint_equals_uninterrupted_run(tmp_path, monkeypatch):
-    from gossip.training import DecentralizedTrainer
-
-    train = script("train")
     args = ["--algorithm", "choco", "--compressor", "sign", "--gamma", "0.3", "--model", "cnn",
             "--norm", "batch", "--width", "4", "--optimizer", "adam", "--lr", "0.01",
             "--schedule", "cosine", "--partition", "sorted", "--rounds", "12", "--log-every",
             "3", "--nodes", "4", "--dtype", "float64", "--batch-size", "16"]
-    full, cut, ck = tmp_path / "full.jsonl", tmp_path / "cut.jsonl", tmp_path / "ck"
-    train.main([*args, "--out", str(full)])
-    original = DecentralizedTrainer.metrics
-
-    def crash_at_round_9(self, engine, xbar):
-        if engine.round == 9:
-            raise KeyboardInterrupt
-        return original(self, engine, xbar)
-
-    monkeypatch.setattr(DecentralizedTrainer, "metrics", crash_at_round_9)
-    with pytest.raises(KeyboardInterrupt):
-        train.main([*args, "--out", str(cut), "--checkpoint-dir", str(ck),
-                    "--checkpoint-every", "3"])
-    monkeypatch.undo()
-    train.main([*args, "--out", str(cut), "--resume", str(ck)])
-    a, b = comparable(records(full)), comparable(records(cut))
+    a, b = interrupted_and_resumed(tmp_path, monkeypatch, args)
     assert [r["round"] for r in a] == [0, 3, 6, 9, 12] and a == b
