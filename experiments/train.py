@@ -350,7 +350,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     except (ConfigError, DatasetError, TuningError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
 
-    label = f"{args.algorithm} {args.compressor}" + (f" γ={gamma:g}" if gamma is not None else "")
+    # all-reduce methods compress inside their collective: name their codec, not --compressor
+    wire = getattr(trainer.engine.algorithm, "codec", None) or args.compressor
+    label = f"{args.algorithm} {wire}" + (f" γ={gamma:g}" if gamma is not None else "")
     logger = JsonlLogger(args.out, enabled=world.is_root)
     config = {
         "script": "train", "args": vars(args), "algorithm": args.algorithm,

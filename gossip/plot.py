@@ -26,6 +26,7 @@ def plot_runs(
     palette = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors
     styles = ["-", "--", ":", "-."]
     for ax, xk in zip(axes[0], x_keys):
+        xs_all: list[float] = []
         for idx, (label, recs) in enumerate(runs.items()):
             pts = [(r[xk], r[metric]) for r in recs
                    if r.get("type") == "round" and r.get(metric) is not None and xk in r
@@ -33,14 +34,15 @@ def plot_runs(
             if not pts:
                 continue
             xs, ys = zip(*pts)
+            xs_all.extend(xs)
             if logy:
                 ys = [max(y, 1e-300) for y in ys]
             ax.plot(xs, ys, label=label, color=palette[idx % len(palette)],
                     linestyle=styles[(idx // len(palette)) % len(styles)])
         if logy:
             ax.set_yscale("log")
-        if xk == "bits_per_node":
-            ax.set_xscale("log")
+        if xk == "bits_per_node" and xs_all and max(xs_all) >= 10 * min(xs_all):
+            ax.set_xscale("log")  # within one decade a log axis only labels crowded minor ticks
         ax.set_xlabel(labels.get(xk, xk))
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(True, which="both", alpha=0.3)
