@@ -24,6 +24,7 @@ def _last(path):
     return [r for r in records(path) if r["type"] == "round"][-1]
 
 
+@pytest.mark.slow
 def test_onebit_adam_within_2_percent_of_adam_with_4x_fewer_bits(tmp_path):
     train = script("train")
     adam, onebit = tmp_path / "adam.jsonl", tmp_path / "onebit.jsonl"
@@ -39,6 +40,7 @@ def test_onebit_adam_within_2_percent_of_adam_with_4x_fewer_bits(tmp_path):
     assert b["consensus_error"] < 1e-9  # the all-reduce keeps the nodes equal (float32 noise)
 
 
+@pytest.mark.slow
 def test_majority_vote_keeps_descending_with_one_sign_flipper(tmp_path):
     train = script("train")
     clean, attacked = tmp_path / "clean.jsonl", tmp_path / "bad.jsonl"
@@ -53,6 +55,7 @@ def test_majority_vote_keeps_descending_with_one_sign_flipper(tmp_path):
     assert _last(attacked)["test_loss"] < 2.0 * _last(clean)["test_loss"]
 
 
+@pytest.mark.slow
 def test_tracked_amsgrad_removes_dadams_bias(tmp_path, capsys):
     optimize = script("optimize")
     common = ["--problem", "least-squares", "--heterogeneity", "3", "--topology", "ring",

@@ -64,6 +64,7 @@ def test_compare_dry_run_does_not_import_the_sweeps_script(tmp_path):
     assert not marker.exists()
 
 
+@pytest.mark.slow
 def test_diverged_or_failed_runs_exit_non_zero(tmp_path):
     res = run_py(["experiments/optimize.py", "--nodes", "4", "--dim", "10", "--iterations", "20",
                   "--algorithm", "dgd", "--eta", "100"])

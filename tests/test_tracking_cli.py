@@ -4,6 +4,8 @@ diverges (biased compression is outside its theory) and the run says so."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import run_py
 
 COMMON = ["experiments/optimize.py", "--nodes", "8", "--dim", "40", "--samples-per-node", "30",
@@ -15,6 +17,7 @@ def table(stdout: str) -> dict[str, list[str]]:
     return {r[0].strip(): [c.strip() for c in r[1:]] for r in rows[1:]}
 
 
+@pytest.mark.slow
 def test_cgt_with_2bit_quantizer_reaches_the_exact_optimum():
     res = run_py([*COMMON, "--topology", "ring", "--compare", "c-gt@lead:2", "diging@none",
                   "--iterations", "800"])
@@ -27,6 +30,7 @@ def test_cgt_with_2bit_quantizer_reaches_the_exact_optimum():
     assert float(rows["c-gt@lead:2"][2]) < float(rows["diging@none"][2]) / 4
 
 
+@pytest.mark.slow
 def test_cpp_quantized_converges_and_topk_diverges_on_a_directed_graph():
     res = run_py([*COMMON, "--topology", "directed-random:p=0.05", "--weights", "push",
                   "--compare", "cpp@lead:2", "cpp@topk:0.2", "--iterations", "800"])
