@@ -70,7 +70,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"{', '.join(available() + sorted(ALIASES))} (nids = lead with no "
                         "compression, dgd = dpsgd, ef-c-gt = c-gt with error feedback, sgp = push-sum "
                         "with no compression), or module:Class")
-    a.add_argument("--compressor", default="lead:2", help=f"compressor spec: {compress_usage()}")
+    a.add_argument("--compressor", default=None,
+                   help=f"compressor spec: {compress_usage()} (default: lead:2, or none for the "
+                        "algorithms that take no gossip compressor: "
+                        f"{', '.join(n for n in available() if not algorithm_class(n).takes_compressor)})")
     a.add_argument("--compare", nargs="+", default=None, metavar="ALG[@COMPRESSOR]",
                    help="run several algorithms, e.g. lead@lead:2 nids dgd choco@lead:2 "
                         "beer@topk:0.1; plots distance to optimum vs rounds and bits")
@@ -98,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
     """(label, algorithm, hyper-parameters, compressor) for each run asked for."""
-    items = args.compare or [f"{args.algorithm}@{args.compressor}"]
+    items = args.compare or [f"{args.algorithm}@{args.compressor or ''}"]
     out = []
     for item in items:
         name, _, comp = item.partition("@")
@@ -111,9 +114,15 @@ def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
             algorithm_class(name)
         except ValueError as exc:
             raise SystemExit(f"--algorithm/--compare '{item}': {exc}") from None
-        comp = comp or ("none" if args.compare else args.compressor)
+        comp = comp or ("none" if args.compare else default_compressor(name))
         out.append((item if args.compare else f"{name}@{comp}", name, hp, comp))
     return out
+
+
+def default_compressor(name: str) -> str:
+    """``lead:2``, or ``none`` for an algorithm that takes no gossip compressor (it compresses by
+    itself or mixes exact models: ``takes_compressor`` is False)."""
+    return "lead:2" if algorithm_class(name).takes_compressor else "none"
 
 
 def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, topology=None) -> dict:
