@@ -235,22 +235,25 @@ def _build_topology(args: argparse.Namespace, world: World) -> Any:
             n = 8
     if n is not None and n < world.size:
         raise SystemExit(
-            f"--nodes {n} is smaller than the MPI world ({world.size} ranks); every rank needs a "
+            f"error: --nodes {n} is smaller than the MPI world ({world.size} ranks); every rank needs a "
             f"node: run mpiexec -n {n} or pass --nodes >= {world.size}"
         )
     if is_file:
         graph = topologies.load(spec)
         size = graph.number_of_nodes()
         if n is not None and size != n:
+            if size < world.size:
+                fix = f"run at most mpiexec -n {size}"
+            elif args.nodes is None:  # under MPI, n is the world size
+                fix = f"run mpiexec -n {size}, or pass --nodes {size} to host several nodes per rank"
+            else:
+                fix = f"pass --nodes {size}" + (" or leave --nodes out" if world.size == 1 else "")
             where = f"the MPI world has {world.size} ranks" if args.nodes is None else f"--nodes is {n}"
-            raise SystemExit(
-                f"graph file {spec} has {size} nodes but {where}; run mpiexec -n {size}, or pass "
-                f"--nodes {size} to host several nodes per rank"
-            )
+            raise SystemExit(f"error: graph file {spec} has {size} nodes but {where}; {fix}")
         n = size
     topo = topologies.build(spec, n, weights=args.weights, lazy=args.lazy, seed=args.seed)
     if topo.n < world.size:
-        raise SystemExit(f"the topology has {topo.n} nodes, fewer than the {world.size} MPI ranks")
+        raise SystemExit(f"error: the topology has {topo.n} nodes, fewer than the {world.size} MPI ranks")
     return topo
 
 
