@@ -311,10 +311,11 @@ def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
 def guarded(main_fn, world_of=World.detect):
     """Run ``main_fn``; errors end the job with one clean line, and under MPI with an abort.
 
-    A :class:`gossip.GossipError` (a bad flag or file, a refused checkpoint, a silent rank) is
-    printed as one ``error: ...`` line without a traceback and exits with status 1; other
-    exceptions (bugs) keep their traceback. Under MPI the job is then aborted, since the other
-    ranks would otherwise wait for the failed one until their timeout. An error every rank
+    A :class:`gossip.GossipError` (a bad flag or file, a refused checkpoint, a silent rank) or a
+    ``SystemExit`` with a message is printed as one ``error: ...`` line without a traceback and
+    exits with status 1 (2 for a SystemExit under MPI); other exceptions (bugs) keep their
+    traceback. Under MPI the job is then aborted, since the other ranks would otherwise wait for
+    the failed one until their timeout. An error every rank
     meets alike (a configuration error) is printed by rank 0 only: the other ranks wait a
     moment before printing, and rank 0's abort ends them first. A silent neighbor
     (:class:`CommError`) is reported at once by every rank that saw it.
@@ -331,10 +332,12 @@ def guarded(main_fn, world_of=World.detect):
         log.warning("%s", exc)
         raise SystemExit(128 + int(exc.signum)) from None
     except SystemExit as exc:
-        if exc.code not in (0, None) and not isinstance(exc.code, int) \
-                and _stop_job(world_of(), str(exc.code), 2, at_once=False):
+        if exc.code in (0, None) or isinstance(exc.code, int):
+            raise
+        text = str(exc.code) if str(exc.code).startswith("error:") else f"error: {exc.code}"
+        if _stop_job(world_of(), text, 2, at_once=False):
             raise SystemExit(2) from None  # printed once already
-        raise
+        raise SystemExit(text) from None
     except KeyboardInterrupt:
         raise
     except GossipError as exc:

@@ -127,6 +127,7 @@ def test_configuration_errors_are_one_clean_line(tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             guarded(lambda extra=extra: consensus.main([*CONSENSUS[1:], *extra]))
         assert exc.value.code not in (0, None), extra
+        assert isinstance(exc.value.code, int) or exc.value.code.startswith("error: "), exc.value.code
         message = str(exc.value.code) + capsys.readouterr().err
         assert needle in message, (extra, message)
     assert not (tmp_path / "x").exists()  # nothing was written before the refusal
