@@ -101,7 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
     """(label, algorithm, hyper-parameters, compressor) for each run asked for."""
-    items = args.compare or [f"{args.algorithm}@{args.compressor or ''}"]
+    items = args.compare or [args.algorithm + (f"@{args.compressor}" if args.compressor else "")]
     out = []
     for item in items:
         name, _, comp = item.partition("@")
