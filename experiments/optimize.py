@@ -111,9 +111,13 @@ def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
             hp = dict(hp)
             comp = forced or comp
         try:
-            algorithm_class(name)
+            cls = algorithm_class(name)
         except ValueError as exc:
             raise SystemExit(f"--algorithm/--compare '{item}': {exc}") from None
+        if not cls.trains:  # it would average x0 and never move: distance 1 every round
+            raise SystemExit(f"--algorithm/--compare '{item}': {name} uses no gradients, so it cannot "
+                             f"minimize a problem; use one of "
+                             f"{', '.join(n for n in available() if algorithm_class(n).trains)}")
         comp = comp or ("none" if args.compare else default_compressor(name))
         out.append((item if args.compare else f"{name}@{comp}", name, hp, comp))
     return out

@@ -26,13 +26,19 @@ def test_takes_compressor_matches_validate(name):
 
 def test_optimize_default_compressor_per_algorithm():
     optimize = script("optimize")
-    for name in sorted(REGISTRY):
+    for name in sorted(n for n in REGISTRY if algorithm_class(n).trains):
         (_, _, _, comp), = optimize.run_specs(optimize.parse_args(["--algorithm", name]))
         assert comp == ("lead:2" if algorithm_class(name).takes_compressor else "none"), name
     # a compressor the user names is kept, refused or not
     (_, _, _, comp), = optimize.run_specs(optimize.parse_args(["--algorithm", "adasum",
                                                                "--compressor", "sign"]))
     assert comp == "sign"
+
+
+def test_optimize_refuses_an_algorithm_without_gradients():
+    optimize = script("optimize")
+    with pytest.raises(SystemExit, match="gossip uses no gradients, so it cannot minimize a problem; use"):
+        optimize.run_specs(optimize.parse_args(["--algorithm", "gossip"]))
 
 
 def test_optimize_runs_an_allreduce_method_with_no_compressor_flag(capsys):
