@@ -67,7 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--l2", type=float, default=None, help="L2 weight")
     a = p.add_argument_group("algorithm")
     a.add_argument("--algorithm", default="lead",
-                   help=f"{', '.join(available() + sorted(ALIASES))} (nids = lead with no "
+                   help=f"{', '.join(trainable() + sorted(ALIASES))} (nids = lead with no "
                         "compression, dgd = dpsgd, ef-c-gt = c-gt with error feedback, sgp = push-sum "
                         "with no compression), or module:Class")
     a.add_argument("--compressor", default=None,
@@ -117,10 +117,15 @@ def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
         if not cls.trains:  # it would average x0 and never move: distance 1 every round
             raise SystemExit(f"--algorithm/--compare '{item}': {name} uses no gradients, so it cannot "
                              f"minimize a problem; use one of "
-                             f"{', '.join(n for n in available() if algorithm_class(n).trains)}")
+                             f"{', '.join(trainable())}")
         comp = comp or ("none" if args.compare else default_compressor(name))
         out.append((item if args.compare else f"{name}@{comp}", name, hp, comp))
     return out
+
+
+def trainable() -> list[str]:
+    """Registered algorithms that use gradients (``trains``): the ones that can minimize."""
+    return [name for name in available() if algorithm_class(name).trains]
 
 
 def default_compressor(name: str) -> str:
