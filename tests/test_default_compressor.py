@@ -1,4 +1,4 @@
-"""``takes_compressor`` says the truth, and optimize.py picks ``none`` for the algorithms it marks."""
+"""Which algorithms each script offers, and the compressor optimize.py gives each by default."""
 
 from __future__ import annotations
 
@@ -45,3 +45,12 @@ def test_optimize_runs_an_allreduce_method_with_no_compressor_flag(capsys):
     rows = script("optimize").main(["--algorithm", "adasum", "--topology", "complete", "--nodes", "4",
                                     "--dim", "10", "--samples-per-node", "10", "--iterations", "5"])
     assert rows[0]["run"] == "adasum@none" and rows[0]["status"] == "ok"
+
+
+def test_consensus_lists_and_runs_only_algorithms_without_gradients():
+    consensus = script("consensus")
+    assert "choco" in consensus.averaging() and "lead" not in consensus.averaging()
+    assert all(not algorithm_class(n).needs_oracle for n in consensus.averaging())
+    with pytest.raises(SystemExit, match="--algorithm lead needs gradients and consensus has none: use one of "
+                                         "choco, "):
+        consensus.main(["--algorithm", "lead", "--nodes", "4", "--dim", "8", "--rounds", "2"])
