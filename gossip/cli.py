@@ -284,7 +284,10 @@ def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
     rows = [rows] if isinstance(rows, dict) else list(rows)
     bad = [f"{r['run']}: {r['status']}" for r in rows if r.get("status") != "ok"]
     if bad:
-        raise SystemExit(f"error: {len(bad)} of {len(rows)} run(s) did not finish ({'; '.join(bad)})")
+        hint = ("; a diverged run wants a smaller step (--eta, --lr) or consensus step (--gamma, or "
+                "--gamma auto where offered), or another compressor"
+                if any(str(r.get("status", "")).startswith("diverged") for r in rows) else "")
+        raise SystemExit(f"error: {len(bad)} of {len(rows)} run(s) did not finish ({'; '.join(bad)}){hint}")
 
 
 def gamma_value(text: str) -> float | str:
