@@ -37,6 +37,7 @@ from gossip.engine import Engine  # noqa: E402
 from gossip.errors import GossipError  # noqa: E402
 from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions  # noqa: E402
 from gossip.problems import ESTIMATORS, PROBLEMS, default_hparams, make_problem  # noqa: E402
+from gossip.problems.factory import DEFAULT_L1  # noqa: E402
 from gossip.runner import execute  # noqa: E402
 from gossip.tuning import tune_gamma  # noqa: E402
 
@@ -63,8 +64,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a LibSVM-format file instead of synthetic data (split over the nodes)")
     g.add_argument("--partition", default="iid",
                    help="how --data is split: iid, sorted (by label), dirichlet:ALPHA")
-    g.add_argument("--l1", type=float, default=None, help="L1 weight (lasso, l1-logistic)")
-    g.add_argument("--l2", type=float, default=None, help="L2 weight")
+    g.add_argument("--l1", type=float, default=None,
+                   help=f"L1 weight (default: {', '.join(f'{v:g} {k}' for k, v in DEFAULT_L1.items())})")
+    g.add_argument("--l2", type=float, default=None,
+                   help="L2 weight (default: 0.1 least squares, 0.05 lasso, 1/N with N the total number "
+                        "of samples for logistic and l1-logistic)")
     a = p.add_argument_group("algorithm")
     a.add_argument("--algorithm", default="lead",
                    help=f"{', '.join(trainable() + sorted(ALIASES))} (nids = lead with no "
