@@ -47,6 +47,11 @@ from gossip.tuning import tune_gamma  # noqa: E402
 log = logging.getLogger("gossip.consensus")
 
 
+def averaging() -> list[str]:
+    """Registered algorithms that run without gradients (not ``needs_oracle``): plain averaging."""
+    return [name for name in available() if not algorithm_class(name).needs_oracle]
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -54,7 +59,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     g = p.add_argument_group("consensus")
     g.add_argument("--algorithm", default="choco",
-                   help=f"algorithm run for every compressor: {', '.join(available())}, or "
+                   help=f"algorithm run for every compressor: {', '.join(averaging())}, or "
                         "module:Class")
     g.add_argument("--compressor", nargs="+", default=["none"], metavar="SPEC",
                    help=f"compressor specs, one run each: {compress_usage()}")
@@ -133,9 +138,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
     world, topology = setup(args)
     try:
-        algorithm_class(args.algorithm)
+        cls = algorithm_class(args.algorithm)
     except GossipError as exc:
         raise SystemExit(f"--algorithm: {exc}") from None
+    if cls.needs_oracle:
+        raise SystemExit(f"--algorithm {args.algorithm} needs gradients and consensus has none: use "
+                         f"one of {', '.join(averaging())} here, or experiments/optimize.py or train.py")
     data = load_init(args, topology.n)
     shape = parse_shape(args, data)
     layout = Layout([shape]) if len(shape) > 1 else None

@@ -37,6 +37,7 @@ from gossip.engine import Engine  # noqa: E402
 from gossip.errors import GossipError  # noqa: E402
 from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions  # noqa: E402
 from gossip.problems import ESTIMATORS, PROBLEMS, default_hparams, make_problem  # noqa: E402
+from gossip.problems.factory import DEFAULT_L1  # noqa: E402
 from gossip.runner import execute  # noqa: E402
 from gossip.tuning import tune_gamma  # noqa: E402
 
@@ -63,14 +64,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a LibSVM-format file instead of synthetic data (split over the nodes)")
     g.add_argument("--partition", default="iid",
                    help="how --data is split: iid, sorted (by label), dirichlet:ALPHA")
-    g.add_argument("--l1", type=float, default=None, help="L1 weight (lasso, l1-logistic)")
-    g.add_argument("--l2", type=float, default=None, help="L2 weight")
+    g.add_argument("--l1", type=float, default=None,
+                   help=f"L1 weight (default: {', '.join(f'{v:g} {k}' for k, v in DEFAULT_L1.items())})")
+    g.add_argument("--l2", type=float, default=None,
+                   help="L2 weight (default: 0.1 least squares, 0.05 lasso, 1/N with N the total number "
+                        "of samples for logistic and l1-logistic)")
     a = p.add_argument_group("algorithm")
     a.add_argument("--algorithm", default="lead",
-                   help=f"{', '.join(available() + sorted(ALIASES))} (nids = lead with no "
+                   help=f"{', '.join(trainable() + sorted(ALIASES))} (nids = lead with no "
                         "compression, dgd = dpsgd, ef-c-gt = c-gt with error feedback, sgp = push-sum "
                         "with no compression), or module:Class")
-    a.add_argument("--compressor", default="lead:2", help=f"compressor spec: {compress_usage()}")
+    a.add_argument("--compressor", default=None,
+                   help=f"compressor spec: {compress_usage()} (default: lead:2, or none for the "
+                        "algorithms that take no gossip compressor: "
+                        f"{', '.join(n for n in available() if not algorithm_class(n).takes_compressor)})")
     a.add_argument("--compare", nargs="+", default=None, metavar="ALG[@COMPRESSOR]",
                    help="run several algorithms, e.g. lead@lead:2 nids dgd choco@lead:2 "
                         "beer@topk:0.1; plots distance to optimum vs rounds and bits")
@@ -98,7 +105,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
     """(label, algorithm, hyper-parameters, compressor) for each run asked for."""
-    items = args.compare or [f"{args.algorithm}@{args.compressor}"]
+    items = args.compare or [args.algorithm + (f"@{args.compressor}" if args.compressor else "")]
     out = []
     for item in items:
         name, _, comp = item.partition("@")
@@ -108,12 +115,27 @@ def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
             hp = dict(hp)
             comp = forced or comp
         try:
-            algorithm_class(name)
+            cls = algorithm_class(name)
         except ValueError as exc:
             raise SystemExit(f"--algorithm/--compare '{item}': {exc}") from None
-        comp = comp or ("none" if args.compare else args.compressor)
+        if not cls.trains:  # it would average x0 and never move: distance 1 every round
+            raise SystemExit(f"--algorithm/--compare '{item}': {name} uses no gradients, so it cannot "
+                             f"minimize a problem; use one of "
+                             f"{', '.join(trainable())}")
+        comp = comp or ("none" if args.compare else default_compressor(name))
         out.append((item if args.compare else f"{name}@{comp}", name, hp, comp))
     return out
+
+
+def trainable() -> list[str]:
+    """Registered algorithms that use gradients (``trains``): the ones that can minimize."""
+    return [name for name in available() if algorithm_class(name).trains]
+
+
+def default_compressor(name: str) -> str:
+    """``lead:2``, or ``none`` for an algorithm that takes no gossip compressor (it compresses by
+    itself or mixes exact models: ``takes_compressor`` is False)."""
+    return "lead:2" if algorithm_class(name).takes_compressor else "none"
 
 
 def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, topology=None) -> dict:

@@ -43,7 +43,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text.lower() or action.default in (None, False, argparse.SUPPRESS):
+        # identity, not ==: a default of 0 or 0.0 is worth showing, and 0.0 == False
+        if "default" in text.lower() or any(action.default is v for v in (None, False, argparse.SUPPRESS)):
             return text
         return super()._get_help_string(action)
 
@@ -235,22 +236,25 @@ def _build_topology(args: argparse.Namespace, world: World) -> Any:
             n = 8
     if n is not None and n < world.size:
         raise SystemExit(
-            f"--nodes {n} is smaller than the MPI world ({world.size} ranks); every rank needs a "
+            f"error: --nodes {n} is smaller than the MPI world ({world.size} ranks); every rank needs a "
             f"node: run mpiexec -n {n} or pass --nodes >= {world.size}"
         )
     if is_file:
         graph = topologies.load(spec)
         size = graph.number_of_nodes()
         if n is not None and size != n:
+            if size < world.size:
+                fix = f"run at most mpiexec -n {size}"
+            elif args.nodes is None:  # under MPI, n is the world size
+                fix = f"run mpiexec -n {size}, or pass --nodes {size} to host several nodes per rank"
+            else:
+                fix = f"pass --nodes {size}" + (" or leave --nodes out" if world.size == 1 else "")
             where = f"the MPI world has {world.size} ranks" if args.nodes is None else f"--nodes is {n}"
-            raise SystemExit(
-                f"graph file {spec} has {size} nodes but {where}; run mpiexec -n {size}, or pass "
-                f"--nodes {size} to host several nodes per rank"
-            )
+            raise SystemExit(f"error: graph file {spec} has {size} nodes but {where}; {fix}")
         n = size
     topo = topologies.build(spec, n, weights=args.weights, lazy=args.lazy, seed=args.seed)
     if topo.n < world.size:
-        raise SystemExit(f"the topology has {topo.n} nodes, fewer than the {world.size} MPI ranks")
+        raise SystemExit(f"error: the topology has {topo.n} nodes, fewer than the {world.size} MPI ranks")
     return topo
 
 
@@ -281,7 +285,10 @@ def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
     rows = [rows] if isinstance(rows, dict) else list(rows)
     bad = [f"{r['run']}: {r['status']}" for r in rows if r.get("status") != "ok"]
     if bad:
-        raise SystemExit(f"error: {len(bad)} of {len(rows)} run(s) did not finish ({'; '.join(bad)})")
+        hint = ("; a diverged run wants a smaller step (--eta, --lr) or consensus step (--gamma, or "
+                "--gamma auto where offered), or another compressor"
+                if any(str(r.get("status", "")).startswith("diverged") for r in rows) else "")
+        raise SystemExit(f"error: {len(bad)} of {len(rows)} run(s) did not finish ({'; '.join(bad)}){hint}")
 
 
 def gamma_value(text: str) -> float | str:
@@ -308,10 +315,11 @@ def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
 def guarded(main_fn, world_of=World.detect):
     """Run ``main_fn``; errors end the job with one clean line, and under MPI with an abort.
 
-    A :class:`gossip.GossipError` (a bad flag or file, a refused checkpoint, a silent rank) is
-    printed as one ``error: ...`` line without a traceback and exits with status 1; other
-    exceptions (bugs) keep their traceback. Under MPI the job is then aborted, since the other
-    ranks would otherwise wait for the failed one until their timeout. An error every rank
+    A :class:`gossip.GossipError` (a bad flag or file, a refused checkpoint, a silent rank) or a
+    ``SystemExit`` with a message is printed as one ``error: ...`` line without a traceback and
+    exits with status 1 (2 for a SystemExit under MPI); other exceptions (bugs) keep their
+    traceback. Under MPI the job is then aborted, since the other ranks would otherwise wait for
+    the failed one until their timeout. An error every rank
     meets alike (a configuration error) is printed by rank 0 only: the other ranks wait a
     moment before printing, and rank 0's abort ends them first. A silent neighbor
     (:class:`CommError`) is reported at once by every rank that saw it.
@@ -328,10 +336,12 @@ def guarded(main_fn, world_of=World.detect):
         log.warning("%s", exc)
         raise SystemExit(128 + int(exc.signum)) from None
     except SystemExit as exc:
-        if exc.code not in (0, None) and not isinstance(exc.code, int) \
-                and _stop_job(world_of(), str(exc.code), 2, at_once=False):
+        if exc.code in (0, None) or isinstance(exc.code, int):
+            raise
+        text = str(exc.code) if str(exc.code).startswith("error:") else f"error: {exc.code}"
+        if _stop_job(world_of(), text, 2, at_once=False):
             raise SystemExit(2) from None  # printed once already
-        raise
+        raise SystemExit(text) from None
     except KeyboardInterrupt:
         raise
     except GossipError as exc:

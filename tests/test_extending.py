@@ -151,6 +151,8 @@ def test_help_lists_registered_parts_and_each_default_once(capsys):
         assert len(re.findall(r"\(default: ring\)", text)) == 1, "a default printed twice"
         assert "(default: ring) (default" not in text
         assert "module:Class" in text and "lowrank:RANK" in text and "local-gossip" in text
+        if name == "train":  # a zero default is shown too (0.0 == False must not hide it)
+            assert "final multiplier of the cosine schedule (default: 0.0)" in text
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))

@@ -127,6 +127,7 @@ def test_configuration_errors_are_one_clean_line(tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             guarded(lambda extra=extra: consensus.main([*CONSENSUS[1:], *extra]))
         assert exc.value.code not in (0, None), extra
+        assert isinstance(exc.value.code, int) or exc.value.code.startswith("error: "), exc.value.code
         message = str(exc.value.code) + capsys.readouterr().err
         assert needle in message, (extra, message)
     assert not (tmp_path / "x").exists()  # nothing was written before the refusal
@@ -138,3 +139,36 @@ def test_configuration_errors_are_one_clean_line(tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             guarded(lambda extra=extra: optimize.main([*base, *extra]))
         assert needle in str(exc.value.code) + capsys.readouterr().err, extra
+
+
+@pytest.mark.parametrize("nodes, world_size, fix", [
+    (5, 1, "--nodes is 5; pass --nodes 4 or leave --nodes out"),
+    (None, 2, "the MPI world has 2 ranks; run mpiexec -n 4, or pass --nodes 4 to host several"),
+    (None, 6, "the MPI world has 6 ranks; run at most mpiexec -n 4"),
+    (8, 2, "--nodes is 8; pass --nodes 4"),
+])
+def test_graph_file_size_mismatch_says_what_works(tmp_path, nodes, world_size, fix):
+    """The advice of a graph file of the wrong size fits the world: no --nodes below it."""
+    import argparse
+    import types
+
+    from gossip.cli import build_topology
+
+    path = tmp_path / "g.edgelist"
+    path.write_text("0 1\n1 2\n2 3\n3 0\n")
+    args = argparse.Namespace(topology=str(path), nodes=nodes, weights="metropolis", lazy=False, seed=0)
+    with pytest.raises(SystemExit) as exc:
+        build_topology(args, types.SimpleNamespace(size=world_size))
+    assert str(exc.value.code) == f"error: graph file {path} has 4 nodes but {fix}" + (
+        " nodes per rank" if "several" in fix else "")
+
+
+def test_exit_status_hints_at_smaller_steps_only_after_a_divergence():
+    from gossip.cli import exit_status
+
+    exit_status([{"run": "a", "status": "ok"}])
+    with pytest.raises(SystemExit, match=r"\(b: diverged at round 3\); a diverged run wants a smaller step"):
+        exit_status([{"run": "a", "status": "ok"}, {"run": "b", "status": "diverged at round 3"}])
+    with pytest.raises(SystemExit) as exc:
+        exit_status({"run": "c", "status": "failed: boom"})
+    assert str(exc.value.code) == "error: 1 of 1 run(s) did not finish (c: failed: boom)"

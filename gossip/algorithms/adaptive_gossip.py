@@ -41,6 +41,7 @@ class AdaptiveGossip(Algorithm):
 
     trains = True
     needs_oracle = True
+    takes_compressor = False
     takes_optimizer = False
     step_schedule = True
 
@@ -206,6 +207,7 @@ class ChocoAMSGrad(TrackedAMSGrad):
     """
 
     name = "choco-amsgrad"
+    takes_compressor = True
     tunable = ("gamma",)
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, gamma: float = 0.2,

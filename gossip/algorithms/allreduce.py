@@ -221,6 +221,7 @@ class AllReduceAlgorithm(Algorithm):
     trains = True
     needs_oracle = True
     needs_complete_graph = True
+    takes_compressor = False
     takes_optimizer = False
     step_schedule = True
     codec_hint = "choose the all-reduce's 1-bit scale with codec=sign_l2|sign_l1"

@@ -136,6 +136,10 @@ class Algorithm(ABC):
     before a message is sent, and tests and tools that pick a graph pick that one for it."""
     trains: ClassVar[bool] = False
     """Uses gradients when the node has an oracle, so it can train a model or solve a problem."""
+    takes_compressor: ClassVar[bool] = True
+    """Sends its messages through ``node.compressor``; ``False``: it takes only ``'none'`` (it
+    compresses by itself, as the all-reduce methods and PowerGossip, or mixes exact models), so
+    scripts whose default compressor is another one give it ``'none'`` unless one is asked for."""
     takes_optimizer: ClassVar[bool] = False
     """Its local step goes through :func:`local_step`, so a node's ``torch.optim`` optimizer
     (momentum, Adam, weight decay) applies; otherwise it uses the plain gradient with ``eta``."""

@@ -67,6 +67,7 @@ class PowerGossip(Algorithm):
     """
     name = "powergossip"
     trains = True
+    takes_compressor = False
     takes_optimizer = True
     step_schedule = True
     step_rule = "dgd"

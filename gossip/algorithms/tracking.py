@@ -181,6 +181,7 @@ class DIGing(CGT):
     """
 
     name = "diging"
+    takes_compressor = False
     static_topology = False
     tunable = ()
 
@@ -213,6 +214,7 @@ class EXTRA(Algorithm):
     """
 
     name = "extra"
+    takes_compressor = False
     trains = True
     needs_oracle = True
     step_rule = "dgd"
