@@ -24,11 +24,13 @@ from gossip.algorithms import accepted_hparams, algorithm_class, available, make
 from gossip.cli import (  # noqa: E402
     DTYPES,
     HelpFormatter,
+    add_hparam_argument,
     add_run_arguments,
     checkpoint_options,
     exit_status,
     gamma_value,
     guarded,
+    parse_hparams,
     positive_int,
     setup,
 )
@@ -87,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--gamma", type=gamma_value, default=None,
                    help="consensus step (default: the algorithm's suggestion or its own default); "
                         "'auto' searches 1, 0.5, 0.2, ..., 0.01 on a tenth of the iterations")
+    add_hparam_argument(a, "--hparam codec=sign_l1 freeze_step=50 (onebit-adam), --hparam "
+                           "period=2 (c-ecl); with --compare, each goes to the runs whose algorithm "
+                           "takes it")
     a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
     a.add_argument("--rank", type=positive_int, default=None, help="PowerGossip's rank")
@@ -147,7 +152,10 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
                        ("gamma_dual", args.gamma_dual), ("rank", args.rank)):
         if key in accepted and key not in base and value is not None:
             hp[key] = value
-    return hp
+    extra = parse_hparams(args.hparam)
+    if not args.compare:
+        return hp | extra  # one algorithm: a key it does not take is refused by name
+    return hp | {k: v for k, v in extra.items() if k in accepted}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

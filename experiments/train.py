@@ -33,10 +33,12 @@ from gossip.algorithms.base import ConfigError  # noqa: E402
 from gossip.cli import (  # noqa: E402
     DTYPES,
     HelpFormatter,
+    add_hparam_argument,
     add_run_arguments,
     checkpoint_options,
     exit_status,
     guarded,
+    parse_hparams,
     positive_int,
     setup,
 )
@@ -138,10 +140,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--rank", type=positive_int, default=None, help="PowerGossip's rank (default 1)")
     a.add_argument("--power-iterations", type=positive_int, default=None,
                    help="PowerGossip's power steps per round (default 1)")
-    a.add_argument("--hparam", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
-                   help="other hyper-parameters of the algorithm by name, e.g. "
-                        "--hparam freeze_step=100 eps=1e-4 (onebit-adam), --hparam byzantine=1,5 "
-                        "(signum); numbers, true/false and comma lists of integers are parsed")
+    add_hparam_argument(a, "--hparam freeze_step=100 eps=1e-4 (onebit-adam), --hparam byzantine=1,5 "
+                           "(signum)")
     a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
     o = p.add_argument_group("local optimizer")
@@ -222,29 +222,8 @@ def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_round
             if key not in accepted:
                 raise SystemExit(f"--{key.replace('_', '-')} does not apply to {name}")
             hp[key] = value
-    for item in args.hparam:
-        key, sep, text = item.partition("=")
-        if not sep or not key.strip():
-            raise SystemExit(f"--hparam {item!r}: expected KEY=VALUE")
-        hp[key.strip().replace("-", "_")] = hparam_value(text.strip())
+    hp.update(parse_hparams(args.hparam))
     return hp
-
-
-def hparam_value(text: str) -> Any:
-    """``--hparam`` values: int, float, true/false, a comma list of ints, else the string."""
-    if text.lower() in ("true", "false"):
-        return text.lower() == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    if "," in text or text == "":
-        try:
-            return [int(v) for v in text.split(",") if v.strip()]
-        except ValueError:
-            pass
-    return text
 
 
 def _scheduled(args: argparse.Namespace) -> bool:

@@ -369,3 +369,38 @@ def _stop_job(world: World, text: str, code: int, at_once: bool) -> bool:
     time.sleep(0.5)  # let mpiexec forward the message before the abort tears down I/O
     world.abort(code)
     return True
+
+
+def add_hparam_argument(group: Any, examples: str) -> None:
+    """``--hparam KEY=VALUE ...``: any constructor argument of the algorithm, by name."""
+    group.add_argument("--hparam", action="extend", nargs="+", default=[], metavar="KEY=VALUE",
+                       help=f"other hyper-parameters of the algorithm by name, e.g. {examples}; "
+                            "numbers, true/false and comma lists of integers are parsed")
+
+
+def parse_hparams(items: list[str]) -> dict[str, Any]:
+    """``["freeze_step=100", "byzantine=1,5"]`` -> ``{"freeze_step": 100, "byzantine": [1, 5]}``."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise SystemExit(f"--hparam {item!r}: expected KEY=VALUE")
+        out[key.strip().replace("-", "_")] = hparam_value(text.strip())
+    return out
+
+
+def hparam_value(text: str) -> Any:
+    """``--hparam`` values: int, float, true/false, a comma list of ints, else the string."""
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    if "," in text or text == "":
+        try:
+            return [int(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            pass
+    return text

@@ -54,3 +54,26 @@ def test_consensus_lists_and_runs_only_algorithms_without_gradients():
     with pytest.raises(SystemExit, match="--algorithm lead needs gradients and consensus has none: use one of "
                                          "choco, "):
         consensus.main(["--algorithm", "lead", "--nodes", "4", "--dim", "8", "--rounds", "2"])
+
+
+def test_optimize_hparam_reaches_the_algorithm_and_an_unknown_key_is_named(tmp_path):
+    import json
+
+    from gossip.errors import GossipError
+
+    optimize = script("optimize")
+    common = ["--algorithm", "onebit-adam", "--topology", "complete", "--nodes", "4", "--dim", "10",
+              "--samples-per-node", "20", "--iterations", "4", "--log-every", "2"]
+    out = tmp_path / "o.jsonl"
+    optimize.main([*common, "--hparam", "codec=sign_l1", "freeze_step=2", "--out", str(out)])
+    config = next(r for r in map(json.loads, out.read_text().splitlines()) if r["type"] == "config")
+    assert config["hparams"]["codec"] == "sign_l1" and config["hparams"]["freeze_step"] == 2
+    with pytest.raises((SystemExit, GossipError), match=r"does not take \['bogus'\]"):
+        optimize.main([*common, "--hparam", "bogus=1"])
+    # with --compare, a key goes only to the runs whose algorithm takes it
+    both = tmp_path / "both.jsonl"
+    optimize.main([*common[2:], "--compare", "lead@lead:2", "onebit-adam", "--hparam", "freeze_step=3",
+                   "--out", str(both)])
+    configs = {r["label"]: r["hparams"] for r in map(json.loads, both.read_text().splitlines())
+               if r["type"] == "config"}
+    assert "freeze_step" not in configs["lead@lead:2"] and configs["onebit-adam"]["freeze_step"] == 3
