@@ -94,7 +94,7 @@ def distance(eng, problem):
 
 
 @pytest.mark.parametrize(("name", "spec", "hp", "rounds"), [
-    ("c-gt", "topk:0.1", {"error_feedback": True}, 1000),
+    pytest.param("c-gt", "topk:0.1", {"error_feedback": True}, 1000, marks=pytest.mark.slow),
     ("extra", "none", {}, 500),
 ])
 def test_linear_convergence_to_the_exact_optimum(name, spec, hp, rounds):
@@ -130,6 +130,7 @@ def test_configuration_errors_name_the_fix():
         make_algorithm("c-gt", alpha=1.5)
 
 
+@pytest.mark.slow
 def test_cgt_on_a_time_varying_graph_keeps_one_copy_per_arc():
     """One-peer exponential: uncompressed it is DIGing with W(t); compressed, Σ y = Σ g exactly and
     it still reaches the exact optimum (one compressed message per round)."""
