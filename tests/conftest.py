@@ -39,3 +39,16 @@ def run_py(args: list[str], timeout: float = 180):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def scenario_records(script: str, tmp_path: Path, ranks: int, nodes: int) -> tuple[list, list]:
+    """Records of a scenario script (``OUT.jsonl NODES``) run in process and under
+    ``mpiexec -n ranks``, after checking both exited 0."""
+    from gossip.metrics import read_jsonl
+
+    local, remote = tmp_path / "local.jsonl", tmp_path / "mpi.jsonl"
+    res = run_py([script, str(local), str(nodes)])
+    assert res.returncode == 0, res.stderr
+    res = run_mpi(ranks, [script, str(remote), str(nodes)])
+    assert res.returncode == 0, res.stdout + res.stderr
+    return read_jsonl(local), read_jsonl(remote)

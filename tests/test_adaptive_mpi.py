@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from tests.conftest import mpiexec, run_mpi, run_py
+from gossip.metrics import read_jsonl
+from tests.conftest import mpiexec, run_mpi, scenario_records
 
 pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 
 
-def _records(path):
-    with open(path) as fh:
-        return [json.loads(line) for line in fh]
-
 
 @pytest.mark.parametrize(("ranks", "nodes"), [(2, 8)])  # local and remote neighbors; train.py: 4 x 1
 def test_adaptive_mpi_equals_in_process(tmp_path, ranks, nodes):
-    local, remote = tmp_path / "local.jsonl", tmp_path / "mpi.jsonl"
-    res = run_py(["tests/mpi_adaptive.py", str(local), str(nodes)])
-    assert res.returncode == 0, res.stderr
-    res = run_mpi(ranks, ["tests/mpi_adaptive.py", str(remote), str(nodes)])
-    assert res.returncode == 0, res.stdout + res.stderr
-    a, b = _records(local), _records(remote)
+    a, b = scenario_records("tests/mpi_adaptive.py", tmp_path, ranks, nodes)
     assert len(a) == len(b) == 8 * 5
     for ra, rb in zip(a, b):
         assert ra == rb, (ra.get("scenario"), ra.get("round"))
@@ -41,5 +31,5 @@ def test_train_script_onebit_adam_under_mpi_equals_in_process(tmp_path):
     res = run_mpi(4, [*args, "--out", str(tmp_path / "m.jsonl")])
     assert res.returncode == 0, res.stdout + res.stderr
     script("train").main([*args[1:], "--nodes", "4", "--out", str(tmp_path / "l.jsonl")])
-    a, b = comparable(_records(tmp_path / "l.jsonl")), comparable(_records(tmp_path / "m.jsonl"))
+    a, b = comparable(read_jsonl(tmp_path / "l.jsonl")), comparable(read_jsonl(tmp_path / "m.jsonl"))
     assert len(a) == 3 and a == b and a[-1]["bits_per_node"] > 0

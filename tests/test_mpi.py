@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -11,24 +10,16 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, mpiexec, run_mpi, run_py
+from gossip.metrics import read_jsonl
+from tests.conftest import ROOT, mpiexec, run_mpi, run_py, scenario_records
 
 pytestmark = [pytest.mark.skipif(mpiexec() is None, reason="no mpiexec"), pytest.mark.slow]
 
 
-def _records(path):
-    with open(path) as fh:
-        return [json.loads(line) for line in fh]
-
 
 @pytest.mark.parametrize(("ranks", "nodes"), [(4, 4), (2, 8)])
 def test_mpi_equals_in_process(tmp_path, ranks, nodes):
-    local, remote = tmp_path / "local.jsonl", tmp_path / "mpi.jsonl"
-    res = run_py(["tests/mpi_scenarios.py", str(local), str(nodes)])
-    assert res.returncode == 0, res.stderr
-    res = run_mpi(ranks, ["tests/mpi_scenarios.py", str(remote), str(nodes)])
-    assert res.returncode == 0, res.stdout + res.stderr
-    a, b = _records(local), _records(remote)
+    a, b = scenario_records("tests/mpi_scenarios.py", tmp_path, ranks, nodes)
     assert len(a) == len(b) > 0
     for ra, rb in zip(a, b):
         assert ra == rb, (ra.get("scenario"), ra.get("round"))
@@ -51,7 +42,7 @@ def test_consensus_script_under_mpi_matches_in_process(tmp_path):
         {k: v for k, v in r.items() if not k.endswith("_s") and k not in ("args", "world_size")}
         for r in recs if r["type"] == "round"
     ]
-    assert strip(_records(tmp_path / "m.jsonl")) == strip(_records(tmp_path / "l.jsonl"))
+    assert strip(read_jsonl(tmp_path / "m.jsonl")) == strip(read_jsonl(tmp_path / "l.jsonl"))
     assert "| run |" in res.stdout
 
 
