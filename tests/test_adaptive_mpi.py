@@ -10,7 +10,6 @@ from tests.conftest import mpiexec, run_mpi, scenario_records
 pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 
 
-
 @pytest.mark.parametrize(("ranks", "nodes"), [(2, 8)])  # local and remote neighbors; train.py: 4 x 1
 def test_adaptive_mpi_equals_in_process(tmp_path, ranks, nodes):
     a, b = scenario_records("tests/mpi_adaptive.py", tmp_path, ranks, nodes)

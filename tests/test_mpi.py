@@ -16,7 +16,6 @@ from tests.conftest import ROOT, mpiexec, run_mpi, run_py, scenario_records
 pytestmark = [pytest.mark.skipif(mpiexec() is None, reason="no mpiexec"), pytest.mark.slow]
 
 
-
 @pytest.mark.parametrize(("ranks", "nodes"), [(4, 4), (2, 8)])
 def test_mpi_equals_in_process(tmp_path, ranks, nodes):
     a, b = scenario_records("tests/mpi_scenarios.py", tmp_path, ranks, nodes)

@@ -11,7 +11,6 @@ from tests.mpi_tracking_scenarios import SCENARIOS
 pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 
 
-
 def test_mpi_equals_in_process(tmp_path):
     a, b = scenario_records("tests/mpi_tracking_scenarios.py", tmp_path, 4, 8)
     assert len(a) == len(b) == len(SCENARIOS) * 6
