@@ -158,6 +158,67 @@ class Compressor(ABC):
         """Exact size when every payload for such a tensor has the same size, else None."""
         return None
 
+    # -- blocks of nodes: one row per node ------------------------------------------------
+    def encode_rows(self, X: torch.Tensor, rng: Any = None, *,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+        """Encode every row of ``X`` ([m, d], one node per row) into a [m, nbytes] uint8 block.
+
+        Row ``r`` holds exactly the bytes of ``encode(X[r], rng.row(r))``: the rows are the
+        messages (the transport sends row views, no copy). ``rng`` is a
+        :class:`gossip.rng.Stream` over the block's nodes (randomized compressors only);
+        afterwards it stands where each row's stream would. ``out``: a reused [m, ≥nbytes]
+        block. This default loops over rows; the common compressors vectorize it.
+        """
+        if self.stateful:
+            raise CompressionError(
+                f"{type(self).__name__} keeps state per node, so it cannot encode a block of "
+                "nodes with one instance; give every node its own instance"
+            )
+        m = X.shape[0]
+        streams = [rng.row(r) for r in range(m)] if rng is not None else [None] * m
+        payloads = [self.encode(X[r], streams[r]) for r in range(m)]
+        if rng is not None and m:
+            rng.sync(streams[0])
+        nbytes = payloads[0].nbytes if m else self.max_nbytes(X[0] if m else X.new_empty(0))
+        if any(p.nbytes != nbytes for p in payloads):
+            raise CompressionError(f"{type(self).__name__} gave rows of different sizes; "
+                                   "blocks need a fixed message size per shape")
+        block = _row_block(out, m, nbytes, X.device)
+        for r, p in enumerate(payloads):
+            block[r].copy_(p.to_bytes())
+        return block
+
+    def decode_add_rows_(self, out: torch.Tensor, block: torch.Tensor,
+                         weight: torch.Tensor | float = 1.0, *,
+                         rows: torch.Tensor | None = None) -> torch.Tensor:
+        """``out[r] += weight[r] · decode(block[r])`` for every row (validating each message).
+
+        ``weight`` is a float or a [m] tensor; ``rows`` (optional [m] int64) adds row ``r``
+        of the block into ``out[rows[r]]`` instead. A malformed or non-finite row raises
+        :class:`CompressionError` whose ``row`` names it. Bit for bit the per-row
+        :meth:`decode_add_` with ``float(weight[r])``.
+        """
+        m = block.shape[0]
+        w = weight.tolist() if isinstance(weight, torch.Tensor) else [float(weight)] * m
+        targets = rows.tolist() if rows is not None else range(m)
+        for r, target in enumerate(targets):
+            dst = out[target]
+            try:
+                payload = self.from_bytes(block[r], dst)
+            except CompressionError as exc:
+                exc.row = r
+                raise
+            self.decode_add_(dst, payload, w[r])
+        return out
+
+    def nbytes_rows(self, like: torch.Tensor) -> int:
+        """Bytes of each row message for rows like ``like`` (a [d] tensor): the fixed size."""
+        size = self.fixed_nbytes(like)
+        if size is None:
+            raise CompressionError(f"{type(self).__name__} has no fixed message size for a "
+                                   f"tensor of {like.numel()} entries; blocks need one")
+        return size
+
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint saves (see :class:`gossip.stateful.Stateful`): nothing by default;
         compressors with memory (``stateful = True``) override this and :meth:`load_state_dict`."""
@@ -178,3 +239,10 @@ class Compressor(ABC):
     def delta_for(self, numel: int) -> float | None:
         """δ for a tensor of ``numel`` entries (worst case over the data), else None."""
         return self.delta
+
+
+def _row_block(out: torch.Tensor | None, m: int, nbytes: int, device: torch.device) -> torch.Tensor:
+    """A [m, nbytes] uint8 block: a view of ``out`` when it is large enough, else a new one."""
+    if out is not None and out.shape[0] >= m and out.shape[-1] >= nbytes and out.device == device:
+        return out[:m, :nbytes]
+    return torch.empty((m, nbytes), dtype=torch.uint8, device=device)
