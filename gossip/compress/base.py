@@ -164,7 +164,8 @@ class Compressor(ABC):
         """Encode every row of ``X`` ([m, d], one node per row) into a [m, nbytes] uint8 block.
 
         Row ``r`` holds exactly the bytes of ``encode(X[r], rng.row(r))``: the rows are the
-        messages (the transport sends row views, no copy). ``rng`` is a
+        messages (the transport sends row views, no copy). Rows are 8-aligned
+        (:func:`row_stride`), so the block is a view whose pitch may exceed nbytes. ``rng`` is a
         :class:`gossip.rng.Stream` over the block's nodes (randomized compressors only);
         afterwards it stands where each row's stream would. ``out``: a reused [m, ≥nbytes]
         block. This default loops over rows; the common compressors vectorize it.
@@ -241,8 +242,15 @@ class Compressor(ABC):
         return self.delta
 
 
+def row_stride(nbytes: int) -> int:
+    """Row pitch of a message block: ``nbytes`` rounded up to 8, so every row (message) starts
+    8-aligned and its typed sections are views, as in a single message's buffer."""
+    return -(-nbytes // 8) * 8
+
+
 def _row_block(out: torch.Tensor | None, m: int, nbytes: int, device: torch.device) -> torch.Tensor:
-    """A [m, nbytes] uint8 block: a view of ``out`` when it is large enough, else a new one."""
-    if out is not None and out.shape[0] >= m and out.shape[-1] >= nbytes and out.device == device:
+    """A [m, nbytes] uint8 block with an 8-aligned row pitch: a view of ``out`` when it fits."""
+    if (out is not None and out.shape[0] >= m and out.shape[-1] >= nbytes and out.device == device
+            and out.stride(0) % 8 == 0 and out.storage_offset() % 8 == 0):
         return out[:m, :nbytes]
-    return torch.empty((m, nbytes), dtype=torch.uint8, device=device)
+    return torch.empty((m, row_stride(nbytes)), dtype=torch.uint8, device=device)[:, :nbytes]
