@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node, check_complete
+from gossip.block import Block, MixPlan, Rows, RowsError
 from gossip.comm.world import World
 from gossip.compress import Compressor, factory_for
 from gossip.compress.base import CompressionError
@@ -129,10 +130,39 @@ class Engine:
         self._start = time.perf_counter()
         self._reference: dict[str, float] = {}
         self.watch = ["consensus_error", *watch]
+        self.block: Block | None = None
+        self._plans: dict[int, tuple[Any, MixPlan]] = {}
         with torch.no_grad():
+            if algorithm.runs_blocks():
+                self.block = self._new_block()
+                algorithm.setup_block(self.block)
+                self.block.mirror_state()
+            else:
+                for node in self.nodes.values():
+                    algorithm.setup(node)
             for node in self.nodes.values():
-                algorithm.setup(node)
                 _check_state(algorithm, node)
+
+    def _new_block(self) -> Block:
+        """The local nodes as rows of one [m, d] tensor (each node's ``x`` becomes a row view)."""
+        nodes = list(self.nodes.values())
+        d = nodes[0].x.numel() if nodes else 0
+        x = torch.empty((len(nodes), d), dtype=self.dtype, device=self.device)
+        for r, node in enumerate(nodes):
+            x[r].copy_(node.x)
+            node.x = x[r]
+        return Block(nodes, x, self._new_compressor(), self._new_compressor)
+
+    def _plan(self, topo: Any) -> MixPlan:
+        """The block's routing for a round's topology (cached per topology object)."""
+        hit = self._plans.get(id(topo))
+        if hit is not None and hit[0] is topo:
+            return hit[1]
+        if len(self._plans) > 64:
+            self._plans.clear()
+        plan = MixPlan.build(topo, self.block.ids, self.transport.is_local, self.device)
+        self._plans[id(topo)] = (topo, plan)
+        return plan
 
     def _check_config(self, oracles: Any) -> None:
         """Refuse, before any message, what this algorithm cannot run on."""
@@ -162,6 +192,9 @@ class Engine:
         for node in self.nodes.values():
             node.view = topo.view(node.id)
             node.round = t
+        if self.block is not None:
+            self._step_block(t, topo)
+            return
         tic = time.perf_counter()
         gens = {i: self.algorithm.step(node) for i, node in self.nodes.items()}
         msgs = {i: self._advance(i, g, None) for i, g in gens.items()}
@@ -176,6 +209,58 @@ class Engine:
             msgs = {i: self._advance(i, g, inboxes[i]) for i, g in gens.items()}
             self.compute_s += time.perf_counter() - toc
         self.round = t
+
+    def _step_block(self, t: int, topo: Any) -> None:
+        """One round of a block algorithm: a single generator for all local nodes."""
+        block = self.block
+        plan = self._plan(topo)
+        block.begin_round(t, plan)
+        tic = time.perf_counter()
+        gen = self.algorithm.block_step(block)
+        msg = self._advance_block(gen, None)
+        self.compute_s += time.perf_counter() - tic
+        while msg is not None:
+            tic = time.perf_counter()
+            self._seq += 1
+            self.transport.exchange_rows(msg.staging, msg.nbytes, plan, block.ids, self._seq, t)
+            toc = time.perf_counter()
+            self.comm_s += toc - tic
+            msg = self._advance_block(gen, msg)
+            self.compute_s += time.perf_counter() - toc
+        self.round = t
+
+    def _advance_block(self, gen, inbox) -> Rows | None:
+        block = self.block
+        try:
+            return next(gen) if inbox is None else gen.send(inbox)
+        except StopIteration:
+            return None
+        except Exception as exc:
+            rank = self.world.rank
+            bad = (~torch.isfinite(block.x)).any(dim=1).nonzero()
+            if bad.numel():
+                i = block.ids[int(bad[0])]
+                raise DivergenceError(
+                    f"round {block.round}: node {i} (rank {rank}) has NaN/Inf in x: the run "
+                    f"diverged ({exc}). Lower the step sizes (gamma, eta).", block.round, i,
+                ) from exc
+            if isinstance(exc, RowsError) and exc.sender == exc.receiver:
+                raise NodeError(
+                    f"round {block.round}: node {exc.sender} (rank {rank}) sent a message its own "
+                    f"decoder refuses: {exc.__cause__ or exc}"
+                ) from exc
+            if isinstance(exc, RowsError):
+                raise NodeError(
+                    f"round {block.round}: node {exc.receiver} (rank {rank}) refused the message "
+                    f"from node {exc.sender} (rank {self.transport.placement[exc.sender]}): "
+                    f"{exc.__cause__ or exc}"
+                ) from exc
+            if isinstance(exc, GossipError):
+                raise NodeError(f"round {block.round}: rank {rank}: {exc}") from exc
+            raise NodeError(
+                f"round {block.round}: the block of nodes {_span(block.ids)} (rank {rank}) "
+                f"failed: {exc}"
+            ) from exc
 
     def _advance(self, i: int, gen, inbox) -> Exchange | None:
         try:
@@ -318,6 +403,8 @@ class Engine:
         """Each local node's whole state: model, algorithm state, generators, compressors,
         oracle, bytes sent (tensors, numbers, lists and dicts only: loadable weights_only)."""
         sent = self.transport.bytes_sent
+        if self.block is not None:
+            self.block.mirror_state()
         out = {}
         for i, nd in self.nodes.items():
             _check_state(self.algorithm, nd)  # a round may have added to it since setup
@@ -389,6 +476,13 @@ def _check_state(algorithm: Algorithm, node: Node) -> None:
                 "holds tensors (or lists of tensors) only. Use node.stream_compressor(name) for an "
                 "extra compressor, a tensor for a counter, and Algorithm.state_dict for run-wide state"
             )
+
+
+def _span(ids: list[int]) -> str:
+    """``0..24`` for a contiguous run of ids, else the list."""
+    if ids and ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}..{ids[-1]}"
+    return str(ids)
 
 
 def _edge_seeder(seed: int, i: int) -> Callable[[int], int]:

@@ -92,14 +92,16 @@ def test_bits_in_log_equal_bytes_handed_to_the_transport():
     topo = topologies.build("erdos-renyi:p=0.4", 9, seed=4)
     eng = Engine(make_algorithm("choco", gamma=0.3), topo, gaussian(101), compressor="sign")
     counted = {i: 0 for i in range(9)}
-    original = eng.transport.exchange
+    original = eng.transport.exchange_rows
 
-    def counting(outgoing, expected, seq, round_):
-        for (src, _), buf in outgoing.items():
-            counted[src] += buf.numel()
-        return original(outgoing, expected, seq, round_)
+    def counting(staging, nbytes, plan, ids, seq, round_):
+        # every message a receiver decodes: the sender's row, nbytes long (one per edge)
+        for src, _, _ in plan.slots:
+            for row in src.tolist():
+                counted[plan.sender_of[row]] += staging[row, :nbytes].numel()
+        return original(staging, nbytes, plan, ids, seq, round_)
 
-    eng.transport.exchange = counting
+    eng.transport.exchange_rows = counting
     recs = eng.run(12, log_every=4)
     bits = np.array([counted[i] * 8 for i in range(9)], dtype=float)
     assert recs[-1]["bits_per_node"] == pytest.approx(bits.mean(), rel=0, abs=0)

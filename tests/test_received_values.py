@@ -12,7 +12,7 @@ import topologies
 from gossip.algorithms import make_algorithm
 from gossip.compress import bits, make
 from gossip.compress.base import CompressionError
-from gossip.engine import Engine, NodeError
+from gossip.engine import DivergenceError, Engine, NodeError
 from gossip.layout import Layout
 
 SPECS = ["none", "fp16", "bf16", "topk:4", "randk:0.5", "sign", "qsgd:4bit", "lead:2", "lowrank:1"]
@@ -75,13 +75,27 @@ def test_a_nan_message_names_its_sender_not_the_receivers_step():
     topo = topologies.build("ring", 4)
     engine = Engine(make_algorithm("choco", gamma=0.5), topo, lambda i: torch.ones(8) * i,
                     compressor="none", dtype=torch.float64)
-    faulty = engine.nodes[2]
-    faulty.compressor.check_finite = False  # a sender that no longer checks what it sends
-    faulty.x[0] = math.nan
-    with pytest.raises(NodeError, match=r"node 1 \(rank 0\) refused the message from node 2 "
-                                        r"\(rank 0\): none: the message's values contain NaN/Inf"):
+    original = engine.transport.exchange_rows
+
+    def faulty_wire(staging, nbytes, plan, ids, seq, round_):
+        staging[2, 8:16].view(torch.float64).fill_(math.nan)  # node 2's message goes bad
+        return original(staging, nbytes, plan, ids, seq, round_)
+
+    engine.transport.exchange_rows = faulty_wire
+    # in process the sender reads its own row first (its public copy), and refuses it too
+    with pytest.raises(NodeError, match=r"node 2 \(rank 0\) sent a message its own decoder "
+                                        r"refuses: none: the message's values contain NaN/Inf"):
         engine.step()
     assert bool(torch.isfinite(engine.nodes[1].x).all())
+
+
+def test_nan_in_a_model_names_the_node():
+    topo = topologies.build("ring", 4)
+    engine = Engine(make_algorithm("choco", gamma=0.5), topo, lambda i: torch.ones(8) * i,
+                    compressor="none", dtype=torch.float64)
+    engine.nodes[2].x[0] = math.nan
+    with pytest.raises(DivergenceError, match=r"node 2 \(rank 0\) has NaN/Inf in x"):
+        engine.step()
 
 
 @pytest.mark.parametrize("spec", ["none", "topk:4", "randk:0.5", "lead:2"])

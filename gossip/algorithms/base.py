@@ -13,7 +13,7 @@ Every node of a run yields the same number of exchanges per round.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -108,6 +108,8 @@ class Node:
 
 
 RoundGenerator = Generator[Exchange, Inbox, None]
+BlockRound = Generator[Any, Any, None]
+"""A block round: yields :class:`gossip.block.Rows` and receives them back, exchanged."""
 
 
 class Algorithm(ABC):
@@ -188,13 +190,29 @@ class Algorithm(ABC):
     def validate(self, topology: Any, compressor: Compressor) -> None:
         """Raise :class:`ConfigError` for a topology or compressor this algorithm cannot use."""
 
-    @abstractmethod
     def setup(self, node: Node) -> None:
         """Allocate and initialise ``node.state`` (called once, before round 1)."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither step nor block_step")
 
-    @abstractmethod
     def step(self, node: Node) -> RoundGenerator:
         """One round for ``node``: local work, yields of :class:`Exchange`, mixing."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither step nor block_step")
+
+    # -- blocks: all of a process's nodes at once (gossip/block.py) -------------------------
+    def setup_block(self, block: Any) -> None:
+        """Allocate ``block.state`` ([m, ...] tensors, row r = node r) before round 1."""
+
+    def block_step(self, block: Any) -> BlockRound:
+        """One round for every node of ``block`` (a :class:`gossip.block.Block`): tensor ops
+        over its rows, ``yield block.encode(...)`` per message phase (the yield returns the
+        phase's messages), ``block.mix_into`` to mix. Algorithms that define it run as blocks:
+        one vectorized round per process instead of one generator per node."""
+        raise NotImplementedError
+
+    @classmethod
+    def runs_blocks(cls) -> bool:
+        """True when the algorithm defines :meth:`block_step` (the engine then uses it)."""
+        return cls.block_step is not Algorithm.block_step
 
     def hparams(self) -> dict[str, Any]:
         """Hyper-parameters for the log's config record."""

@@ -24,16 +24,8 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    Node,
-    RoundGenerator,
-    check_range,
-    local_step,
-    mix_into,
-    scheduled,
-    send_payload,
-)
+from gossip.algorithms.base import Algorithm, BlockRound, check_range, scheduled
+from gossip.block import Block
 
 
 class Choco(Algorithm):
@@ -66,19 +58,19 @@ class Choco(Algorithm):
         problems with the built-in compressors (training keeps the cautious default 0.05)."""
         return super().suggest_hparams(problem, estimator, topology) | {"gamma": 0.5}
 
-    def setup(self, node: Node) -> None:
-        zeros = torch.zeros_like(node.x)
-        node.state.update(x_hat=zeros, s=zeros.clone(), diff=torch.empty_like(node.x))
-        if node.oracle is not None:
-            node.state["grad"] = torch.empty_like(node.x)
+    def setup_block(self, block: Block) -> None:
+        zeros = torch.zeros_like(block.x)
+        block.state.update(x_hat=zeros, s=zeros.clone(), diff=torch.empty_like(block.x))
+        if block.has_oracle:
+            block.state["grad"] = torch.empty_like(block.x)
 
-    def step(self, node: Node) -> RoundGenerator:
-        x, st = node.x, node.state
+    def block_step(self, block: Block) -> BlockRound:
+        x, st = block.x, block.state
         x_hat, s, diff = st["x_hat"], st["s"], st["diff"]
-        if node.oracle is not None:
-            local_step(node, node.oracle.grad(x, st["grad"]), scheduled(self.eta, node.round))
+        if block.has_oracle:
+            block.local_step(block.gradients(st["grad"]), scheduled(self.eta, block.round))
         x.add_(torch.sub(s, x_hat, out=diff), alpha=self.gamma)
-        q = node.compressor.encode(torch.sub(x, x_hat, out=diff), node.generator)
-        inbox = yield send_payload(node, q, diff)
-        node.compressor.decode_add_(x_hat, q, 1.0)
-        mix_into(node, s, q, inbox)
+        q = block.encode(torch.sub(x, x_hat, out=diff))
+        inbox = yield q
+        block.decode_add(x_hat, q)
+        block.mix_into(s, q, inbox)

@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Node, RoundGenerator, local_step, scheduled
+from gossip.algorithms.base import BlockRound, scheduled
 from gossip.algorithms.gossip import Gossip
+from gossip.block import Block
 
 
 class DPSGD(Gossip):
@@ -35,11 +36,11 @@ class DPSGD(Gossip):
         super().__init__(gamma)
         self.eta = eta
 
-    def setup(self, node: Node) -> None:
-        super().setup(node)
-        node.state["grad"] = torch.empty_like(node.x)
+    def setup_block(self, block: Block) -> None:
+        super().setup_block(block)
+        block.state["grad"] = torch.empty_like(block.x)
 
-    def step(self, node: Node) -> RoundGenerator:
-        g = node.oracle.grad(node.x, node.state["grad"])
-        yield from super().step(node)
-        local_step(node, g, scheduled(self.eta, node.round))
+    def block_step(self, block: Block) -> BlockRound:
+        g = block.gradients(block.state["grad"])
+        yield from super().block_step(block)
+        block.local_step(g, scheduled(self.eta, block.round))

@@ -11,14 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    Node,
-    RoundGenerator,
-    check_range,
-    mix_into,
-    send_payload,
-)
+from gossip.algorithms.base import Algorithm, BlockRound, check_range
+from gossip.block import Block
 
 
 class Gossip(Algorithm):
@@ -38,13 +32,13 @@ class Gossip(Algorithm):
         check_range("gamma", gamma, 0.0, 2.0, "Gossip is stable for 0 < gamma < 2/beta.")
         self.gamma = gamma
 
-    def setup(self, node: Node) -> None:
-        node.state["mix"] = torch.empty_like(node.x)
+    def setup_block(self, block: Block) -> None:
+        block.state["mix"] = torch.empty_like(block.x)
 
-    def step(self, node: Node) -> RoundGenerator:
-        x, mix = node.x, node.state["mix"]
-        q = node.compressor.encode(x, node.generator)
-        inbox = yield send_payload(node, q, x)
+    def block_step(self, block: Block) -> BlockRound:
+        x, mix = block.x, block.state["mix"]
+        q = block.encode(x)
+        inbox = yield q
         mix.zero_()
-        mix_into(node, mix, q, inbox, own_weight=node.view.self_weight - 1.0)
+        block.mix_into(mix, q, inbox, own_weight=block.self_weight - 1.0)
         x.add_(mix, alpha=self.gamma)

@@ -92,6 +92,7 @@ class MPITransport(Transport):
         self.yield_cpu = yield_cpu
         self._recv_bufs: dict[Edge, np.ndarray] = {}
         self._send_stage: dict[Edge, np.ndarray] = {}
+        self._rows_host: torch.Tensor | None = None
 
     # -- buffers -------------------------------------------------------------------------
     def _recv_buffer(self, edge: Edge, capacity: int) -> np.ndarray:
@@ -149,6 +150,50 @@ class MPITransport(Transport):
             host = torch.from_numpy(buf[:count])
             received[edge] = host if device.type == "cpu" else host.to(device, non_blocking=False)
         return received
+
+    def exchange_rows(self, staging: torch.Tensor, nbytes: int, plan, ids: list[int], seq: int,
+                      round_: int) -> None:
+        """A block's phase without copies on CPU: sends are row views of ``staging``, receives
+        land in its remote rows (CUDA blocks go through one pinned host copy each way)."""
+        sent = self.bytes_sent
+        for i, degree in zip(ids, plan.out_degree):
+            sent[i] = sent.get(i, 0) + nbytes * degree
+        if not plan.remote_in and not plan.remote_out:
+            return
+        MPI = self._mpi
+        tag = seq % TAG_SPACE
+        cuda = staging.device.type != "cpu"
+        host = self._host_rows(staging) if cuda else staging
+        if cuda and plan.remote_out:
+            m = plan.m
+            host[:m].copy_(staging[:m])
+        hn = host.numpy()
+        recv_edges = [(j, i) for j, i, _ in plan.remote_in]
+        recv_reqs = [self.comm.Irecv([hn[row], nbytes, MPI.BYTE], source=self.placement[j], tag=tag)
+                     for j, _, row in plan.remote_in]
+        send_edges = [(ids[r], j) for r, j in plan.remote_out]
+        send_reqs = [self.comm.Isend([hn[r], nbytes, MPI.BYTE], dest=self.placement[j], tag=tag)
+                     for r, j in plan.remote_out]
+        statuses = [MPI.Status() for _ in recv_reqs]
+        self._wait(recv_reqs, statuses, recv_edges, round_)
+        self._wait(send_reqs, None, send_edges, round_, sending=True)
+        for (j, i), status in zip(recv_edges, statuses):
+            count = status.Get_count(MPI.BYTE)
+            if status.Get_error() != MPI.SUCCESS or count != nbytes:
+                raise CommError(
+                    f"round {round_}: message from node {j} (rank {self.placement[j]}) to node {i}"
+                    f" has {count} bytes, expected {nbytes} (the ranks run different settings?)"
+                )
+        if cuda and plan.remote_in:
+            lo = plan.m
+            staging[lo:].copy_(host[lo:])
+
+    def _host_rows(self, staging: torch.Tensor) -> torch.Tensor:
+        """A pinned host twin of a CUDA staging buffer (reused while the shape holds)."""
+        host = self._rows_host
+        if host is None or host.shape != staging.shape:
+            host = self._rows_host = torch.empty(staging.shape, dtype=torch.uint8, pin_memory=True)
+        return host
 
     def _wait(self, reqs, statuses, edges, round_: int, sending: bool = False) -> None:
         """Wait for ``reqs`` (one per edge) against the deadline, naming the silent peers."""
