@@ -19,15 +19,8 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    ConfigError,
-    Node,
-    RoundGenerator,
-    check_range,
-    mix_into,
-    send_payload,
-)
+from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, check_range
+from gossip.block import Block
 
 
 def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, float]:
@@ -88,38 +81,37 @@ class LEAD(Algorithm):
         if getattr(compressor, "spec", "").startswith("lowrank"):
             raise ConfigError("LEAD needs a compressor of bounded variance; lowrank has none")
 
-    def setup(self, node: Node) -> None:
+    def setup_block(self, block: Block) -> None:
         if self.alpha is None or self.gamma_dual is None:
-            defaults = default_lead_hparams(node.compressor, node.x.numel(), self._beta)
+            defaults = default_lead_hparams(block.compressor, block.x.shape[1], self._beta)
             self.alpha = defaults["alpha"] if self.alpha is None else self.alpha
             self.gamma_dual = defaults["gamma_dual"] if self.gamma_dual is None else self.gamma_dual
-        x = node.x
-        st = node.state
-        st.update(
+        x = block.x
+        block.state.update(
             d=torch.zeros_like(x), h=torch.zeros_like(x), hw=torch.zeros_like(x),
             grad=torch.empty_like(x), y=torch.empty_like(x), y_hat=torch.empty_like(x),
             yw_hat=torch.empty_like(x),
         )
-        x.add_(node.oracle.grad(x, st["grad"]), alpha=-self.eta)  # X¹ = X⁰ − η∇F(X⁰)
-        self.finish(node)
+        x.add_(block.gradients(block.state["grad"]), alpha=-self.eta)  # X¹ = X⁰ − η∇F(X⁰)
+        self.finish(block)
 
-    def finish(self, node: Node) -> None:
+    def finish(self, block: Block) -> None:
         """The last line of a step (Prox-LEAD applies its prox here)."""
 
-    def step(self, node: Node) -> RoundGenerator:
-        x, st, eta = node.x, node.state, self.eta
+    def block_step(self, block: Block) -> BlockRound:
+        x, st, eta = block.x, block.state, self.eta
         d, h, hw, y, y_hat, yw_hat = st["d"], st["h"], st["hw"], st["y"], st["y_hat"], st["yw_hat"]
-        g = node.oracle.grad(x, st["grad"])
+        g = block.gradients(st["grad"])
         torch.sub(x, g, alpha=eta, out=y).sub_(d, alpha=eta)  # y = x − ηg − ηd
         diff = y_hat  # scratch until ŷ is formed
-        q = node.compressor.encode(torch.sub(y, h, out=diff), node.generator)
-        inbox = yield send_payload(node, q, diff)
+        q = block.encode(torch.sub(y, h, out=diff))
+        inbox = yield q
         y_hat.copy_(h)
-        node.compressor.decode_add_(y_hat, q, 1.0)
-        mix_into(node, yw_hat.copy_(hw), q, inbox)
+        block.decode_add(y_hat, q)
+        block.mix_into(yw_hat.copy_(hw), q, inbox)
         a = self.alpha
         h.mul_(1.0 - a).add_(y_hat, alpha=a)
         hw.mul_(1.0 - a).add_(yw_hat, alpha=a)
         d.add_(y_hat.sub_(yw_hat), alpha=self.gamma_dual / (2.0 * eta))
         x.sub_(g, alpha=eta).sub_(d, alpha=eta)
-        self.finish(node)
+        self.finish(block)

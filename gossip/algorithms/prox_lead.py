@@ -8,8 +8,9 @@ the node's oracle; with ``r = 0`` this is LEAD.
 
 from __future__ import annotations
 
-from gossip.algorithms.base import ConfigError, Node
+from gossip.algorithms.base import ConfigError
 from gossip.algorithms.lead import LEAD
+from gossip.block import Block
 
 
 class ProxLEAD(LEAD):
@@ -21,13 +22,15 @@ class ProxLEAD(LEAD):
     """
     name = "prox-lead"
 
-    def setup(self, node: Node) -> None:
-        if not getattr(node.oracle, "has_prox", False):
+    def setup_block(self, block: Block) -> None:
+        if not all(getattr(nd.oracle, "has_prox", False) for nd in block.nodes):
             raise ConfigError(
                 "prox-lead needs a problem with a regularizer (e.g. lasso, l1-logistic); "
                 "use lead for smooth problems"
             )
-        super().setup(node)
+        super().setup_block(block)
 
-    def finish(self, node: Node) -> None:
-        node.oracle.prox(node.x, self.eta, out=node.x)
+    def finish(self, block: Block) -> None:
+        for r, nd in enumerate(block.nodes):
+            xr = block.x[r]
+            nd.oracle.prox(xr, self.eta, out=xr)
