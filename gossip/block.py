@@ -182,6 +182,11 @@ class Block:
             c = nd.compressor if (main and comp.stateful) else comp
             mine[r].copy_(c.encode(X[r], nd.generator).to_bytes())
 
+    def decode(self, rows: Rows, out: torch.Tensor) -> torch.Tensor:
+        """``out[r] = C(q_r)``: every node's own message decoded (``0 + C(q)``: equal to the
+        decoded values, a ``-0.0`` entry aside)."""
+        return self.decode_add(out.zero_(), rows)
+
     def decode_add(self, out: torch.Tensor, rows: Rows, weight: float = 1.0) -> torch.Tensor:
         """``out[r] += weight·C(q_r)``: every node adds its own message (e.g. to its public copy)."""
         m = self.m

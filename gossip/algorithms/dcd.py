@@ -16,14 +16,8 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    Node,
-    RoundGenerator,
-    mix_into,
-    scheduled,
-    send_payload,
-)
+from gossip.algorithms.base import Algorithm, BlockRound, scheduled
+from gossip.block import Block
 from gossip.compress import make
 
 
@@ -44,29 +38,29 @@ class DCD(Algorithm):
     def __init__(self, eta: float | Callable[[int], float] = 0.0):
         self.eta = eta
 
-    def setup(self, node: Node) -> None:
-        node.state.update(s=torch.zeros_like(node.x), diff=torch.empty_like(node.x))
-        if node.oracle is not None:
-            node.state["grad"] = torch.empty_like(node.x)
+    def setup_block(self, block: Block) -> None:
+        block.state.update(s=torch.zeros_like(block.x), diff=torch.empty_like(block.x))
+        if block.has_oracle:
+            block.state["grad"] = torch.empty_like(block.x)
 
-    def step(self, node: Node) -> RoundGenerator:
-        x, st = node.x, node.state
+    def block_step(self, block: Block) -> BlockRound:
+        x, st = block.x, block.state
         s, diff = st["s"], st["diff"]
-        if node.round == 1:
-            yield from exchange_exact(node, s)
+        if block.round == 1:
+            yield from exchange_exact(block, s)
         torch.sub(s, x, out=diff)
-        if node.oracle is not None:
-            diff.add_(node.oracle.grad(x, st["grad"]), alpha=-scheduled(self.eta, node.round))
-        q = node.compressor.encode(diff, node.generator)
-        inbox = yield send_payload(node, q, diff)
-        node.compressor.decode_add_(x, q, 1.0)
-        mix_into(node, s, q, inbox)
+        if block.has_oracle:
+            diff.add_(block.gradients(st["grad"]), alpha=-scheduled(self.eta, block.round))
+        q = block.encode(diff)
+        inbox = yield q
+        block.decode_add(x, q)
+        block.mix_into(s, q, inbox)
 
 
-def exchange_exact(node: Node, out: torch.Tensor) -> RoundGenerator:
-    """Send ``x_i`` uncompressed and set ``out = Σ_{j∈N_i⁺} w_ij x_j`` (replica initialisation)."""
-    exact = make("none")
-    q = exact.encode(node.x)
-    inbox = yield send_payload(node, q, node.x, compressor=exact)
+def exchange_exact(block: Block, out: torch.Tensor) -> BlockRound:
+    """Send every ``x_i`` uncompressed and set ``out = Σ_{j∈N_i⁺} w_ij x_j`` (replica
+    initialisation)."""
+    q = block.encode(block.x, compressor=make("none"))
+    inbox = yield q
     out.zero_()
-    mix_into(node, out, q, inbox, compressor=exact)
+    block.mix_into(out, q, inbox)

@@ -11,16 +11,8 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    Node,
-    RoundGenerator,
-    check_range,
-    local_step,
-    mix_into,
-    scheduled,
-    send_payload,
-)
+from gossip.algorithms.base import Algorithm, BlockRound, check_range, scheduled
+from gossip.block import Block
 
 
 class DeepSqueeze(Algorithm):
@@ -45,25 +37,22 @@ class DeepSqueeze(Algorithm):
         self.gamma = gamma
         self.eta = eta
 
-    def setup(self, node: Node) -> None:
-        node.state.update(
-            error=torch.zeros_like(node.x),
-            v=torch.empty_like(node.x),
-            c=torch.empty_like(node.x),
-            mix=torch.empty_like(node.x),
-        )
-        if node.oracle is not None:
-            node.state["grad"] = torch.empty_like(node.x)
+    def setup_block(self, block: Block) -> None:
+        x = block.x
+        block.state.update(error=torch.zeros_like(x), v=torch.empty_like(x),
+                           c=torch.empty_like(x), mix=torch.empty_like(x))
+        if block.has_oracle:
+            block.state["grad"] = torch.empty_like(x)
 
-    def step(self, node: Node) -> RoundGenerator:
-        x, st = node.x, node.state
-        if node.oracle is not None:
-            local_step(node, node.oracle.grad(x, st["grad"]), scheduled(self.eta, node.round))
+    def block_step(self, block: Block) -> BlockRound:
+        x, st = block.x, block.state
+        if block.has_oracle:
+            block.local_step(block.gradients(st["grad"]), scheduled(self.eta, block.round))
         v, c, err = st["v"], st["c"], st["error"]
-        q = node.compressor.encode(torch.add(x, err, out=v), node.generator)
-        node.compressor.decode(q, out=c)
+        q = block.encode(torch.add(x, err, out=v))
+        block.decode(q, out=c)
         torch.sub(v, c, out=err)
-        inbox = yield send_payload(node, q, v)
+        inbox = yield q
         mix = st["mix"].zero_()
-        mix_into(node, mix, q, inbox, own_weight=node.view.self_weight - 1.0)
+        block.mix_into(mix, q, inbox, own_weight=block.self_weight - 1.0)
         x.add_(mix, alpha=self.gamma)

@@ -15,15 +15,9 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    Node,
-    RoundGenerator,
-    mix_into,
-    scheduled,
-    send_payload,
-)
+from gossip.algorithms.base import Algorithm, BlockRound, scheduled
 from gossip.algorithms.dcd import exchange_exact
+from gossip.block import Block
 
 
 class ECD(Algorithm):
@@ -44,24 +38,24 @@ class ECD(Algorithm):
     def __init__(self, eta: float | Callable[[int], float] = 0.0):
         self.eta = eta
 
-    def setup(self, node: Node) -> None:
-        node.state.update(s=torch.zeros_like(node.x), z=torch.empty_like(node.x))
-        if node.oracle is not None:
-            node.state["grad"] = torch.empty_like(node.x)
+    def setup_block(self, block: Block) -> None:
+        block.state.update(s=torch.zeros_like(block.x), z=torch.empty_like(block.x))
+        if block.has_oracle:
+            block.state["grad"] = torch.empty_like(block.x)
 
-    def step(self, node: Node) -> RoundGenerator:
-        x, st, k = node.x, node.state, node.round
+    def block_step(self, block: Block) -> BlockRound:
+        x, st, k = block.x, block.state, block.round
         s, z = st["s"], st["z"]
         if k == 1:
-            yield from exchange_exact(node, s)
+            yield from exchange_exact(block, s)
         z.copy_(x).mul_(1.0 - k / 2.0)  # (1 − k/2) x^{k−1}
-        if node.oracle is not None:
-            grad = node.oracle.grad(x, st["grad"])  # at x^{k−1}, before x is overwritten
+        if block.has_oracle:
+            grad = block.gradients(st["grad"])  # at x^{k−1}, before x is overwritten
             x.copy_(s).add_(grad, alpha=-scheduled(self.eta, k))
         else:
             x.copy_(s)
         z.add_(x, alpha=k / 2.0)
-        q = node.compressor.encode(z, node.generator)
-        inbox = yield send_payload(node, q, z)
+        q = block.encode(z)
+        inbox = yield q
         s.mul_(1.0 - 2.0 / k)
-        mix_into(node, s, q, inbox, scale=2.0 / k)
+        block.mix_into(s, q, inbox, scale=2.0 / k)
