@@ -344,7 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (torch code path)"
+    name = (torch.cuda.get_device_name(device) if device.type == "cuda"
+            else "cpu (bytes: the torch code path against the numpy fast path)")
     print(f"# gpu_check: {name}, torch {torch.__version__}, randomness: "
           f"{'gossip.rng.Stream' if Stream is not None else 'torch.Generator per row (fallback)'}\n")
     ok = True
