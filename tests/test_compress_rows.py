@@ -363,3 +363,11 @@ def test_vectorized_specs_never_loop(spec, dtype, monkeypatch):
             continue
         decode_case(spec, dtype, X, WEIGHTS, True, "padded")
         decode_case(spec, dtype, X, 1.0, False, "contiguous")
+
+
+def test_finite_rows_whose_sum_overflows_are_accepted():
+    X = torch.tensor([[1e308, 1e308, -1.0], [1.0, 2.0, 3.0]], dtype=torch.float64)
+    c = make("none")
+    block = c.encode_rows(X)
+    assert torch.equal(block, per_row_bytes(c, X))
+    decode_case("none", torch.float64, X, WEIGHTS, False, "contiguous")

@@ -207,7 +207,7 @@ class Compressor(ABC):
         :meth:`decode_add_` with ``float(weight[r])``.
         """
         m = block.shape[0]
-        w = weight.tolist() if isinstance(weight, torch.Tensor) else [float(weight)] * m
+        w = weight.reshape(-1).tolist() if isinstance(weight, torch.Tensor) else [float(weight)] * m
         targets = rows.tolist() if rows is not None else range(m)
         for r, target in enumerate(targets):
             dst = out[target]

@@ -73,8 +73,9 @@ class Identity(Codec):
             for r, t in enumerate(tgt.tolist()):
                 out[t].add_(vals[r], alpha=float(w[r, 0]))
             return out
-        _rows.add_rows_(out, None if rows is None else tgt, vals, w,
-                        fused=not _rows.host_decode(self, out))
+        host = _rows.host_decode(self, out)
+        tmp = None if not host else _rows.scratch(self, "prod", tuple(vals.shape), out.dtype, out.device)
+        _rows.add_rows_(out, None if rows is None else tgt, vals, w, fused=not host, tmp=tmp)
         return out
 
     # ------------------------------------------------------- numpy fast path (CPU)

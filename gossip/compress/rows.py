@@ -150,7 +150,12 @@ def value_mask(comp: Any, views: dict[str, torch.Tensor], bad: torch.Tensor) -> 
     for name, v in views.items():
         if not v.is_floating_point():
             continue
-        bad = bad | ~torch.isfinite(v).all(1)
+        fin = torch.isfinite(v.sum(1))  # one pass, no [m, d] temporary
+        if not bool(fin.all()):  # NaN/Inf, or a sum of finite values overflowing
+            look = (~fin).nonzero().view(-1)
+            rowbad = torch.zeros_like(bad)
+            rowbad[look] = ~torch.isfinite(v.index_select(0, look)).all(1)
+            bad = bad | rowbad
         if name in comp.scale_sections:
             bad = bad | (v < 0).any(1)
     return bad
@@ -170,14 +175,20 @@ def host_decode(comp: Any, out: torch.Tensor) -> bool:
     )
 
 
+def scratch(comp: Any, tag: str, shape: tuple[int, int], dtype: torch.dtype,
+            device: torch.device) -> torch.Tensor:
+    """A [m, d] workspace temporary (reused memory: no first-touch page faults)."""
+    return comp.ws.get("rows." + tag, shape[0] * shape[1], dtype, device).view(shape)
+
+
 def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
-              w: torch.Tensor | None, fused: bool) -> None:
+              w: torch.Tensor | None, fused: bool, tmp: torch.Tensor | None = None) -> None:
     """``out[tgt[r]] += w[r]·vals[r]`` (``w`` [m, 1] float64; ``tgt`` None: rows 0..m−1 of ``out``, in place).
 
     ``fused`` rounds once, as ``add_(v, alpha=w)`` does (here bit for bit ``addcmul``); else
     ``w·vals`` is rounded first, as numpy's ``out += vals * w`` and ``index_add_`` do (in
     ``out``'s dtype, as numpy multiplies a float32 array by a Python float). ``w`` None: plain
-    ``out += vals``."""
+    ``out += vals``. ``tmp``: a [m, d] scratch for ``w·vals``."""
     m = vals.shape[0]
     cur = out[:m] if tgt is None else out.index_select(0, tgt)
     if w is None:  # the weights are in vals already
@@ -185,7 +196,8 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
     elif fused:
         cur.addcmul_(vals, w.to(out.dtype))  # as add_ casts alpha to out's dtype
     else:
-        cur.add_(vals * w.to(out.dtype))
+        prod = torch.mul(vals, w.to(out.dtype), out=tmp) if tmp is not None else vals * w.to(out.dtype)
+        cur.add_(prod)
     if tgt is not None:
         out.index_copy_(0, tgt, cur)
 

@@ -158,7 +158,9 @@ class ScaledSign(Codec):
         scale = _rows.section(block, plan, "scale")  # [m, 1]
         bad = _rows.value_mask(self, {"scale": scale}, bad)
         _rows.bad_row(self, out, block, tgt, bad, "bad row")
-        pm1 = _rows.unpack_rows(_rows.section(block, plan, "bits"), d).to(out.dtype)
+        m = block.shape[0]
+        pm1 = _rows.scratch(self, "pm1", (m, d), out.dtype, out.device)
+        pm1.copy_(_rows.unpack_rows(_rows.section(block, plan, "bits"), d))
         pm1.mul_(-2.0).add_(1.0)  # set bit -> -1, clear -> +1 (exact)
         t = None if rows is None else tgt
         if _rows.host_decode(self, out) and d <= _TABLE_FROM:

@@ -297,7 +297,7 @@ class TopK(_KSparse):
         m, d = X.shape
         vals = _rows.section(block, plan, "values")
         k = vals.shape[1]
-        A = X.abs()
+        A = torch.abs(X, out=_rows.scratch(self, "abs", (m, d), X.dtype, X.device))
         if k == d:
             top = A.amax(1)
             sel = torch.arange(d, device=X.device).expand(m, d)
@@ -311,7 +311,7 @@ class TopK(_KSparse):
             return super().encode_rows(X, rng, out=out)  # garbage, but the loop's garbage
         if k < d:
             t = tv.amin(1, keepdim=True)
-            ge = torch.ge(A, t)
+            ge = torch.ge(A, t, out=_rows.scratch(self, "ge", (m, d), torch.bool, X.device))
             cnt = ge.sum(1)
             sel = ti.sort(1).values
             tied = (cnt != k).nonzero().view(-1)
