@@ -13,7 +13,13 @@ Encode writes into a preallocated ``out=`` buffer and decode into a preallocated
 the engine does (fresh model-sized memory costs page faults: docs/performance.md). Low-rank
 runs on the tensor viewed as a near-square matrix. Prints a markdown table.
 
+Section "blocks" (``--blocks``): a block of m nodes × d entries (default 1000 × 10⁴,
+float32), ``encode_rows`` + ``decode_add_rows_`` (per-row weights) of top-k 1%, none and sign
+next to a hand-written vectorized torch reference of the same math (no header, no checks) and
+to the per-row loop (the base class's default), timed interleaved in one run.
+
     python benchmarks/bench_compress.py --sizes 1e5 1e6 1e7 --repeat 7
+    python benchmarks/bench_compress.py --blocks --repeat 5
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gossip.compress import make  # noqa: E402
+from gossip.compress.base import Compressor  # noqa: E402
 
 SPECS = [
     "none",
@@ -133,6 +140,72 @@ def bench_size(d: int, specs: list[str], repeat: int, device: torch.device) -> l
     return rows
 
 
+BLOCK_SPECS = ["topk:0.01", "none", "sign"]
+
+
+def _reference(spec: str, X: torch.Tensor, w: torch.Tensor):
+    """Hand-written vectorized torch of the same math: (encode, decode-add) closures."""
+    m, d = X.shape
+    out = torch.zeros_like(X)
+    if spec.startswith("topk"):
+        k = max(1, int(float(spec.split(":")[1]) * d))
+        state = {}
+
+        def enc():
+            i = torch.topk(X.abs(), k, dim=1).indices
+            state["i"], state["v"] = i, X.gather(1, i)
+
+        enc()
+        return enc, lambda: out.scatter_add_(1, state["i"], state["v"] * w)
+    if spec == "none":
+        buf = torch.empty_like(X)
+        return (lambda: buf.copy_(X)), (lambda: out.addcmul_(buf, w))
+    shifts = torch.arange(8, device=X.device, dtype=torch.uint8)
+    state = {}
+
+    def enc():  # ‖x‖₁/d and x < 0 packed 8 per byte (d a multiple of 8 here)
+        state["s"] = X.abs().sum(1, keepdim=True) / d
+        state["b"] = ((X < 0).view(m, -1, 8).to(torch.uint8) << shifts).sum(2, dtype=torch.uint8)
+
+    def dec():
+        neg = ((state["b"].unsqueeze(2) >> shifts) & 1).view(m, d).to(X.dtype)
+        out.addcmul_((1 - 2 * neg) * state["s"], w)
+
+    enc()
+    return enc, dec
+
+
+def bench_blocks(m: int, d: int, repeat: int, device: torch.device) -> None:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)
+    X = torch.randn(m, d, generator=gen, device=device)
+    w = torch.rand(m, 1, generator=gen, device=device)
+    print(f"\n### blocks: m = {m} nodes × d = {d:.0e}, float32 (ms, median of {repeat})\n")
+    print("| compressor | encode_rows | reference | per-row loop | ref / ours | loop / ours "
+          "| decode_add_rows_ | reference | per-row loop | ref / ours | loop / ours |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for spec in BLOCK_SPECS:
+        c = make(spec)
+        n = c.nbytes_rows(X[0])
+        blk = torch.empty(m, n + (-n) % 8, dtype=torch.uint8, device=device)
+        block = c.encode_rows(X, out=blk)
+        out = torch.zeros_like(X)
+        ref_enc, ref_dec = _reference(spec, X, w)
+        t = timeit({
+            "enc": lambda c=c: c.encode_rows(X, out=blk),
+            "enc_ref": ref_enc,
+            "enc_loop": lambda c=c: Compressor.encode_rows(c, X, out=blk),
+            "dec": lambda c=c, b=block: c.decode_add_rows_(out, b, w.view(m)),
+            "dec_ref": ref_dec,
+            "dec_loop": lambda c=c, b=block: Compressor.decode_add_rows_(c, out, b, w.view(m)),
+        }, repeat, device)
+        ms = {k: v * 1e3 for k, v in t.items()}
+        print(f"| {spec} | {ms['enc']:.2f} | {ms['enc_ref']:.2f} | {ms['enc_loop']:.2f} "
+              f"| {t['enc_ref'] / t['enc']:.2f} | {t['enc_loop'] / t['enc']:.2f} "
+              f"| {ms['dec']:.2f} | {ms['dec_ref']:.2f} | {ms['dec_loop']:.2f} "
+              f"| {t['dec_ref'] / t['dec']:.2f} | {t['dec_loop'] / t['dec']:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7])
@@ -140,9 +213,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--specs", nargs="+", default=SPECS)
+    ap.add_argument("--blocks", action="store_true", help="only the blocks section")
+    ap.add_argument("--block-shape", nargs=2, type=float, default=[1000, 1e4], metavar=("M", "D"))
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    if args.blocks:
+        print(f"torch {torch.__version__}, {args.threads} thread(s), device {device}")
+        bench_blocks(int(args.block_shape[0]), int(args.block_shape[1]), args.repeat, device)
+        return
     print(
         f"torch {torch.__version__}, {args.threads} thread(s), device {device}, float32, "
         f"median of {args.repeat}\n"

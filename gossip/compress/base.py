@@ -168,7 +168,8 @@ class Compressor(ABC):
         (:func:`row_stride`), so the block is a view whose pitch may exceed nbytes. ``rng`` is a
         :class:`gossip.rng.Stream` over the block's nodes (randomized compressors only);
         afterwards it stands where each row's stream would. ``out``: a reused [m, ≥nbytes]
-        block. This default loops over rows; the common compressors vectorize it.
+        block. A row ``encode`` refuses (NaN/Inf) raises its :class:`CompressionError` with
+        ``row`` set. This default loops over rows; the common compressors vectorize it.
         """
         if self.stateful:
             raise CompressionError(
@@ -177,7 +178,13 @@ class Compressor(ABC):
             )
         m = X.shape[0]
         streams = [rng.row(r) for r in range(m)] if rng is not None else [None] * m
-        payloads = [self.encode(X[r], streams[r]) for r in range(m)]
+        payloads = []
+        for r in range(m):
+            try:
+                payloads.append(self.encode(X[r], streams[r]))
+            except CompressionError as exc:
+                exc.row = r
+                raise
         if rng is not None and m:
             rng.sync(streams[0])
         nbytes = payloads[0].nbytes if m else self.max_nbytes(X[0] if m else X.new_empty(0))
@@ -200,7 +207,7 @@ class Compressor(ABC):
         :meth:`decode_add_` with ``float(weight[r])``.
         """
         m = block.shape[0]
-        w = weight.tolist() if isinstance(weight, torch.Tensor) else [float(weight)] * m
+        w = weight.reshape(-1).tolist() if isinstance(weight, torch.Tensor) else [float(weight)] * m
         targets = rows.tolist() if rows is not None else range(m)
         for r, target in enumerate(targets):
             dst = out[target]

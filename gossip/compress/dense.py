@@ -7,8 +7,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from gossip.compress import rows as _rows
 from gossip.compress.base import CompressionError
-from gossip.compress.checks import all_finite, check_scalar, nonfinite
+from gossip.compress.checks import all_finite, check_scalar, no_grad, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
 
@@ -41,6 +42,41 @@ class Identity(Codec):
 
     def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
         out.view(-1).add_(parts["values"], alpha=weight)
+
+    # ----------------------------------------------------- blocks of nodes (rows)
+    @no_grad
+    def encode_rows(self, X, rng=None, *, out=None):
+        """Vectorized: one copy of ``X`` into the value sections, a per-row sum as the check."""
+        if not _rows.is_block(X):
+            return super().encode_rows(X, rng, out=out)
+        plan, X, block = _rows.start_encode(self, X, out)
+        vals = _rows.section(block, plan, "values")
+        vals.copy_(X)
+        if self.check_finite:
+            s = vals.sum(1)  # an overflow of finite values passes, as in encode
+            if not bool(torch.isfinite(s).all()):
+                _rows.encode_error(self, X, ~torch.isfinite(vals).all(1), "NaN/Inf")
+        return block
+
+    @no_grad
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None):
+        """Vectorized for float32/float64 (``out += w·v`` as the numpy path rounds it, or the
+        fused add of the torch path); half types add row by row (their fused add rounds
+        differently in torch's vector and scalar loops)."""
+        st = _rows.start_decode(self, out, block, weight, rows)
+        if st is None:
+            return super().decode_add_rows_(out, block, weight, rows=rows)
+        plan, block, tgt, w, bad = st
+        vals = _rows.section(block, plan, "values")
+        _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"values": vals}, bad), "bad row")
+        if out.dtype not in (torch.float32, torch.float64):
+            for r, t in enumerate(tgt.tolist()):
+                out[t].add_(vals[r], alpha=float(w[r, 0]))
+            return out
+        host = _rows.host_decode(self, out)
+        tmp = None if not host else _rows.scratch(self, "prod", tuple(vals.shape), out.dtype, out.device)
+        _rows.add_rows_(out, None if rows is None else tgt, vals, w, fused=not host, tmp=tmp)
+        return out
 
     # ------------------------------------------------------- numpy fast path (CPU)
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
@@ -102,6 +138,33 @@ class Cast(Codec):
 
     def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
         out.view(-1).add_(parts["values"], alpha=weight)
+
+    # ----------------------------------------------------- blocks of nodes (rows)
+    @no_grad
+    def encode_rows(self, X, rng=None, *, out=None):
+        """Vectorized: a per-row ``aminmax`` as the check, one cast-copy into the sections."""
+        if not _rows.is_block(X):
+            return super().encode_rows(X, rng, out=out)
+        plan, X, block = _rows.start_encode(self, X, out)
+        if self.check_finite:
+            lo, hi = torch.aminmax(X, dim=1)
+            big = torch.maximum(-lo, hi).double()  # compared in float64, as encode does
+            bad = ~(torch.isfinite(lo) & torch.isfinite(hi)) | (big >= self.limit)
+            _rows.encode_error(self, X, bad, f"NaN/Inf or beyond the range of {self.wire}")
+        _rows.section(block, plan, "values").copy_(X)
+        return block
+
+    @no_grad
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None):
+        """Vectorized: the fused add of the single-message path (values upcast exactly)."""
+        st = _rows.start_decode(self, out, block, weight, rows)
+        if st is None:
+            return super().decode_add_rows_(out, block, weight, rows=rows)
+        plan, block, tgt, w, bad = st
+        vals = _rows.section(block, plan, "values")
+        _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"values": vals}, bad), "bad row")
+        _rows.add_rows_(out, None if rows is None else tgt, vals.to(out.dtype), w, fused=True)
+        return out
 
 
 class Fp16(Cast):

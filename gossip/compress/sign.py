@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from gossip.compress import bits
-from gossip.compress.checks import check_scalar, quiet, tame
+from gossip.compress import rows as _rows
+from gossip.compress.checks import check_scalar, no_grad, quiet, tame
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
 
@@ -113,6 +114,63 @@ class ScaledSign(Codec):
         self._expand(parts, tmp, parts["scale"])
         of.add_(tmp, alpha=weight)
 
+    # ----------------------------------------------------- blocks of nodes (rows)
+    def _norm_rows(self, X: torch.Tensor) -> torch.Tensor:
+        """``_norm`` of every row ([m], bit for bit the single-row value).
+
+        One reduction along dim 1 on the CPU, where it reduces each row in the order the
+        row alone is reduced, except when a row alone would split across threads (d at least
+        torch's grain size with several threads): then, and on CUDA (whose kernels pick their
+        reduction order from the shape), one reduction per row view."""
+        d = X.shape[1]
+        if not X.is_cpu or (d >= _rows.GRAIN_SIZE and torch.get_num_threads() > 1):
+            Xc = X.contiguous()
+            scratch = self.ws.get("abs", d, X.dtype, X.device)
+            return torch.stack([self._norm(Xc[r], scratch) for r in range(X.shape[0])])
+        return self._norm_dim1(X)
+
+    def _norm_dim1(self, X: torch.Tensor) -> torch.Tensor:
+        return X.abs().sum(1)
+
+    @no_grad
+    def encode_rows(self, X, rng=None, *, out=None):
+        """Vectorized: the row norms (:meth:`_norm_rows`), the scales, ``X < 0`` packed per row."""
+        if not _rows.is_block(X):
+            return super().encode_rows(X, rng, out=out)
+        plan, X, block = _rows.start_encode(self, X, out)
+        m, d = X.shape
+        norms = self._norm_rows(X)
+        if self.check_finite:
+            _rows.encode_error(self, X, ~torch.isfinite(norms), f"{self.norm_name} is not finite")
+        _rows.section(block, plan, "scale").copy_(self._scale_of(norms, d).view(m, 1))
+        _rows.pack_rows(X < 0, d, _rows.section(block, plan, "bits"))
+        return block
+
+    @no_grad
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None):
+        """Vectorized: ±scale per row from the bits, added as the single-message path adds it
+        (numpy path up to 2^18 entries: ``out += ±(scale·w)``; else fused ``out + w·(±scale)``)."""
+        st = _rows.start_decode(self, out, block, weight, rows)
+        if st is None:
+            return super().decode_add_rows_(out, block, weight, rows=rows)
+        plan, block, tgt, w, bad = st
+        d = out.shape[1]
+        scale = _rows.section(block, plan, "scale")  # [m, 1]
+        bad = _rows.value_mask(self, {"scale": scale}, bad)
+        _rows.bad_row(self, out, block, tgt, bad, "bad row")
+        m = block.shape[0]
+        pm1 = _rows.scratch(self, "pm1", (m, d), out.dtype, out.device)
+        pm1.copy_(_rows.unpack_rows(_rows.section(block, plan, "bits"), d))
+        pm1.mul_(-2.0).add_(1.0)  # set bit -> -1, clear -> +1 (exact)
+        t = None if rows is None else tgt
+        if _rows.host_decode(self, out) and d <= _TABLE_FROM:
+            pm1.mul_(scale * w.to(out.dtype))  # ±(scale·w): exact sign flips of one product
+            _rows.add_rows_(out, t, pm1, None, fused=False)
+        else:
+            pm1.mul_(scale)
+            _rows.add_rows_(out, t, pm1, w, fused=True)
+        return out
+
     def _expand(self, parts, out: torch.Tensor, scale: torch.Tensor) -> None:
         """``out = scale·(±1)`` from the packed bits, 8 entries per table row."""
         d, dev = out.numel(), out.device
@@ -145,6 +203,9 @@ class ScaledSignL2(ScaledSign):
 
     def _norm(self, xf: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
         return torch.linalg.vector_norm(xf)
+
+    def _norm_dim1(self, X: torch.Tensor) -> torch.Tensor:
+        return torch.linalg.vector_norm(X, dim=1)
 
     def _scale_of(self, norm, d: int):
         return norm / math.sqrt(d)

@@ -12,8 +12,9 @@ import numpy as np
 import torch
 
 from gossip.compress import bits
+from gossip.compress import rows as _rows
 from gossip.compress.base import CompressionError
-from gossip.compress.checks import all_finite, check_scalar, nonfinite
+from gossip.compress.checks import all_finite, check_scalar, no_grad, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
 
@@ -282,6 +283,88 @@ class TopK(_KSparse):
             if tail and int(bm[-1]) >> tail:
                 raise CompressionError(f"{self.spec}: bitmap sets bits past d = {d}")
         return v
+
+    # ----------------------------------------------------- blocks of nodes (rows)
+    @no_grad
+    def encode_rows(self, X, rng=None, *, out=None):
+        """Vectorized: per row, the k-th largest |x_i| t from one batched ``torch.topk`` (whose
+        maximum doubles as the NaN/Inf check); rows with exactly k entries ``>= t`` keep
+        ``topk``'s indices (sorted), rows with ties at t keep every ``> t`` and the first
+        ``== t`` (a cumulative count): the set and order of :meth:`select`."""
+        if not _rows.is_block(X):
+            return super().encode_rows(X, rng, out=out)
+        plan, X, block = _rows.start_encode(self, X, out)
+        m, d = X.shape
+        vals = _rows.section(block, plan, "values")
+        k = vals.shape[1]
+        A = torch.abs(X, out=_rows.scratch(self, "abs", (m, d), X.dtype, X.device))
+        if k == d:
+            top = A.amax(1)
+            sel = torch.arange(d, device=X.device).expand(m, d)
+        else:
+            tv, ti = torch.topk(A, k, dim=1, sorted=False)
+            top = tv.amax(1)  # the row's largest |x_i|; NaN propagates
+        fin = torch.isfinite(top)
+        if not bool(fin.all()):
+            if self.check_finite:
+                _rows.encode_error(self, X, ~fin, "NaN/Inf")
+            return super().encode_rows(X, rng, out=out)  # garbage, but the loop's garbage
+        if k < d:
+            t = tv.amin(1, keepdim=True)
+            ge = torch.ge(A, t, out=_rows.scratch(self, "ge", (m, d), torch.bool, X.device))
+            cnt = ge.sum(1)
+            sel = ti.sort(1).values
+            tied = (cnt != k).nonzero().view(-1)
+            if tied.numel():
+                At, tt = A.index_select(0, tied), t.index_select(0, tied)
+                gt = At > tt
+                eq = At == tt
+                need = k - gt.sum(1, keepdim=True)
+                keep = gt | (eq & (eq.cumsum(1) <= need))
+                sel.index_copy_(0, tied, keep.nonzero()[:, 1].view(-1, k))
+        vals.copy_(X.gather(1, sel))
+        if plan.param == 0:
+            _rows.section(block, plan, "index").copy_(sel)
+        else:
+            flags = torch.zeros((m, bits.padded(d)), dtype=torch.bool, device=X.device)
+            flags.scatter_(1, sel, True)
+            _rows.pack_rows(flags, d, _rows.section(block, plan, "bitmap"))
+        return block
+
+    @no_grad
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None):
+        """Vectorized: the checks of :meth:`from_bytes` on every row (index range and order,
+        or the bitmap's count and tail), then one gather-add-scatter of ``w·v`` (rounded
+        before the add, as both single-message paths do)."""
+        st = _rows.start_decode(self, out, block, weight, rows)
+        if st is None:
+            return super().decode_add_rows_(out, block, weight, rows=rows)
+        plan, block, tgt, w, bad = st
+        d = out.shape[1]
+        vals = _rows.section(block, plan, "values")
+        m, k = vals.shape
+        if plan.param == 0:
+            idx = _rows.section(block, plan, "index")
+            lo, hi = idx.amin(1), idx.amax(1)
+            bad = bad | (lo < 0) | (hi >= d)
+            if k > 1:
+                bad |= (idx[:, 1:] <= idx[:, :-1]).any(1)
+        else:
+            bm = _rows.section(block, plan, "bitmap")
+            bad = bad | (_rows.popcount_rows(bm) != k)
+            if d % 8:
+                bad |= (bm[:, -1] >> (d % 8)) != 0
+        bad = _rows.value_mask(self, {"values": vals}, bad)
+        _rows.bad_row(self, out, block, tgt, bad, "bad row")
+        if plan.param == 0:
+            sel = idx.long()
+        else:
+            sel = _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
+        t = tgt.view(m, 1)
+        cur = out[t, sel]
+        cur.add_(vals * w.to(out.dtype))
+        out[t, sel] = cur
+        return out
 
     def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
         sel = parts.get("sel")

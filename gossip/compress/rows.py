@@ -1,0 +1,239 @@
+"""Shared pieces of the vectorized block methods (``encode_rows`` / ``decode_add_rows_``).
+
+A block is a [m, nbytes] uint8 view whose row ``r`` is node ``r``'s message, rows 8-aligned
+(``base.row_stride``), so a message section (``Plan.slots``: byte range and dtype) of every row
+at once is the typed view ``block[:, a:b].view(dtype)``: a [m, count] tensor. The compressors
+that override the block methods (``none``, ``fp16``/``bf16``, ``topk``, ``sign``/``sign_l2``)
+write and read those views with a few torch ops for the whole block and use the helpers here for
+what they share: the header rows, the per-row weights, the check of ``rows=``, and raising the
+per-row error of the first bad row (by running the single-message method on it, so the message
+and the ``row`` attribute are exactly those of the default loop).
+
+Bit equality with the per-row methods is the contract. Where it depends on the path the
+single-message ``decode_add_`` takes (the numpy host path rounds ``w·v`` before the add, the
+torch path fuses ``out + w·v``), :func:`host_decode` says which one a row would take.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from gossip.compress import bits
+from gossip.compress.base import CompressionError, _row_block
+from gossip.compress.wire import HEADER_NBYTES, Plan
+
+#: at and above this many entries a 1-D CPU reduction splits across threads (torch's
+#: ``at::internal::GRAIN_SIZE``), so a row of a block reduces in another order than the row alone
+GRAIN_SIZE = 32768
+
+
+def is_block(X: Any) -> bool:
+    """A 2-D tensor with at least one row and one column (others take the default loop)."""
+    return isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[0] > 0 and X.shape[1] > 0
+
+
+def start_encode(comp: Any, X: torch.Tensor, out: torch.Tensor | None) -> tuple[Plan, torch.Tensor, torch.Tensor]:
+    """The plan of a row, ``X`` detached, and the block (header rows written)."""
+    plan = comp.plan(X[0])  # dtype and size checks of a single message
+    if X.requires_grad:
+        X = X.detach()
+    block = _row_block(out, X.shape[0], plan.nbytes, X.device)
+    block[:, :HEADER_NBYTES].view(torch.int64).fill_(header_int64(plan))
+    return plan, X, block
+
+
+def header_int64(plan: Plan) -> int:
+    """The 8 header bytes as one little-endian int64 (a row's header is one int64 store)."""
+    h = plan.extra.get("rows.header")
+    if h is None:
+        h = plan.extra["rows.header"] = int.from_bytes(plan.header, "little", signed=True)
+    return h
+
+
+def section(block: torch.Tensor, plan: Plan, name: str) -> torch.Tensor:
+    """The [m, count] typed view of section ``name`` in every row of ``block``."""
+    for sname, a, b, _, dt in plan.slots:
+        if sname == name:
+            return block[:, a:b].view(dt)
+    raise KeyError(name)  # pragma: no cover
+
+
+def first(mask: torch.Tensor) -> int | None:
+    """The first row where ``mask`` ([m] bool) is set, else None (one host sync)."""
+    if not bool(mask.any()):
+        return None
+    return int(mask.nonzero()[0, 0])
+
+
+def raise_row(r: int, single: Callable[[], Any], why: str) -> None:
+    """Raise the error ``single()`` (the single-message method on row ``r``) raises, with
+    ``.row = r``; if it passes (it should not), a :class:`CompressionError` saying ``why``."""
+    try:
+        single()
+    except CompressionError as exc:
+        exc.row = r
+        raise
+    exc = CompressionError(f"row {r}: {why}")
+    exc.row = r
+    raise exc
+
+
+def encode_error(comp: Any, X: torch.Tensor, bad: torch.Tensor, why: str) -> None:
+    """Raise the per-row ``encode`` error of the first row where ``bad`` ([m] bool) is set."""
+    r = first(bad)
+    if r is not None:
+        raise_row(r, lambda: comp.encode(X[r]), why)
+
+
+# ------------------------------------------------------------------ decoding
+def start_decode(
+    comp: Any, out: Any, block: Any, weight: Any, rows: Any
+) -> tuple[Plan, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Check what the vectorized decode needs; None sends the caller to the default loop.
+
+    Returns the plan of an ``out`` row, the block (8-aligned rows, on ``out``'s device), the
+    target row indices, the [m, 1] float64 weights (``float(weight[r])``) and the [m] mask of
+    rows whose header is wrong (the caller ORs its body checks in and calls :func:`bad_row`, so
+    the first bad row is the one the loop would stop at). A wrong size raises here.
+    """
+    if not (
+        isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[0] > 0 and out.shape[1] > 0
+        and isinstance(block, torch.Tensor) and block.dim() == 2 and block.dtype == torch.uint8
+        and block.shape[0] > 0 and block.device == out.device
+    ):  # fmt: skip
+        return None
+    m = block.shape[0]
+    if rows is None:
+        if m > out.shape[0]:
+            return None
+        tgt = torch.arange(m, device=out.device)
+    else:
+        if not isinstance(rows, torch.Tensor) or rows.shape != (m,):
+            return None
+        tgt = rows.to(out.device, torch.int64)
+        if torch.unique(tgt).numel() != m:  # a row added twice: the loop's order of adds
+            return None
+    if isinstance(weight, torch.Tensor):
+        if weight.numel() != m:
+            return None
+        w = weight.detach().reshape(m).to(out.device, torch.float64)
+    else:
+        w = torch.full((m,), float(weight), dtype=torch.float64, device=out.device)
+    w = w.view(m, 1)
+    plan = comp.plan(out[0])
+    if block.shape[1] != plan.nbytes:
+        t0 = int(tgt[0])
+        raise_row(0, lambda: comp.from_bytes(block[0], out[t0]), "wrong message size")
+    if block.stride(1) != 1 or block.stride(0) % 8 or block.storage_offset() % 8:
+        block = _row_block(None, m, plan.nbytes, out.device).copy_(block)
+    head = block[:, :HEADER_NBYTES].view(torch.int64).view(m)
+    return plan, block, tgt, w, head != header_int64(plan)
+
+
+def bad_row(comp: Any, out: torch.Tensor, block: torch.Tensor, tgt: torch.Tensor,
+            mask: torch.Tensor, why: str) -> None:
+    """Raise the ``from_bytes`` error of the first row where ``mask`` is set, if any."""
+    r = first(mask)
+    if r is not None:
+        t = int(tgt[r])
+        raise_row(r, lambda: comp.from_bytes(block[r], out[t]), why)
+
+
+def value_mask(comp: Any, views: dict[str, torch.Tensor], bad: torch.Tensor) -> torch.Tensor:
+    """``bad`` OR the value checks of ``Codec._check_received`` on every row: NaN/Inf in a
+    floating section, a negative scale (skipped when ``check_finite`` is off, as there)."""
+    if not comp.check_finite:
+        return bad
+    for name, v in views.items():
+        if not v.is_floating_point():
+            continue
+        fin = torch.isfinite(v.sum(1))  # one pass, no [m, d] temporary
+        if not bool(fin.all()):  # NaN/Inf, or a sum of finite values overflowing
+            look = (~fin).nonzero().view(-1)
+            rowbad = torch.zeros_like(bad)
+            rowbad[look] = ~torch.isfinite(v.index_select(0, look)).all(1)
+            bad = bad | rowbad
+        if name in comp.scale_sections:
+            bad = bad | (v < 0).any(1)
+    return bad
+
+
+def host_decode(comp: Any, out: torch.Tensor) -> bool:
+    """Whether the single-message ``decode_add_`` of a row of ``out`` takes the numpy path
+    (``Codec.decode_add_``: a host payload and an ``out`` numpy can write)."""
+    return (
+        bits.USE_NUMPY
+        and out.is_cpu
+        and out.dtype in (torch.float32, torch.float64)
+        and type(comp)._decode_add_host is not None
+        and comp._parse_mode != 2
+        and not out.requires_grad
+        and (out.stride(1) == 1 or out.shape[1] == 1)
+    )
+
+
+def scratch(comp: Any, tag: str, shape: tuple[int, int], dtype: torch.dtype,
+            device: torch.device) -> torch.Tensor:
+    """A [m, d] workspace temporary (reused memory: no first-touch page faults)."""
+    return comp.ws.get("rows." + tag, shape[0] * shape[1], dtype, device).view(shape)
+
+
+def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
+              w: torch.Tensor | None, fused: bool, tmp: torch.Tensor | None = None) -> None:
+    """``out[tgt[r]] += w[r]·vals[r]`` (``w`` [m, 1] float64; ``tgt`` None: rows 0..m−1 of ``out``, in place).
+
+    ``fused`` rounds once, as ``add_(v, alpha=w)`` does (here bit for bit ``addcmul``); else
+    ``w·vals`` is rounded first, as numpy's ``out += vals * w`` and ``index_add_`` do (in
+    ``out``'s dtype, as numpy multiplies a float32 array by a Python float). ``w`` None: plain
+    ``out += vals``. ``tmp``: a [m, d] scratch for ``w·vals``."""
+    m = vals.shape[0]
+    cur = out[:m] if tgt is None else out.index_select(0, tgt)
+    if w is None:  # the weights are in vals already
+        cur.add_(vals)
+    elif fused:
+        cur.addcmul_(vals, w.to(out.dtype))  # as add_ casts alpha to out's dtype
+    else:
+        prod = torch.mul(vals, w.to(out.dtype), out=tmp) if tmp is not None else vals * w.to(out.dtype)
+        cur.add_(prod)
+    if tgt is not None:
+        out.index_copy_(0, tgt, cur)
+
+
+# ------------------------------------------------------------------- bits
+def pack_rows(flags: torch.Tensor, d: int, out: torch.Tensor) -> None:
+    """Pack every row of ``flags`` ([m, ≥d] bool; only the first d columns are read, the
+    padding bits are 0) into ``out`` ([m, ⌈d/8⌉] uint8 view), bit i of byte j = entry 8j+i."""
+    m, n8 = out.shape
+    if bits.numpy_path(flags.device):
+        import numpy as np
+
+        out.numpy()[:] = np.packbits(flags[:, :d].numpy(), axis=1, bitorder="little")
+        return
+    if flags.shape[1] != 8 * n8 or not flags.is_contiguous() or d % 8:
+        padded = torch.zeros((m, 8 * n8), dtype=torch.bool, device=flags.device)
+        padded[:, :d] = flags[:, :d]
+        flags = padded
+    v = flags.view(torch.uint8).view(torch.int64)  # [m, n8]
+    t = torch.bitwise_and(v, bits._MASK[0])
+    t.mul_(bits._MAGIC[0])
+    t.bitwise_right_shift_(56)
+    out.copy_(t)  # keeps the low byte
+
+
+def unpack_rows(packed: torch.Tensor, d: int) -> torch.Tensor:
+    """[m, d] uint8 0/1 from the packed rows ``packed`` ([m, ⌈d/8⌉])."""
+    if bits.numpy_path(packed.device):
+        import numpy as np
+
+        return torch.from_numpy(np.unpackbits(packed.numpy(), axis=1, count=d, bitorder="little"))
+    m = packed.shape[0]
+    tab = bits._table("bytes", torch.int64, packed.device)
+    return tab[packed.long()].view(torch.uint8).view(m, -1)[:, :d]
+
+
+def popcount_rows(packed: torch.Tensor) -> torch.Tensor:
+    """Set bits of every row of ``packed`` ([m, n] uint8): [m] int64."""
+    return bits._table("popcount", torch.int64, packed.device)[packed.long()].sum(1)

@@ -1,0 +1,373 @@
+"""Blocks of nodes: ``encode_rows`` / ``decode_add_rows_`` against the per-row ``encode`` /
+``decode_add_`` of every registered compressor, bit for bit (both CPU paths, padded views,
+per-row weights, ``rows=`` permutations, ties, errors that name the row)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from gossip.compress import CompressionError, available, bits, make
+from gossip.compress.base import row_stride
+
+try:
+    from gossip.rng import Stream
+except ImportError:  # the per-node streams land with the randomized block methods
+    Stream = None
+
+SEED = 1234
+
+
+def concrete_specs() -> list[str]:
+    """One spec per registered form (placeholders filled), plus the top-k wire variants."""
+    fill = {"RATIO": "0.1", "K": "3", "BITS": "4", "LEVELS": "3", "RANK": "2"}
+    out = []
+    for form in available():
+        out.append(re.sub(r"[A-Z]+", lambda mt: fill[mt.group()], form))
+    return out + ["topk:0.5", "topk:0.01", "qsgd:12", "lead:8"]
+
+
+SPECS = concrete_specs()
+VECTORIZED = ["none", "fp16", "bf16", "topk:0.1", "topk:3", "topk:0.5", "sign", "sign_l2"]
+DTYPES = [torch.float32, torch.float64]
+
+
+def streams(c, m):
+    if not c.randomized:
+        return None, None
+    if Stream is None:
+        pytest.skip("randomized compressors need gossip.rng.Stream (not in this checkout yet)")
+    return Stream(SEED, list(range(m))), Stream(SEED, list(range(m)))
+
+
+def bitwise(a: torch.Tensor) -> torch.Tensor:
+    return a.contiguous().view(torch.uint8)
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and torch.equal(bitwise(a), bitwise(b))
+
+
+def blocks(dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    padded = torch.randn(5, 1003, generator=g, dtype=dtype)
+    ties = torch.randint(-3, 4, (6, 200), generator=g).to(dtype)
+    ties[1] = 0.0
+    ties[2, ::2] = -0.0
+    return {
+        "1x1": torch.randn(1, 1, generator=g, dtype=dtype),
+        "3x13": torch.randn(3, 13, generator=g, dtype=dtype),
+        "4x1000": torch.randn(4, 1000, generator=g, dtype=dtype) * torch.tensor([[1.0], [1e3], [1e-3], [7.0]], dtype=dtype),
+        "padded": padded[:, :1000],  # non-contiguous rows of a padded tensor
+        "ties": ties,
+        "5000": torch.randn(3, 5000, generator=g, dtype=dtype),
+    }
+
+
+def per_row_bytes(c, X, rng=None) -> torch.Tensor:
+    return torch.stack([c.encode(X[r], rng.row(r) if rng is not None else None).to_bytes()
+                        for r in range(X.shape[0])])
+
+
+def run_rows(c, X):
+    ours, ref = streams(c, X.shape[0])
+    if c.stateful:
+        with pytest.raises(CompressionError, match="per node"):
+            c.encode_rows(X, ours)
+        pytest.skip("stateful: refuses blocks")
+    block = c.encode_rows(X, ours)
+    return block, per_row_bytes(make(c.spec), X, ref)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("spec", SPECS)
+def test_encode_rows_equals_encode(spec, dtype):
+    c = make(spec)
+    for name, X in blocks(dtype).items():
+        try:
+            c.encode(X[0])
+        except CompressionError:
+            continue  # e.g. topk:3 on d = 1
+        except Exception:  # noqa: BLE001 - randomized without a generator
+            if not c.randomized:
+                raise
+        block, ref = run_rows(c, X)
+        assert block.dtype == torch.uint8 and block.shape == ref.shape, name
+        assert block.stride(0) % 8 == 0 and block.storage_offset() % 8 == 0, name
+        assert torch.equal(block, ref), (spec, name)
+        assert c.nbytes_rows(X[0]) == block.shape[1]
+
+
+def decode_case(spec, dtype, X, weight, rows_perm, out_kind):
+    c = make(spec)
+    block, ref_block = run_rows(c, X)
+    m, d = X.shape
+    M = m + 2 if rows_perm else m
+    g = torch.Generator().manual_seed(11)
+    base = torch.randn(M, 2 * d + 8, generator=g, dtype=dtype)
+    view = {"contiguous": lambda t: t[:, :d].contiguous(), "padded": lambda t: t[:, :d],
+            "strided": lambda t: t[:, : 2 * d : 2]}[out_kind]
+    rows = torch.randperm(M, generator=g)[:m] if rows_perm else None
+    targets = rows.tolist() if rows is not None else list(range(m))
+    w = weight if not isinstance(weight, torch.Tensor) else weight[:m]
+    ref_base = base.clone()
+    ref_out = view(ref_base)
+    dec = make(spec)
+    for r, t in enumerate(targets):
+        p = dec.from_bytes(ref_block[r], ref_out[t])
+        dec.decode_add_(ref_out[t], p, float(w[r]) if isinstance(w, torch.Tensor) else w)
+    got_base = base.clone()
+    c.decode_add_rows_(view(got_base), block, w, rows=rows)
+    assert same(got_base, ref_base), (spec, dtype, out_kind, rows_perm)
+
+
+WEIGHTS = torch.tensor([1.0, 0.3, -0.7, 1 / 3, 2.5, 1e-3], dtype=torch.float64)
+
+
+@pytest.mark.parametrize("numpy_path", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("spec", SPECS)
+def test_decode_add_rows_equals_decode_add(spec, dtype, numpy_path, monkeypatch):
+    monkeypatch.setattr(bits, "USE_NUMPY", numpy_path)
+    c = make(spec)
+    if c.stateful:
+        pytest.skip("stateful: refuses blocks")
+    for name, X in blocks(dtype).items():
+        if name in ("1x1", "ties") and spec.startswith("topk:3"):
+            continue
+        if name == "1x1" and spec.startswith("topk"):
+            continue
+        for weight, perm, kind in ((1.0, False, "contiguous"), (WEIGHTS, False, "padded"),
+                                   (WEIGHTS, True, "contiguous"), (0.25, True, "strided")):
+            decode_case(spec, dtype, X, weight, perm, kind)
+
+
+@pytest.mark.parametrize("spec", ["none", "fp16", "bf16", "sign"])
+def test_weights_as_float32_tensor(spec):
+    X = blocks(torch.float32)["4x1000"]
+    decode_case(spec, torch.float32, X, WEIGHTS.float(), False, "contiguous")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_identity_half_precision(dtype):
+    X = blocks(torch.float32)["4x1000"].to(dtype)
+    block, ref = run_rows(make("none"), X)
+    assert torch.equal(block, ref)
+    decode_case("none", dtype, X, WEIGHTS, True, "contiguous")
+    decode_case("none", dtype, X, 1.0, False, "padded")
+
+
+@pytest.mark.parametrize("spec", ["sign", "sign_l2"])
+def test_sign_large_rows_and_threads(spec, monkeypatch):
+    """Rows beyond the table-decode size (the fused add on the numpy path) and beyond torch's
+    grain size with two threads (a row alone then reduces in another order)."""
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(2, (1 << 18) + 13, generator=g)
+    old = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            block, ref = run_rows(make(spec), X)
+            assert torch.equal(block, ref), threads
+            decode_case(spec, torch.float32, X, WEIGHTS, False, "contiguous")
+    finally:
+        torch.set_num_threads(old)
+
+
+@pytest.mark.parametrize("d", [64, 200, 4097, 9000])
+def test_topk_ties_many(d):
+    """Integer rows with heavy ties at the threshold, all-zero rows, one distinct value."""
+    g = torch.Generator().manual_seed(d)
+    X = torch.randint(-2, 3, (7, d), generator=g).float()
+    X[3] = 0.0
+    X[4] = -1.0
+    X[5, : d // 2] = 5.0
+    for spec in ("topk:0.01", "topk:0.1", "topk:0.5", "topk:1.0", f"topk:{d - 1}", "topk:1"):
+        c = make(spec)
+        block = c.encode_rows(X)
+        assert torch.equal(block, per_row_bytes(make(spec), X)), spec
+
+
+def test_encode_rows_reuses_out():
+    X = blocks(torch.float32)["4x1000"]
+    c = make("topk:0.1")
+    n = c.nbytes_rows(X[0])
+    out = torch.zeros(6, row_stride(n) + 8, dtype=torch.uint8)
+    block = c.encode_rows(X, out=out)
+    assert block.data_ptr() == out.data_ptr()
+    assert torch.equal(out[:4, :n], per_row_bytes(c, X))
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS if not s.startswith("lowrank")])
+def test_nan_row_names_the_row(spec):
+    c = make(spec)
+    X = blocks(torch.float32)["4x1000"].clone()
+    X[2, 17] = float("nan")
+    ours, _ = streams(c, 4)
+    with pytest.raises(CompressionError, match="NaN/Inf") as info:
+        c.encode_rows(X, ours)
+    assert info.value.row == 2
+    X[2, 17] = 0.0
+    X[1, 3] = float("inf")
+    ours, _ = streams(c, 4)
+    with pytest.raises(CompressionError) as info:
+        c.encode_rows(X, ours)
+    assert info.value.row == 1
+
+
+@pytest.mark.parametrize("spec", ["fp16", "bf16"])
+def test_cast_out_of_range_names_the_row(spec):
+    X = torch.ones(3, 10)
+    X[1, 4] = 100.0 if spec == "fp16" else 3.4e38
+    X[2, 4] = 1e5 if spec == "fp16" else 3.4e38
+    with pytest.raises(CompressionError, match="range") as info:
+        make(spec).encode_rows(X)
+    assert info.value.row == (2 if spec == "fp16" else 1)
+
+
+def expect_row_error(c, out, block, row, match=None, rows=None):
+    single = None
+    target = rows[row] if rows is not None else row
+    try:
+        c.from_bytes(block[row].clone(), out[target])
+    except CompressionError as exc:
+        single = str(exc)
+    before = out.clone()
+    with pytest.raises(CompressionError, match=match) as info:
+        c.decode_add_rows_(out, block, 0.5, rows=rows)
+    assert info.value.row == row
+    if single is not None:
+        assert str(info.value) == single
+    return before
+
+
+@pytest.mark.parametrize("numpy_path", [True, False])
+@pytest.mark.parametrize("spec", VECTORIZED + ["qsgd:4"])
+def test_corrupt_rows_name_the_first_bad_row(spec, numpy_path, monkeypatch):
+    monkeypatch.setattr(bits, "USE_NUMPY", numpy_path)
+    c = make(spec)
+    X = blocks(torch.float32)["4x1000"]
+    ours, _ = streams(c, 4)
+    block = c.encode_rows(X, ours)
+    out = torch.zeros(4, 1000)
+    bad = block.clone()
+    bad[3, 0] ^= 0xFF  # magic
+    bad[2, 2] ^= 0x01  # kind
+    expect_row_error(c, out, bad, 2, "compressor")
+    expect_row_error(c, out, bad, 2, rows=torch.tensor([1, 0, 3, 2]))
+    bad = block.clone()
+    bad[1, 4] ^= 0x01  # numel
+    expect_row_error(c, out, bad, 1, "entries")
+    with pytest.raises(CompressionError) as info:  # wrong size: every row, the first named
+        c.decode_add_rows_(out, block[:, :-1])
+    assert info.value.row == 0
+    if spec.startswith("qsgd"):
+        return
+    # a NaN in row 1's first floating value (values or scale right after the header)
+    bad = block.clone()
+    dt = torch.float32
+    bad[1, 8:12].copy_(torch.tensor([float("nan")], dtype=dt).view(torch.uint8))
+    if spec in ("fp16", "bf16"):
+        bad[1, 8:10].copy_(torch.tensor([float("nan")], dtype=getattr(torch, "float16" if spec == "fp16" else "bfloat16")).view(torch.uint8))
+    bad[3, 0] ^= 0xFF
+    expect_row_error(c, out, bad, 1, "NaN/Inf")
+    if spec == "sign":
+        bad = block.clone()
+        bad[2, 8:12].copy_(torch.tensor([-1.0]).view(torch.uint8))
+        expect_row_error(c, out, bad, 2, "negative")
+
+
+@pytest.mark.parametrize("numpy_path", [True, False])
+def test_topk_corrupt_indices_and_bitmaps(numpy_path, monkeypatch):
+    monkeypatch.setattr(bits, "USE_NUMPY", numpy_path)
+    X = blocks(torch.float32)["4x1000"]
+    out = torch.zeros(4, 1000)
+    c = make("topk:0.01")  # int32 indices
+    block = c.encode_rows(X)
+    k = 10
+    off = 8 + 4 * k
+    idx = lambda b, r: b[r, off : off + 4 * k].view(torch.int32)  # noqa: E731
+    bad = block.clone()
+    idx(bad, 2)[3] = 1000
+    expect_row_error(c, out, bad, 2, "out of range")
+    bad = block.clone()
+    idx(bad, 1)[4] = idx(bad, 1)[3]
+    idx(bad, 3)[0] = -1
+    expect_row_error(c, out, bad, 1, "increasing")
+    c = make("topk:0.5")  # bitmap
+    block = c.encode_rows(X)
+    bad = block.clone()
+    bad[3, -1] ^= 0x01
+    expect_row_error(c, out, bad, 3, "set bits")
+    Y = blocks(torch.float32)["3x13"]
+    c = make("topk:0.5")
+    block = c.encode_rows(Y)
+    bad = block.clone()
+    bad[1, -1] |= 0x80  # past d = 13, and one bit too many
+    expect_row_error(c, torch.zeros(3, 13), bad, 1)
+
+
+def test_duplicate_rows_add_in_order():
+    X = blocks(torch.float32)["4x1000"]
+    for spec in ("none", "sign", "topk:0.1"):
+        c = make(spec)
+        block = c.encode_rows(X)
+        out = torch.randn(2, 1000)
+        ref = out.clone()
+        rows = torch.tensor([1, 0, 1, 1])
+        for r, t in enumerate(rows.tolist()):
+            c.decode_add_(ref[t], c.from_bytes(block[r], ref[t]), WEIGHTS[r].item())
+        c.decode_add_rows_(out, block, WEIGHTS[:4], rows=rows)
+        assert same(out, ref), spec
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("spec", VECTORIZED)
+def test_cuda_rows_equal_single_messages(spec, dtype):
+    dev = torch.device("cuda")
+    for name, X in blocks(dtype).items():
+        if spec.startswith("topk") and name == "1x1":
+            continue
+        if spec == "topk:3" and name == "1x1":
+            continue
+        X = X.to(dev)
+        c = make(spec)
+        block = c.encode_rows(X)
+        assert torch.equal(block, per_row_bytes(make(spec), X)), (spec, name)
+        m, d = X.shape
+        out = torch.randn(m, d, dtype=dtype, device=dev)
+        ref = out.clone()
+        w = WEIGHTS[:m].tolist() if m <= 6 else [0.5] * m
+        for r in range(m):
+            c.decode_add_(ref[r], c.from_bytes(block[r], ref[r]), w[r])
+        c.decode_add_rows_(out, block, torch.tensor(w[:m], dtype=torch.float64))
+        assert same(out, ref), (spec, name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("spec", VECTORIZED)
+def test_vectorized_specs_never_loop(spec, dtype, monkeypatch):
+    """The overrides serve these blocks themselves (the default loop is never entered)."""
+    from gossip.compress.base import Compressor
+
+    def loop(*args, **kwargs):
+        raise AssertionError("fell back to the per-row loop")
+
+    monkeypatch.setattr(Compressor, "encode_rows", loop)
+    monkeypatch.setattr(Compressor, "decode_add_rows_", loop)
+    for name, X in blocks(dtype).items():
+        if spec.startswith("topk") and name == "1x1":
+            continue
+        decode_case(spec, dtype, X, WEIGHTS, True, "padded")
+        decode_case(spec, dtype, X, 1.0, False, "contiguous")
+
+
+def test_finite_rows_whose_sum_overflows_are_accepted():
+    X = torch.tensor([[1e308, 1e308, -1.0], [1.0, 2.0, 3.0]], dtype=torch.float64)
+    c = make("none")
+    block = c.encode_rows(X)
+    assert torch.equal(block, per_row_bytes(c, X))
+    decode_case("none", torch.float64, X, WEIGHTS, False, "contiguous")
