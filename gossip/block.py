@@ -45,6 +45,23 @@ class MixPlan:
     remote_out: list[tuple[int, int]]  # (sender row, receiver id), sorted by (sender, receiver)
     out_degree: list[int]  # messages each row sends (local and remote), for byte counts
     sender_of: list[int]  # staging row -> sender node id
+    fused: tuple[torch.Tensor, torch.Tensor, torch.Tensor, slice | None] | None = None
+    """Every slot in one (src, dst, weight, src as a slice when it is a range), slot-major: a
+    decode that adds repeated targets in row order sums each node's neighbors in sorted order."""
+
+    def __post_init__(self) -> None:
+        if not self.slots:
+            return
+        src = torch.cat([s for s, _, _ in self.slots])
+        device = src.device
+        every = torch.arange(self.m, device=device)
+        dst = torch.cat([every if d is None else d for _, d, _ in self.slots])
+        w = torch.cat([w for _, _, w in self.slots])
+        first = int(src[0])
+        rng = None
+        if torch.equal(src.cpu(), torch.arange(first, first + src.numel())):
+            rng = slice(first, first + src.numel())
+        self.fused = (src, dst, w, rng)
 
     @classmethod
     def build(cls, topology: Any, ids: list[int], is_local: Callable[[int], bool],
@@ -189,38 +206,65 @@ class Block:
 
     def decode_add(self, out: torch.Tensor, rows: Rows, weight: float = 1.0) -> torch.Tensor:
         """``out[r] += weight·C(q_r)``: every node adds its own message (e.g. to its public copy)."""
-        m = self.m
-        w = torch.full((m,), float(weight), dtype=torch.float64, device=out.device)
-        self._decode_add(rows.compressor, out, rows.staging[:m, : rows.nbytes], w, None,
-                         torch.arange(m))
+        self._decode_add(rows.compressor, out, rows.staging[: self.m, : rows.nbytes],
+                         float(weight), None, None)
         return out
 
     def mix_into(self, out: torch.Tensor, own: Rows | None, inbox: Rows, *,
                  own_weight: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
         """``out += scale·(w_ii·C(own) + Σ_j w_ij·C(q_j))`` for every row, neighbors in sorted
-        order, one degree slot at a time (the order a per-node loop sums in)."""
+        order (the order a per-node loop sums in).
+
+        The own term decodes the block's rows in place; the neighbors' messages are gathered
+        once (a view when they sit in consecutive rows, e.g. one node per rank) and decoded in
+        one call when the compressor adds repeated targets in row order on this device, else
+        one degree slot at a time."""
         comp, nb, m = inbox.compressor, inbox.nbytes, self.m
         if own is not None:
             w = self.plan.self_weight if own_weight is None else own_weight
             self._decode_add(comp, out, own.staging[:m, :nb], w * scale if scale != 1.0 else w,
-                             None, torch.arange(m))
+                             None, None)
+        fused = self.plan.fused
+        if fused is None:
+            return out
+        if comp.ordered_rows and out.device.type == "cpu" or len(self.plan.slots) == 1:
+            src, dst, w, rng = fused
+            msgs = (inbox.staging[rng, :nb] if rng is not None
+                    else inbox.staging.index_select(0, src)[:, :nb])
+            self._decode_add(comp, out, msgs, w * scale if scale != 1.0 else w,
+                             dst if dst.numel() != m or len(self.plan.slots) > 1 else None, src)
+            return out
         for src, dst, w in self.plan.slots:
-            if m == 1 or (src.numel() == 1):
-                msgs = inbox.staging[int(src[0]) : int(src[0]) + 1, :nb]
-            else:
-                msgs = inbox.staging.index_select(0, src)[:, :nb]
-            self._decode_add(comp, out, msgs, w * scale if scale != 1.0 else w, dst, src)
+            self._decode_add(comp, out, inbox.staging.index_select(0, src)[:, :nb],
+                             w * scale if scale != 1.0 else w, dst, src)
         return out
 
-    def _decode_add(self, comp: Compressor, out: torch.Tensor, msgs: torch.Tensor,
-                    weight: torch.Tensor, dst: torch.Tensor | None, src: torch.Tensor) -> None:
+    def check_received(self, rows: Rows) -> None:
+        """Validate the messages that came from other processes (rows ``m..``), once per phase;
+        the block's own rows were checked when they were encoded."""
+        remote = self.plan.remote_in
+        if not remote:
+            return
         try:
-            comp.decode_add_rows_(out, msgs, weight, rows=dst)
+            rows.compressor.check_rows(rows.staging[self.m :, : rows.nbytes], rows.like)
+        except CompressionError as exc:
+            sender, receiver, _ = remote[exc.row]
+            err = RowsError(f"the message from node {sender} to node {receiver} was refused: {exc}")
+            err.sender, err.receiver = sender, receiver
+            raise err from exc
+
+    def _decode_add(self, comp: Compressor, out: torch.Tensor, msgs: torch.Tensor,
+                    weight: torch.Tensor | float, dst: torch.Tensor | None,
+                    src: torch.Tensor | None) -> None:
+        """``decode_add_rows_`` of ``msgs`` (staging rows ``src``; None: the block's own) into
+        rows ``dst`` of ``out``, an error naming the sender and the receiver."""
+        try:
+            comp.decode_add_rows_(out, msgs, weight, rows=dst, check=False)
         except CompressionError as exc:
             row = getattr(exc, "row", None)
             if row is None:
                 raise
-            sender = self.plan.sender_of[int(src[row])]
+            sender = self.plan.sender_of[int(src[row]) if src is not None else row]
             receiver = self.ids[int(dst[row]) if dst is not None else row]
             err = RowsError(f"the message from node {sender} to node {receiver} was refused: {exc}")
             err.sender, err.receiver = sender, receiver

@@ -225,14 +225,18 @@ class Engine:
             self.transport.exchange_rows(msg.staging, msg.nbytes, plan, block.ids, self._seq, t)
             toc = time.perf_counter()
             self.comm_s += toc - tic
-            msg = self._advance_block(gen, msg)
+            msg = self._advance_block(gen, msg, check=True)
             self.compute_s += time.perf_counter() - toc
         self.round = t
 
-    def _advance_block(self, gen, inbox) -> Rows | None:
+    def _advance_block(self, gen, inbox, check: bool = False) -> Rows | None:
         block = self.block
         try:
-            return next(gen) if inbox is None else gen.send(inbox)
+            if inbox is None:
+                return next(gen)
+            if check:
+                block.check_received(inbox)
+            return gen.send(inbox)
         except StopIteration:
             return None
         except Exception as exc:

@@ -72,21 +72,27 @@ def test_per_tensor_messages_are_checked_too():
 
 
 def test_a_nan_message_names_its_sender_not_the_receivers_step():
+    """A block validates what other processes sent (its own rows were checked when encoded):
+    node 2 lives elsewhere and sends NaN; the error names it and the receiver, node 1."""
+    from types import SimpleNamespace
+
+    from gossip.block import Block, MixPlan, RowsError
+
     topo = topologies.build("ring", 4)
-    engine = Engine(make_algorithm("choco", gamma=0.5), topo, lambda i: torch.ones(8) * i,
-                    compressor="none", dtype=torch.float64)
-    original = engine.transport.exchange_rows
-
-    def faulty_wire(staging, nbytes, plan, ids, seq, round_):
-        staging[2, 8:16].view(torch.float64).fill_(math.nan)  # node 2's message goes bad
-        return original(staging, nbytes, plan, ids, seq, round_)
-
-    engine.transport.exchange_rows = faulty_wire
-    # in process the sender reads its own row first (its public copy), and refuses it too
-    with pytest.raises(NodeError, match=r"node 2 \(rank 0\) sent a message its own decoder "
-                                        r"refuses: none: the message's values contain NaN/Inf"):
-        engine.step()
-    assert bool(torch.isfinite(engine.nodes[1].x).all())
+    ids = [0, 1, 3]
+    nodes = [SimpleNamespace(id=i, state={}) for i in ids]
+    comp = make("none")
+    block = Block(nodes, torch.ones(3, 8, dtype=torch.float64), comp, lambda: make("none"))
+    block.begin_round(1, MixPlan.build(topo, ids, lambda j: j in ids, torch.device("cpu")))
+    rows = block.encode(block.x)
+    assert [(j, i) for j, i, _ in block.plan.remote_in] == [(2, 1), (2, 3)]
+    bad = comp.encode(torch.ones(8, dtype=torch.float64)).to_bytes().clone()
+    bad[8:16].view(torch.float64).fill_(math.nan)
+    rows.staging[3:, : rows.nbytes].copy_(bad.expand(2, -1))
+    with pytest.raises(RowsError, match=r"message from node 2 to node 1 was refused: none: the "
+                                        r"message's values contain NaN/Inf") as info:
+        block.check_received(rows)
+    assert (info.value.sender, info.value.receiver) == (2, 1)
 
 
 def test_nan_in_a_model_names_the_node():

@@ -121,6 +121,9 @@ class Compressor(ABC):
     omega: float | None = None
     delta: float | None = None
     check_finite: bool = True
+    ordered_rows: ClassVar[bool] = False
+    """:meth:`decode_add_rows_` adds a target row that repeats in ``rows`` in row order, bit for
+    bit as the per-row loop (on CPU), so a block may decode all its neighbors in one call."""
 
     @abstractmethod
     def encode(
@@ -198,13 +201,15 @@ class Compressor(ABC):
 
     def decode_add_rows_(self, out: torch.Tensor, block: torch.Tensor,
                          weight: torch.Tensor | float = 1.0, *,
-                         rows: torch.Tensor | None = None) -> torch.Tensor:
+                         rows: torch.Tensor | None = None, check: bool = True) -> torch.Tensor:
         """``out[r] += weight[r] · decode(block[r])`` for every row (validating each message).
 
         ``weight`` is a float or a [m] tensor; ``rows`` (optional [m] int64) adds row ``r``
         of the block into ``out[rows[r]]`` instead. A malformed or non-finite row raises
         :class:`CompressionError` whose ``row`` names it. Bit for bit the per-row
-        :meth:`decode_add_` with ``float(weight[r])``.
+        :meth:`decode_add_` with ``float(weight[r])``. ``check=False`` lets the vectorized
+        versions skip the validation, for rows this process encoded itself or already passed
+        through :meth:`check_rows` (this default loop validates anyway).
         """
         m = block.shape[0]
         w = weight.reshape(-1).tolist() if isinstance(weight, torch.Tensor) else [float(weight)] * m
@@ -218,6 +223,16 @@ class Compressor(ABC):
                 raise
             self.decode_add_(dst, payload, w[r])
         return out
+
+    def check_rows(self, block: torch.Tensor, like: torch.Tensor) -> None:
+        """Validate every row of a received block as :meth:`from_bytes` does (header, size,
+        NaN/Inf, index ranges); the first bad row raises :class:`CompressionError` with ``row``."""
+        for r in range(block.shape[0]):
+            try:
+                self.from_bytes(block[r], like)
+            except CompressionError as exc:
+                exc.row = r
+                raise
 
     def nbytes_rows(self, like: torch.Tensor) -> int:
         """Bytes of each row message for rows like ``like`` (a [d] tensor): the fixed size."""

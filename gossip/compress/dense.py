@@ -21,6 +21,7 @@ class Identity(Codec):
     The NaN/Inf check is a sum of the copied values (one read pass, no host sync on CPU).
     """
 
+    ordered_rows: ClassVar[bool] = True
     kind: ClassVar[int] = 1
     unbiased: ClassVar[bool] = True
     omega = 0.0
@@ -59,19 +60,21 @@ class Identity(Codec):
         return block
 
     @no_grad
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None):
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized for float32/float64 (``out += w·v`` as the numpy path rounds it, or the
         fused add of the torch path); half types add row by row (their fused add rounds
         differently in torch's vector and scalar loops)."""
-        st = _rows.start_decode(self, out, block, weight, rows)
+        st = _rows.start_decode(self, out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows)
+            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
         plan, block, tgt, w, bad = st
         vals = _rows.section(block, plan, "values")
-        _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"values": vals}, bad), "bad row")
+        if check:
+            _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"values": vals}, bad),
+                          "bad row")
         if out.dtype not in (torch.float32, torch.float64):
             for r, t in enumerate(tgt.tolist()):
-                out[t].add_(vals[r], alpha=float(w[r, 0]))
+                out[t].add_(vals[r], alpha=1.0 if w is None else float(w[r, 0]))
             return out
         host = _rows.host_decode(self, out)
         tmp = None if not host else _rows.scratch(self, "prod", tuple(vals.shape), out.dtype, out.device)
@@ -112,6 +115,7 @@ class Cast(Codec):
     Bytes: ``8 + 2d``. The check is one ``aminmax`` (one host sync on CUDA).
     """
 
+    ordered_rows: ClassVar[bool] = True
     unbiased: ClassVar[bool] = False
     wire: ClassVar[torch.dtype]
     limit: ClassVar[float]  # smallest magnitude that rounds to Inf
@@ -155,14 +159,16 @@ class Cast(Codec):
         return block
 
     @no_grad
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None):
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized: the fused add of the single-message path (values upcast exactly)."""
-        st = _rows.start_decode(self, out, block, weight, rows)
+        st = _rows.start_decode(self, out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows)
+            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
         plan, block, tgt, w, bad = st
         vals = _rows.section(block, plan, "values")
-        _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"values": vals}, bad), "bad row")
+        if check:
+            _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"values": vals}, bad),
+                          "bad row")
         _rows.add_rows_(out, None if rows is None else tgt, vals.to(out.dtype), w, fused=True)
         return out
 

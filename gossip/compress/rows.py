@@ -90,14 +90,16 @@ def encode_error(comp: Any, X: torch.Tensor, bad: torch.Tensor, why: str) -> Non
 
 # ------------------------------------------------------------------ decoding
 def start_decode(
-    comp: Any, out: Any, block: Any, weight: Any, rows: Any
+    comp: Any, out: Any, block: Any, weight: Any, rows: Any, check: bool = True
 ) -> tuple[Plan, torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """Check what the vectorized decode needs; None sends the caller to the default loop.
 
     Returns the plan of an ``out`` row, the block (8-aligned rows, on ``out``'s device), the
-    target row indices, the [m, 1] float64 weights (``float(weight[r])``) and the [m] mask of
+    target row indices, the [m, 1] float64 weights (``float(weight[r])``; None for the float
+    weight 1: a plain add) and the [m] mask of
     rows whose header is wrong (the caller ORs its body checks in and calls :func:`bad_row`, so
-    the first bad row is the one the loop would stop at). A wrong size raises here.
+    the first bad row is the one the loop would stop at; None with ``check=False``: rows the
+    caller encoded itself). A wrong size raises here.
     """
     if not (
         isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[0] > 0 and out.shape[1] > 0
@@ -114,21 +116,26 @@ def start_decode(
         if not isinstance(rows, torch.Tensor) or rows.shape != (m,):
             return None
         tgt = rows.to(out.device, torch.int64)
-        if torch.unique(tgt).numel() != m:  # a row added twice: the loop's order of adds
+        if check and torch.unique(tgt).numel() != m:  # a row added twice: the loop's order
             return None
     if isinstance(weight, torch.Tensor):
         if weight.numel() != m:
             return None
         w = weight.detach().reshape(m).to(out.device, torch.float64)
+    elif float(weight) == 1.0:
+        w = None  # a plain add: what both single-message paths do for weight 1
     else:
         w = torch.full((m,), float(weight), dtype=torch.float64, device=out.device)
-    w = w.view(m, 1)
+    if w is not None:
+        w = w.view(m, 1)
     plan = comp.plan(out[0])
     if block.shape[1] != plan.nbytes:
         t0 = int(tgt[0])
         raise_row(0, lambda: comp.from_bytes(block[0], out[t0]), "wrong message size")
     if block.stride(1) != 1 or block.stride(0) % 8 or block.storage_offset() % 8:
         block = _row_block(None, m, plan.nbytes, out.device).copy_(block)
+    if not check:
+        return plan, block, tgt, w, None
     head = block[:, :HEADER_NBYTES].view(torch.int64).view(m)
     return plan, block, tgt, w, head != header_int64(plan)
 
@@ -183,23 +190,46 @@ def scratch(comp: Any, tag: str, shape: tuple[int, int], dtype: torch.dtype,
 
 def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
               w: torch.Tensor | None, fused: bool, tmp: torch.Tensor | None = None) -> None:
-    """``out[tgt[r]] += w[r]·vals[r]`` (``w`` [m, 1] float64; ``tgt`` None: rows 0..m−1 of ``out``, in place).
+    """``out[tgt[r]] += w[r]·vals[r]`` for r = 0, 1, … in order (``w`` [m, 1] float64; ``tgt``
+    None: rows 0..m−1 of ``out``, in place). A target may repeat: its adds happen in row order.
 
     ``fused`` rounds once, as ``add_(v, alpha=w)`` does (here bit for bit ``addcmul``); else
     ``w·vals`` is rounded first, as numpy's ``out += vals * w`` and ``index_add_`` do (in
     ``out``'s dtype, as numpy multiplies a float32 array by a Python float). ``w`` None: plain
     ``out += vals``. ``tmp``: a [m, d] scratch for ``w·vals``."""
     m = vals.shape[0]
-    cur = out[:m] if tgt is None else out.index_select(0, tgt)
-    if w is None:  # the weights are in vals already
-        cur.add_(vals)
-    elif fused:
-        cur.addcmul_(vals, w.to(out.dtype))  # as add_ casts alpha to out's dtype
-    else:
-        prod = torch.mul(vals, w.to(out.dtype), out=tmp) if tmp is not None else vals * w.to(out.dtype)
-        cur.add_(prod)
-    if tgt is not None:
-        out.index_copy_(0, tgt, cur)
+    if tgt is None:
+        cur = out[:m]
+        if w is None:
+            cur.add_(vals)
+        elif fused:
+            cur.addcmul_(vals, w.to(out.dtype))  # as add_ casts alpha to out's dtype
+        else:
+            cur.add_(torch.mul(vals, w.to(out.dtype), out=tmp) if tmp is not None
+                     else vals * w.to(out.dtype))
+        return
+    if w is None or not fused:
+        prod = vals if w is None else (
+            torch.mul(vals, w.to(out.dtype), out=tmp) if tmp is not None else vals * w.to(out.dtype))
+        out.index_add_(0, tgt, prod)  # row after row (a repeated target adds in order)
+        return
+    for level in _levels(tgt):  # one rounding per add needs distinct targets per call
+        t = tgt if level is None else tgt[level]
+        cur = out.index_select(0, t)
+        cur.addcmul_(vals if level is None else vals[level],
+                     (w if level is None else w[level]).to(out.dtype))
+        out.index_copy_(0, t, cur)
+
+
+def _levels(tgt: torch.Tensor) -> list[torch.Tensor | None]:
+    """Split row positions so each part has distinct targets and a target's k-th occurrence is
+    in part k (parts in order keep every target's adds in row order); [None]: all distinct."""
+    seen: dict[int, int] = {}
+    level = [seen.__setitem__(t, seen.get(t, -1) + 1) or seen[t] for t in tgt.tolist()]
+    if max(level, default=0) == 0:
+        return [None]
+    lv = torch.tensor(level, device=tgt.device)
+    return [(lv == k).nonzero().view(-1) for k in range(max(level) + 1)]
 
 
 # ------------------------------------------------------------------- bits

@@ -31,6 +31,7 @@ class ScaledSign(Codec):
     check reads ‖x‖₁, which the scale needs anyway.
     """
 
+    ordered_rows: ClassVar[bool] = True
     kind: ClassVar[int] = 6
     scale_sections: ClassVar[tuple[str, ...]] = ("scale",)
 
@@ -147,24 +148,25 @@ class ScaledSign(Codec):
         return block
 
     @no_grad
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None):
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized: ±scale per row from the bits, added as the single-message path adds it
         (numpy path up to 2^18 entries: ``out += ±(scale·w)``; else fused ``out + w·(±scale)``)."""
-        st = _rows.start_decode(self, out, block, weight, rows)
+        st = _rows.start_decode(self, out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows)
+            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
         plan, block, tgt, w, bad = st
         d = out.shape[1]
         scale = _rows.section(block, plan, "scale")  # [m, 1]
-        bad = _rows.value_mask(self, {"scale": scale}, bad)
-        _rows.bad_row(self, out, block, tgt, bad, "bad row")
+        if check:
+            _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"scale": scale}, bad),
+                          "bad row")
         m = block.shape[0]
         pm1 = _rows.scratch(self, "pm1", (m, d), out.dtype, out.device)
         pm1.copy_(_rows.unpack_rows(_rows.section(block, plan, "bits"), d))
         pm1.mul_(-2.0).add_(1.0)  # set bit -> -1, clear -> +1 (exact)
         t = None if rows is None else tgt
         if _rows.host_decode(self, out) and d <= _TABLE_FROM:
-            pm1.mul_(scale * w.to(out.dtype))  # ±(scale·w): exact sign flips of one product
+            pm1.mul_(scale if w is None else scale * w.to(out.dtype))  # ±(scale·w): one product
             _rows.add_rows_(out, t, pm1, None, fused=False)
         else:
             pm1.mul_(scale)

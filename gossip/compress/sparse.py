@@ -84,6 +84,7 @@ class TopK(_KSparse):
     On CUDA the candidate count is read on the host (one sync), as is the NaN/Inf check.
     """
 
+    ordered_rows: ClassVar[bool] = True
     kind: ClassVar[int] = 4
     param_name: ClassVar[str] = "index format (0 = int32 indices, 1 = bitmap)"
     sample_size: ClassVar[int] = 16384  # entries in the threshold-estimating sample (at most)
@@ -287,10 +288,11 @@ class TopK(_KSparse):
     # ----------------------------------------------------- blocks of nodes (rows)
     @no_grad
     def encode_rows(self, X, rng=None, *, out=None):
-        """Vectorized: per row, the k-th largest |x_i| t from one batched ``torch.topk`` (whose
-        maximum doubles as the NaN/Inf check); rows with exactly k entries ``>= t`` keep
-        ``topk``'s indices (sorted), rows with ties at t keep every ``> t`` and the first
-        ``== t`` (a cumulative count): the set and order of :meth:`select`."""
+        """Vectorized: one batched ``torch.topk`` of k + 1 magnitudes per row (sorted). A row
+        whose k-th and (k+1)-th largest differ has exactly one top-k set: ``topk``'s indices,
+        sorted. Rows with a tie there keep every entry above the k-th value and the first ones
+        equal to it (a cumulative count): the set and order of :meth:`select`. The largest
+        magnitude doubles as the NaN/Inf check, so the common case costs one host sync."""
         if not _rows.is_block(X):
             return super().encode_rows(X, rng, out=out)
         plan, X, block = _rows.start_encode(self, X, out)
@@ -298,31 +300,33 @@ class TopK(_KSparse):
         vals = _rows.section(block, plan, "values")
         k = vals.shape[1]
         A = torch.abs(X, out=_rows.scratch(self, "abs", (m, d), X.dtype, X.device))
+        tied = None
         if k == d:
-            top = A.amax(1)
+            fin = torch.isfinite(A.amax(1))
             sel = torch.arange(d, device=X.device).expand(m, d)
+            odd = not bool(fin.all())
         else:
-            tv, ti = torch.topk(A, k, dim=1, sorted=False)
-            top = tv.amax(1)  # the row's largest |x_i|; NaN propagates
-        fin = torch.isfinite(top)
-        if not bool(fin.all()):
+            tv, ti = torch.topk(A, k + 1, dim=1, sorted=True)
+            fin = torch.isfinite(tv[:, 0])  # the row's largest |x_i|; NaN sorts first
+            flags = torch.stack((~fin, tv[:, k - 1] == tv[:, k]))  # non-finite, tie at t
+            odd = bool(flags.any())  # the one host sync of the common case
+            if odd:
+                tied = flags[1].nonzero().view(-1)
+                odd = not bool(fin.all())
+            sel = ti[:, :k].sort(1).values
+        if odd:
             if self.check_finite:
                 _rows.encode_error(self, X, ~fin, "NaN/Inf")
             return super().encode_rows(X, rng, out=out)  # garbage, but the loop's garbage
-        if k < d:
-            t = tv.amin(1, keepdim=True)
-            ge = torch.ge(A, t, out=_rows.scratch(self, "ge", (m, d), torch.bool, X.device))
-            cnt = ge.sum(1)
-            sel = ti.sort(1).values
-            tied = (cnt != k).nonzero().view(-1)
-            if tied.numel():
-                At, tt = A.index_select(0, tied), t.index_select(0, tied)
-                gt = At > tt
-                eq = At == tt
-                need = k - gt.sum(1, keepdim=True)
-                keep = gt | (eq & (eq.cumsum(1) <= need))
-                sel.index_copy_(0, tied, keep.nonzero()[:, 1].view(-1, k))
-        vals.copy_(X.gather(1, sel))
+        if tied is not None and tied.numel():
+            At = A.index_select(0, tied)
+            tt = tv[:, k - 1 : k].index_select(0, tied)
+            gt = At > tt
+            eq = At == tt
+            need = k - gt.sum(1, keepdim=True)
+            keep = gt | (eq & (eq.cumsum(1) <= need))
+            sel.index_copy_(0, tied, keep.nonzero()[:, 1].view(-1, k))
+        torch.gather(X, 1, sel, out=vals) if vals.is_contiguous() else vals.copy_(X.gather(1, sel))
         if plan.param == 0:
             _rows.section(block, plan, "index").copy_(sel)
         else:
@@ -332,38 +336,37 @@ class TopK(_KSparse):
         return block
 
     @no_grad
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None):
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized: the checks of :meth:`from_bytes` on every row (index range and order,
-        or the bitmap's count and tail), then one gather-add-scatter of ``w·v`` (rounded
-        before the add, as both single-message paths do)."""
-        st = _rows.start_decode(self, out, block, weight, rows)
+        or the bitmap's count and tail), then one ``index_add_`` of ``w·v`` (rounded before
+        the add, as both single-message paths do; a row's indices are distinct)."""
+        st = _rows.start_decode(self, out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows)
+            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
         plan, block, tgt, w, bad = st
         d = out.shape[1]
         vals = _rows.section(block, plan, "values")
         m, k = vals.shape
-        if plan.param == 0:
-            idx = _rows.section(block, plan, "index")
-            lo, hi = idx.amin(1), idx.amax(1)
-            bad = bad | (lo < 0) | (hi >= d)
-            if k > 1:
-                bad |= (idx[:, 1:] <= idx[:, :-1]).any(1)
+        idx = _rows.section(block, plan, "index") if plan.param == 0 else None
+        bm = _rows.section(block, plan, "bitmap") if plan.param != 0 else None
+        if check:
+            if idx is not None:
+                bad = bad | (idx.amin(1) < 0) | (idx.amax(1) >= d)
+                if k > 1:
+                    bad |= (idx[:, 1:] <= idx[:, :-1]).any(1)
+            else:
+                bad = bad | (_rows.popcount_rows(bm) != k)
+                if d % 8:
+                    bad |= (bm[:, -1] >> (d % 8)) != 0
+            bad = _rows.value_mask(self, {"values": vals}, bad)
+            _rows.bad_row(self, out, block, tgt, bad, "bad row")
+        sel = idx.long() if idx is not None else _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
+        add = vals if w is None else vals * w.to(out.dtype)
+        if out.is_contiguous():  # one serial index_add_: a repeated target row adds in order
+            flat = sel.add_(tgt.view(m, 1) * d) if idx is not None else sel + tgt.view(m, 1) * d
+            out.view(-1).index_add_(0, flat.view(-1), add.reshape(-1))
         else:
-            bm = _rows.section(block, plan, "bitmap")
-            bad = bad | (_rows.popcount_rows(bm) != k)
-            if d % 8:
-                bad |= (bm[:, -1] >> (d % 8)) != 0
-        bad = _rows.value_mask(self, {"values": vals}, bad)
-        _rows.bad_row(self, out, block, tgt, bad, "bad row")
-        if plan.param == 0:
-            sel = idx.long()
-        else:
-            sel = _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
-        t = tgt.view(m, 1)
-        cur = out[t, sel]
-        cur.add_(vals * w.to(out.dtype))
-        out[t, sel] = cur
+            out.index_put_((tgt.view(m, 1).expand(m, k), sel), add, accumulate=True)
         return out
 
     def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
