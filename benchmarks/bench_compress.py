@@ -192,12 +192,13 @@ def bench_blocks(m: int, d: int, repeat: int, device: torch.device) -> None:
         out = torch.zeros_like(X)
         ref_enc, ref_dec = _reference(spec, X, w)
         t = timeit({
-            "enc": lambda c=c: c.encode_rows(X, out=blk),
+            "enc": lambda c=c, blk=blk: c.encode_rows(X, out=blk),
             "enc_ref": ref_enc,
-            "enc_loop": lambda c=c: Compressor.encode_rows(c, X, out=blk),
-            "dec": lambda c=c, b=block: c.decode_add_rows_(out, b, w.view(m)),
+            "enc_loop": lambda c=c, blk=blk: Compressor.encode_rows(c, X, out=blk),
+            "dec": lambda c=c, b=block, out=out: c.decode_add_rows_(out, b, w.view(m)),
             "dec_ref": ref_dec,
-            "dec_loop": lambda c=c, b=block: Compressor.decode_add_rows_(c, out, b, w.view(m)),
+            "dec_loop": lambda c=c, b=block, out=out: Compressor.decode_add_rows_(c, out, b,
+                                                                                w.view(m)),
         }, repeat, device)
         ms = {k: v * 1e3 for k, v in t.items()}
         print(f"| {spec} | {ms['enc']:.2f} | {ms['enc_ref']:.2f} | {ms['enc_loop']:.2f} "

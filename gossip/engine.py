@@ -131,6 +131,7 @@ class Engine:
         self._reference: dict[str, float] = {}
         self.watch = ["consensus_error", *watch]
         self.block: Block | None = None
+        self._viewed: Any = None  # the topology whose views the nodes hold
         self._plans: dict[int, tuple[Any, MixPlan]] = {}
         with torch.no_grad():
             if algorithm.runs_blocks():
@@ -189,8 +190,11 @@ class Engine:
         """Run one round on every local node (under no_grad: oracles that need autograd enable it)."""
         t = self.round + 1
         topo = self.topology.at_round(t)
+        if topo is not self._viewed:  # static graphs: the views of round 1 stay
+            for node in self.nodes.values():
+                node.view = topo.view(node.id)
+            self._viewed = topo
         for node in self.nodes.values():
-            node.view = topo.view(node.id)
             node.round = t
         if self.block is not None:
             self._step_block(t, topo)
@@ -456,6 +460,7 @@ class Engine:
         for nd in self.nodes.values():
             nd.round = self.round
             nd.view = self.topology.at_round(max(self.round, 1)).view(nd.id)
+        self._viewed = None
 
     def summary(self) -> dict[str, Any]:
         """The run's total wall time and mean seconds per round."""

@@ -59,7 +59,8 @@ def blocks(dtype: torch.dtype) -> dict[str, torch.Tensor]:
     return {
         "1x1": torch.randn(1, 1, generator=g, dtype=dtype),
         "3x13": torch.randn(3, 13, generator=g, dtype=dtype),
-        "4x1000": torch.randn(4, 1000, generator=g, dtype=dtype) * torch.tensor([[1.0], [1e3], [1e-3], [7.0]], dtype=dtype),
+        "4x1000": torch.randn(4, 1000, generator=g, dtype=dtype)
+        * torch.tensor([[1.0], [1e3], [1e-3], [7.0]], dtype=dtype),
         "padded": padded[:, :1000],  # non-contiguous rows of a padded tensor
         "ties": ties,
         "5000": torch.randn(3, 5000, generator=g, dtype=dtype),
@@ -270,7 +271,8 @@ def test_corrupt_rows_name_the_first_bad_row(spec, numpy_path, monkeypatch):
     dt = torch.float32
     bad[1, 8:12].copy_(torch.tensor([float("nan")], dtype=dt).view(torch.uint8))
     if spec in ("fp16", "bf16"):
-        bad[1, 8:10].copy_(torch.tensor([float("nan")], dtype=getattr(torch, "float16" if spec == "fp16" else "bfloat16")).view(torch.uint8))
+        half = torch.float16 if spec == "fp16" else torch.bfloat16
+        bad[1, 8:10].copy_(torch.tensor([float("nan")], dtype=half).view(torch.uint8))
     bad[3, 0] ^= 0xFF
     expect_row_error(c, out, bad, 1, "NaN/Inf")
     if spec == "sign":

@@ -12,7 +12,7 @@ import topologies
 from gossip.algorithms import make_algorithm
 from gossip.compress import bits, make
 from gossip.compress.base import CompressionError
-from gossip.engine import DivergenceError, Engine, NodeError
+from gossip.engine import DivergenceError, Engine
 from gossip.layout import Layout
 
 SPECS = ["none", "fp16", "bf16", "topk:4", "randk:0.5", "sign", "qsgd:4bit", "lead:2", "lowrank:1"]

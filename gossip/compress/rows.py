@@ -55,10 +55,25 @@ def header_int64(plan: Plan) -> int:
 
 def section(block: torch.Tensor, plan: Plan, name: str) -> torch.Tensor:
     """The [m, count] typed view of section ``name`` in every row of ``block``."""
-    for sname, a, b, _, dt in plan.slots:
-        if sname == name:
-            return block[:, a:b].view(dt)
-    raise KeyError(name)  # pragma: no cover
+    where = plan.extra.get("rows.sections")
+    if where is None:
+        where = plan.extra["rows.sections"] = {n: (a, b, dt) for n, a, b, _, dt in plan.slots}
+    a, b, dt = where[name]
+    return block[:, a:b].view(dt)
+
+
+def arange(m: int, device: torch.device) -> torch.Tensor:
+    """``torch.arange(m)`` on ``device``, cached (the row indices of a block)."""
+    key = (m, device)
+    t = _ARANGE.get(key)
+    if t is None:
+        if len(_ARANGE) > 64:
+            _ARANGE.clear()
+        t = _ARANGE[key] = torch.arange(m, device=device)
+    return t
+
+
+_ARANGE: dict[tuple[int, torch.device], torch.Tensor] = {}
 
 
 def first(mask: torch.Tensor) -> int | None:
@@ -111,7 +126,7 @@ def start_decode(
     if rows is None:
         if m > out.shape[0]:
             return None
-        tgt = torch.arange(m, device=out.device)
+        tgt = arange(m, out.device)
     else:
         if not isinstance(rows, torch.Tensor) or rows.shape != (m,):
             return None

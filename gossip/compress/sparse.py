@@ -363,7 +363,8 @@ class TopK(_KSparse):
         sel = idx.long() if idx is not None else _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
         add = vals if w is None else vals * w.to(out.dtype)
         if out.is_contiguous():  # one serial index_add_: a repeated target row adds in order
-            flat = sel.add_(tgt.view(m, 1) * d) if idx is not None else sel + tgt.view(m, 1) * d
+            base = tgt.view(m, 1) * d
+            flat = sel.add_(base) if idx is not None else sel + base
             out.view(-1).index_add_(0, flat.view(-1), add.reshape(-1))
         else:
             out.index_put_((tgt.view(m, 1).expand(m, k), sel), add, accumulate=True)
