@@ -57,6 +57,7 @@ from gossip.compress.wire import (
     new_buffer,
     numel_of,
 )
+from gossip.rng import as_stream
 
 
 def _bump_public(tensors: tuple[torch.Tensor, ...]) -> None:
@@ -188,6 +189,8 @@ class Codec(Compressor):
     ) -> dict[str, Any]:
         """Encode ``x`` into a body slice (no header); returns the parts."""
         self.check_input(x, generator)
+        if self.randomized:
+            generator = as_stream(generator)
         sec = self.sections(tuple(x.shape), x.dtype)
         return self._encode_body(x.detach().contiguous(), generator, sec.views(body))
 
@@ -202,8 +205,10 @@ class Codec(Compressor):
         out: torch.Tensor | None = None,
     ) -> Payload:
         plan = self.plan(x)
-        if self.randomized and self._needs_generator(x):
-            check_generator(generator, x, self.spec)
+        if self.randomized:
+            if self._needs_generator(x):
+                check_generator(generator, x, self.spec)
+            generator = as_stream(generator)
         if x.requires_grad:
             x = x.detach()
         if not x.is_contiguous():

@@ -346,9 +346,9 @@ class RandK(_KSparse):
         d, k = xf.numel(), v["values"].numel()
         if self.check_finite:
             check_scalar(xf.sum(), xf, self.spec, "the sum", overflow_ok=True)
-        seed = torch.randint(0, _SEED_HIGH, (1,), generator=generator, device=generator.device)
-        v["seed"].copy_(seed)
-        idx = _to_device(torch.from_numpy(_distinct_cached(d, k, int(seed))), xf.device)  # sync
+        seed = int(generator.seeds()[0])  # on the host: the index set is drawn there
+        v["seed"].fill_(seed)
+        idx = _to_device(torch.from_numpy(_distinct_cached(d, k, seed)), xf.device)
         torch.index_select(xf, 0, idx, out=v["values"])
         if self.rescale:
             v["values"].mul_(d / k)
@@ -359,7 +359,7 @@ class RandK(_KSparse):
         d, k = xn.size, v["values"].size
         if self.check_finite and not all_finite(xn, x):
             raise nonfinite(self.spec)
-        seed = int(torch.randint(0, _SEED_HIGH, (1,), generator=generator))
+        seed = int(generator.seeds()[0])
         v["seed"][0] = seed
         idx = _distinct_cached(d, k, seed)
         vals = v["values"]
