@@ -316,6 +316,35 @@ class Stream:
         return self.words(1, device)[:, 0].bitwise_and_((1 << 63) - 1)
 
 
+class PreDrawn(Stream):
+    """One row of a batched draw, standing in for that row's one-node stream for one call.
+
+    A block encoder (``Compressor.encode_rows``) draws for all rows at once and hands row r's
+    values to the single-tensor code path through this: its draw methods return the given
+    row (a [1, n] tensor) instead of hashing again. It serves exactly the draws it was given.
+    """
+
+    __slots__ = ("_given",)
+
+    def __init__(self, **given: torch.Tensor) -> None:  # noqa: D107 (no key: nothing to hash)
+        self._given = given
+        self.seed, self.stream, self.nodes, self.round, self.call = 0, 0, (0,), 0, 0
+        self._a = np.zeros(1, dtype=np.uint64)
+
+    def _take(self, kind: str, n: int | None) -> torch.Tensor:
+        v = self._given.get(kind)
+        if v is None or (n is not None and v.shape[-1] != n):
+            raise RuntimeError(f"PreDrawn holds {sorted(self._given)} draws, asked for {kind}({n})")
+        self.call += 1
+        return v
+
+    def bits16(self, n: int, device: Any = "cpu", *, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self._take("bits16", n)
+
+    def seeds(self, device: Any = "cpu") -> torch.Tensor:
+        return self._take("seeds", None)
+
+
 def as_stream(generator: Any) -> Stream | None:
     """A :class:`Stream` for what a caller passed as randomness.
 
@@ -331,4 +360,4 @@ def as_stream(generator: Any) -> Stream | None:
     raise TypeError(f"expected a gossip.rng.Stream, a torch.Generator or None, got {type(generator).__name__}")
 
 
-__all__ = ["Stream", "as_stream", "stream_id", "clear_scratch"]
+__all__ = ["Stream", "PreDrawn", "as_stream", "stream_id", "clear_scratch"]

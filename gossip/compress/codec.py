@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from gossip.compress import bits
-from gossip.compress.base import CompressionError, Compressor, Payload
+from gossip.compress.base import CompressionError, Compressor, Payload, _row_block
 from gossip.compress.checks import (
     FLOAT_DTYPES,
     Workspace,
@@ -243,6 +243,34 @@ class Codec(Compressor):
                 plan.write_header(buf)
         parts = self._encode_body(x, generator, plan.torch_views(buf, host))
         return Payload(buf, x.shape, x.dtype, parts)
+
+    # ------------------------------------------------------------ blocks of nodes
+    #: the batched draw of a randomized compressor's ``encode_rows`` (None: the default loop):
+    #: ``(rng, X) -> [PreDrawn per row]``, exactly one draw call of ``rng`` for the block
+    _draw_rows: ClassVar[Any] = None
+
+    def encode_rows(self, X: torch.Tensor, rng: Any = None, *,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+        """The block version (contract in :meth:`Compressor.encode_rows`): the random draw of
+        every row is one batched call of ``rng`` (one hash pass over the block); each row is
+        then encoded by the single-tensor code path into its row of the block, so row r's
+        bytes are exactly those of ``encode(X[r], rng.row(r))``."""
+        if self._draw_rows is None or self.stateful or X.dim() < 2 or X.shape[0] == 0:
+            return super().encode_rows(X, rng, out=out)
+        m = X.shape[0]
+        like = X[0]
+        plan = self.plan(like)
+        check_generator(rng, like, self.spec)
+        rng = as_stream(rng)
+        if X.requires_grad:
+            X = X.detach()
+        if not X.is_contiguous():
+            X = X.contiguous()
+        block = _row_block(out, m, plan.nbytes, X.device)
+        draws = self._draw_rows(rng, X)
+        for r in range(m):
+            self.encode(X[r], draws[r], out=block[r])
+        return block
 
     def _host_out(self, out: Any, payload: Payload) -> np.ndarray | None:
         """``out`` as a flat numpy array when the numpy decoders can write it, else None."""

@@ -14,6 +14,7 @@ from gossip.compress.base import CompressionError
 from gossip.compress.checks import check_scalar, nonfinite, quiet, tame
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
+from gossip.rng import PreDrawn
 
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
 _NP_FLOAT = {torch.float32: np.float32, torch.float64: np.float64}
@@ -69,6 +70,12 @@ class LevelQuantizer(Codec):
     def _factor(self, d: int) -> float:
         """Multiplier of the decoded value (1, or 1/(1+ω) for a ``biased`` variant)."""
         return 1.0 / (1.0 + self.omega_for(d)) if self.biased else 1.0
+
+    def _draw_rows(self, rng, X) -> list:
+        """One batched 16-bit draw for the block's rows (see ``Codec.encode_rows``)."""
+        d = X[0].numel()
+        b = rng.bits16(d, X.device)
+        return [PreDrawn(bits16=b[r : r + 1]) for r in range(X.shape[0])]
 
     def _dither_into(self, t: torch.Tensor, stream, d: int, dev) -> None:
         """``t = o + u`` with the 16-bit dither ``u = (k + ½)·2⁻¹⁶``, k uniform on
@@ -303,6 +310,8 @@ class Natural(Codec):
     randomized: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
     omega = 1.0 / 8.0
+
+    _draw_rows = LevelQuantizer._draw_rows
 
     def _sections(self, shape, dtype) -> Sections:
         d = numel_of(shape)

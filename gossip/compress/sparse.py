@@ -16,6 +16,7 @@ from gossip.compress.base import CompressionError
 from gossip.compress.checks import all_finite, check_scalar, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
+from gossip.rng import PreDrawn
 
 _INT32_MAX = (1 << 31) - 1
 
@@ -340,6 +341,11 @@ class RandK(_KSparse):
     def _sections(self, shape, dtype) -> Sections:
         d = numel_of(shape)
         return Sections.build(("seed", torch.int64, 1), ("values", dtype, self.k_for(d)))
+
+    def _draw_rows(self, rng, X) -> list:
+        """One batched seed draw for the block's rows (see ``Codec.encode_rows``)."""
+        seeds = rng.seeds()
+        return [PreDrawn(seeds=seeds[r : r + 1]) for r in range(X.shape[0])]
 
     def _encode_body(self, x, generator, v) -> dict[str, Any]:
         xf = x.view(-1)
