@@ -114,6 +114,7 @@ class Engine:
                 new_compressor=self._new_compressor,
                 generator=gen,
                 edge_seed=_edge_seeder(seed, i),
+                seed=seed,
                 oracle=oracles(i, gen) if oracles is not None else None,
             )
             self.nodes[i] = node
@@ -161,7 +162,7 @@ class Engine:
         topo = self.topology.at_round(t)
         for node in self.nodes.values():
             node.view = topo.view(node.id)
-            node.round = t
+            node.begin_round(t)  # and the round of its random streams
         tic = time.perf_counter()
         gens = {i: self.algorithm.step(node) for i, node in self.nodes.items()}
         msgs = {i: self._advance(i, g, None) for i, g in gens.items()}
@@ -325,7 +326,6 @@ class Engine:
                 "x": nd.x,
                 "state": dict(nd.state),
                 "generator": nd.generator.get_state(),
-                "edge_generators": {j: g.get_state() for j, g in nd._edge_generators.items()},
                 "compressor": nd.compressor.state_dict(),
                 "compressors": {name: c.state_dict() for name, c in nd.compressors.items()},
                 "oracle": nd.oracle.state_dict() if isinstance(nd.oracle, Stateful) else None,
@@ -347,8 +347,6 @@ class Engine:
             nd.x.copy_(blob["x"])
             _load_node_state(nd, blob["state"])
             nd.generator.set_state(blob["generator"])
-            for j, st in blob["edge_generators"].items():
-                nd.edge_generator(int(j)).set_state(st)
             nd.compressor.load_state_dict(blob["compressor"])
             for name, st in blob.get("compressors", {}).items():
                 nd.stream_compressor(name).load_state_dict(st)
@@ -363,7 +361,7 @@ class Engine:
         self.comm_s = float(run["comm_s"])
         self._start = time.perf_counter() - float(run["elapsed_s"])
         for nd in self.nodes.values():
-            nd.round = self.round
+            nd.begin_round(self.round)
             nd.view = self.topology.at_round(max(self.round, 1)).view(nd.id)
 
     def summary(self) -> dict[str, Any]:

@@ -57,7 +57,7 @@ class DCD(Algorithm):
         torch.sub(s, x, out=diff)
         if node.oracle is not None:
             diff.add_(node.oracle.grad(x, st["grad"]), alpha=-scheduled(self.eta, node.round))
-        q = node.compressor.encode(diff, node.generator)
+        q = node.compressor.encode(diff, node.rng)
         inbox = yield send_payload(node, q, diff)
         node.compressor.decode_add_(x, q, 1.0)
         mix_into(node, s, q, inbox)

@@ -60,7 +60,7 @@ class DeepSqueeze(Algorithm):
         if node.oracle is not None:
             local_step(node, node.oracle.grad(x, st["grad"]), scheduled(self.eta, node.round))
         v, c, err = st["v"], st["c"], st["error"]
-        q = node.compressor.encode(torch.add(x, err, out=v), node.generator)
+        q = node.compressor.encode(torch.add(x, err, out=v), node.rng)
         node.compressor.decode(q, out=c)
         torch.sub(v, c, out=err)
         inbox = yield send_payload(node, q, v)

@@ -61,7 +61,7 @@ class ECD(Algorithm):
         else:
             x.copy_(s)
         z.add_(x, alpha=k / 2.0)
-        q = node.compressor.encode(z, node.generator)
+        q = node.compressor.encode(z, node.rng)
         inbox = yield send_payload(node, q, z)
         s.mul_(1.0 - 2.0 / k)
         mix_into(node, s, q, inbox, scale=2.0 / k)

@@ -112,7 +112,7 @@ class LEAD(Algorithm):
         g = node.oracle.grad(x, st["grad"])
         torch.sub(x, g, alpha=eta, out=y).sub_(d, alpha=eta)  # y = x − ηg − ηd
         diff = y_hat  # scratch until ŷ is formed
-        q = node.compressor.encode(torch.sub(y, h, out=diff), node.generator)
+        q = node.compressor.encode(torch.sub(y, h, out=diff), node.rng)
         inbox = yield send_payload(node, q, diff)
         y_hat.copy_(h)
         node.compressor.decode_add_(y_hat, q, 1.0)
