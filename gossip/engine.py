@@ -58,7 +58,8 @@ class Engine:
         layout: shapes packed in the flat model (default: one flat vector); low-rank
             compressors and PowerGossip work per matrix-shaped tensor of the layout.
         oracles: ``oracles(i, generator) -> oracle`` giving node i's gradients, or None.
-        seed: the run seed; node and edge generators derive from it.
+        seed: the run seed; node generators and the nodes' and edges' random streams
+            (:mod:`gossip.rng`) derive from it.
         world: the process group (default: detected; in process without mpiexec).
         timeout: seconds any wait for a neighbor may take before the run stops.
         divergence_factor: a watched metric above this times its first positive value (or

@@ -34,10 +34,11 @@ class LevelQuantizer(Codec):
     symbols; equal to 1 + ⌈log2(s+1)⌉) in bit planes (:mod:`.bits`):
     ``8 + itemsize + w·⌈d/8⌉`` bytes. The receiver needs only w (header parameter) and q.
 
-    Cost: one pass of ``uniform_`` (the floor of any stochastic quantizer) plus a few
-    elementwise passes: ``t = (2^{w−1} + u) + x·(s/n)`` truncates to the code directly.
-    Rounding precision: float32 math resolves u to 2^{w−24}, so for w > 10 the arithmetic runs
-    in float64 to keep the rounding unbiased to ~2⁻²⁰ of a level.
+    Randomness (:mod:`gossip.rng`): u is a 16-bit dither ``(k + ½)·2⁻¹⁶``, k uniform on
+    {0, …, 2¹⁶ − 1}, four per hashed 64-bit word of the caller's stream; P(round up) is then
+    the fraction of y rounded to a multiple of 2⁻¹⁶, so ``E ŷ_i = y_i`` up to 2⁻¹⁷ of a level.
+    ``t = (o + u) + x·(s/n)`` truncates to the code directly; float32 math resolves t to
+    2^{w−24}, so for w > 10 the arithmetic runs in float64.
     """
 
     randomized: ClassVar[bool] = True
@@ -301,7 +302,9 @@ class Natural(Codec):
     Encoding works on the float bits: for float32, the low byte of ``(bits + r) >> 23`` with r
     uniform on [0, 2²³) *is* the rounded exponent code (the mantissa carries into the exponent
     with probability mantissa/2²³ = p), and on zeros and subnormals it gives exactly the rule
-    above; the sign bits are packed apart.
+    above; the sign bits are packed apart. r is a 16-bit dither of the caller's stream
+    (:mod:`gossip.rng`), ``r = 2⁷·k + 2⁶``, k uniform on {0, …, 2¹⁶ − 1}: the carry happens
+    with probability p rounded to a multiple of 2⁻¹⁶, i.e. unbiased up to 2⁻¹⁷·2^a.
     float64 inputs are first scaled by 2⁻⁸⁹⁶ so their exponent field lines up with float32's.
     The NaN/Inf and range check is one ``aminmax`` of x.
     """

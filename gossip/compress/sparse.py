@@ -306,7 +306,8 @@ class RandK(_KSparse):
     Plain: biased, E C(x) = (k/d)·x, E‖C(x) − x‖² = (1 − k/d)‖x‖², δ = k/d.
     ``unbiased``: C(x) = (d/k)·x_S, E C(x) = x, ω = d/k − 1 (not contractive: divide by 1+ω
     before feeding CHOCO/BEER).
-    Wire: a 64-bit seed drawn from the caller's generator, then the k values in increasing
+    Wire: a 63-bit seed drawn from the caller's stream (:meth:`gossip.rng.Stream.seeds`: one
+    hashed word, the same on every device), then the k values in increasing
     index order: ``8 + 8 + k·itemsize`` bytes. The receiver regenerates the index set from
     the seed on the CPU (:func:`sample_distinct`, torch's CPU generator: both ends need the
     same torch version). On CUDA the seed is read on the host (one sync) and the indices are
