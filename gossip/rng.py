@@ -315,6 +315,15 @@ class Stream:
         """[m] non-negative int64 seeds (63 random bits each): one word per row."""
         return self.words(1, device)[:, 0].bitwise_and_((1 << 63) - 1)
 
+    def generator(self, device: Any = "cpu") -> torch.Generator:
+        """A ``torch.Generator`` on ``device`` seeded with this draw's seed (one-node streams):
+        for code written against torch generators (a user's compressor)."""
+        if len(self.nodes) != 1:
+            raise ValueError("generator(): a torch.Generator serves one node; use row(r)")
+        gen = torch.Generator(device=device)
+        gen.manual_seed(int(self.seeds()[0]))
+        return gen
+
 
 class PreDrawn(Stream):
     """One row of a batched draw, standing in for that row's one-node stream for one call.
@@ -345,6 +354,14 @@ class PreDrawn(Stream):
         return self._take("seeds", None)
 
 
+def as_generator(rng: Any, device: Any = "cpu") -> Any:
+    """The reverse of :func:`as_stream` for legacy code: a one-node Stream becomes a
+    ``torch.Generator`` on ``device`` seeded from its next draw; anything else passes."""
+    if isinstance(rng, Stream) and not isinstance(rng, PreDrawn):
+        return rng.generator(device)
+    return rng
+
+
 def as_stream(generator: Any) -> Stream | None:
     """A :class:`Stream` for what a caller passed as randomness.
 
@@ -360,4 +377,4 @@ def as_stream(generator: Any) -> Stream | None:
     raise TypeError(f"expected a gossip.rng.Stream, a torch.Generator or None, got {type(generator).__name__}")
 
 
-__all__ = ["Stream", "PreDrawn", "as_stream", "stream_id", "clear_scratch"]
+__all__ = ["Stream", "PreDrawn", "as_stream", "as_generator", "stream_id", "clear_scratch"]

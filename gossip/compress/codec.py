@@ -57,7 +57,7 @@ from gossip.compress.wire import (
     new_buffer,
     numel_of,
 )
-from gossip.rng import as_stream
+from gossip.rng import as_generator, as_stream
 
 
 def _bump_public(tensors: tuple[torch.Tensor, ...]) -> None:
@@ -73,6 +73,11 @@ class Codec(Compressor):
     kind: ClassVar[int] = 0
     param_name: ClassVar[str] = "parameter"
     dtypes: ClassVar[tuple[torch.dtype, ...]] = FLOAT_DTYPES
+
+    #: ``_encode_body`` draws from a :class:`gossip.rng.Stream` (the built-in randomized
+    #: compressors); False (a user's codec written against ``torch.Generator``): a Stream the
+    #: caller passes is turned into a generator seeded from its next draw
+    uses_stream: ClassVar[bool] = False
 
     #: sections holding a scale (a norm or a step): a received negative one is refused
     scale_sections: ClassVar[tuple[str, ...]] = ()
@@ -184,13 +189,17 @@ class Codec(Compressor):
     def _needs_generator(self, x: torch.Tensor) -> bool:
         return True
 
+    def _randomness(self, generator: Any, device) -> Any:
+        """What ``_encode_body`` draws from: a Stream (``uses_stream``) or a torch.Generator."""
+        return as_stream(generator) if self.uses_stream else as_generator(generator, device)
+
     def encode_into(
         self, x: torch.Tensor, generator: torch.Generator | None, body: torch.Tensor
     ) -> dict[str, Any]:
         """Encode ``x`` into a body slice (no header); returns the parts."""
         self.check_input(x, generator)
         if self.randomized:
-            generator = as_stream(generator)
+            generator = self._randomness(generator, x.device)
         sec = self.sections(tuple(x.shape), x.dtype)
         return self._encode_body(x.detach().contiguous(), generator, sec.views(body))
 
@@ -208,7 +217,7 @@ class Codec(Compressor):
         if self.randomized:
             if self._needs_generator(x):
                 check_generator(generator, x, self.spec)
-            generator = as_stream(generator)
+            generator = self._randomness(generator, x.device)
         if x.requires_grad:
             x = x.detach()
         if not x.is_contiguous():
@@ -255,7 +264,8 @@ class Codec(Compressor):
         every row is one batched call of ``rng`` (one hash pass over the block); each row is
         then encoded by the single-tensor code path into its row of the block, so row r's
         bytes are exactly those of ``encode(X[r], rng.row(r))``."""
-        if self._draw_rows is None or self.stateful or X.dim() < 2 or X.shape[0] == 0:
+        if (self._draw_rows is None or not self.uses_stream or self.stateful or X.dim() < 2
+                or X.shape[0] == 0):
             return super().encode_rows(X, rng, out=out)
         m = X.shape[0]
         like = X[0]

@@ -66,6 +66,7 @@ class LowRank(Codec):
 
     kind: ClassVar[int] = 10
     randomized: ClassVar[bool] = True  # the first Q of each shape comes from the generator
+    uses_stream: ClassVar[bool] = True
     stateful: ClassVar[bool] = True
     param_name: ClassVar[str] = "rank (capped at 255)"
 

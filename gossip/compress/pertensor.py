@@ -25,7 +25,6 @@ import torch
 from gossip.compress import bits
 from gossip.compress.base import CompressionError, Compressor, Payload
 from gossip.compress.checks import check_dtype, check_generator, no_grad, quiet
-from gossip.rng import as_stream
 from gossip.compress.codec import Codec, _check_out
 from gossip.compress.wire import (
     HEADER_NBYTES,
@@ -128,7 +127,8 @@ class PerTensor(Compressor):
         flat = self._flat(x, "the input")
         if self.randomized and generator is not None:
             check_generator(generator, flat, self.spec)
-            generator = as_stream(generator)  # once: every tensor draws its own call from it
+            # once: every tensor draws its own call from the stream (or the one generator)
+            generator = self.inners[0]._randomness(generator, flat.device)
         hp = self._host_plan(flat) if self._host_encode else None
         if hp is None:
             return self._encode_torch(x, flat, generator, out)

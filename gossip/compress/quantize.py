@@ -42,6 +42,7 @@ class LevelQuantizer(Codec):
     """
 
     randomized: ClassVar[bool] = True
+    uses_stream: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
     param_name: ClassVar[str] = "bit width"
     scale_sections: ClassVar[tuple[str, ...]] = ("scale",)
@@ -311,6 +312,7 @@ class Natural(Codec):
 
     kind: ClassVar[int] = 9
     randomized: ClassVar[bool] = True
+    uses_stream: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
     omega = 1.0 / 8.0
 

@@ -316,6 +316,7 @@ class RandK(_KSparse):
 
     kind: ClassVar[int] = 5
     randomized: ClassVar[bool] = True
+    uses_stream: ClassVar[bool] = True
     param_name: ClassVar[str] = "flags (1 = rescaled by d/k)"
 
     def __init__(
