@@ -5,8 +5,9 @@ For each size d (float32, one torch thread) and compressor: median encode / deco
 
 * ``copy``: ``dst.copy_(src)`` of the same tensor (memory bandwidth; sign and rand-k target
   ≥ 0.25 of it),
-* ``rand``: ``torch.rand(d, out=…)``, the floor of every stochastic quantizer (qsgd, lead,
-  natural target ≥ 0.5 of it),
+* ``rand``: ``torch.rand(d, out=…)``, what a stochastic quantizer's dither used to cost (qsgd,
+  lead, natural target ≥ 2 of it: their counter-based 16-bit dithers, ``gossip.rng``, hash one
+  64-bit word per four entries),
 * ``torch.topk`` of |x| alone (top-k targets ≥ 1).
 
 Encode writes into a preallocated ``out=`` buffer and decode into a preallocated tensor, as
@@ -37,7 +38,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gossip.compress import make  # noqa: E402
+<<<<<<< HEAD
 from gossip.compress.base import Compressor  # noqa: E402
+=======
+from gossip.rng import Stream  # noqa: E402
+
+#: the randomized compressors whose encode is compared with ``torch.rand(d)`` (issue 11)
+RNG_SPECS = ["qsgd:4", "lead:2", "natural", "randk:0.01"]
+RNG_SIZES = [1e6, 4e6]
+>>>>>>> rng
 
 SPECS = [
     "none",
@@ -56,9 +65,9 @@ SPECS = [
 TARGETS = {  # spec prefix -> (baseline, minimal encode ratio)
     "sign": ("copy", 0.25),
     "randk": ("copy", 0.25),
-    "qsgd": ("rand", 0.5),
-    "lead": ("rand", 0.5),
-    "natural": ("rand", 0.5),
+    "qsgd": ("rand", 2.0),
+    "lead": ("rand", 2.0),
+    "natural": ("rand", 2.0),
     "topk": ("topk", 1.0),
 }
 
@@ -113,11 +122,12 @@ def bench_size(d: int, specs: list[str], repeat: int, device: torch.device) -> l
         xin = x.view(*near_square(d)) if spec.startswith("lowrank") else x
         buf = torch.empty(c.max_nbytes(xin), dtype=torch.uint8, device=device)
         out = torch.empty_like(xin)
-        payload = c.encode(xin, gen, out=buf)
+        rng = Stream(0, [0])  # the node's counter-based stream (what the engine passes)
+        payload = c.encode(xin, rng, out=buf)
         floor = next((f for p, (f, _) in TARGETS.items() if spec.startswith(p)), "copy")
         fns = {
             "copy": floors["copy"],
-            "enc": lambda c=c, xin=xin, buf=buf: c.encode(xin, gen, out=buf),
+            "enc": lambda c=c, xin=xin, buf=buf, rng=rng: c.encode(xin, rng, out=buf),
             "dec": lambda c=c, p=payload, out=out: c.decode(p, out=out),
         }
         if floor != "copy":
@@ -140,6 +150,7 @@ def bench_size(d: int, specs: list[str], repeat: int, device: torch.device) -> l
     return rows
 
 
+<<<<<<< HEAD
 BLOCK_SPECS = ["topk:0.01", "none", "sign"]
 
 
@@ -205,6 +216,23 @@ def bench_blocks(m: int, d: int, repeat: int, device: torch.device) -> None:
               f"| {t['enc_ref'] / t['enc']:.2f} | {t['enc_loop'] / t['enc']:.2f} "
               f"| {ms['dec']:.2f} | {ms['dec_ref']:.2f} | {ms['dec_loop']:.2f} "
               f"| {t['dec_ref'] / t['dec']:.2f} | {t['dec_loop'] / t['dec']:.2f} |")
+=======
+def rng_ratios(d: int, specs: list[str], repeat: int, device: torch.device) -> dict[str, float]:
+    """Speedup ``t(torch.rand(d)) / t(encode)`` of each randomized compressor, all measured
+    interleaved in one run (float32, the node's :class:`gossip.rng.Stream`)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(0)
+    x = torch.randn(d, generator=gen, device=device)
+    dst = torch.empty_like(x)
+    fns: dict[str, Callable[[], object]] = {"rand": lambda: torch.rand(d, out=dst)}
+    for spec in specs:
+        c = make(spec)
+        buf = torch.empty(c.max_nbytes(x), dtype=torch.uint8, device=device)
+        rng = Stream(0, [0])
+        fns[spec] = lambda c=c, buf=buf, rng=rng: c.encode(x, rng, out=buf)
+    t = timeit(fns, repeat, device)
+    return {"rand_ms": t["rand"] * 1e3, **{spec: t["rand"] / t[spec] for spec in specs}}
+>>>>>>> rng
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -214,8 +242,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--specs", nargs="+", default=SPECS)
+<<<<<<< HEAD
     ap.add_argument("--blocks", action="store_true", help="only the blocks section")
     ap.add_argument("--block-shape", nargs=2, type=float, default=[1000, 1e4], metavar=("M", "D"))
+=======
+    ap.add_argument("--rng-only", action="store_true",
+                    help="only the randomized encoders against torch.rand (d = 1e6, 4e6)")
+>>>>>>> rng
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -227,6 +260,18 @@ def main(argv: list[str] | None = None) -> None:
         f"torch {torch.__version__}, {args.threads} thread(s), device {device}, float32, "
         f"median of {args.repeat}\n"
     )
+    if not args.rng_only:
+        print_table(args, device)
+    print("\nencode speedup over torch.rand(d) (t_rand / t_encode, target ≥ 2), interleaved:\n")
+    print("| d | torch.rand ms | " + " | ".join(RNG_SPECS) + " |")
+    print("|---|---|" + "---|" * len(RNG_SPECS))
+    for size in RNG_SIZES:
+        r = rng_ratios(int(size), RNG_SPECS, max(args.repeat, 9), device)
+        print(f"| {size:.0e} | {r['rand_ms']:.2f} | "
+              + " | ".join(f"{r[s]:.2f}" for s in RNG_SPECS) + " |")
+
+
+def print_table(args, device: torch.device) -> None:
     print(
         "| d | compressor | encode GB/s | decode GB/s | enc / copy | dec / copy "
         "| enc / floor | bytes / 4d | target |"

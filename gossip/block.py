@@ -24,6 +24,7 @@ import torch
 
 from gossip.compress import Compressor
 from gossip.compress.base import CompressionError, row_stride
+from gossip.rng import Stream
 
 
 class RowsError(CompressionError):
@@ -127,14 +128,17 @@ class Block:
     """
 
     def __init__(self, nodes: list[Any], x: torch.Tensor, compressor: Compressor,
-                 new_compressor: Callable[[], Compressor], rng: Any = None):
+                 new_compressor: Callable[[], Compressor], seed: int = 0):
         self.nodes = nodes
         self.ids = [nd.id for nd in nodes]
         self.m = len(nodes)
         self.x = x
         self.state: dict[str, torch.Tensor] = {}
         self.compressor = compressor
-        self.rng = rng
+        self.seed = seed
+        self.rng = Stream(seed, self.ids, 0)
+        """The nodes' random streams as one (row r draws what node r's ``node.rng`` would)."""
+        self._rngs: dict[str, Stream] = {}
         self.round = 0
         self.plan: MixPlan | None = None
         self._new_compressor = new_compressor
@@ -155,8 +159,9 @@ class Block:
         self.round = t
         self.plan = plan
         self._calls = 0
-        if self.rng is not None:
-            self.rng.begin_round(t)
+        self.rng.begin_round(t)
+        for rng in self._rngs.values():
+            rng.begin_round(t)
 
     def stream_compressor(self, stream: str) -> Compressor:
         """The block's compressor for the extra message stream ``stream`` (one per name)."""
@@ -165,10 +170,21 @@ class Block:
             comp = self._streams[stream] = self._new_compressor()
         return comp
 
+    def stream_rng(self, stream: str) -> Stream:
+        """The nodes' random streams for the message stream ``stream`` (rows as ``node.stream_rng``)."""
+        rng = self._rngs.get(stream)
+        if rng is None:
+            rng = self._rngs[stream] = Stream(self.seed, self.ids, stream)
+            rng.begin_round(self.round)
+        return rng
+
     # -- messages ------------------------------------------------------------------------------
-    def encode(self, X: torch.Tensor, compressor: Compressor | None = None) -> Rows:
-        """Encode every row of ``X`` into this phase's staging buffer (see the module doc)."""
+    def encode(self, X: torch.Tensor, compressor: Compressor | None = None,
+               rng: Stream | None = None) -> Rows:
+        """Encode every row of ``X`` into this phase's staging buffer (see the module doc);
+        randomized compressors draw from ``rng`` (default: the block's main streams)."""
         comp = compressor or self.compressor
+        rng = rng or self.rng
         like = X[0] if self.m else X
         nbytes = comp.nbytes_rows(like)
         pitch = row_stride(nbytes)
@@ -179,11 +195,11 @@ class Block:
             self._staging[self._calls] = staging
         self._calls += 1
         mine = staging[: self.m, :nbytes]
-        if comp.stateful or (comp.randomized and self.rng is None):
-            self._encode_per_node(comp, X, mine, compressor is None)
+        if comp.stateful:
+            self._encode_per_node(comp, X, mine, rng)
         else:
             try:
-                block = comp.encode_rows(X, self.rng, out=mine)
+                block = comp.encode_rows(X, rng, out=mine)
             except CompressionError as exc:
                 row = getattr(exc, "row", None)
                 who = f"node {self.ids[row]}" if row is not None else "a node"
@@ -193,11 +209,18 @@ class Block:
         return Rows(staging, nbytes, comp, like)
 
     def _encode_per_node(self, comp: Compressor, X: torch.Tensor, mine: torch.Tensor,
-                         main: bool) -> None:
-        """Stateful compressors keep per-node state: each node encodes with its own instance."""
+                         rng: Stream) -> None:
+        """Stateful compressors keep per-node state: each node encodes with its own instance
+        (the main stream's is the node's ``compressor``, an extra stream's its
+        ``stream_compressor``)."""
+        main = comp is self.compressor
+        name = next((k for k, c in self._streams.items() if c is comp), None)
+        streams = [rng.row(r) for r in range(self.m)]
         for r, nd in enumerate(self.nodes):
-            c = nd.compressor if (main and comp.stateful) else comp
-            mine[r].copy_(c.encode(X[r], nd.generator).to_bytes())
+            c = nd.compressor if main else nd.stream_compressor(name) if name else comp
+            mine[r].copy_(c.encode(X[r], streams[r]).to_bytes())
+        if streams:
+            rng.sync(streams[0])
 
     def decode(self, rows: Rows, out: torch.Tensor) -> torch.Tensor:
         """``out[r] = C(q_r)``: every node's own message decoded (``0 + C(q)``: equal to the

@@ -59,7 +59,8 @@ class Engine:
         layout: shapes packed in the flat model (default: one flat vector); low-rank
             compressors and PowerGossip work per matrix-shaped tensor of the layout.
         oracles: ``oracles(i, generator) -> oracle`` giving node i's gradients, or None.
-        seed: the run seed; node and edge generators derive from it.
+        seed: the run seed; node generators and the nodes' and edges' random streams
+            (:mod:`gossip.rng`) derive from it.
         world: the process group (default: detected; in process without mpiexec).
         timeout: seconds any wait for a neighbor may take before the run stops.
         divergence_factor: a watched metric above this times its first positive value (or
@@ -115,6 +116,7 @@ class Engine:
                 new_compressor=self._new_compressor,
                 generator=gen,
                 edge_seed=_edge_seeder(seed, i),
+                seed=seed,
                 oracle=oracles(i, gen) if oracles is not None else None,
             )
             self.nodes[i] = node
@@ -152,7 +154,7 @@ class Engine:
         for r, node in enumerate(nodes):
             x[r].copy_(node.x)
             node.x = x[r]
-        return Block(nodes, x, self._new_compressor(), self._new_compressor)
+        return Block(nodes, x, self._new_compressor(), self._new_compressor, seed=self.seed)
 
     def _plan(self, topo: Any) -> MixPlan:
         """The block's routing for a round's topology (cached per topology object)."""
@@ -195,7 +197,7 @@ class Engine:
                 node.view = topo.view(node.id)
             self._viewed = topo
         for node in self.nodes.values():
-            node.round = t
+            node.begin_round(t)  # its round and the round of its random streams
         if self.block is not None:
             self._step_block(t, topo)
             return
@@ -420,7 +422,6 @@ class Engine:
                 "x": nd.x,
                 "state": dict(nd.state),
                 "generator": nd.generator.get_state(),
-                "edge_generators": {j: g.get_state() for j, g in nd._edge_generators.items()},
                 "compressor": nd.compressor.state_dict(),
                 "compressors": {name: c.state_dict() for name, c in nd.compressors.items()},
                 "oracle": nd.oracle.state_dict() if isinstance(nd.oracle, Stateful) else None,
@@ -442,8 +443,6 @@ class Engine:
             nd.x.copy_(blob["x"])
             _load_node_state(nd, blob["state"])
             nd.generator.set_state(blob["generator"])
-            for j, st in blob["edge_generators"].items():
-                nd.edge_generator(int(j)).set_state(st)
             nd.compressor.load_state_dict(blob["compressor"])
             for name, st in blob.get("compressors", {}).items():
                 nd.stream_compressor(name).load_state_dict(st)
@@ -458,7 +457,7 @@ class Engine:
         self.comm_s = float(run["comm_s"])
         self._start = time.perf_counter() - float(run["elapsed_s"])
         for nd in self.nodes.values():
-            nd.round = self.round
+            nd.begin_round(self.round)
             nd.view = self.topology.at_round(max(self.round, 1)).view(nd.id)
         self._viewed = None
 

@@ -11,6 +11,7 @@ import torch
 from gossip.compress import CompressionError, bits, make
 from gossip.compress.sparse import sample_distinct
 from gossip.layout import Layout
+from gossip.rng import Stream
 
 SEED = 1234
 
@@ -434,7 +435,9 @@ def test_qsgd_biased_is_scaled():
 
 
 # --------------------------------------------------------------------------- low-rank
-@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+# float32: Gram–Schmidt's rounding depends on the conditioning of the drawn Q (5e-5: the
+# counter-based draws of gossip.rng give 1.5e-5 on the (5, 50) case)
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 5e-5), (torch.float64, 1e-12)])
 @pytest.mark.parametrize("shape,r", [((40, 30), 2), ((30, 8, 2, 2), 3), ((5, 50), 5)])
 def test_lowrank_exact_on_low_rank(shape, r, dtype, tol):
     g = gen()
@@ -500,10 +503,10 @@ def test_per_tensor_layout(spec):
     layout = Layout(SHAPES)
     x = torch.randn(layout.numel, generator=gen(9), dtype=torch.float64)
     c = make(spec, layout=layout)
-    p = c.encode(x, gen())
+    p = c.encode(x, Stream(1, [0]))
     y = c.decode(p)
-    # the same as compressing each tensor alone with the same generator stream
-    g = gen()
+    # the same as compressing each tensor alone with the same stream (one call per tensor)
+    g = Stream(1, [0])
     singles = [make(spec) for _ in SHAPES]
     expect = torch.cat(
         [s.decode(s.encode(v, g)).view(-1) for s, v in zip(singles, layout.views(x), strict=True)]

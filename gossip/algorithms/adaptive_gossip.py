@@ -236,7 +236,7 @@ class ChocoAMSGrad(TrackedAMSGrad):
         parts = []
         for vec, hat, s in ((x, st["x_hat"], st["s_x"]), (u, st["u_hat"], st["s_u"])):
             vec.add_(torch.sub(s, hat, out=diff), alpha=self.gamma)
-            parts.append(comp.encode(torch.sub(vec, hat, out=diff), node.generator).to_bytes())
+            parts.append(comp.encode(torch.sub(vec, hat, out=diff), node.rng).to_bytes())
         message = pack(parts)
         cap = comp.max_nbytes(x)
         inbox = yield Exchange.broadcast(message, packed_capacity([cap, cap]))

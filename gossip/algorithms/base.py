@@ -3,7 +3,7 @@
 A round yields :class:`Exchange` messages and receives the inbox back, so the code reads like
 the paper's update and never touches a transport::
 
-    q = node.compressor.encode(node.x - x_hat, node.generator)
+    q = node.compressor.encode(node.x - x_hat, node.rng)
     inbox = yield Exchange.broadcast(q.to_bytes(), capacity)
     for j, buf in inbox.items():          # sorted by sender id
         node.compressor.decode_add_(s, node.compressor.from_bytes(buf, s), node.weight(j))
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from gossip.errors import GossipError
+from gossip.rng import Stream
 
 if TYPE_CHECKING:
     from gossip.compress.base import Compressor
@@ -60,9 +61,14 @@ class Node:
     """Everything one node's round may read or change.
 
     ``x`` is the node's flat model (its shape is described by ``layout``), ``state`` holds the
-    algorithm's tensors (tensors or lists of tensors only: checkpoints copy them in place),
-    ``generator`` the node's private randomness and ``edge_generator(j)`` randomness shared with
-    neighbor ``j``. ``oracle`` gives gradients (None for pure consensus). ``compressor``
+    algorithm's tensors (tensors or lists of tensors only: checkpoints copy them in place).
+    Randomness: ``rng`` is the node's :class:`gossip.rng.Stream` (counter-based, keyed by
+    (run seed, node, round, call): pass it to ``compressor.encode``), :meth:`stream_rng` gives
+    the stream of a named extra message stream, and :meth:`edge_rng` randomness shared with
+    neighbor ``j`` (keyed by the unordered edge: both ends draw the same numbers). The engine
+    calls :meth:`begin_round` every round, which is all these streams need to be
+    reproducible (no state to checkpoint). ``generator`` (a ``torch.Generator``) stays for the
+    oracle's sampling. ``oracle`` gives gradients (None for pure consensus). ``compressor``
     encodes the node's main stream of messages; an algorithm that sends a second stream (a
     gradient tracker) gets its own instance from :meth:`stream_compressor`, so stateful
     compressors never mix streams and checkpoints save every one.
@@ -74,13 +80,21 @@ class Node:
     view: Any  # topologies.NodeView of the current round
     compressor: Compressor
     generator: torch.Generator
-    edge_seed: Any  # callable (j) -> int, seed shared with neighbor j
+    edge_seed: Any = None  # callable (j) -> int, seed shared with neighbor j (legacy; unused here)
     oracle: Any = None
     round: int = 0
     state: dict[str, Any] = field(default_factory=dict)
     new_compressor: Callable[[], Compressor] | None = None
     compressors: dict[str, Compressor] = field(default_factory=dict)
-    _edge_generators: dict[int, torch.Generator] = field(default_factory=dict)
+    seed: int = 0  # the run seed: every Stream of the node derives from it
+    rng: Stream | None = None
+    _rngs: dict[str, Stream] = field(default_factory=dict)
+    _edge_rngs: dict[int, Stream] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.rng is None:
+            self.rng = Stream(self.seed, (self.id,), 0)
+            self.rng.begin_round(self.round)
 
     def stream_compressor(self, stream: str) -> Compressor:
         """A compressor of the run's kind for the message stream ``stream`` (one per name)."""
@@ -91,14 +105,33 @@ class Node:
             comp = self.compressors[stream] = self.new_compressor()
         return comp
 
-    def edge_generator(self, j: int) -> torch.Generator:
-        """The generator this node shares with neighbor ``j`` (same stream on both ends)."""
-        gen = self._edge_generators.get(j)
-        if gen is None:
-            gen = torch.Generator(device=self.x.device)
-            gen.manual_seed(self.edge_seed(j))
-            self._edge_generators[j] = gen
-        return gen
+    def stream_rng(self, stream: str) -> Stream:
+        """The node's random stream for the message stream ``stream`` (one per name; the
+        randomness to give ``stream_compressor(stream).encode``)."""
+        rng = self._rngs.get(stream)
+        if rng is None:
+            rng = self._rngs[stream] = Stream(self.seed, (self.id,), stream)
+            rng.begin_round(self.round)
+        return rng
+
+    def edge_rng(self, j: int) -> Stream:
+        """The stream this node shares with neighbor ``j``: keyed by the unordered edge
+        {id, j}, so both ends draw the same numbers when they make the same calls."""
+        rng = self._edge_rngs.get(j)
+        if rng is None:
+            lo, hi = min(self.id, j), max(self.id, j)
+            rng = self._edge_rngs[j] = Stream(self.seed, (lo << 32 | hi,), "edge")
+            rng.begin_round(self.round)
+        return rng
+
+    def begin_round(self, t: int) -> None:
+        """Enter round ``t``: sets ``round`` and the round of every stream of the node."""
+        self.round = t
+        self.rng.begin_round(t)
+        for rng in self._rngs.values():
+            rng.begin_round(t)
+        for rng in self._edge_rngs.values():
+            rng.begin_round(t)
 
     def weight(self, j: int) -> float:
         """``w_ij``: the weight this node gives to neighbor ``j``'s value (or its own)."""

@@ -71,11 +71,11 @@ class BEER(Algorithm):
         dx, dv, gn, gp = st["dx"], st["dv"], st["grad"], st["grad_prev"]
         ch, cg = node.compressor, node.stream_compressor("tracker")
         x.add_(torch.sub(sh, h, out=dx), alpha=gamma).sub_(v, alpha=self.eta)
-        qh = ch.encode(torch.sub(x, h, out=dx), node.generator)
+        qh = ch.encode(torch.sub(x, h, out=dx), node.rng)
         self.estimate(node, node.oracle.grad(x, gn), gp)
         v.add_(torch.sub(sg, g, out=dv), alpha=gamma).add_(gn).sub_(gp)
         gp.copy_(gn)
-        qg = cg.encode(torch.sub(v, g, out=dv), node.generator)
+        qg = cg.encode(torch.sub(v, g, out=dv), node.stream_rng("tracker"))
         caps = [ch.max_nbytes(dx), cg.max_nbytes(dv)]
         inbox = yield Exchange(pack([qh.to_bytes(), qg.to_bytes()]), packed_capacity(caps))
         parts = unpack_inbox(inbox, 2, caps)

@@ -129,7 +129,7 @@ class CECL(Algorithm):
         sent, bufs = {}, {}
         for j in nbrs:  # y_ij − r_ij = z_ij − 2 A_ij w_i − r_ij
             d = torch.sub(z[j], r[j], out=msg[j]).add_(x, alpha=-2.0 if i < j else 2.0)
-            sent[j] = comp.encode(d, node.generator)
+            sent[j] = comp.encode(d, node.rng)
             bufs[j] = sent[j].to_bytes()
         inbox = yield Exchange(bufs, comp.max_nbytes(x))
         for j in nbrs:

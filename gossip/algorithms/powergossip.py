@@ -10,12 +10,12 @@ even rounds orthonormalise P and exchange ``u_i = M_iᵀ P̂``. Because the sket
 
 The new factor is kept (warm start), so consecutive rounds run a power iteration on the slowly
 changing difference; without warm start the input factor is redrawn from the edge's shared
-generator every round. With gradients (a training run) the node computes its gradient at
+stream (``node.edge_rng``) every round. With gradients (a training run) the node computes its gradient at
 the pre-gossip model, gossips, then takes its local step (D-PSGD order). Tensors with
 ndim ≤ 1 are gossiped exactly (rate 1). No extra hyper-parameter: γ = 1 works untuned (the
 optimal over-relaxation 2/((1−λ₂)+β) is faster).
 Differences from the reference code: no skipped first step; a factor that collapses below
-1e-12 (the edge reached consensus) is redrawn from the edge generator instead of staying 0.
+1e-12 (the edge reached consensus) is redrawn from the edge stream instead of staying 0.
 """
 
 from __future__ import annotations
@@ -106,11 +106,11 @@ class PowerGossip(Algorithm):
     def setup(self, node: Node) -> None:
         mats, _ = self._matrices(node)
         for j in node.view.neighbors:
-            gen = node.edge_generator(j)
+            rng = node.edge_rng(j)  # keyed by the edge: both ends draw the same factors
             ranks = [min(self.rank, *m.shape) for m in mats]
-            ps = [torch.randn(m.shape[0], r, generator=gen, dtype=m.dtype, device=m.device)
+            ps = [rng.normal(m.shape[0] * r, dtype=m.dtype, device=m.device).view(m.shape[0], r)
                   for m, r in zip(mats, ranks)]
-            qs = [torch.randn(m.shape[1], r, generator=gen, dtype=m.dtype, device=m.device)
+            qs = [rng.normal(m.shape[1] * r, dtype=m.dtype, device=m.device).view(m.shape[1], r)
                   for m, r in zip(mats, ranks)]
             node.state[f"P{j}"] = ps
             node.state[f"Q{j}"] = qs
@@ -139,8 +139,8 @@ class PowerGossip(Algorithm):
             basis = []
             for f in st[key]:
                 if not self.warm_start or float(f.norm()) < 1e-12:
-                    f.copy_(torch.randn(f.shape, generator=node.edge_generator(j), dtype=f.dtype,
-                                        device=f.device))
+                    f.copy_(node.edge_rng(j).normal(f.numel(), dtype=f.dtype,
+                                                    device=f.device).view(f.shape))
                 basis.append(orthonormalize(f, self.eps))
             bases[j] = basis
             sent[j] = [m @ b if right else (b.T @ m).T for m, b in zip(mats, basis)] + list(vecs)

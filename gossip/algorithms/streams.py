@@ -121,6 +121,7 @@ class Stream:
         self.alpha = float(alpha)
         self.weights = weights or node.weight
         self.compressor = node.stream_compressor(name) if own_compressor else node.compressor
+        self.rng = node.stream_rng(name) if own_compressor else node.rng
         self.h = state_tensor(node, f"{name}.h") if self.alpha > 0 else None
         self.hm = state_tensor(node, f"{name}.hm") if self.alpha > 0 else None
         self.diff = torch.empty_like(x)
@@ -133,7 +134,7 @@ class Stream:
         d = self.diff.copy_(z)
         if self.h is not None:
             d.sub_(self.h)
-        self._q = self.compressor.encode(d, self.node.generator)
+        self._q = self.compressor.encode(d, self.rng)
         return self._q.to_bytes()
 
     def capacity(self) -> int:
@@ -241,6 +242,7 @@ class ArcStream:
         self.node = node
         self.name = name
         self.compressor = node.stream_compressor(name) if own_compressor else node.compressor
+        self.rng = node.stream_rng(name) if own_compressor else node.rng
         st = node.state
         for key, ids in ((f"{name}.out", outs), (f"{name}.in", ins)):
             if key not in st:
@@ -266,7 +268,7 @@ class ArcStream:
         out = {}
         for j in self.node.view.out_neighbors:
             d = torch.sub(z, self._copy(self.out, j, "out"), out=self.diff)
-            self._q[j] = self.compressor.encode(d, self.node.generator)
+            self._q[j] = self.compressor.encode(d, self.rng)
             out[j] = self._q[j].to_bytes()
         return out
 

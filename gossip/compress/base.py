@@ -105,8 +105,9 @@ class Compressor(ABC):
         delta: contraction quality δ (``E‖C(x)−x‖² ≤ (1−δ)‖x‖²``), or None when there is none
             (e.g. rescaled rand-k), it depends on the data (one low-rank power step) or on an
             unknown d (``sign``, ``topk:K``): use :meth:`delta_for`.
-        randomized: ``encode`` draws from the caller's ``torch.Generator`` (it must be given,
-            on the tensor's device; the same generator state gives the same bytes).
+        randomized: ``encode`` draws from the caller's :class:`gossip.rng.Stream` (it must be
+            given; the same stream position gives the same bytes; a ``torch.Generator`` on the
+            tensor's device is accepted and turned into a stream by ``gossip.rng.as_stream``).
         stateful: the instance keeps state between calls (low-rank warm start): use one
             instance per stream of messages.
         check_finite: raise :class:`CompressionError` on NaN/Inf input (default True). The check

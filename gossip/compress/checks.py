@@ -111,13 +111,18 @@ def check_dtype(x: torch.Tensor, allowed: tuple[torch.dtype, ...], name: str) ->
         raise CompressionError(f"{name}: cannot compress an empty tensor")
 
 
-def check_generator(generator: torch.Generator | None, x: torch.Tensor, name: str) -> None:
-    """A randomized compressor needs the caller's generator, on the tensor's device."""
+def check_generator(generator: Any, x: torch.Tensor, name: str) -> None:
+    """A randomized compressor needs the caller's randomness: a :class:`gossip.rng.Stream`
+    (any device: its draws go where they are asked) or a ``torch.Generator`` on the tensor's
+    device (legacy callers; :func:`gossip.rng.as_stream` turns it into a stream)."""
     if generator is None:
         raise CompressionError(
-            f"{name} is randomized: pass the node's torch.Generator to encode(x, generator) "
-            "(seeded per node, so a run is reproducible: same seed -> same bytes)"
+            f"{name} is randomized: pass the node's gossip.rng.Stream (node.rng) or a "
+            "torch.Generator to encode(x, generator) (seeded per node, so a run is "
+            "reproducible: same seed -> same bytes)"
         )
+    if not isinstance(generator, torch.Generator):
+        return
     gdev = generator.device
     if gdev.type != x.device.type or (
         x.device.index is not None and gdev.index is not None and gdev.index != x.device.index

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from gossip.compress import bits
-from gossip.compress.base import CompressionError, Compressor, Payload
+from gossip.compress.base import CompressionError, Compressor, Payload, _row_block
 from gossip.compress.checks import (
     FLOAT_DTYPES,
     Workspace,
@@ -57,6 +57,7 @@ from gossip.compress.wire import (
     new_buffer,
     numel_of,
 )
+from gossip.rng import as_generator, as_stream
 
 
 def _bump_public(tensors: tuple[torch.Tensor, ...]) -> None:
@@ -72,6 +73,11 @@ class Codec(Compressor):
     kind: ClassVar[int] = 0
     param_name: ClassVar[str] = "parameter"
     dtypes: ClassVar[tuple[torch.dtype, ...]] = FLOAT_DTYPES
+
+    #: ``_encode_body`` draws from a :class:`gossip.rng.Stream` (the built-in randomized
+    #: compressors); False (a user's codec written against ``torch.Generator``): a Stream the
+    #: caller passes is turned into a generator seeded from its next draw
+    uses_stream: ClassVar[bool] = False
 
     #: sections holding a scale (a norm or a step): a received negative one is refused
     scale_sections: ClassVar[tuple[str, ...]] = ()
@@ -183,11 +189,17 @@ class Codec(Compressor):
     def _needs_generator(self, x: torch.Tensor) -> bool:
         return True
 
+    def _randomness(self, generator: Any, device) -> Any:
+        """What ``_encode_body`` draws from: a Stream (``uses_stream``) or a torch.Generator."""
+        return as_stream(generator) if self.uses_stream else as_generator(generator, device)
+
     def encode_into(
         self, x: torch.Tensor, generator: torch.Generator | None, body: torch.Tensor
     ) -> dict[str, Any]:
         """Encode ``x`` into a body slice (no header); returns the parts."""
         self.check_input(x, generator)
+        if self.randomized:
+            generator = self._randomness(generator, x.device)
         sec = self.sections(tuple(x.shape), x.dtype)
         return self._encode_body(x.detach().contiguous(), generator, sec.views(body))
 
@@ -202,8 +214,10 @@ class Codec(Compressor):
         out: torch.Tensor | None = None,
     ) -> Payload:
         plan = self.plan(x)
-        if self.randomized and self._needs_generator(x):
-            check_generator(generator, x, self.spec)
+        if self.randomized:
+            if self._needs_generator(x):
+                check_generator(generator, x, self.spec)
+            generator = self._randomness(generator, x.device)
         if x.requires_grad:
             x = x.detach()
         if not x.is_contiguous():
@@ -238,6 +252,39 @@ class Codec(Compressor):
                 plan.write_header(buf)
         parts = self._encode_body(x, generator, plan.torch_views(buf, host))
         return Payload(buf, x.shape, x.dtype, parts)
+
+    # ------------------------------------------------------------ blocks of nodes
+    #: the batched draw of a randomized compressor's ``encode_rows`` (None: the default loop):
+    #: ``(rng, X) -> [PreDrawn per row]``, exactly one draw call of ``rng`` for the block
+    _draw_rows: ClassVar[Any] = None
+
+    def encode_rows(self, X: torch.Tensor, rng: Any = None, *,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+        """The block version (contract in :meth:`Compressor.encode_rows`): the random draw of
+        every row is one batched call of ``rng`` (one hash pass over the block); each row is
+        then encoded by the single-tensor code path into its row of the block, so row r's
+        bytes are exactly those of ``encode(X[r], rng.row(r))``."""
+        if (self._draw_rows is None or not self.uses_stream or self.stateful or X.dim() < 2
+                or X.shape[0] == 0):
+            return super().encode_rows(X, rng, out=out)
+        m = X.shape[0]
+        like = X[0]
+        plan = self.plan(like)
+        check_generator(rng, like, self.spec)
+        rng = as_stream(rng)
+        if X.requires_grad:
+            X = X.detach()
+        if not X.is_contiguous():
+            X = X.contiguous()
+        block = _row_block(out, m, plan.nbytes, X.device)
+        draws = self._draw_rows(rng, X)
+        for r in range(m):
+            try:
+                self.encode(X[r], draws[r], out=block[r])
+            except CompressionError as exc:
+                exc.row = r
+                raise
+        return block
 
     def _host_out(self, out: Any, payload: Payload) -> np.ndarray | None:
         """``out`` as a flat numpy array when the numpy decoders can write it, else None."""

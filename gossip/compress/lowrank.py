@@ -42,7 +42,7 @@ class LowRank(Codec):
 
     A tensor with ndim > 1 is viewed as ``M = T.reshape(T.shape[0], -1)`` (m × k) and
     r ← min(r, m, k). With the instance's warm-start factor Q (k × r, first drawn N(0, 1) from
-    the caller's generator, one per shape)::
+    the caller's stream (:meth:`gossip.rng.Stream.normal`), one per shape)::
 
         P = M Q;   P̂ = orth(P) (Gram–Schmidt, guard 1e-8);   Q ← Mᵀ P̂;   send (P̂, Q)
         decode: P̂ Qᵀ  (= P̂ P̂ᵀ M, the projection of M on span P̂)
@@ -66,6 +66,7 @@ class LowRank(Codec):
 
     kind: ClassVar[int] = 10
     randomized: ClassVar[bool] = True  # the first Q of each shape comes from the generator
+    uses_stream: ClassVar[bool] = True
     stateful: ClassVar[bool] = True
     param_name: ClassVar[str] = "rank (capped at 255)"
 
@@ -114,10 +115,10 @@ class LowRank(Codec):
             if generator is None:
                 raise CompressionError(
                     f"{self.spec}: the warm-start factor of shape {tuple(x.shape)} must be "
-                    "(re)drawn: pass the node's torch.Generator to encode()"
+                    "(re)drawn: pass the node's gossip.rng.Stream (or a torch.Generator) to encode()"
                 )
-            qt = torch.randn(r, k, generator=generator, device=generator.device, dtype=x.dtype)
-            qt = qt.to(x.device)
+            # one draw of r·k standard normals (counter-based: the same on every device)
+            qt = generator.normal(r * k, dtype=x.dtype, device=x.device)[0].view(r, k)
         pt = v["p"].view(r, m)
         torch.mm(qt, mat.t(), out=pt)  # P̂ᵀ before orth = Qᵀ Mᵀ
         norms = orthonormalize_rows_(pt)

@@ -125,6 +125,10 @@ class PerTensor(Compressor):
         out: torch.Tensor | None = None,
     ) -> Payload:
         flat = self._flat(x, "the input")
+        if self.randomized and generator is not None:
+            check_generator(generator, flat, self.spec)
+            # once: every tensor draws its own call from the stream (or the one generator)
+            generator = self.inners[0]._randomness(generator, flat.device)
         hp = self._host_plan(flat) if self._host_encode else None
         if hp is None:
             return self._encode_torch(x, flat, generator, out)

@@ -14,8 +14,10 @@ from gossip.compress.base import CompressionError
 from gossip.compress.checks import check_scalar, nonfinite, quiet, tame
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
+from gossip.rng import PreDrawn
 
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
+_NP_FLOAT = {torch.float32: np.float32, torch.float64: np.float64}
 _TORCH_INT = {np.uint8: torch.uint8, np.uint16: torch.uint16, np.int32: torch.int32}
 
 
@@ -32,13 +34,15 @@ class LevelQuantizer(Codec):
     symbols; equal to 1 + ⌈log2(s+1)⌉) in bit planes (:mod:`.bits`):
     ``8 + itemsize + w·⌈d/8⌉`` bytes. The receiver needs only w (header parameter) and q.
 
-    Cost: one pass of ``uniform_`` (the floor of any stochastic quantizer) plus a few
-    elementwise passes: ``t = (2^{w−1} + u) + x·(s/n)`` truncates to the code directly.
-    Rounding precision: float32 math resolves u to 2^{w−24}, so for w > 10 the arithmetic runs
-    in float64 to keep the rounding unbiased to ~2⁻²⁰ of a level.
+    Randomness (:mod:`gossip.rng`): u is a 16-bit dither ``(k + ½)·2⁻¹⁶``, k uniform on
+    {0, …, 2¹⁶ − 1}, four per hashed 64-bit word of the caller's stream; P(round up) is then
+    the fraction of y rounded to a multiple of 2⁻¹⁶, so ``E ŷ_i = y_i`` up to 2⁻¹⁷ of a level.
+    ``t = (o + u) + x·(s/n)`` truncates to the code directly; float32 math resolves t to
+    2^{w−24}, so for w > 10 the arithmetic runs in float64.
     """
 
     randomized: ClassVar[bool] = True
+    uses_stream: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
     param_name: ClassVar[str] = "bit width"
     scale_sections: ClassVar[tuple[str, ...]] = ("scale",)
@@ -69,6 +73,27 @@ class LevelQuantizer(Codec):
         """Multiplier of the decoded value (1, or 1/(1+ω) for a ``biased`` variant)."""
         return 1.0 / (1.0 + self.omega_for(d)) if self.biased else 1.0
 
+    def _draw_rows(self, rng, X) -> list:
+        """One batched 16-bit draw for the block's rows (see ``Codec.encode_rows``)."""
+        d = X[0].numel()
+        b = rng.bits16(d, X.device)
+        return [PreDrawn(bits16=b[r : r + 1]) for r in range(X.shape[0])]
+
+    def _dither_into(self, t: torch.Tensor, stream, d: int, dev) -> None:
+        """``t = o + u`` with the 16-bit dither ``u = (k + ½)·2⁻¹⁶``, k uniform on
+        {0, …, 2¹⁶ − 1} (one hashed word gives four): ``i16·2⁻¹⁶ + (o + ½ + 2⁻¹⁷)`` for the
+        stream's int16 lanes i16 = k − 2¹⁵ (both paths: the same bytes)."""
+        b = stream.bits16(d, dev, out=self.ws.get("rng.words", -(-d // 4), torch.int64, dev))
+        c = self.offset + 0.5 + 2.0**-17
+        if t.is_cpu and t.dtype in _NP_FLOAT:  # numpy: the same IEEE ops, ~1.5x faster here
+            tn, ty = t.numpy(), _NP_FLOAT[t.dtype]
+            np.copyto(tn, b[0].numpy())  # exact; copy + scale beats one mixed-dtype multiply
+            np.multiply(tn, ty(2.0**-16), out=tn)
+            np.add(tn, ty(c), out=tn)
+        else:
+            t.copy_(b[0])
+            t.mul_(2.0**-16).add_(c)
+
     def _encode_body(self, x, generator, v) -> dict[str, Any]:
         xf = x.view(-1)
         d, dev, s, o = xf.numel(), xf.device, self.s, self.offset
@@ -76,11 +101,17 @@ class LevelQuantizer(Codec):
         v["scale"].copy_(n * (self._factor(d) / s))
         work = torch.float64 if self.width > 10 else xf.dtype
         t = self.ws.get("t", d, work, dev)
-        t.uniform_(o, o + 1, generator=generator)
+        self._dither_into(t, generator, d, dev)
         if dev.type == "cpu" or self.check_finite:  # the norm is on the host anyway
             self._add_levels(t, xf, float(n))
         else:  # no host sync: n = 0 means x = 0, any finite step gives codes o
             t.addcdiv_(xf, torch.where(n > 0, n / s, torch.ones_like(n)).to(work))
+        self._codes_from(t, d, dev, v)
+        return v
+
+    def _codes_from(self, t: torch.Tensor, d: int, dev, v) -> None:
+        """Pack the codes ⌊t⌋ (clamped to the 2s + 1 levels) into ``v["codes"]``."""
+        o, s = self.offset, self.s
         codes = self.ws.get("codes", bits.padded(d), bits.code_dtype(self.width), dev)
         if o + s + 1 > 255 and codes.dtype == torch.uint8:
             t.clamp_(max=o + s)  # a float rounded up to 256 would wrap to 0 in uint8
@@ -88,7 +119,6 @@ class LevelQuantizer(Codec):
         codes[:d].clamp_(o - s, o + s)  # float rounding at |y| = s
         codes[d:].zero_()
         bits.pack_codes(codes, self.width, v["codes"], self.ws, dev)
-        return v
 
     # ------------------------------------------------------- numpy fast path (CPU)
     @abstractmethod
@@ -106,7 +136,7 @@ class LevelQuantizer(Codec):
         v["scale"][0] = dt(nv) * dt(factor)  # as torch: in the input dtype
         work = torch.float64 if self.width > 10 else x.dtype
         tt, t = self.ws.pair("t", d, work)
-        tt.uniform_(o, o + 1, generator=generator)
+        self._dither_into(tt, generator, d, tt.device)
         # the arithmetic in torch, as on the torch path (fused a + αb: the same bytes)
         self._add_levels(tt, x.view(-1) if x.dim() != 1 else x, nv)
         # codes = ⌊t⌋ clamped to [o − s, o + s] (float rounding at |y| = s), as the torch path
@@ -273,15 +303,20 @@ class Natural(Codec):
     Encoding works on the float bits: for float32, the low byte of ``(bits + r) >> 23`` with r
     uniform on [0, 2²³) *is* the rounded exponent code (the mantissa carries into the exponent
     with probability mantissa/2²³ = p), and on zeros and subnormals it gives exactly the rule
-    above; the sign bits are packed apart.
+    above; the sign bits are packed apart. r is a 16-bit dither of the caller's stream
+    (:mod:`gossip.rng`), ``r = 2⁷·k + 2⁶``, k uniform on {0, …, 2¹⁶ − 1}: the carry happens
+    with probability p rounded to a multiple of 2⁻¹⁶, i.e. unbiased up to 2⁻¹⁷·2^a.
     float64 inputs are first scaled by 2⁻⁸⁹⁶ so their exponent field lines up with float32's.
     The NaN/Inf and range check is one ``aminmax`` of x.
     """
 
     kind: ClassVar[int] = 9
     randomized: ClassVar[bool] = True
+    uses_stream: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
     omega = 1.0 / 8.0
+
+    _draw_rows = LevelQuantizer._draw_rows
 
     def _sections(self, shape, dtype) -> Sections:
         d = numel_of(shape)
@@ -309,9 +344,14 @@ class Natural(Codec):
         # (bits + r) >> mant: the mantissa carries into the exponent with probability p. A set
         # sign bit only adds -2^(31 - mant) (resp. -2^(63 - mant)), a multiple of 256 after
         # the shift, so the low byte (kept by the cast) is the exponent code of |x_i|.
+        # r = 2^(mant-16)·k + 2^(mant-17), k uniform on {0, …, 2^16 − 1} (the 16-bit lanes
+        # i16 = k − 2^15 of the stream's words): r < 2^mant, and the carry happens with
+        # probability p rounded to the nearest multiple of 2^-16 (bias ≤ 2^-17 of 2^a)
+        b = generator.bits16(d, dev, out=self.ws.get("rng.words", -(-d // 4), torch.int64, dev))[0]
         r = self.ws.get("r", d, itype, dev)
-        r.random_(0, 1 << mant, generator=generator)
-        r.add_(ibits).bitwise_right_shift_(mant)
+        r.copy_(b)  # (a mixed-dtype add is ~5x slower than a copy plus a same-dtype add)
+        torch.add(ibits, r, alpha=1 << (mant - 16), out=r)
+        r.add_((1 << (mant - 1)) + (1 << (mant - 17))).bitwise_right_shift_(mant)
         bits.cast_into(v["exps"], r)
         bits.pack_negative(xf, v["signs"], self.ws)
         return v

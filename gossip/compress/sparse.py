@@ -17,6 +17,7 @@ from gossip.compress.base import CompressionError
 from gossip.compress.checks import all_finite, check_scalar, no_grad, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
+from gossip.rng import PreDrawn
 
 _INT32_MAX = (1 << 31) - 1
 
@@ -392,7 +393,8 @@ class RandK(_KSparse):
     Plain: biased, E C(x) = (k/d)·x, E‖C(x) − x‖² = (1 − k/d)‖x‖², δ = k/d.
     ``unbiased``: C(x) = (d/k)·x_S, E C(x) = x, ω = d/k − 1 (not contractive: divide by 1+ω
     before feeding CHOCO/BEER).
-    Wire: a 64-bit seed drawn from the caller's generator, then the k values in increasing
+    Wire: a 63-bit seed drawn from the caller's stream (:meth:`gossip.rng.Stream.seeds`: one
+    hashed word, the same on every device), then the k values in increasing
     index order: ``8 + 8 + k·itemsize`` bytes. The receiver regenerates the index set from
     the seed on the CPU (:func:`sample_distinct`, torch's CPU generator: both ends need the
     same torch version). On CUDA the seed is read on the host (one sync) and the indices are
@@ -401,6 +403,7 @@ class RandK(_KSparse):
 
     kind: ClassVar[int] = 5
     randomized: ClassVar[bool] = True
+    uses_stream: ClassVar[bool] = True
     param_name: ClassVar[str] = "flags (1 = rescaled by d/k)"
 
     def __init__(
@@ -428,14 +431,19 @@ class RandK(_KSparse):
         d = numel_of(shape)
         return Sections.build(("seed", torch.int64, 1), ("values", dtype, self.k_for(d)))
 
+    def _draw_rows(self, rng, X) -> list:
+        """One batched seed draw for the block's rows (see ``Codec.encode_rows``)."""
+        seeds = rng.seeds()
+        return [PreDrawn(seeds=seeds[r : r + 1]) for r in range(X.shape[0])]
+
     def _encode_body(self, x, generator, v) -> dict[str, Any]:
         xf = x.view(-1)
         d, k = xf.numel(), v["values"].numel()
         if self.check_finite:
             check_scalar(xf.sum(), xf, self.spec, "the sum", overflow_ok=True)
-        seed = torch.randint(0, _SEED_HIGH, (1,), generator=generator, device=generator.device)
-        v["seed"].copy_(seed)
-        idx = _to_device(torch.from_numpy(_distinct_cached(d, k, int(seed))), xf.device)  # sync
+        seed = int(generator.seeds()[0])  # on the host: the index set is drawn there
+        v["seed"].fill_(seed)
+        idx = _to_device(torch.from_numpy(_distinct_cached(d, k, seed)), xf.device)
         torch.index_select(xf, 0, idx, out=v["values"])
         if self.rescale:
             v["values"].mul_(d / k)
@@ -446,7 +454,7 @@ class RandK(_KSparse):
         d, k = xn.size, v["values"].size
         if self.check_finite and not all_finite(xn, x):
             raise nonfinite(self.spec)
-        seed = int(torch.randint(0, _SEED_HIGH, (1,), generator=generator))
+        seed = int(generator.seeds()[0])
         v["seed"][0] = seed
         idx = _distinct_cached(d, k, seed)
         vals = v["values"]

@@ -1,0 +1,380 @@
+"""Counter-based random numbers keyed by (seed, stream, node, round, call, index).
+
+A :class:`Stream` stands for the randomness of ``m`` nodes (row ``r`` = node ``nodes[r]``). Every
+value it gives is a pure function of its key, never of a hidden generator state::
+
+    word(seed, stream, node, round, call, i) = fmix64(K + i·G)       (64 bits, index i ≥ 0)
+    K = H(H(A ^ round) ^ call),   A = H(H(H(seed) ^ stream) ^ node),   G = H(K ^ c) | 1
+    H(x) = fmix64(x + 0x9E3779B97F4A7C15)
+
+with ``fmix64`` SplitMix64's output finalizer (Steele, Lea & Flood 2014; Stafford's "mix13"
+constants), all arithmetic mod 2⁶⁴. Consequences:
+
+* **placement independence**: a node draws the same numbers whether it is alone in an MPI rank
+  or row r of a block of 1000 nodes, in any order (row r of a draw equals the draw of
+  ``row(r)``, a one-node stream, bit for bit);
+* **CPU == CUDA**: only integer ops (wrap-around int64 multiplication, shifts made logical by
+  masking) until an exact final conversion (a 24-bit integer times 2⁻²⁴ is exact in
+  float32), so the bytes are the same on every device; only :meth:`Stream.normal`, which needs
+  ``log``/``cos``, is computed in float64 and rounded to the dtype (see there);
+* **no state to checkpoint**: the key is (round, call); the engine sets the round
+  (:meth:`Stream.begin_round`) and the algorithm's calls in a round are deterministic, so a
+  resumed run draws the same numbers without saving anything (hence no
+  ``state_dict``/``load_state_dict``).
+
+Why SplitMix64 rather than Philox: Philox4x32-10 needs 32×32→64-bit products, ten rounds and
+4-lane shuffles (≈ 150 int64 torch ops per 128 bits); fmix64 is 12 int64 ops per 64 bits,
+which is what makes a dither cheaper than ``torch.rand`` (one hashed word gives four 16-bit
+dithers). SplitMix64's output passes BigCrush; as a counter-based generator each (key, index)
+word is one fmix64 of a distinct-per-stream arithmetic progression ``K + i·G``. The per-key odd
+step ``G`` makes two different keys' progressions cross in at most isolated points (rather than
+share long runs, as they would with one common step), with probability ≈ n²/2⁶⁴ for two draws
+of n words. The key derivation ``H`` chains fmix64, a bijection, so distinct (round, call) of
+one node never collide by construction before the last step, and different nodes/seeds collide
+only with probability 2⁻⁶⁴.
+
+Words are split into 16- and 32-bit lanes by viewing the int64 tensor as int16/int32; lane
+order is the little-endian byte order of every torch platform (x86, ARM, CUDA).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_C1 = 0xBF58476D1CE4E5B9
+_C2 = 0x94D049BB133111EB
+_STEP = 0xD1B54A32D192ED03  # xored into K before hashing the step G
+
+
+def _s64(v: int) -> int:
+    """``v`` mod 2⁶⁴ as a signed int64 (what a torch int64 scalar holds)."""
+    v &= _M64
+    return v - (1 << 64) if v >> 63 else v
+
+
+_C1S, _C2S = _s64(_C1), _s64(_C2)
+
+
+def _fmix_np(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finalizer on a uint64 array (numpy: logical shifts, wrap-around mul)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(_C1)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(_C2)
+    return x ^ (x >> np.uint64(31))
+
+
+def _h_np(x: np.ndarray) -> np.ndarray:
+    return _fmix_np(x + np.uint64(_GOLDEN))
+
+
+def _fmix_(z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """SplitMix64's finalizer in place on int64 ``z`` (``t``: a scratch of z's shape).
+
+    torch's ``>>`` on int64 is arithmetic; masking off the sign-extended bits makes it logical.
+    """
+    torch.bitwise_right_shift(z, 30, out=t)
+    t.bitwise_and_((1 << 34) - 1)
+    z.bitwise_xor_(t).mul_(_C1S)
+    torch.bitwise_right_shift(z, 27, out=t)
+    t.bitwise_and_((1 << 37) - 1)
+    z.bitwise_xor_(t).mul_(_C2S)
+    torch.bitwise_right_shift(z, 31, out=t)
+    t.bitwise_and_((1 << 33) - 1)
+    return z.bitwise_xor_(t)
+
+
+def _words_np(k: np.ndarray, g: np.ndarray, z: np.ndarray) -> None:
+    """The CPU twin of the torch path in :meth:`Stream.words` (same integers): numpy has
+    logical shifts on uint64 and a vectorized 64-bit multiply, ~2x faster than torch's."""
+    m, n = z.shape
+    idx = _arange_np(n)
+    t = _scratch_np(m * n).reshape(m, n)
+    if m == 1:
+        np.multiply(idx, g[0], out=z[0])
+        np.add(z[0], k[0], out=z[0])
+    else:
+        np.multiply(idx[None, :], g[:, None], out=z)
+        np.add(z, k[:, None], out=z)
+    np.right_shift(z, _U30, out=t)
+    np.bitwise_xor(z, t, out=z)
+    np.multiply(z, _UC1, out=z)
+    np.right_shift(z, _U27, out=t)
+    np.bitwise_xor(z, t, out=z)
+    np.multiply(z, _UC2, out=z)
+    np.right_shift(z, _U31, out=t)
+    np.bitwise_xor(z, t, out=z)
+
+
+_U30, _U27, _U31 = np.uint64(30), np.uint64(27), np.uint64(31)
+_UC1, _UC2 = np.uint64(_C1), np.uint64(_C2)
+
+
+def _arange_np(n: int) -> np.ndarray:
+    """``arange(n)`` as uint64 (a cached prefix)."""
+    return _arange(n, torch.device("cpu")).numpy().view(np.uint64)
+
+
+def _scratch_np(numel: int) -> np.ndarray:
+    return _scratch("fmix", numel, torch.device("cpu")).numpy().view(np.uint64)
+
+
+def stream_id(stream: int | str) -> int:
+    """The 64-bit id of a named stream (an int is taken mod 2⁶⁴; a str is hashed, stably)."""
+    if isinstance(stream, str):
+        return int.from_bytes(hashlib.blake2b(stream.encode(), digest_size=8).digest(), "little")
+    return int(stream) & _M64
+
+
+_LOCAL = threading.local()
+
+
+def _scratch(tag: str, numel: int, device: torch.device) -> torch.Tensor:
+    """A thread-local int64 scratch (grown on demand; never outlives a draw)."""
+    bufs = getattr(_LOCAL, "bufs", None)
+    if bufs is None:
+        bufs = _LOCAL.bufs = {}
+    key = (tag, device)
+    buf = bufs.get(key)
+    if buf is None or buf.numel() < numel:
+        buf = bufs[key] = torch.empty(max(numel, 1), dtype=torch.int64, device=device)
+    return buf[:numel]
+
+
+def _arange(n: int, device: torch.device) -> torch.Tensor:
+    """``arange(n)`` int64 on ``device`` (a cached prefix)."""
+    bufs = getattr(_LOCAL, "bufs", None)
+    if bufs is None:
+        bufs = _LOCAL.bufs = {}
+    buf = bufs.get(("arange", device))
+    if buf is None or buf.numel() < n:
+        buf = bufs[("arange", device)] = torch.arange(max(n, 1024), device=device)
+    return buf[:n]
+
+
+def clear_scratch() -> None:
+    """Drop this thread's scratch memory (regrown on demand)."""
+    _LOCAL.bufs = {}
+
+
+#: bits of uniform resolution per float dtype (its significand, so the values are exact)
+_UNIFORM_BITS = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}
+
+
+class Stream:
+    """Counter-based random numbers for the nodes ``nodes`` (one row each); see the module doc.
+
+    ``begin_round(t)`` sets the round and resets the call counter; every draw uses the current
+    (round, call) and then advances the call counter by one. Draws return [m, n] tensors on the
+    requested device, row r bit for bit what ``row(r)`` (a one-node stream for ``nodes[r]`` at
+    the same round and call) returns.
+
+    Args:
+        seed: the run seed (any int; taken mod 2⁶⁴).
+        nodes: the node ids of the rows (a sequence or a 1-D integer tensor).
+        stream: which of a node's independent streams (an int or a name, e.g. ``"tracker"``).
+    """
+
+    __slots__ = ("seed", "stream", "nodes", "round", "call", "_a")
+
+    def __init__(self, seed: int, nodes: Sequence[int] | torch.Tensor, stream: int | str = 0) -> None:
+        if isinstance(nodes, torch.Tensor):
+            nodes = nodes.reshape(-1).tolist()
+        self.seed = int(seed)
+        self.stream = stream
+        self.nodes = tuple(int(n) for n in nodes)
+        self.round = 0
+        self.call = 0
+        prefix = _h_np(_h_np(np.array([self.seed & _M64], dtype=np.uint64)) ^ np.uint64(stream_id(stream)))
+        ids = np.array([n & _M64 for n in self.nodes], dtype=np.uint64)
+        self._a = _h_np(prefix ^ ids)  # [m] uint64: the (seed, stream, node) part of the key
+
+    @property
+    def m(self) -> int:
+        """Number of rows (nodes)."""
+        return len(self.nodes)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __repr__(self) -> str:
+        nodes = self.nodes if len(self.nodes) <= 4 else f"{self.nodes[:3]}... ({len(self.nodes)} nodes)"
+        return (f"Stream(seed={self.seed}, nodes={nodes}, stream={self.stream!r}, "
+                f"round={self.round}, call={self.call})")
+
+    # ---------------------------------------------------------------- position
+    def begin_round(self, t: int) -> None:
+        """Set the round to ``t`` and reset the within-round call counter."""
+        self.round = int(t)
+        self.call = 0
+
+    def row(self, r: int) -> Stream:
+        """A one-node stream for ``nodes[r]`` at the same round and call (a copy; self does not
+        advance)."""
+        s = Stream.__new__(Stream)
+        s.seed, s.stream, s.nodes = self.seed, self.stream, (self.nodes[r],)
+        s.round, s.call = self.round, self.call
+        s._a = self._a[r : r + 1].copy()
+        return s
+
+    def sync(self, other: Stream) -> None:
+        """Set self's (round, call) position to ``other``'s."""
+        self.round, self.call = other.round, other.call
+
+    # ------------------------------------------------------------------- keys
+    def _keys(self) -> tuple[np.ndarray, np.ndarray]:
+        """(K, G) of the current (round, call) as [m] int64 arrays; advances the call counter."""
+        k = _h_np(_h_np(self._a ^ np.uint64(self.round & _M64)) ^ np.uint64(self.call & _M64))
+        g = _h_np(k ^ np.uint64(_STEP)) | np.uint64(1)
+        self.call += 1
+        return k.view(np.int64), g.view(np.int64)
+
+    # ------------------------------------------------------------------ draws
+    def words(self, n: int, device: Any = "cpu", *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """[m, n] int64 hash words (64 random bits each): word i of row r is
+        ``fmix64(K_r + i·G_r)``. ``out``: an optional contiguous int64 buffer of ≥ m·n entries
+        the result is a view of."""
+        device = torch.device(device)
+        k, g = self._keys()
+        m = len(k)
+        if out is not None and out.dtype == torch.int64 and out.device == device \
+                and out.is_contiguous() and out.numel() >= m * n:
+            z = out.view(-1)[: m * n].view(m, n)
+        else:
+            z = torch.empty((m, n), dtype=torch.int64, device=device)
+        if m == 0 or n == 0:
+            return z
+        if device.type == "cpu":
+            _words_np(k.view(np.uint64), g.view(np.uint64), z.numpy().view(np.uint64))
+            return z
+        idx = _arange(n, device)
+        if m == 1:  # python scalars: no host-to-device copy
+            torch.mul(idx, int(g[0]), out=z[0]).add_(int(k[0]))
+        else:
+            kt = torch.from_numpy(k).to(device)
+            gt = torch.from_numpy(g).to(device)
+            torch.mul(idx.unsqueeze(0), gt.unsqueeze(1), out=z).add_(kt.unsqueeze(1))
+        _fmix_(z, _scratch("fmix", m * n, device).view(m, n))
+        return z
+
+    def bits16(self, n: int, device: Any = "cpu", *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """[m, n] int16 of 16 random bits each (a view into ⌈n/4⌉ words per row: lane j of word
+        i is entry 4i + j). Read as ``v + 32768`` they are uniform on {0, …, 2¹⁶ − 1}."""
+        nw = -(-n // 4)
+        return self.words(nw, device, out=out).view(torch.int16)[:, :n]
+
+    def bits32(self, n: int, device: Any = "cpu", *, out: torch.Tensor | None = None) -> torch.Tensor:
+        """[m, n] int32 of 32 random bits each (two per word, as :meth:`bits16`)."""
+        nw = -(-n // 2)
+        return self.words(nw, device, out=out).view(torch.int32)[:, :n]
+
+    def uniform(self, n: int, *, dtype: torch.dtype = torch.float32, device: Any = "cpu") -> torch.Tensor:
+        """[m, n] uniform on [0, 1) with the dtype's full resolution: ``j·2⁻ᵖ``, j uniform on
+        {0, …, 2ᵖ − 1}, p = 24 (float32), 53 (float64), 11 (float16), 8 (bfloat16). Exact, so
+        identical on every device."""
+        p = _UNIFORM_BITS.get(dtype)
+        if p is None:
+            raise TypeError(f"uniform: dtype must be a float dtype, got {dtype}")
+        if p <= 24:
+            v = self.bits32(n, device)
+            j = torch.bitwise_right_shift(v, 32 - p).bitwise_and_((1 << p) - 1)
+        else:
+            w = self.words(n, device)
+            j = torch.bitwise_right_shift(w, 64 - p).bitwise_and_((1 << p) - 1)
+        return j.to(dtype).mul_(2.0**-p)
+
+    def normal(self, n: int, *, dtype: torch.dtype = torch.float32, device: Any = "cpu") -> torch.Tensor:
+        """[m, n] standard normal (Box–Muller on pairs of 53-bit uniforms).
+
+        Computed in float64 (``log``, ``sqrt``, ``cos``/``sin``) and rounded to ``dtype``. The
+        uniforms are identical on every device; the transcendental functions may differ by an
+        ulp of float64 between CPU and CUDA libraries, which changes a float32 result only when
+        it falls within that ulp of a rounding boundary (probability ~2⁻²⁸ per value).
+        """
+        half = -(-n // 2)
+        w = self.words(2 * half, device).view(-1, half, 2)
+        j = torch.bitwise_right_shift(w, 11).bitwise_and_((1 << 53) - 1).to(torch.float64)
+        u1 = j[..., 0].add_(1.0).mul_(2.0**-53)  # (0, 1]: log is finite
+        theta = j[..., 1].mul_(2.0**-53 * 2.0 * math.pi)
+        r = u1.log_().mul_(-2.0).sqrt_()
+        z = torch.empty(w.shape[0], half, 2, dtype=torch.float64, device=w.device)
+        torch.mul(r, torch.cos(theta), out=z[..., 0])
+        torch.mul(r, torch.sin(theta), out=z[..., 1])
+        return z.view(w.shape[0], 2 * half)[:, :n].to(dtype)
+
+    def seeds(self, device: Any = "cpu") -> torch.Tensor:
+        """[m] non-negative int64 seeds (63 random bits each): one word per row."""
+        return self.words(1, device)[:, 0].bitwise_and_((1 << 63) - 1)
+
+    def generator(self, device: Any = "cpu") -> torch.Generator:
+        """A ``torch.Generator`` on ``device`` seeded with this draw's seed (one-node streams):
+        for code written against torch generators (a user's compressor)."""
+        if len(self.nodes) != 1:
+            raise ValueError("generator(): a torch.Generator serves one node; use row(r)")
+        gen = torch.Generator(device=device)
+        gen.manual_seed(int(self.seeds()[0]))
+        return gen
+
+
+class PreDrawn(Stream):
+    """One row of a batched draw, standing in for that row's one-node stream for one call.
+
+    A block encoder (``Compressor.encode_rows``) draws for all rows at once and hands row r's
+    values to the single-tensor code path through this: its draw methods return the given
+    row (a [1, n] tensor) instead of hashing again. It serves exactly the draws it was given.
+    """
+
+    __slots__ = ("_given",)
+
+    def __init__(self, **given: torch.Tensor) -> None:  # noqa: D107 (no key: nothing to hash)
+        self._given = given
+        self.seed, self.stream, self.nodes, self.round, self.call = 0, 0, (0,), 0, 0
+        self._a = np.zeros(1, dtype=np.uint64)
+
+    def _take(self, kind: str, n: int | None) -> torch.Tensor:
+        v = self._given.get(kind)
+        if v is None or (n is not None and v.shape[-1] != n):
+            raise RuntimeError(f"PreDrawn holds {sorted(self._given)} draws, asked for {kind}({n})")
+        self.call += 1
+        return v
+
+    def bits16(self, n: int, device: Any = "cpu", *, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self._take("bits16", n)
+
+    def seeds(self, device: Any = "cpu") -> torch.Tensor:
+        return self._take("seeds", None)
+
+
+def as_generator(rng: Any, device: Any = "cpu") -> Any:
+    """The reverse of :func:`as_stream` for legacy code: a one-node Stream becomes a
+    ``torch.Generator`` on ``device`` seeded from its next draw; anything else passes."""
+    if isinstance(rng, Stream) and not isinstance(rng, PreDrawn):
+        return rng.generator(device)
+    return rng
+
+
+def as_stream(generator: Any) -> Stream | None:
+    """A :class:`Stream` for what a caller passed as randomness.
+
+    A Stream passes through; a ``torch.Generator`` (legacy callers, user code) becomes a
+    one-node Stream (node 0, stream 0, round 0) whose seed is drawn from the generator, so the
+    same generator state gives the same stream and the generator advances; None stays None.
+    """
+    if generator is None or isinstance(generator, Stream):
+        return generator
+    if isinstance(generator, torch.Generator):
+        seed = int(torch.randint(0, (1 << 63) - 1, (1,), generator=generator, device=generator.device))
+        return Stream(seed, (0,))
+    raise TypeError(f"expected a gossip.rng.Stream, a torch.Generator or None, got {type(generator).__name__}")
+
+
+__all__ = ["Stream", "PreDrawn", "as_stream", "as_generator", "stream_id", "clear_scratch"]
