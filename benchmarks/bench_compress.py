@@ -38,15 +38,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gossip.compress import make  # noqa: E402
-<<<<<<< HEAD
 from gossip.compress.base import Compressor  # noqa: E402
-=======
 from gossip.rng import Stream  # noqa: E402
 
 #: the randomized compressors whose encode is compared with ``torch.rand(d)`` (issue 11)
 RNG_SPECS = ["qsgd:4", "lead:2", "natural", "randk:0.01"]
 RNG_SIZES = [1e6, 4e6]
->>>>>>> rng
 
 SPECS = [
     "none",
@@ -150,7 +147,6 @@ def bench_size(d: int, specs: list[str], repeat: int, device: torch.device) -> l
     return rows
 
 
-<<<<<<< HEAD
 BLOCK_SPECS = ["topk:0.01", "none", "sign"]
 
 
@@ -216,7 +212,6 @@ def bench_blocks(m: int, d: int, repeat: int, device: torch.device) -> None:
               f"| {t['enc_ref'] / t['enc']:.2f} | {t['enc_loop'] / t['enc']:.2f} "
               f"| {ms['dec']:.2f} | {ms['dec_ref']:.2f} | {ms['dec_loop']:.2f} "
               f"| {t['dec_ref'] / t['dec']:.2f} | {t['dec_loop'] / t['dec']:.2f} |")
-=======
 def rng_ratios(d: int, specs: list[str], repeat: int, device: torch.device) -> dict[str, float]:
     """Speedup ``t(torch.rand(d)) / t(encode)`` of each randomized compressor, all measured
     interleaved in one run (float32, the node's :class:`gossip.rng.Stream`)."""
@@ -232,43 +227,40 @@ def rng_ratios(d: int, specs: list[str], repeat: int, device: torch.device) -> d
         fns[spec] = lambda c=c, buf=buf, rng=rng: c.encode(x, rng, out=buf)
     t = timeit(fns, repeat, device)
     return {"rand_ms": t["rand"] * 1e3, **{spec: t["rand"] / t[spec] for spec in specs}}
->>>>>>> rng
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7])
-    ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--device", default="cpu")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--specs", nargs="+", default=SPECS)
-<<<<<<< HEAD
+    ap.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7],
+                    help="tensor sizes d of the throughput table (default 1e5 1e6 1e7)")
+    ap.add_argument("--repeat", type=int, default=7, help="timed repetitions; medians (default 7)")
+    ap.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    ap.add_argument("--specs", nargs="+", default=SPECS,
+                    help="compressors of the throughput table (default: the built-in set)")
     ap.add_argument("--blocks", action="store_true", help="only the blocks section")
-    ap.add_argument("--block-shape", nargs=2, type=float, default=[1000, 1e4], metavar=("M", "D"))
-=======
+    ap.add_argument("--block-shape", nargs=2, type=float, default=[1000, 1e4], metavar=("M", "D"),
+                    help="block of M nodes of D entries for the blocks section (default 1000 1e4)")
     ap.add_argument("--rng-only", action="store_true",
                     help="only the randomized encoders against torch.rand (d = 1e6, 4e6)")
->>>>>>> rng
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    if args.blocks:
-        print(f"torch {torch.__version__}, {args.threads} thread(s), device {device}")
-        bench_blocks(int(args.block_shape[0]), int(args.block_shape[1]), args.repeat, device)
-        return
-    print(
-        f"torch {torch.__version__}, {args.threads} thread(s), device {device}, float32, "
-        f"median of {args.repeat}\n"
-    )
-    if not args.rng_only:
+    print(f"torch {torch.__version__}, {args.threads} thread(s), device {device}, float32, "
+          f"median of {args.repeat}\n")
+    if not (args.blocks or args.rng_only):
         print_table(args, device)
-    print("\nencode speedup over torch.rand(d) (t_rand / t_encode, target ≥ 2), interleaved:\n")
-    print("| d | torch.rand ms | " + " | ".join(RNG_SPECS) + " |")
-    print("|---|---|" + "---|" * len(RNG_SPECS))
-    for size in RNG_SIZES:
-        r = rng_ratios(int(size), RNG_SPECS, max(args.repeat, 9), device)
-        print(f"| {size:.0e} | {r['rand_ms']:.2f} | "
-              + " | ".join(f"{r[s]:.2f}" for s in RNG_SPECS) + " |")
+    if not args.blocks:
+        print("\nencode speedup over torch.rand(d) (t_rand / t_encode, target ≥ 2), interleaved:\n")
+        print("| d | torch.rand ms | " + " | ".join(RNG_SPECS) + " |")
+        print("|---|---|" + "---|" * len(RNG_SPECS))
+        for size in RNG_SIZES:
+            r = rng_ratios(int(size), RNG_SPECS, max(args.repeat, 9), device)
+            print(f"| {size:.0e} | {r['rand_ms']:.2f} | "
+                  + " | ".join(f"{r[s]:.2f}" for s in RNG_SPECS) + " |")
+    if not args.rng_only:
+        print()
+        bench_blocks(int(args.block_shape[0]), int(args.block_shape[1]), args.repeat, device)
 
 
 def print_table(args, device: torch.device) -> None:

@@ -8,8 +8,9 @@ Layout of a run's directory::
     DIR/run00/lock                       held (flock) by the run using the directory
 
 Each node file holds the model, the algorithm's state, the node's generator state (the
-counter-based streams of :mod:`gossip.rng` are keyed by round and need none), stateful compressors (low-rank warm starts), the oracle's estimator/optimizer state and
-the node's byte counter. Files are written to a temporary name, fsynced and renamed; the
+counter-based streams of :mod:`gossip.rng` are keyed by round and need none), stateful
+compressors (low-rank warm starts), the oracle's estimator/optimizer state and the node's
+byte counter. Files are written to a temporary name, fsynced and renamed; the
 manifest moves to a round only after every process wrote its nodes, and the previous round is
 kept until the new one is complete. The manifest holds the SHA-256 of every file of a round;
 a file whose bytes differ, that cannot be read or that does not fit the run (shapes, keys,

@@ -96,7 +96,7 @@ class LevelQuantizer(Codec):
 
     def _encode_body(self, x, generator, v) -> dict[str, Any]:
         xf = x.view(-1)
-        d, dev, s, o = xf.numel(), xf.device, self.s, self.offset
+        d, dev, s = xf.numel(), xf.device, self.s
         n = self._norm(xf)
         v["scale"].copy_(n * (self._factor(d) / s))
         work = torch.float64 if self.width > 10 else xf.dtype
