@@ -23,9 +23,8 @@ Which bytes must be equal (a difference exits 1), and which may differ (reported
   lowest index; no floating reduction reaches the wire, so the bytes cannot depend on the device.
 * ``rng``: randk, lead, natural. Equal given the same random draws: rand-k's indices come from a
   seed drawn from the caller's generator, LEAD's scale is a max (order-free), natural has no
-  reduction. With ``gossip.rng.Stream`` (counter-based, the same numbers on every device) they
-  must be equal. Without it (the fallback below) the CPU and CUDA ``torch.Generator`` are
-  different engines (mt19937 vs Philox), so their bytes legitimately differ: reported ``n/a``.
+  reduction; ``gossip.rng.Stream`` (counter-based integer hashing) draws the same numbers on
+  every device, so they must be equal.
 * ``reduction``: sign, sign_l1, sign_l2, qsgd, lowrank, and any compressor registered by a user.
   The scale on the wire is a floating sum (‖x‖₁, ‖x‖₂) or a matrix product (low-rank); a GPU
   sums in another order than the CPU, so the scale may differ in its last bits (and QSGD codes
@@ -61,10 +60,7 @@ from gossip.compress import available, bits, make  # noqa: E402
 from gossip.compress.base import row_stride  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 
-try:  # the counter-based generator of issue 11 (gossip/rng.py): the same draws on every device
-    from gossip.rng import Stream
-except ImportError:  # FALLBACK until gossip/rng.py lands: one torch.Generator per row, seeded
-    Stream = None  # per row; CPU and CUDA generators then draw different numbers (see above)
+from gossip.rng import Stream  # noqa: E402  (counter-based: the same draws on every device)
 
 EXACT = {"none", "fp16", "bf16", "topk"}
 RNG = {"randk", "lead", "natural"}
@@ -74,13 +70,11 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 # ------------------------------------------------------------------------------ randomness
-def single_rng(seed: int, device: torch.device):
-    """The randomness of one ``encode``: row 0 of a Stream, or (fallback) a seeded generator."""
-    if Stream is not None:
-        stream = Stream(seed, 1)
-        stream.begin_round(1)
-        return stream.row(0)
-    return torch.Generator(device).manual_seed(seed)  # FALLBACK: per-device generator
+def single_rng(seed: int, device: torch.device) -> Stream:
+    """The randomness of one ``encode``: node 0's stream of run ``seed`` in round 1."""
+    stream = Stream(seed, [0])
+    stream.begin_round(1)
+    return stream
 
 
 def pitched(rows: list[torch.Tensor] | torch.Tensor, device: torch.device) -> torch.Tensor:
@@ -101,13 +95,9 @@ def encode_block(comp, spec: str, X: torch.Tensor, seed: int) -> torch.Tensor:
                         for r in range(m)], X.device)
     if not comp.randomized:
         return comp.encode_rows(X)
-    if Stream is not None:
-        stream = Stream(seed, m)
-        stream.begin_round(1)
-        return comp.encode_rows(X, stream)
-    # FALLBACK: no gossip.rng yet, so each row gets its own torch.Generator seeded per row
-    gens = [torch.Generator(X.device).manual_seed(seed + r) for r in range(m)]
-    return pitched([comp.encode(X[r], gens[r]).to_bytes() for r in range(m)], X.device)
+    stream = Stream(seed, list(range(m)))
+    stream.begin_round(1)
+    return comp.encode_rows(X, stream)
 
 
 def decode_block(comp, block: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -186,7 +176,7 @@ def check_spec(spec: str, dtype: torch.dtype, device: torch.device, rows: int, s
             host_bytes = pitched(dev_bytes, torch.device("cpu"))
             cross_val = decode_block(make(spec), host_bytes, data)
         same = ref_bytes.shape == host_bytes.shape and torch.equal(ref_bytes, host_bytes)
-        comparable = not (kind == "rng" and Stream is None and on_dev)
+        comparable = True
         cross = max_diff(cross_val, dev_val)
         if same or not comparable:
             verdict = "ok"
@@ -347,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     name = (torch.cuda.get_device_name(device) if device.type == "cuda"
             else "cpu (bytes: the torch code path against the numpy fast path)")
     print(f"# gpu_check: {name}, torch {torch.__version__}, randomness: "
-          f"{'gossip.rng.Stream' if Stream is not None else 'torch.Generator per row (fallback)'}\n")
+          "gossip.rng.Stream\n")
     ok = True
     if not args.skip_bytes:
         lines, ok = bytes_table(device, args.rows, args.seed)
