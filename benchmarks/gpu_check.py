@@ -59,7 +59,6 @@ from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.compress import available, bits, make  # noqa: E402
 from gossip.compress.base import row_stride  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
-
 from gossip.rng import Stream  # noqa: E402  (counter-based: the same draws on every device)
 
 EXACT = {"none", "fp16", "bf16", "topk"}
