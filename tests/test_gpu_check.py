@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import torch
-
 from gossip.compress import bits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,10 +41,10 @@ def test_gpu_check_cpu_quick_exits_0_and_prints_tables():
 def test_gpu_check_mismatch_exits_1(monkeypatch, capsys):
     gc = load_script()
     # the "device" side (torch path) draws from another seed: rand-k bytes must then differ
-    monkeypatch.setattr(gc, "Stream", None)
     monkeypatch.setattr(gc, "specs", lambda: ["randk:0.1", "topk:0.1"])
-    monkeypatch.setattr(gc, "single_rng", lambda seed, device: torch.Generator(device).manual_seed(
-        seed + (0 if bits.USE_NUMPY else 1)))
+    original = gc.single_rng
+    monkeypatch.setattr(gc, "single_rng", lambda seed, device: original(
+        seed + (0 if bits.USE_NUMPY else 1), device))
     assert gc.main(["--device", "cpu", "--quick", "--skip-timing"]) == 1
     out = capsys.readouterr().out
     assert "| randk:0.1 | float32 | encode | rng | no |" in out and "MISMATCH" in out
