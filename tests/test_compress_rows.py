@@ -374,3 +374,21 @@ def test_finite_rows_whose_sum_overflows_are_accepted():
     block = c.encode_rows(X)
     assert torch.equal(block, per_row_bytes(c, X))
     decode_case("none", torch.float64, X, WEIGHTS, False, "contiguous")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_long_rows_add_in_chunks_bit_for_bit(dtype):
+    """Rows longer than a chunk (2^15) are multiplied and added a chunk at a time; repeated
+    targets add in row order, as the per-row loop does."""
+    g = torch.Generator().manual_seed(9)
+    X = torch.randn(3, 70_001, generator=g, dtype=dtype)
+    c = make("none")
+    block = c.encode_rows(X)
+    w = torch.tensor([0.3, -1.7, 0.25], dtype=torch.float64)
+    rows = torch.tensor([1, 0, 1])
+    out = torch.randn(2, 70_001, generator=g, dtype=dtype)
+    ref = out.clone()
+    for r in range(3):
+        c.decode_add_(ref[int(rows[r])], c.from_bytes(block[r], ref[0]), float(w[r]))
+    c.decode_add_rows_(out, block, w, rows=rows, check=False)
+    assert torch.equal(out, ref)

@@ -213,6 +213,11 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
     ``out``'s dtype, as numpy multiplies a float32 array by a Python float). ``w`` None: plain
     ``out += vals``. ``tmp``: a [m, d] scratch for ``w·vals``."""
     m = vals.shape[0]
+    if (not fused and w is not None and vals.shape[1] >= _CHUNK and out.is_cpu and vals.is_cpu
+            and out.stride(1) == 1 and vals.stride(1) == 1 and out.dtype == vals.dtype
+            and out.dtype in (torch.float32, torch.float64)):
+        _add_rows_chunked(out, tgt, vals, w)
+        return
     if tgt is None:
         cur = out[:m]
         if w is None:
@@ -234,6 +239,30 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
         cur.addcmul_(vals if level is None else vals[level],
                      (w if level is None else w[level]).to(out.dtype))
         out.index_copy_(0, t, cur)
+
+
+_CHUNK = 1 << 15
+"""Long rows are multiplied and added a chunk at a time, the product staying in cache."""
+
+
+def _add_rows_chunked(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
+                      w: torch.Tensor) -> None:
+    """``out[tgt[r]] += w[r]·vals[r]`` row after row, rounding ``w·v`` first, in numpy chunks
+    whose product never leaves the cache (the same two roundings as the whole-row ops)."""
+    import numpy as np
+
+    on, vn = out.numpy(), vals.numpy()
+    ws = w.to(out.dtype).view(-1).numpy()
+    targets = range(vals.shape[0]) if tgt is None else tgt.tolist()
+    d = vn.shape[1]
+    tmp = np.empty(min(d, _CHUNK), dtype=vn.dtype)
+    for r, t in enumerate(targets):
+        o, v, wr = on[t], vn[r], ws[r]
+        for a in range(0, d, _CHUNK):
+            b = min(a + _CHUNK, d)
+            p = tmp[: b - a]
+            np.multiply(v[a:b], wr, out=p)
+            o[a:b] += p
 
 
 def _levels(tgt: torch.Tensor) -> list[torch.Tensor | None]:
