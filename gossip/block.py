@@ -8,10 +8,13 @@ into an [m, nbytes] uint8 tensor whose rows are the messages, and mixing is a lo
 the order a per-node loop uses, so a run gives the same bits whether its nodes sit in one
 process, one per MPI rank, or several per rank.
 
-Messages of a phase live in one *staging* buffer ([m + R, pitch] uint8): rows ``0..m-1`` are
-this block's encoded messages, rows ``m..m+R-1`` receive the R messages that arrive from other
-processes (one per remote in-edge, sorted by (sender, receiver)). The transport sends row views
-and receives into rows in place; nothing is copied between encode, wire and decode.
+A phase's messages are a :class:`Rows`: ``own`` ([m, pitch] uint8, 8-aligned rows) holds this
+block's messages and ``recv`` ([R, pitch]) receives the R messages that arrive from other
+processes (one per remote in-edge, sorted by (sender, receiver)); staging row index ``m + e``
+means ``recv[e]``. Usually both are one staging buffer. The transport sends row views and
+receives into rows in place, so nothing is copied between encode, wire and decode; and a model
+allocated in message rows (:meth:`Block.message_tensor`, as ``block.x`` is) goes out with the
+``none`` compressor without even the encode's copy: only the 8-byte headers are written.
 """
 
 from __future__ import annotations
@@ -101,22 +104,44 @@ class MixPlan:
 
 
 class Rows:
-    """One phase's messages: the staging buffer and the message length (see the module doc).
+    """One phase's messages (see the module doc): ``own`` and ``recv`` are [rows, pitch] uint8
+    with ``nbytes`` of each row used; ``compressor`` and ``like`` (a [d] row) decode them."""
 
-    ``mine`` is the [m, nbytes] view of this block's own messages; after the exchange the
-    remote rows hold what the other processes sent.
-    """
+    __slots__ = ("own", "recv", "nbytes", "compressor", "like", "_all")
 
-    __slots__ = ("staging", "nbytes", "compressor", "like")
-
-    def __init__(self, staging: torch.Tensor, nbytes: int, compressor: Any, like: torch.Tensor):
-        self.staging = staging
+    def __init__(self, own: torch.Tensor, recv: torch.Tensor, nbytes: int, compressor: Any,
+                 like: torch.Tensor, both: torch.Tensor | None = None):
+        self.own = own
+        self.recv = recv
         self.nbytes = nbytes
         self.compressor = compressor
         self.like = like
+        self._all = both  # own and recv as one buffer, when they are one
 
-    def mine(self, m: int) -> torch.Tensor:
-        return self.staging[:m, : self.nbytes]
+    def mine(self) -> torch.Tensor:
+        """[m, nbytes]: the block's own messages."""
+        return self.own[:, : self.nbytes]
+
+    def received(self) -> torch.Tensor:
+        """[R, nbytes]: what the other processes sent (``plan.remote_in`` order)."""
+        return self.recv[:, : self.nbytes]
+
+    def gather(self, src: torch.Tensor, span: slice | None) -> torch.Tensor:
+        """The messages of staging rows ``src`` as [k, nbytes] with 8-aligned rows: a view when
+        they are consecutive (``span``) in one buffer, else one gather."""
+        m, nb = self.own.shape[0], self.nbytes
+        if span is not None:
+            if span.stop <= m:
+                return self.own[span, :nb]
+            if span.start >= m:
+                return self.recv[span.start - m : span.stop - m, :nb]
+        return self.both().index_select(0, src)[:, :nb]
+
+    def both(self) -> torch.Tensor:
+        """[m + R, pitch]: own rows then received rows (concatenated once if they are apart)."""
+        if self._all is None:
+            self._all = self.own if not self.recv.shape[0] else torch.cat([self.own, self.recv])
+        return self._all
 
 
 class Block:
@@ -127,7 +152,7 @@ class Block:
     per-node objects (oracles, generators, ids), ``plan`` the round's :class:`MixPlan`.
     """
 
-    def __init__(self, nodes: list[Any], x: torch.Tensor, compressor: Compressor,
+    def __init__(self, nodes: list[Any], x: torch.Tensor | None, compressor: Compressor,
                  new_compressor: Callable[[], Compressor], seed: int = 0):
         self.nodes = nodes
         self.ids = [nd.id for nd in nodes]
@@ -143,7 +168,8 @@ class Block:
         self.plan: MixPlan | None = None
         self._new_compressor = new_compressor
         self._streams: dict[str, Compressor] = {}
-        self._staging: dict[int, torch.Tensor] = {}
+        self._staging: dict[tuple[int, bool], torch.Tensor] = {}
+        self._message_rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._calls = 0
 
     @property
@@ -179,22 +205,38 @@ class Block:
         return rng
 
     # -- messages ------------------------------------------------------------------------------
+    def message_tensor(self, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A [m, d] tensor whose rows sit in message rows (8 header bytes before each row, rows
+        8-aligned): the ``none`` compressor sends it as it is, without a copy. Its rows are
+        padded, so it is not contiguous as a whole (each row is)."""
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        pitch = row_stride(8 + d * itemsize)
+        buf = _message_buffer((self.m, pitch), device)
+        X = buf[:, 8 : 8 + d * itemsize].view(dtype)
+        self._message_rows[X.data_ptr()] = (buf, X)
+        return X
+
     def encode(self, X: torch.Tensor, compressor: Compressor | None = None,
                rng: Stream | None = None) -> Rows:
-        """Encode every row of ``X`` into this phase's staging buffer (see the module doc);
+        """Encode every row of ``X`` into this phase's message rows (see the module doc);
         randomized compressors draw from ``rng`` (default: the block's main streams)."""
         comp = compressor or self.compressor
         rng = rng or self.rng
         like = X[0] if self.m else X
         nbytes = comp.nbytes_rows(like)
         pitch = row_stride(nbytes)
-        rows = self.m + len(self.plan.remote_in)
-        staging = self._staging.get(self._calls)
-        if staging is None or staging.shape != (rows, pitch) or staging.device != X.device:
-            staging = _message_buffer((rows, pitch), X.device)
-            self._staging[self._calls] = staging
+        remote = len(self.plan.remote_in)
+        in_place = self._message_rows.get(X.data_ptr())
+        if (in_place is not None and in_place[1].shape == X.shape and in_place[1].stride() == X.stride()
+                and comp.sends_values_in_place and in_place[0].shape[1] == pitch):
+            own = in_place[0]
+            recv = self._buffer((remote, pitch), X.device, recv_only=True)
+            both = None
+        else:
+            both = self._buffer((self.m + remote, pitch), X.device)
+            own, recv = both[: self.m], both[self.m :]
         self._calls += 1
-        mine = staging[: self.m, :nbytes]
+        mine = own[:, :nbytes]
         if comp.stateful:
             self._encode_per_node(comp, X, mine, rng)
         else:
@@ -206,7 +248,16 @@ class Block:
                 raise CompressionError(f"{who} could not encode its message: {exc}") from exc
             if block.data_ptr() != mine.data_ptr():
                 mine.copy_(block)
-        return Rows(staging, nbytes, comp, like)
+        return Rows(own, recv, nbytes, comp, like, both)
+
+    def _buffer(self, shape: tuple[int, int], device: torch.device,
+                recv_only: bool = False) -> torch.Tensor:
+        """This phase's reused staging buffer (one per phase of a round)."""
+        key = (self._calls, recv_only)
+        buf = self._staging.get(key)
+        if buf is None or buf.shape != shape or buf.device != device:
+            buf = self._staging[key] = _message_buffer(shape, device)
+        return buf
 
     def _encode_per_node(self, comp: Compressor, X: torch.Tensor, mine: torch.Tensor,
                          rng: Stream) -> None:
@@ -229,8 +280,7 @@ class Block:
 
     def decode_add(self, out: torch.Tensor, rows: Rows, weight: float = 1.0) -> torch.Tensor:
         """``out[r] += weight·C(q_r)``: every node adds its own message (e.g. to its public copy)."""
-        self._decode_add(rows.compressor, out, rows.staging[: self.m, : rows.nbytes],
-                         float(weight), None, None)
+        self._decode_add(rows.compressor, out, rows.mine(), float(weight), None, None)
         return out
 
     def mix_into(self, out: torch.Tensor, own: Rows | None, inbox: Rows, *,
@@ -242,24 +292,21 @@ class Block:
         once (a view when they sit in consecutive rows, e.g. one node per rank) and decoded in
         one call when the compressor adds repeated targets in row order on this device, else
         one degree slot at a time."""
-        comp, nb, m = inbox.compressor, inbox.nbytes, self.m
+        comp, m = inbox.compressor, self.m
         if own is not None:
             w = self.plan.self_weight if own_weight is None else own_weight
-            self._decode_add(comp, out, own.staging[:m, :nb], w * scale if scale != 1.0 else w,
-                             None, None)
+            self._decode_add(comp, out, own.mine(), w * scale if scale != 1.0 else w, None, None)
         fused = self.plan.fused
         if fused is None:
             return out
         if comp.ordered_rows and out.device.type == "cpu" or len(self.plan.slots) == 1:
-            src, dst, w, rng = fused
-            msgs = (inbox.staging[rng, :nb] if rng is not None
-                    else inbox.staging.index_select(0, src)[:, :nb])
-            self._decode_add(comp, out, msgs, w * scale if scale != 1.0 else w,
+            src, dst, w, span = fused
+            self._decode_add(comp, out, inbox.gather(src, span), w * scale if scale != 1.0 else w,
                              dst if dst.numel() != m or len(self.plan.slots) > 1 else None, src)
             return out
         for src, dst, w in self.plan.slots:
-            self._decode_add(comp, out, inbox.staging.index_select(0, src)[:, :nb],
-                             w * scale if scale != 1.0 else w, dst, src)
+            self._decode_add(comp, out, inbox.gather(src, None), w * scale if scale != 1.0 else w,
+                             dst, src)
         return out
 
     def check_received(self, rows: Rows) -> None:
@@ -269,7 +316,7 @@ class Block:
         if not remote:
             return
         try:
-            rows.compressor.check_rows(rows.staging[self.m :, : rows.nbytes], rows.like)
+            rows.compressor.check_rows(rows.received(), rows.like)
         except CompressionError as exc:
             sender, receiver, _ = remote[exc.row]
             err = RowsError(f"the message from node {sender} to node {receiver} was refused: {exc}")

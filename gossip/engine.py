@@ -150,11 +150,13 @@ class Engine:
         """The local nodes as rows of one [m, d] tensor (each node's ``x`` becomes a row view)."""
         nodes = list(self.nodes.values())
         d = nodes[0].x.numel() if nodes else 0
-        x = torch.empty((len(nodes), d), dtype=self.dtype, device=self.device)
+        block = Block(nodes, None, self._new_compressor(), self._new_compressor, seed=self.seed)
+        x = block.message_tensor(d, self.dtype, self.device)  # sent as it is by 'none'
         for r, node in enumerate(nodes):
             x[r].copy_(node.x)
             node.x = x[r]
-        return Block(nodes, x, self._new_compressor(), self._new_compressor, seed=self.seed)
+        block.x = x
+        return block
 
     def _plan(self, topo: Any) -> MixPlan:
         """The block's routing for a round's topology (cached per topology object)."""
@@ -228,7 +230,7 @@ class Engine:
         while msg is not None:
             tic = time.perf_counter()
             self._seq += 1
-            self.transport.exchange_rows(msg.staging, msg.nbytes, plan, block.ids, self._seq, t)
+            self.transport.exchange_rows(msg, plan, block.ids, self._seq, t)
             toc = time.perf_counter()
             self.comm_s += toc - tic
             msg = self._advance_block(gen, msg, check=True)

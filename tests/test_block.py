@@ -83,3 +83,24 @@ def test_node_models_are_views_of_the_block():
     for r, i in enumerate(eng.block.ids):
         assert eng.nodes[i].x.data_ptr() == eng.block.x[r].data_ptr()
         assert eng.nodes[i].state["x_hat"].data_ptr() == eng.block.state["x_hat"][r].data_ptr()
+
+
+def test_models_go_out_with_none_from_their_own_memory():
+    """block.x sits in message rows: gossip with 'none' sends the models without copying them,
+    byte for byte the single-message encoding."""
+    topo = topologies.build("ring", 4)
+    eng = Engine(make_algorithm("gossip"), topo, lambda i: torch.arange(6.0) + i, compressor="none")
+    seen = []
+    original = eng.transport.exchange_rows
+
+    def capture(rows, plan, ids, seq, round_):
+        seen.append((rows.own.data_ptr(), rows.mine().clone(), eng.block.x.clone()))
+        return original(rows, plan, ids, seq, round_)
+
+    eng.transport.exchange_rows = capture
+    eng.step()
+    own_ptr, sent, x = seen[0]
+    assert own_ptr + 8 == eng.block.x.data_ptr()  # the header bytes, then the model itself
+    comp = eng.block.compressor
+    for r in range(4):
+        assert torch.equal(sent[r], comp.encode(x[r]).to_bytes())

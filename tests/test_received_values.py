@@ -88,7 +88,7 @@ def test_a_nan_message_names_its_sender_not_the_receivers_step():
     assert [(j, i) for j, i, _ in block.plan.remote_in] == [(2, 1), (2, 3)]
     bad = comp.encode(torch.ones(8, dtype=torch.float64)).to_bytes().clone()
     bad[8:16].view(torch.float64).fill_(math.nan)
-    rows.staging[3:, : rows.nbytes].copy_(bad.expand(2, -1))
+    rows.received().copy_(bad.expand(2, -1))
     with pytest.raises(RowsError, match=r"message from node 2 to node 1 was refused: none: the "
                                         r"message's values contain NaN/Inf") as info:
         block.check_received(rows)

@@ -93,25 +93,26 @@ class Transport(ABC):
             received.update(self._exchange_remote(remote_out, remote_in, seq, round_))
         return received
 
-    def exchange_rows(self, staging: torch.Tensor, nbytes: int, plan, ids: list[int], seq: int,
-                      round_: int) -> None:
-        """One phase of a block of nodes (:mod:`gossip.block`): rows ``0..m-1`` of ``staging``
-        are the block's messages (``nbytes`` each); the messages of remote senders land in rows
-        ``m..`` (``plan.remote_in``). Local receivers read the senders' rows directly."""
+    def exchange_rows(self, rows, plan, ids: list[int], seq: int, round_: int) -> None:
+        """One phase of a block of nodes (:mod:`gossip.block`): ``rows.mine()`` are the block's
+        messages; the messages of remote senders land in ``rows.recv`` (``plan.remote_in``
+        order). Local receivers read the senders' rows directly."""
+        nbytes = rows.nbytes
         sent = self.bytes_sent
         for i, degree in zip(ids, plan.out_degree):
             sent[i] = sent.get(i, 0) + nbytes * degree
         if not plan.remote_in and not plan.remote_out:
             return
-        outgoing = {(ids[r], j): staging[r, :nbytes] for r, j in plan.remote_out}
+        own, recv = rows.mine(), rows.received()
+        outgoing = {(ids[r], j): own[r] for r, j in plan.remote_out}
         expected = {(j, i): nbytes for j, i, _ in plan.remote_in}
         received = self._exchange_remote(outgoing, expected, seq, round_)
-        for j, i, row in plan.remote_in:
+        for e, (j, i, _) in enumerate(plan.remote_in):
             buf = received[(j, i)]
             if buf.numel() != nbytes:
                 raise CommError(f"round {round_}: node {j} sent {buf.numel()} bytes to node {i}, "
                                 f"expected {nbytes}")
-            staging[row, :nbytes].copy_(buf)
+            recv[e].copy_(buf)
 
     def _local_copy(self, slot: int, buf: torch.Tensor) -> torch.Tensor:
         """Copy ``buf`` into a reused buffer (grown on demand) so the sender may overwrite it."""

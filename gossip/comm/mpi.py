@@ -92,7 +92,7 @@ class MPITransport(Transport):
         self.yield_cpu = yield_cpu
         self._recv_bufs: dict[Edge, np.ndarray] = {}
         self._send_stage: dict[Edge, np.ndarray] = {}
-        self._rows_host: torch.Tensor | None = None
+        self._rows_host: dict[str, torch.Tensor] = {}
 
     # -- buffers -------------------------------------------------------------------------
     def _recv_buffer(self, edge: Edge, capacity: int) -> np.ndarray:
@@ -151,10 +151,10 @@ class MPITransport(Transport):
             received[edge] = host if device.type == "cpu" else host.to(device, non_blocking=False)
         return received
 
-    def exchange_rows(self, staging: torch.Tensor, nbytes: int, plan, ids: list[int], seq: int,
-                      round_: int) -> None:
-        """A block's phase without copies on CPU: sends are row views of ``staging``, receives
-        land in its remote rows (CUDA blocks go through one pinned host copy each way)."""
+    def exchange_rows(self, rows, plan, ids: list[int], seq: int, round_: int) -> None:
+        """A block's phase without copies on CPU: sends are row views of ``rows.own``, receives
+        land in ``rows.recv`` in place (CUDA blocks go through pinned host copies)."""
+        nbytes = rows.nbytes
         sent = self.bytes_sent
         for i, degree in zip(ids, plan.out_degree):
             sent[i] = sent.get(i, 0) + nbytes * degree
@@ -162,17 +162,20 @@ class MPITransport(Transport):
             return
         MPI = self._mpi
         tag = seq % TAG_SPACE
-        cuda = staging.device.type != "cpu"
-        host = self._host_rows(staging) if cuda else staging
-        if cuda and plan.remote_out:
-            m = plan.m
-            host[:m].copy_(staging[:m])
-        hn = host.numpy()
+        own, recv = rows.own, rows.recv
+        cuda = own.device.type != "cpu"
+        if cuda:
+            host_own, host_recv = self._host_rows("own", own), self._host_rows("recv", recv)
+            if plan.remote_out:
+                host_own.copy_(own)
+        else:
+            host_own, host_recv = own, recv
+        on, rn = host_own.numpy(), host_recv.numpy()
         recv_edges = [(j, i) for j, i, _ in plan.remote_in]
-        recv_reqs = [self.comm.Irecv([hn[row], nbytes, MPI.BYTE], source=self.placement[j], tag=tag)
-                     for j, _, row in plan.remote_in]
+        recv_reqs = [self.comm.Irecv([rn[e], nbytes, MPI.BYTE], source=self.placement[j], tag=tag)
+                     for e, (j, _) in enumerate(recv_edges)]
         send_edges = [(ids[r], j) for r, j in plan.remote_out]
-        send_reqs = [self.comm.Isend([hn[r], nbytes, MPI.BYTE], dest=self.placement[j], tag=tag)
+        send_reqs = [self.comm.Isend([on[r], nbytes, MPI.BYTE], dest=self.placement[j], tag=tag)
                      for r, j in plan.remote_out]
         statuses = [MPI.Status() for _ in recv_reqs]
         self._wait(recv_reqs, statuses, recv_edges, round_)
@@ -185,14 +188,13 @@ class MPITransport(Transport):
                     f" has {count} bytes, expected {nbytes} (the ranks run different settings?)"
                 )
         if cuda and plan.remote_in:
-            lo = plan.m
-            staging[lo:].copy_(host[lo:])
+            recv.copy_(host_recv)
 
-    def _host_rows(self, staging: torch.Tensor) -> torch.Tensor:
-        """A pinned host twin of a CUDA staging buffer (reused while the shape holds)."""
-        host = self._rows_host
-        if host is None or host.shape != staging.shape:
-            host = self._rows_host = torch.empty(staging.shape, dtype=torch.uint8, pin_memory=True)
+    def _host_rows(self, key: str, rows: torch.Tensor) -> torch.Tensor:
+        """A pinned host twin of CUDA message rows (reused while the shape holds)."""
+        host = self._rows_host.get(key)
+        if host is None or host.shape != rows.shape:
+            host = self._rows_host[key] = torch.empty(rows.shape, dtype=torch.uint8, pin_memory=True)
         return host
 
     def _wait(self, reqs, statuses, edges, round_: int, sending: bool = False) -> None:

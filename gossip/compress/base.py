@@ -122,6 +122,10 @@ class Compressor(ABC):
     omega: float | None = None
     delta: float | None = None
     check_finite: bool = True
+    sends_values_in_place: ClassVar[bool] = False
+    """The message of a row is a header followed by the row's values as they are (``none``):
+    :meth:`encode_rows` given ``X`` that already sits in its ``out`` rows only writes headers,
+    so a model allocated in message rows is sent without a copy."""
     ordered_rows: ClassVar[bool] = False
     """:meth:`decode_add_rows_` adds a target row that repeats in ``rows`` in row order, bit for
     bit as the per-row loop (on CPU), so a block may decode all its neighbors in one call."""

@@ -22,6 +22,7 @@ class Identity(Codec):
     """
 
     ordered_rows: ClassVar[bool] = True
+    sends_values_in_place: ClassVar[bool] = True
     kind: ClassVar[int] = 1
     unbiased: ClassVar[bool] = True
     omega = 0.0
@@ -47,12 +48,15 @@ class Identity(Codec):
     # ----------------------------------------------------- blocks of nodes (rows)
     @no_grad
     def encode_rows(self, X, rng=None, *, out=None):
-        """Vectorized: one copy of ``X`` into the value sections, a per-row sum as the check."""
+        """Vectorized: one copy of ``X`` into the value sections, a per-row sum as the check.
+        When ``X`` is the value section of ``out`` itself (a tensor allocated in message
+        rows, :meth:`gossip.block.Block.message_tensor`), only the headers are written."""
         if not _rows.is_block(X):
             return super().encode_rows(X, rng, out=out)
         plan, X, block = _rows.start_encode(self, X, out)
         vals = _rows.section(block, plan, "values")
-        vals.copy_(X)
+        if not (vals.data_ptr() == X.data_ptr() and vals.stride() == X.stride()):
+            vals.copy_(X)  # else X already sits in the message rows: zero copy
         if self.check_finite:
             s = vals.sum(1)  # an overflow of finite values passes, as in encode
             if not bool(torch.isfinite(s).all()):
