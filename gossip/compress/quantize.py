@@ -21,6 +21,31 @@ _NP_FLOAT = {torch.float32: np.float32, torch.float64: np.float64}
 _TORCH_INT = {np.uint8: torch.uint8, np.uint16: torch.uint16, np.int32: torch.int32}
 
 
+#: entries per chunk of the CPU encoders (a multiple of 64): a chunk's draw, dither and codes
+#: (~10 bytes per entry) stay in L2, where a whole-vector pass would stream through memory
+CHUNK = 1 << 18
+
+
+def _pack_chunk(codes: np.ndarray, width: int, packed: np.ndarray, n8: int, a: int, ws) -> None:
+    """Pack the codes of entries ``a..a+len−1`` (a a multiple of 8) into their bytes of the
+    message's planes (``packed``: ``packed_nbytes(d, width)`` bytes; n8 = ⌈d/8⌉), the bytes
+    :func:`bits.pack_codes_np` gives for the whole vector."""
+    n = codes.size
+    c8, a8 = bits.nbytes_bits(n), a // 8
+    if width < 8:
+        planes = packed[: width * n8].reshape(width, n8)[:, a8 : a8 + c8]
+        bit = ws.host("pack.bit", n, torch.uint8)
+        for j in range(width):  # packbits reads any nonzero byte as a set bit
+            np.bitwise_and(codes, np.uint8(1 << j), out=bit)
+            planes[j] = np.packbits(bit, bitorder="little")
+        return
+    tmp = ws.host("pack.chunk", bits.packed_nbytes(n, width), torch.uint8)
+    bits.pack_codes_np(codes, width, tmp, ws)
+    packed[a : a + 8 * c8] = tmp[: 8 * c8]  # the raw low bytes (and the zero tail)
+    hi = packed[8 * n8 : width * n8].reshape(width - 8, n8)
+    hi[:, a8 : a8 + c8] = tmp[8 * c8 :].reshape(width - 8, c8)
+
+
 class LevelQuantizer(Codec):
     """Unbiased stochastic rounding to ``s`` levels of a norm: shared by QSGD and LEAD.
 
@@ -53,6 +78,7 @@ class LevelQuantizer(Codec):
         self.width = math.ceil(math.log2(2 * self.s + 1))
         self.offset = 1 << (self.width - 1)
         self.biased = scale == "biased"
+        self._offsets: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
     @property
     def param(self) -> int:
@@ -74,25 +100,36 @@ class LevelQuantizer(Codec):
         return 1.0 / (1.0 + self.omega_for(d)) if self.biased else 1.0
 
     def _draw_rows(self, rng, X) -> list:
-        """One batched 16-bit draw for the block's rows (see ``Codec.encode_rows``)."""
+        """One 16-bit draw call for the block's rows (see ``Codec.encode_rows``): on the numpy
+        path lazy per-row draws (each row hashed chunk by chunk as it is encoded), else one
+        batched hash pass."""
         d = X[0].numel()
+        if bits.numpy_path(X.device) and X.dtype in _NP_FLOAT:
+            return [PreDrawn(draw16=dr) for dr in rng.draw16(d)]
         b = rng.bits16(d, X.device)
         return [PreDrawn(bits16=b[r : r + 1]) for r in range(X.shape[0])]
 
     def _dither_into(self, t: torch.Tensor, stream, d: int, dev) -> None:
         """``t = o + u`` with the 16-bit dither ``u = (k + ½)·2⁻¹⁶``, k uniform on
-        {0, …, 2¹⁶ − 1} (one hashed word gives four): ``i16·2⁻¹⁶ + (o + ½ + 2⁻¹⁷)`` for the
-        stream's int16 lanes i16 = k − 2¹⁵ (both paths: the same bytes)."""
+        {0, …, 2¹⁶ − 1} (one hashed word gives four) (the torch path; the numpy path makes the
+        same values chunk by chunk, :meth:`_dither_chunk`)."""
         b = stream.bits16(d, dev, out=self.ws.get("rng.words", -(-d // 4), torch.int64, dev))
-        c = self.offset + 0.5 + 2.0**-17
-        if t.is_cpu and t.dtype in _NP_FLOAT:  # numpy: the same IEEE ops, ~1.5x faster here
-            tn, ty = t.numpy(), _NP_FLOAT[t.dtype]
-            np.copyto(tn, b[0].numpy())  # exact; copy + scale beats one mixed-dtype multiply
-            np.multiply(tn, ty(2.0**-16), out=tn)
-            np.add(tn, ty(c), out=tn)
-        else:
-            t.copy_(b[0])
-            t.mul_(2.0**-16).add_(c)
+        self._dither_chunk(t, b[0])
+
+    def _dither_chunk(self, t: torch.Tensor, lanes: torch.Tensor) -> None:
+        """``t = (o + ½ + 2⁻¹⁷) + 2⁻¹⁶·i16`` for the stream's int16 lanes i16 = k − 2¹⁵: one
+        exact copy and one fused add (2⁻¹⁶·i16 is exact, so the result is rounded once, to the
+        nearest value of t's dtype; exact for w ≤ 7 in float32)."""
+        t.copy_(lanes)
+        torch.add(self._dither_offset(t), t, alpha=2.0**-16, out=t)
+
+    def _dither_offset(self, t: torch.Tensor) -> torch.Tensor:
+        key = (t.dtype, t.device)
+        c = self._offsets.get(key)
+        if c is None:
+            c = self._offsets[key] = torch.tensor(self.offset + 0.5 + 2.0**-17, dtype=t.dtype,
+                                                  device=t.device)
+        return c
 
     def _encode_body(self, x, generator, v) -> dict[str, Any]:
         xf = x.view(-1)
@@ -135,23 +172,37 @@ class LevelQuantizer(Codec):
         dt = v["scale"].dtype.type
         v["scale"][0] = dt(nv) * dt(factor)  # as torch: in the input dtype
         work = torch.float64 if self.width > 10 else x.dtype
-        tt, t = self.ws.pair("t", d, work)
-        self._dither_into(tt, generator, d, tt.device)
-        # the arithmetic in torch, as on the torch path (fused a + αb: the same bytes)
-        self._add_levels(tt, x.view(-1) if x.dim() != 1 else x, nv)
-        # codes = ⌊t⌋ clamped to [o − s, o + s] (float rounding at |y| = s), as the torch path
+        draw = generator.draw16(d)[0]  # hashed chunk by chunk, as the codes are made
+        xf = x.view(-1) if x.dim() != 1 else x
+        packed, n8, step = v["codes"], bits.nbytes_bits(d), CHUNK
+        for a in range(0, d, step):  # cache-sized chunks: every pass below stays in L2
+            b = min(a + step, d)
+            tt, t = self.ws.pair("t", b - a, work)
+            self._dither_chunk(tt, torch.from_numpy(draw.lanes(a, b)))
+            # the arithmetic in torch, as on the torch path (fused a + αb: the same bytes)
+            self._add_levels(tt, xf[a:b], nv)
+            codes = self._codes_host(tt, t)
+            if d <= step:
+                bits.pack_codes_np(codes, self.width, packed, self.ws)
+            else:
+                _pack_chunk(codes, self.width, packed, n8, a, self.ws)
+        return v
+
+    def _codes_host(self, tt: torch.Tensor, t: np.ndarray) -> np.ndarray:
+        """codes = ⌊t⌋ clamped to [o − s, o + s] (float rounding at |y| = s), as the torch
+        path (a workspace array of ``host_code_dtype(width)``)."""
+        o, s, n = self.offset, self.s, t.size
         if self.width <= 8:  # clamp the uint8 codes (a quarter of the bytes of t)
             if o + s + 1 > 255:
                 tt.clamp_(max=o + s)  # a float rounded up to 256 would wrap to 0 in uint8
-            codes_t, codes = self.ws.pair("codes", d, torch.uint8)
+            codes = self.ws.host("codes", n, torch.uint8)
             np.copyto(codes, t, casting="unsafe")  # truncation = floor (t > 0)
-            codes_t.clamp_(o - s, o + s)
+            np.clip(codes, np.uint8(o - s), np.uint8(o + s), out=codes)
         else:  # wider codes (uint16: no torch clamp): clamp t, the same codes
             tt.clamp_(o - s, o + s)
-            codes = self.ws.host("codes", d, _TORCH_INT[bits.host_code_dtype(self.width)])
+            codes = self.ws.host("codes", n, _TORCH_INT[bits.host_code_dtype(self.width)])
             np.copyto(codes, t, casting="unsafe")
-        bits.pack_codes_np(codes, self.width, v["codes"], self.ws)
-        return v
+        return codes
 
     def _check_received(self, views: dict[str, Any], numel: int) -> None:
         """Also refuse codes outside the 2s + 1 levels (w bits hold up to 2^w symbols)."""
@@ -327,14 +378,7 @@ class Natural(Codec):
         d, dev = xf.numel(), xf.device
         if self.check_finite:
             lo, hi = torch.aminmax(xf)
-            big = max(-float(lo), float(hi))  # host sync on CUDA
-            if not math.isfinite(big):
-                raise nonfinite(self.spec)
-            if big > 2.0**127:
-                raise CompressionError(
-                    f"{self.spec}: |x_i| up to {big:.4g} exceeds 2^127, the largest power of "
-                    "two the 8-bit exponent code holds; the model diverged"
-                )
+            self._check_range(float(lo), float(hi))  # host sync on CUDA
         if xf.dtype == torch.float32:
             ibits, itype, mant = xf.view(torch.int32), torch.int32, 23
         else:
@@ -355,6 +399,42 @@ class Natural(Codec):
         bits.cast_into(v["exps"], r)
         bits.pack_negative(xf, v["signs"], self.ws)
         return v
+
+    def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
+        """The numpy twin of :meth:`_encode_body` for float32 (the same integer ops, chunk by
+        chunk); float64 runs the torch body on views of the same message."""
+        if xn.dtype != np.float32:
+            self._encode_body(x, generator, {k: torch.from_numpy(a) for k, a in v.items()})
+            return v
+        if self.check_finite:
+            self._check_range(float(xn.min()), float(xn.max()))
+        d = xn.size
+        draw = generator.draw16(d)[0]
+        ibits = xn.view(np.int32)
+        exps, signs, step = v["exps"], v["signs"], CHUNK
+        for a in range(0, d, step):
+            b = min(a + step, d)
+            r = self.ws.host("r", b - a, torch.int32)
+            # r = bits + 2^7·i16 + (2^22 + 2^6), then >> 23: as the torch path
+            np.left_shift(draw.lanes(a, b), 7, out=r, dtype=np.int32)
+            np.add(r, ibits[a:b], out=r)
+            np.add(r, np.int32((1 << 22) + (1 << 6)), out=r)
+            np.right_shift(r, 23, out=r)
+            np.copyto(exps[a:b], r, casting="unsafe")  # the low byte
+            neg = self.ws.host("neg", b - a, torch.bool)
+            np.less(xn[a:b], 0, out=neg)
+            signs[a // 8 : a // 8 + bits.nbytes_bits(b - a)] = np.packbits(neg, bitorder="little")
+        return v
+
+    def _check_range(self, lo: float, hi: float) -> None:
+        big = max(-lo, hi)
+        if not math.isfinite(big):
+            raise nonfinite(self.spec)
+        if big > 2.0**127:
+            raise CompressionError(
+                f"{self.spec}: |x_i| up to {big:.4g} exceeds 2^127, the largest power of "
+                "two the 8-bit exponent code holds; the model diverged"
+            )
 
     def _parse_host(self, v, d: int) -> dict[str, Any]:
         if int(v["exps"].max()) == 255:
