@@ -416,7 +416,8 @@ class Natural(Codec):
             b = min(a + step, d)
             r = self.ws.host("r", b - a, torch.int32)
             # r = bits + 2^7·i16 + (2^22 + 2^6), then >> 23: as the torch path
-            np.left_shift(draw.lanes(a, b), 7, out=r, dtype=np.int32)
+            np.copyto(r, draw.lanes(a, b))
+            np.left_shift(r, 7, out=r)
             np.add(r, ibits[a:b], out=r)
             np.add(r, np.int32((1 << 22) + (1 << 6)), out=r)
             np.right_shift(r, 23, out=r)
