@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from gossip.compress import bits
+from gossip.compress import rows as _rows
 from gossip.compress.base import CompressionError
 from gossip.compress.checks import check_scalar, nonfinite, quiet, tame
 from gossip.compress.codec import Codec
@@ -248,6 +249,74 @@ class LevelQuantizer(Codec):
         self._expand_host(packed, q * q.dtype.type(weight), tmp)
         out += tmp
 
+    # ------------------------------------------------------------ blocks of nodes
+    ordered_rows: ClassVar[bool] = True
+
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
+        """Vectorized: the codes of every row unpacked into one [m, d] block, then added as the
+        single-message path adds them (bit for bit): the numpy path rounds (c − o)·(q·w) and
+        adds it; the torch path adds it with ``addcmul`` (the same roundings); a strided row of
+        ``out`` gets ``w·decode`` in one fused add. ``check``: header, scale (finite, ≥ 0) and
+        codes within the 2s + 1 levels of every row, the first bad row raising its error."""
+        st = _rows.start_decode(self, out, block, weight, rows, check)
+        if st is None:
+            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
+        plan, block, tgt, w, bad = st
+        m, d = block.shape[0], out.shape[1]
+        scale = _rows.section(block, plan, "scale")  # [m, 1] of out's dtype
+        codes, lo, hi = self._unpack_rows(_rows.section(block, plan, "codes"), d)
+        if check:
+            bad = _rows.value_mask(self, {"scale": scale}, bad)
+            bad = bad | (lo < self.offset - self.s) | (hi > self.offset + self.s)
+            _rows.bad_row(self, out, block, tgt, bad, "codes outside the levels")
+        vals = _rows.scratch(self, "vals", (m, d), out.dtype, out.device)
+        if bits.numpy_path(out.device):
+            np.copyto(vals.numpy(), codes, casting="unsafe")
+        else:
+            vals.copy_(codes)
+        vals.sub_(self.offset)  # exact
+        t = None if rows is None else tgt
+        contiguous = out.stride(1) == 1 or d == 1
+        if _rows.host_decode(self, out) or contiguous:  # q·w in the dtype: one product
+            step = scale if w is None else scale * w.to(out.dtype)
+            if _rows.host_decode(self, out):  # numpy: out += (c − o)·(q·w), rounded twice
+                _rows.add_rows_(out, t, vals.mul_(step), None, fused=False)
+            else:  # torch: out.addcmul_(c − o, q·w)
+                _rows.add_rows_(out, t, vals, step, fused=True)
+        else:  # a strided row: out.add_(decode, alpha=w)
+            _rows.add_rows_(out, t, vals.mul_(scale), w, fused=True)
+        return out
+
+    def _unpack_rows(self, packed: torch.Tensor, d: int):
+        """The [m, d] codes of the packed rows ``packed`` ([m, nbytes]), and their [m] minima
+        and maxima (tensors). numpy path: a numpy array; torch path: a tensor."""
+        m, w = packed.shape[0], self.width
+        n8 = bits.nbytes_bits(d)
+        if bits.numpy_path(packed.device):
+            pn = packed.numpy()
+            dt = bits.host_code_dtype(w)
+            codes = _rows.scratch(self, "codes", (m, d), _TORCH_INT[dt], packed.device).numpy()
+            if w < 8:  # 8 entries per table lookup, a group of rows at a time
+                table = bits._bytes_table()
+                shifts = bits._plane_shifts(w)
+                group = max(1, (1 << 21) // (w * n8))
+                for a in range(0, m, group):
+                    b = min(a + group, m)
+                    g = table.take(pn[a:b, : w * n8].reshape(b - a, w, n8))
+                    g <<= shifts
+                    words = np.bitwise_or.reduce(g, axis=1)  # [rows, n8] uint64
+                    codes[a:b] = words.view(np.uint8)[:, :d]
+            else:
+                for r in range(m):
+                    codes[r] = bits.unpack_codes_np(pn[r], d, w, self.ws)[:d]
+            return (codes, torch.from_numpy(codes.min(1).astype(np.int64)),
+                    torch.from_numpy(codes.max(1).astype(np.int64)))
+        codes = _rows.scratch(self, "codes", (m, d), bits.code_dtype(w), packed.device)
+        for r in range(m):
+            codes[r] = bits.unpack_codes(packed[r], d, w, self.ws, packed.device)[:d]
+        lo, hi = torch.aminmax(codes.to(torch.int32) if codes.dtype == torch.uint8 else codes, dim=1)
+        return codes, lo, hi
+
     def _add_levels(self, t: torch.Tensor, xf: torch.Tensor, nv: float) -> None:
         """``t += y``, y = s·x/n in [−s, s]: o + u + y in [o − s, o + s + 1) (both paths)."""
         if nv >= 1e-30:
@@ -426,6 +495,31 @@ class Natural(Codec):
             np.less(xn[a:b], 0, out=neg)
             signs[a // 8 : a // 8 + bits.nbytes_bits(b - a)] = np.packbits(neg, bitorder="little")
         return v
+
+    ordered_rows: ClassVar[bool] = True
+
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
+        """Vectorized: the float32 values of every row, ``(code << 23) | sign << 31``, added as
+        the single-message path adds them (``out.add_(v, alpha=w)``, fused). ``check``: header
+        and no exponent code 255 in any row (the first bad row raising its error)."""
+        st = _rows.start_decode(self, out, block, weight, rows, check)
+        if st is None:
+            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
+        plan, block, tgt, w, bad = st
+        m, d = block.shape[0], out.shape[1]
+        exps = _rows.section(block, plan, "exps")  # [m, d] uint8
+        if check:
+            bad = bad | (exps.amax(1) == 255)
+            _rows.bad_row(self, out, block, tgt, bad, "exponent code 255")
+        vals = _rows.scratch(self, "f32", (m, d), torch.float32, out.device)
+        vi = vals.view(torch.int32)
+        vi.copy_(exps)
+        vi.bitwise_left_shift_(23)
+        sgn = _rows.scratch(self, "sign32", (m, d), torch.int32, out.device)
+        sgn.copy_(_rows.unpack_rows(_rows.section(block, plan, "signs"), d))
+        vi.bitwise_or_(sgn.bitwise_left_shift_(31))
+        _rows.add_rows_(out, None if rows is None else tgt, vals, w, fused=True)
+        return out
 
     def _check_range(self, lo: float, hi: float) -> None:
         big = max(-lo, hi)
