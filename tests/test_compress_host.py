@@ -334,5 +334,6 @@ def test_chunked_encoders_match_torch(spec, dtype, monkeypatch):
     for d in (64, 65, 200, 1001):
         x = torch.randn(d, generator=gen(d), dtype=dtype)
         x[::7] = 0.0
-        a, b = both_paths(lambda x=x: make(spec).encode(x, Stream(4, [d])).to_bytes(), monkeypatch)
+        a, b = both_paths(lambda x=x, d=d: make(spec).encode(x, Stream(4, [d])).to_bytes(),
+                          monkeypatch)
         assert torch.equal(a, b), d
