@@ -164,6 +164,7 @@ def _arange(n: int, device: torch.device) -> torch.Tensor:
 def clear_scratch() -> None:
     """Drop this thread's scratch memory (regrown on demand)."""
     _LOCAL.bufs = {}
+    _LOCAL.draw16 = None
 
 
 #: bits of uniform resolution per float dtype (its significand, so the values are exact)
@@ -272,6 +273,13 @@ class Stream:
         nw = -(-n // 4)
         return self.words(nw, device, out=out).view(torch.int16)[:, :n]
 
+    def draw16(self, n: int) -> list[Draw16]:
+        """What :meth:`bits16` draws (one call), one lazy :class:`Draw16` per row: row r's
+        lanes ``a..b−1`` are hashed only when asked for, so a consumer streams a large draw
+        through the cache chunk by chunk (CPU, numpy) instead of hashing it all first."""
+        k, g = self._keys()
+        return [Draw16(n, int(k[r]), int(g[r])) for r in range(len(k))]
+
     def bits32(self, n: int, device: Any = "cpu", *, out: torch.Tensor | None = None) -> torch.Tensor:
         """[m, n] int32 of 32 random bits each (two per word, as :meth:`bits16`)."""
         nw = -(-n // 2)
@@ -325,6 +333,70 @@ class Stream:
         return gen
 
 
+class Draw16:
+    """One row's 16-bit draw of ``n`` lanes (``bits16(n)[r]`` of the stream that made it),
+    computed on demand: :meth:`lanes` hashes only the words of the asked range.
+
+    Made by :meth:`Stream.draw16`, or wrapping lanes already drawn (``given``, a [n] int16
+    tensor, e.g. a row of a batched :meth:`Stream.bits16`).
+    """
+
+    __slots__ = ("n", "_k", "_g", "_given")
+
+    def __init__(self, n: int, k: int = 0, g: int = 1, given: torch.Tensor | None = None) -> None:
+        self.n = int(n)
+        self._k, self._g = k & _M64, g & _M64
+        self._given = given
+
+    def lanes(self, a: int, b: int) -> np.ndarray:
+        """Lanes ``a..b−1`` as a numpy int16 array (CPU): a view of a thread-local scratch,
+        valid until the next ``lanes`` call of this thread (or of ``given``). Chunks asked in
+        order from 0 cost one add per word less than the first: word i = fmix64(K + i·G) with
+        K + i·G = (K + a'·G) + j·G, and the progression j·G is made once per draw."""
+        if self._given is not None:
+            return self._given[a:b].numpy()
+        wa, wb = a // 4, -(-b // 4)
+        nw = wb - wa
+        cpu = torch.device("cpu")
+        buf = _scratch("draw16", 2 * nw, cpu).numpy().view(np.uint64)
+        z, t = buf[:nw], buf[nw:]
+        prog = getattr(_LOCAL, "draw16", None)
+        if prog is None or prog[0] is not self or prog[1] < nw:
+            if wa:  # not the first chunk: no progression to reuse
+                np.multiply(_arange_np(wb)[wa:], np.uint64(self._g), out=z)
+                np.add(z, np.uint64(self._k), out=z)
+                prog = None
+            else:
+                steps = _scratch("draw16.prog", nw, cpu).numpy().view(np.uint64)
+                np.multiply(_arange_np(nw), np.uint64(self._g), out=steps)
+                prog = _LOCAL.draw16 = (self, nw)
+        if prog is not None:
+            steps = _scratch("draw16.prog", prog[1], cpu).numpy().view(np.uint64)
+            np.add(steps[:nw], np.uint64((self._k + wa * self._g) & _M64), out=z)
+        np.right_shift(z, _U30, out=t)
+        np.bitwise_xor(z, t, out=z)
+        np.multiply(z, _UC1, out=z)
+        np.right_shift(z, _U27, out=t)
+        np.bitwise_xor(z, t, out=z)
+        np.multiply(z, _UC2, out=z)
+        np.right_shift(z, _U31, out=t)
+        np.bitwise_xor(z, t, out=z)
+        off = a - 4 * wa
+        return z.view(np.int16)[off : off + b - a]
+
+    def tensor(self, device: Any = "cpu") -> torch.Tensor:
+        """All ``n`` lanes as a [1, n] int16 tensor on ``device`` (what ``bits16(n)`` gives)."""
+        device = torch.device(device)
+        if self._given is not None:
+            return self._given.view(1, -1).to(device)
+        if device.type == "cpu":
+            return torch.from_numpy(self.lanes(0, self.n).copy()).view(1, -1)
+        nw = -(-self.n // 4)
+        z = _arange(nw, device).mul(_s64(self._g)).add_(_s64(self._k))
+        _fmix_(z, torch.empty_like(z))
+        return z.view(torch.int16)[: self.n].view(1, -1)
+
+
 class PreDrawn(Stream):
     """One row of a batched draw, standing in for that row's one-node stream for one call.
 
@@ -348,7 +420,19 @@ class PreDrawn(Stream):
         return v
 
     def bits16(self, n: int, device: Any = "cpu", *, out: torch.Tensor | None = None) -> torch.Tensor:
+        if "draw16" in self._given:
+            return self.draw16(n)[0].tensor(device)
         return self._take("bits16", n)
+
+    def draw16(self, n: int) -> list[Draw16]:
+        """The given draw as a one-row :class:`Draw16` list (given ``draw16`` or ``bits16``)."""
+        d = self._given.get("draw16")
+        if d is not None:
+            if d.n != n:
+                raise RuntimeError(f"PreDrawn holds a draw16({d.n}), asked for draw16({n})")
+            self.call += 1
+            return [d]
+        return [Draw16(n, given=self._take("bits16", n).reshape(-1))]
 
     def seeds(self, device: Any = "cpu") -> torch.Tensor:
         return self._take("seeds", None)
@@ -377,4 +461,4 @@ def as_stream(generator: Any) -> Stream | None:
     raise TypeError(f"expected a gossip.rng.Stream, a torch.Generator or None, got {type(generator).__name__}")
 
 
-__all__ = ["Stream", "PreDrawn", "as_stream", "as_generator", "stream_id", "clear_scratch"]
+__all__ = ["Stream", "Draw16", "PreDrawn", "as_stream", "as_generator", "stream_id", "clear_scratch"]

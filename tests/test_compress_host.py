@@ -321,3 +321,19 @@ def test_every_byte_is_written(spec, layout, monkeypatch):
             out = torch.full((c.max_nbytes(x) + 16,), fill, dtype=torch.uint8)
             got.append(c.encode(x, gen(), out=out).to_bytes().clone())
         assert torch.equal(got[0], got[1]), use_numpy
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("spec", ["qsgd:4", "qsgd:8", "qsgd:16", "lead:2", "natural"])
+def test_chunked_encoders_match_torch(spec, dtype, monkeypatch):
+    """The numpy encoders run in chunks (``quantize.CHUNK``): chunk borders never show."""
+    from gossip.compress import quantize
+    from gossip.rng import Stream
+
+    monkeypatch.setattr(quantize, "CHUNK", 64)
+    for d in (64, 65, 200, 1001):
+        x = torch.randn(d, generator=gen(d), dtype=dtype)
+        x[::7] = 0.0
+        a, b = both_paths(lambda x=x, d=d: make(spec).encode(x, Stream(4, [d])).to_bytes(),
+                          monkeypatch)
+        assert torch.equal(a, b), d

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from gossip.compress import make
-from gossip.rng import PreDrawn, Stream, as_stream
+from gossip.rng import Draw16, PreDrawn, Stream, as_stream
 
 NODES = [4, 17, 0, 9, 123456]
 
@@ -224,6 +224,32 @@ def test_dither_resolution_bias_is_tiny():
         dec = c.decode(c.encode(x, _one(0, 1, 1, 0)))[:-1]
         p = float(dec.mean())
         assert abs(p - f) < 6 * math.sqrt(f * (1 - f) / n), (f, p)
+
+
+def test_draw16_lanes_equal_bits16():
+    """Lazy draws (any ranges, in or out of order, several draws interleaved) give the lanes of
+    ``bits16`` of the same call, and advance the call counter the same way."""
+    s, t = Stream(5, [3, 8]), Stream(5, [3, 8])
+    s.begin_round(2)
+    t.begin_round(2)
+    n = 1001
+    ref, ref2 = s.bits16(n), s.bits16(n)
+    draws, draws2 = t.draw16(n), t.draw16(n)
+    assert (s.round, s.call) == (t.round, t.call)
+    for r in range(2):
+        got = np.concatenate([draws[r].lanes(a, min(a + 96, n)).copy() for a in range(0, n, 96)])
+        assert np.array_equal(got, ref[r].numpy())
+        assert np.array_equal(draws2[r].lanes(0, n), ref2[r].numpy())
+        for a, b in ((500, 777), (0, 5), (3, 4), (992, 1001)):  # out of order, unaligned
+            assert np.array_equal(draws[r].lanes(a, b), ref[r, a:b].numpy())
+            assert np.array_equal(draws2[r].lanes(a, b), ref2[r, a:b].numpy())
+        assert torch.equal(draws[r].tensor(), ref[r : r + 1])
+        assert torch.equal(Draw16(n, given=ref[r]).tensor(), ref[r : r + 1])
+    p = PreDrawn(draw16=draws[1])
+    assert torch.equal(p.bits16(n), ref[1:2])
+    assert p.draw16(n)[0] is draws[1]
+    with pytest.raises(RuntimeError):
+        p.draw16(n + 1)
 
 
 def test_predrawn_serves_only_its_draws():
