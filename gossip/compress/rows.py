@@ -233,7 +233,7 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
             torch.mul(vals, w.to(out.dtype), out=tmp) if tmp is not None else vals * w.to(out.dtype))
         out.index_add_(0, tgt, prod)  # row after row (a repeated target adds in order)
         return
-    for level in _levels(tgt):  # one rounding per add needs distinct targets per call
+    for level in levels(tgt):  # one rounding per add needs distinct targets per call
         t = tgt if level is None else tgt[level]
         cur = out.index_select(0, t)
         cur.addcmul_(vals if level is None else vals[level],
@@ -265,7 +265,7 @@ def _add_rows_chunked(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.T
             o[a:b] += p
 
 
-def _levels(tgt: torch.Tensor) -> list[torch.Tensor | None]:
+def levels(tgt: torch.Tensor) -> list[torch.Tensor | None]:
     """Split row positions so each part has distinct targets and a target's k-th occurrence is
     in part k (parts in order keep every target's adds in row order); [None]: all distinct."""
     seen: dict[int, int] = {}

@@ -362,13 +362,28 @@ class TopK(_KSparse):
             bad = _rows.value_mask(self, {"values": vals}, bad)
             _rows.bad_row(self, out, block, tgt, bad, "bad row")
         sel = idx.long() if idx is not None else _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
-        add = vals if w is None else vals * w.to(out.dtype)
         if out.is_contiguous():  # one serial index_add_: a repeated target row adds in order
+            add = vals if w is None else vals * w.to(out.dtype)  # w·v rounded, then added
             base = tgt.view(m, 1) * d
             flat = sel.add_(base) if idx is not None else sel + base
             out.view(-1).index_add_(0, flat.view(-1), add.reshape(-1))
-        else:
-            out.index_put_((tgt.view(m, 1).expand(m, k), sel), add, accumulate=True)
+            return out
+        # rows of a larger tensor: a gather-add-scatter per level of distinct targets. A single
+        # message rounds w·v first into a contiguous row (index_add_), but adds its dense decode
+        # with add_(alpha=w) into a strided one (w·v + out rounded once: addcmul here)
+        fused = out.stride(1) != 1
+        for level in _rows.levels(tgt):
+            t = (tgt if level is None else tgt[level]).view(-1, 1)
+            s_ = sel if level is None else sel[level]
+            v = vals if level is None else vals[level]
+            cur = out[t, s_]
+            if w is None:
+                cur.add_(v)
+            elif fused:
+                cur.addcmul_(v, (w if level is None else w[level]).to(out.dtype))
+            else:
+                cur.add_(v * (w if level is None else w[level]).to(out.dtype))
+            out[t, s_] = cur
         return out
 
     def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
