@@ -26,6 +26,12 @@ Where things live: the copies are tensors in ``node.state`` under the stream's n
 save and restore them in place; a stream's own compressor is ``node.stream_compressor(name)``,
 which checkpoints save too. :class:`Stream` and :class:`ArcStream` are thin helpers bound to
 ``(node, name)`` holding scratch buffers only; algorithms keep them in a :class:`PerNode`.
+
+Blocks of nodes (:mod:`gossip.block`): :class:`BlockStream` is the same stream for all of a
+process's nodes, its copies [m, d] tensors in ``block.state`` under the same names (mirrored
+into each ``node.state``), and :func:`send_block_streams` packs every stream's rows into one
+phase. Per-arc copies have no block form: they send a different message to each out-neighbor,
+and a block phase sends one row per node.
 """
 
 from __future__ import annotations
