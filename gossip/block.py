@@ -377,3 +377,59 @@ def _message_buffer(shape: tuple[int, int], device: torch.device) -> torch.Tenso
 
         return torch.from_numpy(np.empty(shape, dtype=np.uint8))
     return torch.empty(shape, dtype=torch.uint8, device=device)
+
+
+class PackedRows(Rows):
+    """Several messages of one phase sent as one, as a per-node round packs them
+    (:func:`gossip.algorithms.base.pack`): ``parts[k]`` is the k-th part as :class:`Rows`, a
+    column view of the shared staging buffer, so after the exchange each part decodes as if it
+    had been sent alone. A part given as a raw [m, b] uint8 tensor (a push-sum weight) has no
+    compressor. Each message counts what the per-node packing sends, header included:
+    ``(k + 1)·8 + Σ nbytes_k``; the parts sit at 8-aligned offsets inside those bytes (the
+    header's room covers the padding)."""
+
+    __slots__ = ("parts",)
+
+
+class _PackedParts:
+    """The ``compressor`` of a :class:`PackedRows`: validates each compressed part of the rows
+    that came from other processes (an error's ``row`` is the row of the block given)."""
+
+    def __init__(self, parts: list[tuple[int, Rows]]):
+        self.parts = parts
+
+    def check_rows(self, block: torch.Tensor, like: Any) -> None:
+        for offset, part in self.parts:
+            if part.compressor is not None:
+                part.compressor.check_rows(block[:, offset : offset + part.nbytes], part.like)
+
+
+def pack_rows(block: Block, parts: list[Rows | torch.Tensor]) -> PackedRows:
+    """One phase carrying ``parts`` (each :class:`Rows` from ``block.encode``, or a raw
+    [m, b] uint8 tensor); ``yield`` it, then decode ``packed.parts[k]`` as usual."""
+    sizes = [p.nbytes if isinstance(p, Rows) else int(p.shape[1]) for p in parts]
+    offsets, end = [], 0
+    for nb in sizes:
+        offsets.append(end)
+        end += row_stride(nb)
+    nbytes = (len(parts) + 1) * 8 + sum(sizes)
+    m = block.m
+    rows, pitch = m + len(block.plan.remote_in), row_stride(max(nbytes, end))
+    device = block.x.device
+    staging = block._staging.get(block._calls)
+    if staging is None or staging.shape != (rows, pitch) or staging.device != device:
+        staging = _message_buffer((rows, pitch), device)
+        staging.zero_()  # the padding between parts travels too: keep it deterministic
+        block._staging[block._calls] = staging
+    block._calls += 1
+    views = []
+    for p, nb, off in zip(parts, sizes, offsets):
+        if isinstance(p, Rows):
+            staging[:m, off : off + nb].copy_(p.mine(m))
+            views.append(Rows(staging[:, off : off + nb], nb, p.compressor, p.like))
+        else:
+            staging[:m, off : off + nb].copy_(p)
+            views.append(Rows(staging[:, off : off + nb], nb, None, None))
+    packed = PackedRows(staging, nbytes, _PackedParts(list(zip(offsets, views))), None)
+    packed.parts = views
+    return packed

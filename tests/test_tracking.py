@@ -209,3 +209,55 @@ def test_one_algorithm_object_runs_two_engines():
         alone.step()
     for i in alone.nodes:
         assert torch.equal(a.nodes[i].x, alone.nodes[i].x) and torch.equal(b.nodes[i].x, alone.nodes[i].x)
+
+
+@pytest.mark.parametrize(("alg", "hp", "spec", "topo_spec", "weights", "estimator"), [
+    ("c-gt", {}, "topk:0.25", "erdos-renyi:p=0.4", "metropolis", "full"),
+    ("c-gt", {"alpha": 0.0}, "sign", "ring", "metropolis", "full"),
+    ("diging", {}, "none", "one-peer-exponential", "metropolis", "full"),
+    ("extra", {}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
+    ("cpp", {}, "sign", "directed-random:p=0.3", "push", "full"),
+    ("push-sum", {"gamma": 0.5}, "topk:0.25", "directed-random:p=0.3", "push", "full"),
+    ("push-sum", {}, "none", "one-peer-exponential", "metropolis", "full"),
+    ("docom", {"beta": 0.3}, "sign", "ring", "metropolis", "sgd"),
+])
+def test_block_round_equals_the_per_node_round(alg, hp, spec, topo_spec, weights, estimator):
+    """The stream algorithms as blocks give the bits of their per-node rounds: models, every
+    state tensor (the mirrored rows) and bytes sent (packed phases count the per-node header)."""
+    n = 7
+    topo = topologies.build(topo_spec, n, weights=weights, seed=3)
+    problem = make_problem("least-squares", n_nodes=n, dim=12, samples_per_node=10, seed=4,
+                           heterogeneity=2.0, dtype=torch.float64)
+    engines = []
+    for blocks in (True, False):
+        algorithm = make_algorithm(alg, eta=0.2 / problem.smoothness().L, **hp)
+        if not blocks:
+            algorithm.runs_blocks = lambda: False
+        eng = Engine(algorithm, topo, lambda i: problem.initial_point() + i, compressor=spec,
+                     seed=5, oracles=lambda i, gen: problem.oracle(i, gen, estimator, 2))
+        assert (eng.block is not None) == blocks
+        eng.run(8, log_every=8)
+        engines.append(eng)
+    blocked, per_node = engines
+    for i in range(n):
+        a, b = blocked.nodes[i], per_node.nodes[i]
+        assert torch.equal(a.x, b.x), i
+        assert list(a.state) == list(b.state)
+        for key in a.state:
+            assert torch.equal(a.state[key].cpu(), b.state[key].cpu()), (i, key)
+    assert blocked.transport.bytes_sent == per_node.transport.bytes_sent
+
+
+@pytest.mark.parametrize(("alg", "spec", "topo_spec", "weights"), [
+    ("c-gt", "topk:0.25", "one-peer-exponential", "metropolis"),
+    ("push-sum", "sign", "one-peer-exponential", "metropolis"),
+])
+def test_per_arc_copies_run_per_node(alg, spec, topo_spec, weights):
+    """Per-arc copies send one message per out-neighbor: not a block phase, so per node."""
+    topo = topologies.build(topo_spec, 4, weights=weights, seed=3)
+    problem = make_problem("least-squares", n_nodes=4, dim=6, samples_per_node=5, seed=4,
+                           dtype=torch.float64)
+    eng = Engine(make_algorithm(alg), topo, lambda i: problem.initial_point(), compressor=spec,
+                 oracles=lambda i, gen: problem.oracle(i, gen, "full", 2))
+    assert eng.block is None and isinstance(eng.nodes[0].state[("sx" if alg == "c-gt" else "ss")
+                                                                + ".out"], list)

@@ -14,15 +14,26 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range, scheduled
+from gossip.algorithms.base import (
+    Algorithm,
+    BlockRound,
+    ConfigError,
+    Node,
+    RoundGenerator,
+    check_range,
+    scheduled,
+)
 from gossip.algorithms.streams import (
     ArcStream,
+    BlockStream,
+    PerBlock,
     PerNode,
     Stream,
     Weights,
     arcs_over_schedule,
     pull_weights,
     send_arc_streams,
+    send_block_streams,
     send_streams,
     split_inbox,
 )
@@ -86,6 +97,8 @@ class PushSum(Algorithm):
         self.gamma = gamma
         self._topology: Any = None
         self._streams = PerNode(self._make_stream)
+        self._block_streams = PerBlock(
+            lambda block: BlockStream(block, "ss", alpha=0.0 if block.compressor.spec == "none" else 1.0))
 
     _arcs = False
 
@@ -100,6 +113,45 @@ class PushSum(Algorithm):
             outs, ins = arcs_over_schedule(self._topology, node.id)
             return ArcStream(node, "ss", outs=outs, ins=ins)
         return Stream(node, "ss", alpha=0.0 if node.compressor.spec == "none" else 1.0)
+
+    def runs_blocks(self) -> bool:
+        """As a block, except with per-arc copies (compressed, time-varying graph): those send
+        a different message to each out-neighbor, which a block phase cannot (one row per node)."""
+        return not self._arcs
+
+    def setup_block(self, block: Any) -> None:
+        st, x = block.state, block.x
+        st["s"] = x.clone()
+        self._block_streams(block)
+        st["w"] = torch.ones(block.m, 1, dtype=torch.float64, device=x.device)
+        st["w_in"] = torch.empty(block.m, 1, dtype=torch.float64, device=x.device)
+        if block.has_oracle:
+            st["grad"] = torch.empty_like(x)
+
+    def block_step(self, block: Any) -> BlockRound:
+        st, x, plan = block.state, block.x, block.plan
+        s, w, ss = st["s"], st["w"], self._block_streams(block)
+        if block.has_oracle:
+            s.sub_(block.gradients(st["grad"]), alpha=scheduled(self.eta, block.round))
+        packed = send_block_streams(block, [ss], [s], extra=[w.view(torch.uint8)])
+        yield packed
+        s_hat, s_mix = ss.receive()
+        s.add_(s_mix.sub_(s_hat), alpha=self.gamma)
+        # w_i ← c_ii w_i + Σ_j c_ij w_j, neighbors in sorted order (one degree slot at a time)
+        # (w_in, as per node, ends holding the last in-neighbor's weight)
+        w_all = packed.parts[1].staging.view(torch.float64)[:, 0]  # [m + R]: every sender's w
+        w_new, w_in = plan.self_weight * w[:, 0], st["w_in"][:, 0]
+        for src, dst, c in plan.slots:
+            w_j = w_all.index_select(0, src)
+            term = c * w_j
+            if dst is None:
+                w_new.add_(term)
+                w_in.copy_(w_j)
+            else:
+                w_new.index_add_(0, dst, term)
+                w_in.index_copy_(0, dst, w_j)
+        w[:, 0] = w_new
+        torch.div(s, w.to(x.dtype), out=x)
 
     def setup(self, node: Node) -> None:
         st = node.state

@@ -10,9 +10,24 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range
+from gossip.algorithms.base import (
+    Algorithm,
+    BlockRound,
+    ConfigError,
+    Node,
+    RoundGenerator,
+    check_range,
+)
 from gossip.algorithms.beer import BEER
-from gossip.algorithms.streams import PerNode, Stream, send_streams, split_inbox
+from gossip.algorithms.streams import (
+    BlockStream,
+    PerBlock,
+    PerNode,
+    Stream,
+    send_block_streams,
+    send_streams,
+    split_inbox,
+)
 from gossip.algorithms.tracking import compression_defaults, stochastic_kind
 
 
@@ -58,6 +73,9 @@ class DoCoM(Algorithm):
         self.beta = beta
         self._streams = PerNode(lambda node: (Stream(node, "sx", alpha=1.0),
                                               Stream(node, "sy", alpha=1.0, own_compressor=True)))
+        self._block_streams = PerBlock(lambda block: (
+            BlockStream(block, "sx", alpha=1.0),
+            BlockStream(block, "sy", alpha=1.0, own_compressor=True)))
 
     def validate(self, topology: Any, compressor: Any) -> None:
         _check_doubly_stochastic(self.name, topology)
@@ -72,6 +90,51 @@ class DoCoM(Algorithm):
         st["x_prev"] = x.clone()
         st["g"] = torch.empty_like(x)
         st["g_old"] = st["v"].clone()  # full gradients: ∇f at x_prev
+
+    def setup_block(self, block: Any) -> None:
+        x, st = block.x, block.state
+        for nd in block.nodes:
+            self._sampled(nd.oracle)  # refuse oracles it cannot use, before any message
+        self._block_streams(block)  # the public copies sx.h, sx.hm, sy.h, sy.hm
+        st["v"] = block.gradients(torch.empty_like(x))
+        st["y"] = st["v"].clone()
+        st["x_prev"] = x.clone()
+        st["g"] = torch.empty_like(x)
+        st["g_old"] = st["v"].clone()  # full gradients: ∇f at x_prev
+
+    def block_step(self, block: Any) -> BlockRound:
+        x, st = block.x, block.state
+        sx, sy = self._block_streams(block)
+        v, y, x_prev, g, g_old = (st[k] for k in ("v", "y", "x_prev", "g", "g_old"))
+        sampled = [self._sampled(nd.oracle) for nd in block.nodes]
+        if any(sampled):  # one mini-batch at both points, node by node
+            for r, nd in enumerate(block.nodes):
+                if sampled[r]:
+                    idx = nd.oracle.sample()
+                    nd.oracle.grad_at(x[r], idx, g[r])
+                    nd.oracle.grad_at(x_prev[r], idx, g_old[r])
+                else:
+                    out = nd.oracle.grad(x[r], g[r])
+                    if out.data_ptr() != g[r].data_ptr():
+                        g[r].copy_(out)
+        else:
+            block.gradients(g)
+        # v_new = g + (1 − β)(v − g_old): y += v_new − v, then v = v_new
+        y.sub_(v)
+        v.sub_(g_old).mul_(1.0 - self.beta).add_(g)
+        y.add_(v)
+        if not any(sampled):
+            g_old.copy_(g)
+        elif not all(sampled):
+            for r, flag in enumerate(sampled):
+                if not flag:
+                    g_old[r].copy_(g[r])
+        y.add_(sy.hm, alpha=self.gamma).sub_(sy.h, alpha=self.gamma)
+        x_prev.copy_(x)
+        x.sub_(y, alpha=self.eta).add_(sx.hm, alpha=self.gamma).sub_(sx.h, alpha=self.gamma)
+        yield send_block_streams(block, [sx, sy], [x, y])
+        sx.receive()
+        sy.receive()
 
     @staticmethod
     def _sampled(oracle: Any) -> bool:
@@ -135,6 +198,12 @@ class MoTEF(BEER):
 
     name = "motef"
     symmetric = False
+
+    @classmethod
+    def runs_blocks(cls) -> bool:
+        """Per node: its round is BEER's with the momentum hook :meth:`estimate` on one node's
+        tensors; a block round needs BEER's block form (ported separately) and a hook over rows."""
+        return False
 
     def __init__(self, eta: float = 0.05, gamma: float = 0.4, lam: float = 0.9):
         super().__init__(eta=eta, gamma=gamma)

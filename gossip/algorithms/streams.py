@@ -26,6 +26,12 @@ Where things live: the copies are tensors in ``node.state`` under the stream's n
 save and restore them in place; a stream's own compressor is ``node.stream_compressor(name)``,
 which checkpoints save too. :class:`Stream` and :class:`ArcStream` are thin helpers bound to
 ``(node, name)`` holding scratch buffers only; algorithms keep them in a :class:`PerNode`.
+
+Blocks of nodes (:mod:`gossip.block`): :class:`BlockStream` is the same stream for all of a
+process's nodes, its copies [m, d] tensors in ``block.state`` under the same names (mirrored
+into each ``node.state``), and :func:`send_block_streams` packs every stream's rows into one
+phase. Per-arc copies have no block form: they send a different message to each out-neighbor,
+and a block phase sends one row per node.
 """
 
 from __future__ import annotations
@@ -297,3 +303,138 @@ def send_arc_streams(streams: Sequence[ArcStream], values: Sequence[torch.Tensor
     caps = [s.capacity() for s in streams] + [p.numel() for p in extra]
     send = {j: pack([msgs[j] for msgs in per_stream] + list(extra)) for j in per_stream[0]}
     return Exchange(send, packed_capacity(caps))
+
+
+# -- blocks of nodes (gossip/block.py) ---------------------------------------------------------
+class PerBlock(Generic[T]):
+    """What an algorithm keeps per :class:`~gossip.block.Block` outside ``block.state``
+    (stream helpers, scratch buffers): ``build(block)`` runs once per block (weakly keyed, so
+    another engine's block gets its own)."""
+
+    def __init__(self, build: Callable[[Any], T]):
+        self._build = build
+        self._items: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __call__(self, block: Any) -> T:
+        item = self._items.get(block)
+        if item is None:
+            item = self._items[block] = self._build(block)
+        return item
+
+
+class BlockStream:
+    """:class:`Stream` for a block of nodes: the same round, every row at once.
+
+    The public copies are the [m, d] tensors ``block.state[name + ".h"]`` and
+    ``block.state[name + ".hm"]`` (the engine mirrors their rows into each ``node.state``
+    under the per-node keys, so checkpoints are the same); scratch buffers live here.
+
+    Args:
+        block: the block it belongs to.
+        name: as for :class:`Stream`.
+        alpha: as for :class:`Stream`.
+        weights: ``weights(node)`` gives node's mixing weights ``m(j)`` (None, or a None
+            result for every node: the topology's ``w_ij``, i.e. ``block.plan``). Per-slot
+            weights are built from them once per round plan, neighbors in sorted order as
+            :class:`~gossip.block.MixPlan` orders them.
+        own_compressor: as for :class:`Stream` (``block.stream_compressor(name)``).
+    """
+
+    def __init__(self, block: Any, name: str, *, alpha: float,
+                 weights: Callable[[Node], Weights | None] | None = None,
+                 own_compressor: bool = False):
+        x = block.x
+        self.block = block
+        self.name = name
+        self.alpha = float(alpha)
+        self.weights = weights
+        self.compressor = block.stream_compressor(name) if own_compressor else block.compressor
+        self.rng = block.stream_rng(name) if own_compressor else block.rng
+        st = block.state
+        if self.alpha > 0:
+            for key in (f"{name}.h", f"{name}.hm"):
+                if key not in st:
+                    st[key] = torch.zeros_like(x)
+        self.h = st.get(f"{name}.h") if self.alpha > 0 else None
+        self.hm = st.get(f"{name}.hm") if self.alpha > 0 else None
+        self.diff = torch.empty_like(x)
+        self.z_hat = torch.empty_like(x)
+        self.zm_hat = torch.empty_like(x)
+        self.q: Any = None
+        self._plan_for: Any = None
+        self._plan: Any = None
+
+    def encode(self, z: torch.Tensor) -> Any:
+        """Compress every row of ``z − h``: the :class:`~gossip.block.Rows` of this stream."""
+        d = torch.sub(z, self.h, out=self.diff) if self.h is not None else self.diff.copy_(z)
+        return self.block.encode(d, self.compressor, self.rng)
+
+    def plan(self) -> Any:
+        """The round's :class:`~gossip.block.MixPlan` with this stream's weights."""
+        block = self.block
+        if self.weights is None:
+            return block.plan
+        if self._plan_for is not block.plan:
+            self._plan = _weighted_plan(block, [self.weights(nd) for nd in block.nodes])
+            self._plan_for = block.plan
+        return self._plan
+
+    def receive(self, q: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ẑ, ẑm)`` for every row from this stream's part ``q`` of the exchanged rows
+        (default: the part :func:`send_block_streams` left in ``self.q``), in
+        the per-node order (own message, then the neighbors' in sorted order); buffers valid
+        until the next call."""
+        block, z_hat, zm_hat = self.block, self.z_hat, self.zm_hat
+        q = self.q if q is None else q
+        if self.h is None:
+            z_hat.zero_()
+            zm_hat.zero_()
+        else:
+            z_hat.copy_(self.h)
+            zm_hat.copy_(self.hm)
+        block.decode_add(z_hat, q)
+        plan, saved = self.plan(), block.plan
+        block.plan = plan
+        try:
+            block.mix_into(zm_hat, q, q)
+        finally:
+            block.plan = saved
+        if self.h is not None:
+            a = self.alpha
+            self.h.mul_(1.0 - a).add_(z_hat, alpha=a)
+            self.hm.mul_(1.0 - a).add_(zm_hat, alpha=a)
+        return z_hat, zm_hat
+
+
+def _weighted_plan(block: Any, weights: list[Weights | None]) -> Any:
+    """``block.plan`` with the weights ``weights[r](j)`` of each row r (None: ``w_ij``)."""
+    from gossip.block import MixPlan
+
+    plan, ids, m = block.plan, block.ids, block.m
+    if all(w is None for w in weights):
+        return plan
+    fns = [w or nd.weight for w, nd in zip(weights, block.nodes)]
+    device = plan.self_weight.device
+    self_w = torch.tensor([fns[r](ids[r]) for r in range(m)], dtype=torch.float64, device=device)
+    slots = []
+    for src, dst, _ in plan.slots:
+        rows = range(m) if dst is None else dst.tolist()
+        w = [fns[r](plan.sender_of[s]) for r, s in zip(rows, src.tolist())]
+        slots.append((src, dst, torch.tensor(w, dtype=torch.float64, device=device)))
+    return MixPlan(m=m, self_weight=self_w, slots=slots, remote_in=plan.remote_in,
+                   remote_out=plan.remote_out, out_degree=plan.out_degree, sender_of=plan.sender_of)
+
+
+def send_block_streams(block: Any, streams: Sequence[BlockStream], values: Sequence[torch.Tensor],
+                       extra: Sequence[torch.Tensor] = ()) -> Any:
+    """:func:`send_streams` for a block: one phase carrying every stream's rows (then the raw
+    [m, b] uint8 ``extra`` rows), the bytes a per-node round sends. Each stream's part is in
+    ``stream.q`` (decode it with :meth:`BlockStream.receive` after the yield); the extras are
+    ``packed.parts[len(streams):]``."""
+    from gossip.block import pack_rows
+
+    parts = [s.encode(v) for s, v in zip(streams, values)]
+    packed = pack_rows(block, parts + list(extra))
+    for s, part in zip(streams, packed.parts):
+        s.q = part
+    return packed

@@ -11,14 +11,24 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator, check_range
+from gossip.algorithms.base import (
+    Algorithm,
+    BlockRound,
+    ConfigError,
+    Node,
+    RoundGenerator,
+    check_range,
+)
 from gossip.algorithms.streams import (
     ArcStream,
+    BlockStream,
+    PerBlock,
     PerNode,
     Stream,
     Weights,
     arcs_over_schedule,
     send_arc_streams,
+    send_block_streams,
     send_streams,
     split_inbox,
 )
@@ -100,6 +110,7 @@ class CGT(Algorithm):
         self.error_feedback = bool(error_feedback)
         self._topology: Any = None
         self._streams = PerNode(self._make_streams)
+        self._block_streams = PerBlock(self._make_block_streams)
 
     def validate(self, topology: Any, compressor: Any) -> None:
         kind = stochastic_kind(topology)
@@ -138,6 +149,36 @@ class CGT(Algorithm):
                     ArcStream(node, "sy", outs=outs, ins=ins, own_compressor=True))
         return (Stream(node, "sx", alpha=self.alpha, weights=self.weights_x(node)),
                 Stream(node, "sy", alpha=self.alpha, weights=self.weights_y(node), own_compressor=True))
+
+    def runs_blocks(self) -> bool:
+        """As a block, except with per-arc copies (a time-varying graph with α > 0): those send
+        a different message to each out-neighbor, which a block phase cannot (one row per node)."""
+        return not self._arcs
+
+    def _make_block_streams(self, block: Any) -> tuple[BlockStream, BlockStream]:
+        return (BlockStream(block, "sx", alpha=self.alpha, weights=self.weights_x),
+                BlockStream(block, "sy", alpha=self.alpha, weights=self.weights_y,
+                            own_compressor=True))
+
+    def setup_block(self, block: Any) -> None:
+        x, st = block.x, block.state
+        self._block_streams(block)  # allocates the copies in block.state
+        st["g"] = block.gradients(torch.empty_like(x))
+        st["y"] = st["g"].clone()
+        st["g_new"] = torch.empty_like(x)
+
+    def block_step(self, block: Any) -> BlockRound:
+        x, st, gamma = block.x, block.state, self.gamma
+        sx, sy = self._block_streams(block)
+        y, g, g_new = st["y"], st["g"], st["g_new"]
+        yield send_block_streams(block, [sx, sy], [x, y])
+        x_hat, x_mix = sx.receive()
+        y_hat, y_mix = sy.receive()
+        dx, dy = x_mix.sub_(x_hat), y_mix.sub_(y_hat)
+        x.add_(dx, alpha=gamma).sub_(y, alpha=self.eta)
+        block.gradients(g_new)
+        y.add_(dy, alpha=gamma).add_(g_new).sub_(g)
+        g.copy_(g_new)
 
     def setup(self, node: Node) -> None:
         x, st = node.x, node.state
@@ -223,6 +264,7 @@ class EXTRA(Algorithm):
         check_range("eta", eta, 0.0, float("inf"), "Try 0.5/L (EXTRA diverges near 1/L on some graphs).")
         self.eta = eta
         self._streams = PerNode(lambda node: Stream(node, "sx", alpha=0.0))
+        self._block_streams = PerBlock(lambda block: BlockStream(block, "sx", alpha=0.0))
 
     def validate(self, topology: Any, compressor: Any) -> None:
         if compressor.spec != "none":
@@ -247,6 +289,27 @@ class EXTRA(Algorithm):
         inbox = yield send_streams([sx], [x])
         _, wx = sx.receive(split_inbox(inbox, [sx])[0])
         # x_new = (x + Wx) − W̃x_prev − η(g − g_prev); then W̃x = (x + Wx)/2 for the next round
+        torch.add(x, wx, out=x_wx)
+        g_prev.sub_(g)  # −(g − g_prev)
+        x.copy_(x_wx).sub_(half_prev).add_(g_prev, alpha=self.eta)
+        half_prev.copy_(x_wx).mul_(0.5)
+        g_prev.copy_(g)
+
+    def setup_block(self, block: Any) -> None:
+        x, st = block.x, block.state
+        self._block_streams(block)
+        st["half_prev"] = x.clone()  # makes round 1 the x¹ rule
+        st["g_prev"] = torch.zeros_like(x)
+        st["g"] = torch.empty_like(x)
+        st["x_wx"] = torch.empty_like(x)
+
+    def block_step(self, block: Any) -> BlockRound:
+        x, st = block.x, block.state
+        sx = self._block_streams(block)
+        half_prev, g_prev, g, x_wx = st["half_prev"], st["g_prev"], st["g"], st["x_wx"]
+        block.gradients(g)
+        yield send_block_streams(block, [sx], [x])
+        _, wx = sx.receive()
         torch.add(x, wx, out=x_wx)
         g_prev.sub_(g)  # −(g − g_prev)
         x.copy_(x_wx).sub_(half_prev).add_(g_prev, alpha=self.eta)
