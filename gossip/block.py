@@ -321,6 +321,54 @@ class Block:
             for key, value in self.state.items():
                 nd.state[key] = value[r]
 
+    # -- messages of several parts -------------------------------------------------------------
+    def encode_parts(self, parts: list[torch.Tensor], compressors: list[Compressor | None] | None = None,
+                     rngs: list[Stream | None] | None = None) -> tuple[Rows, list[Rows]]:
+        """Several tensors as one message a node (e.g. a model and a tracker): part k of row r is
+        the bytes of ``encode(parts[k][r])`` with ``compressors[k]`` and ``rngs[k]`` (defaults as
+        :meth:`encode`), each part at an 8-aligned offset of the row. Every part's size is fixed
+        by its shape, so the message carries no header. Returns the phase's rows (``yield``
+        them) and one :class:`Rows` per part, views of the same buffer, for :meth:`decode_add` and
+        :meth:`mix_into` once the exchange is done; received rows are checked part by part."""
+        k = len(parts)
+        comps = [c or self.compressor for c in (compressors or [None] * k)]
+        streams = [r or self.rng for r in (rngs or [None] * k)]
+        likes = [X[0] if self.m else X for X in parts]
+        sizes = [c.nbytes_rows(like) for c, like in zip(comps, likes)]
+        offsets = [0]
+        for size in sizes[:-1]:
+            offsets.append(offsets[-1] + row_stride(size))
+        staging = self._staging_of(offsets[-1] + sizes[-1], parts[0].device)
+        views = []
+        for X, comp, rng, like, off, size in zip(parts, comps, streams, likes, offsets, sizes):
+            self._encode_into(comp, X, staging[: self.m, off : off + size], rng)
+            views.append(Rows(staging[:, off:], size, comp, like))
+        return Rows(staging, offsets[-1] + sizes[-1], _PartChecks(views, offsets), likes[0]), views
+
+    def _staging_of(self, nbytes: int, device: torch.device) -> torch.Tensor:
+        """This phase's staging buffer for messages of ``nbytes`` (reused across rounds)."""
+        shape = (self.m + len(self.plan.remote_in), row_stride(nbytes))
+        staging = self._staging.get(self._calls)
+        if staging is None or staging.shape != shape or staging.device != device:
+            staging = self._staging[self._calls] = _message_buffer(shape, device)
+        self._calls += 1
+        return staging
+
+    def _encode_into(self, comp: Compressor, X: torch.Tensor, mine: torch.Tensor,
+                     rng: Stream) -> None:
+        """Encode the rows of ``X`` into ``mine`` ([m, nbytes] of a staging buffer), as :meth:`encode`."""
+        if comp.stateful:
+            self._encode_per_node(comp, X, mine, rng)
+            return
+        try:
+            block = comp.encode_rows(X, rng, out=mine)
+        except CompressionError as exc:
+            row = getattr(exc, "row", None)
+            who = f"node {self.ids[row]}" if row is not None else "a node"
+            raise CompressionError(f"{who} could not encode its message: {exc}") from exc
+        if block.data_ptr() != mine.data_ptr():
+            mine.copy_(block)
+
 
 def _message_buffer(shape: tuple[int, int], device: torch.device) -> torch.Tensor:
     """A staging buffer; on CPU numpy-allocated (MPI moves such buffers about twice as fast as
@@ -330,3 +378,16 @@ def _message_buffer(shape: tuple[int, int], device: torch.device) -> torch.Tenso
 
         return torch.from_numpy(np.empty(shape, dtype=np.uint8))
     return torch.empty(shape, dtype=torch.uint8, device=device)
+
+
+class _PartChecks:
+    """What :meth:`Block.check_received` calls for a message of several parts
+    (:meth:`Block.encode_parts`): each part's compressor checks its columns of the received rows."""
+
+    def __init__(self, parts: list[Rows], offsets: list[int]):
+        self.parts = parts
+        self.offsets = offsets
+
+    def check_rows(self, block: torch.Tensor, like: torch.Tensor) -> None:
+        for part, off in zip(self.parts, self.offsets):
+            part.compressor.check_rows(block[:, off : off + part.nbytes], part.like)

@@ -14,6 +14,7 @@ from gossip.algorithms.base import Algorithm, ConfigError, Node, RoundGenerator,
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.streams import PerNode, Stream, send_streams, split_inbox
 from gossip.algorithms.tracking import compression_defaults, stochastic_kind
+from gossip.block import Block
 
 
 class DoCoM(Algorithm):
@@ -145,8 +146,8 @@ class MoTEF(BEER):
         _check_doubly_stochastic(self.name, topology)
         super().validate(topology, compressor)
 
-    def estimate(self, node: Node, grad: torch.Tensor, prev: torch.Tensor) -> None:
-        grad.mul_(self.lam).add_(prev, alpha=1.0 - self.lam)  # the new momentum; prev holds m_i
+    def estimate(self, block: Block, grad: torch.Tensor, prev: torch.Tensor) -> None:
+        grad.mul_(self.lam).add_(prev, alpha=1.0 - self.lam)  # the new momenta; prev holds m_i
 
 
 def _check_doubly_stochastic(name: str, topology: Any) -> None:
