@@ -83,3 +83,37 @@ def test_node_models_are_views_of_the_block():
     for r, i in enumerate(eng.block.ids):
         assert eng.nodes[i].x.data_ptr() == eng.block.x[r].data_ptr()
         assert eng.nodes[i].state["x_hat"].data_ptr() == eng.block.state["x_hat"][r].data_ptr()
+
+
+def test_encode_parts_packs_each_nodes_messages_and_checks_every_part():
+    """Two tensors as one message a node: part k of row r is node r's own encode, parts start
+    8-aligned, and a received row whose second part is corrupt is refused naming its sender."""
+    from types import SimpleNamespace
+
+    from gossip.block import Block, RowsError
+    from gossip.compress import make
+
+    topo = topologies.build("ring", 6)
+    ids = [0, 1, 2]
+    plan = MixPlan.build(topo, ids, lambda j: j in ids, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(5)
+    X = torch.randn(3, 11, generator=gen, dtype=torch.float64)
+    Y = torch.randn(3, 7, generator=gen, dtype=torch.float64)
+    block = Block([SimpleNamespace(id=i) for i in ids], X, make("sign"), lambda: make("topk:3"))
+    block.begin_round(1, plan)
+    msg, (a, b) = block.encode_parts([X, Y], [None, block.stream_compressor("y")])
+    sign, topk = make("sign"), make("topk:3")
+    for r in range(3):
+        assert torch.equal(a.mine(3)[r], sign.encode(X[r]).to_bytes())
+        assert torch.equal(b.mine(3)[r], topk.encode(Y[r]).to_bytes())
+    assert msg.nbytes == -(-a.nbytes // 8) * 8 + b.nbytes
+    out = torch.zeros_like(Y)
+    block.decode_add(out, b)
+    assert torch.equal(out[1], topk.decode(topk.encode(Y[1])))
+    remote = msg.staging[3:, : msg.nbytes]
+    remote.copy_(msg.staging[0, : msg.nbytes].expand_as(remote))  # well-formed received rows
+    block.check_received(msg)
+    remote[1, msg.nbytes - b.nbytes] ^= 0xFF  # the second part's header, in remote row 1
+    sender, receiver, _ = plan.remote_in[1]
+    with pytest.raises(RowsError, match=f"from node {sender} to node {receiver}"):
+        block.check_received(msg)
