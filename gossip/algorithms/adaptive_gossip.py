@@ -47,7 +47,7 @@ class ExactRows:
                          check: bool = True) -> torch.Tensor:
         vals = block.view(out.dtype)
         w = (weight.reshape(-1, 1) if isinstance(weight, torch.Tensor)
-             else torch.full((vals.shape[0], 1), float(weight), dtype=torch.float64))
+             else torch.full((vals.shape[0], 1), float(weight), dtype=torch.float64, device=out.device))
         w = w.to(out.dtype)  # as add_ casts alpha to out's dtype
         if rows is None:
             return out.addcmul_(vals, w)
