@@ -76,7 +76,7 @@ class AdaptiveGossip(Algorithm):
             raise ConfigError(f"gossip_steps = {gossip_steps} must be >= 1")
         self.eta, self.beta1, self.beta2, self.eps = eta, beta1, beta2, eps
         self.gossip_steps = int(gossip_steps)
-        self._work: dict[str, torch.Tensor] = {}
+        self._work: dict[tuple[str, int], torch.Tensor] = {}
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -94,11 +94,12 @@ class AdaptiveGossip(Algorithm):
         block.state.update(m=z, v=z.clone(), grad=torch.zeros_like(z), step=torch.zeros_like(z))
 
     def scratch(self, block: Block, name: str, width: int) -> torch.Tensor:
-        """An [m, width] work tensor of the block's dtype (kept between rounds, not in the state)."""
-        t = self._work.get(name)
+        """An [m, width] work tensor of the block's dtype (kept between rounds, one per name and
+        width, as DES-LOC's messages change width; not in the state)."""
+        t = self._work.get((name, width))
         x = block.x
-        if t is None or t.shape != (x.shape[0], width) or t.dtype != x.dtype or t.device != x.device:
-            t = self._work[name] = x.new_empty((x.shape[0], width))
+        if t is None or t.shape[0] != x.shape[0] or t.dtype != x.dtype or t.device != x.device:
+            t = self._work[(name, width)] = x.new_empty((x.shape[0], width))
         return t
 
     def mix(self, block: Block, vectors: Sequence[torch.Tensor], steps: int) -> BlockRound:
