@@ -170,6 +170,7 @@ class Block:
         self._streams: dict[str, Compressor] = {}
         self._staging: dict[tuple[int, bool], torch.Tensor] = {}
         self._message_rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._scratches: dict[Any, torch.Tensor] = {}
         self._calls = 0
 
     @property
@@ -342,12 +343,33 @@ class Block:
 
     # -- local work ------------------------------------------------------------------------------
     def gradients(self, out: torch.Tensor) -> torch.Tensor:
-        """Every node's gradient at its row of ``x``, into the rows of ``out``."""
+        """Every node's gradient at its row of ``x``, into the rows of ``out`` (through
+        :meth:`oracle_call`: the bits do not depend on a row's place in the block)."""
         for r, nd in enumerate(self.nodes):
-            g = nd.oracle.grad(self.x[r], out[r])
-            if g.data_ptr() != out[r].data_ptr():
-                out[r].copy_(g)
+            self.oracle_call(nd.oracle.grad, self.x[r], out=out[r])
         return out
+
+    def oracle_call(self, fn: Callable[..., torch.Tensor], *rows: Any,
+                    out: torch.Tensor) -> torch.Tensor:
+        """``out = fn(*rows, out)`` with every row tensor 64-byte aligned, as a node's own
+        tensors are: BLAS kernels round differently at other alignments, and a row's alignment
+        depends on its place in the block, so misaligned rows go through aligned copies."""
+        args = [self._aligned(a, k) if isinstance(a, torch.Tensor) else a
+                for k, a in enumerate(rows)]
+        dst = out if out.data_ptr() % _ALIGN == 0 else self._scratch(out, "out")
+        g = fn(*args, dst)
+        if g.data_ptr() != out.data_ptr():
+            out.copy_(g)
+        return out
+
+    def _aligned(self, row: torch.Tensor, k: int) -> torch.Tensor:
+        return row if row.data_ptr() % _ALIGN == 0 else self._scratch(row, k).copy_(row)
+
+    def _scratch(self, like: torch.Tensor, key: Any) -> torch.Tensor:
+        t = self._scratches.get(key)
+        if t is None or t.shape != like.shape or t.dtype != like.dtype or t.device != like.device:
+            t = self._scratches[key] = torch.empty_like(like, memory_format=torch.contiguous_format)
+        return t
 
     def local_step(self, grad: torch.Tensor, eta: float) -> None:
         """``x ← x − η g`` for every row, or each node's own optimizer step when it has one."""
@@ -368,6 +390,49 @@ class Block:
             for key, value in self.state.items():
                 nd.state[key] = value[r]
 
+    # -- messages of several parts -------------------------------------------------------------
+    # -- messages of several parts --------------------------------------------------------
+    def pack(self, parts: list[Rows | torch.Tensor]) -> PackedRows:
+        """Several messages of one phase sent as one, byte for byte what a per-node round's
+        :func:`gossip.algorithms.base.pack` sends: ``[count][len_1]…[len_k]`` (8 bytes each)
+        then the parts. Each part is :class:`Rows` from :meth:`encode` or a raw [m, b] uint8
+        tensor (e.g. push-sum's weight); ``yield`` the result, then decode ``packed.parts[k]``
+        as if that part had been sent alone."""
+        sizes = [p.nbytes if isinstance(p, Rows) else int(p.shape[1]) for p in parts]
+        head = (len(parts) + 1) * _LEN
+        nbytes = head + sum(sizes)
+        pitch = row_stride(nbytes)
+        device = self.x.device
+        both = self._buffer((self.m + len(self.plan.remote_in), pitch), device)
+        self._calls += 1
+        m = self.m
+        header = torch.tensor([len(parts), *sizes], dtype=torch.int64).view(torch.uint8)
+        both[:m, :head].copy_(header.to(device).expand(m, head))
+        views, offsets, pos = [], [], head
+        for p, nb in zip(parts, sizes):
+            both[:m, pos : pos + nb].copy_(p.mine() if isinstance(p, Rows) else p)
+            comp, like = (p.compressor, p.like) if isinstance(p, Rows) else (None, None)
+            views.append(Rows(both[:m, pos : pos + nb], both[m:, pos : pos + nb], nb, comp, like,
+                              both[:, pos : pos + nb]))
+            offsets.append(pos)
+            pos += nb
+        packed = PackedRows(both[:m], both[m:], nbytes, _PackedParts(header, views, offsets),
+                            None, both)
+        packed.parts = views
+        return packed
+
+    def encode_parts(self, parts: list[torch.Tensor],
+                     compressors: list[Compressor | None] | None = None,
+                     rngs: list[Stream | None] | None = None) -> tuple[PackedRows, list[Rows]]:
+        """Encode several [m, d] tensors (part k with ``compressors[k]`` and ``rngs[k]``,
+        defaults as :meth:`encode`) and :meth:`pack` them: the message to ``yield`` and its
+        parts, to decode after the exchange."""
+        k = len(parts)
+        comps = compressors or [None] * k
+        streams = rngs or [None] * k
+        packed = self.pack([self.encode(X, c, r) for X, c, r in zip(parts, comps, streams)])
+        return packed, packed.parts
+
 
 def _message_buffer(shape: tuple[int, int], device: torch.device) -> torch.Tensor:
     """A staging buffer; on CPU numpy-allocated (MPI moves such buffers about twice as fast as
@@ -379,57 +444,38 @@ def _message_buffer(shape: tuple[int, int], device: torch.device) -> torch.Tenso
     return torch.empty(shape, dtype=torch.uint8, device=device)
 
 
+_ALIGN = 64  # bytes: the alignment of fresh torch tensors, which oracles' kernels expect
+_LEN = 8  # bytes of each field of a packed message's header (as gossip.algorithms.base.pack)
+
+
 class PackedRows(Rows):
-    """Several messages of one phase sent as one, as a per-node round packs them
-    (:func:`gossip.algorithms.base.pack`): ``parts[k]`` is the k-th part as :class:`Rows`, a
-    column view of the shared staging buffer, so after the exchange each part decodes as if it
-    had been sent alone. A part given as a raw [m, b] uint8 tensor (a push-sum weight) has no
-    compressor. Each message counts what the per-node packing sends, header included:
-    ``(k + 1)·8 + Σ nbytes_k``; the parts sit at 8-aligned offsets inside those bytes (the
-    header's room covers the padding)."""
+    """A phase of several messages (:meth:`Block.pack`); ``parts[k]`` is the k-th as
+    :class:`Rows`, column views of the same rows."""
 
     __slots__ = ("parts",)
 
 
 class _PackedParts:
-    """The ``compressor`` of a :class:`PackedRows`: validates each compressed part of the rows
-    that came from other processes (an error's ``row`` is the row of the block given)."""
+    """The ``compressor`` of :class:`PackedRows`: checks what other processes sent (the header,
+    then each compressed part in its columns; an error's ``row`` is the received row)."""
 
-    def __init__(self, parts: list[tuple[int, Rows]]):
+    sends_values_in_place = False
+    stateful = False
+
+    def __init__(self, header: torch.Tensor, parts: list[Rows], offsets: list[int]):
+        self.header = header
         self.parts = parts
+        self.offsets = offsets
 
     def check_rows(self, block: torch.Tensor, like: Any) -> None:
-        for offset, part in self.parts:
+        head = self.header.numel()
+        bad = (block[:, :head] != self.header.to(block.device)).any(1)
+        if bool(bad.any()):
+            row = int(bad.nonzero()[0, 0])
+            err = CompressionError(f"packed message header {block[row, :head].tolist()} is not "
+                                   f"the expected {self.header.tolist()} (parts and sizes)")
+            err.row = row
+            raise err
+        for part, off in zip(self.parts, self.offsets):
             if part.compressor is not None:
-                part.compressor.check_rows(block[:, offset : offset + part.nbytes], part.like)
-
-
-def pack_rows(block: Block, parts: list[Rows | torch.Tensor]) -> PackedRows:
-    """One phase carrying ``parts`` (each :class:`Rows` from ``block.encode``, or a raw
-    [m, b] uint8 tensor); ``yield`` it, then decode ``packed.parts[k]`` as usual."""
-    sizes = [p.nbytes if isinstance(p, Rows) else int(p.shape[1]) for p in parts]
-    offsets, end = [], 0
-    for nb in sizes:
-        offsets.append(end)
-        end += row_stride(nb)
-    nbytes = (len(parts) + 1) * 8 + sum(sizes)
-    m = block.m
-    rows, pitch = m + len(block.plan.remote_in), row_stride(max(nbytes, end))
-    device = block.x.device
-    staging = block._staging.get(block._calls)
-    if staging is None or staging.shape != (rows, pitch) or staging.device != device:
-        staging = _message_buffer((rows, pitch), device)
-        staging.zero_()  # the padding between parts travels too: keep it deterministic
-        block._staging[block._calls] = staging
-    block._calls += 1
-    views = []
-    for p, nb, off in zip(parts, sizes, offsets):
-        if isinstance(p, Rows):
-            staging[:m, off : off + nb].copy_(p.mine(m))
-            views.append(Rows(staging[:, off : off + nb], nb, p.compressor, p.like))
-        else:
-            staging[:m, off : off + nb].copy_(p)
-            views.append(Rows(staging[:, off : off + nb], nb, None, None))
-    packed = PackedRows(staging, nbytes, _PackedParts(list(zip(offsets, views))), None)
-    packed.parts = views
-    return packed
+                part.compressor.check_rows(block[:, off : off + part.nbytes], part.like)

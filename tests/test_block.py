@@ -104,3 +104,39 @@ def test_models_go_out_with_none_from_their_own_memory():
     comp = eng.block.compressor
     for r in range(4):
         assert torch.equal(sent[r], comp.encode(x[r]).to_bytes())
+
+
+def test_encode_parts_packs_each_nodes_messages_and_checks_every_part():
+    """Two tensors as one message a node, byte for byte the per-node pack of the two
+    encodings; a received row whose second part is corrupt is refused naming its sender."""
+    from types import SimpleNamespace
+
+    from gossip.algorithms.base import pack
+    from gossip.block import Block, RowsError
+    from gossip.compress import make
+
+    topo = topologies.build("ring", 6)
+    ids = [0, 1, 2]
+    plan = MixPlan.build(topo, ids, lambda j: j in ids, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(5)
+    X = torch.randn(3, 11, generator=gen, dtype=torch.float64)
+    Y = torch.randn(3, 7, generator=gen, dtype=torch.float64)
+    block = Block([SimpleNamespace(id=i) for i in ids], X, make("sign"), lambda: make("topk:3"))
+    block.begin_round(1, plan)
+    msg, (a, b) = block.encode_parts([X, Y], [None, block.stream_compressor("y")])
+    sign, topk = make("sign"), make("topk:3")
+    for r in range(3):
+        assert torch.equal(a.mine()[r], sign.encode(X[r]).to_bytes())
+        assert torch.equal(b.mine()[r], topk.encode(Y[r]).to_bytes())
+        assert torch.equal(msg.mine()[r], pack([sign.encode(X[r]).to_bytes(),
+                                                topk.encode(Y[r]).to_bytes()]))
+    out = torch.zeros_like(Y)
+    block.decode_add(out, b)
+    assert torch.equal(out[1], topk.decode(topk.encode(Y[1])))
+    remote = msg.received()
+    remote.copy_(msg.mine()[0].expand_as(remote))  # well-formed received rows
+    block.check_received(msg)
+    remote[1, msg.nbytes - b.nbytes] ^= 0xFF  # the second part's header, in remote row 1
+    sender, receiver, _ = plan.remote_in[1]
+    with pytest.raises(RowsError, match=f"from node {sender} to node {receiver}"):
+        block.check_received(msg)

@@ -13,27 +13,51 @@ follows ``m_i/√v̂_i``, and when the nodes' gradient scales differ the fixed p
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from gossip.algorithms.allreduce import adam_moments_, adaptive_hparams, check_betas, preconditioned
-from gossip.algorithms.base import (
-    Algorithm,
-    ConfigError,
-    Exchange,
-    Inbox,
-    Node,
-    RoundGenerator,
-    check_range,
-    mix_into,
-    pack,
-    packed_capacity,
-    scheduled,
-    unpack,
-    unpack_inbox,
-)
+from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, check_range, scheduled
+from gossip.block import Block
+
+
+class ExactRows:
+    """The messages of exact gossip: a row's values as they are (its dtype, no header, nothing
+    to check), ``d·itemsize`` bytes. Decoding adds ``w·v`` with one rounding, as
+    ``add_(v, alpha=w)`` does (``w_ii v_i`` on a zero row is the product itself). Enough of the
+    compressor interface for :meth:`gossip.block.Block.encode` and ``mix_into``."""
+
+    stateful = False
+    randomized = False
+    sends_values_in_place = False
+    ordered_rows = False  # mix_into decodes one degree slot (distinct targets) at a time
+
+    def nbytes_rows(self, like: torch.Tensor) -> int:
+        return like.numel() * like.element_size()
+
+    def encode_rows(self, X: torch.Tensor, rng: Any = None, *, out: torch.Tensor) -> torch.Tensor:
+        out.view(X.dtype).copy_(X)
+        return out
+
+    def check_rows(self, block: torch.Tensor, like: torch.Tensor) -> None:
+        """Nothing to check: the transport checked the length; values are taken as sent."""
+
+    def decode_add_rows_(self, out: torch.Tensor, block: torch.Tensor,
+                         weight: torch.Tensor | float = 1.0, *, rows: torch.Tensor | None = None,
+                         check: bool = True) -> torch.Tensor:
+        vals = block.view(out.dtype)
+        w = (weight.reshape(-1, 1) if isinstance(weight, torch.Tensor)
+             else torch.full((vals.shape[0], 1), float(weight), dtype=torch.float64, device=out.device))
+        w = w.to(out.dtype)  # as add_ casts alpha to out's dtype
+        if rows is None:
+            return out.addcmul_(vals, w)
+        out.index_copy_(0, rows, out.index_select(0, rows).addcmul_(vals, w))
+        return out
+
+
+EXACT = ExactRows()
 
 
 class AdaptiveGossip(Algorithm):
@@ -54,7 +78,7 @@ class AdaptiveGossip(Algorithm):
             raise ConfigError(f"gossip_steps = {gossip_steps} must be >= 1")
         self.eta, self.beta1, self.beta2, self.eps = eta, beta1, beta2, eps
         self.gossip_steps = int(gossip_steps)
-        self._work: dict[int, dict[str, torch.Tensor]] = {}
+        self._work: dict[tuple[str, int], torch.Tensor] = {}
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -67,30 +91,36 @@ class AdaptiveGossip(Algorithm):
         if spec != "none":
             raise ConfigError(f"{self.name} mixes exact models: use --compressor none (got '{spec}')")
 
-    def setup(self, node: Node) -> None:
-        z = torch.zeros_like(node.x)
-        node.state.update(m=z, v=z.clone(), grad=torch.zeros_like(z), step=torch.zeros_like(z))
+    def setup_block(self, block: Block) -> None:
+        z = torch.zeros_like(block.x)
+        block.state.update(m=z, v=z.clone(), grad=torch.zeros_like(z), step=torch.zeros_like(z))
 
-    def mix(self, node: Node, vectors: Sequence[torch.Tensor], steps: int) -> Generator[Exchange, Inbox, None]:
-        """``v ← Σ_j w_ij v_j`` for each of ``vectors`` (in place), ``steps`` times: one message
-        a step carries all of them; sums in node order."""
-        total = sum(v.numel() for v in vectors)
-        work = self._work.setdefault(node.id, {})
-        if work.get("send") is None or work["send"].numel() != total:
-            work["send"] = node.x.new_empty(total)
-            work["acc"] = node.x.new_empty(total)
-        send, acc = work["send"], work["acc"]
+    def scratch(self, block: Block, name: str, width: int) -> torch.Tensor:
+        """An [m, width] work tensor of the block's dtype (kept between rounds, one per name and
+        width, as DES-LOC's messages change width; not in the state)."""
+        t = self._work.get((name, width))
+        x = block.x
+        if t is None or t.shape[0] != x.shape[0] or t.dtype != x.dtype or t.device != x.device:
+            t = self._work[(name, width)] = x.new_empty((x.shape[0], width))
+        return t
+
+    def mix(self, block: Block, vectors: Sequence[torch.Tensor], steps: int) -> BlockRound:
+        """``V ← W V`` for each of ``vectors`` ([m, d] rows, in place), ``steps`` times: one
+        message a step carries all of them as they are (:class:`ExactRows`); each node sums
+        ``w_ii v_i + Σ_j w_ij v_j`` in sorted-neighbor order, one rounding per term."""
+        width = sum(v.shape[1] for v in vectors)
+        send = vectors[0] if len(vectors) == 1 else self.scratch(block, "send", width)
+        acc = self.scratch(block, "acc", width)
         for _ in range(steps):
-            torch.cat([v.reshape(-1) for v in vectors], out=send)
-            raw = send.view(torch.uint8)
-            inbox = yield Exchange.broadcast(raw)
-            torch.mul(send, node.view.self_weight, out=acc)
-            for j in sorted(inbox):
-                acc.add_(inbox[j].view(send.dtype), alpha=node.weight(j))
+            if len(vectors) > 1:
+                torch.cat(vectors, dim=1, out=send)
+            q = block.encode(send, EXACT)
+            yield q
+            block.mix_into(acc.zero_(), q, q)
             pos = 0
             for v in vectors:
-                v.reshape(-1).copy_(acc[pos : pos + v.numel()])
-                pos += v.numel()
+                v.copy_(acc[:, pos : pos + v.shape[1]])
+                pos += v.shape[1]
 
 
 class DADAM(AdaptiveGossip):
@@ -119,19 +149,20 @@ class DADAM(AdaptiveGossip):
         super().__init__(eta, beta1, beta2, eps, gossip_steps)
         self.amsgrad = bool(amsgrad)
 
-    def setup(self, node: Node) -> None:
-        super().setup(node)
+    def setup_block(self, block: Block) -> None:
+        super().setup_block(block)
         if self.amsgrad:
-            node.state["v_max"] = torch.zeros_like(node.x)
+            block.state["v_max"] = torch.zeros_like(block.x)
 
-    def step(self, node: Node) -> RoundGenerator:
-        st = node.state
-        adam_moments_(st["m"], st["v"], node.oracle.grad(node.x, st["grad"]), self.beta1, self.beta2)
+    def block_step(self, block: Block) -> BlockRound:
+        st = block.state
+        adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
         v = st["v"]
         if self.amsgrad:
             v = torch.maximum(st["v_max"], v, out=st["v_max"])
-        yield from self.mix(node, [node.x], self.gossip_steps)
-        node.x.sub_(preconditioned(st["m"], v, self.eps, st["step"]), alpha=scheduled(self.eta, node.round))
+        yield from self.mix(block, [block.x], self.gossip_steps)
+        block.x.sub_(preconditioned(st["m"], v, self.eps, st["step"]),
+                     alpha=scheduled(self.eta, block.round))
 
 
 class TrackedAMSGrad(AdaptiveGossip):
@@ -160,21 +191,22 @@ class TrackedAMSGrad(AdaptiveGossip):
                  beta2: float = 0.999, eps: float = 1e-8, gossip_steps: int = 1):
         super().__init__(eta, beta1, beta2, eps, gossip_steps)
 
-    def setup(self, node: Node) -> None:
-        super().setup(node)
-        node.state.update(v_max=torch.full_like(node.x, self.eps), u=torch.full_like(node.x, self.eps),
-                          v_new=torch.zeros_like(node.x))
+    def setup_block(self, block: Block) -> None:
+        super().setup_block(block)
+        x = block.x
+        block.state.update(v_max=torch.full_like(x, self.eps), u=torch.full_like(x, self.eps),
+                           v_new=torch.zeros_like(x))
 
-    def step(self, node: Node) -> RoundGenerator:
-        st = node.state
-        adam_moments_(st["m"], st["v"], node.oracle.grad(node.x, st["grad"]), self.beta1, self.beta2)
+    def block_step(self, block: Block) -> BlockRound:
+        st = block.state
+        adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
         u, v_max, v_new = st["u"], st["v_max"], st["v_new"]
         torch.maximum(v_max, st["v"], out=v_new)
-        yield from self.mix(node, [node.x, u], self.gossip_steps)
+        yield from self.mix(block, [block.x, u], self.gossip_steps)
         u.sub_(v_max).add_(v_new)
         v_max.copy_(v_new)
         denom = torch.clamp(u, min=self.eps, out=st["step"]).sqrt_()
-        node.x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, node.round))
+        block.x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, block.round))
 
 
 class ChocoAMSGrad(TrackedAMSGrad):
@@ -219,33 +251,31 @@ class ChocoAMSGrad(TrackedAMSGrad):
     def validate(self, topology: Any, compressor: Any) -> None:
         """Any compressor: the copies make biased ones safe (as in CHOCO-SGD)."""
 
-    def setup(self, node: Node) -> None:
-        super().setup(node)
-        z = torch.zeros_like(node.x)
-        node.state.update(x_hat=z, u_hat=z.clone(), s_x=z.clone(), s_u=z.clone(), diff=torch.zeros_like(z))
+    def setup_block(self, block: Block) -> None:
+        super().setup_block(block)
+        z = torch.zeros_like(block.x)
+        block.state.update(x_hat=z, u_hat=z.clone(), s_x=z.clone(), s_u=z.clone(), diff=torch.zeros_like(z))
 
-    def step(self, node: Node) -> RoundGenerator:
-        st, x, comp = node.state, node.x, node.compressor
-        adam_moments_(st["m"], st["v"], node.oracle.grad(x, st["grad"]), self.beta1, self.beta2)
-        u, v_max, v_new, diff = st["u"], st["v_max"], st["v_new"], st["diff"]
+    def block_step(self, block: Block) -> BlockRound:
+        st, x = block.state, block.x
+        adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
+        u, v_max, v_new = st["u"], st["v_max"], st["v_new"]
         torch.maximum(v_max, st["v"], out=v_new)
         u.sub_(v_max).add_(v_new)
         v_max.copy_(v_new)
         denom = torch.clamp(u, min=self.eps, out=st["step"]).sqrt_()
-        x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, node.round))
-        parts = []
-        for vec, hat, s in ((x, st["x_hat"], st["s_x"]), (u, st["u_hat"], st["s_u"])):
+        x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, block.round))
+        pairs = ((x, st["x_hat"], st["s_x"]), (u, st["u_hat"], st["s_u"]))
+        diffs = (st["diff"], self.scratch(block, "diff_u", x.shape[1]))
+        for (vec, hat, s), diff in zip(pairs, diffs):
             vec.add_(torch.sub(s, hat, out=diff), alpha=self.gamma)
-            parts.append(comp.encode(torch.sub(vec, hat, out=diff), node.rng).to_bytes())
-        message = pack(parts)
-        cap = comp.max_nbytes(x)
-        inbox = yield Exchange.broadcast(message, packed_capacity([cap, cap]))
-        own = unpack(message, 2, [cap, cap])
-        received = unpack_inbox(inbox, 2, [cap, cap])
-        for k, (hat, s) in enumerate(((st["x_hat"], st["s_x"]), (st["u_hat"], st["s_u"]))):
-            q = comp.from_bytes(own[k], x)
-            comp.decode_add_(hat, q, 1.0)
-            mix_into(node, s, q, received[k], compressor=comp)
+            torch.sub(vec, hat, out=diff)
+        # one message: C(x − x̂) and C(u − û), both from the main stream (x's draws first)
+        msg, parts = block.encode_parts(list(diffs))
+        yield msg
+        for q, (_, hat, s) in zip(parts, pairs):
+            block.decode_add(hat, q)
+            block.mix_into(s, q, q)
 
 
 class DESLOC(AdaptiveGossip):
@@ -289,14 +319,14 @@ class DESLOC(AdaptiveGossip):
             raise ConfigError("period_x = 0 never mixes the models: the nodes would train alone")
         self.period_x, self.period_m, self.period_v = int(period_x), int(period_m), int(period_v)
 
-    def step(self, node: Node) -> RoundGenerator:
-        st, t = node.state, node.round
-        adam_moments_(st["m"], st["v"], node.oracle.grad(node.x, st["grad"]), self.beta1, self.beta2)
+    def block_step(self, block: Block) -> BlockRound:
+        st, t, x = block.state, block.round, block.x
+        adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
         direction = preconditioned(st["m"], st["v"], self.eps, st["step"])
         if self.clip:
             direction.clamp_(-self.clip, self.clip)
-        node.x.sub_(direction, alpha=scheduled(self.eta, t))
-        due = [vec for vec, k in ((node.x, self.period_x), (st["m"], self.period_m), (st["v"], self.period_v))
+        x.sub_(direction, alpha=scheduled(self.eta, t))
+        due = [vec for vec, k in ((x, self.period_x), (st["m"], self.period_m), (st["v"], self.period_v))
                if k and t % k == 0]
         if due:
-            yield from self.mix(node, due, self.gossip_steps)
+            yield from self.mix(block, due, self.gossip_steps)

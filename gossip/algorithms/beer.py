@@ -16,17 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    Exchange,
-    Node,
-    RoundGenerator,
-    check_range,
-    mix_into,
-    pack,
-    packed_capacity,
-    unpack_inbox,
-)
+from gossip.algorithms.base import Algorithm, BlockRound, check_range
+from gossip.block import Block
 
 
 class BEER(Algorithm):
@@ -50,37 +41,35 @@ class BEER(Algorithm):
         self.eta = eta
         self.gamma = gamma
 
-    def setup(self, node: Node) -> None:
-        x = node.x
-        st = node.state
-        st.update(
+    def setup_block(self, block: Block) -> None:
+        x = block.x
+        block.state.update(
             h=torch.zeros_like(x), sh=torch.zeros_like(x), g=torch.zeros_like(x),
             sg=torch.zeros_like(x), v=torch.empty_like(x), grad_prev=torch.empty_like(x),
             grad=torch.empty_like(x), dx=torch.empty_like(x), dv=torch.empty_like(x),
         )
-        node.oracle.grad(x, st["v"])
-        st["grad_prev"].copy_(st["v"])
-        node.stream_compressor("tracker")  # its own instance: stateful ones keep one state per stream
+        block.gradients(block.state["v"])
+        block.state["grad_prev"].copy_(block.state["v"])
+        block.stream_compressor("tracker")  # its own instance: stateful ones keep one state per stream
 
-    def estimate(self, node: Node, grad: torch.Tensor, prev: torch.Tensor) -> None:
-        """Turn the fresh gradient into the tracked quantity, in place (BEER: the gradient)."""
+    def estimate(self, block: Block, grad: torch.Tensor, prev: torch.Tensor) -> None:
+        """Turn the fresh gradients (rows) into the tracked quantity, in place (BEER: the gradients)."""
 
-    def step(self, node: Node) -> RoundGenerator:
-        x, st, gamma = node.x, node.state, self.gamma
+    def block_step(self, block: Block) -> BlockRound:
+        x, st, gamma = block.x, block.state, self.gamma
         h, sh, g, sg, v = st["h"], st["sh"], st["g"], st["sg"], st["v"]
         dx, dv, gn, gp = st["dx"], st["dv"], st["grad"], st["grad_prev"]
-        ch, cg = node.compressor, node.stream_compressor("tracker")
         x.add_(torch.sub(sh, h, out=dx), alpha=gamma).sub_(v, alpha=self.eta)
-        qh = ch.encode(torch.sub(x, h, out=dx), node.rng)
-        self.estimate(node, node.oracle.grad(x, gn), gp)
+        torch.sub(x, h, out=dx)
+        self.estimate(block, block.gradients(gn), gp)
         v.add_(torch.sub(sg, g, out=dv), alpha=gamma).add_(gn).sub_(gp)
         gp.copy_(gn)
-        qg = cg.encode(torch.sub(v, g, out=dv), node.stream_rng("tracker"))
-        caps = [ch.max_nbytes(dx), cg.max_nbytes(dv)]
-        inbox = yield Exchange(pack([qh.to_bytes(), qg.to_bytes()]), packed_capacity(caps))
-        parts = unpack_inbox(inbox, 2, caps)
-        ch.decode_add_(h, qh, 1.0)
-        mix_into(node, sh, qh, parts[0], compressor=ch)
-        cg.decode_add_(g, qg, 1.0)
-        mix_into(node, sg, qg, parts[1], compressor=cg)
-
+        torch.sub(v, g, out=dv)
+        # one message carries both: qh = C(x − h) (main stream), qg = C(v − g) (the tracker's)
+        msg, (qh, qg) = block.encode_parts(
+            [dx, dv], [None, block.stream_compressor("tracker")], [None, block.stream_rng("tracker")])
+        yield msg
+        block.decode_add(h, qh)
+        block.mix_into(sh, qh, qh)
+        block.decode_add(g, qg)
+        block.mix_into(sg, qg, qg)

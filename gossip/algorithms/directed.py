@@ -139,7 +139,7 @@ class PushSum(Algorithm):
         s.add_(s_mix.sub_(s_hat), alpha=self.gamma)
         # w_i ← c_ii w_i + Σ_j c_ij w_j, neighbors in sorted order (one degree slot at a time)
         # (w_in, as per node, ends holding the last in-neighbor's weight)
-        w_all = packed.parts[1].staging.view(torch.float64)[:, 0]  # [m + R]: every sender's w
+        w_all = packed.parts[1].both().contiguous().view(torch.float64)[:, 0]  # every sender's w
         w_new, w_in = plan.self_weight * w[:, 0], st["w_in"][:, 0]
         for src, dst, c in plan.slots:
             w_j = w_all.index_select(0, src)

@@ -29,6 +29,7 @@ from gossip.algorithms.streams import (
     split_inbox,
 )
 from gossip.algorithms.tracking import compression_defaults, stochastic_kind
+from gossip.block import Block
 
 
 class DoCoM(Algorithm):
@@ -111,12 +112,10 @@ class DoCoM(Algorithm):
             for r, nd in enumerate(block.nodes):
                 if sampled[r]:
                     idx = nd.oracle.sample()
-                    nd.oracle.grad_at(x[r], idx, g[r])
-                    nd.oracle.grad_at(x_prev[r], idx, g_old[r])
+                    block.oracle_call(nd.oracle.grad_at, x[r], idx, out=g[r])
+                    block.oracle_call(nd.oracle.grad_at, x_prev[r], idx, out=g_old[r])
                 else:
-                    out = nd.oracle.grad(x[r], g[r])
-                    if out.data_ptr() != g[r].data_ptr():
-                        g[r].copy_(out)
+                    block.oracle_call(nd.oracle.grad, x[r], out=g[r])
         else:
             block.gradients(g)
         # v_new = g + (1 − β)(v − g_old): y += v_new − v, then v = v_new
@@ -199,12 +198,6 @@ class MoTEF(BEER):
     name = "motef"
     symmetric = False
 
-    @classmethod
-    def runs_blocks(cls) -> bool:
-        """Per node: its round is BEER's with the momentum hook :meth:`estimate` on one node's
-        tensors; a block round needs BEER's block form (ported separately) and a hook over rows."""
-        return False
-
     def __init__(self, eta: float = 0.05, gamma: float = 0.4, lam: float = 0.9):
         super().__init__(eta=eta, gamma=gamma)
         check_range("lam", lam, 0.0, 1.0, "1 recovers BEER; the authors use 0.9.")
@@ -214,8 +207,8 @@ class MoTEF(BEER):
         _check_doubly_stochastic(self.name, topology)
         super().validate(topology, compressor)
 
-    def estimate(self, node: Node, grad: torch.Tensor, prev: torch.Tensor) -> None:
-        grad.mul_(self.lam).add_(prev, alpha=1.0 - self.lam)  # the new momentum; prev holds m_i
+    def estimate(self, block: Block, grad: torch.Tensor, prev: torch.Tensor) -> None:
+        grad.mul_(self.lam).add_(prev, alpha=1.0 - self.lam)  # the new momenta; prev holds m_i
 
 
 def _check_doubly_stochastic(name: str, topology: Any) -> None:

@@ -431,10 +431,8 @@ def send_block_streams(block: Any, streams: Sequence[BlockStream], values: Seque
     [m, b] uint8 ``extra`` rows), the bytes a per-node round sends. Each stream's part is in
     ``stream.q`` (decode it with :meth:`BlockStream.receive` after the yield); the extras are
     ``packed.parts[len(streams):]``."""
-    from gossip.block import pack_rows
-
     parts = [s.encode(v) for s, v in zip(streams, values)]
-    packed = pack_rows(block, parts + list(extra))
+    packed = block.pack(parts + list(extra))
     for s, part in zip(streams, packed.parts):
         s.q = part
     return packed
