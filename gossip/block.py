@@ -207,14 +207,15 @@ class Block:
 
     # -- messages ------------------------------------------------------------------------------
     def message_tensor(self, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        """A [m, d] tensor whose rows sit in message rows (8 header bytes before each row, rows
-        8-aligned): the ``none`` compressor sends it as it is, without a copy. Its rows are
-        padded, so it is not contiguous as a whole (each row is)."""
+        """A [m, d] tensor whose rows sit in message rows, so the ``none`` compressor sends it
+        as it is (only the 8 header bytes before each row are written). Every row starts
+        64-byte aligned, as a node's own tensor would (oracles' kernels round by alignment);
+        the rows are padded, so the tensor is not contiguous as a whole (each row is)."""
         itemsize = torch.empty((), dtype=dtype).element_size()
-        pitch = row_stride(8 + d * itemsize)
-        buf = _message_buffer((self.m, pitch), device)
-        X = buf[:, 8 : 8 + d * itemsize].view(dtype)
-        self._message_rows[X.data_ptr()] = (buf, X)
+        pitch = -(-(_ALIGN + d * itemsize) // _ALIGN) * _ALIGN
+        buf = _message_buffer((self.m, pitch), device, align=_ALIGN)
+        X = buf[:, _ALIGN : _ALIGN + d * itemsize].view(dtype)
+        self._message_rows[X.data_ptr()] = (buf[:, _ALIGN - 8 :], X)  # messages start 8 before
         return X
 
     def encode(self, X: torch.Tensor, compressor: Compressor | None = None,
@@ -229,7 +230,7 @@ class Block:
         remote = len(self.plan.remote_in)
         in_place = self._message_rows.get(X.data_ptr())
         if (in_place is not None and in_place[1].shape == X.shape and in_place[1].stride() == X.stride()
-                and comp.sends_values_in_place and in_place[0].shape[1] == pitch):
+                and comp.sends_values_in_place and in_place[0].shape[1] >= nbytes):
             own = in_place[0]
             recv = self._buffer((remote, pitch), X.device, recv_only=True)
             both = None
@@ -434,14 +435,19 @@ class Block:
         return packed, packed.parts
 
 
-def _message_buffer(shape: tuple[int, int], device: torch.device) -> torch.Tensor:
-    """A staging buffer; on CPU numpy-allocated (MPI moves such buffers about twice as fast as
-    torch-allocated ones with the MPICH wheel; see docs/performance.md)."""
+def _message_buffer(shape: tuple[int, int], device: torch.device, align: int = 8) -> torch.Tensor:
+    """A [rows, pitch] uint8 buffer starting ``align``-byte aligned; on CPU numpy-allocated (MPI
+    moves such buffers about twice as fast as torch-allocated ones with the MPICH wheel; see
+    docs/performance.md)."""
+    n = shape[0] * shape[1]
     if device.type == "cpu":
         import numpy as np
 
-        return torch.from_numpy(np.empty(shape, dtype=np.uint8))
-    return torch.empty(shape, dtype=torch.uint8, device=device)
+        raw = torch.from_numpy(np.empty(n + align, dtype=np.uint8))
+    else:
+        raw = torch.empty(n + align, dtype=torch.uint8, device=device)
+    skip = -raw.data_ptr() % align
+    return raw[skip : skip + n].view(shape)
 
 
 _ALIGN = 64  # bytes: the alignment of fresh torch tensors, which oracles' kernels expect
