@@ -140,7 +140,11 @@ class Rows:
     def both(self) -> torch.Tensor:
         """[m + R, pitch]: own rows then received rows (concatenated once if they are apart)."""
         if self._all is None:
-            self._all = self.own if not self.recv.shape[0] else torch.cat([self.own, self.recv])
+            if not self.recv.shape[0]:
+                self._all = self.own
+            else:  # own rows may be wider (a model's message rows): the common 8-aligned width
+                width = row_stride(self.nbytes)
+                self._all = torch.cat([self.own[:, :width], self.recv[:, :width]])
         return self._all
 
 

@@ -140,3 +140,30 @@ def test_encode_parts_packs_each_nodes_messages_and_checks_every_part():
     sender, receiver, _ = plan.remote_in[1]
     with pytest.raises(RowsError, match=f"from node {sender} to node {receiver}"):
         block.check_received(msg)
+
+
+def test_model_rows_and_received_rows_gather_together():
+    """A node with one local and one remote in-neighbor: the model's message rows (wider than
+    a staging row) and the received rows are gathered as one."""
+    from types import SimpleNamespace
+
+    from gossip.block import Block
+    from gossip.compress import make
+
+    topo = topologies.build("ring", 6)
+    ids = [0, 1, 2]
+    nodes = [SimpleNamespace(id=i, state={}) for i in ids]
+    block = Block(nodes, None, make("none"), lambda: make("none"))
+    block.x = block.message_tensor(5, torch.float64, torch.device("cpu"))
+    block.x.copy_(torch.arange(15.0).view(3, 5))
+    block.begin_round(1, MixPlan.build(topo, ids, lambda j: j in ids, torch.device("cpu")))
+    rows = block.encode(block.x)
+    assert rows.own.data_ptr() + 8 == block.x.data_ptr()  # sent from the model itself
+    rows.received().copy_(make("none").encode(torch.full((5,), 100.0, dtype=torch.float64))
+                          .to_bytes().expand(2, -1))
+    out = torch.zeros(3, 5, dtype=torch.float64)
+    block.mix_into(out, None, rows)
+    W = topo.dense()
+    for r, i in enumerate(ids):
+        expect = sum(W[i, j] * (100.0 if j not in ids else float(5 * j)) for j in (i - 1, i + 1))
+        assert float(out[r, 0]) == pytest.approx(expect)
