@@ -198,11 +198,13 @@ class Engine:
             for node in self.nodes.values():
                 node.view = topo.view(node.id)
             self._viewed = topo
-        for node in self.nodes.values():
-            node.begin_round(t)  # its round and the round of its random streams
-        if self.block is not None:
+        if self.block is not None:  # the block's streams stand for the nodes'
+            for node in self.nodes.values():
+                node.round = t
             self._step_block(t, topo)
             return
+        for node in self.nodes.values():
+            node.begin_round(t)  # its round and the round of its random streams
         tic = time.perf_counter()
         gens = {i: self.algorithm.step(node) for i, node in self.nodes.items()}
         msgs = {i: self._advance(i, g, None) for i, g in gens.items()}
