@@ -50,6 +50,8 @@ class MixPlan:
     out_degree: list[int]  # messages each row sends (local and remote), for byte counts
     sender_of: list[int]  # staging row -> sender node id
     fused: tuple[torch.Tensor, torch.Tensor, torch.Tensor, slice | None] | None = None
+    with_own: tuple[torch.Tensor, torch.Tensor] | None = None
+    """``fused``'s (src, dst) with every node's own row first (own term, then the slots)."""
     """Every slot in one (src, dst, weight, src as a slice when it is a range), slot-major: a
     decode that adds repeated targets in row order sums each node's neighbors in sorted order."""
 
@@ -66,6 +68,7 @@ class MixPlan:
         if torch.equal(src.cpu(), torch.arange(first, first + src.numel())):
             rng = slice(first, first + src.numel())
         self.fused = (src, dst, w, rng)
+        self.with_own = (torch.cat((every, src)), torch.cat((every, dst)))
 
     @classmethod
     def build(cls, topology: Any, ids: list[int], is_local: Callable[[int], bool],
@@ -299,13 +302,23 @@ class Block:
         one call when the compressor adds repeated targets in row order on this device, else
         one degree slot at a time."""
         comp, m = inbox.compressor, self.m
-        if own is not None:
-            w = self.plan.self_weight if own_weight is None else own_weight
-            self._decode_add(comp, out, own.mine(), w * scale if scale != 1.0 else w, None, None)
         fused = self.plan.fused
+        ordered = comp.ordered_rows and out.device.type == "cpu"
+        w_own = None
+        if own is not None:
+            w_own = self.plan.self_weight if own_weight is None else own_weight
+            w_own = w_own * scale if scale != 1.0 else w_own
+        if (own is inbox and ordered and fused is not None and fused[3] is None
+                and not comp.sends_values_in_place):  # own and neighbors in one call
+            src, dst = self.plan.with_own
+            w = torch.cat((w_own, fused[2] * scale if scale != 1.0 else fused[2]))
+            self._decode_add(comp, out, inbox.gather(src, None), w, dst, src)
+            return out
+        if own is not None:
+            self._decode_add(comp, out, own.mine(), w_own, None, None)
         if fused is None:
             return out
-        if comp.ordered_rows and out.device.type == "cpu" or len(self.plan.slots) == 1:
+        if ordered or len(self.plan.slots) == 1:
             src, dst, w, span = fused
             self._decode_add(comp, out, inbox.gather(src, span), w * scale if scale != 1.0 else w,
                              dst if dst.numel() != m or len(self.plan.slots) > 1 else None, src)
