@@ -253,16 +253,15 @@ def _add_rows_chunked(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.T
 
     on, vn = out.numpy(), vals.numpy()
     ws = w.to(out.dtype).view(-1).numpy()
-    targets = range(vals.shape[0]) if tgt is None else tgt.tolist()
+    targets = list(range(vals.shape[0])) if tgt is None else tgt.tolist()
     d = vn.shape[1]
     tmp = np.empty(min(d, _CHUNK), dtype=vn.dtype)
-    for r, t in enumerate(targets):
-        o, v, wr = on[t], vn[r], ws[r]
-        for a in range(0, d, _CHUNK):
-            b = min(a + _CHUNK, d)
-            p = tmp[: b - a]
-            np.multiply(v[a:b], wr, out=p)
-            o[a:b] += p
+    for a in range(0, d, _CHUNK):  # chunk-major: a target's chunk stays in cache across rows
+        b = min(a + _CHUNK, d)
+        p = tmp[: b - a]
+        for r, t in enumerate(targets):  # rows in order: a repeated target adds in row order
+            np.multiply(vn[r, a:b], ws[r], out=p)
+            on[t, a:b] += p
 
 
 def levels(tgt: torch.Tensor) -> list[torch.Tensor | None]:
