@@ -32,7 +32,8 @@ def concrete_specs() -> list[str]:
 SPECS = concrete_specs()
 VECTORIZED = ["none", "fp16", "bf16", "topk:0.1", "topk:3", "topk:0.5", "sign", "sign_l2"]
 #: randomized specs whose ``decode_add_rows_`` is vectorized (``encode_rows``: one batched draw)
-VECTORIZED_DECODE = ["qsgd:4", "qsgd:2:biased", "qsgd:8", "qsgd:16", "lead:2", "natural"]
+VECTORIZED_DECODE = ["qsgd:4", "qsgd:2:biased", "qsgd:8", "qsgd:16", "lead:2", "natural", "randk:0.1",
+                     "randk:0.1:unbiased"]
 DTYPES = [torch.float32, torch.float64]
 
 

@@ -58,6 +58,35 @@ class _KSparse(Codec):
         vals = host["values"]
         out[self._sel_host(host, out.size)] += vals if weight == 1.0 else vals * weight
 
+    @staticmethod
+    def _add_selected_rows(out: torch.Tensor, tgt: torch.Tensor, sel: torch.Tensor,
+                           vals: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+        """``out[tgt[r], sel[r]] += w[r]·vals[r]`` row after row (``sel`` [m, k] int64, a
+        row's indices distinct; it may be overwritten), with a single message's rounding."""
+        m, d = vals.shape[0], out.shape[1]
+        if out.is_contiguous():  # one serial index_add_: a repeated target row adds in order
+            add = vals if w is None else vals * w.to(out.dtype)  # w·v rounded, then added
+            flat = sel.add_(tgt.view(m, 1) * d)
+            out.view(-1).index_add_(0, flat.view(-1), add.reshape(-1))
+            return out
+        # rows of a larger tensor: a gather-add-scatter per level of distinct targets. A single
+        # message rounds w·v first into a contiguous row (index_add_), but adds its dense decode
+        # with add_(alpha=w) into a strided one (w·v + out rounded once: addcmul here)
+        fused = out.stride(1) != 1
+        for level in _rows.levels(tgt):
+            t = (tgt if level is None else tgt[level]).view(-1, 1)
+            s_ = sel if level is None else sel[level]
+            v = vals if level is None else vals[level]
+            cur = out[t, s_]
+            if w is None:
+                cur.add_(v)
+            elif fused:
+                cur.addcmul_(v, (w if level is None else w[level]).to(out.dtype))
+            else:
+                cur.add_(v * (w if level is None else w[level]).to(out.dtype))
+            out[t, s_] = cur
+        return out
+
     def k_for(self, d: int) -> int:
         """Entries kept for a tensor of ``d`` entries (raises when k > d)."""
         k = self.k if self.k is not None else max(1, int(self.ratio * d))
@@ -362,29 +391,7 @@ class TopK(_KSparse):
             bad = _rows.value_mask(self, {"values": vals}, bad)
             _rows.bad_row(self, out, block, tgt, bad, "bad row")
         sel = idx.long() if idx is not None else _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
-        if out.is_contiguous():  # one serial index_add_: a repeated target row adds in order
-            add = vals if w is None else vals * w.to(out.dtype)  # w·v rounded, then added
-            base = tgt.view(m, 1) * d
-            flat = sel.add_(base) if idx is not None else sel + base
-            out.view(-1).index_add_(0, flat.view(-1), add.reshape(-1))
-            return out
-        # rows of a larger tensor: a gather-add-scatter per level of distinct targets. A single
-        # message rounds w·v first into a contiguous row (index_add_), but adds its dense decode
-        # with add_(alpha=w) into a strided one (w·v + out rounded once: addcmul here)
-        fused = out.stride(1) != 1
-        for level in _rows.levels(tgt):
-            t = (tgt if level is None else tgt[level]).view(-1, 1)
-            s_ = sel if level is None else sel[level]
-            v = vals if level is None else vals[level]
-            cur = out[t, s_]
-            if w is None:
-                cur.add_(v)
-            elif fused:
-                cur.addcmul_(v, (w if level is None else w[level]).to(out.dtype))
-            else:
-                cur.add_(v * (w if level is None else w[level]).to(out.dtype))
-            out[t, s_] = cur
-        return out
+        return self._add_selected_rows(out, tgt, sel, vals, w)
 
     def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
         sel = parts.get("sel")
@@ -418,6 +425,7 @@ class RandK(_KSparse):
 
     kind: ClassVar[int] = 5
     randomized: ClassVar[bool] = True
+    ordered_rows: ClassVar[bool] = True
     uses_stream: ClassVar[bool] = True
     param_name: ClassVar[str] = "flags (1 = rescaled by d/k)"
 
@@ -496,6 +504,26 @@ class RandK(_KSparse):
         if seed < 0:
             raise CompressionError(f"{self.spec}: bad seed {seed} (seeds are non-negative)")
         return v
+
+    # ----------------------------------------------------- blocks of nodes (rows)
+    @no_grad
+    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
+        """Vectorized add: each row's index set comes from its seed (memoized, on the host),
+        then one ``index_add_`` of ``w·v`` for the block, with a single message's rounding."""
+        st = _rows.start_decode(self, out, block, weight, rows, check)
+        if st is None:
+            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
+        plan, block, tgt, w, bad = st
+        d = out.shape[1]
+        vals = _rows.section(block, plan, "values")
+        seeds = _rows.section(block, plan, "seed").view(-1)
+        m, k = vals.shape
+        if check:
+            bad = _rows.value_mask(self, {"values": vals}, bad | (seeds < 0))
+            _rows.bad_row(self, out, block, tgt, bad, "bad row")
+        sel = torch.from_numpy(np.stack([_distinct_cached(d, k, s) for s in seeds.tolist()]))
+        sel = _to_device(sel.to(torch.int64), out.device)
+        return self._add_selected_rows(out, tgt, sel, vals, w)
 
     def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
         sel = parts.get("sel")
