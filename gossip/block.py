@@ -228,7 +228,11 @@ class Block:
     def encode(self, X: torch.Tensor, compressor: Compressor | None = None,
                rng: Stream | None = None) -> Rows:
         """Encode every row of ``X`` into this phase's message rows (see the module doc);
-        randomized compressors draw from ``rng`` (default: the block's main streams)."""
+        randomized compressors draw from ``rng`` (default: the block's main streams).
+
+        With ``none``, ``block.x`` is sent from its own memory, so those messages read the
+        model as it is when they are decoded: decode (``decode_add``, ``mix_into``) before
+        changing ``x``, as every algorithm here does."""
         comp = compressor or self.compressor
         rng = rng or self.rng
         like = X[0] if self.m else X
