@@ -93,6 +93,18 @@ def _fmix_(z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return z.bitwise_xor_(t)
 
 
+
+def _finalize_np(z, t) -> None:
+    """The SplitMix64 finalizer on uint64 words ``z`` in place (``t``: scratch of z's shape)."""
+    np.right_shift(z, _U30, out=t)
+    np.bitwise_xor(z, t, out=z)
+    np.multiply(z, _UC1, out=z)
+    np.right_shift(z, _U27, out=t)
+    np.bitwise_xor(z, t, out=z)
+    np.multiply(z, _UC2, out=z)
+    np.right_shift(z, _U31, out=t)
+    np.bitwise_xor(z, t, out=z)
+
 def _words_np(k: np.ndarray, g: np.ndarray, z: np.ndarray) -> None:
     """The CPU twin of the torch path in :meth:`Stream.words` (same integers): numpy has
     logical shifts on uint64 and a vectorized 64-bit multiply, ~2x faster than torch's."""
@@ -105,14 +117,7 @@ def _words_np(k: np.ndarray, g: np.ndarray, z: np.ndarray) -> None:
     else:
         np.multiply(idx[None, :], g[:, None], out=z)
         np.add(z, k[:, None], out=z)
-    np.right_shift(z, _U30, out=t)
-    np.bitwise_xor(z, t, out=z)
-    np.multiply(z, _UC1, out=z)
-    np.right_shift(z, _U27, out=t)
-    np.bitwise_xor(z, t, out=z)
-    np.multiply(z, _UC2, out=z)
-    np.right_shift(z, _U31, out=t)
-    np.bitwise_xor(z, t, out=z)
+    _finalize_np(z, t)
 
 
 _U30, _U27, _U31 = np.uint64(30), np.uint64(27), np.uint64(31)
@@ -373,14 +378,7 @@ class Draw16:
         if prog is not None:
             steps = _scratch("draw16.prog", prog[1], cpu).numpy().view(np.uint64)
             np.add(steps[:nw], np.uint64((self._k + wa * self._g) & _M64), out=z)
-        np.right_shift(z, _U30, out=t)
-        np.bitwise_xor(z, t, out=z)
-        np.multiply(z, _UC1, out=z)
-        np.right_shift(z, _U27, out=t)
-        np.bitwise_xor(z, t, out=z)
-        np.multiply(z, _UC2, out=z)
-        np.right_shift(z, _U31, out=t)
-        np.bitwise_xor(z, t, out=z)
+        _finalize_np(z, t)
         off = a - 4 * wa
         return z.view(np.int16)[off : off + b - a]
 

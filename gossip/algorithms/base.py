@@ -225,11 +225,11 @@ class Algorithm(ABC):
 
     def setup(self, node: Node) -> None:
         """Allocate and initialise ``node.state`` (called once, before round 1)."""
-        raise NotImplementedError(f"{type(self).__name__} defines neither step nor block_step")
+        raise ConfigError(_NO_ROUND.format(name=type(self).__name__))
 
     def step(self, node: Node) -> RoundGenerator:
         """One round for ``node``: local work, yields of :class:`Exchange`, mixing."""
-        raise NotImplementedError(f"{type(self).__name__} defines neither step nor block_step")
+        raise ConfigError(_NO_ROUND.format(name=type(self).__name__))
 
     # -- blocks: all of a process's nodes at once (gossip/block.py) -------------------------
     def setup_block(self, block: Any) -> None:
@@ -240,7 +240,7 @@ class Algorithm(ABC):
         over its rows, ``yield block.encode(...)`` per message phase (the yield returns the
         phase's messages), ``block.mix_into`` to mix. Algorithms that define it run as blocks:
         one vectorized round per process instead of one generator per node."""
-        raise NotImplementedError
+        raise ConfigError(_NO_ROUND.format(name=type(self).__name__))
 
     @classmethod
     def runs_blocks(cls) -> bool:
@@ -250,6 +250,10 @@ class Algorithm(ABC):
     def hparams(self) -> dict[str, Any]:
         """Hyper-parameters for the log's config record."""
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+_NO_ROUND = ("{name} defines neither a per-node round (setup, step) nor a block round "
+             "(setup_block, block_step); docs/extending.md shows both")
 
 
 def check_complete(name: str, topology: Any, hint: str = "use --topology complete") -> None:

@@ -14,19 +14,13 @@ from gossip.algorithms.base import (
     Algorithm,
     BlockRound,
     ConfigError,
-    Node,
-    RoundGenerator,
     check_range,
 )
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.streams import (
     BlockStream,
     PerBlock,
-    PerNode,
-    Stream,
     send_block_streams,
-    send_streams,
-    split_inbox,
 )
 from gossip.algorithms.tracking import compression_defaults, stochastic_kind
 from gossip.block import Block
@@ -72,8 +66,6 @@ class DoCoM(Algorithm):
         self.eta = eta
         self.gamma = gamma
         self.beta = beta
-        self._streams = PerNode(lambda node: (Stream(node, "sx", alpha=1.0),
-                                              Stream(node, "sy", alpha=1.0, own_compressor=True)))
         self._block_streams = PerBlock(lambda block: (
             BlockStream(block, "sx", alpha=1.0),
             BlockStream(block, "sy", alpha=1.0, own_compressor=True)))
@@ -81,16 +73,6 @@ class DoCoM(Algorithm):
     def validate(self, topology: Any, compressor: Any) -> None:
         _check_doubly_stochastic(self.name, topology)
         self.gamma = compression_defaults(compressor) if self.gamma is None else self.gamma
-
-    def setup(self, node: Node) -> None:
-        x, st, oracle = node.x, node.state, node.oracle
-        self._sampled(oracle)  # refuse oracles it cannot use, before any message
-        self._streams(node)  # the public copies sx.h, sx.hm, sy.h, sy.hm
-        st["v"] = oracle.grad(x, torch.empty_like(x))
-        st["y"] = st["v"].clone()
-        st["x_prev"] = x.clone()
-        st["g"] = torch.empty_like(x)
-        st["g_old"] = st["v"].clone()  # full gradients: ∇f at x_prev
 
     def setup_block(self, block: Any) -> None:
         x, st = block.x, block.state
@@ -148,30 +130,6 @@ class DoCoM(Algorithm):
                 "(it updates its tables on every call); use --estimator sgd or full"
             )
         return False
-
-    def step(self, node: Node) -> RoundGenerator:
-        x, st, oracle = node.x, node.state, node.oracle
-        sx, sy = self._streams(node)
-        v, y, x_prev, g, g_old = (st[k] for k in ("v", "y", "x_prev", "g", "g_old"))
-        if self._sampled(oracle):
-            idx = oracle.sample()
-            oracle.grad_at(x, idx, g)
-            oracle.grad_at(x_prev, idx, g_old)
-        else:
-            oracle.grad(x, g)
-        # v_new = g + (1 − β)(v − g_old): y += v_new − v, then v = v_new
-        y.sub_(v)
-        v.sub_(g_old).mul_(1.0 - self.beta).add_(g)
-        y.add_(v)
-        if not self._sampled(oracle):
-            g_old.copy_(g)
-        y.add_(sy.hm, alpha=self.gamma).sub_(sy.h, alpha=self.gamma)
-        x_prev.copy_(x)
-        x.sub_(y, alpha=self.eta).add_(sx.hm, alpha=self.gamma).sub_(sx.h, alpha=self.gamma)
-        inbox = yield send_streams([sx, sy], [x, y])
-        in_x, in_y = split_inbox(inbox, [sx, sy])
-        sx.receive(in_x)
-        sy.receive(in_y)
 
 
 class MoTEF(BEER):

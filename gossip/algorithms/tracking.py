@@ -263,7 +263,6 @@ class EXTRA(Algorithm):
     def __init__(self, eta: float = 0.05):
         check_range("eta", eta, 0.0, float("inf"), "Try 0.5/L (EXTRA diverges near 1/L on some graphs).")
         self.eta = eta
-        self._streams = PerNode(lambda node: Stream(node, "sx", alpha=0.0))
         self._block_streams = PerBlock(lambda block: BlockStream(block, "sx", alpha=0.0))
 
     def validate(self, topology: Any, compressor: Any) -> None:
@@ -272,28 +271,6 @@ class EXTRA(Algorithm):
                 f"extra sends uncompressed vectors but the compressor is '{compressor.spec}'; "
                 "use --compressor none, or lead / c-gt for compressed exact methods"
             )
-
-    def setup(self, node: Node) -> None:
-        x, st = node.x, node.state
-        self._streams(node)
-        st["half_prev"] = x.clone()  # makes round 1 the x¹ rule
-        st["g_prev"] = torch.zeros_like(x)
-        st["g"] = torch.empty_like(x)
-        st["x_wx"] = torch.empty_like(x)
-
-    def step(self, node: Node) -> RoundGenerator:
-        x, st = node.x, node.state
-        sx = self._streams(node)
-        half_prev, g_prev, g, x_wx = st["half_prev"], st["g_prev"], st["g"], st["x_wx"]
-        node.oracle.grad(x, g)
-        inbox = yield send_streams([sx], [x])
-        _, wx = sx.receive(split_inbox(inbox, [sx])[0])
-        # x_new = (x + Wx) − W̃x_prev − η(g − g_prev); then W̃x = (x + Wx)/2 for the next round
-        torch.add(x, wx, out=x_wx)
-        g_prev.sub_(g)  # −(g − g_prev)
-        x.copy_(x_wx).sub_(half_prev).add_(g_prev, alpha=self.eta)
-        half_prev.copy_(x_wx).mul_(0.5)
-        g_prev.copy_(g)
 
     def setup_block(self, block: Any) -> None:
         x, st = block.x, block.state
