@@ -68,14 +68,10 @@ class Identity(Codec):
         """Vectorized for float32/float64 (``out += w·v`` as the numpy path rounds it, or the
         fused add of the torch path); half types add row by row (their fused add rounds
         differently in torch's vector and scalar loops)."""
-        st = _rows.start_decode(self, out, block, weight, rows, check)
+        st = _rows.start_values_decode(self, out, block, weight, rows, check)
         if st is None:
             return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
-        plan, block, tgt, w, bad = st
-        vals = _rows.section(block, plan, "values")
-        if check:
-            _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"values": vals}, bad),
-                          "bad row")
+        block, tgt, w, vals = st
         if out.dtype not in (torch.float32, torch.float64):
             for r, t in enumerate(tgt.tolist()):
                 out[t].add_(vals[r], alpha=1.0 if w is None else float(w[r, 0]))
@@ -165,14 +161,10 @@ class Cast(Codec):
     @no_grad
     def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized: the fused add of the single-message path (values upcast exactly)."""
-        st = _rows.start_decode(self, out, block, weight, rows, check)
+        st = _rows.start_values_decode(self, out, block, weight, rows, check)
         if st is None:
             return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
-        plan, block, tgt, w, bad = st
-        vals = _rows.section(block, plan, "values")
-        if check:
-            _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"values": vals}, bad),
-                          "bad row")
+        block, tgt, w, vals = st
         _rows.add_rows_(out, None if rows is None else tgt, vals.to(out.dtype), w, fused=True)
         return out
 

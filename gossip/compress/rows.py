@@ -155,6 +155,20 @@ def start_decode(
     return plan, block, tgt, w, head != header_int64(plan)
 
 
+def start_values_decode(comp: Any, out: Any, block: Any, weight: Any, rows: Any,
+                        check: bool) -> tuple[torch.Tensor, torch.Tensor, Any, torch.Tensor] | None:
+    """:func:`start_decode` for a message whose body is one ``values`` section (``none``,
+    ``fp16``/``bf16``), the rows checked when ``check``: (block, targets, weights, values)."""
+    st = start_decode(comp, out, block, weight, rows, check)
+    if st is None:
+        return None
+    plan, block, tgt, w, bad = st
+    vals = section(block, plan, "values")
+    if check:
+        bad_row(comp, out, block, tgt, value_mask(comp, {"values": vals}, bad), "bad row")
+    return block, tgt, w, vals
+
+
 def bad_row(comp: Any, out: torch.Tensor, block: torch.Tensor, tgt: torch.Tensor,
             mask: torch.Tensor, why: str) -> None:
     """Raise the ``from_bytes`` error of the first row where ``mask`` is set, if any."""
