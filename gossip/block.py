@@ -49,6 +49,7 @@ class MixPlan:
     remote_out: list[tuple[int, int]]  # (sender row, receiver id), sorted by (sender, receiver)
     out_degree: list[int]  # messages each row sends (local and remote), for byte counts
     sender_of: list[int]  # staging row -> sender node id
+    senders: list[int]  # own row -> its node id (the block's ids)
     fused: tuple[torch.Tensor, torch.Tensor, torch.Tensor, slice | None] | None = None
     with_own: tuple[torch.Tensor, torch.Tensor] | None = None
     """``fused``'s (src, dst) with every node's own row first (own term, then the slots)."""
@@ -103,22 +104,79 @@ class MixPlan:
             remote_out=[(r, j) for r, j in sorted(remote_out, key=lambda e: (ids[e[0]], e[1]))],
             out_degree=[len(v.out_neighbors) for v in views],
             sender_of=list(ids) + [j for j, _ in remote_in],
+            senders=list(ids),
+        )
+
+
+@dataclass
+class ArcPlan:
+    """The routing of a phase that sends a different message along each arc (per-edge methods:
+    PowerGossip's sketches, C-ECL's duals, an all-reduce's chunks); built by
+    :meth:`Block.arc_plan`.
+
+    Own row a is the message of ``arcs[a] = (sender, receiver)``, the arcs this block sends,
+    sorted; staging row ``A + e`` (A = own rows) is ``recv[e]``, the e-th of ``remote_in``.
+    ``incoming`` are the arcs this block receives, sorted by (receiver, sender): ``in_src``
+    are their staging rows (``in_span`` as a slice when consecutive), ``in_dst`` the local rows
+    of their receivers. Byte counts and transports read the same fields as a :class:`MixPlan`.
+    """
+
+    arcs: list[tuple[int, int]]
+    incoming: list[tuple[int, int]]
+    in_src: torch.Tensor
+    in_dst: torch.Tensor
+    in_span: slice | None
+    remote_in: list[tuple[int, int, int]]  # (sender id, receiver id, staging row), sorted
+    remote_out: list[tuple[int, int]]  # (own row, receiver id)
+    sender_of: list[int]  # staging row -> sender node id
+    senders: list[int]  # own row -> sender node id
+    out_degree: list[int]  # messages per own row (one)
+
+    @classmethod
+    def build(cls, arcs: Any, ids: list[int], device: torch.device) -> ArcPlan:
+        """The plan of ``arcs`` ((sender, receiver) pairs; those that touch none of ``ids``, the
+        block's nodes, are dropped) for the block of ``ids``."""
+        local = set(ids)
+        row_of = {i: r for r, i in enumerate(ids)}
+        arcs = {(int(i), int(j)) for i, j in arcs if i != j and (i in local or j in local)}
+        own = sorted(a for a in arcs if a[0] in local)
+        incoming = sorted((a for a in arcs if a[1] in local), key=lambda a: (a[1], a[0]))
+        remote_in = sorted(a for a in incoming if a[0] not in local)
+        own_row = {a: r for r, a in enumerate(own)}
+        staging = {a: len(own) + e for e, a in enumerate(remote_in)}
+        src = [own_row[a] if a in own_row else staging[a] for a in incoming]
+        span = None
+        if src and src == list(range(src[0], src[0] + len(src))):
+            span = slice(src[0], src[0] + len(src))
+        return cls(
+            arcs=own,
+            incoming=incoming,
+            in_src=torch.tensor(src, dtype=torch.int64, device=device),
+            in_dst=torch.tensor([row_of[i] for _, i in incoming], dtype=torch.int64, device=device),
+            in_span=span,
+            remote_in=[(j, i, staging[(j, i)]) for j, i in remote_in],
+            remote_out=[(own_row[(i, j)], j) for i, j in own if j not in local],
+            sender_of=[i for i, _ in own] + [j for j, _ in remote_in],
+            senders=[i for i, _ in own],
+            out_degree=[1] * len(own),
         )
 
 
 class Rows:
     """One phase's messages (see the module doc): ``own`` and ``recv`` are [rows, pitch] uint8
-    with ``nbytes`` of each row used; ``compressor`` and ``like`` (a [d] row) decode them."""
+    with ``nbytes`` of each row used; ``compressor`` and ``like`` (a [d] row) decode them
+    (None for raw bytes); ``route`` (a :class:`MixPlan` or :class:`ArcPlan`) says where they go."""
 
-    __slots__ = ("own", "recv", "nbytes", "compressor", "like", "_all")
+    __slots__ = ("own", "recv", "nbytes", "compressor", "like", "route", "_all")
 
     def __init__(self, own: torch.Tensor, recv: torch.Tensor, nbytes: int, compressor: Any,
-                 like: torch.Tensor, both: torch.Tensor | None = None):
+                 like: torch.Tensor | None, both: torch.Tensor | None = None, route: Any = None):
         self.own = own
         self.recv = recv
         self.nbytes = nbytes
         self.compressor = compressor
         self.like = like
+        self.route = route
         self._all = both  # own and recv as one buffer, when they are one
 
     def mine(self) -> torch.Tensor:
@@ -170,7 +228,8 @@ class Block:
         self.seed = seed
         self.rng = Stream(seed, self.ids, 0)
         """The nodes' random streams as one (row r draws what node r's ``node.rng`` would)."""
-        self._rngs: dict[str, Stream] = {}
+        self._rngs: dict[Any, Stream | tuple[ArcPlan, Stream]] = {}
+        self._arc_plans: dict[Any, tuple[MixPlan | None, ArcPlan]] = {}
         self.round = 0
         self.plan: MixPlan | None = None
         self._new_compressor = new_compressor
@@ -195,7 +254,7 @@ class Block:
         self._calls = 0
         self.rng.begin_round(t)
         for rng in self._rngs.values():
-            rng.begin_round(t)
+            (rng[1] if isinstance(rng, tuple) else rng).begin_round(t)
 
     def stream_compressor(self, stream: str) -> Compressor:
         """The block's compressor for the extra message stream ``stream`` (one per name)."""
@@ -212,6 +271,38 @@ class Block:
             rng.begin_round(self.round)
         return rng
 
+    def arc_plan(self, arcs: Any = None) -> ArcPlan:
+        """The routing of a phase with one message per arc, over ``arcs`` ((sender, receiver)
+        pairs; default: every arc of this round's graph into or out of the block). Cached."""
+        key = (id(self.plan), None if arcs is None else tuple(sorted(arcs)))
+        hit = self._arc_plans.get(key)
+        if hit is not None and hit[0] is self.plan:
+            return hit[1]
+        if arcs is None:
+            views = [nd.view for nd in self.nodes]
+            arcs = [(i, j) for i, v in zip(self.ids, views) for j in v.out_neighbors]
+            arcs += [(j, i) for i, v in zip(self.ids, views) for j in v.in_neighbors]
+        if len(self._arc_plans) > 64:
+            self._arc_plans.clear()
+        device = self.x.device if self.x is not None else torch.device("cpu")
+        plan = ArcPlan.build(arcs, self.ids, device)
+        self._arc_plans[key] = (self.plan, plan)
+        return plan
+
+    def arc_rng(self, route: ArcPlan, stream: str = "arc", undirected: bool = False) -> Stream:
+        """Random streams for ``route``'s own rows, keyed by the arc (placement-independent).
+        ``undirected``: keyed by the unordered pair under ``stream``; with ``stream="edge"``
+        row a draws what ``node.edge_rng(j)`` draws for arc a = (node, j)."""
+        key = (id(route), stream, undirected)
+        hit = self._rngs.get(key)
+        if hit is not None and hit[0] is route:
+            return hit[1]
+        pair = (lambda i, j: (min(i, j) << 32 | max(i, j))) if undirected else (lambda i, j: i << 32 | j)
+        rng = Stream(self.seed, [pair(i, j) for i, j in route.arcs], stream)
+        rng.begin_round(self.round)
+        self._rngs[key] = (route, rng)
+        return rng
+
     # -- messages ------------------------------------------------------------------------------
     def message_tensor(self, d: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A [m, d] tensor whose rows sit in message rows, so the ``none`` compressor sends it
@@ -226,19 +317,25 @@ class Block:
         return X
 
     def encode(self, X: torch.Tensor, compressor: Compressor | None = None,
-               rng: Stream | None = None) -> Rows:
+               rng: Stream | None = None, route: Any = None) -> Rows:
         """Encode every row of ``X`` into this phase's message rows (see the module doc);
         randomized compressors draw from ``rng`` (default: the block's main streams).
+        ``route`` is the round's :class:`MixPlan` (default: one message per node, to all its
+        out-neighbors) or an :class:`ArcPlan` (``X`` has a row per arc, :meth:`arc_rng` draws).
 
         With ``none``, ``block.x`` is sent from its own memory, so those messages read the
         model as it is when they are decoded: decode (``decode_add``, ``mix_into``) before
         changing ``x``, as every algorithm here does."""
         comp = compressor or self.compressor
+        route = route or self.plan
         rng = rng or self.rng
-        like = X[0] if self.m else X
+        rows = len(route.senders)
+        if X.shape[0] != rows:
+            raise ValueError(f"{X.shape[0]} rows to encode for a phase of {rows} messages")
+        like = X[0] if rows else X[:1].reshape(X.shape[1:])
         nbytes = comp.nbytes_rows(like)
         pitch = row_stride(nbytes)
-        remote = len(self.plan.remote_in)
+        remote = len(route.remote_in)
         in_place = self._message_rows.get(X.data_ptr())
         if (in_place is not None and in_place[1].shape == X.shape and in_place[1].stride() == X.stride()
                 and comp.sends_values_in_place and in_place[0].shape[1] >= nbytes):
@@ -246,22 +343,35 @@ class Block:
             recv = self._buffer((remote, pitch), X.device, recv_only=True)
             both = None
         else:
-            both = self._buffer((self.m + remote, pitch), X.device)
-            own, recv = both[: self.m], both[self.m :]
+            both = self._buffer((rows + remote, pitch), X.device)
+            own, recv = both[:rows], both[rows:]
         self._calls += 1
         mine = own[:, :nbytes]
         if comp.stateful:
+            if route is not self.plan:
+                raise CompressionError(f"'{comp.spec}' keeps state per node and cannot encode one "
+                                       "message per arc: use a stateless compressor")
             self._encode_per_node(comp, X, mine, rng)
         else:
             try:
                 block = comp.encode_rows(X, rng, out=mine)
             except CompressionError as exc:
                 row = getattr(exc, "row", None)
-                who = f"node {self.ids[row]}" if row is not None else "a node"
+                who = f"node {route.senders[row]}" if row is not None else "a node"
                 raise CompressionError(f"{who} could not encode its message: {exc}") from exc
             if block.data_ptr() != mine.data_ptr():
                 mine.copy_(block)
-        return Rows(own, recv, nbytes, comp, like, both)
+        return Rows(own, recv, nbytes, comp, like, both, route)
+
+    def message_rows(self, nbytes: int, route: Any = None) -> Rows:
+        """Empty message rows of ``nbytes`` raw bytes each, to fill through ``rows.mine()`` and
+        ``yield`` (values an algorithm lays out itself, e.g. exact float sketches); the
+        transport checks only their length."""
+        route = route or self.plan
+        rows = len(route.senders)
+        both = self._buffer((rows + len(route.remote_in), row_stride(nbytes)), self.x.device)
+        self._calls += 1
+        return Rows(both[:rows], both[rows:], nbytes, None, None, both, route)
 
     def _buffer(self, shape: tuple[int, int], device: torch.device,
                 recv_only: bool = False) -> torch.Tensor:
@@ -292,8 +402,24 @@ class Block:
         return self.decode_add(out.zero_(), rows)
 
     def decode_add(self, out: torch.Tensor, rows: Rows, weight: float = 1.0) -> torch.Tensor:
-        """``out[r] += weight·C(q_r)``: every node adds its own message (e.g. to its public copy)."""
-        self._decode_add(rows.compressor, out, rows.mine(), float(weight), None, None)
+        """``out[r] += weight·C(q_r)``: every own row adds its own message (e.g. a node to its
+        public copy, an arc to its sender's copy of what it sent)."""
+        self._decode_add(rows.compressor, out, rows.mine(), float(weight), None, None,
+                         rows.route.arcs if isinstance(rows.route, ArcPlan) else None)
+        return out
+
+    def received_arcs(self, rows: Rows) -> torch.Tensor:
+        """[E, nbytes]: the messages of an :class:`ArcPlan` phase this block received, one per
+        arc of ``route.incoming`` (sorted by receiver, then sender)."""
+        route = rows.route
+        return rows.gather(route.in_src, route.in_span)
+
+    def decode_received(self, out: torch.Tensor, rows: Rows, weight: Any = 1.0) -> torch.Tensor:
+        """``out[e] += weight·C(q_e)`` for every arc e of ``rows.route.incoming``."""
+        route = rows.route
+        w = weight if isinstance(weight, torch.Tensor) else float(weight)
+        self._decode_add(rows.compressor, out, self.received_arcs(rows), w, None, None,
+                         route.incoming)
         return out
 
     def mix_into(self, out: torch.Tensor, own: Rows | None, inbox: Rows, *,
@@ -335,8 +461,8 @@ class Block:
     def check_received(self, rows: Rows) -> None:
         """Validate the messages that came from other processes (rows ``m..``), once per phase;
         the block's own rows were checked when they were encoded."""
-        remote = self.plan.remote_in
-        if not remote:
+        remote = rows.route.remote_in
+        if not remote or rows.compressor is None:
             return
         try:
             rows.compressor.check_rows(rows.received(), rows.like)
@@ -348,17 +474,21 @@ class Block:
 
     def _decode_add(self, comp: Compressor, out: torch.Tensor, msgs: torch.Tensor,
                     weight: torch.Tensor | float, dst: torch.Tensor | None,
-                    src: torch.Tensor | None) -> None:
+                    src: torch.Tensor | None, arcs: list[tuple[int, int]] | None = None) -> None:
         """``decode_add_rows_`` of ``msgs`` (staging rows ``src``; None: the block's own) into
-        rows ``dst`` of ``out``, an error naming the sender and the receiver."""
+        rows ``dst`` of ``out``, an error naming the sender and the receiver (``arcs[row]``
+        when the rows are arcs)."""
         try:
             comp.decode_add_rows_(out, msgs, weight, rows=dst, check=False)
         except CompressionError as exc:
             row = getattr(exc, "row", None)
             if row is None:
                 raise
-            sender = self.plan.sender_of[int(src[row]) if src is not None else row]
-            receiver = self.ids[int(dst[row]) if dst is not None else row]
+            if arcs is not None:
+                sender, receiver = arcs[row]
+            else:
+                sender = self.plan.sender_of[int(src[row]) if src is not None else row]
+                receiver = self.ids[int(dst[row]) if dst is not None else row]
             err = RowsError(f"the message from node {sender} to node {receiver} was refused: {exc}")
             err.sender, err.receiver = sender, receiver
             raise err from exc
@@ -419,15 +549,17 @@ class Block:
         :func:`gossip.algorithms.base.pack` sends: ``[count][len_1]…[len_k]`` (8 bytes each)
         then the parts. Each part is :class:`Rows` from :meth:`encode` or a raw [m, b] uint8
         tensor (e.g. push-sum's weight); ``yield`` the result, then decode ``packed.parts[k]``
-        as if that part had been sent alone."""
+        as if that part had been sent alone. The parts share one route (that of the
+        :class:`Rows` parts; the round's plan for raw tensors alone)."""
         sizes = [p.nbytes if isinstance(p, Rows) else int(p.shape[1]) for p in parts]
+        route = next((p.route for p in parts if isinstance(p, Rows)), self.plan)
         head = (len(parts) + 1) * _LEN
         nbytes = head + sum(sizes)
         pitch = row_stride(nbytes)
         device = self.x.device
-        both = self._buffer((self.m + len(self.plan.remote_in), pitch), device)
+        m = len(route.senders)
+        both = self._buffer((m + len(route.remote_in), pitch), device)
         self._calls += 1
-        m = self.m
         header = torch.tensor([len(parts), *sizes], dtype=torch.int64).view(torch.uint8)
         both[:m, :head].copy_(header.to(device).expand(m, head))
         views, offsets, pos = [], [], head
@@ -435,11 +567,11 @@ class Block:
             both[:m, pos : pos + nb].copy_(p.mine() if isinstance(p, Rows) else p)
             comp, like = (p.compressor, p.like) if isinstance(p, Rows) else (None, None)
             views.append(Rows(both[:m, pos : pos + nb], both[m:, pos : pos + nb], nb, comp, like,
-                              both[:, pos : pos + nb]))
+                              both[:, pos : pos + nb], route))
             offsets.append(pos)
             pos += nb
         packed = PackedRows(both[:m], both[m:], nbytes, _PackedParts(header, views, offsets),
-                            None, both)
+                            None, both, route)
         packed.parts = views
         return packed
 

@@ -232,7 +232,7 @@ class Engine:
         while msg is not None:
             tic = time.perf_counter()
             self._seq += 1
-            self.transport.exchange_rows(msg, plan, block.ids, self._seq, t)
+            self.transport.exchange_rows(msg, msg.route, self._seq, t)
             toc = time.perf_counter()
             self.comm_s += toc - tic
             msg = self._advance_block(gen, msg, check=True)

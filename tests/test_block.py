@@ -9,6 +9,7 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
+from gossip.algorithms.base import Algorithm
 from gossip.block import MixPlan
 from gossip.engine import Engine
 
@@ -93,9 +94,9 @@ def test_models_go_out_with_none_from_their_own_memory():
     seen = []
     original = eng.transport.exchange_rows
 
-    def capture(rows, plan, ids, seq, round_):
+    def capture(rows, plan, seq, round_):
         seen.append((rows.own.data_ptr(), rows.mine().clone(), eng.block.x.clone()))
-        return original(rows, plan, ids, seq, round_)
+        return original(rows, plan, seq, round_)
 
     eng.transport.exchange_rows = capture
     eng.step()
@@ -167,3 +168,47 @@ def test_model_rows_and_received_rows_gather_together():
     for r, i in enumerate(ids):
         expect = sum(W[i, j] * (100.0 if j not in ids else float(5 * j)) for j in (i - 1, i + 1))
         assert float(out[r, 0]) == pytest.approx(expect)
+
+
+class _ArcEcho(Algorithm):
+    """A toy per-arc round: node i sends ``1000 i + j`` (d entries) to each out-neighbor j and
+    keeps, for each arc it receives, the decoded message (to check the routing)."""
+
+    name = "arc-echo"
+    static_topology = False
+
+    def block_step(self, block):
+        route = block.arc_plan()
+        d = block.x.shape[1]
+        X = torch.tensor([[1000.0 * i + j] * d for i, j in route.arcs], dtype=block.x.dtype)
+        rows = block.encode(X, route=route)
+        yield rows
+        got = block.decode_received(X.new_zeros(len(route.incoming), d), rows)
+        self.received = dict(zip(route.incoming, got[:, 0].tolist(), strict=True))
+
+
+@pytest.mark.parametrize("spec", ["none", "topk:0.5"])
+def test_arc_phase_routes_one_message_per_arc_and_counts_its_bytes(spec):
+    topo = topologies.build("erdos-renyi:p=0.4", 7, seed=2)
+    echo = _ArcEcho()
+    eng = Engine(echo, topo, lambda i: torch.zeros(4, dtype=torch.float64), compressor=spec)
+    eng.step()
+    arcs = {(j, i) for i in range(7) for j in topo.view(i).in_neighbors}
+    assert set(echo.received) == arcs
+    assert all(v == 1000.0 * j + i for (j, i), v in echo.received.items())
+    per_msg = eng.block.compressor.encode(torch.ones(4, dtype=torch.float64)).nbytes
+    sent = eng.transport.bytes_sent
+    assert all(sent[i] == per_msg * len(topo.view(i).out_neighbors) for i in range(7))
+
+
+def test_arc_plan_of_a_partial_block_splits_own_incoming_and_remote_arcs():
+    from gossip.block import ArcPlan
+
+    arcs = [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2), (0, 3), (3, 0)]
+    plan = ArcPlan.build(arcs, [1, 2], torch.device("cpu"))
+    assert plan.arcs == [(1, 0), (1, 2), (2, 1), (2, 3)]
+    assert plan.incoming == [(0, 1), (2, 1), (1, 2), (3, 2)]
+    assert plan.remote_in == [(0, 1, 4), (3, 2, 5)]
+    assert plan.remote_out == [(0, 0), (3, 3)]
+    assert plan.in_src.tolist() == [4, 2, 1, 5] and plan.in_dst.tolist() == [0, 0, 1, 1]
+    assert plan.senders == [1, 1, 2, 2] and plan.sender_of == [1, 1, 2, 2, 0, 3]

@@ -94,12 +94,12 @@ def test_bits_in_log_equal_bytes_handed_to_the_transport():
     counted = {i: 0 for i in range(9)}
     original = eng.transport.exchange_rows
 
-    def counting(rows, plan, ids, seq, round_):
+    def counting(rows, plan, seq, round_):
         # every message a receiver decodes: the sender's row, nbytes long (one per edge)
         for src, _, _ in plan.slots:
             for row in src.tolist():
                 counted[plan.sender_of[row]] += rows.both()[row, : rows.nbytes].numel()
-        return original(rows, plan, ids, seq, round_)
+        return original(rows, plan, seq, round_)
 
     eng.transport.exchange_rows = counting
     recs = eng.run(12, log_every=4)

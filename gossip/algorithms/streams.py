@@ -422,7 +422,8 @@ def _weighted_plan(block: Any, weights: list[Weights | None]) -> Any:
         w = [fns[r](plan.sender_of[s]) for r, s in zip(rows, src.tolist())]
         slots.append((src, dst, torch.tensor(w, dtype=torch.float64, device=device)))
     return MixPlan(m=m, self_weight=self_w, slots=slots, remote_in=plan.remote_in,
-                   remote_out=plan.remote_out, out_degree=plan.out_degree, sender_of=plan.sender_of)
+                   remote_out=plan.remote_out, out_degree=plan.out_degree, sender_of=plan.sender_of,
+                   senders=plan.senders)
 
 
 def send_block_streams(block: Any, streams: Sequence[BlockStream], values: Sequence[torch.Tensor],

@@ -93,18 +93,18 @@ class Transport(ABC):
             received.update(self._exchange_remote(remote_out, remote_in, seq, round_))
         return received
 
-    def exchange_rows(self, rows, plan, ids: list[int], seq: int, round_: int) -> None:
+    def exchange_rows(self, rows, plan, seq: int, round_: int) -> None:
         """One phase of a block of nodes (:mod:`gossip.block`): ``rows.mine()`` are the block's
-        messages; the messages of remote senders land in ``rows.recv`` (``plan.remote_in``
-        order). Local receivers read the senders' rows directly."""
+        messages (row r sent by node ``plan.senders[r]``); the messages of remote senders land
+        in ``rows.recv`` (``plan.remote_in`` order). Local receivers read the senders' rows."""
         nbytes = rows.nbytes
         sent = self.bytes_sent
-        for i, degree in zip(ids, plan.out_degree):
+        for i, degree in zip(plan.senders, plan.out_degree):
             sent[i] = sent.get(i, 0) + nbytes * degree
         if not plan.remote_in and not plan.remote_out:
             return
         own, recv = rows.mine(), rows.received()
-        outgoing = {(ids[r], j): own[r] for r, j in plan.remote_out}
+        outgoing = {(plan.senders[r], j): own[r] for r, j in plan.remote_out}
         expected = {(j, i): nbytes for j, i, _ in plan.remote_in}
         received = self._exchange_remote(outgoing, expected, seq, round_)
         for e, (j, i, _) in enumerate(plan.remote_in):

@@ -151,12 +151,12 @@ class MPITransport(Transport):
             received[edge] = host if device.type == "cpu" else host.to(device, non_blocking=False)
         return received
 
-    def exchange_rows(self, rows, plan, ids: list[int], seq: int, round_: int) -> None:
+    def exchange_rows(self, rows, plan, seq: int, round_: int) -> None:
         """A block's phase without copies on CPU: sends are row views of ``rows.own``, receives
         land in ``rows.recv`` in place (CUDA blocks go through pinned host copies)."""
         nbytes = rows.nbytes
         sent = self.bytes_sent
-        for i, degree in zip(ids, plan.out_degree):
+        for i, degree in zip(plan.senders, plan.out_degree):
             sent[i] = sent.get(i, 0) + nbytes * degree
         if not plan.remote_in and not plan.remote_out:
             return
@@ -174,7 +174,7 @@ class MPITransport(Transport):
         recv_edges = [(j, i) for j, i, _ in plan.remote_in]
         recv_reqs = [self.comm.Irecv([rn[e], nbytes, MPI.BYTE], source=self.placement[j], tag=tag)
                      for e, (j, _) in enumerate(recv_edges)]
-        send_edges = [(ids[r], j) for r, j in plan.remote_out]
+        send_edges = [(plan.senders[r], j) for r, j in plan.remote_out]
         send_reqs = [self.comm.Isend([on[r], nbytes, MPI.BYTE], dest=self.placement[j], tag=tag)
                      for r, j in plan.remote_out]
         statuses = [MPI.Status() for _ in recv_reqs]
