@@ -132,6 +132,12 @@ class ArcPlan:
     senders: list[int]  # own row -> sender node id
     out_degree: list[int]  # messages per own row (one)
 
+    def out_rows(self, i: int) -> slice:
+        """The own rows of node ``i``'s arcs (consecutive: sorted by receiver)."""
+        import bisect
+
+        return slice(bisect.bisect_left(self.senders, i), bisect.bisect_right(self.senders, i))
+
     @classmethod
     def build(cls, arcs: Any, ids: list[int], device: torch.device) -> ArcPlan:
         """The plan of ``arcs`` ((sender, receiver) pairs; those that touch none of ``ids``, the
@@ -213,8 +219,10 @@ class Block:
     """The nodes of one process as rows; what a block algorithm's round reads and changes.
 
     ``x`` ([m, d]) is the models (``nodes[r].x`` is a view of row r), ``state`` the algorithm's
-    [m, ...] tensors (each node's ``state`` holds its row views, for checkpoints), ``nodes`` the
-    per-node objects (oracles, generators, ids), ``plan`` the round's :class:`MixPlan`.
+    [m, ...] tensors (each node's ``state`` holds its row views, for checkpoints), ``arc_state``
+    its [A, ...] tensors with a row per arc of :meth:`arc_plan` (static graphs; node i's
+    ``state`` holds the rows of its out-arcs, sorted by receiver), ``nodes`` the per-node objects
+    (oracles, generators, ids), ``plan`` the round's :class:`MixPlan`.
     """
 
     def __init__(self, nodes: list[Any], x: torch.Tensor | None, compressor: Compressor,
@@ -224,6 +232,7 @@ class Block:
         self.m = len(nodes)
         self.x = x
         self.state: dict[str, torch.Tensor] = {}
+        self.arc_state: dict[str, torch.Tensor] = {}
         self.compressor = compressor
         self.seed = seed
         self.rng = Stream(seed, self.ids, 0)
@@ -536,11 +545,18 @@ class Block:
                 self.x[r].add_(grad[r], alpha=-eta)
 
     def mirror_state(self) -> None:
-        """Give every node the row views of ``state`` (what checkpoints save and restore)."""
+        """Give every node the row views of ``state`` and its out-arcs' rows of ``arc_state``
+        (what checkpoints save and restore)."""
+        arcs = self.arc_plan() if self.arc_state else None
         for r, nd in enumerate(self.nodes):
             nd.state.clear()
             for key, value in self.state.items():
                 nd.state[key] = value[r]
+            for key, value in self.arc_state.items():
+                if value.shape[0] != len(arcs.arcs):
+                    raise ValueError(f"arc_state[{key!r}] has {value.shape[0]} rows for "
+                                     f"{len(arcs.arcs)} arcs")
+                nd.state[key] = value[arcs.out_rows(nd.id)]
 
     # -- messages of several parts -------------------------------------------------------------
     # -- messages of several parts --------------------------------------------------------

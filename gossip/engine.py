@@ -138,6 +138,7 @@ class Engine:
         with torch.no_grad():
             if algorithm.runs_blocks():
                 self.block = self._new_block()
+                self.block.plan = self._plan(topology.at_round(1))  # setup may route (arc_plan)
                 algorithm.setup_block(self.block)
                 self.block.mirror_state()
             else:

@@ -212,3 +212,28 @@ def test_arc_plan_of_a_partial_block_splits_own_incoming_and_remote_arcs():
     assert plan.remote_out == [(0, 0), (3, 3)]
     assert plan.in_src.tolist() == [4, 2, 1, 5] and plan.in_dst.tolist() == [0, 0, 1, 1]
     assert plan.senders == [1, 1, 2, 2] and plan.sender_of == [1, 1, 2, 2, 0, 3]
+
+
+class _ArcCounter(Algorithm):
+    """Per-arc state: each arc's row counts the rounds (to check the per-node mirrors)."""
+
+    name = "arc-counter"
+
+    def setup_block(self, block):
+        block.arc_state["count"] = block.x.new_zeros(len(block.arc_plan().arcs), 2)
+
+    def block_step(self, block):
+        block.arc_state["count"].add_(1.0)
+        yield from ()
+
+
+def test_arc_state_rows_are_each_nodes_out_arcs_in_its_state():
+    topo = topologies.build("erdos-renyi:p=0.5", 6, seed=1)
+    eng = Engine(_ArcCounter(), topo, lambda i: torch.zeros(3))
+    eng.run(2)
+    arcs = eng.block.arc_plan().arcs
+    for i, nd in eng.nodes.items():
+        rows = [a for a, (s, _) in enumerate(arcs) if s == i]
+        assert nd.state["count"].shape == (len(topo.view(i).out_neighbors), 2)
+        assert nd.state["count"].data_ptr() == eng.block.arc_state["count"][rows[0]].data_ptr()
+        assert torch.equal(nd.state["count"], torch.full((len(rows), 2), 2.0))
