@@ -20,7 +20,7 @@ allocated in message rows (:meth:`Block.message_tensor`, as ``block.x`` is) goes
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -53,6 +53,8 @@ class MixPlan:
     fused: tuple[torch.Tensor, torch.Tensor, torch.Tensor, slice | None] | None = None
     with_own: tuple[torch.Tensor, torch.Tensor] | None = None
     """``fused``'s (src, dst) with every node's own row first (own term, then the slots)."""
+    cache: dict[Any, Any] = field(default_factory=dict)
+    """Index tensors derived from the plan (e.g. :meth:`Block.mix_into`'s ``copy=`` targets)."""
     """Every slot in one (src, dst, weight, src as a slice when it is a range), slot-major: a
     decode that adds repeated targets in row order sums each node's neighbors in sorted order."""
 
@@ -246,6 +248,7 @@ class Block:
         self._staging: dict[tuple[int, bool], torch.Tensor] = {}
         self._message_rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._scratches: dict[Any, torch.Tensor] = {}
+        self._stacks: dict[int, torch.Tensor] = {}
         self._calls = 0
 
     @property
@@ -431,15 +434,41 @@ class Block:
                          route.incoming)
         return out
 
+    def stacked(self, k: int) -> list[torch.Tensor]:
+        """``k`` zero [m, d] tensors (``x``'s dtype and device) stored as one [k·m, d] tensor:
+        a public copy and its mix held this way are updated in one decode by
+        :meth:`mix_into`'s ``copy=``."""
+        base = torch.zeros((k * self.m, self.x.shape[1]), dtype=self.x.dtype, device=self.x.device)
+        self._stacks[base.data_ptr()] = base
+        return list(base.view(k, self.m, -1).unbind(0))
+
+    def _stacked_rows(self, *parts: torch.Tensor) -> tuple[torch.Tensor, list[int]] | None:
+        """The :meth:`stacked` tensor holding every one of ``parts`` and their first rows."""
+        base = self._stacks.get(parts[0].untyped_storage().data_ptr())
+        if base is None:
+            return None
+        row = base.stride(0) * base.element_size()
+        firsts = []
+        for t in parts:
+            off = t.data_ptr() - base.data_ptr()
+            if (t.untyped_storage().data_ptr() != base.data_ptr() or t.shape != (self.m, base.shape[1])
+                    or not t.is_contiguous() or off % row):
+                return None
+            firsts.append(off // row)
+        return base, firsts
+
     def mix_into(self, out: torch.Tensor, own: Rows | None, inbox: Rows, *,
-                 own_weight: torch.Tensor | None = None, scale: float = 1.0) -> torch.Tensor:
+                 own_weight: torch.Tensor | None = None, scale: float = 1.0,
+                 copy: torch.Tensor | None = None) -> torch.Tensor:
         """``out += scale·(w_ii·C(own) + Σ_j w_ij·C(q_j))`` for every row, neighbors in sorted
-        order (the order a per-node loop sums in).
+        order (the order a per-node loop sums in); with ``copy`` (and ``own``) also
+        ``copy += C(own)``, a public copy such as CHOCO's x̂.
 
         The own term decodes the block's rows in place; the neighbors' messages are gathered
         once (a view when they sit in consecutive rows, e.g. one node per rank) and decoded in
         one call when the compressor adds repeated targets in row order on this device, else
-        one degree slot at a time."""
+        one degree slot at a time. That one call also updates ``copy`` when ``copy`` and
+        ``out`` are parts of one :meth:`stacked` tensor."""
         comp, m = inbox.compressor, self.m
         fused = self.plan.fused
         ordered = comp.ordered_rows and out.device.type == "cpu"
@@ -451,8 +480,22 @@ class Block:
                 and not comp.sends_values_in_place):  # own and neighbors in one call
             src, dst = self.plan.with_own
             w = torch.cat((w_own, fused[2] * scale if scale != 1.0 else fused[2]))
+            stack = self._stacked_rows(copy, out) if copy is not None else None
+            if stack is not None:  # the copy's rows too: one decode for both
+                out, (c0, o0) = stack
+                key = ("copy", c0, o0)
+                if key not in self.plan.cache:
+                    every = torch.arange(m, device=src.device)
+                    self.plan.cache[key] = (torch.cat((every, src)), torch.cat((every + c0, dst + o0)),
+                                            torch.ones(m, dtype=torch.float64, device=src.device))
+                src, dst, ones = self.plan.cache[key]
+                w = torch.cat((ones, w))
+            elif copy is not None:
+                self._decode_add(comp, copy, own.mine(), 1.0, None, None)
             self._decode_add(comp, out, inbox.gather(src, None), w, dst, src)
             return out
+        if copy is not None:
+            self._decode_add(comp, copy, own.mine(), 1.0, None, None)
         if own is not None:
             self._decode_add(comp, out, own.mine(), w_own, None, None)
         if fused is None:
@@ -497,7 +540,7 @@ class Block:
                 sender, receiver = arcs[row]
             else:
                 sender = self.plan.sender_of[int(src[row]) if src is not None else row]
-                receiver = self.ids[int(dst[row]) if dst is not None else row]
+                receiver = self.ids[(int(dst[row]) if dst is not None else row) % self.m]
             err = RowsError(f"the message from node {sender} to node {receiver} was refused: {exc}")
             err.sender, err.receiver = sender, receiver
             raise err from exc

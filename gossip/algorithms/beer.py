@@ -43,9 +43,9 @@ class BEER(Algorithm):
 
     def setup_block(self, block: Block) -> None:
         x = block.x
+        (h, sh), (g, sg) = block.stacked(2), block.stacked(2)  # each pair: one decode (copy=)
         block.state.update(
-            h=torch.zeros_like(x), sh=torch.zeros_like(x), g=torch.zeros_like(x),
-            sg=torch.zeros_like(x), v=torch.empty_like(x), grad_prev=torch.empty_like(x),
+            h=h, sh=sh, g=g, sg=sg, v=torch.empty_like(x), grad_prev=torch.empty_like(x),
             grad=torch.empty_like(x), dx=torch.empty_like(x), dv=torch.empty_like(x),
         )
         block.gradients(block.state["v"])
@@ -69,7 +69,5 @@ class BEER(Algorithm):
         msg, (qh, qg) = block.encode_parts(
             [dx, dv], [None, block.stream_compressor("tracker")], [None, block.stream_rng("tracker")])
         yield msg
-        block.decode_add(h, qh)
-        block.mix_into(sh, qh, qh)
-        block.decode_add(g, qg)
-        block.mix_into(sg, qg, qg)
+        block.mix_into(sh, qh, qh, copy=h)
+        block.mix_into(sg, qg, qg, copy=g)

@@ -59,8 +59,8 @@ class Choco(Algorithm):
         return super().suggest_hparams(problem, estimator, topology) | {"gamma": 0.5}
 
     def setup_block(self, block: Block) -> None:
-        zeros = torch.zeros_like(block.x)
-        block.state.update(x_hat=zeros, s=zeros.clone(), diff=torch.empty_like(block.x))
+        x_hat, s = block.stacked(2)  # updated by one decode (mix_into's copy=)
+        block.state.update(x_hat=x_hat, s=s, diff=torch.empty_like(block.x))
         if block.has_oracle:
             block.state["grad"] = torch.empty_like(block.x)
 
@@ -72,5 +72,4 @@ class Choco(Algorithm):
         x.add_(torch.sub(s, x_hat, out=diff), alpha=self.gamma)
         q = block.encode(torch.sub(x, x_hat, out=diff))
         inbox = yield q
-        block.decode_add(x_hat, q)
-        block.mix_into(s, q, inbox)
+        block.mix_into(s, q, inbox, copy=x_hat)

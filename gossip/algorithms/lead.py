@@ -89,9 +89,9 @@ class LEAD(Algorithm):
         x = block.x
         block.state.update(
             d=torch.zeros_like(x), h=torch.zeros_like(x), hw=torch.zeros_like(x),
-            grad=torch.empty_like(x), y=torch.empty_like(x), y_hat=torch.empty_like(x),
-            yw_hat=torch.empty_like(x),
+            grad=torch.empty_like(x), y=torch.empty_like(x),
         )
+        block.state["y_hat"], block.state["yw_hat"] = block.stacked(2)  # one decode (copy=)
         x.add_(block.gradients(block.state["grad"]), alpha=-self.eta)  # X¹ = X⁰ − η∇F(X⁰)
         self.finish(block)
 
@@ -107,8 +107,7 @@ class LEAD(Algorithm):
         q = block.encode(torch.sub(y, h, out=diff))
         inbox = yield q
         y_hat.copy_(h)
-        block.decode_add(y_hat, q)
-        block.mix_into(yw_hat.copy_(hw), q, inbox)
+        block.mix_into(yw_hat.copy_(hw), q, inbox, copy=y_hat)
         a = self.alpha
         h.mul_(1.0 - a).add_(y_hat, alpha=a)
         hw.mul_(1.0 - a).add_(yw_hat, alpha=a)

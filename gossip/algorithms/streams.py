@@ -358,8 +358,7 @@ class BlockStream:
         self.h = st.get(f"{name}.h") if self.alpha > 0 else None
         self.hm = st.get(f"{name}.hm") if self.alpha > 0 else None
         self.diff = torch.empty_like(x)
-        self.z_hat = torch.empty_like(x)
-        self.zm_hat = torch.empty_like(x)
+        self.z_hat, self.zm_hat = block.stacked(2)  # one decode for both (mix_into's copy=)
         self.q: Any = None
         self._plan_for: Any = None
         self._plan: Any = None
@@ -392,11 +391,10 @@ class BlockStream:
         else:
             z_hat.copy_(self.h)
             zm_hat.copy_(self.hm)
-        block.decode_add(z_hat, q)
         plan, saved = self.plan(), block.plan
         block.plan = plan
         try:
-            block.mix_into(zm_hat, q, q)
+            block.mix_into(zm_hat, q, q, copy=z_hat)
         finally:
             block.plan = saved
         if self.h is not None:

@@ -337,13 +337,13 @@ class TopK(_KSparse):
             odd = not bool(fin.all())
         else:
             tv, ti = torch.topk(A, k + 1, dim=1, sorted=True)
-            fin = torch.isfinite(tv[:, 0])  # the row's largest |x_i|; NaN sorts first
-            flags = torch.stack((~fin, tv[:, k - 1] == tv[:, k]))  # non-finite, tie at t
-            odd = bool(flags.any())  # the one host sync of the common case
+            fin = tv[:, 0] < math.inf  # the row's largest |x_i| (NaN sorts first) is finite
+            tie = tv[:, k - 1] == tv[:, k]
+            odd = bool(torch.le(fin, tie).any())  # not finite, or a tie at t: one host sync
             if odd:
-                tied = flags[1].nonzero().view(-1)
+                tied = tie.nonzero().view(-1)
                 odd = not bool(fin.all())
-            sel = ti[:, :k].sort(1).values
+            sel = _sorted_rows(ti[:, :k])
         if odd:
             if self.check_finite:
                 _rows.encode_error(self, X, ~fin, "NaN/Inf")
@@ -407,6 +407,13 @@ class TopK(_KSparse):
                 sel = flags.view(torch.uint8)[:d].nonzero().view(-1)
             parts["sel"] = sel
         return sel
+
+
+def _sorted_rows(idx: torch.Tensor) -> torch.Tensor:
+    """Each row of ``idx`` (int64) in increasing order (numpy on CPU: a few µs less a call)."""
+    if idx.is_cpu:
+        return torch.from_numpy(np.sort(idx.numpy(), axis=1))
+    return idx.sort(1).values
 
 
 class RandK(_KSparse):
