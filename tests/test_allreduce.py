@@ -103,3 +103,92 @@ def test_sign_l2_compressor_keeps_the_norm_and_matches_the_torch_path(dtype, mon
 def test_bad_hyper_parameters_are_refused_up_front(name, hp, message):
     with pytest.raises(ConfigError, match=message):
         make_algorithm(name, **hp)
+
+
+@pytest.mark.parametrize("codec", ["sign_l2", "none"])
+def test_allreduce_errors_are_each_nodes_rows_of_the_block_state(codec):
+    n, d = 5, 37
+    data, _ = quadratic_problem(n, d)
+    x0 = torch.zeros(n, d, dtype=torch.float64)
+    eng, _ = run_engine(make_algorithm("onebit-adam", codec=codec, freeze_step=2),
+                        topologies.build("complete", n), x0, data, 4)
+    eng.node_state_dicts()  # mirrors the block's state into the nodes
+    ar = eng.algorithm._ar
+    for r, (_, nd) in enumerate(sorted(eng.nodes.items())):
+        if codec == "none":
+            assert not any(k.endswith("_error") for k in nd.state)
+            continue
+        err = nd.state["ar_worker_error"]
+        assert err.shape == (ar.padded,) and nd.state["ar_server_error"].shape == (ar.chunk,)
+        assert err.data_ptr() == eng.block.state["ar_worker_error"][r].data_ptr()
+        assert float(err.abs().sum()) > 0  # compressed rounds ran
+
+
+def test_adasum_sends_to_its_partner_only():
+    """One phase per level over the partner arcs: a message per node, d values each (bytes as
+    the per-node round with its empty messages to the others)."""
+    from gossip.engine import Engine
+    from tests.reference_adaptive import QuadraticOracle
+
+    n, d = 8, 13
+    data, _ = quadratic_problem(n, d)
+    eng = Engine(make_algorithm("adasum", eta=0.05), topologies.build("complete", n),
+                 lambda i: torch.zeros(d, dtype=torch.float64),
+                 oracles=lambda i, gen: QuadraticOracle(data, i))
+    phases = []
+    inner = eng.transport.exchange_rows
+
+    def spy(rows, plan, seq, round_):
+        phases.append((list(plan.senders), list(plan.arcs), rows.nbytes))
+        return inner(rows, plan, seq, round_)
+
+    eng.transport.exchange_rows = spy
+    eng.run(2)
+    assert len(phases) == 2 * 3
+    for k, (senders, arcs, nbytes) in enumerate(phases):
+        level = 1 << (k % 3)
+        assert senders == list(range(n)) and arcs == [(i, i ^ level) for i in range(n)]
+        assert nbytes == d * 8
+    assert all(eng.transport.bytes_sent[i] == 2 * 3 * d * 8 for i in range(n))
+
+
+@pytest.mark.parametrize(("name", "hp"), [
+    ("onebit-adam", {"eta": 0.05, "freeze_step": 3}),
+    ("zero-one-adam", {"eta": 0.03, "var_freeze_step": 4, "var_update_scaler": 1,
+                       "local_step_scaler": 2, "local_step_clipper": 4}),
+    ("onebit-lamb", {"eta": 0.02, "freeze_step": 3, "weight_decay": 0.01}),
+    ("signum", {"eta": 0.01}),
+    ("adasum", {"eta": 0.05}),
+])
+def test_checkpoint_resume_equals_the_uninterrupted_run(tmp_path, name, hp):
+    """The block state's rows (errors, counters, per-tensor ratios) go to the node files and
+    come back in place: the resumed run is the uninterrupted one, bit for bit."""
+    from gossip.checkpoint import Checkpointer
+    from gossip.engine import Engine
+    from gossip.layout import Layout
+    from tests.reference_adaptive import QuadraticOracle
+
+    n, d = 4, 23
+    data, _ = quadratic_problem(n, d, seed=5)
+
+    def engine():
+        return Engine(make_algorithm(name, **hp), topologies.build("complete", n),
+                      lambda i: torch.full((d,), 0.1 * (i + 1), dtype=torch.float64),
+                      layout=Layout([(4, 5), (3,)]), seed=2,
+                      oracles=lambda i, gen: QuadraticOracle(data, i))
+
+    full = engine()
+    full.run(10, log_every=10)
+    cut = engine()
+    cut.run(5, log_every=5)
+    Checkpointer(tmp_path / "run00", {"test": name}).save(cut)
+    resumed = engine()
+    assert Checkpointer(tmp_path / "run00", {"test": name}).restore(resumed) == 5
+    resumed.run(5, log_every=5)
+    for i in range(n):
+        assert torch.equal(resumed.nodes[i].x, full.nodes[i].x)
+    a, b = resumed.node_state_dicts(), full.node_state_dicts()
+    for i in range(n):
+        assert a[i]["state"].keys() == b[i]["state"].keys()
+        assert all(torch.equal(a[i]["state"][k], b[i]["state"][k]) for k in a[i]["state"])
+        assert a[i]["bytes_sent"] == b[i]["bytes_sent"]

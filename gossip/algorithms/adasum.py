@@ -13,7 +13,8 @@ from gossip.algorithms.allreduce import (
     node_count,
     preconditioned,
 )
-from gossip.algorithms.base import ConfigError, Exchange, Node, RoundGenerator, check_range, scheduled
+from gossip.algorithms.base import BlockRound, ConfigError, check_range, scheduled
+from gossip.block import Block
 
 TINY = 1e-8
 """A squared norm below this keeps its coefficient at 1 (Horovod's guard)."""
@@ -62,7 +63,8 @@ class Adasum(AllReduceAlgorithm):
         if local not in ("adam", "sgd"):
             raise ConfigError(f"local = {local!r}: Adasum's local optimizer is 'adam' or 'sgd'")
         self.eta, self.local, self.beta1, self.beta2, self.eps = eta, local, beta1, beta2, eps
-        self._work: dict[int, dict[str, torch.Tensor]] = {}
+        self._work: dict[str, torch.Tensor] = {}
+        self._levels: list[tuple[list[tuple[int, int]], torch.Tensor]] = []
 
     def validate(self, topology, compressor) -> None:
         super().validate(topology, compressor)
@@ -73,37 +75,75 @@ class Adasum(AllReduceAlgorithm):
                 f"{n}; use {1 << (n.bit_length() - 1)} or {1 << n.bit_length()} nodes"
             )
 
-    def setup(self, node: Node) -> None:
-        z = torch.zeros_like(node.x)
-        node.state.update(grad=torch.zeros_like(z), delta=torch.zeros_like(z))
+    def setup_block(self, block: Block) -> None:
+        z = torch.zeros_like(block.x)
+        block.state.update(grad=z, delta=z.clone())
         if self.local == "adam":
-            node.state.update(m=z, v=z.clone())
-        self._work[node.id] = {"empty": torch.empty(0, dtype=torch.uint8, device=z.device),
-                               "sent": torch.empty_like(z)}
+            block.state.update(m=z.clone(), v=z.clone())
+        n = node_count(block)
+        # level ℓ: node i and its partner i XOR ℓ swap deltas (only those arcs carry a message)
+        self._levels = []
+        level = 1
+        while level < n:
+            partner = [i ^ level for i in block.ids]
+            lower = torch.tensor([i < j for i, j in zip(block.ids, partner)], device=z.device)
+            self._levels.append(([(i, i ^ level) for i in range(n)], lower.view(-1, 1)))
+            level *= 2
 
-    def step(self, node: Node) -> RoundGenerator:
-        st, x = node.state, node.x
-        g = node.oracle.grad(x, st["grad"])
+    def block_step(self, block: Block) -> BlockRound:
+        st, x = block.state, block.x
+        g = block.gradients(st["grad"])
         delta = st["delta"]
         if self.local == "adam":
             adam_moments_(st["m"], st["v"], g, self.beta1, self.beta2)
             preconditioned(st["m"], st["v"], self.eps, delta)
         else:
             delta.copy_(g)
-        delta.mul_(-scheduled(self.eta, node.round))
-        work, n, me = self._work[node.id], node_count(node), node.id
-        sent = work["sent"]
-        level = 1
-        while level < n:
-            partner = me ^ level
-            sent.copy_(delta)
-            raw = sent.view(torch.uint8)
-            inbox = yield Exchange({j: raw if j == partner else work["empty"]
-                                    for j in range(n) if j != me}, raw.numel())
-            other = inbox[partner].view(delta.dtype)
-            lower, upper = (sent, other) if me < partner else (other, sent)
-            for o, size in zip(node.layout.offsets, node.layout.sizes):
-                sl = slice(o, o + size)
-                adasum_pair(lower[sl], upper[sl], delta[sl])
-            level *= 2
+        delta.mul_(-scheduled(self.eta, block.round))
+        layout = block.nodes[0].layout
+        parts = [slice(o, o + size) for o, size in zip(layout.offsets, layout.sizes)]
+        nbytes = delta.shape[1] * delta.element_size()
+        # the pair's operands in 64-byte aligned rows, as a node's own buffers are (the dot
+        # products' BLAS kernels round by alignment)
+        low, up = self._aligned(block, "lower"), self._aligned(block, "upper")
+        got = self._aligned(block, "got")
+        for arcs, is_lower in self._levels:
+            route = block.arc_plan(arcs)  # one arc out of and one into every node
+            rows = block.message_rows(nbytes, route)
+            rows.mine().view(delta.dtype).copy_(delta)  # own rows: the block's nodes in order
+            yield rows
+            got.index_copy_(0, route.in_dst, block.received_arcs(rows).view(delta.dtype))
+            torch.where(is_lower, delta, got, out=low)
+            torch.where(is_lower, got, delta, out=up)
+            for sl in parts:
+                adasum_pair_rows(low[:, sl], up[:, sl], delta[:, sl])
         x.add_(delta)
+
+    def _aligned(self, block: Block, name: str) -> torch.Tensor:
+        """An [m, d] work tensor of the block's dtype whose rows start 64-byte aligned."""
+        x = block.x
+        t = self._work.get(name)
+        if t is None or t.shape != x.shape or t.dtype != x.dtype or t.device != x.device:
+            item = x.element_size()
+            pitch = -(-x.shape[1] * item // _ALIGN) * _ALIGN // item
+            t = self._work[name] = torch.empty((x.shape[0], pitch), dtype=x.dtype,
+                                               device=x.device)[:, : x.shape[1]]
+        return t
+
+
+_ALIGN = 64  # bytes: the alignment of a fresh torch tensor
+
+
+def adasum_pair_rows(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """:func:`adasum_pair` of every row: ``out[r] = A(A[r], B[r])``, bit for bit (the dot
+    products row by row, each a BLAS call on the row as the single-vector rule makes it; the
+    combination for all rows at once)."""
+    ca, cb = [], []
+    for a, b in zip(A, B):
+        dot = float(torch.dot(a, b))
+        na, nb = float(torch.dot(a, a)), float(torch.dot(b, b))
+        ca.append(1.0 - dot / (2.0 * na) if na >= TINY else 1.0)
+        cb.append(1.0 - dot / (2.0 * nb) if nb >= TINY else 1.0)
+    col = lambda c: torch.tensor(c, dtype=torch.float64).to(A.device, A.dtype).view(-1, 1)  # noqa: E731
+    torch.mul(A, col(ca), out=out)
+    return out.addcmul_(B, col(cb))  # out + cb·b, as add(…, alpha=cb)

@@ -1,10 +1,11 @@
-"""All-reduce on the complete graph, as rounds of :class:`Exchange`, and the shared Adam helpers.
+"""All-reduce on the complete graph, as block phases, and the shared Adam helpers.
 
 The all-reduce family (1-bit Adam, 0/1 Adam, 1-bit LAMB, Signum with majority vote, Adasum)
 keeps every node's model and optimizer state identical: each round ends with the same averaged
-quantity on every node. We build the collective from the engine's per-destination exchanges,
-so it runs unchanged in one process and under ``mpiexec`` and its bytes are counted where they
-are handed over.
+quantity on every node. We build the collective from the engine's block phases (one message per
+arc, :meth:`gossip.block.Block.arc_plan`, then one message per node), so it runs unchanged in
+one process and under ``mpiexec``, for all of a process's nodes at once (the rows of a
+:class:`~gossip.block.Block`), and its bytes are counted where they are handed over.
 
 :class:`ChunkedAllReduce` is a reduce-scatter followed by an all-gather. The flat input of
 ``D`` entries is zero-padded to ``D'`` and cut into ``n`` chunks of ``c = D'/n``; node ``j``
@@ -36,19 +37,24 @@ No scales, no error feedback. For 1-bit codecs ``D'`` is a multiple
 of ``n·lcm(n, 8)`` so that every chunk packs into whole bytes; the padding entries take part in
 the scales (as in DeepSpeed). Per node and call that is ``2(n−1)(c/8 + itemsize)`` bytes, about
 2 bits per coordinate. Scales travel in the working dtype (4 bytes in float32).
+
+Messages: a phase-1 message is ``[a_i][chunk j of σ_i]`` (the scale's bytes in the working
+dtype, then the packed signs; bit k set for a negative entry), ``[chunk j of σ_i]`` for
+``vote``, the chunk's values for ``none``; a phase-2 message ``[b_j][τ_j]``, ``[τ_j][tie
+plane]`` (``vote``, the tie plane for even n only) or the averaged chunk (``none``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Inbox, Node
+from gossip.algorithms.base import Algorithm, BlockRound, ConfigError
 from gossip.compress import bits
-from gossip.compress.checks import Workspace
+from gossip.compress import rows as _rows
 
 CODECS = ("none", "sign_l1", "sign_l2", "vote")
 
@@ -60,12 +66,38 @@ def sign_scale(z: torch.Tensor, codec: str) -> torch.Tensor:
     return z.abs().sum() / z.numel()
 
 
+def per_row(X: torch.Tensor, one: Callable[[torch.Tensor], torch.Tensor],
+            rows: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    """``[one(X[r]) for r]`` as an [m] tensor, bit for bit: ``rows(X)`` (one reduction along
+    dim 1) on the CPU, where each row then reduces in the order it reduces alone, except when a
+    row alone would split across threads (at least torch's grain size, several threads); there
+    and on CUDA (whose kernels pick their order from the shape), one reduction per row."""
+    if X.is_cpu and (X.shape[1] < _rows.GRAIN_SIZE or torch.get_num_threads() == 1):
+        return rows(X)
+    return torch.stack([one(X[r]) for r in range(X.shape[0])])
+
+
+def sign_scale_rows(Z: torch.Tensor, codec: str) -> torch.Tensor:
+    """:func:`sign_scale` of every row of ``Z`` ([m], bit for bit the single-row values)."""
+    d = Z.shape[1]
+    if codec == "sign_l2":
+        norms = per_row(Z, torch.linalg.vector_norm, lambda X: torch.linalg.vector_norm(X, dim=1))
+        return norms / math.sqrt(d)
+    return per_row(Z, lambda z: z.abs().sum(), lambda X: X.abs().sum(1)) / d
+
+
+def norm_rows(X: torch.Tensor) -> torch.Tensor:
+    """``X[r].norm()`` of every row ([m], bit for bit)."""
+    return per_row(X, torch.linalg.vector_norm, lambda V: torch.linalg.vector_norm(V, dim=1))
+
+
 class ChunkedAllReduce:
     """The mean of a flat vector over all nodes, by reduce-scatter + all-gather (module doc).
 
-    One instance serves every node of the process; each node's error buffers live in its
-    ``node.state`` under ``key`` (``{key}_worker_error``, ``{key}_server_error``), so they are
-    checkpointed; send buffers are kept here, per node.
+    One instance serves the block of the process (:meth:`reduce_block`: every local node at
+    once, as rows). The error buffers live in ``block.state`` under ``key``
+    (``{key}_worker_error`` [m, D'], ``{key}_server_error`` [m, c]), so each node's
+    ``node.state`` holds its own and checkpoints keep them; work buffers are kept here.
 
     Args:
         n: number of nodes.
@@ -82,12 +114,16 @@ class ChunkedAllReduce:
         unit = n * math.lcm(n, 8) if self.compressed else n
         self.padded = max(unit, -(-numel // unit) * unit)
         self.chunk = self.padded // n
-        self._work: dict[int, dict[str, torch.Tensor]] = {}
-        self._ws = Workspace()
+        self._work: dict[str, torch.Tensor] = {}
+        self._routes: tuple[Any, dict[str, Any]] | None = None
 
     @property
     def compressed(self) -> bool:
         return self.codec != "none"
+
+    @property
+    def error_feedback(self) -> bool:
+        return self.codec in ("sign_l1", "sign_l2")
 
     def nbytes(self, dtype: torch.dtype) -> int:
         """Bytes one node sends per call (both phases)."""
@@ -100,113 +136,142 @@ class ChunkedAllReduce:
             return self.chunk // 8 * (2 if phase == 2 and self.n % 2 == 0 else 1)
         return self.chunk // 8 + item if self.compressed else self.chunk * item
 
-    def setup(self, node: Node) -> None:
-        """Allocate node's error buffers (zero) in ``node.state`` and its send buffers."""
-        x = node.x
-        if self.codec in ("sign_l1", "sign_l2"):
-            node.state[f"{self.key}_worker_error"] = x.new_zeros(self.padded)
-            node.state[f"{self.key}_server_error"] = x.new_zeros(self.chunk)
-        self._work[node.id] = {
-            "z": x.new_zeros(self.padded),
-            "sent": torch.empty((self.n, self._phase_nbytes(x.dtype, 1)), dtype=torch.uint8,
-                                device=x.device),
-            "packed": torch.empty(self.padded // 8, dtype=torch.uint8, device=x.device),
-            "r": x.new_empty(self.chunk),
-            "back": torch.empty(self._phase_nbytes(x.dtype, 2), dtype=torch.uint8, device=x.device),
-            "tie": torch.empty(self.chunk, dtype=torch.bool, device=x.device),
-        }
+    def setup_block(self, block: Any) -> None:
+        """The block's error buffers (zero) in ``block.state`` (1-bit codecs only)."""
+        if self.error_feedback:
+            x = block.x
+            block.state[f"{self.key}_worker_error"] = x.new_zeros((block.m, self.padded))
+            block.state[f"{self.key}_server_error"] = x.new_zeros((block.m, self.chunk))
 
-    def reset(self, node: Node) -> None:
+    def reset_block(self, block: Any) -> None:
         """Zero the error buffers (when the meaning of the reduced quantity changes)."""
-        if self.codec in ("sign_l1", "sign_l2"):
-            node.state[f"{self.key}_worker_error"].zero_()
-            node.state[f"{self.key}_server_error"].zero_()
+        if self.error_feedback:
+            block.state[f"{self.key}_worker_error"].zero_()
+            block.state[f"{self.key}_server_error"].zero_()
 
-    def reduce(self, node: Node, u: torch.Tensor, out: torch.Tensor) -> Generator[Exchange, Inbox, None]:
-        """``out ← mean_i u_i`` (approximately, with a 1-bit codec; the vote with ``vote``).
+    def reduce_block(self, block: Any, U: torch.Tensor, out: torch.Tensor) -> BlockRound:
+        """``out[r] ← mean_i u_i`` for every row (approximately, with a 1-bit codec; the vote
+        with ``vote``): every node gets the same vector.
 
-        Two exchanges; ``out`` may be ``u``. Use as ``yield from allreduce.reduce(node, u, out)``.
-        """
-        w = self._work[node.id]
-        z, sent, c, me, nb = w["z"], w["sent"], self.chunk, node.id, self.chunk // 8
-        z[: self.numel].copy_(u.reshape(-1))
-        z[self.numel :].zero_()  # the padding (z held the last result)
+        Two phases; ``U`` and ``out`` are [m, D] (``out`` may be ``U``). Use as
+        ``yield from allreduce.reduce_block(block, U, out)``. Each row's float operations are
+        those of a node alone: its server sums the n contributions in node order, its own
+        included."""
+        n, c, m, item = self.n, self.chunk, block.m, U.element_size()
+        dtype, dev = U.dtype, U.device
+        nb, nb1, nb2 = c // 8, self._phase_nbytes(dtype, 1), self._phase_nbytes(dtype, 2)
+        rt = self._route(block)
+        Z = self._buf("z", (m, self.padded), dtype, dev)
+        Z[:, : self.numel].copy_(U)
+        Z[:, self.numel :].zero_()
+        # phase 1: sent[r·n + j] is node r's message to the server of chunk j (its own included)
         if self.codec == "vote":
-            self._pack(z, w["packed"])
-            sent.copy_(w["packed"].view(self.n, nb))
+            packed = self._buf("packed", (m, self.padded // 8), torch.uint8, dev)
+            _rows.pack_rows(Z < 0, self.padded, packed)
+            sent = packed.view(m * n, nb)
         elif self.compressed:
-            err = node.state[f"{self.key}_worker_error"]
-            z.add_(err)
-            a = sign_scale(z, self.codec)
-            self._pack(z, w["packed"])
-            for j in range(self.n):
-                _put_scale(sent[j], a)
-                sent[j, -nb:].copy_(w["packed"][j * nb : (j + 1) * nb])
-            self._unpack(w["packed"], err)  # ±1
-            torch.sub(z, err.mul_(a), out=err)  # e ← z − a σ
+            E = block.state[f"{self.key}_worker_error"]
+            Z.add_(E)
+            a = sign_scale_rows(Z, self.codec).view(m, 1)
+            packed = self._buf("packed", (m, self.padded // 8), torch.uint8, dev)
+            _rows.pack_rows(Z < 0, self.padded, packed)
+            sent3 = self._buf("sent", (m, n, nb1), torch.uint8, dev)
+            sent3[:, :, :item].copy_(a.view(torch.uint8).view(m, 1, item).expand(m, n, item))
+            sent3[:, :, item:].copy_(packed.view(m, n, nb))
+            torch.sub(Z, self._pm1(packed, E).mul_(a), out=E)  # e ← z − a σ
+            sent = sent3.view(m * n, nb1)
         else:
-            sent.view(z.dtype).copy_(z.view(self.n, c))
-        inbox = yield Exchange({j: sent[j] for j in range(self.n) if j != me}, sent.shape[1])
-        r = w["r"].zero_()
-        for i in range(self.n):  # node order, own chunk included
-            msg = sent[me] if i == me else inbox[i]
-            if self.codec == "vote":
-                r.add_(self._signs(msg, r.dtype))
-            elif self.compressed:
-                r.add_(self._signs(msg[-nb:], r.dtype), alpha=float(_get_scale(msg, r.dtype)))
-            else:
-                r.add_(msg.view(r.dtype))
-        back = w["back"]
+            sent = Z.view(torch.uint8).view(m * n, nb1)
+        rows = block.message_rows(nb1, rt["arcs"])
+        rows.mine().copy_(sent.index_select(0, rt["to_arc"]))
+        yield rows
+        got = self._buf("got", (m * n, nb1), torch.uint8, dev)
+        got.index_copy_(0, rt["from_arc"], block.received_arcs(rows))
+        got.index_copy_(0, rt["own"], sent.index_select(0, rt["own"]))
+        got = got.view(m, n, nb1)
+        R = self._buf("r", (m, c), dtype, dev).zero_()
+        signs = self._buf("signs", (m, c), dtype, dev)
+        if self.codec == "vote":
+            for i in range(n):  # node order, own chunk included
+                R.add_(self._pm1(got[:, i], signs))
+        elif self.compressed:
+            scales = got[:, :, :item].contiguous().view(dtype).view(m, n)
+            for i in range(n):
+                R.add_(self._pm1(got[:, i, item:], signs).mul_(scales[:, i : i + 1]))
+        else:
+            for i in range(n):
+                R.add_(got[:, i].view(dtype))
+        back = block.message_rows(nb2)  # one message per node, to every other node
+        mine = back.mine()
         if self.codec == "vote":  # sgn of the sum of signs; a tie gives 0 (even n only)
-            self._pack(r, back[:nb])
-            if self.n % 2 == 0:
-                self._pack(torch.eq(r, 0, out=w["tie"]).to(r.dtype).neg_(), back[nb:])
+            _rows.pack_rows(R < 0, c, mine[:, :nb])
+            if n % 2 == 0:
+                _rows.pack_rows(R == 0, c, mine[:, nb:])
         elif self.compressed:
-            s = node.state[f"{self.key}_server_error"]
-            r.div_(self.n).add_(s)
-            b = sign_scale(r, self.codec)
-            _put_scale(back, b)
-            self._pack(r, back[-nb:])
-            torch.sub(r, self._signs(back[-nb:], r.dtype).mul_(b), out=s)
+            S = block.state[f"{self.key}_server_error"]
+            R.div_(n).add_(S)
+            b = sign_scale_rows(R, self.codec).view(m, 1)
+            mine[:, :item].copy_(b.view(torch.uint8))
+            _rows.pack_rows(R < 0, c, mine[:, item:])
+            torch.sub(R, self._pm1(mine[:, item:], signs).mul_(b), out=S)
         else:
-            back.view(r.dtype).copy_(r.div_(self.n))
-        inbox = yield Exchange.broadcast(back)
-        full = z  # the padded result, chunk by chunk
-        for j in range(self.n):
-            msg = back if j == me else inbox[j]
-            part = full[j * c : (j + 1) * c]
+            mine.view(dtype).copy_(R.div_(n))
+        yield back
+        full = Z  # the padded result, chunk by chunk
+        for j in range(n):
+            msg = back.gather(rt["from"][j], None)  # [m, nb2]: server j's message to each row
+            part = full[:, j * c : (j + 1) * c]
             if self.codec == "vote":
-                part.copy_(self._signs(msg[:nb], r.dtype))
-                if self.n % 2 == 0:  # zero the ties: σ·(1 − tie)
-                    part.mul_(self._signs(msg[nb:], r.dtype).add_(1.0).mul_(0.5))
+                part.copy_(self._pm1(msg[:, :nb], signs))
+                if n % 2 == 0:  # zero the ties: σ·(1 − tie)
+                    part.mul_(self._pm1(msg[:, nb:], signs).add_(1.0).mul_(0.5))
             elif self.compressed:
-                torch.mul(self._signs(msg[-nb:], r.dtype), _get_scale(msg, r.dtype), out=part)
+                scale = msg[:, :item].contiguous().view(dtype)
+                torch.mul(self._pm1(msg[:, item:], signs), scale, out=part)
             else:
-                part.copy_(msg.view(r.dtype))
-        out.reshape(-1).copy_(full[: self.numel])
+                part.copy_(msg.view(dtype))
+        out.copy_(full[:, : self.numel])
 
-    # -- bits --------------------------------------------------------------------------------
-    def _pack(self, x: torch.Tensor, out: torch.Tensor) -> None:
-        bits.pack_negative(x, out, self._ws)
+    # -- routing and buffers ---------------------------------------------------------------------
+    def _route(self, block: Any) -> dict[str, Any]:
+        """Index tensors of the two phases for the block's nodes (cached per round plan).
 
-    def _unpack(self, packed: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        ``arcs``: the plan of phase 1 (every arc of the complete graph into or out of the
+        block); ``to_arc`` / ``from_arc``: the ``sent`` / ``got`` rows (``r·n + j``) of its own
+        and incoming arcs; ``own``: each node's message to itself; ``from[j]``: the staging rows
+        of server j's phase-2 message to every local node."""
+        if self._routes is not None and self._routes[0] is block.plan:
+            return self._routes[1]
+        n, ids, plan = self.n, block.ids, block.plan
+        dev = block.x.device
+        row_of = {i: r for r, i in enumerate(ids)}
+        arcs = block.arc_plan()
+        staging = {(j, i): s for j, i, s in plan.remote_in}
+        long = lambda v: torch.tensor(v, dtype=torch.int64, device=dev)  # noqa: E731
+        rt = {
+            "arcs": arcs,
+            "to_arc": long([row_of[i] * n + j for i, j in arcs.arcs]),
+            "from_arc": long([row_of[j] * n + i for i, j in arcs.incoming]),
+            "own": long([r * n + i for r, i in enumerate(ids)]),
+            "from": [long([row_of[j] if j in row_of else staging[(j, i)] for i in ids])
+                      for j in range(n)],
+        }
+        self._routes = (plan, rt)
+        return rt
+
+    def _buf(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
+             device: torch.device) -> torch.Tensor:
+        t = self._work.get(name)
+        if t is None or t.shape != shape or t.dtype != dtype or t.device != device:
+            t = self._work[name] = torch.empty(shape, dtype=dtype, device=device)
+        return t
+
+    def _pm1(self, packed: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``out`` ([m, 8k]) = ±1 from the packed rows ``packed`` ([m, k]; set bit -> −1)."""
         table = bits.pm1_table(out.dtype, out.device)
-        out.view(-1, 8).copy_(table[packed.long()])
+        m, k = packed.shape
+        torch.index_select(table, 0, packed.reshape(-1).to(torch.int32), out=out.view(m * k, 8))
         return out
-
-    def _signs(self, packed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        tmp = self._ws.get("signs", packed.numel() * 8, dtype, packed.device)
-        return self._unpack(packed, tmp)
-
-
-def _put_scale(buf: torch.Tensor, scale: torch.Tensor) -> None:
-    item = scale.element_size()
-    buf[:item].copy_(scale.reshape(1).view(torch.uint8))
-
-
-def _get_scale(buf: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    item = torch.empty((), dtype=dtype).element_size()
-    return buf[:item].clone().view(dtype)[0]
 
 
 class AllReduceAlgorithm(Algorithm):
@@ -229,15 +294,14 @@ class AllReduceAlgorithm(Algorithm):
     _fp: ChunkedAllReduce | None = None
     _ar: ChunkedAllReduce | None = None
 
-    def setup_collectives(self, node: Node) -> None:
-        """Give ``node`` its buffers in the full-precision (``_fp``) and the ``codec``-compressed
-        (``_ar``) all-reduce, built once for the run's node count and model size."""
-        if self._ar is None:
-            n, d = node_count(node), node.x.numel()
-            self._fp = ChunkedAllReduce(n, d, "none", key="fp")
-            self._ar = ChunkedAllReduce(n, d, self.codec, key="ar")
-        self._fp.setup(node)
-        self._ar.setup(node)
+    def setup_collectives(self, block: Any) -> None:
+        """The full-precision (``_fp``) and the ``codec``-compressed (``_ar``) all-reduce for the
+        run's node count and model size, and their error buffers in ``block.state``."""
+        n, d = node_count(block), block.x.shape[1]
+        self._fp = ChunkedAllReduce(n, d, "none", key="fp")
+        self._ar = ChunkedAllReduce(n, d, self.codec, key="ar")
+        self._fp.setup_block(block)
+        self._ar.setup_block(block)
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -318,6 +382,6 @@ def check_betas(beta1: float, beta2: float) -> None:
             raise ConfigError(f"{name} = {b} must be in [0, 1)")
 
 
-def node_count(node: Node) -> int:
-    """n on the complete graph: the node's neighbors plus itself."""
-    return len(node.view.out_neighbors) + 1
+def node_count(block: Any) -> int:
+    """n on the complete graph: a node's neighbors plus itself."""
+    return len(block.nodes[0].view.out_neighbors) + 1

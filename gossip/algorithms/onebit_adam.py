@@ -14,7 +14,8 @@ from gossip.algorithms.allreduce import (
     check_warmup,
     preconditioned,
 )
-from gossip.algorithms.base import Node, RoundGenerator, check_range, scheduled
+from gossip.algorithms.base import BlockRound, check_range, scheduled
+from gossip.block import Block
 
 
 class OneBitAdam(AllReduceAlgorithm):
@@ -58,20 +59,20 @@ class OneBitAdam(AllReduceAlgorithm):
         self.eta, self.freeze_step, self.beta1, self.beta2, self.eps = eta, freeze_step, beta1, beta2, eps
         self.codec = codec
 
-    def setup(self, node: Node) -> None:
-        self.setup_collectives(node)
-        node.state.update(m=torch.zeros_like(node.x), v=torch.zeros_like(node.x),
-                          grad=torch.zeros_like(node.x), step=torch.zeros_like(node.x))
+    def setup_block(self, block: Block) -> None:
+        self.setup_collectives(block)
+        z = torch.zeros_like(block.x)
+        block.state.update(m=z, v=z.clone(), grad=z.clone(), step=z.clone())
 
-    def step(self, node: Node) -> RoundGenerator:
-        st = node.state
+    def block_step(self, block: Block) -> BlockRound:
+        st = block.state
         m, v = st["m"], st["v"]
-        g = node.oracle.grad(node.x, st["grad"])
-        if node.round <= self.freeze_step:
-            yield from self._fp.reduce(node, g, g)
+        g = block.gradients(st["grad"])
+        if block.round <= self.freeze_step:
+            yield from self._fp.reduce_block(block, g, g)
             adam_moments_(m, v, g, self.beta1, self.beta2)
         else:
             adam_moments_(m, None, g, self.beta1, self.beta2)
-            yield from self._ar.reduce(node, m, m)
+            yield from self._ar.reduce_block(block, m, m)
             m.masked_fill_(v == 0, 0.0)  # coordinates that never had a gradient stay put
-        node.x.sub_(preconditioned(m, v, self.eps, st["step"]), alpha=scheduled(self.eta, node.round))
+        block.x.sub_(preconditioned(m, v, self.eps, st["step"]), alpha=scheduled(self.eta, block.round))

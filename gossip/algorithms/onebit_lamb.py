@@ -15,13 +15,11 @@ from gossip.algorithms.allreduce import (
     check_betas,
     check_codec,
     check_warmup,
+    norm_rows,
     preconditioned,
 )
-from gossip.algorithms.base import ConfigError, Node, RoundGenerator, check_range, scheduled
-
-
-def _clip(value: float, low: float, high: float) -> float:
-    return min(max(value, low), high)
+from gossip.algorithms.base import BlockRound, ConfigError, check_range, scheduled
+from gossip.block import Block
 
 
 class OneBitLamb(AllReduceAlgorithm):
@@ -91,62 +89,83 @@ class OneBitLamb(AllReduceAlgorithm):
         """
         return {**adaptive_hparams(cls, problem, with_eps=True), "eta": 0.05}
 
-    def setup(self, node: Node) -> None:
-        self.setup_collectives(node)
-        z, k = torch.zeros_like(node.x), len(node.layout)
-        per = torch.zeros(k, dtype=torch.float64)
-        node.state.update(m=z, v=z.clone(), v_fresh=z.clone(), m_old=z.clone(), grad=torch.zeros_like(z),
-                          upd=torch.zeros_like(z), tmp=torch.zeros_like(z), trust=per,
-                          scaling=torch.ones(k, dtype=torch.float64), last_factor=torch.ones(k, dtype=torch.float64))
+    def setup_block(self, block: Block) -> None:
+        self.setup_collectives(block)
+        z, k, n = torch.zeros_like(block.x), len(block.nodes[0].layout), block.m
+        # per node and tensor of the layout, float64 on the host (as Python floats)
+        block.state.update(m=z, v=z.clone(), v_fresh=z.clone(), m_old=z.clone(), grad=z.clone(),
+                           upd=z.clone(), tmp=z.clone(), trust=torch.zeros(n, k, dtype=torch.float64),
+                           scaling=torch.ones(n, k, dtype=torch.float64),
+                           last_factor=torch.ones(n, k, dtype=torch.float64))
 
-    def step(self, node: Node) -> RoundGenerator:
-        st, t, x = node.state, node.round, node.x
+    def block_step(self, block: Block) -> BlockRound:
+        st, t, x = block.state, block.round, block.x
         m, v, upd = st["m"], st["v"], st["upd"]
         eta = scheduled(self.eta, t)
-        g = node.oracle.grad(x, st["grad"])
-        parts = [slice(o, o + s) for o, s in zip(node.layout.offsets, node.layout.sizes)]
+        g = block.gradients(st["grad"])
+        layout = block.nodes[0].layout
+        parts = [slice(o, o + s) for o, s in zip(layout.offsets, layout.sizes)]
+        # the per-tensor scalars of every node as [m] float64 host tensors: the float64 ops
+        # below are those of the per-node Python floats, one rounding each
         if t <= self.freeze_step:
-            yield from self._fp.reduce(node, g, g)
+            yield from self._fp.reduce_block(block, g, g)
             adam_moments_(m, v, g, self.beta1, self.beta2)
             if t == self.freeze_step:
                 st["v_fresh"].copy_(v)
             preconditioned(m, v, self.eps, upd).add_(x, alpha=self.weight_decay)
             for k, p in enumerate(parts):
-                wn, un = float(x[p].norm()), float(upd[p].norm())
-                c = _clip(wn / un, self.min_coeff, self.max_coeff) if wn > 0 and un > 0 else 1.0
-                if c != 1.0:
-                    st["trust"][k] = self.coeff_beta * float(st["trust"][k]) + (1 - self.coeff_beta) * c
-                x[p].add_(upd[p], alpha=-eta * c)
+                wn, un = _host(norm_rows(x[:, p])), _host(norm_rows(upd[:, p]))
+                c = torch.where((wn > 0) & (un > 0),
+                                (wn / un).clamp_(self.min_coeff, self.max_coeff), 1.0)
+                trust = st["trust"][:, k]
+                trust.copy_(torch.where(c != 1.0, trust * self.coeff_beta + c * (1 - self.coeff_beta),
+                                        trust))
+                x[:, p].addcmul_(upd[:, p], _col(c * -eta, x))  # x_p += (−η c) u_p
             return
         scaling = st["scaling"]
         if t == self.freeze_step + 1:
-            rms = [float(m[p].norm()) / p_len ** 0.5 for p, p_len in zip(parts, node.layout.sizes)]
-            mean = sum(rms) / len(rms)
+            rms = [_host(norm_rows(m[:, p])) / p_len ** 0.5 for p, p_len in zip(parts, layout.sizes)]
+            mean = torch.zeros_like(rms[0])
+            for r in rms:
+                mean += r
+            mean /= len(rms)
             for k, r in enumerate(rms):
-                scaling[k] = mean / r if r > 0 else 1.0
+                scaling[:, k] = torch.where(r > 0, mean / r, 1.0)
         st["m_old"].copy_(m)
         adam_moments_(m, None, g, self.beta1, self.beta2)
         for k, p in enumerate(parts):
-            m[p].mul_(float(scaling[k]))
-        yield from self._ar.reduce(node, m, m)
+            m[:, p].mul_(_col(scaling[:, k], m))
+        yield from self._ar.reduce_block(block, m, m)
         for k, p in enumerate(parts):
-            m[p].div_(float(scaling[k]))
+            m[:, p].div_(_col(scaling[:, k], m))
         m.masked_fill_(v == 0, 0.0)
         g_rec = torch.sub(m, st["m_old"], alpha=self.beta1, out=st["tmp"]).div_(1 - self.beta1)
         st["v_fresh"].mul_(self.beta2).addcmul_(g_rec, g_rec, value=1 - self.beta2)
         preconditioned(m, v, self.eps, upd)
         for k, p in enumerate(parts):
-            plain = float(upd[p].norm())
+            plain = _host(norm_rows(upd[:, p]))
             if self.weight_decay:
-                upd[p].add_(x[p], alpha=self.weight_decay)
-            ratio = torch.sqrt(v[p]).add_(self.eps).div_(torch.sqrt(st["v_fresh"][p]).add_(self.eps))
-            f = float(ratio.max())
+                upd[:, p].add_(x[:, p], alpha=self.weight_decay)
+            ratio = torch.sqrt(v[:, p]).add_(self.eps).div_(torch.sqrt(st["v_fresh"][:, p]).add_(self.eps))
+            f = _host(ratio.amax(1))
             if self.weight_decay:
-                full = float(upd[p].norm())
-                r = min(1.0, plain / full) if full > 0 else 1.0
+                full = _host(norm_rows(upd[:, p]))
+                r = torch.where(full > 0, (plain / full).clamp_(max=1.0), 1.0)
                 f = f * r + (1 - r)
-            f = _clip(f, self.factor_min, self.factor_max)
-            last = float(st["last_factor"][k])
-            f = _clip(f, last * (1 - self.factor_threshold), last * (1 + self.factor_threshold))
-            st["last_factor"][k] = f
-            x[p].add_(upd[p], alpha=-eta * float(st["trust"][k]) * f)
+            f = f.clamp_(self.factor_min, self.factor_max)
+            last = st["last_factor"][:, k]
+            f = torch.minimum(torch.maximum(f, last * (1 - self.factor_threshold)),
+                              last * (1 + self.factor_threshold))
+            last.copy_(f)
+            x[:, p].addcmul_(upd[:, p], _col(st["trust"][:, k] * -eta * f, x))
+
+
+def _host(values: torch.Tensor) -> torch.Tensor:
+    """[m] values as float64 on the host (what ``float()`` of each would give)."""
+    return values.to("cpu", torch.float64)
+
+
+def _col(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """[m] float64 scalars as an [m, 1] column of ``like``'s dtype and device (a Python float
+    passed to a tensor op is cast to the tensor's dtype the same way)."""
+    return values.to(like.device, like.dtype).view(-1, 1)

@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 import torch
 
 from gossip.algorithms.allreduce import AllReduceAlgorithm, ChunkedAllReduce, adam_moments_, node_count
-from gossip.algorithms.base import ConfigError, Node, RoundGenerator, check_range, scheduled
+from gossip.algorithms.base import BlockRound, ConfigError, check_range, scheduled
+from gossip.block import Block
 
 
 class SignumVote(AllReduceAlgorithm):
@@ -43,20 +44,24 @@ class SignumVote(AllReduceAlgorithm):
         ids = [byzantine] if isinstance(byzantine, int) else byzantine
         self.byzantine = sorted(int(i) for i in ids)
         self._vote: ChunkedAllReduce | None = None
+        self._byzantine_rows: torch.Tensor | None = None
 
-    def setup(self, node: Node) -> None:
-        if self._vote is None:
-            self._vote = ChunkedAllReduce(node_count(node), node.x.numel(), "vote", key="vote")
-        self._vote.setup(node)
-        node.state.update(m=torch.zeros_like(node.x), grad=torch.zeros_like(node.x),
-                          s=torch.zeros_like(node.x))
+    def setup_block(self, block: Block) -> None:
+        self._vote = ChunkedAllReduce(node_count(block), block.x.shape[1], "vote", key="vote")
+        self._vote.setup_block(block)
+        z = torch.zeros_like(block.x)
+        block.state.update(m=z, grad=z.clone(), s=z.clone())
+        rows = [r for r, i in enumerate(block.ids) if i in self.byzantine]
+        self._byzantine_rows = torch.tensor(rows, dtype=torch.int64, device=z.device) if rows else None
 
-    def step(self, node: Node) -> RoundGenerator:
-        st = node.state
+    def block_step(self, block: Block) -> BlockRound:
+        st = block.state
         m, s = st["m"], st["s"]
-        adam_moments_(m, None, node.oracle.grad(node.x, st["grad"]), self.beta, 0.0)
-        torch.neg(m, out=s) if node.id in self.byzantine else s.copy_(m)
-        yield from self._vote.reduce(node, s, s)
+        adam_moments_(m, None, block.gradients(st["grad"]), self.beta, 0.0)
+        s.copy_(m)
+        if self._byzantine_rows is not None:  # they send −m
+            s.index_copy_(0, self._byzantine_rows, m.index_select(0, self._byzantine_rows).neg_())
+        yield from self._vote.reduce_block(block, s, s)
         if self.weight_decay:
-            s.add_(node.x, alpha=self.weight_decay)
-        node.x.sub_(s, alpha=scheduled(self.eta, node.round))
+            s.add_(block.x, alpha=self.weight_decay)
+        block.x.sub_(s, alpha=scheduled(self.eta, block.round))

@@ -14,7 +14,8 @@ from gossip.algorithms.allreduce import (
     check_warmup,
     preconditioned,
 )
-from gossip.algorithms.base import ConfigError, Node, RoundGenerator, check_range, scheduled
+from gossip.algorithms.base import BlockRound, ConfigError, check_range, scheduled
+from gossip.block import Block
 
 
 class ZeroOneAdam(AllReduceAlgorithm):
@@ -73,57 +74,60 @@ class ZeroOneAdam(AllReduceAlgorithm):
         self.local_step_clipper = int(local_step_clipper)
         self.beta1, self.beta2, self.eps, self.codec = beta1, beta2, eps, codec
 
-    def setup(self, node: Node) -> None:
-        self.setup_collectives(node)
-        z = torch.zeros_like(node.x)
-        node.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone(), grad=torch.zeros_like(z),
-                          step=torch.zeros_like(z), denom=torch.zeros_like(z))
-        # the schedules' counters and Σ_η: 0-d host tensors (checkpointed in place, read without a
-        # device sync); eta_sum in float64 sums exactly as a Python float
-        node.state.update({key: torch.tensor(value, dtype=torch.int64) for key, value in
-                           (("var_interval", 1), ("var_counter", 0), ("ls_interval", 1), ("ls_counter", 0))})
-        node.state["eta_sum"] = torch.tensor(0.0, dtype=torch.float64)
+    def setup_block(self, block: Block) -> None:
+        self.setup_collectives(block)
+        z = torch.zeros_like(block.x)
+        block.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone(), grad=z.clone(),
+                           step=z.clone(), denom=z.clone())
+        # the schedules' counters and Σ_η, one per node: host tensors (checkpointed in place, read
+        # without a device sync); eta_sum in float64 sums exactly as a Python float. They are
+        # the same on every node, so the block reads row 0's.
+        m = block.m
+        block.state.update({key: torch.full((m,), value, dtype=torch.int64) for key, value in
+                            (("var_interval", 1), ("var_counter", 0), ("ls_interval", 1), ("ls_counter", 0))})
+        block.state["eta_sum"] = torch.zeros(m, dtype=torch.float64)
 
-    def step(self, node: Node) -> RoundGenerator:
-        st, t, x = node.state, node.round, node.x
+    def block_step(self, block: Block) -> BlockRound:
+        st, t, x = block.state, block.round, block.x
         m, v, u, step = st["m"], st["v"], st["u"], st["step"]
         eta = scheduled(self.eta, t)
-        g = node.oracle.grad(x, st["grad"])
+        g = block.gradients(st["grad"])
         if t <= self.var_freeze_step:
-            refresh = t % int(st["var_interval"]) == 0
+            refresh = t % int(st["var_interval"][0]) == 0
             if refresh:
-                yield from self._fp.reduce(node, g, g)
+                yield from self._fp.reduce_block(block, g, g)
                 adam_moments_(m, v, g, self.beta1, self.beta2)
             else:
-                yield from self._ar.reduce(node, g, g)
+                yield from self._ar.reduce_block(block, g, g)
                 g.masked_fill_(v == 0, 0.0)  # never had a gradient: no 1-bit noise either
                 adam_moments_(m, None, g, self.beta1, self.beta2)
             x.sub_(preconditioned(m, v, self.eps, step), alpha=eta)
             if refresh:
                 st["var_counter"].add_(1)
-                if int(st["var_counter"]) == self.var_update_scaler:
+                if int(st["var_counter"][0]) == self.var_update_scaler:
                     st["var_counter"].zero_()
                     st["var_interval"].mul_(2)
             return
         if t == self.var_freeze_step + 1:
-            self._ar.reset(node)  # the errors held gradients, now they will hold momenta
+            self._ar.reset_block(block)  # the errors held gradients, now they will hold momenta
             st["x_sync"].copy_(x)
         adam_moments_(m, None, g, self.beta1, self.beta2)
         st["eta_sum"].add_(eta)
         preconditioned(m, v, self.eps, step).mul_(eta)
         x.sub_(step)
         u.sub_(step)
-        if t % int(st["ls_interval"]) == 0:
+        if t % int(st["ls_interval"][0]) == 0:
             denom = torch.sqrt(v, out=st["denom"]).add_(self.eps)
             u.mul_(denom)
-            yield from self._ar.reduce(node, u, u)
+            yield from self._ar.reduce_block(block, u, u)
             u.masked_fill_(v == 0, 0.0)
-            torch.div(u, -float(st["eta_sum"]), out=m)
+            # m ← −ū/Σ_η: each row's Σ_η in the working dtype, as a scalar divisor is
+            torch.div(u, st["eta_sum"].neg().to(u.device, u.dtype).view(-1, 1), out=m)
             torch.addcdiv(st["x_sync"], u, denom, out=x)
             st["x_sync"].copy_(x)
             u.zero_()
             st["eta_sum"].zero_()
         st["ls_counter"].add_(1)
-        if int(st["ls_counter"]) == self.local_step_scaler:
+        if int(st["ls_counter"][0]) == self.local_step_scaler:
             st["ls_counter"].zero_()
-            st["ls_interval"].fill_(min(self.local_step_clipper, 2 * int(st["ls_interval"])))
+            st["ls_interval"].fill_(min(self.local_step_clipper, 2 * int(st["ls_interval"][0])))
