@@ -222,7 +222,10 @@ class Block:
     [m, ...] tensors (each node's ``state`` holds its row views, for checkpoints), ``arc_state``
     its [A, ...] tensors with a row per arc of :meth:`arc_plan` (static graphs; node i's
     ``state`` holds the rows of its out-arcs, sorted by receiver), ``nodes`` the per-node objects
-    (oracles, generators, ids), ``plan`` the round's :class:`MixPlan`.
+    (oracles, generators, ids), ``plan`` the round's :class:`MixPlan`. An ``arc_state`` entry
+    may be a list of [A, ...] tensors (a node gets the list of their rows), and a key with
+    ``{j}`` gives node i one entry per out-arc (i, j), named with j, of that arc's row (or
+    rows): per-neighbor state such as PowerGossip's ``P{j}``.
     """
 
     def __init__(self, nodes: list[Any], x: torch.Tensor | None, compressor: Compressor,
@@ -232,7 +235,7 @@ class Block:
         self.m = len(nodes)
         self.x = x
         self.state: dict[str, torch.Tensor] = {}
-        self.arc_state: dict[str, torch.Tensor] = {}
+        self.arc_state: dict[str, torch.Tensor | list[torch.Tensor]] = {}
         self.compressor = compressor
         self.seed = seed
         self.rng = Stream(seed, self.ids, 0)
@@ -553,10 +556,18 @@ class Block:
             for key, value in self.state.items():
                 nd.state[key] = value[r]
             for key, value in self.arc_state.items():
-                if value.shape[0] != len(arcs.arcs):
-                    raise ValueError(f"arc_state[{key!r}] has {value.shape[0]} rows for "
-                                     f"{len(arcs.arcs)} arcs")
-                nd.state[key] = value[arcs.out_rows(nd.id)]
+                parts = value if isinstance(value, list) else [value]
+                for part in parts:
+                    if part.shape[0] != len(arcs.arcs):
+                        raise ValueError(f"arc_state[{key!r}] has {part.shape[0]} rows for "
+                                         f"{len(arcs.arcs)} arcs")
+                rows = arcs.out_rows(nd.id)
+                if "{j}" not in key:
+                    nd.state[key] = value[rows] if parts is not value else [p[rows] for p in parts]
+                    continue
+                for a in range(rows.start, rows.stop):  # one entry per out-arc (i, j)
+                    view = [p[a] for p in parts] if parts is value else value[a]
+                    nd.state[key.format(j=arcs.arcs[a][1])] = view
 
     # -- messages of several parts -------------------------------------------------------------
     # -- messages of several parts --------------------------------------------------------

@@ -36,6 +36,7 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     "docom-sgd": ("docom", {"beta": 0.3}, "sign", "ring", "metropolis", "sgd"),
     "motef-topk": ("motef", {}, "topk:0.25", "ring", "metropolis", "sgd"),
     "c-ecl-randk": ("c-ecl", {"period": 2}, "randk:0.3", "ring", "metropolis", "full"),
+    "c-ecl-topk": ("c-ecl", {"period": 1}, "topk:0.25", "erdos-renyi:p=0.4", "metropolis", "sgd"),
     # block algorithms with gradients (2 nodes per rank: rows of a block exchange across ranks)
     "lead-qsgd": ("lead", {}, "qsgd:4bit", "erdos-renyi:p=0.4", "metropolis", "sgd"),
     "dpsgd-sgd": ("dpsgd", {}, "none", "exponential", "metropolis", "sgd"),
