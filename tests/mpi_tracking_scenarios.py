@@ -27,6 +27,7 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     "c-gt-lead2": ("c-gt", {}, "lead:2", "ring", "metropolis", "full"),
     "c-gt-ef-topk": ("c-gt", {"error_feedback": True}, "topk:0.25", "exponential", "metropolis", "full"),
     "c-gt-onepeer": ("c-gt", {}, "qsgd:4bit", "one-peer-exponential", "metropolis", "full"),
+    "c-gt-matchings": ("c-gt", {}, "topk:0.25", "matchings", "metropolis", "sgd"),
     "diging-onepeer": ("diging", {}, "none", "one-peer-exponential", "metropolis", "full"),
     "extra": ("extra", {}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
     "push-sum-lead2": ("push-sum", {"gamma": 0.5}, "lead:2", "directed-random:p=0.2", "push", "full"),
