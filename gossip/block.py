@@ -250,8 +250,8 @@ class Block:
         self.arc_routes: dict[str, tuple[ArcPlan, bool]] = {}
         """``arc_state`` keys whose rows follow another plan than :meth:`arc_plan`: ``(plan,
         incoming)``, rows ``plan.arcs`` (node i's: its out-arcs) or, with ``incoming``,
-        ``plan.incoming`` (node i's: its in-arcs, sorted by sender); e.g. the arcs of a
-        time-varying graph's whole period."""
+        ``plan.incoming`` (node i's: its in-arcs, sorted by sender, a ``{j}`` key named by
+        the sender); e.g. the arcs of a time-varying graph's whole period."""
         self.compressor = compressor
         self.seed = seed
         self.rng = Stream(seed, self.ids, 0)
