@@ -133,12 +133,22 @@ class ArcPlan:
     sender_of: list[int]  # staging row -> sender node id
     senders: list[int]  # own row -> sender node id
     out_degree: list[int]  # messages per own row (one)
+    receivers: list[int] = field(default_factory=list)  # incoming arc -> receiver node id
 
     def out_rows(self, i: int) -> slice:
         """The own rows of node ``i``'s arcs (consecutive: sorted by receiver)."""
         import bisect
 
         return slice(bisect.bisect_left(self.senders, i), bisect.bisect_right(self.senders, i))
+
+    def in_rows(self, i: int) -> slice:
+        """The positions in ``incoming`` of the arcs into node ``i`` (consecutive: sorted by
+        sender)."""
+        import bisect
+
+        if len(self.receivers) != len(self.incoming):
+            self.receivers = [r for _, r in self.incoming]
+        return slice(bisect.bisect_left(self.receivers, i), bisect.bisect_right(self.receivers, i))
 
     @classmethod
     def build(cls, arcs: Any, ids: list[int], device: torch.device) -> ArcPlan:
@@ -167,6 +177,7 @@ class ArcPlan:
             sender_of=[i for i, _ in own] + [j for j, _ in remote_in],
             senders=[i for i, _ in own],
             out_degree=[1] * len(own),
+            receivers=[i for _, i in incoming],
         )
 
 
@@ -224,7 +235,10 @@ class Block:
     [m, ...] tensors (each node's ``state`` holds its row views, for checkpoints), ``arc_state``
     its [A, ...] tensors with a row per arc of :meth:`arc_plan` (static graphs; node i's
     ``state`` holds the rows of its out-arcs, sorted by receiver), ``nodes`` the per-node objects
-    (oracles, generators, ids), ``plan`` the round's :class:`MixPlan`.
+    (oracles, generators, ids), ``plan`` the round's :class:`MixPlan`. An ``arc_state`` entry
+    may be a list of [A, ...] tensors (a node gets the list of their rows), and a key with
+    ``{j}`` gives node i one entry per out-arc (i, j), named with j, of that arc's row (or
+    rows): per-neighbor state such as PowerGossip's ``P{j}``.
     """
 
     def __init__(self, nodes: list[Any], x: torch.Tensor | None, compressor: Compressor,
@@ -234,7 +248,12 @@ class Block:
         self.m = len(nodes)
         self.x = x
         self.state: dict[str, torch.Tensor] = {}
-        self.arc_state: dict[str, torch.Tensor] = {}
+        self.arc_state: dict[str, torch.Tensor | list[torch.Tensor]] = {}
+        self.arc_routes: dict[str, tuple[ArcPlan, bool]] = {}
+        """``arc_state`` keys whose rows follow another plan than :meth:`arc_plan`: ``(plan,
+        incoming)``, rows ``plan.arcs`` (node i's: its out-arcs) or, with ``incoming``,
+        ``plan.incoming`` (node i's: its in-arcs, sorted by sender, a ``{j}`` key named by
+        the sender); e.g. the arcs of a time-varying graph's whole period."""
         self.compressor = compressor
         self.seed = seed
         self.rng = Stream(seed, self.ids, 0)
@@ -311,6 +330,10 @@ class Block:
             return hit[1]
         pair = (lambda i, j: (min(i, j) << 32 | max(i, j))) if undirected else (lambda i, j: i << 32 | j)
         rng = Stream(self.seed, [pair(i, j) for i, j in route.arcs], stream)
+        arc_keys = [k for k, v in self._rngs.items() if isinstance(v, tuple)]
+        if len(arc_keys) > 64:  # a graph that changes every round makes a route per round
+            for k in arc_keys:
+                del self._rngs[k]
         rng.begin_round(self.round)
         self._rngs[key] = (route, rng)
         return rng
@@ -590,16 +613,26 @@ class Block:
     def mirror_state(self) -> None:
         """Give every node the row views of ``state`` and its out-arcs' rows of ``arc_state``
         (what checkpoints save and restore)."""
-        arcs = self.arc_plan() if self.arc_state else None
+        default = self.arc_plan() if set(self.arc_state) - set(self.arc_routes) else None
         for r, nd in enumerate(self.nodes):
             nd.state.clear()
             for key, value in self.state.items():
                 nd.state[key] = value[r]
             for key, value in self.arc_state.items():
-                if value.shape[0] != len(arcs.arcs):
-                    raise ValueError(f"arc_state[{key!r}] has {value.shape[0]} rows for "
-                                     f"{len(arcs.arcs)} arcs")
-                nd.state[key] = value[arcs.out_rows(nd.id)]
+                route, incoming = self.arc_routes.get(key, (default, False))
+                arcs = route.incoming if incoming else route.arcs
+                parts = value if isinstance(value, list) else [value]
+                for part in parts:
+                    if part.shape[0] != len(arcs):
+                        raise ValueError(f"arc_state[{key!r}] has {part.shape[0]} rows for "
+                                         f"{len(arcs)} arcs")
+                rows = route.in_rows(nd.id) if incoming else route.out_rows(nd.id)
+                if "{j}" not in key:
+                    nd.state[key] = value[rows] if parts is not value else [p[rows] for p in parts]
+                    continue
+                for a in range(rows.start, rows.stop):  # one entry per arc, named by the neighbor
+                    view = [p[a] for p in parts] if parts is value else value[a]
+                    nd.state[key.format(j=arcs[a][0] if incoming else arcs[a][1])] = view
 
     # -- messages of several parts -------------------------------------------------------------
     # -- messages of several parts --------------------------------------------------------

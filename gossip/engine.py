@@ -519,8 +519,8 @@ def _load_node_state(node: Node, saved: Mapping[str, Any]) -> None:
         )
     for key, value in saved.items():
         current = node.state[key]
-        if isinstance(current, torch.Tensor):
-            current.copy_(value)
+        if isinstance(current, torch.Tensor):  # a list: per-neighbor rows saved one by one
+            current.copy_(torch.stack(list(value)) if isinstance(value, list | tuple) else value)
         else:
             for c, v in zip(current, value, strict=True):
                 c.copy_(v)

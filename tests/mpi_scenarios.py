@@ -23,7 +23,7 @@ from gossip.metrics import JsonlLogger  # noqa: E402
 from gossip.seeding import generator, init_seed  # noqa: E402
 
 # name -> (algorithm, hyper-parameters, compressor, topology spec, shape)
-SCENARIOS: dict[str, tuple[str, dict, str, str, tuple[int, ...]]] = {
+SCENARIOS: dict[str, tuple[str, dict, str, str, tuple]] = {
     "gossip-none": ("gossip", {"gamma": 1.0}, "none", "erdos-renyi:p=0.4", (40,)),
     "gossip-onepeer": ("gossip", {}, "none", "one-peer-exponential", (40,)),
     "choco-topk": ("choco", {"gamma": 0.3}, "topk:0.25", "erdos-renyi:p=0.4", (40,)),
@@ -32,6 +32,10 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, tuple[int, ...]]] = {
     "deepsqueeze-sign": ("deepsqueeze", {"gamma": 0.2}, "sign", "erdos-renyi:p=0.4", (40,)),
     "dcd-qsgd": ("dcd", {}, "qsgd:8bit", "ring", (40,)),
     "ecd-randk": ("ecd", {}, "randk:0.5:unbiased", "ring", (40,)),
+    # per-arc messages; shape (6, 5) and (4,): a layout of a matrix and a vector
+    "powergossip-r2": ("powergossip", {"rank": 2, "iterations": 2}, "none", "erdos-renyi:p=0.4",
+                       ((6, 5), (4,))),
+    "powergossip-cold": ("powergossip", {"warm_start": False}, "none", "ring", (6, 5)),
 }
 
 
@@ -39,12 +43,17 @@ def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
     alg_name, hp, spec, topo_spec, shape = SCENARIOS[name]
     topo = topologies.build(topo_spec, n, seed=3)
 
+    shapes = list(shape) if isinstance(shape[0], tuple) else [shape]  # a layout of several
+    layout = Layout(shapes)
+
     def x0(i: int) -> torch.Tensor:
-        return torch.randn(shape, generator=generator(init_seed(5, i)), dtype=torch.float64)
+        size = shape if len(shapes) == 1 else (layout.numel,)
+        return torch.randn(size, generator=generator(init_seed(5, i)), dtype=torch.float64)
 
     engine = Engine(
         make_algorithm(alg_name, **hp), topo, x0, compressor=spec,
-        layout=Layout([shape]) if len(shape) > 1 else None, seed=11, world=world, timeout=60,
+        layout=layout if len(shapes) > 1 or len(shape) > 1 else None, seed=11, world=world,
+        timeout=60,
     )
     log_run(engine, name, logger)
 

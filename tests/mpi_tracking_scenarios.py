@@ -27,6 +27,7 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     "c-gt-lead2": ("c-gt", {}, "lead:2", "ring", "metropolis", "full"),
     "c-gt-ef-topk": ("c-gt", {"error_feedback": True}, "topk:0.25", "exponential", "metropolis", "full"),
     "c-gt-onepeer": ("c-gt", {}, "qsgd:4bit", "one-peer-exponential", "metropolis", "full"),
+    "c-gt-matchings": ("c-gt", {}, "topk:0.25", "matchings", "metropolis", "sgd"),
     "diging-onepeer": ("diging", {}, "none", "one-peer-exponential", "metropolis", "full"),
     "extra": ("extra", {}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
     "push-sum-lead2": ("push-sum", {"gamma": 0.5}, "lead:2", "directed-random:p=0.2", "push", "full"),
@@ -36,6 +37,7 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     "docom-sgd": ("docom", {"beta": 0.3}, "sign", "ring", "metropolis", "sgd"),
     "motef-topk": ("motef", {}, "topk:0.25", "ring", "metropolis", "sgd"),
     "c-ecl-randk": ("c-ecl", {"period": 2}, "randk:0.3", "ring", "metropolis", "full"),
+    "c-ecl-topk": ("c-ecl", {"period": 1}, "topk:0.25", "erdos-renyi:p=0.4", "metropolis", "sgd"),
     # block algorithms with gradients (2 nodes per rank: rows of a block exchange across ranks)
     "lead-qsgd": ("lead", {}, "qsgd:4bit", "erdos-renyi:p=0.4", "metropolis", "sgd"),
     "dpsgd-sgd": ("dpsgd", {}, "none", "exponential", "metropolis", "sgd"),

@@ -184,6 +184,48 @@ def test_powergossip(rank):
             assert torch.equal(eng.nodes[i].state[f"Q{j}"][0], eng.nodes[j].state[f"Q{i}"][0])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_powergossip_batched_gram_schmidt_equals_each_factors(dtype):
+    """Gram–Schmidt over [A, n, r] (the block's per-arc factors) gives every arc the bits of
+    orthonormalize on that factor alone (a fresh tensor, as a per-edge factor)."""
+    from gossip.algorithms.arcs import aligned_arcs
+    from gossip.algorithms.powergossip import orthonormalize, orthonormalize_arcs
+
+    gen = torch.Generator().manual_seed(0)
+    for n, r in [(1, 1), (7, 1), (33, 2), (100, 3), (5, 5), (257, 2)]:
+        f = aligned_arcs(6, (n, r), dtype, torch.device("cpu"))
+        f.copy_(torch.randn(6, n, r, generator=gen, dtype=dtype))
+        alone = [orthonormalize(f[a].clone()) for a in range(6)]
+        orthonormalize_arcs(f)
+        for a in range(6):
+            assert f[a].data_ptr() % 64 == 0
+            assert torch.equal(f[a], alone[a]), (n, r, a)
+
+
+def test_powergossip_redraws_each_arc_from_its_edge_stream_at_its_own_count():
+    """A collapsed factor is redrawn from the edge's stream (what node.edge_rng(j) draws), at
+    that arc's count of draws this round, even when arcs of one redraw stand at different counts."""
+    from gossip.rng import Stream
+
+    topo = topologies.build("ring", 5)
+    eng = Engine(make_algorithm("powergossip"), topo, x0_fn(2, (3, 2)), layout=Layout([(3, 2)]),
+                 seed=4)
+    eng.step()
+    block = eng.block
+    work = eng.algorithm._work(block)
+    f = block.arc_state["P{j}"][0]
+    arcs = work.arcs.route.arcs
+    work.redraw(block, f, torch.tensor([a in (0, 3) for a in range(len(arcs))]))
+    work.redraw(block, f, torch.tensor([a in (0, 5) for a in range(len(arcs))]))
+    for a, draws in ((0, 2), (3, 1), (5, 1)):
+        i, j = arcs[a]
+        edge = Stream(4, (min(i, j) << 32 | max(i, j),), "edge")
+        edge.begin_round(block.round)
+        for _ in range(draws):
+            want = edge.normal(f[a].numel(), dtype=f.dtype).view(f[a].shape)
+        assert torch.equal(f[a], want), arcs[a]
+
+
 def test_powergossip_full_rank_square_equals_relaxed_gossip():
     shape = (5, 5)
     eng = Engine(make_algorithm("powergossip", gamma=1.1, rank=5, eps=0.0), TOPO,

@@ -237,3 +237,43 @@ def test_arc_state_rows_are_each_nodes_out_arcs_in_its_state():
         assert nd.state["count"].shape == (len(topo.view(i).out_neighbors), 2)
         assert nd.state["count"].data_ptr() == eng.block.arc_state["count"][rows[0]].data_ptr()
         assert torch.equal(nd.state["count"], torch.full((len(rows), 2), 2.0))
+
+
+class _ArcLists(Algorithm):
+    """Per-arc state as lists of tensors, one entry per neighbor (``{j}`` keys)."""
+
+    name = "arc-lists"
+
+    def setup_block(self, block):
+        arcs = block.arc_plan().arcs
+        rows = torch.tensor([[float(i), float(j)] for i, j in arcs], dtype=block.x.dtype)
+        block.arc_state["F{j}"] = [rows.clone(), rows[:, :1].clone().view(-1, 1, 1)]
+        block.arc_state["G"] = [rows.clone()]
+
+    def block_step(self, block):
+        yield from ()
+
+
+def test_arc_state_lists_and_per_neighbor_keys():
+    """A list entry gives each node a list of its arcs' rows; a key with {j} one entry per
+    neighbor j (checkpoints restore them in place, as lists)."""
+    topo = topologies.build("erdos-renyi:p=0.5", 6, seed=1)
+    eng = Engine(_ArcLists(), topo, lambda i: torch.zeros(3))
+    eng.step()
+    for i, nd in eng.nodes.items():
+        nbrs = topo.view(i).out_neighbors
+        assert {k for k in nd.state if k.startswith("F")} == {f"F{j}" for j in nbrs}
+        for j in nbrs:
+            a, b = nd.state[f"F{j}"]
+            assert a.tolist() == [float(i), float(j)] and b.shape == (1, 1) and float(b) == i
+        (g,) = nd.state["G"]
+        assert g.tolist() == [[float(i), float(j)] for j in nbrs]
+    nd = eng.nodes[0]
+    j = topo.view(0).out_neighbors[0]
+    saved = {0: {k: [t.clone() for t in v] for k, v in nd.state.items()}}
+    saved[0][f"F{j}"][0].fill_(7.0)
+    from gossip.engine import _load_node_state
+
+    _load_node_state(nd, saved[0])
+    arcs = eng.block.arc_plan().arcs
+    assert eng.block.arc_state["F{j}"][0][arcs.index((0, j))].tolist() == [7.0, 7.0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import topologies
 from gossip.algorithms import ConfigError, make_algorithm
@@ -61,3 +62,27 @@ def test_configuration_errors():
     with pytest.raises(ConfigError, match="symmetric"):
         Engine(make_algorithm("c-ecl"), topologies.build("directed-exponential", 8), x0_fn(),
                oracles=oracles(PROBLEM))
+
+
+def test_a_checkpoint_with_duals_as_lists_resumes():
+    """Checkpoints of the per-node code held each node's duals as lists of d-vectors (one per
+    neighbor); they load into the [deg, d] rows of the per-arc state."""
+    def engine():
+        return Engine(make_algorithm("c-ecl", eta=0.2 / L, period=2), TOPO, x0_fn(),
+                      compressor="topk:0.25", oracles=oracles(PROBLEM), seed=3)
+
+    straight, first = engine(), engine()
+    for _ in range(6):
+        straight.step()
+    for _ in range(3):
+        first.step()
+    nodes = first.node_state_dicts()
+    for blob in nodes.values():
+        blob["state"] = {k: list(v.clone()) if k in ("z", "r") else v.clone()
+                         for k, v in blob["state"].items()}
+    resumed = engine()
+    resumed.load_state_dicts(nodes, first.run_state_dict())
+    for _ in range(3):
+        resumed.step()
+    for i in straight.nodes:
+        assert torch.equal(resumed.nodes[i].x, straight.nodes[i].x)

@@ -14,32 +14,19 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    BlockRound,
-    ConfigError,
-    Node,
-    RoundGenerator,
-    check_range,
-    scheduled,
-)
+from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, Node, check_range, scheduled
 from gossip.algorithms.streams import (
-    ArcStream,
+    BlockArcStream,
     BlockStream,
     PerBlock,
-    PerNode,
-    Stream,
     Weights,
-    arcs_over_schedule,
+    check_stateless,
     pull_weights,
-    send_arc_streams,
+    schedule_plan,
+    send_block_arc_streams,
     send_block_streams,
-    send_streams,
-    split_inbox,
 )
 from gossip.algorithms.tracking import CGT, stochastic_kind
-
-_W_BYTES = 8  # the push-sum weight travels as one float64
 
 
 def check_column_stochastic(name: str, topology: Any) -> None:
@@ -70,7 +57,7 @@ class PushSum(Algorithm):
     are not needed (``ŝ = s``) and this is exact push-sum / SGP. With a compressor on a static
     graph, each node's public copy ``ŝ_i`` is kept by its out-neighbors; on a time-varying graph
     (one-peer exponential) each node keeps one copy per arc instead
-    (:class:`~gossip.algorithms.streams.ArcStream`: ``Σ_j c_ij ŝ_j − ŝ_i`` becomes
+    (:class:`~gossip.algorithms.streams.BlockArcStream`: ``Σ_j c_ij ŝ_j − ŝ_i`` becomes
     ``Σ_in c_ij c_ji − Σ_out c_ji o_ij``, whose sum over nodes is zero, so mass is conserved).
     A constant η reaches a neighborhood of the optimum (a decaying one: the optimum).
 
@@ -96,9 +83,7 @@ class PushSum(Algorithm):
         self.eta = eta
         self.gamma = gamma
         self._topology: Any = None
-        self._streams = PerNode(self._make_stream)
-        self._block_streams = PerBlock(
-            lambda block: BlockStream(block, "ss", alpha=0.0 if block.compressor.spec == "none" else 1.0))
+        self._block_streams = PerBlock(self._make_block_stream)
 
     _arcs = False
 
@@ -106,18 +91,14 @@ class PushSum(Algorithm):
         check_column_stochastic(self.name, topology)
         self._arcs = bool(getattr(topology, "time_varying", False)) and compressor.spec != "none"
         self._topology = topology
+        if self._arcs:
+            check_stateless(self.name, compressor)
 
-    def _make_stream(self, node: Node) -> Stream | ArcStream:
+    def _make_block_stream(self, block: Any) -> BlockStream | BlockArcStream:
         """The numerator's stream ``ss``: per-arc copies on a time-varying graph when compressed."""
         if self._arcs:
-            outs, ins = arcs_over_schedule(self._topology, node.id)
-            return ArcStream(node, "ss", outs=outs, ins=ins)
-        return Stream(node, "ss", alpha=0.0 if node.compressor.spec == "none" else 1.0)
-
-    def runs_blocks(self) -> bool:
-        """As a block, except with per-arc copies (compressed, time-varying graph): those send
-        a different message to each out-neighbor, which a block phase cannot (one row per node)."""
-        return not self._arcs
+            return BlockArcStream(block, "ss", schedule=schedule_plan(block, self._topology))
+        return BlockStream(block, "ss", alpha=0.0 if block.compressor.spec == "none" else 1.0)
 
     def setup_block(self, block: Any) -> None:
         st, x = block.state, block.x
@@ -133,15 +114,26 @@ class PushSum(Algorithm):
         s, w, ss = st["s"], st["w"], self._block_streams(block)
         if block.has_oracle:
             s.sub_(block.gradients(st["grad"]), alpha=scheduled(self.eta, block.round))
-        packed = send_block_streams(block, [ss], [s], extra=[w.view(torch.uint8)])
-        yield packed
-        s_hat, s_mix = ss.receive()
-        s.add_(s_mix.sub_(s_hat), alpha=self.gamma)
+        if self._arcs:
+            packed = send_block_arc_streams(block, [ss], [s], extra=[w.view(torch.uint8)])
+            yield packed
+            s.add_(ss.laplacian(), alpha=self.gamma)
+            # every in-arc's sender weight, sorted by (receiver, sender)
+            w_all = block.received_arcs(packed.parts[1]).contiguous().view(torch.float64)[:, 0]
+            rnd = ss.round_of(packed.route)
+            slots = [(arcs, rows, rnd.in_weight.index_select(0, arcs))
+                     for arcs, rows in rnd.in_sums.slots]
+        else:
+            packed = send_block_streams(block, [ss], [s], extra=[w.view(torch.uint8)])
+            yield packed
+            s_hat, s_mix = ss.receive()
+            s.add_(s_mix.sub_(s_hat), alpha=self.gamma)
+            w_all = packed.parts[1].both().contiguous().view(torch.float64)[:, 0]  # every sender's w
+            slots = plan.slots
         # w_i ← c_ii w_i + Σ_j c_ij w_j, neighbors in sorted order (one degree slot at a time)
         # (w_in, as per node, ends holding the last in-neighbor's weight)
-        w_all = packed.parts[1].both().contiguous().view(torch.float64)[:, 0]  # every sender's w
         w_new, w_in = plan.self_weight * w[:, 0], st["w_in"][:, 0]
-        for src, dst, c in plan.slots:
+        for src, dst, c in slots:
             w_j = w_all.index_select(0, src)
             term = c * w_j
             if dst is None:
@@ -152,38 +144,6 @@ class PushSum(Algorithm):
                 w_in.index_copy_(0, dst, w_j)
         w[:, 0] = w_new
         torch.div(s, w.to(x.dtype), out=x)
-
-    def setup(self, node: Node) -> None:
-        st = node.state
-        st["s"] = node.x.clone()
-        self._streams(node)
-        st["w"] = torch.ones(1, dtype=torch.float64)
-        st["w_in"] = torch.empty(1, dtype=torch.float64)
-        if node.oracle is not None:
-            st["grad"] = torch.empty_like(node.x)
-
-    def step(self, node: Node) -> RoundGenerator:
-        st = node.state
-        s, w, ss = st["s"], st["w"], self._streams(node)
-        if node.oracle is not None:
-            s.sub_(node.oracle.grad(node.x, st["grad"]), alpha=scheduled(self.eta, node.round))
-        if self._arcs:
-            inbox = yield send_arc_streams([ss], [s], extra=[w.view(torch.uint8)])
-            in_s, in_w = split_inbox(inbox, [ss], extra=[_W_BYTES])
-            s.add_(ss.laplacian(in_s), alpha=self.gamma)
-        else:
-            inbox = yield send_streams([ss], [s], extra=[w.view(torch.uint8)])
-            in_s, in_w = split_inbox(inbox, [ss], extra=[_W_BYTES])
-            s_hat, s_mix = ss.receive(in_s)
-            s.add_(s_mix.sub_(s_hat), alpha=self.gamma)
-        w_new, w_in = node.weight(node.id) * float(w), st["w_in"]
-        for j in sorted(in_w):
-            if in_w[j].numel() != _W_BYTES:
-                raise ConfigError(f"node {j} sent a push-sum weight of {in_w[j].numel()} bytes, not 8")
-            w_in.view(torch.uint8).copy_(in_w[j])
-            w_new += node.weight(j) * float(w_in)
-        w.fill_(w_new)
-        torch.div(s, w_new, out=node.x)
 
 
 class CPP(CGT):

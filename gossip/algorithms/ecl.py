@@ -2,6 +2,11 @@
 
 A primal-dual method: every edge (i, j) carries dual variables, neighbors exchange compressed
 *dual* updates every K rounds, and no model is ever sent.
+
+Runs as a block (gossip/block.py): the duals and mirrors are per-arc state (``block.arc_state``,
+a row per arc (i, j) the block sends; node i's ``state["z"]`` is the [deg_i, d] view of its
+arcs, sorted by neighbor), and the dual updates go out in one per-arc phase. A randomized
+compressor draws from the arc's stream (``block.arc_rng``, keyed by the arc).
 """
 
 from __future__ import annotations
@@ -10,16 +15,10 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    ConfigError,
-    Exchange,
-    Node,
-    RoundGenerator,
-    check_range,
-    received,
-)
-from gossip.algorithms.streams import PerNode
+from gossip.algorithms.arcs import OutArcs
+from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, check_range
+from gossip.algorithms.streams import PerBlock
+from gossip.block import Block
 
 
 class CECL(Algorithm):
@@ -39,7 +38,8 @@ class CECL(Algorithm):
     ``z_ij += θ mask ⊙ (y_ji − z_ij)``: the sender knows ``z_ij`` through its mirror, so only the
     masked values travel (rand-k sends its seed, not the indices). Any compressor works the same
     way; ρ enters the step α only. Per node: ``w`` plus three d-vectors per edge (dual,
-    mirror, scratch for the message). One message per edge direction every K rounds.
+    mirror, scratch for the message). One message per edge direction every K rounds; a
+    randomized compressor draws from the arc's stream (``block.arc_rng``).
 
     Reaches the exact optimum on heterogeneous data (no gradient tracking needed); compression
     costs rounds, not accuracy.
@@ -73,7 +73,7 @@ class CECL(Algorithm):
         self.rho = rho
         self.theta = theta
         self.weight_decay = weight_decay
-        self._work = PerNode(_Edges)
+        self._work = PerBlock(self._make_work)
 
     def validate(self, topology: Any, compressor: Any) -> None:
         if getattr(compressor, "stateful", False):
@@ -90,56 +90,64 @@ class CECL(Algorithm):
                 "keeps a fraction (e.g. randk:0.2)"
             )
 
-    def kept_fraction(self, node: Node) -> float:
+    def kept_fraction(self, block: Block) -> float:
         """ρ: given, else the fraction of entries a sparsifier keeps (k/d), else 1."""
         if self.rho is not None:
             return self.rho
-        k_for = getattr(node.compressor, "k_for", None)
-        d = node.x.numel()
+        k_for = getattr(block.compressor, "k_for", None)
+        d = block.x.shape[1]
         return min(1.0, k_for(d) / d) if k_for is not None else 1.0
 
-    def setup(self, node: Node) -> None:
-        x, st = node.x, node.state
-        nbrs = node.view.neighbors
-        if not nbrs:
-            raise ConfigError(f"node {node.id} has no neighbors; c-ecl needs a connected graph")
-        st["z"] = [torch.zeros_like(x) for _ in nbrs]  # in the order of sorted(neighbors)
-        st["r"] = [torch.zeros_like(x) for _ in nbrs]
-        self._work(node)
-        st["grad"] = torch.empty_like(x)
-        st["acc"] = torch.empty_like(x)
-        self._check_rho(self.kept_fraction(node))
+    def setup_block(self, block: Block) -> None:
+        for nd in block.nodes:
+            if not nd.view.neighbors:
+                raise ConfigError(f"node {nd.id} has no neighbors; c-ecl needs a connected graph")
+        self._check_rho(self.kept_fraction(block))
+        arcs = self._work(block).arcs
+        x = block.x
+        block.arc_state["z"] = x.new_zeros(len(arcs.route.arcs), x.shape[1])  # row per arc (i, j)
+        block.arc_state["r"] = torch.zeros_like(block.arc_state["z"])
+        block.state["grad"] = torch.empty_like(x)
+        block.state["acc"] = torch.empty_like(x)
 
-    def step(self, node: Node) -> RoundGenerator:
-        x, st, i = node.x, node.state, node.id
-        work = self._work(node)
-        nbrs, msg = work.neighbors, work.msg
-        z, r = dict(zip(nbrs, st["z"], strict=True)), dict(zip(nbrs, st["r"], strict=True))
-        deg = len(nbrs)
+    def block_step(self, block: Block) -> BlockRound:
+        x, st = block.x, block.state
+        z, r = block.arc_state["z"], block.arc_state["r"]
+        work = self._work(block)
+        arcs = work.arcs
         mu = 1.0 / self.eta
-        alpha = 1.0 / (self.eta * (self.period / self.kept_fraction(node) - 1.0) * deg)
-        g = node.oracle.grad(x, st["grad"])
+        g = block.gradients(st["grad"])
         acc = st["acc"].copy_(x).mul_(mu - self.weight_decay).sub_(g)
-        for j in nbrs:
-            acc.add_(z[j], alpha=alpha if i < j else -alpha)
-        x.copy_(acc).div_(mu + alpha * deg)
-        if node.round % self.period:
+        arcs.add_to_senders(acc, z, work.alpha)  # Σ_j A_ij α_i z_ij, in sorted neighbor order
+        torch.div(acc, work.denominator, out=x)
+        if block.round % self.period:
             return
-        comp, theta = node.compressor, self.theta
-        sent, bufs = {}, {}
-        for j in nbrs:  # y_ij − r_ij = z_ij − 2 A_ij w_i − r_ij
-            d = torch.sub(z[j], r[j], out=msg[j]).add_(x, alpha=-2.0 if i < j else 2.0)
-            sent[j] = comp.encode(d, node.rng)
-            bufs[j] = sent[j].to_bytes()
-        inbox = yield Exchange(bufs, comp.max_nbytes(x))
-        for j in nbrs:
-            comp.decode_add_(r[j], sent[j], theta)
-            comp.decode_add_(z[j], received(comp, inbox, j, x), theta)
+        # y_ij − r_ij = z_ij − 2 A_ij w_i − r_ij, one row per arc (i, j)
+        msg = torch.sub(z, r, out=work.msg).addcmul_(x.index_select(0, arcs.src), work.two)
+        route = arcs.route
+        q = block.encode(msg, rng=block.arc_rng(route), route=route)
+        yield q
+        block.decode_add(r, q, self.theta)
+        block.decode_received(z, q, self.theta)  # incoming arc (j, i) is own row (i, j)
+
+    def _make_work(self, block: Block) -> _Arcs:
+        return _Arcs(block, self)
 
 
-class _Edges:
-    """A node's sorted neighbors and its per-edge message buffers (scratch, outside node.state)."""
+class _Arcs:
+    """A block's arcs and its per-arc coefficients and message scratch (outside the state)."""
 
-    def __init__(self, node: Node):
-        self.neighbors = sorted(node.view.neighbors)
-        self.msg = {j: torch.empty_like(node.x) for j in self.neighbors}
+    def __init__(self, block: Block, alg: CECL):
+        self.arcs = arcs = OutArcs(block)
+        arcs.require_symmetric(alg.name)
+        x = block.x
+        rho = alg.kept_fraction(block)
+        alpha = [1.0 / (alg.eta * (alg.period / rho - 1.0) * deg) if deg else 0.0
+                 for deg in arcs.degree]
+        per_arc = torch.tensor(alpha, dtype=torch.float64)[arcs.src.cpu()].to(x.device)
+        self.alpha = torch.where(arcs.lower, per_arc, -per_arc)  # A_ij α_i
+        mu = 1.0 / alg.eta
+        self.denominator = torch.tensor([mu + a * deg for a, deg in zip(alpha, arcs.degree)],
+                                        dtype=torch.float64).to(x.device, x.dtype).view(-1, 1)
+        self.two = torch.where(arcs.lower, -2.0, 2.0).to(x.dtype).view(-1, 1)  # −2 A_ij
+        self.msg = x.new_empty(len(arcs.route.arcs), x.shape[1])

@@ -10,12 +10,22 @@ even rounds orthonormalise P and exchange ``u_i = M_iᵀ P̂``. Because the sket
 
 The new factor is kept (warm start), so consecutive rounds run a power iteration on the slowly
 changing difference; without warm start the input factor is redrawn from the edge's shared
-stream (``node.edge_rng``) every round. With gradients (a training run) the node computes its gradient at
-the pre-gossip model, gossips, then takes its local step (D-PSGD order). Tensors with
-ndim ≤ 1 are gossiped exactly (rate 1). No extra hyper-parameter: γ = 1 works untuned (the
-optimal over-relaxation 2/((1−λ₂)+β) is faster).
+stream every round (keyed by the edge, what ``node.edge_rng(j)`` draws: both ends draw the
+same). With gradients (a training run) the node computes its gradient at the pre-gossip model,
+gossips, then takes its local step (D-PSGD order). Tensors with ndim ≤ 1 are gossiped exactly
+(rate 1). No extra hyper-parameter: γ = 1 works untuned (the optimal over-relaxation
+2/((1−λ₂)+β) is faster).
 Differences from the reference code: no skipped first step; a factor that collapses below
 1e-12 (the edge reached consensus) is redrawn from the edge stream instead of staying 0.
+
+Runs as a block (gossip/block.py) with one message per arc: the factors are per-arc state
+(``block.arc_state["P{j}"]``, a list over the layout's matrices of [A, rows, r] tensors, a
+row per arc (i, j) the block sends; node i's ``state["P{j}"]`` is its list for edge {i, j},
+as before). Draws, norms, the Gram–Schmidt divisions, differences and the vectors' mixing run
+batched over arcs; the matrix products (sketches, updates, Gram–Schmidt projections) run per
+arc on 64-byte aligned operands, because a batched product (``bmm``) rounds differently from
+the per-edge one (MKL's kernels depend on size and alignment), which would make the bits
+depend on how many arcs a process holds.
 """
 
 from __future__ import annotations
@@ -25,16 +35,10 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    ConfigError,
-    Exchange,
-    Node,
-    RoundGenerator,
-    check_range,
-    local_step,
-    scheduled,
-)
+from gossip.algorithms.arcs import OutArcs, aligned_arcs
+from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, check_range, scheduled
+from gossip.algorithms.streams import PerBlock
+from gossip.block import Block
 
 EPS = 1e-8
 
@@ -89,6 +93,7 @@ class PowerGossip(Algorithm):
         self.warm_start = bool(warm_start)
         self.eps = float(eps)
         self.eta = eta
+        self._work = PerBlock(self._make_work)
 
     def validate(self, topology: Any, compressor: Any) -> None:
         if getattr(compressor, "spec", "none") != "none":
@@ -97,100 +102,169 @@ class PowerGossip(Algorithm):
                 "(--rank R) and leave the compressor at 'none'"
             )
 
-    def _matrices(self, node: Node) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        mats, vecs = [], []
-        for v in node.layout.views(node.x):
-            (mats if v.dim() > 1 else vecs).append(v.reshape(v.shape[0], -1) if v.dim() > 1 else v)
-        return mats, vecs
+    def setup_block(self, block: Block) -> None:
+        work = self._work(block)
+        x, arcs = block.x, work.arcs
+        rng = block.arc_rng(arcs.route, "edge", undirected=True)  # as node.edge_rng(j): both
+        count = len(arcs.route.arcs)  # ends of an edge draw the same factors
 
-    def setup(self, node: Node) -> None:
-        mats, _ = self._matrices(node)
-        for j in node.view.neighbors:
-            rng = node.edge_rng(j)  # keyed by the edge: both ends draw the same factors
-            ranks = [min(self.rank, *m.shape) for m in mats]
-            ps = [rng.normal(m.shape[0] * r, dtype=m.dtype, device=m.device).view(m.shape[0], r)
-                  for m, r in zip(mats, ranks)]
-            qs = [rng.normal(m.shape[1] * r, dtype=m.dtype, device=m.device).view(m.shape[1], r)
-                  for m, r in zip(mats, ranks)]
-            node.state[f"P{j}"] = ps
-            node.state[f"Q{j}"] = qs
-        if node.oracle is not None:
-            node.state["grad"] = torch.empty_like(node.x)
+        def draw(rows: int, r: int) -> torch.Tensor:
+            f = aligned_arcs(count, (rows, r), x.dtype, x.device)
+            return f.copy_(rng.normal(rows * r, dtype=x.dtype, device=x.device).view(f.shape))
 
-    def step(self, node: Node) -> RoundGenerator:
+        ps = [draw(rows, r) for (rows, _), r in zip(work.shapes, work.ranks)]
+        qs = [draw(cols, r) for (_, cols), r in zip(work.shapes, work.ranks)]
+        block.arc_state["P{j}"] = ps  # node i's state["P{j}"]: its list of factors for edge {i, j}
+        block.arc_state["Q{j}"] = qs
+        if block.has_oracle:
+            block.state["grad"] = torch.empty_like(x)
+
+    def block_step(self, block: Block) -> BlockRound:
         grad = None
-        if node.oracle is not None:  # PowerGossip inside D-PSGD: gradient at the pre-gossip x
-            grad = node.oracle.grad(node.x, node.state["grad"])
+        if block.has_oracle:  # PowerGossip inside D-PSGD: gradient at the pre-gossip x
+            grad = block.gradients(block.state["grad"])
         for k in range(self.iterations):
-            yield from self._power_step(node, (node.round - 1) * self.iterations + k + 1)
+            yield from self._power_step(block, (block.round - 1) * self.iterations + k + 1)
         if grad is not None:
-            local_step(node, grad, scheduled(self.eta, node.round))
+            block.local_step(grad, scheduled(self.eta, block.round))
 
-    def _power_step(self, node: Node, step: int) -> RoundGenerator:
-        st = node.state
+    def _power_step(self, block: Block, step: int) -> BlockRound:
+        work = self._work(block)
+        arcs, x = work.arcs, block.x
         right = step % 2 == 1  # odd: sketch with Q (u = M Q̂); even: with P (u = Mᵀ P̂)
-        mats, vecs = self._matrices(node)
-        nbrs = node.view.neighbors
-        bases: dict[int, list[torch.Tensor]] = {}
-        sent: dict[int, list[torch.Tensor]] = {}
-        outgoing: dict[int, torch.Tensor] = {}
-        for j in nbrs:
-            key = f"Q{j}" if right else f"P{j}"
-            basis = []
-            for f in st[key]:
-                if not self.warm_start or float(f.norm()) < 1e-12:
-                    f.copy_(node.edge_rng(j).normal(f.numel(), dtype=f.dtype,
-                                                    device=f.device).view(f.shape))
-                basis.append(orthonormalize(f, self.eps))
-            bases[j] = basis
-            sent[j] = [m @ b if right else (b.T @ m).T for m, b in zip(mats, basis)] + list(vecs)
-            outgoing[j] = _to_bytes(sent[j])
-        shapes = [tuple(t.shape) for t in next(iter(sent.values()))] if sent else []
-        capacity = next(iter(outgoing.values())).numel() if outgoing else 0
-        inbox = yield Exchange(outgoing, capacity)
-        updates = [torch.zeros_like(m) for m in mats]
-        vec_updates = [torch.zeros_like(v) for v in vecs]
-        k = len(mats)
-        for j in sorted(inbox):
-            theirs = _split(inbox[j], shapes, node.x, sender=j)
-            mine = sent[j]
-            w = node.weight(j)
-            sign = 1.0 if node.id > j else -1.0  # σ: the shared state is u_max − u_min
-            for idx, b in enumerate(bases[j]):
-                diff = mine[idx] - theirs[idx]  # = σ (u_a − u_b)
-                if right:
-                    st[f"P{j}"][idx].copy_(diff).mul_(sign)
-                    updates[idx].add_(diff @ b.T, alpha=w)
-                else:
-                    st[f"Q{j}"][idx].copy_(diff).mul_(sign)
-                    updates[idx].add_(b @ diff.T, alpha=w)
-            for vu, vi, vj in zip(vec_updates, mine[k:], theirs[k:]):
-                vu.add_(vi - vj, alpha=w)
-        for m, upd in zip(mats, updates):
-            m.sub_(upd, alpha=self.gamma)
-        for v, upd in zip(vecs, vec_updates):
+        bases = block.arc_state["Q{j}" if right else "P{j}"]
+        targets = block.arc_state["P{j}" if right else "Q{j}"]
+        mats, vecs = work.views(x)
+        src, weight = work.src, work.weight
+        for f in bases:
+            collapsed = None
+            if self.warm_start:
+                norms = torch.linalg.vector_norm(f.flatten(1), dim=1)
+                collapsed = norms.to("cpu", torch.float64) < 1e-12
+            work.redraw(block, f, collapsed)
+            orthonormalize_arcs(f, self.eps)
+        # the message of arc (i, j): u = M_i b (or (bᵀ M_i)ᵀ) of every matrix, then the vectors,
+        # as exact floats; the products run per arc on 64-byte aligned operands, as the
+        # per-edge products of a node would (BLAS kernels round by size and alignment)
+        sizes = [(rows if right else cols) * r for (rows, cols), r in zip(work.shapes, work.ranks)]
+        sizes += [v.shape[1] for v in vecs]
+        rows_ = block.message_rows(sum(sizes) * x.element_size(), arcs.route)
+        sent = rows_.mine().view(x.dtype)
+        parts, pos = [], 0
+        for n in sizes:
+            parts.append((pos, n))
+            pos += n
+        for idx, (M, f) in enumerate(zip(mats, bases)):
+            pos, n = parts[idx]
+            dst = sent[:, pos : pos + n].view(f.shape[0], -1, f.shape[2])
+            for a, i in enumerate(src):
+                dst[a].copy_(M[i] @ f[a] if right else (f[a].T @ M[i]).T)
+        for v, (pos, n) in zip(vecs, parts[len(mats) :]):
+            sent[:, pos : pos + n].copy_(v.index_select(0, arcs.src))
+        inbox = yield rows_
+        got = block.received_arcs(inbox).view(x.dtype)  # row a: from j along arc (j, i)
+        for idx, (M, b, g) in enumerate(zip(mats, bases, targets)):
+            pos, n = parts[idx]
+            mine = sent[:, pos : pos + n].view(b.shape[0], -1, b.shape[2])
+            theirs = got[:, pos : pos + n].view(mine.shape)
+            upd = work.update(idx, M)
+            if right:  # diff = u_i − u_j = σ (u_a − u_b);  P ← σ diff;  ΔM_i += w diff Q̂ᵀ
+                diff = work.scratch(("d", idx), mine.shape, x)
+                torch.sub(mine, theirs, out=diff)
+                g.copy_(diff).mul_(work.sign)
+                for a, i in enumerate(src):
+                    upd[i].add_(diff[a] @ b[a].T, alpha=weight[a])
+            else:  # the transpose of diff, laid out as the per-edge (bᵀ M)ᵀ − u_j makes it
+                diff_t = work.scratch(("t", idx), (mine.shape[0], mine.shape[2], mine.shape[1]), x)
+                torch.sub(mine.transpose(1, 2), theirs.transpose(1, 2), out=diff_t)
+                g.copy_(diff_t.transpose(1, 2)).mul_(work.sign)
+                for a, i in enumerate(src):
+                    upd[i].add_(b[a] @ diff_t[a], alpha=weight[a])
+            M.sub_(upd, alpha=self.gamma)
+        for idx, (v, (pos, n)) in enumerate(zip(vecs, parts[len(mats) :])):
+            upd = work.update(len(mats) + idx, v)
+            arcs.add_to_senders(upd, sent[:, pos : pos + n] - got[:, pos : pos + n], arcs.weight)
             v.sub_(upd)
 
-
-def _to_bytes(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Exact float bytes of the tensors, back to back (no lossy cast: both ends must agree)."""
-    return torch.cat([t.reshape(-1) for t in tensors]).view(torch.uint8)
+    def _make_work(self, block: Block) -> _Edges:
+        return _Edges(block, self)
 
 
-def _split(buf: torch.Tensor, shapes: list[tuple[int, ...]], like: torch.Tensor,
-           sender: int) -> list[torch.Tensor]:
-    """A neighbor's message as tensors of ``shapes``, after checking its length."""
-    from gossip.compress.base import CompressionError
+def orthonormalize_arcs(f: torch.Tensor, eps: float = EPS) -> torch.Tensor:
+    """:func:`orthonormalize` of every ``f[a]`` ([A, n, r]; each ``f[a]`` contiguous and 64-byte
+    aligned, as a factor of its own), bit for bit: the column norms and the projections'
+    elementwise parts run batched (a norm over a row of the batch adds in the order of the
+    single column's), the ``col @ rest`` products per arc (BLAS rounds by size and alignment)."""
+    r = f.shape[2]
+    for c in range(r):
+        col = f[:, :, c]
+        col.div_(torch.linalg.vector_norm(col, dim=1, keepdim=True).add_(eps))
+        if c + 1 < r and f.shape[0]:
+            rest = f[:, :, c + 1 :]
+            proj = torch.stack([col[a] @ rest[a] for a in range(f.shape[0])])
+            rest.sub_(col.unsqueeze(2) * proj.unsqueeze(1))  # torch.outer's products
+    return f
 
-    sizes = [int(torch.Size(sh).numel()) for sh in shapes]
-    expected = sum(sizes) * like.element_size()
-    if buf.numel() != expected:
-        raise CompressionError(
-            f"PowerGossip message from node {sender} has {buf.numel()} bytes, expected {expected}"
-        )
-    vals = buf.view(like.dtype)
-    out, pos = [], 0
-    for sh, size in zip(shapes, sizes):
-        out.append(vals[pos : pos + size].view(sh))
-        pos += size
-    return out
+
+class _Edges:
+    """A block's arcs as PowerGossip uses them: each arc's sender row, weight w_ij and sign σ
+    (+1 when i > j), the layout's matrices and vectors, the per-arc draw counts of the round
+    (each edge's stream advances per draw, as ``node.edge_rng(j)``'s does), and scratch."""
+
+    def __init__(self, block: Block, alg: PowerGossip):
+        self.arcs = arcs = OutArcs(block)
+        arcs.require_symmetric(alg.name)
+        x = block.x
+        self.src = arcs.src.tolist()
+        self.weight = arcs.weight.tolist()
+        self.sign = torch.where(arcs.lower, -1.0, 1.0).to(x.dtype).view(-1, 1, 1)
+        layout = block.nodes[0].layout if block.nodes else None
+        self.mat_at, self.vec_at, self.shapes = [], [], []
+        for off, size, shape in zip(layout.offsets, layout.sizes, layout.shapes) if layout else ():
+            if len(shape) > 1:
+                self.mat_at.append((off, size, shape[0]))
+                self.shapes.append((shape[0], size // shape[0]))
+            else:
+                self.vec_at.append((off, size))
+        self.ranks = [min(alg.rank, *sh) for sh in self.shapes]
+        self._round = -1
+        self._draws = torch.zeros(len(arcs.route.arcs), dtype=torch.int64)
+        self._scratch: dict[Any, torch.Tensor] = {}
+
+    def views(self, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The block's matrices ([m, rows, cols] views of x) and vectors ([m, n] views)."""
+        mats = [x[:, o : o + s].view(x.shape[0], rows, -1) for o, s, rows in self.mat_at]
+        return mats, [x[:, o : o + s] for o, s in self.vec_at]
+
+    def redraw(self, block: Block, f: torch.Tensor, collapsed: torch.Tensor | None) -> None:
+        """Redraw the factors of the arcs ``collapsed`` ([A] bool; None: every arc) from their
+        edges' streams, each at its own count of draws this round."""
+        if self._round != block.round:
+            self._round = block.round
+            self._draws.zero_()
+        sel = (torch.arange(f.shape[0]) if collapsed is None else collapsed.nonzero().view(-1))
+        if not sel.numel():
+            return
+        rng = block.arc_rng(self.arcs.route, "edge", undirected=True)
+        n = f[0].numel()
+        for call in torch.unique(self._draws[sel]).tolist():  # one batched draw per count
+            rows = sel[self._draws[sel] == call]
+            rng.call = call
+            drawn = rng.normal(n, dtype=f.dtype, device=f.device).view(f.shape)
+            if rows.numel() == f.shape[0]:
+                f.copy_(drawn)
+            else:
+                rows = rows.to(f.device)
+                f[rows] = drawn[rows]
+        self._draws[sel] += 1
+
+    def update(self, idx: int, like: torch.Tensor) -> torch.Tensor:
+        """A zeroed [m, ...] accumulator of the nodes' moves of tensor ``idx``."""
+        return self.scratch(("u", idx), like.shape, like).zero_()
+
+    def scratch(self, key: Any, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+        t = self._scratch.get(key)
+        if t is None or tuple(t.shape) != tuple(shape):
+            t = self._scratch[key] = aligned_arcs(shape[0], tuple(shape[1:]), like.dtype,
+                                                  like.device)
+        return t

@@ -21,17 +21,14 @@ contractive compressors such as top-k). ``α < 1`` damps the copy (DIANA-style, 
 compressors of large variance). An extra additive error memory would count the dropped part
 twice (it is already in ``z − h``); measured, it diverged where these forms converge.
 
-Where things live: the copies are tensors in ``node.state`` under the stream's name
-(``"sx.h"``, ``"sx.hm"``; per-arc copies as lists ``"sx.out"``, ``"sx.in"``), so checkpoints
-save and restore them in place; a stream's own compressor is ``node.stream_compressor(name)``,
-which checkpoints save too. :class:`Stream` and :class:`ArcStream` are thin helpers bound to
-``(node, name)`` holding scratch buffers only; algorithms keep them in a :class:`PerNode`.
-
-Blocks of nodes (:mod:`gossip.block`): :class:`BlockStream` is the same stream for all of a
-process's nodes, its copies [m, d] tensors in ``block.state`` under the same names (mirrored
-into each ``node.state``), and :func:`send_block_streams` packs every stream's rows into one
-phase. Per-arc copies have no block form: they send a different message to each out-neighbor,
-and a block phase sends one row per node.
+Streams run on blocks of nodes (:mod:`gossip.block`): :class:`BlockStream` is the stream for
+all of a process's nodes, its copies [m, d] tensors in ``block.state`` (``"sx.h"``,
+``"sx.hm"``, mirrored into each ``node.state``, so checkpoints save and restore them in place),
+and :func:`send_block_streams` packs every stream's rows into one phase. On a graph that changes
+every round, :class:`BlockArcStream` keeps one copy per arc instead (``block.arc_state``
+``"sx.out"``, ``"sx.in"``) and :func:`send_block_arc_streams` sends one packed message per
+arc. A stream's own compressor is ``block.stream_compressor(name)``, which checkpoints save
+too. The helpers hold scratch buffers only; algorithms keep them in a :class:`PerBlock`.
 """
 
 from __future__ import annotations
@@ -42,16 +39,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from gossip.algorithms.base import (
-    ConfigError,
-    Exchange,
-    Inbox,
-    Node,
-    pack,
-    packed_capacity,
-    received,
-    unpack_inbox,
-)
+from gossip.algorithms.base import ConfigError, Node
 
 Weights = Callable[[int], float]
 """``m(j)``: the weight node i gives to node j's value (j an in-neighbor, or i itself)."""
@@ -59,137 +47,31 @@ Weights = Callable[[int], float]
 T = TypeVar("T")
 
 
-class PerNode(Generic[T]):
-    """What an algorithm keeps per node *outside* ``node.state``: stream helpers, scratch buffers.
-
-    ``node.state`` holds the tensors a checkpoint restores (in place); helpers bound to a node
-    and scratch memory reused across rounds live here, keyed by node id, and ``build(node)``
-    rebuilds them whenever the node is not the one they were built for (another engine).
-
-    Args:
-        build: makes the helpers of a node; called by the algorithm's ``setup`` first (so the
-            state tensors the helpers allocate exist before the engine checks them).
-    """
-
-    def __init__(self, build: Callable[[Node], T]):
-        self._build = build
-        self._items: dict[int, tuple[weakref.ref, T]] = {}
-
-    def __call__(self, node: Node) -> T:
-        item = self._items.get(node.id)
-        if item is None or item[0]() is not node:
-            item = (weakref.ref(node), self._build(node))
-            self._items[node.id] = item
-        return item[1]
-
-
-def state_tensor(node: Node, key: str) -> torch.Tensor:
-    """``node.state[key]``, created at zero (shaped as the model) the first time."""
-    t = node.state.get(key)
-    if t is None:
-        t = node.state[key] = torch.zeros_like(node.x)
-    return t
-
-
-class Stream:
-    """One compressed stream of a node (see the module docstring).
-
-    A thin helper bound to ``(node, name)``: the public copies are the tensors
-    ``node.state[name + ".h"]`` and ``node.state[name + ".hm"]`` (none for α = 0), so
-    checkpoints save them; the helper itself only holds scratch buffers and the message of the
-    current round, and can be rebuilt at any time (keep it in a :class:`PerNode`).
-
-    Args:
-        node: the node it belongs to (its shape, device, state and compressors).
-        name: the stream's name: the prefix of its keys in ``node.state`` and, with
-            ``own_compressor``, the name of its compressor.
-        alpha: how far the public copy moves toward the reconstructed value, in [0, 1];
-            0 keeps no state (time-varying graphs).
-        weights: the stream's mixing weights ``m(j)`` (default: the topology's ``w_ij``); looked
-            up every round, so they follow the node's current view.
-        own_compressor: use ``node.stream_compressor(name)`` instead of the node's main
-            compressor (stateful compressors keep one state per stream of messages, and
-            checkpoints save it).
-    """
-
-    def __init__(
-        self,
-        node: Node,
-        name: str,
-        *,
-        alpha: float,
-        weights: Weights | None = None,
-        own_compressor: bool = False,
-    ):
-        x = node.x
-        self.node = node
-        self.name = name
-        self.alpha = float(alpha)
-        self.weights = weights or node.weight
-        self.compressor = node.stream_compressor(name) if own_compressor else node.compressor
-        self.rng = node.stream_rng(name) if own_compressor else node.rng
-        self.h = state_tensor(node, f"{name}.h") if self.alpha > 0 else None
-        self.hm = state_tensor(node, f"{name}.hm") if self.alpha > 0 else None
-        self.diff = torch.empty_like(x)
-        self.z_hat = torch.empty_like(x)
-        self.zm_hat = torch.empty_like(x)
-        self._q: Any = None
-
-    def encode(self, z: torch.Tensor) -> torch.Tensor:
-        """Compress ``z − h``; returns the message bytes (kept for :meth:`receive`)."""
-        d = self.diff.copy_(z)
-        if self.h is not None:
-            d.sub_(self.h)
-        self._q = self.compressor.encode(d, self.rng)
-        return self._q.to_bytes()
-
-    def capacity(self) -> int:
-        """The largest message a neighbor may send on this stream."""
-        return self.compressor.max_nbytes(self.node.x)
-
-    def receive(self, inbox: Inbox) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(ẑ_i, ẑm_i)`` from this node's last message and the neighbors' ones (sorted by sender).
-
-        The returned tensors are this stream's buffers, valid until the next call.
-        """
-        comp, q, m = self.compressor, self._q, self.weights
-        z_hat, zm_hat = self.z_hat, self.zm_hat
-        if self.h is None:
-            z_hat.zero_()
-            zm_hat.zero_()
-        else:
-            z_hat.copy_(self.h)
-            zm_hat.copy_(self.hm)
-        comp.decode_add_(z_hat, q, 1.0)
-        comp.decode_add_(zm_hat, q, m(self.node.id))
-        for j in sorted(inbox):
-            comp.decode_add_(zm_hat, received(comp, inbox, j, zm_hat), m(j))
-        if self.h is not None:
-            a = self.alpha
-            self.h.mul_(1.0 - a).add_(z_hat, alpha=a)
-            self.hm.mul_(1.0 - a).add_(zm_hat, alpha=a)
-        return z_hat, zm_hat
-
-
-def send_streams(streams: Sequence[Stream], values: Sequence[torch.Tensor],
-                 extra: Sequence[torch.Tensor] = ()) -> Exchange:
-    """One exchange carrying every stream's message (and small extra byte buffers), packed."""
-    parts = [s.encode(v) for s, v in zip(streams, values)] + list(extra)
-    caps = [s.capacity() for s in streams] + [p.numel() for p in extra]
-    return Exchange(pack(parts), packed_capacity(caps))
-
-
-def split_inbox(inbox: Inbox, streams: Sequence[Stream], extra: Sequence[int] = ()) -> list[Inbox]:
-    """The per-stream (then per-extra-part) inboxes of a :func:`send_streams` exchange."""
-    caps = [s.capacity() for s in streams] + list(extra)
-    return unpack_inbox(inbox, len(caps), caps)
-
-
 def pull_weights(node: Node) -> Weights:
     """Row-stochastic weights ``1/(1 + |N_in(i)|)`` on node i's in-neighbors and itself."""
     def m(j: int) -> float:
         return 1.0 / (1.0 + len(node.view.in_neighbors))
     return m
+
+
+def check_stateless(name: str, compressor: Any) -> None:
+    """Per-arc copies send one message per arc: refuse compressors that keep state per stream."""
+    if getattr(compressor, "stateful", False):
+        raise ConfigError(f"{name} keeps one copy per arc on a time-varying graph and sends one "
+                          f"message per arc; '{compressor.spec}' keeps state per stream: use a "
+                          "stateless compressor (topk, qsgd, lead, sign, ...)")
+
+
+def schedule_plan(block: Any, topology: Any) -> Any:
+    """The :class:`~gossip.block.ArcPlan` of every arc into or out of the block's nodes over
+    the whole schedule (:func:`arcs_over_schedule`): the rows of per-arc copies."""
+    from gossip.block import ArcPlan
+
+    arcs = []
+    for i in block.ids:
+        outs, ins = arcs_over_schedule(topology, i)
+        arcs += [(i, j) for j in outs] + [(j, i) for j in ins]
+    return ArcPlan.build(arcs, block.ids, block.x.device)
 
 
 def arcs_over_schedule(topology: Any, i: int) -> tuple[list[int], list[int]]:
@@ -213,98 +95,6 @@ def arcs_over_schedule(topology: Any, i: int) -> tuple[list[int], list[int]]:
     return sorted(outs), sorted(ins)
 
 
-class ArcStream:
-    """Compressed gossip on graphs that change every round: one public copy per arc.
-
-    Node i keeps, for every out-neighbor j it may send to, the copy ``o_ij`` of its value that
-    j holds, and for every in-neighbor j the copy ``c_ji`` of j's value (all zero at the start;
-    the arcs are those of a whole period, :func:`arcs_over_schedule`: on a one-peer exponential
-    graph ⌈log₂ n⌉ of each). In a round with weights ``W(t)``::
-
-        q_ij = C(z_i − o_ij) to each current out-neighbor j;   o_ij += q_ij;   c_ji += q_ji
-        D_i = Σ_{j ∈ N_in(i)} w_ij c_ji − Σ_{j ∈ N_out(i)} w_ji o_ij
-
-    ``D`` is the compressed ``(W(t) − I) z`` (exactly that with the identity compressor and a
-    doubly stochastic W(t)), and ``Σ_i D_i = 0`` exactly, whatever the compressor: each arc's
-    copy enters once with + at the receiver and once with − at the sender. So averages (or
-    trackers) are preserved on time-varying graphs, where a single shared copy per node could
-    not be kept up to date. Copies move by the whole message (EF21-style error feedback).
-
-    The copies are the lists of tensors ``node.state[name + ".out"]`` and
-    ``node.state[name + ".in"]``, one per arc in the order of ``outs`` and ``ins``; the helper
-    holds scratch buffers only.
-
-    Args:
-        node: the node it belongs to.
-        name: the prefix of its keys in ``node.state`` (and its compressor's name with
-            ``own_compressor``).
-        outs: every out-neighbor the node may ever send to (sorted).
-        ins: every in-neighbor it may ever receive from (sorted).
-        own_compressor: use ``node.stream_compressor(name)`` instead of the main compressor.
-    """
-
-    def __init__(self, node: Node, name: str, *, outs: Sequence[int], ins: Sequence[int],
-                 own_compressor: bool = False):
-        self.node = node
-        self.name = name
-        self.compressor = node.stream_compressor(name) if own_compressor else node.compressor
-        self.rng = node.stream_rng(name) if own_compressor else node.rng
-        st = node.state
-        for key, ids in ((f"{name}.out", outs), (f"{name}.in", ins)):
-            if key not in st:
-                st[key] = [torch.zeros_like(node.x) for _ in ids]
-        self.out = dict(zip(outs, st[f"{name}.out"], strict=True))
-        self.inc = dict(zip(ins, st[f"{name}.in"], strict=True))
-        self.diff = torch.empty_like(node.x)
-        self.mix = torch.empty_like(node.x)
-        self._q: dict[int, Any] = {}
-
-    def _copy(self, table: dict[int, torch.Tensor], j: int, kind: str) -> torch.Tensor:
-        copy = table.get(j)
-        if copy is None:
-            raise ConfigError(
-                f"node {self.node.id}: {kind}-arc with node {j} is not in the schedule's arcs "
-                f"{sorted(table)}; the topology changed its graph beyond its period"
-            )
-        return copy
-
-    def encode(self, z: torch.Tensor) -> dict[int, torch.Tensor]:
-        """``{j: bytes of C(z − o_ij)}`` for the current out-neighbors."""
-        self._q = {}
-        out = {}
-        for j in self.node.view.out_neighbors:
-            d = torch.sub(z, self._copy(self.out, j, "out"), out=self.diff)
-            self._q[j] = self.compressor.encode(d, self.rng)
-            out[j] = self._q[j].to_bytes()
-        return out
-
-    def capacity(self) -> int:
-        return self.compressor.max_nbytes(self.node.x)
-
-    def laplacian(self, inbox: Inbox) -> torch.Tensor:
-        """Update the copies with this round's messages and return ``D_i`` (a buffer)."""
-        comp, view, mix = self.compressor, self.node.view, self.mix.zero_()
-        for j, w in zip(view.out_neighbors, view.out_weights):
-            o = self._copy(self.out, j, "out")
-            comp.decode_add_(o, self._q[j], 1.0)
-            mix.sub_(o, alpha=w)
-        for j in sorted(inbox):
-            c = self._copy(self.inc, j, "in")
-            comp.decode_add_(c, received(comp, inbox, j, c), 1.0)
-            mix.add_(c, alpha=self.node.weight(j))
-        return mix
-
-
-def send_arc_streams(streams: Sequence[ArcStream], values: Sequence[torch.Tensor],
-                     extra: Sequence[torch.Tensor] = ()) -> Exchange:
-    """One exchange with a packed message per out-neighbor (one part per arc stream, then the
-    small extra byte buffers, the same for every out-neighbor)."""
-    per_stream = [s.encode(v) for s, v in zip(streams, values)]
-    caps = [s.capacity() for s in streams] + [p.numel() for p in extra]
-    send = {j: pack([msgs[j] for msgs in per_stream] + list(extra)) for j in per_stream[0]}
-    return Exchange(send, packed_capacity(caps))
-
-
 # -- blocks of nodes (gossip/block.py) ---------------------------------------------------------
 class PerBlock(Generic[T]):
     """What an algorithm keeps per :class:`~gossip.block.Block` outside ``block.state``
@@ -323,7 +113,7 @@ class PerBlock(Generic[T]):
 
 
 class BlockStream:
-    """:class:`Stream` for a block of nodes: the same round, every row at once.
+    """One compressed stream of every node of a block (see the module docstring).
 
     The public copies are the [m, d] tensors ``block.state[name + ".h"]`` and
     ``block.state[name + ".hm"]`` (the engine mirrors their rows into each ``node.state``
@@ -331,13 +121,16 @@ class BlockStream:
 
     Args:
         block: the block it belongs to.
-        name: as for :class:`Stream`.
-        alpha: as for :class:`Stream`.
+        name: the stream's name: the prefix of its keys in ``block.state`` and, with
+            ``own_compressor``, the name of its compressor.
+        alpha: how far the public copy moves toward the reconstructed value, in [0, 1];
+            0 keeps no state (time-varying graphs).
         weights: ``weights(node)`` gives node's mixing weights ``m(j)`` (None, or a None
             result for every node: the topology's ``w_ij``, i.e. ``block.plan``). Per-slot
             weights are built from them once per round plan, neighbors in sorted order as
             :class:`~gossip.block.MixPlan` orders them.
-        own_compressor: as for :class:`Stream` (``block.stream_compressor(name)``).
+        own_compressor: use ``block.stream_compressor(name)`` instead of the block's main
+            compressor (stateful compressors keep one state per stream of messages).
     """
 
     def __init__(self, block: Any, name: str, *, alpha: float,
@@ -426,12 +219,155 @@ def _weighted_plan(block: Any, weights: list[Weights | None]) -> Any:
 
 def send_block_streams(block: Any, streams: Sequence[BlockStream], values: Sequence[torch.Tensor],
                        extra: Sequence[torch.Tensor] = ()) -> Any:
-    """:func:`send_streams` for a block: one phase carrying every stream's rows (then the raw
+    """One phase carrying every stream's rows (then the raw
     [m, b] uint8 ``extra`` rows), the bytes a per-node round sends. Each stream's part is in
     ``stream.q`` (decode it with :meth:`BlockStream.receive` after the yield); the extras are
     ``packed.parts[len(streams):]``."""
     parts = [s.encode(v) for s, v in zip(streams, values)]
     packed = block.pack(parts + list(extra))
+    for s, part in zip(streams, packed.parts):
+        s.q = part
+    return packed
+
+
+class BlockArcStream:
+    """Compressed gossip on graphs that change every round: one public copy per arc.
+
+    Node i keeps, for every out-neighbor j it may send to, the copy ``o_ij`` of its value that
+    j holds, and for every in-neighbor j the copy ``c_ji`` of j's value (all zero at the start;
+    the arcs are those of a whole period, :func:`arcs_over_schedule`: on a one-peer exponential
+    graph ⌈log₂ n⌉ of each). In a round with weights ``W(t)``::
+
+        q_ij = C(z_i − o_ij) to each current out-neighbor j;   o_ij += q_ij;   c_ji += q_ji
+        D_i = Σ_{j ∈ N_in(i)} w_ij c_ji − Σ_{j ∈ N_out(i)} w_ji o_ij
+
+    ``D`` is the compressed ``(W(t) − I) z`` (exactly that with the identity compressor and a
+    doubly stochastic W(t)), and ``Σ_i D_i = 0`` exactly, whatever the compressor: each arc's
+    copy enters once with + at the receiver and once with − at the sender. So averages (or
+    trackers) are preserved on time-varying graphs, where a single shared copy per node could
+    not be kept up to date. Copies move by the whole message (EF21-style error feedback).
+    One message per current arc (a per-arc phase, :meth:`~gossip.block.Block.arc_plan`).
+
+    The copies are per-arc state over the arcs of a whole period (``schedule``, an
+    :class:`~gossip.block.ArcPlan` of :func:`arcs_over_schedule`'s arcs):
+    ``block.arc_state[name + ".out"]`` has a row per arc the block's nodes may send on
+    (``o_ij``), ``block.arc_state[name + ".in"]`` a row per arc they may receive on (``c_ji``);
+    node i's ``state[name + ".out"]`` / ``[name + ".in"]`` are the [k, d] views of its arcs, in
+    the order of its sorted out- / in-neighbors over the schedule, as the per-node lists were.
+    A randomized compressor draws from the arc's stream (``block.arc_rng(route, name)``).
+
+    Args:
+        block: the block it belongs to.
+        name: the prefix of its keys in ``block.arc_state`` (and its compressor's name with
+            ``own_compressor``).
+        schedule: the arcs of every round (into or out of the block), :func:`schedule_plan`.
+        own_compressor: use ``block.stream_compressor(name)`` instead of the main compressor.
+    """
+
+    def __init__(self, block: Any, name: str, *, schedule: Any, own_compressor: bool = False):
+        x = block.x
+        self.block = block
+        self.name = name
+        self.schedule = schedule
+        self.compressor = block.stream_compressor(name) if own_compressor else block.compressor
+        st = block.arc_state
+        for key, rows, incoming in ((f"{name}.out", len(schedule.arcs), False),
+                                    (f"{name}.in", len(schedule.incoming), True)):
+            if key not in st:
+                st[key] = x.new_zeros(rows, x.shape[1])
+            block.arc_routes[key] = (schedule, incoming)
+        self.out, self.inc = st[f"{name}.out"], st[f"{name}.in"]
+        self._out_row = {arc: a for a, arc in enumerate(schedule.arcs)}
+        self._in_row = {arc: e for e, arc in enumerate(schedule.incoming)}
+        self.mix = torch.empty_like(x)
+        self._rounds: dict[int, tuple[Any, _ArcRound]] = {}
+        self.q: Any = None
+
+    def round_of(self, route: Any) -> _ArcRound:
+        """The row maps and sums of a round's arcs (cached per route)."""
+        hit = self._rounds.get(id(route))
+        if hit is not None and hit[0] is route:
+            return hit[1]
+        if len(self._rounds) > 64:
+            self._rounds.clear()
+        item = _ArcRound(self, route)
+        self._rounds[id(route)] = (route, item)
+        return item
+
+    def encode(self, z: torch.Tensor, route: Any) -> Any:
+        """``C(z_i − o_ij)`` for every current arc (i, j) of ``route``: its :class:`Rows`."""
+        rnd = self.round_of(route)
+        d = torch.sub(z.index_select(0, rnd.src), self.out.index_select(0, rnd.out_rows))
+        block = self.block
+        return block.encode(d, self.compressor, block.arc_rng(route, self.name), route=route)
+
+    def laplacian(self, q: Any = None) -> torch.Tensor:
+        """Update the copies with the exchanged part ``q`` (default ``self.q``) and return
+        ``D_i = Σ_in w_ij c_ji − Σ_out w_ji o_ij`` of every row, in the per-node order (the
+        out-arcs, then the in-arcs, each sorted by neighbor); a buffer."""
+        q = self.q if q is None else q
+        block, rnd = self.block, self.round_of(q.route)
+        out = self.out.index_select(0, rnd.out_rows)
+        block.decode_add(out, q)  # o_ij += C(q_ij)
+        self.out.index_copy_(0, rnd.out_rows, out)
+        inc = self.inc.index_select(0, rnd.in_rows)
+        block.decode_received(inc, q)  # c_ji += C(q_ji)
+        self.inc.index_copy_(0, rnd.in_rows, inc)
+        mix = self.mix.zero_()
+        rnd.out_sums.add_(mix, out, rnd.out_weight)  # − w_ji o_ij
+        rnd.in_sums.add_(mix, inc, rnd.in_weight)  # + w_ij c_ji
+        return mix
+
+
+class _ArcRound:
+    """One round's arcs of a :class:`BlockArcStream`: their rows among the schedule's copies,
+    senders, weights and per-node sums."""
+
+    def __init__(self, stream: BlockArcStream, route: Any):
+        from gossip.algorithms.arcs import RowSums
+
+        block = stream.block
+        device = block.x.device
+        row_of = {i: r for r, i in enumerate(block.ids)}
+        views = {nd.id: nd.view for nd in block.nodes}
+
+        def rows(table: dict, arcs: list, kind: str) -> torch.Tensor:
+            missing = [a for a in arcs if a not in table]
+            if missing:
+                i, j = missing[0]
+                node, other = (i, j) if kind == "out" else (j, i)
+                raise ConfigError(
+                    f"node {node}: {kind}-arc with node {other} is not in the schedule's arcs; "
+                    "the topology changed its graph beyond its period"
+                )
+            return torch.tensor([table[a] for a in arcs], dtype=torch.int64, device=device)
+
+        self.out_rows = rows(stream._out_row, route.arcs, "out")
+        self.in_rows = rows(stream._in_row, route.incoming, "in")
+        src = [row_of[i] for i, _ in route.arcs]
+        self.src = torch.tensor(src, dtype=torch.int64, device=device)
+        dst = [row_of[i] for _, i in route.incoming]
+        # − w_ji of out-arc (i, j) (the per-node mix.sub_(o, alpha=w_ji)); w_ij of in-arc (j, i)
+        out_w = [-views[i].out_weights[views[i].out_neighbors.index(j)] for i, j in route.arcs]
+        self.out_weight = torch.tensor(out_w, dtype=torch.float64, device=device)
+        self.in_weight = torch.tensor([views[i].weight_of(j) for j, i in route.incoming],
+                                      dtype=torch.float64, device=device)
+        self.out_sums = RowSums(src, block.m, device)
+        self.in_sums = RowSums(dst, block.m, device)
+
+
+def send_block_arc_streams(block: Any, streams: Sequence[BlockArcStream],
+                           values: Sequence[torch.Tensor],
+                           extra: Sequence[torch.Tensor] = ()) -> Any:
+    """One per-arc phase over this round's arcs
+    (``block.arc_plan()``), each arc's row packing every stream's message and then the raw
+    [m, b] uint8 ``extra`` rows of its sender, the bytes a per-node round sends. Each stream's
+    part is in ``stream.q`` (:meth:`BlockArcStream.laplacian` decodes it after the yield); the
+    extras are ``packed.parts[len(streams):]``, their received rows ``block.received_arcs``."""
+    route = block.arc_plan()
+    parts = [s.encode(v, route) for s, v in zip(streams, values)]
+    src = streams[0].round_of(route).src
+    packed = block.pack(parts + [e.index_select(0, src) for e in extra])
     for s, part in zip(streams, packed.parts):
         s.q = part
     return packed

@@ -11,26 +11,16 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    BlockRound,
-    ConfigError,
-    Node,
-    RoundGenerator,
-    check_range,
-)
+from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, Node, check_range
 from gossip.algorithms.streams import (
-    ArcStream,
+    BlockArcStream,
     BlockStream,
     PerBlock,
-    PerNode,
-    Stream,
     Weights,
-    arcs_over_schedule,
-    send_arc_streams,
+    check_stateless,
+    schedule_plan,
+    send_block_arc_streams,
     send_block_streams,
-    send_streams,
-    split_inbox,
 )
 
 
@@ -68,7 +58,7 @@ class CGT(Algorithm):
     ``y ← W y + Δg``.
 
     On a time-varying graph (one-peer exponential, matchings) the copies cannot be mixed with a
-    fixed W; each node then keeps one copy per arc (:class:`~gossip.algorithms.streams.ArcStream`)
+    fixed W; each node then keeps one copy per arc (:class:`~gossip.algorithms.streams.BlockArcStream`)
     and ``x̂_w − x̂`` becomes ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``, whose sum over nodes is zero
     for any compressor, so ``Σ y = Σ g`` still holds. One message per current out-neighbor.
 
@@ -109,7 +99,6 @@ class CGT(Algorithm):
         self.alpha = 1.0 if error_feedback else alpha
         self.error_feedback = bool(error_feedback)
         self._topology: Any = None
-        self._streams = PerNode(self._make_streams)
         self._block_streams = PerBlock(self._make_block_streams)
 
     def validate(self, topology: Any, compressor: Any) -> None:
@@ -132,6 +121,8 @@ class CGT(Algorithm):
                 f"{self.name} keeps copies mixed with a fixed matrix, but '{topology.name}' "
                 "changes every round; use a static graph, or c-gt (per-arc copies)"
             )
+        if self._arcs:
+            check_stateless(self.name, compressor)
 
     def weights_x(self, node: Node) -> Weights | None:
         """Mixing weights of the model stream (None: the topology's w_ij)."""
@@ -141,28 +132,21 @@ class CGT(Algorithm):
         """Mixing weights of the tracker stream (None: the topology's w_ij)."""
         return None
 
-    def _make_streams(self, node: Node) -> tuple[Stream, Stream] | tuple[ArcStream, ArcStream]:
-        """The model stream ``sx`` (main compressor) and tracker stream ``sy`` (its own)."""
+    def _make_block_streams(self, block: Any) -> tuple[BlockStream, BlockStream] | tuple[
+            BlockArcStream, BlockArcStream]:
+        """The model stream ``sx`` (main compressor) and tracker stream ``sy`` (its own): per-arc
+        copies on a time-varying graph (α > 0), else public copies."""
         if self._arcs:
-            outs, ins = arcs_over_schedule(self._topology, node.id)
-            return (ArcStream(node, "sx", outs=outs, ins=ins),
-                    ArcStream(node, "sy", outs=outs, ins=ins, own_compressor=True))
-        return (Stream(node, "sx", alpha=self.alpha, weights=self.weights_x(node)),
-                Stream(node, "sy", alpha=self.alpha, weights=self.weights_y(node), own_compressor=True))
-
-    def runs_blocks(self) -> bool:
-        """As a block, except with per-arc copies (a time-varying graph with α > 0): those send
-        a different message to each out-neighbor, which a block phase cannot (one row per node)."""
-        return not self._arcs
-
-    def _make_block_streams(self, block: Any) -> tuple[BlockStream, BlockStream]:
+            schedule = schedule_plan(block, self._topology)
+            return (BlockArcStream(block, "sx", schedule=schedule),
+                    BlockArcStream(block, "sy", schedule=schedule, own_compressor=True))
         return (BlockStream(block, "sx", alpha=self.alpha, weights=self.weights_x),
                 BlockStream(block, "sy", alpha=self.alpha, weights=self.weights_y,
                             own_compressor=True))
 
     def setup_block(self, block: Any) -> None:
         x, st = block.x, block.state
-        self._block_streams(block)  # allocates the copies in block.state
+        self._block_streams(block)  # allocates the copies in block.state (or block.arc_state)
         st["g"] = block.gradients(torch.empty_like(x))
         st["y"] = st["g"].clone()
         st["g_new"] = torch.empty_like(x)
@@ -171,38 +155,16 @@ class CGT(Algorithm):
         x, st, gamma = block.x, block.state, self.gamma
         sx, sy = self._block_streams(block)
         y, g, g_new = st["y"], st["g"], st["g_new"]
-        yield send_block_streams(block, [sx, sy], [x, y])
-        x_hat, x_mix = sx.receive()
-        y_hat, y_mix = sy.receive()
-        dx, dy = x_mix.sub_(x_hat), y_mix.sub_(y_hat)
-        x.add_(dx, alpha=gamma).sub_(y, alpha=self.eta)
-        block.gradients(g_new)
-        y.add_(dy, alpha=gamma).add_(g_new).sub_(g)
-        g.copy_(g_new)
-
-    def setup(self, node: Node) -> None:
-        x, st = node.x, node.state
-        self._streams(node)  # allocates the copies in node.state
-        st["g"] = node.oracle.grad(x, torch.empty_like(x))
-        st["y"] = st["g"].clone()
-        st["g_new"] = torch.empty_like(x)
-
-    def step(self, node: Node) -> RoundGenerator:
-        x, st, gamma = node.x, node.state, self.gamma
-        sx, sy = self._streams(node)
-        y, g, g_new = st["y"], st["g"], st["g_new"]
         if self._arcs:
-            inbox = yield send_arc_streams([sx, sy], [x, y])
-            in_x, in_y = split_inbox(inbox, [sx, sy])
-            dx, dy = sx.laplacian(in_x), sy.laplacian(in_y)  # compressed (W(t) − I)x, (W(t) − I)y
+            yield send_block_arc_streams(block, [sx, sy], [x, y])
+            dx, dy = sx.laplacian(), sy.laplacian()  # compressed (W(t) − I)x, (W(t) − I)y
         else:
-            inbox = yield send_streams([sx, sy], [x, y])
-            in_x, in_y = split_inbox(inbox, [sx, sy])
-            x_hat, x_mix = sx.receive(in_x)
-            y_hat, y_mix = sy.receive(in_y)
+            yield send_block_streams(block, [sx, sy], [x, y])
+            x_hat, x_mix = sx.receive()
+            y_hat, y_mix = sy.receive()
             dx, dy = x_mix.sub_(x_hat), y_mix.sub_(y_hat)
         x.add_(dx, alpha=gamma).sub_(y, alpha=self.eta)
-        node.oracle.grad(x, g_new)
+        block.gradients(g_new)
         y.add_(dy, alpha=gamma).add_(g_new).sub_(g)
         g.copy_(g_new)
 
