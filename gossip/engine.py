@@ -424,8 +424,9 @@ class Engine:
         for i, nd in self.nodes.items():
             _check_state(self.algorithm, nd)  # a round may have added to it since setup
             out[i] = {
-                "x": nd.x,
-                "state": dict(nd.state),
+                "x": _compact(nd.x),
+                "state": {k: [_compact(t) for t in v] if isinstance(v, list | tuple) else _compact(v)
+                          for k, v in nd.state.items()},
                 "generator": nd.generator.get_state(),
                 "compressor": nd.compressor.state_dict(),
                 "compressors": {name: c.state_dict() for name, c in nd.compressors.items()},
@@ -489,6 +490,14 @@ def _check_state(algorithm: Algorithm, node: Node) -> None:
                 "holds tensors (or lists of tensors) only. Use node.stream_compressor(name) for an "
                 "extra compressor, a tensor for a counter, and Algorithm.state_dict for run-wide state"
             )
+
+
+def _compact(t: torch.Tensor) -> torch.Tensor:
+    """``t`` on its own storage: a row view of a block saved as is would carry the whole block
+    (torch.save writes a view's entire storage) into every node's checkpoint."""
+    if t.untyped_storage().nbytes() > t.numel() * t.element_size():
+        return t.clone(memory_format=torch.contiguous_format)
+    return t
 
 
 def _span(ids: list[int]) -> str:

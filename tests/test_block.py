@@ -277,3 +277,19 @@ def test_arc_state_lists_and_per_neighbor_keys():
     _load_node_state(nd, saved[0])
     arcs = eng.block.arc_plan().arcs
     assert eng.block.arc_state["F{j}"][0][arcs.index((0, j))].tolist() == [7.0, 7.0]
+
+
+def test_a_nodes_saved_state_holds_its_own_rows_only():
+    """Row views of a block are saved on their own storage: torch.save writes a view's whole
+    storage, which would put all 64 nodes' tensors into every node's blob."""
+    import io
+
+    eng = Engine(make_algorithm("choco", gamma=0.3), topologies.build("ring", 64),
+                 lambda i: torch.randn(1000, dtype=torch.float64), compressor="topk:0.1")
+    eng.run(2)
+    blob = eng.node_state_dicts()[5]
+    buf = io.BytesIO()
+    torch.save(blob, buf)
+    own = (1 + len(blob["state"])) * 1000 * 8  # x and each state row, float64
+    assert own <= buf.tell() < own + 20_000
+    assert torch.equal(blob["x"], eng.nodes[5].x)
