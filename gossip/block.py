@@ -502,20 +502,24 @@ class Block:
         if (own is inbox and ordered and fused is not None and fused[3] is None
                 and not comp.sends_values_in_place):  # own and neighbors in one call
             src, dst = self.plan.with_own
-            w = torch.cat((w_own, fused[2] * scale if scale != 1.0 else fused[2]))
             stack = self._stacked_rows(copy, out) if copy is not None else None
-            if stack is not None:  # the copy's rows too: one decode for both
-                out, (c0, o0) = stack
-                key = ("copy", c0, o0)
-                if key not in self.plan.cache:
-                    every = torch.arange(m, device=src.device)
-                    self.plan.cache[key] = (torch.cat((every, src)), torch.cat((every + c0, dst + o0)),
-                                            torch.ones(m, dtype=torch.float64, device=src.device))
-                src, dst, ones = self.plan.cache[key]
-                w = torch.cat((ones, w))
-            elif copy is not None:
+            if stack is None and copy is not None:
                 self._decode_add(comp, copy, own.mine(), 1.0, None, None)
-            self._decode_add(comp, out, inbox.gather(src, None), w, dst, src)
+            plain = own_weight is None and scale == 1.0  # the plan's weights: cached
+            key = ("own", tuple(stack[1]) if stack else None)
+            hit = self.plan.cache.get(key) if plain else None
+            if hit is None:
+                w = torch.cat((w_own, fused[2] * scale if scale != 1.0 else fused[2]))
+                if stack is not None:  # the copy's rows too: one decode for both
+                    (c0, o0), every = stack[1], torch.arange(m, device=src.device)
+                    src, dst = torch.cat((every, src)), torch.cat((every + c0, dst + o0))
+                    w = torch.cat((torch.ones(m, dtype=w.dtype, device=w.device), w))
+                hit = (src, dst, w)
+                if plain:
+                    self.plan.cache[key] = hit
+            src, dst, w = hit
+            target = out if stack is None else stack[0]
+            self._decode_add(comp, target, inbox.gather(src, None), w, dst, src)
             return out
         if copy is not None:
             self._decode_add(comp, copy, own.mine(), 1.0, None, None)

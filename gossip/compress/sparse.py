@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from abc import abstractmethod
@@ -61,9 +62,19 @@ class _KSparse(Codec):
     @staticmethod
     def _add_selected_rows(out: torch.Tensor, tgt: torch.Tensor, sel: torch.Tensor,
                            vals: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
-        """``out[tgt[r], sel[r]] += w[r]·vals[r]`` row after row (``sel`` [m, k] int64, a
-        row's indices distinct; it may be overwritten), with a single message's rounding."""
+        """``out[tgt[r], sel[r]] += w[r]·vals[r]`` row after row (``sel`` [m, k]: the wire's
+        int32 indices, left as they are, or int64 ones, which may be overwritten; a row's
+        indices distinct), with a single message's rounding."""
         m, d = vals.shape[0], out.shape[1]
+        if out.is_contiguous() and out.is_cpu and out.dtype in (torch.float32, torch.float64):
+            # numpy's unbuffered add.at adds in index order (a repeated target row adds in row
+            # order), as a serial index_add_ does, with a third of torch's per-call cost
+            on, vn = out.numpy().reshape(-1), vals.numpy()
+            add = vn if w is None else vn * w.numpy().astype(vn.dtype).reshape(m, 1)
+            flat = sel.numpy() + (tgt.numpy() * d).reshape(m, 1)  # int64 flat positions
+            np.add.at(on, flat.reshape(-1), add.reshape(-1))
+            return out
+        sel = sel.long()  # (the wire's int32 indices: a copy, so adding to it is safe)
         if out.is_contiguous():  # one serial index_add_: a repeated target row adds in order
             add = vals if w is None else vals * w.to(out.dtype)  # w·v rounded, then added
             flat = sel.add_(tgt.view(m, 1) * d)
@@ -336,8 +347,9 @@ class TopK(_KSparse):
             sel = torch.arange(d, device=X.device).expand(m, d)
             odd = not bool(fin.all())
         else:
+            A = _order_key(A)  # magnitudes as integers: the same order, cheaper to compare
             tv, ti = torch.topk(A, k + 1, dim=1, sorted=True)
-            fin = tv[:, 0] < math.inf  # the row's largest |x_i| (NaN sorts first) is finite
+            fin = tv[:, 0] < _inf_key(X.dtype)  # the row's largest |x_i| (NaN sorts first) is finite
             tie = tv[:, k - 1] == tv[:, k]
             odd = bool(torch.le(fin, tie).any())  # not finite, or a tie at t: one host sync
             if odd:
@@ -390,7 +402,7 @@ class TopK(_KSparse):
                     bad |= (bm[:, -1] >> (d % 8)) != 0
             bad = _rows.value_mask(self, {"values": vals}, bad)
             _rows.bad_row(self, out, block, tgt, bad, "bad row")
-        sel = idx.long() if idx is not None else _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
+        sel = idx if idx is not None else _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
         return self._add_selected_rows(out, tgt, sel, vals, w)
 
     def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
@@ -407,6 +419,24 @@ class TopK(_KSparse):
                 sel = flags.view(torch.uint8)[:d].nonzero().view(-1)
             parts["sel"] = sel
         return sel
+
+
+_KEY_DTYPE = {torch.float64: torch.int64, torch.float32: torch.int32}
+
+
+def _order_key(a: torch.Tensor) -> torch.Tensor:
+    """Non-negative floats (``|x|``, NaN with its sign bit clear) viewed as signed integers of
+    their width: bit patterns order exactly as the values (+inf above every finite value, NaN
+    above +inf), and ``torch.topk`` compares integers about 10 % faster."""
+    key = _KEY_DTYPE.get(a.dtype)
+    return a if key is None else a.view(key)
+
+
+@functools.cache
+def _inf_key(dtype: torch.dtype) -> float | int:
+    """``+inf`` as :func:`_order_key` sees it."""
+    key = _KEY_DTYPE.get(dtype)
+    return math.inf if key is None else int(torch.tensor(math.inf, dtype=dtype).view(key))
 
 
 def _sorted_rows(idx: torch.Tensor) -> torch.Tensor:
