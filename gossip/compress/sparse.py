@@ -349,16 +349,18 @@ class TopK(_KSparse):
         else:
             A = _order_key(A)  # magnitudes as integers: the same order, cheaper to compare
             tv, ti = torch.topk(A, k + 1, dim=1, sorted=True)
-            fin = tv[:, 0] < _inf_key(X.dtype)  # the row's largest |x_i| (NaN sorts first) is finite
-            tie = tv[:, k - 1] == tv[:, k]
-            odd = bool(torch.le(fin, tie).any())  # not finite, or a tie at t: one host sync
+            big, kth, nxt = _host_columns(tv, (0, k - 1, k))  # the one host sync
+            fin = big < _inf_key(X.dtype)  # the row's largest |x_i| (NaN sorts first) is finite
+            tie = kth == nxt
+            odd = bool((fin <= tie).any())  # not finite, or a tie at t
             if odd:
-                tied = tie.nonzero().view(-1)
-                odd = not bool(fin.all())
+                tied = torch.from_numpy(np.flatnonzero(tie)).to(X.device)
+                odd = not fin.all()
             sel = _sorted_rows(ti[:, :k])
         if odd:
             if self.check_finite:
-                _rows.encode_error(self, X, ~fin, "NaN/Inf")
+                bad = ~fin if isinstance(fin, torch.Tensor) else torch.from_numpy(~fin)
+                _rows.encode_error(self, X, bad, "NaN/Inf")
             return super().encode_rows(X, rng, out=out)  # garbage, but the loop's garbage
         if tied is not None and tied.numel():
             At = A.index_select(0, tied)
@@ -437,6 +439,16 @@ def _inf_key(dtype: torch.dtype) -> float | int:
     """``+inf`` as :func:`_order_key` sees it."""
     key = _KEY_DTYPE.get(dtype)
     return math.inf if key is None else int(torch.tensor(math.inf, dtype=dtype).view(key))
+
+
+def _host_columns(t: torch.Tensor, cols: tuple[int, ...]) -> list[np.ndarray]:
+    """Columns ``cols`` of the [m, c] tensor ``t`` as numpy arrays (views on CPU; one small
+    copy from a GPU), for flags that are read on the host anyway."""
+    if t.is_cpu:
+        host = t.numpy()
+        return [host[:, c] for c in cols]
+    host = t[:, list(cols)].cpu().numpy()
+    return [host[:, c] for c in range(len(cols))]
 
 
 def _sorted_rows(idx: torch.Tensor) -> torch.Tensor:
