@@ -131,7 +131,8 @@ def in_process_part(n: int, d: int, rounds: int) -> None:
     eng.step()
     block = eng.block
     tensors = [block.x, *block.state.values()]
-    state_gib = sum(t.untyped_storage().nbytes() for t in tensors) / 2**30
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in tensors}
+    state_gib = sum(storages.values()) / 2**30  # each storage once (stacked state shares one)
     k = max(1, int(0.01 * d))
     ref = TorchChoco(block.x.clone(), topo, 0.05, k)
     ref.step()
