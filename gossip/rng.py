@@ -42,7 +42,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -93,8 +93,7 @@ def _fmix_(z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     return z.bitwise_xor_(t)
 
 
-
-def _finalize_np(z, t) -> None:
+def _finalize_np(z: np.ndarray, t: np.ndarray) -> None:
     """The SplitMix64 finalizer on uint64 words ``z`` in place (``t``: scratch of z's shape)."""
     np.right_shift(z, _U30, out=t)
     np.bitwise_xor(z, t, out=z)
@@ -104,6 +103,14 @@ def _finalize_np(z, t) -> None:
     np.multiply(z, _UC2, out=z)
     np.right_shift(z, _U31, out=t)
     np.bitwise_xor(z, t, out=z)
+
+
+def _hash_np(steps: np.ndarray, base: int, z: np.ndarray, t: np.ndarray) -> None:
+    """Words ``z = fmix64(base + steps)`` (uint64; ``t``: scratch of z's size): with
+    ``steps = j·G`` and ``base = K + a·G``, words a, a+1, … of the key (K, G)."""
+    np.add(steps, np.uint64(base & _M64), out=z)
+    _finalize_np(z, t)
+
 
 def _words_np(k: np.ndarray, g: np.ndarray, z: np.ndarray) -> None:
     """The CPU twin of the torch path in :meth:`Stream.words` (same integers): numpy has
@@ -169,7 +176,6 @@ def _arange(n: int, device: torch.device) -> torch.Tensor:
 def clear_scratch() -> None:
     """Drop this thread's scratch memory (regrown on demand)."""
     _LOCAL.bufs = {}
-    _LOCAL.draw16 = None
 
 
 #: bits of uniform resolution per float dtype (its significand, so the values are exact)
@@ -340,7 +346,8 @@ class Stream:
 
 class Draw16:
     """One row's 16-bit draw of ``n`` lanes (``bits16(n)[r]`` of the stream that made it),
-    computed on demand: :meth:`lanes` hashes only the words of the asked range.
+    computed on demand: :meth:`lanes` hashes only the words of the asked range, :meth:`chunks`
+    the whole draw a cache-sized chunk at a time.
 
     Made by :meth:`Stream.draw16`, or wrapping lanes already drawn (``given``, a [n] int16
     tensor, e.g. a row of a batched :meth:`Stream.bits16`).
@@ -355,32 +362,40 @@ class Draw16:
 
     def lanes(self, a: int, b: int) -> np.ndarray:
         """Lanes ``a..b−1`` as a numpy int16 array (CPU): a view of a thread-local scratch,
-        valid until the next ``lanes`` call of this thread (or of ``given``). Chunks asked in
-        order from 0 cost one add per word less than the first: word i = fmix64(K + i·G) with
-        K + i·G = (K + a'·G) + j·G, and the progression j·G is made once per draw."""
+        valid until the next ``lanes`` call of this thread (or of ``given``). A consumer of the
+        whole draw streams it with :meth:`chunks` instead."""
         if self._given is not None:
             return self._given[a:b].numpy()
         wa, wb = a // 4, -(-b // 4)
         nw = wb - wa
-        cpu = torch.device("cpu")
-        buf = _scratch("draw16", 2 * nw, cpu).numpy().view(np.uint64)
+        buf = _scratch("draw16", 2 * nw, torch.device("cpu")).numpy().view(np.uint64)
         z, t = buf[:nw], buf[nw:]
-        prog = getattr(_LOCAL, "draw16", None)
-        if prog is None or prog[0] is not self or prog[1] < nw:
-            if wa:  # not the first chunk: no progression to reuse
-                np.multiply(_arange_np(wb)[wa:], np.uint64(self._g), out=z)
-                np.add(z, np.uint64(self._k), out=z)
-                prog = None
-            else:
-                steps = _scratch("draw16.prog", nw, cpu).numpy().view(np.uint64)
-                np.multiply(_arange_np(nw), np.uint64(self._g), out=steps)
-                prog = _LOCAL.draw16 = (self, nw)
-        if prog is not None:
-            steps = _scratch("draw16.prog", prog[1], cpu).numpy().view(np.uint64)
-            np.add(steps[:nw], np.uint64((self._k + wa * self._g) & _M64), out=z)
-        _finalize_np(z, t)
+        np.multiply(_arange_np(wb)[wa:], np.uint64(self._g), out=z)
+        _hash_np(z, self._k, z, t)
         off = a - 4 * wa
         return z.view(np.int16)[off : off + b - a]
+
+    def chunks(self, step: int) -> Iterator[tuple[int, int, np.ndarray]]:
+        """``(a, b, lanes a..b−1)`` for a = 0, step, 2·step, … (``step`` a multiple of 4): the
+        whole draw streamed through the cache, each chunk hashed right before its consumer reads
+        it (CPU, numpy int16 views of a thread-local scratch, each valid until the next chunk).
+        One progression j·G per draw and three chunk-sized buffers, so a chunk costs the nine
+        word passes of :func:`_hash_np` and no allocation."""
+        n = self.n
+        if self._given is not None:
+            given = self._given.numpy()
+            for a in range(0, n, step):
+                yield a, min(a + step, n), given[a : a + step]
+            return
+        nw = min(step, n + 3) // 4
+        buf = _scratch("draw16.chunks", 3 * nw, torch.device("cpu")).numpy().view(np.uint64)
+        steps, z, t = buf[:nw], buf[nw : 2 * nw], buf[2 * nw :]
+        np.multiply(_arange_np(nw), np.uint64(self._g), out=steps)
+        for a in range(0, n, step):
+            b = min(a + step, n)
+            m = -(-(b - a) // 4)
+            _hash_np(steps[:m], self._k + a // 4 * self._g, z[:m], t[:m])
+            yield a, b, z.view(np.int16)[: b - a]
 
     def tensor(self, device: Any = "cpu") -> torch.Tensor:
         """All ``n`` lanes as a [1, n] int16 tensor on ``device`` (what ``bits16(n)`` gives)."""

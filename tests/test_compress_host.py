@@ -78,6 +78,23 @@ def test_pack_codes_numpy_matches_torch(width, d):
     assert np.array_equal(torch_back[:d].numpy().astype(np.int64), codes)
 
 
+@pytest.mark.parametrize("width", [2, 3, 5, 7, 8, 9, 13, 17])
+@pytest.mark.parametrize("d", [8, 13, 1001, 70_001])
+def test_pack_codes_np_by_chunks(width, d):
+    """A message packed chunk by chunk (the encoders' chunks, any order, the last one short) is
+    byte for byte the message packed at once, and every byte is written."""
+    rng = np.random.default_rng(width * 1000 + d)
+    codes = rng.integers(0, 1 << width, d).astype(bits.host_code_dtype(width))
+    ws = Workspace()
+    ref = np.empty(bits.packed_nbytes(d, width), dtype=np.uint8)
+    bits.pack_codes_np(codes, width, ref, ws)
+    for step in (8, 64, 4096 * 17):
+        got = np.full(ref.size, 0xAB, dtype=np.uint8)
+        for a in reversed(range(0, d, step)):
+            bits.pack_codes_np(codes[a : a + step], width, got, ws, a, d)
+        assert np.array_equal(got, ref), step
+
+
 # -------------------------------------------------------------------- bytes and values
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("spec", SPECS)

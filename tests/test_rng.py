@@ -252,6 +252,20 @@ def test_draw16_lanes_equal_bits16():
         p.draw16(n + 1)
 
 
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 64, 1001, 4099])
+def test_draw16_chunks_equal_bits16(n):
+    """Streaming a draw (any chunk size, the last chunk short) gives the lanes of ``bits16``,
+    also for a draw that wraps lanes already drawn."""
+    ref = Stream(5, [3, 8]).bits16(n)
+    draws = Stream(5, [3, 8]).draw16(n)
+    for r in range(2):
+        for step in (4, 64, 96, 1 << 12):
+            for dr in (draws[r], Draw16(n, given=ref[r])):
+                got = [(a, b, lanes.copy()) for a, b, lanes in dr.chunks(step)]
+                assert [(a, b) for a, b, _ in got] == [(a, min(a + step, n)) for a in range(0, n, step)]
+                assert np.array_equal(np.concatenate([lanes for *_, lanes in got]), ref[r].numpy())
+
+
 def test_predrawn_serves_only_its_draws():
     b = Stream(0, [0]).bits16(8)
     p = PreDrawn(bits16=b)

@@ -283,18 +283,23 @@ def _plane_shifts(n: int) -> np.ndarray:
 
 
 def _pack_planes(src: np.ndarray, n: int, planes: np.ndarray, ws) -> None:
-    """``planes`` (n, ⌈d/8⌉) get bits 0..n−1 of the uint8 entries ``src`` (d, each < 2^n).
+    """``planes`` (n, ⌈d/8⌉, any row stride) get bits 0..n−1 of the uint8 entries ``src`` (d,
+    each < 2^n).
 
-    Small inputs in one call; large ones a plane at a time through a workspace (no n·d
-    temporary to fault in).
+    Up to :data:`_SMALL_NP` entries (a chunk of an encoder, in cache) all planes at once: one
+    ``bitwise_and`` into an (n, d) workspace and one ``packbits``; larger inputs a plane at a
+    time (no n·d temporary streamed through memory).
     """
     if n == 1:  # entries are 0/1 (codes < 2^width): packbits reads nonzero as set
         planes[0] = np.packbits(src, bitorder="little")
         return
-    if src.size <= _SMALL_NP or ws is None:
-        planes[:] = np.packbits(np.bitwise_and(src, _plane_masks(n)), axis=1, bitorder="little")
+    d = src.size
+    if d <= _SMALL_NP or ws is None:
+        bit = np.empty((n, d), np.uint8) if ws is None else ws.host("pack.bits", n * d, torch.uint8)
+        np.bitwise_and(src, _plane_masks(n), out=bit.reshape(n, d))
+        planes[:] = np.packbits(bit.reshape(n, d), axis=1, bitorder="little")
         return
-    bit = ws.host("pack.bit", src.size, torch.uint8)
+    bit = ws.host("pack.bit", d, torch.uint8)
     for j in range(n):  # packbits reads any nonzero byte as a set bit
         np.bitwise_and(src, np.uint8(1 << j), out=bit)
         planes[j] = np.packbits(bit, bitorder="little")
@@ -323,22 +328,28 @@ def host_code_dtype(width: int) -> type:
     return np.uint8 if width <= 8 else np.uint16 if width <= 16 else np.int32
 
 
-def pack_codes_np(codes: np.ndarray, width: int, out: np.ndarray, ws) -> None:
-    """numpy twin of :func:`pack_codes`: ``codes`` holds exactly d codes of dtype
-    ``host_code_dtype(width)`` (no padding needed), ``out`` gets ``packed_nbytes(d, width)``
-    bytes. ``ws`` is a :class:`Workspace`."""
-    d = codes.size
-    n8 = nbytes_bits(d)
+def pack_codes_np(codes: np.ndarray, width: int, out: np.ndarray, ws, a: int = 0,
+                  d: int | None = None) -> None:
+    """numpy twin of :func:`pack_codes`: ``codes`` (dtype ``host_code_dtype(width)``, no padding
+    needed) are entries ``a..a+len−1`` of a message of ``d`` codes (default: all of them) whose
+    ``packed_nbytes(d, width)`` bytes are ``out``. A chunk (``a`` a multiple of 8, every chunk
+    but the last a multiple of 8 long) writes exactly its bytes of the message, so packing the
+    chunks of a vector in any order gives the bytes of packing it at once. ``ws`` is a
+    :class:`Workspace`."""
+    n = codes.size
+    d = n if d is None else d
+    n8, a8, c8 = nbytes_bits(d), a // 8, nbytes_bits(n)
     if width < 8:
-        _pack_planes(codes, width, out[: width * n8].reshape(width, n8), ws)
+        _pack_planes(codes, width, out[: width * n8].reshape(width, n8)[:, a8 : a8 + c8], ws)
         return
-    np.copyto(out[:d], codes, casting="unsafe")  # the low byte, raw
-    out[d : 8 * n8] = 0
-    byte = ws.host("pack.byte", d, torch.uint8) if width > 8 else None
+    np.copyto(out[a : a + n], codes, casting="unsafe")  # the low byte, raw
+    if a + n == d:
+        out[d : 8 * n8] = 0
+    byte = ws.host("pack.byte", n, torch.uint8) if width > 8 else None
     for first in range(8, width, 8):  # planes of the next code byte
-        n = min(width, first + 8) - first
+        k = min(width, first + 8) - first
         np.right_shift(codes, first, out=byte, casting="unsafe")  # keeps that byte
-        _pack_planes(byte, n, out[first * n8 : (first + n) * n8].reshape(n, n8), ws)
+        _pack_planes(byte, k, out[first * n8 : (first + k) * n8].reshape(k, n8)[:, a8 : a8 + c8], ws)
 
 
 def unpack_codes_np(packed: np.ndarray, d: int, width: int, ws) -> np.ndarray:

@@ -20,31 +20,12 @@ from gossip.rng import PreDrawn
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
 _NP_FLOAT = {torch.float32: np.float32, torch.float64: np.float64}
 _TORCH_INT = {np.uint8: torch.uint8, np.uint16: torch.uint16, np.int32: torch.int32}
+_I7, _I23, _CARRY, _F0 = np.int32(7), np.int32(23), np.int32((1 << 22) + (1 << 6)), np.float32(0)
 
 
 #: entries per chunk of the CPU encoders (a multiple of 64): a chunk's draw, dither and codes
 #: (~10 bytes per entry) stay in L2, where a whole-vector pass would stream through memory
 CHUNK = 1 << 18
-
-
-def _pack_chunk(codes: np.ndarray, width: int, packed: np.ndarray, n8: int, a: int, ws) -> None:
-    """Pack the codes of entries ``a..a+len−1`` (a a multiple of 8) into their bytes of the
-    message's planes (``packed``: ``packed_nbytes(d, width)`` bytes; n8 = ⌈d/8⌉), the bytes
-    :func:`bits.pack_codes_np` gives for the whole vector."""
-    n = codes.size
-    c8, a8 = bits.nbytes_bits(n), a // 8
-    if width < 8:
-        planes = packed[: width * n8].reshape(width, n8)[:, a8 : a8 + c8]
-        bit = ws.host("pack.bit", n, torch.uint8)
-        for j in range(width):  # packbits reads any nonzero byte as a set bit
-            np.bitwise_and(codes, np.uint8(1 << j), out=bit)
-            planes[j] = np.packbits(bit, bitorder="little")
-        return
-    tmp = ws.host("pack.chunk", bits.packed_nbytes(n, width), torch.uint8)
-    bits.pack_codes_np(codes, width, tmp, ws)
-    packed[a : a + 8 * c8] = tmp[: 8 * c8]  # the raw low bytes (and the zero tail)
-    hi = packed[8 * n8 : width * n8].reshape(width - 8, n8)
-    hi[:, a8 : a8 + c8] = tmp[8 * c8 :].reshape(width - 8, c8)
 
 
 class LevelQuantizer(Codec):
@@ -118,15 +99,15 @@ class LevelQuantizer(Codec):
     def _dither_into(self, t: torch.Tensor, stream, d: int, dev) -> None:
         """``t = o + u`` with the 16-bit dither ``u = (k + ½)·2⁻¹⁶``, k uniform on
         {0, …, 2¹⁶ − 1} (one hashed word gives four) (the torch path; the numpy path makes the
-        same values chunk by chunk, :meth:`_dither_chunk`)."""
+        same values chunk by chunk, :meth:`_encode_host`)."""
         b = stream.bits16(d, dev, out=self.ws.get("rng.words", -(-d // 4), torch.int64, dev))
-        self._dither_chunk(t, b[0])
+        t.copy_(b[0])
+        self._dither_(t)
 
-    def _dither_chunk(self, t: torch.Tensor, lanes: torch.Tensor) -> None:
-        """``t = (o + ½ + 2⁻¹⁷) + 2⁻¹⁶·i16`` for the stream's int16 lanes i16 = k − 2¹⁵: one
-        exact copy and one fused add (2⁻¹⁶·i16 is exact, so the result is rounded once, to the
-        nearest value of t's dtype; exact for w ≤ 7 in float32)."""
-        t.copy_(lanes)
+    def _dither_(self, t: torch.Tensor) -> None:
+        """``t = (o + ½ + 2⁻¹⁷) + 2⁻¹⁶·t`` in place, t holding the stream's int16 lanes
+        i16 = k − 2¹⁵ (copied exactly): one fused add (2⁻¹⁶·i16 is exact, so the result is
+        rounded once, to the nearest value of t's dtype; exact for w ≤ 7 in float32)."""
         torch.add(self._dither_offset(t), t, alpha=2.0**-16, out=t)
 
     def _dither_offset(self, t: torch.Tensor) -> torch.Tensor:
@@ -170,28 +151,21 @@ class LevelQuantizer(Codec):
         ...
 
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
-        d, s = xn.size, self.s
+        d = xn.size
         nv = self._norm_host(x, xn)
         factor = plan.extra.get("factor")
         if factor is None:
-            factor = plan.extra["factor"] = self._factor(d) / s
+            factor = plan.extra["factor"] = self._factor(d) / self.s
         dt = v["scale"].dtype.type
         v["scale"][0] = dt(nv) * dt(factor)  # as torch: in the input dtype
         work = torch.float64 if self.width > 10 else x.dtype
-        draw = generator.draw16(d)[0]  # hashed chunk by chunk, as the codes are made
-        xf = x.view(-1) if x.dim() != 1 else x
-        packed, n8, step = v["codes"], bits.nbytes_bits(d), CHUNK
-        for a in range(0, d, step):  # cache-sized chunks: every pass below stays in L2
-            b = min(a + step, d)
-            tt, t = self.ws.pair("t", b - a, work)
-            self._dither_chunk(tt, torch.from_numpy(draw.lanes(a, b)))
-            # the arithmetic in torch, as on the torch path (fused a + αb: the same bytes)
-            self._add_levels(tt, xf[a:b], nv)
-            codes = self._codes_host(tt, t)
-            if d <= step:
-                bits.pack_codes_np(codes, self.width, packed, self.ws)
-            else:
-                _pack_chunk(codes, self.width, packed, n8, a, self.ws)
+        xs = (x.view(-1) if x.dim() != 1 else x).split(CHUNK)
+        for (a, b, lanes), xc in zip(generator.draw16(d)[0].chunks(CHUNK), xs):
+            tt, t = self.ws.pair("t", b - a, work)  # every pass below stays in cache
+            np.copyto(t, lanes)
+            self._dither_(tt)
+            self._add_levels(tt, xc, nv)  # in torch, as the torch path (fused a + αb: same bytes)
+            bits.pack_codes_np(self._codes_host(tt, t), self.width, v["codes"], self.ws, a, d)
         return v
 
     def _codes_host(self, tt: torch.Tensor, t: np.ndarray) -> np.ndarray:
@@ -203,7 +177,7 @@ class LevelQuantizer(Codec):
                 tt.clamp_(max=o + s)  # a float rounded up to 256 would wrap to 0 in uint8
             codes = self.ws.host("codes", n, torch.uint8)
             np.copyto(codes, t, casting="unsafe")  # truncation = floor (t > 0)
-            np.clip(codes, np.uint8(o - s), np.uint8(o + s), out=codes)
+            codes.clip(np.uint8(o - s), np.uint8(o + s), out=codes)
         else:  # wider codes (uint16: no torch clamp): clamp t, the same codes
             tt.clamp_(o - s, o + s)
             codes = self.ws.host("codes", n, _TORCH_INT[bits.host_code_dtype(self.width)])
@@ -485,21 +459,19 @@ class Natural(Codec):
         if self.check_finite:
             self._check_range(float(xn.min()), float(xn.max()))
         d = xn.size
-        draw = generator.draw16(d)[0]
         ibits = xn.view(np.int32)
-        exps, signs, step = v["exps"], v["signs"], CHUNK
-        for a in range(0, d, step):
-            b = min(a + step, d)
+        exps, signs = v["exps"], v["signs"]
+        for a, b, lanes in generator.draw16(d)[0].chunks(CHUNK):
             r = self.ws.host("r", b - a, torch.int32)
             # r = bits + 2^7·i16 + (2^22 + 2^6), then >> 23: as the torch path
-            np.copyto(r, draw.lanes(a, b))
-            np.left_shift(r, 7, out=r)
+            np.copyto(r, lanes)
+            np.left_shift(r, _I7, out=r)
             np.add(r, ibits[a:b], out=r)
-            np.add(r, np.int32((1 << 22) + (1 << 6)), out=r)
-            np.right_shift(r, 23, out=r)
+            np.add(r, _CARRY, out=r)
+            np.right_shift(r, _I23, out=r)
             np.copyto(exps[a:b], r, casting="unsafe")  # the low byte
             neg = self.ws.host("neg", b - a, torch.bool)
-            np.less(xn[a:b], 0, out=neg)
+            np.less(xn[a:b], _F0, out=neg)
             signs[a // 8 : a // 8 + bits.nbytes_bits(b - a)] = np.packbits(neg, bitorder="little")
         return v
 
