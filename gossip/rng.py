@@ -64,17 +64,19 @@ def _s64(v: int) -> int:
 _C1S, _C2S = _s64(_C1), _s64(_C2)
 
 
-def _fmix_np(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's finalizer on a uint64 array (numpy: logical shifts, wrap-around mul)."""
-    x = x ^ (x >> np.uint64(30))
-    x = x * np.uint64(_C1)
-    x = x ^ (x >> np.uint64(27))
-    x = x * np.uint64(_C2)
-    return x ^ (x >> np.uint64(31))
+def _fmix(x: Any) -> Any:
+    """SplitMix64's finalizer on a Python int or a uint64 array (mod 2⁶⁴): the key derivation,
+    in Python ints for a one-node stream (no numpy call per operation)."""
+    x = x ^ (x >> 30)
+    x = (x * _C1) & _M64
+    x = x ^ (x >> 27)
+    x = (x * _C2) & _M64
+    return x ^ (x >> 31)
 
 
-def _h_np(x: np.ndarray) -> np.ndarray:
-    return _fmix_np(x + np.uint64(_GOLDEN))
+def _h(x: Any) -> Any:
+    """``H(x) = fmix64(x + 0x9E3779B97F4A7C15)`` on a Python int or a uint64 array."""
+    return _fmix((x + _GOLDEN) & _M64)
 
 
 def _fmix_(z: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -206,9 +208,9 @@ class Stream:
         self.nodes = tuple(int(n) for n in nodes)
         self.round = 0
         self.call = 0
-        prefix = _h_np(_h_np(np.array([self.seed & _M64], dtype=np.uint64)) ^ np.uint64(stream_id(stream)))
+        prefix = _h(_h(self.seed & _M64) ^ stream_id(stream))
         ids = np.array([n & _M64 for n in self.nodes], dtype=np.uint64)
-        self._a = _h_np(prefix ^ ids)  # [m] uint64: the (seed, stream, node) part of the key
+        self._a = _h(ids ^ prefix)  # [m] uint64: the (seed, stream, node) part of the key
 
     @property
     def m(self) -> int:
@@ -245,10 +247,12 @@ class Stream:
     # ------------------------------------------------------------------- keys
     def _keys(self) -> tuple[np.ndarray, np.ndarray]:
         """(K, G) of the current (round, call) as [m] int64 arrays; advances the call counter."""
-        k = _h_np(_h_np(self._a ^ np.uint64(self.round & _M64)) ^ np.uint64(self.call & _M64))
-        g = _h_np(k ^ np.uint64(_STEP)) | np.uint64(1)
+        a = int(self._a[0]) if len(self._a) == 1 else self._a
+        k = _h(_h(a ^ (self.round & _M64)) ^ (self.call & _M64))
+        g = _h(k ^ _STEP) | 1
         self.call += 1
-        return k.view(np.int64), g.view(np.int64)
+        return (np.asarray(k, np.uint64).reshape(-1).view(np.int64),
+                np.asarray(g, np.uint64).reshape(-1).view(np.int64))
 
     # ------------------------------------------------------------------ draws
     def words(self, n: int, device: Any = "cpu", *, out: torch.Tensor | None = None) -> torch.Tensor:
