@@ -3,6 +3,7 @@ the randomized compressors on them (unbiasedness, block encode == per-row encode
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -264,6 +265,45 @@ def test_draw16_chunks_equal_bits16(n):
                 got = [(a, b, lanes.copy()) for a, b, lanes in dr.chunks(step)]
                 assert [(a, b) for a, b, _ in got] == [(a, min(a + step, n)) for a in range(0, n, step)]
                 assert np.array_equal(np.concatenate([lanes for *_, lanes in got]), ref[r].numpy())
+
+
+KNOWN_WORDS = [0xC79C2FB60D04F856, 0x008961E246C48E93, 0x1A84E1B82A9A6AF7,  # Stream(7, [0, 5]).words(3)
+               0x961686436C58B090, 0x1538EA93E08BF5D5, 0x56670609C1E2D79D]  # at round 3
+KNOWN_BYTES = {  # sha256[:16] of the message: (dtype, d, spec)
+    ("float32", 1000, "qsgd:4"): "24c8447d7e615084",
+    ("float32", 1000, "lead:2"): "498bbd68d6fb76ea",
+    ("float32", 1000, "natural"): "8866cd9174595f5e",
+    ("float32", 1000, "qsgd:12"): "4ba969263c755403",
+    ("float32", 300001, "qsgd:4"): "9f9cf89e0b370c8e",
+    ("float32", 300001, "lead:2"): "1f417ae43b2db10c",
+    ("float32", 300001, "natural"): "fc7f0cf882f9dcb1",
+    ("float32", 300001, "qsgd:12"): "a3f3aca5783108c9",
+    ("float64", 1000, "qsgd:4"): "cdf99aa1306b5f34",
+    ("float64", 1000, "lead:2"): "17526745805dadff",
+    ("float64", 1000, "natural"): "7cac3b96a90ece30",
+    ("float64", 1000, "qsgd:12"): "d447ae13f07ea261",
+    ("float64", 300001, "qsgd:4"): "1ab30676cc4f5ef8",
+    ("float64", 300001, "lead:2"): "87109d5e377b5cd1",
+    ("float64", 300001, "natural"): "b5045275ec069089",
+    ("float64", 300001, "qsgd:12"): "c5eaf54b32268e11",
+}
+
+
+def test_known_answers():
+    """The hash words and the quantizers' messages are pinned (the wire depends on both, and
+    optimizations must not change a byte): x has small half-integer entries, so ‖x‖₂ is exact
+    in any summation order; d = 300 001 spans several encoder chunks, the last one short."""
+    s = Stream(7, [0, 5])
+    s.begin_round(3)
+    assert [int(v) & ((1 << 64) - 1) for v in s.words(3).view(-1)] == KNOWN_WORDS
+    for (dtype, d, spec), digest in KNOWN_BYTES.items():
+        i = torch.arange(d, dtype=torch.int64)
+        x = (((i * 2654435761) % 7 - 3) * 0.5).to(getattr(torch, dtype))
+        x[::7] = 0.0
+        st = Stream(11, [2])
+        st.begin_round(5)
+        msg = make(spec).encode(x, st).to_bytes().numpy().tobytes()
+        assert hashlib.sha256(msg).hexdigest()[:16] == digest, (dtype, d, spec)
 
 
 def test_predrawn_serves_only_its_draws():
