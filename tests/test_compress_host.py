@@ -95,6 +95,28 @@ def test_pack_codes_np_by_chunks(width, d):
         assert np.array_equal(got, ref), step
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_lead_step_of_zero_and_nan_inputs(dtype):
+    """LEAD's step is ‖x‖_∞/s with ‖x‖_∞ = max(−min x, max x) as numpy's min and max give it:
+    the sign bit of a zero step (x = 0 with zeros of both signs) and of a NaN step (NaN in x,
+    ``check_finite`` off) is on the wire and stays numpy's, whichever reduction finds the norm."""
+    rng = np.random.default_rng(7)
+    for d in (1, 8, 33, 1000, 4097):
+        zeros = np.where(rng.random(d) < 0.5, -0.0, 0.0)
+        nans = rng.standard_normal(d)
+        nans[rng.integers(0, d, 3)] = np.nan
+        nans[rng.integers(0, d)] = -np.nan
+        for xn in (zeros, nans):
+            xn = xn.astype(dtype == torch.float32 and np.float32 or np.float64)
+            c = make("lead:2")
+            c.check_finite = False
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                step = c.encode(torch.from_numpy(xn), gen()).host["scale"][0]
+            want = xn.dtype.type(max(-float(xn.min()), float(xn.max()))) * xn.dtype.type(1 / c.s)
+            assert step.tobytes() == want.tobytes(), (d, step, want)
+
+
 # -------------------------------------------------------------------- bytes and values
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("spec", SPECS)

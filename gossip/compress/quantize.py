@@ -383,9 +383,12 @@ class LeadQuantizer(LevelQuantizer):
         return n
 
     def _norm_host(self, x: torch.Tensor, xn: np.ndarray) -> float:
-        lo, hi = float(xn.min()), float(xn.max())  # propagate NaN
-        if self.check_finite and not (math.isfinite(lo) and math.isfinite(hi)):
+        lo, hi = (float(v) for v in torch.aminmax(x))  # one pass over x; propagates NaN
+        finite = math.isfinite(lo) and math.isfinite(hi)
+        if self.check_finite and not finite:
             raise nonfinite(self.spec)
+        if not finite or lo == hi == 0:  # a NaN or zero step: its sign bit as numpy's min and
+            lo, hi = float(xn.min()), float(xn.max())  # max give it (the wire's, always)
         return max(-lo, hi)
 
 
@@ -457,7 +460,8 @@ class Natural(Codec):
             self._encode_body(x, generator, {k: torch.from_numpy(a) for k, a in v.items()})
             return v
         if self.check_finite:
-            self._check_range(float(xn.min()), float(xn.max()))
+            lo, hi = torch.aminmax(x)  # one pass over x
+            self._check_range(float(lo), float(hi))
         d = xn.size
         ibits = xn.view(np.int32)
         exps, signs = v["exps"], v["signs"]
