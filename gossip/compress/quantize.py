@@ -20,7 +20,7 @@ from gossip.rng import PreDrawn
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
 _NP_FLOAT = {torch.float32: np.float32, torch.float64: np.float64}
 _TORCH_INT = {np.uint8: torch.uint8, np.uint16: torch.uint16, np.int32: torch.int32}
-_I7, _I23, _CARRY, _F0 = np.int32(7), np.int32(23), np.int32((1 << 22) + (1 << 6)), np.float32(0)
+_I23, _CARRY, _F0 = np.int32(23), np.int32((1 << 22) + (1 << 6)), np.float32(0)
 
 
 #: entries per chunk of the CPU encoders (a multiple of 64): a chunk's draw, dither and codes
@@ -463,14 +463,13 @@ class Natural(Codec):
             lo, hi = torch.aminmax(x)  # one pass over x
             self._check_range(float(lo), float(hi))
         d = xn.size
-        ibits = xn.view(np.int32)
+        ibits = x.view(-1).view(torch.int32).split(CHUNK)
         exps, signs = v["exps"], v["signs"]
-        for a, b, lanes in generator.draw16(d)[0].chunks(CHUNK):
-            r = self.ws.host("r", b - a, torch.int32)
-            # r = bits + 2^7·i16 + (2^22 + 2^6), then >> 23: as the torch path
+        for (a, b, lanes), ib in zip(generator.draw16(d)[0].chunks(CHUNK), ibits):
+            rt, r = self.ws.pair("r", b - a, torch.int32)
+            # r = bits + 2^7·i16 + (2^22 + 2^6), then >> 23: the torch path's integer ops
             np.copyto(r, lanes)
-            np.left_shift(r, _I7, out=r)
-            np.add(r, ibits[a:b], out=r)
+            torch.add(ib, rt, alpha=1 << 7, out=rt)
             np.add(r, _CARRY, out=r)
             np.right_shift(r, _I23, out=r)
             np.copyto(exps[a:b], r, casting="unsafe")  # the low byte
