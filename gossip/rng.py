@@ -382,9 +382,12 @@ class Draw16:
     def chunks(self, step: int) -> Iterator[tuple[int, int, np.ndarray]]:
         """``(a, b, lanes a..b−1)`` for a = 0, step, 2·step, … (``step`` a multiple of 4): the
         whole draw streamed through the cache, each chunk hashed right before its consumer reads
-        it (CPU, numpy int16 views of a thread-local scratch, each valid until the next chunk).
+        it (CPU, numpy int16 views of a thread-local scratch, each valid until the next chunk
+        of any draw of this thread).
         One progression j·G per draw and three chunk-sized buffers, so a chunk costs the nine
         word passes of :func:`_hash_np` and no allocation."""
+        if step <= 0 or step % 4:
+            raise ValueError(f"Draw16.chunks: step must be a positive multiple of 4, got {step}")
         n = self.n
         if self._given is not None:
             given = self._given.numpy()

@@ -23,8 +23,9 @@ _TORCH_INT = {np.uint8: torch.uint8, np.uint16: torch.uint16, np.int32: torch.in
 _I23, _CARRY, _F0 = np.int32(23), np.int32((1 << 22) + (1 << 6)), np.float32(0)
 
 
-#: entries per chunk of the CPU encoders (a multiple of 64): a chunk's draw, dither and codes
-#: (~10 bytes per entry) stay in L2, where a whole-vector pass would stream through memory
+#: entries per chunk of the CPU encoders (a multiple of 64): a chunk's words, dither, codes and
+#: planes stay in cache, where a whole-vector pass would stream through memory; smaller chunks
+#: cost more numpy calls (~20 a chunk) than they save
 CHUNK = 1 << 18
 
 
@@ -47,10 +48,11 @@ class LevelQuantizer(Codec):
     ``t = (o + u) + x·(s/n)`` truncates to the code directly; float32 math resolves t to
     2^{w−24}, so for w > 10 the arithmetic runs in float64.
 
-    Speed (CPU): the numpy path works in chunks of :data:`CHUNK` entries, hashing each chunk's
-    words (:class:`gossip.rng.Draw16`) right before its dither, codes and planes, so the passes
-    stay in cache (~1.4 ns per entry at d = 10⁶ for w = 5, about half of ``torch.rand``; see
-    docs/performance.md). ``decode_add_rows_`` is vectorized (all rows' codes at once).
+    Speed (CPU): the numpy path streams the draw in chunks of :data:`CHUNK` entries
+    (:meth:`gossip.rng.Draw16.chunks`), each chunk's words hashed right before its dither, codes
+    and planes (all planes of a chunk in one ``bitwise_and`` and one ``packbits``), so the
+    passes stay in cache: ~1.4 ns per entry at d = 10⁶ for w = 5, half of ``torch.rand`` at
+    best (see docs/performance.md). ``decode_add_rows_`` is vectorized (all rows' codes at once).
     """
 
     randomized: ClassVar[bool] = True
@@ -409,9 +411,8 @@ class Natural(Codec):
     (:mod:`gossip.rng`), ``r = 2⁷·k + 2⁶``, k uniform on {0, …, 2¹⁶ − 1}: the carry happens
     with probability p rounded to a multiple of 2⁻¹⁶, i.e. unbiased up to 2⁻¹⁷·2^a.
     float64 inputs are first scaled by 2⁻⁸⁹⁶ so their exponent field lines up with float32's.
-    The NaN/Inf and range check is one ``aminmax`` of x (min and max on the numpy path, which
-    runs in chunks of :data:`CHUNK` entries, as :class:`LevelQuantizer`); ``decode_add_rows_``
-    is vectorized.
+    The NaN/Inf and range check is one ``aminmax`` of x; the numpy path runs in chunks of
+    :data:`CHUNK` entries, as :class:`LevelQuantizer`; ``decode_add_rows_`` is vectorized.
     """
 
     kind: ClassVar[int] = 9
