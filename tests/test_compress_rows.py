@@ -401,17 +401,19 @@ def test_finite_rows_whose_sum_overflows_are_accepted():
     decode_case("none", torch.float64, X, WEIGHTS, False, "contiguous")
 
 
+@pytest.mark.parametrize("d", [70_001, 300_007])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_long_rows_add_in_chunks_bit_for_bit(dtype):
-    """Rows longer than a chunk (2^15) are multiplied and added a chunk at a time; repeated
-    targets add in row order, as the per-row loop does."""
+def test_long_rows_add_in_chunks_bit_for_bit(dtype, d):
+    """Rows of 2^15 entries or more are multiplied and added a chunk (2^17) at a time (one
+    short chunk, or several and a tail); repeated targets add in row order, as the per-row
+    loop does."""
     g = torch.Generator().manual_seed(9)
-    X = torch.randn(3, 70_001, generator=g, dtype=dtype)
+    X = torch.randn(3, d, generator=g, dtype=dtype)
     c = make("none")
     block = c.encode_rows(X)
     w = torch.tensor([0.3, -1.7, 0.25], dtype=torch.float64)
     rows = torch.tensor([1, 0, 1])
-    out = torch.randn(2, 70_001, generator=g, dtype=dtype)
+    out = torch.randn(2, d, generator=g, dtype=dtype)
     ref = out.clone()
     for r in range(3):
         c.decode_add_(ref[int(rows[r])], c.from_bytes(block[r], ref[0]), float(w[r]))
