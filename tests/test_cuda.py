@@ -27,6 +27,7 @@ import topologies
 from gossip.algorithms import make_algorithm
 from gossip.compress import bits, make
 from gossip.engine import Engine
+from gossip.layout import Layout
 
 DEVICE = torch.device(os.environ.get("GOSSIP_CUDA_TEST_DEVICE", "cuda"))
 pytestmark = pytest.mark.skipif(DEVICE.type == "cuda" and not torch.cuda.is_available(),
@@ -87,15 +88,17 @@ def test_reducing_compressors_decode_device_bytes_identically_on_cpu(spec, on_de
 def run(alg: str, hp: dict, spec: str, device: torch.device, rounds: int = 30) -> Engine:
     x0 = {i: torch.randn(64, generator=torch.Generator().manual_seed(i), dtype=torch.float64)
           for i in range(6)}
+    layout = Layout([(8, 8)]) if alg == "powergossip" else None  # one 8×8 matrix: per-arc sketches
     eng = Engine(make_algorithm(alg, **hp), topologies.build("ring", 6), x0, compressor=spec,
-                 device=device, dtype=torch.float64)
+                 device=device, dtype=torch.float64, layout=layout)
     for _ in range(rounds):
         eng.step()
     return eng
 
 
 @pytest.mark.parametrize(("alg", "hp", "spec"), [("choco", {"gamma": 0.1}, "topk:0.1"),
-                                                 ("gossip", {}, "none")])
+                                                 ("gossip", {}, "none"),
+                                                 ("powergossip", {"rank": 2}, "none")])
 def test_block_engine_on_device_equals_cpu(alg, hp, spec, on_device):
     cpu = run(alg, hp, spec, torch.device("cpu"))
     dev = run(alg, hp, spec, on_device)
