@@ -268,6 +268,7 @@ class Block:
         self._message_rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._scratches: dict[Any, torch.Tensor] = {}
         self._stacks: dict[int, torch.Tensor] = {}
+        self._stacked_hits: dict[Any, tuple[torch.Tensor, list[int]] | None] = {}
         self._calls = 0
 
     @property
@@ -466,7 +467,16 @@ class Block:
         return list(base.view(k, self.m, -1).unbind(0))
 
     def _stacked_rows(self, *parts: torch.Tensor) -> tuple[torch.Tensor, list[int]] | None:
-        """The :meth:`stacked` tensor holding every one of ``parts`` and their first rows."""
+        """The :meth:`stacked` tensor holding every one of ``parts`` and their first rows
+        (memoized: the same tensors come back every round)."""
+        key = tuple((t.data_ptr(), t.shape, t.stride()) for t in parts)
+        if key not in self._stacked_hits:
+            if len(self._stacked_hits) > 64:
+                self._stacked_hits.clear()
+            self._stacked_hits[key] = self._find_stacked_rows(parts)
+        return self._stacked_hits[key]
+
+    def _find_stacked_rows(self, parts: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, list[int]] | None:
         base = self._stacks.get(parts[0].untyped_storage().data_ptr())
         if base is None:
             return None
