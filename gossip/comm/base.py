@@ -97,12 +97,9 @@ class Transport(ABC):
         """One phase of a block of nodes (:mod:`gossip.block`): ``rows.mine()`` are the block's
         messages (row r sent by node ``plan.senders[r]``); the messages of remote senders land
         in ``rows.recv`` (``plan.remote_in`` order). Local receivers read the senders' rows."""
-        nbytes = rows.nbytes
-        sent = self.bytes_sent
-        for i, degree in zip(plan.senders, plan.out_degree):
-            sent[i] = sent.get(i, 0) + nbytes * degree
-        if not plan.remote_in and not plan.remote_out:
+        if not self._count_rows(rows, plan):
             return
+        nbytes = rows.nbytes
         own, recv = rows.mine(), rows.received()
         outgoing = {(plan.senders[r], j): own[r] for r, j in plan.remote_out}
         expected = {(j, i): nbytes for j, i, _ in plan.remote_in}
@@ -113,6 +110,14 @@ class Transport(ABC):
                 raise CommError(f"round {round_}: node {j} sent {buf.numel()} bytes to node {i}, "
                                 f"expected {nbytes}")
             recv[e].copy_(buf)
+
+    def _count_rows(self, rows, plan) -> bool:
+        """Count a block phase's bytes (each row ``nbytes`` times its out-degree, for its
+        sender); whether any of its messages crosses a process boundary."""
+        nbytes, sent = rows.nbytes, self.bytes_sent
+        for i, degree in zip(plan.senders, plan.out_degree):
+            sent[i] = sent.get(i, 0) + nbytes * degree
+        return bool(plan.remote_in or plan.remote_out)
 
     def _local_copy(self, slot: int, buf: torch.Tensor) -> torch.Tensor:
         """Copy ``buf`` into a reused buffer (grown on demand) so the sender may overwrite it."""

@@ -154,12 +154,9 @@ class MPITransport(Transport):
     def exchange_rows(self, rows, plan, seq: int, round_: int) -> None:
         """A block's phase without copies on CPU: sends are row views of ``rows.own``, receives
         land in ``rows.recv`` in place (CUDA blocks go through pinned host copies)."""
-        nbytes = rows.nbytes
-        sent = self.bytes_sent
-        for i, degree in zip(plan.senders, plan.out_degree):
-            sent[i] = sent.get(i, 0) + nbytes * degree
-        if not plan.remote_in and not plan.remote_out:
+        if not self._count_rows(rows, plan):
             return
+        nbytes = rows.nbytes
         MPI = self._mpi
         tag = seq % TAG_SPACE
         own, recv = rows.own, rows.recv
