@@ -66,7 +66,8 @@ class _KSparse(Codec):
         int32 indices, left as they are, or int64 ones, which may be overwritten; a row's
         indices distinct), with a single message's rounding."""
         m, d = vals.shape[0], out.shape[1]
-        if out.is_contiguous() and out.is_cpu and out.dtype in (torch.float32, torch.float64):
+        if (out.is_contiguous() and out.is_cpu and out.dtype in (torch.float32, torch.float64)
+                and not out.requires_grad):
             # numpy's unbuffered add.at adds in index order (a repeated target row adds in row
             # order), as a serial index_add_ does, with a third of torch's per-call cost
             on, vn = out.numpy().reshape(-1), vals.numpy()
