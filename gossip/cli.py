@@ -353,8 +353,7 @@ def guarded(main_fn, world_of=World.detect):
         world = world_of()
         if world.size > 1:
             log.error("rank %d stopping the job: %s", world.rank, exc, exc_info=True)
-            time.sleep(0.5)
-            world.abort(1)
+            world.abort(1)  # after the log has been forwarded
         raise
 
 
@@ -366,8 +365,7 @@ def _stop_job(world: World, text: str, code: int, at_once: bool) -> bool:
     if not at_once and not world.is_root:
         time.sleep(1.5)  # rank 0 meets the same error and aborts the job before this prints
     print(f"[rank {world.rank}] {text}", file=sys.stderr, flush=True)
-    time.sleep(0.5)  # let mpiexec forward the message before the abort tears down I/O
-    world.abort(code)
+    world.abort(code)  # after mpiexec has forwarded the message
     return True
 
 

@@ -13,6 +13,8 @@ like a silent neighbor does during an exchange, instead of hanging the job.
 from __future__ import annotations
 
 import os
+import sys
+import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -191,10 +193,17 @@ class World:
         return MPI
 
     def abort(self, code: int = 1) -> None:
-        """Stop every process of the job (after the caller logged why)."""
+        """Stop every process of the job (after the caller logged why). Output is flushed and
+        forwarded first: ``mpiexec`` tears down the job's I/O at the abort, and a message
+        still in its pipes would be lost."""
         if self.comm is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            time.sleep(_FORWARD_S)
             self.comm.Abort(code)
 
+
+_FORWARD_S = 1.0  # seconds mpiexec gets to forward a rank's last output before an abort
 
 # Tags of the reductions: above every tag the transport uses (round tags are below TAG_SPACE).
 _TAG_VALUES, _TAG_CHAIN, _TAG_SUM, _TAG_ANY, _TAG_BARRIER = ((1 << 20) + k for k in range(5))
