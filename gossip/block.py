@@ -30,6 +30,27 @@ from gossip.compress.base import CompressionError, row_stride
 from gossip.rng import Stream
 
 
+class IdentityCache:
+    """Values derived from objects (a round's topology, a route), kept while that very object
+    comes back: keyed by identity, the object held so its id cannot be reused, at most
+    ``limit`` entries (a graph that changes every round brings a new object each round)."""
+
+    def __init__(self, limit: int = 64) -> None:
+        self._items: dict[int, tuple[Any, Any]] = {}
+        self.limit = limit
+
+    def get(self, obj: Any, make: Callable[[], Any]) -> Any:
+        """The value for ``obj``, from ``make()`` the first time."""
+        hit = self._items.get(id(obj))
+        if hit is not None and hit[0] is obj:
+            return hit[1]
+        if len(self._items) > self.limit:
+            self._items.clear()
+        value = make()
+        self._items[id(obj)] = (obj, value)
+        return value
+
+
 class RowsError(CompressionError):
     """A message of a block phase was refused; ``sender``/``receiver`` name the nodes."""
 

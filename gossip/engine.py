@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node, check_complete
-from gossip.block import Block, MixPlan, Rows, RowsError
+from gossip.block import Block, IdentityCache, MixPlan, Rows, RowsError
 from gossip.comm.world import World
 from gossip.compress import Compressor, factory_for
 from gossip.compress.base import CompressionError
@@ -134,7 +134,7 @@ class Engine:
         self.watch = ["consensus_error", *watch]
         self.block: Block | None = None
         self._viewed: Any = None  # the topology whose views the nodes hold
-        self._plans: dict[int, tuple[Any, MixPlan]] = {}
+        self._plans = IdentityCache()
         with torch.no_grad():
             if algorithm.runs_blocks():
                 self.block = self._new_block()
@@ -161,14 +161,8 @@ class Engine:
 
     def _plan(self, topo: Any) -> MixPlan:
         """The block's routing for a round's topology (cached per topology object)."""
-        hit = self._plans.get(id(topo))
-        if hit is not None and hit[0] is topo:
-            return hit[1]
-        if len(self._plans) > 64:
-            self._plans.clear()
-        plan = MixPlan.build(topo, self.block.ids, self.transport.is_local, self.device)
-        self._plans[id(topo)] = (topo, plan)
-        return plan
+        return self._plans.get(topo, lambda: MixPlan.build(topo, self.block.ids,
+                                                           self.transport.is_local, self.device))
 
     def _check_config(self, oracles: Any) -> None:
         """Refuse, before any message, what this algorithm cannot run on."""

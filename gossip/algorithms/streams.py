@@ -40,6 +40,7 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from gossip.algorithms.base import ConfigError, Node
+from gossip.block import IdentityCache
 
 Weights = Callable[[int], float]
 """``m(j)``: the weight node i gives to node j's value (j an in-neighbor, or i itself)."""
@@ -280,19 +281,12 @@ class BlockArcStream:
         self._out_row = {arc: a for a, arc in enumerate(schedule.arcs)}
         self._in_row = {arc: e for e, arc in enumerate(schedule.incoming)}
         self.mix = torch.empty_like(x)
-        self._rounds: dict[int, tuple[Any, _ArcRound]] = {}
+        self._rounds = IdentityCache()
         self.q: Any = None
 
     def round_of(self, route: Any) -> _ArcRound:
         """The row maps and sums of a round's arcs (cached per route)."""
-        hit = self._rounds.get(id(route))
-        if hit is not None and hit[0] is route:
-            return hit[1]
-        if len(self._rounds) > 64:
-            self._rounds.clear()
-        item = _ArcRound(self, route)
-        self._rounds[id(route)] = (route, item)
-        return item
+        return self._rounds.get(route, lambda: _ArcRound(self, route))
 
     def encode(self, z: torch.Tensor, route: Any) -> Any:
         """``C(z_i − o_ij)`` for every current arc (i, j) of ``route``: its :class:`Rows`."""

@@ -59,6 +59,14 @@ class _KSparse(Codec):
         vals = host["values"]
         out[self._sel_host(host, out.size)] += vals if weight == 1.0 else vals * weight
 
+    def _start_rows_decode(self, out, block, weight, rows, check):
+        """:func:`~gossip.compress.rows.start_decode` plus the [m, k] values section: (plan,
+        block, targets, weights, bad rows, values), or None for the default loop."""
+        st = _rows.start_decode(self, out, block, weight, rows, check)
+        if st is None:
+            return None
+        return (*st, _rows.section(st[1], st[0], "values"))
+
     @staticmethod
     def _add_selected_rows(out: torch.Tensor, tgt: torch.Tensor, sel: torch.Tensor,
                            vals: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
@@ -385,12 +393,11 @@ class TopK(_KSparse):
         """Vectorized: the checks of :meth:`from_bytes` on every row (index range and order,
         or the bitmap's count and tail), then one ``index_add_`` of ``w·v`` (rounded before
         the add, as both single-message paths do; a row's indices are distinct)."""
-        st = _rows.start_decode(self, out, block, weight, rows, check)
+        st = self._start_rows_decode(out, block, weight, rows, check)
         if st is None:
             return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
-        plan, block, tgt, w, bad = st
+        plan, block, tgt, w, bad, vals = st
         d = out.shape[1]
-        vals = _rows.section(block, plan, "values")
         m, k = vals.shape
         idx = _rows.section(block, plan, "index") if plan.param == 0 else None
         bm = _rows.section(block, plan, "bitmap") if plan.param != 0 else None
@@ -560,12 +567,11 @@ class RandK(_KSparse):
     def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized add: each row's index set comes from its seed (memoized, on the host),
         then one ``index_add_`` of ``w·v`` for the block, with a single message's rounding."""
-        st = _rows.start_decode(self, out, block, weight, rows, check)
+        st = self._start_rows_decode(out, block, weight, rows, check)
         if st is None:
             return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
-        plan, block, tgt, w, bad = st
+        plan, block, tgt, w, bad, vals = st
         d = out.shape[1]
-        vals = _rows.section(block, plan, "values")
         seeds = _rows.section(block, plan, "seed").view(-1)
         m, k = vals.shape
         if check:
