@@ -2,8 +2,11 @@
 
 (a) An MPI gossip round over a bare mpi4py Isend/Irecv exchange of the same bytes on the same
     ring (target <= 1.2 for exact gossip, d = 1e6, 4 ranks), for the whole round (compression
-    and mixing included) and for its transport part alone, the two timed alternately. Started
-    by this script under ``mpiexec -n RANKS``.
+    and mixing included) and for its transport part alone, timed alternately. For exact gossip
+    also a hand-fused numpy round of the same update (the same checks and roundings, the
+    arithmetic streamed through the cache in one loop; checked equal to the engine's result):
+    the floor of this computation in Python here, so round / fused is the engine's own
+    overhead. Started by this script under ``mpiexec -n RANKS``.
 (b) In-process CHOCO top-1% on a ring, the block engine over a hand-vectorized torch round of
     the same update (targets <= 1.5 at n = 25, d = 2000 and <= 1.2 at n = 1000, d = 10^4),
     timed alternately; n = 10^4 nodes, d = 10^3 reports s/round and memory.
@@ -51,7 +54,7 @@ def mpi_part(dim: int, rounds: int, spec: str) -> None:
     topo = topologies.build("ring", world.size)
     eng = Engine(make_algorithm("gossip"), topo, lambda i: torch.randn(dim), compressor=spec,
                  world=world, dtype=torch.float32)
-    nbytes = eng.nodes[world.rank].compressor.encode(torch.randn(dim)).nbytes
+    nbytes = eng.block.compressor.nbytes_rows(eng.block.x[0])
     view = topo.view(world.rank)
     send = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
     recv = {j: np.empty(nbytes, dtype=np.uint8) for j in view.in_neighbors}
@@ -61,33 +64,85 @@ def mpi_part(dim: int, rounds: int, spec: str) -> None:
         reqs += [comm.Isend([send, MPI.BYTE], dest=j, tag=1) for j in view.out_neighbors]
         MPI.Request.Waitall(reqs)
 
+    fns = [eng.step, bare]
+    if spec == "none":  # the same update, hand-fused: checked equal to the engine's, then timed
+        fused = FusedGossip(eng.block.x[0].clone(), view, comm)
+        for _ in range(3):
+            eng.step()
+            fused.step()
+        same = comm.allreduce(int(torch.equal(fused.x, eng.block.x[0])), op=MPI.MIN)
+        if not same:
+            raise SystemExit("bench_engine: the hand-fused gossip round differs from the engine's")
+        fns.append(fused.step)
     eng.step()  # warm up buffers
     bare()
     comm.Barrier()
     comm0 = eng.comm_s
-    t_engine, t_bare = _interleaved(eng.step, bare, rounds)  # alternately, same machine state
+    times = _interleaved(fns, rounds)  # alternately, same machine state
     t_comm = (eng.comm_s - comm0) / rounds  # the transport's share of a round (mean)
-    t_engine = comm.allreduce(t_engine, op=MPI.MAX)
+    t_engine, t_bare, *t_fused = (comm.allreduce(t, op=MPI.MAX) for t in times)
     t_comm = comm.allreduce(t_comm, op=MPI.MAX)
-    t_bare = comm.allreduce(t_bare, op=MPI.MAX)
     if world.rank == 0:
+        fused_cols = (f"{1e3 * t_fused[0]:.3f} ms | {t_fused[0] / t_bare:.2f} "
+                      f"| {t_engine / t_fused[0]:.2f}") if t_fused else "— | — | —"
         print(f"| gossip {spec}, d={dim}, {world.size} ranks | {nbytes} B "
               f"| {1e3 * t_engine:.3f} ms | {1e3 * t_comm:.3f} ms | {1e3 * t_bare:.3f} ms "
-              f"| {t_engine / t_bare:.2f} | {t_comm / t_bare:.2f} |")
+              f"| {t_engine / t_bare:.2f} | {t_comm / t_bare:.2f} | {fused_cols} |")
+
+
+class FusedGossip:
+    """Exact gossip ``x ← x + (w_ii − 1)·x + Σ_j w_ij·x_j`` for one node per rank, written by
+    hand in numpy as tight as Python allows: the engine's checks (‖x‖ finite before sending, each
+    received vector finite) and its roundings (each ``w·v`` rounded, then added in sorted
+    neighbor order), with the arithmetic streamed through the cache in one loop of six ops per
+    chunk (the engine does eight, whole-vector). Messages are the raw float32 vectors."""
+
+    CHUNK = 1 << 15
+
+    def __init__(self, x: torch.Tensor, view, comm) -> None:
+        self.x, self.comm = x, comm
+        self.xn = x.numpy()
+        self.nbrs = list(view.in_neighbors)
+        self.out = list(view.out_neighbors)
+        self.w_own = np.float32(view.self_weight - 1.0)
+        self.w = [np.float32(w) for w in view.in_weights]
+        self.recv = [np.empty_like(self.xn) for _ in self.nbrs]
+        self.m = np.empty(self.CHUNK, dtype=np.float32)
+        self.t = np.empty(self.CHUNK, dtype=np.float32)
+
+    def step(self) -> None:
+        from mpi4py import MPI
+
+        x, comm = self.xn, self.comm
+        if not np.isfinite(self.x.sum().item()):
+            raise FloatingPointError("NaN/Inf in x")
+        reqs = [comm.Irecv([r, MPI.FLOAT], source=j, tag=2) for j, r in zip(self.nbrs, self.recv)]
+        reqs += [comm.Isend([x, MPI.FLOAT], dest=j, tag=2) for j in self.out]
+        MPI.Request.Waitall(reqs)
+        for r in self.recv:
+            if not np.isfinite(torch.from_numpy(r).sum().item()):
+                raise FloatingPointError("NaN/Inf received")
+        for a in range(0, x.size, self.CHUNK):
+            b = min(a + self.CHUNK, x.size)
+            m, t = self.m[: b - a], self.t[: b - a]
+            np.multiply(x[a:b], self.w_own, out=m)
+            for r, w in zip(self.recv, self.w):
+                np.multiply(r[a:b], w, out=t)
+                m += t
+            x[a:b] += m
 
 
 # -- (b) in process ---------------------------------------------------------------------------
-def _interleaved(fa, fb, rounds: int) -> tuple[float, float]:
-    """Median seconds of ``fa`` and of ``fb``, timed alternately (same machine state)."""
-    ta, tb = [], []
+def _interleaved(fns, rounds: int) -> list[float]:
+    """Median seconds of each function of ``fns``, timed one after the other in every round
+    (the same machine state for all)."""
+    times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
-        t0 = time.perf_counter()
-        fa()
-        t1 = time.perf_counter()
-        fb()
-        ta.append(t1 - t0)
-        tb.append(time.perf_counter() - t1)
-    return float(np.median(ta)), float(np.median(tb))
+        for fn, ts in zip(fns, times):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [float(np.median(ts)) for ts in times]
 
 
 class TorchChoco:
@@ -136,7 +191,7 @@ def in_process_part(n: int, d: int, rounds: int) -> None:
     k = max(1, int(0.01 * d))
     ref = TorchChoco(block.x.clone(), topo, 0.05, k)
     ref.step()
-    t_engine, t_ref = _interleaved(eng.step, ref.step, rounds)
+    t_engine, t_ref = _interleaved([eng.step, ref.step], rounds)
     print(f"| CHOCO top-1%, ring {n}, d={d} | {1e3 * t_engine:.3f} ms/round "
           f"| {1e3 * t_ref:.3f} ms/round | {t_engine / t_ref:.2f} | setup {t_setup:.1f} s, "
           f"block state {state_gib:.2f} GiB |")
@@ -168,7 +223,8 @@ def main() -> None:
         in_process_part(10_000, 1000, 10)
     print("\n## (a) MPI round vs bare mpi4py exchange of the same bytes (max over ranks, median)")
     print("| run | message | engine round | its transport part | bare exchange | round / bare "
-          "| transport / bare |\n|---|---|---|---|---|---|---|")
+          "| transport / bare | hand-fused numpy round | fused / bare | round / fused |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
     mpiexec = Path(sys.executable).parent / "mpiexec"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     for dim in args.dims:

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from gossip.compress import CompressionError, available, bits, make
+from gossip.compress import rows as _rows
 from gossip.compress.base import row_stride
 
 try:
@@ -387,10 +388,42 @@ def test_vectorized_specs_never_loop(spec, dtype, monkeypatch):
     monkeypatch.setattr(Compressor, "encode_rows", loop)
     monkeypatch.setattr(Compressor, "decode_add_rows_", loop)
     for name, X in blocks(dtype).items():
-        if too_small(spec, name):
+        if too_small(spec, name) or not _rows.batch_encode(X):  # a single row: the loop's job
             continue
         decode_case(spec, dtype, X, WEIGHTS, True, "padded")
         decode_case(spec, dtype, X, 1.0, False, "contiguous")
+
+
+LOOPED = ["fp16", "bf16", "topk:0.01", "topk:3", "sign", "sign_l2"]
+
+
+@pytest.mark.parametrize("spec", LOOPED)
+@pytest.mark.parametrize("shape", [(1, 5000), (3, _rows.LOOP_FROM), (2, _rows.LOOP_FROM + 77)])
+def test_single_and_long_rows_encode_one_by_one(spec, shape, monkeypatch):
+    """On CPU a single row, or rows of at least LOOP_FROM entries, go through the per-row
+    single-message encoder, straight into the block's rows, with the batched path's bytes."""
+    g = torch.Generator().manual_seed(5)
+    X = torch.randn(*shape, generator=g)
+    X[-1, 100:140] = 0.5  # ties at the threshold of top-k
+    c = make(spec)
+    out = torch.empty((shape[0], row_stride(c.nbytes_rows(X[0]))), dtype=torch.uint8)
+    calls = []
+    single = type(c).encode
+
+    def counted(self, x, generator=None, *, out=None):
+        calls.append(out is not None)
+        return single(self, x, generator, out=out)
+
+    monkeypatch.setattr(type(c), "encode", counted)
+    block = c.encode_rows(X, out=out)
+    assert calls == [True] * shape[0]  # one call per row, each into its row of ``out``
+    assert block.data_ptr() == out.data_ptr()
+    monkeypatch.setattr(_rows, "LOOP_FROM", 1 << 40)
+    calls.clear()
+    if shape[0] > 1:  # the batched torch ops give the same bytes
+        assert torch.equal(make(spec).encode_rows(X), block)
+        assert calls == []
+    assert torch.equal(per_row_bytes(make(spec), X), block)
 
 
 def test_finite_rows_whose_sum_overflows_are_accepted():
@@ -419,3 +452,25 @@ def test_long_rows_add_in_chunks_bit_for_bit(dtype, d):
         c.decode_add_(ref[int(rows[r])], c.from_bytes(block[r], ref[0]), float(w[r]))
     c.decode_add_rows_(out, block, w, rows=rows, check=False)
     assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("spec", ["none", "fp16", "bf16", "sign", "sign_l2", "qsgd:4", "lead:2",
+                                  "natural", "topk:0.01"])
+@pytest.mark.parametrize("out_kind", ["contiguous", "strided"])
+def test_long_rows_into_a_repeated_target_decode_as_single_messages(spec, out_kind):
+    """Rows longer than LOOP_FROM (and than sign's table limit) decoded into one target row,
+    as under MPI with one node per rank: in place row after row, the single messages' bits."""
+    d = (1 << 18) + 13
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(3, d, generator=g)
+    c = make(spec)
+    ours, ref_rng = streams(c, 3)
+    block = c.encode_rows(X, ours)
+    base = torch.randn(2, 2 * d, generator=g)
+    view = (lambda t: t[:, :d].contiguous()) if out_kind == "contiguous" else (lambda t: t[:, ::2])
+    got, ref = view(base.clone()), view(base.clone())
+    targets, w = [0, 0, 1], WEIGHTS[1:4]
+    for r, t in enumerate(targets):
+        c.decode_add_(ref[t], c.from_bytes(block[r], ref[t]), float(w[r]))
+    c.decode_add_rows_(got, block, w, rows=torch.tensor(targets))
+    assert same(got, ref), (spec, out_kind)

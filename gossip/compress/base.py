@@ -186,22 +186,28 @@ class Compressor(ABC):
             )
         m = X.shape[0]
         streams = [rng.row(r) for r in range(m)] if rng is not None else [None] * m
+        like = X[0] if m else X.new_empty(0)
+        fixed = self.fixed_nbytes(like) if m else None
+        direct = fixed is not None and fixed == self.max_nbytes(like)  # encode into the rows
+        block = _row_block(out, m, fixed, X.device) if direct else None
         payloads = []
         for r in range(m):
             try:
-                payloads.append(self.encode(X[r], streams[r]))
+                payloads.append(self.encode(X[r], streams[r], out=block[r] if direct else None))
             except CompressionError as exc:
                 exc.row = r
                 raise
         if rng is not None and m:
             rng.sync(streams[0])
-        nbytes = payloads[0].nbytes if m else self.max_nbytes(X[0] if m else X.new_empty(0))
+        nbytes = payloads[0].nbytes if m else self.max_nbytes(like)
         if any(p.nbytes != nbytes for p in payloads):
             raise CompressionError(f"{type(self).__name__} gave rows of different sizes; "
                                    "blocks need a fixed message size per shape")
-        block = _row_block(out, m, nbytes, X.device)
+        if block is None or block.shape[1] != nbytes:
+            block = _row_block(out, m, nbytes, X.device)
         for r, p in enumerate(payloads):
-            block[r].copy_(p.to_bytes())
+            if p.buffer.data_ptr() != block[r].data_ptr():  # not encoded in place
+                block[r].copy_(p.to_bytes())
         return block
 
     def decode_add_rows_(self, out: torch.Tensor, block: torch.Tensor,

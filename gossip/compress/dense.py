@@ -147,7 +147,7 @@ class Cast(Codec):
     @no_grad
     def encode_rows(self, X, rng=None, *, out=None):
         """Vectorized: a per-row ``aminmax`` as the check, one cast-copy into the sections."""
-        if not _rows.is_block(X):
+        if not _rows.batch_encode(X):
             return super().encode_rows(X, rng, out=out)
         plan, X, block = _rows.start_encode(self, X, out)
         if self.check_finite:

@@ -277,7 +277,7 @@ class LevelQuantizer(Codec):
             pn = packed.numpy()
             dt = bits.host_code_dtype(w)
             codes = _rows.scratch(self, "codes", (m, d), _TORCH_INT[dt], packed.device).numpy()
-            if w < 8:  # 8 entries per table lookup, a group of rows at a time
+            if w < 8 and d < _rows.LOOP_FROM:  # 8 entries per table lookup, rows in groups
                 table = bits._bytes_table()
                 shifts = bits._plane_shifts(w)
                 group = max(1, (1 << 21) // (w * n8))
@@ -287,7 +287,7 @@ class LevelQuantizer(Codec):
                     g <<= shifts
                     words = np.bitwise_or.reduce(g, axis=1)  # [rows, n8] uint64
                     codes[a:b] = words.view(np.uint8)[:, :d]
-            else:
+            else:  # long rows (or wide codes): the single-message unpacking, in cache
                 for r in range(m):
                     codes[r] = bits.unpack_codes_np(pn[r], d, w, self.ws)[:d]
             return (codes, torch.from_numpy(codes.min(1).astype(np.int64)),

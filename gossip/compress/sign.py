@@ -136,7 +136,7 @@ class ScaledSign(Codec):
     @no_grad
     def encode_rows(self, X, rng=None, *, out=None):
         """Vectorized: the row norms (:meth:`_norm_rows`), the scales, ``X < 0`` packed per row."""
-        if not _rows.is_block(X):
+        if not _rows.batch_encode(X):
             return super().encode_rows(X, rng, out=out)
         plan, X, block = _rows.start_encode(self, X, out)
         m, d = X.shape

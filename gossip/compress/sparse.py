@@ -343,7 +343,7 @@ class TopK(_KSparse):
         sorted. Rows with a tie there keep every entry above the k-th value and the first ones
         equal to it (a cumulative count): the set and order of :meth:`select`. The largest
         magnitude doubles as the NaN/Inf check, so the common case costs one host sync."""
-        if not _rows.is_block(X):
+        if not _rows.batch_encode(X):
             return super().encode_rows(X, rng, out=out)
         plan, X, block = _rows.start_encode(self, X, out)
         m, d = X.shape
