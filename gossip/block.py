@@ -27,6 +27,7 @@ import torch
 
 from gossip.compress import Compressor
 from gossip.compress.base import CompressionError, row_stride
+from gossip.compress.rows import LOOP_FROM
 from gossip.rng import Stream
 
 
@@ -550,7 +551,7 @@ class Block:
                     self.plan.cache[key] = hit
             src, dst, w = hit
             target = out if stack is None else stack[0]
-            self._decode_add(comp, target, inbox.gather(src, None), w, dst, src)
+            self._decode_from(comp, target, inbox, src, None, w, dst)
             return out
         if copy is not None:
             self._decode_add(comp, copy, own.mine(), 1.0, None, None)
@@ -560,13 +561,26 @@ class Block:
             return out
         if ordered or len(self.plan.slots) == 1:
             src, dst, w, span = fused
-            self._decode_add(comp, out, inbox.gather(src, span), w * scale if scale != 1.0 else w,
-                             dst if dst.numel() != m or len(self.plan.slots) > 1 else None, src)
+            self._decode_from(comp, out, inbox, src, span, w * scale if scale != 1.0 else w,
+                              dst if dst.numel() != m or len(self.plan.slots) > 1 else None)
             return out
         for src, dst, w in self.plan.slots:
-            self._decode_add(comp, out, inbox.gather(src, None), w * scale if scale != 1.0 else w,
-                             dst, src)
+            self._decode_from(comp, out, inbox, src, None, w * scale if scale != 1.0 else w, dst)
         return out
+
+    def _decode_from(self, comp: Compressor, out: torch.Tensor, inbox: Rows, src: torch.Tensor,
+                     span: slice | None, w: torch.Tensor, dst: torch.Tensor | None) -> None:
+        """Decode-add staging rows ``src`` of ``inbox`` into rows ``dst`` of ``out`` (None: rows
+        0..k−1), in order. Long CPU rows go one message at a time from views of the staging
+        rows: gathering them first would copy every message once per receiver (most of an
+        exact gossip round at d = 10⁶), and a batched decode gains nothing on rows that long."""
+        if span is not None or not (out.is_cpu and out.shape[1] >= LOOP_FROM):
+            self._decode_add(comp, out, inbox.gather(src, span), w, dst, src)
+            return
+        targets = dst if dst is not None else torch.arange(src.numel(), device=src.device)
+        for i, s in enumerate(src.tolist()):
+            self._decode_add(comp, out, inbox.gather(src[i : i + 1], slice(s, s + 1)), w[i : i + 1],
+                             targets[i : i + 1], src[i : i + 1])
 
     def check_received(self, rows: Rows) -> None:
         """Validate the messages that came from other processes (rows ``m..``), once per phase;

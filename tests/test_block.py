@@ -293,3 +293,37 @@ def test_a_nodes_saved_state_holds_its_own_rows_only():
     own = (1 + len(blob["state"])) * 1000 * 8  # x and each state row, float64
     assert own <= buf.tell() < own + 20_000
     assert torch.equal(blob["x"], eng.nodes[5].x)
+
+
+@pytest.mark.parametrize("alg, spec, hp", [
+    ("gossip", "none", {}), ("choco", "fp16", {"gamma": 0.3}), ("choco", "sign", {"gamma": 0.3}),
+    ("choco", "qsgd:4", {"gamma": 0.3}), ("dcd", "topk:0.01", {}), ("deepsqueeze", "sign", {}),
+])
+def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp, monkeypatch):
+    """Rows of at least LOOP_FROM entries are encoded and mixed one message at a time from views
+    of the staging rows (no gather copy): the same bits as the batched block round."""
+    import gossip.block
+    import gossip.compress.rows
+
+    d = gossip.compress.rows.LOOP_FROM + 5
+    topo = _irregular()
+
+    def run() -> list[torch.Tensor]:
+        eng = Engine(make_algorithm(alg, **hp), topo,
+                     lambda i: torch.randn(d, generator=torch.Generator().manual_seed(i)),
+                     compressor=spec, dtype=torch.float32, seed=3)
+        for _ in range(3):
+            eng.step()
+        return [eng.block.x.clone(), *(t.clone() for t in eng.block.state.values())]
+
+    calls = []
+    decode = gossip.block.Block._decode_add
+    monkeypatch.setattr(gossip.block.Block, "_decode_add",
+                        lambda self, comp, out, msgs, *a, **k: (calls.append(msgs.shape[0]),
+                                                                decode(self, comp, out, msgs, *a, **k)))
+    looped = run()
+    assert calls.count(1) >= 2 * topo.graph.number_of_edges()  # each received message alone
+    monkeypatch.setattr(gossip.block, "LOOP_FROM", 1 << 40)
+    monkeypatch.setattr(gossip.compress.rows, "LOOP_FROM", 1 << 40)
+    batched = run()
+    assert all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(looped, batched))

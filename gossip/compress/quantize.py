@@ -28,6 +28,9 @@ _I23, _CARRY, _F0 = np.int32(23), np.int32((1 << 22) + (1 << 6)), np.float32(0)
 #: cost more numpy calls (~20 a chunk) than they save
 CHUNK = 1 << 18
 
+#: uint64 table entries per lookup of the block decoders' unpacking (256 KiB: in cache)
+_UNPACK_TILE = 1 << 15
+
 
 class LevelQuantizer(Codec):
     """Unbiased stochastic rounding to ``s`` levels of a norm: shared by QSGD and LEAD.
@@ -277,17 +280,22 @@ class LevelQuantizer(Codec):
             pn = packed.numpy()
             dt = bits.host_code_dtype(w)
             codes = _rows.scratch(self, "codes", (m, d), _TORCH_INT[dt], packed.device).numpy()
-            if w < 8 and d < _rows.LOOP_FROM:  # 8 entries per table lookup, rows in groups
+            if w < 8:  # 8 entries per table lookup, in cache-sized tiles of rows × bytes
                 table = bits._bytes_table()
                 shifts = bits._plane_shifts(w)
-                group = max(1, (1 << 21) // (w * n8))
+                planes = pn[:, : w * n8].reshape(m, w, n8)
+                c8 = min(n8, max(1, _UNPACK_TILE // w))  # packed bytes of a plane per tile
+                group = max(1, _UNPACK_TILE // (w * c8))
                 for a in range(0, m, group):
                     b = min(a + group, m)
-                    g = table.take(pn[a:b, : w * n8].reshape(b - a, w, n8))
-                    g <<= shifts
-                    words = np.bitwise_or.reduce(g, axis=1)  # [rows, n8] uint64
-                    codes[a:b] = words.view(np.uint8)[:, :d]
-            else:  # long rows (or wide codes): the single-message unpacking, in cache
+                    for c in range(0, n8, c8):
+                        e = min(c + c8, n8)
+                        g = table.take(planes[a:b, :, c:e])
+                        g <<= shifts
+                        words = np.bitwise_or.reduce(g, axis=1)  # [rows, e − c] uint64
+                        hi = min(8 * e, d)
+                        codes[a:b, 8 * c : hi] = words.view(np.uint8)[:, : hi - 8 * c]
+            else:
                 for r in range(m):
                     codes[r] = bits.unpack_codes_np(pn[r], d, w, self.ws)[:d]
             return (codes, torch.from_numpy(codes.min(1).astype(np.int64)),
