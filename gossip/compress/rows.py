@@ -56,7 +56,8 @@ def start_encode(comp: Any, X: torch.Tensor, out: torch.Tensor | None) -> tuple[
     if X.requires_grad:
         X = X.detach()
     block = _row_block(out, X.shape[0], plan.nbytes, X.device)
-    block[:, :HEADER_NBYTES].view(torch.int64).fill_(header_int64(plan))
+    head = block[:, :HEADER_NBYTES].view(torch.int64)
+    head.numpy().fill(header_int64(plan)) if head.is_cpu else head.fill_(header_int64(plan))
     return plan, X, block
 
 
