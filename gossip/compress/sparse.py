@@ -307,9 +307,8 @@ class TopK(_KSparse):
     def _sel_host(self, host: dict[str, Any], d: int) -> np.ndarray:
         sel = host.get("sel")
         if sel is None:
-            sel = host["sel"] = np.nonzero(
-                np.unpackbits(host["bitmap"], count=d, bitorder="little")
-            )[0]
+            flags = np.unpackbits(host["bitmap"], count=d, bitorder="little")
+            sel = host["sel"] = np.flatnonzero(flags.view(bool))  # bool: ~3× faster than uint8
         return sel
 
     def _parse_body(self, v, shape, dtype) -> dict[str, Any]:
@@ -417,7 +416,7 @@ class TopK(_KSparse):
                     bad |= (bm[:, -1] >> (d % 8)) != 0
             bad = _rows.value_mask(self, {"values": vals}, bad)
             _rows.bad_row(self, out, block, tgt, bad, "bad row")
-        sel = idx if idx is not None else _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
+        sel = idx if idx is not None else _bitmap_indices(bm, d, k)
         return self._add_selected_rows(out, tgt, sel, vals, w)
 
     def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
@@ -452,6 +451,18 @@ def _inf_key(dtype: torch.dtype) -> float | int:
     """``+inf`` as :func:`_order_key` sees it."""
     key = _KEY_DTYPE.get(dtype)
     return math.inf if key is None else int(torch.tensor(math.inf, dtype=dtype).view(key))
+
+
+def _bitmap_indices(bm: torch.Tensor, d: int, k: int) -> torch.Tensor:
+    """The [m, k] set positions of the [m, ⌈d/8⌉] bitmaps ``bm`` (exactly k bits in each row's
+    first d), increasing in each row. On CPU numpy's nonzero on a bool view (3× its uint8 speed)."""
+    m = bm.shape[0]
+    if bits.numpy_path(bm.device):
+        flags = np.unpackbits(bm.numpy(), axis=1, count=d, bitorder="little")
+        pos = np.flatnonzero(flags.view(bool)).reshape(m, k)
+        pos -= np.arange(0, m * d, d, dtype=pos.dtype)[:, None]
+        return torch.from_numpy(pos)
+    return _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
 
 
 def _host_columns(t: torch.Tensor, cols: tuple[int, ...]) -> list[np.ndarray]:
