@@ -56,11 +56,7 @@ def start_encode(comp: Any, X: torch.Tensor, out: torch.Tensor | None) -> tuple[
     if X.requires_grad:
         X = X.detach()
     block = _row_block(out, X.shape[0], plan.nbytes, X.device)
-    head = block[:, :HEADER_NBYTES].view(torch.int64)
-    if head.is_cpu:
-        head.numpy().fill(header_int64(plan))  # numpy: less per call
-    else:
-        head.fill_(header_int64(plan))
+    block[:, :HEADER_NBYTES].view(torch.int64).fill_(header_int64(plan))
     return plan, X, block
 
 

@@ -378,11 +378,6 @@ class TopK(_KSparse):
             need = k - gt.sum(1, keepdim=True)
             keep = gt | (eq & (eq.cumsum(1) <= need))
             sel.index_copy_(0, tied, keep.nonzero()[:, 1].view(-1, k))
-        if plan.param == 0 and X.is_cpu and X.dtype in _KEY_DTYPE:  # numpy: less per call
-            sn = sel.numpy()
-            vals.numpy()[:] = np.take_along_axis(X.numpy(), sn, axis=1)
-            _rows.section(block, plan, "index").numpy()[:] = sn
-            return block
         torch.gather(X, 1, sel, out=vals) if vals.is_contiguous() else vals.copy_(X.gather(1, sel))
         if plan.param == 0:
             _rows.section(block, plan, "index").copy_(sel)
