@@ -318,9 +318,12 @@ def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp
 
     calls = []
     decode = gossip.block.Block._decode_add
-    monkeypatch.setattr(gossip.block.Block, "_decode_add",
-                        lambda self, comp, out, msgs, *a, **k: (calls.append(msgs.shape[0]),
-                                                                decode(self, comp, out, msgs, *a, **k)))
+
+    def counted(self, comp, out, msgs, *args, **kwargs):
+        calls.append(msgs.shape[0])  # messages per decode call
+        return decode(self, comp, out, msgs, *args, **kwargs)
+
+    monkeypatch.setattr(gossip.block.Block, "_decode_add", counted)
     looped = run()
     assert calls.count(1) >= 2 * topo.graph.number_of_edges()  # each received message alone
     monkeypatch.setattr(gossip.block, "LOOP_FROM", 1 << 40)
