@@ -43,17 +43,25 @@ SCENARIOS = {
 }
 
 
-def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
+def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict] | None:
+    """The scenario's engine and the keywords :func:`log_run` takes for it (None: the scenario
+    does not run on ``n`` nodes)."""
     alg, hp, topo = SCENARIOS[name]
     if alg == "adasum" and n & (n - 1):
-        return  # a power-of-two node count only
+        return None  # a power-of-two node count only
     data, _ = quadratic_problem(n, 23, seed=9, scales=[0.5 + i for i in range(n)])
     engine = Engine(make_algorithm(alg, **hp), topologies.build(topo, n),
                     lambda i: torch.zeros(23, dtype=torch.float64),
                     compressor="topk:0.5" if alg == "choco-amsgrad" else "none",
                     layout=Layout([(4, 5), (3,)]), seed=4, world=world, timeout=60,
                     oracles=lambda i, gen: QuadraticOracle(data, i))
-    log_run(engine, name, logger, rounds=12, log_every=4)
+    return engine, {"rounds": 12, "log_every": 4}
+
+
+def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
+    built = engine_for(name, n, world)
+    if built is not None:
+        log_run(built[0], name, logger, **built[1])
 
 
 if __name__ == "__main__":

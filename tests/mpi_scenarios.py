@@ -39,7 +39,8 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, tuple]] = {
 }
 
 
-def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
+def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
+    """The scenario's engine and the keywords :func:`log_run` takes for it."""
     alg_name, hp, spec, topo_spec, shape = SCENARIOS[name]
     topo = topologies.build(topo_spec, n, seed=3)
 
@@ -55,7 +56,12 @@ def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
         layout=layout if len(shapes) > 1 or len(shape) > 1 else None, seed=11, world=world,
         timeout=60,
     )
-    log_run(engine, name, logger)
+    return engine, {}
+
+
+def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
+    engine, options = engine_for(name, n, world)
+    log_run(engine, name, logger, **options)
 
 
 def log_run(engine: Engine, name: str, logger: JsonlLogger, rounds: int = 20, log_every: int = 5,

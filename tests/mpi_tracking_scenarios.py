@@ -45,7 +45,8 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
 }
 
 
-def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
+def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
+    """The scenario's engine and the keywords :func:`log_run` takes for it."""
     alg_name, hp, spec, topo_spec, weights, estimator = SCENARIOS[name]
     topo = topologies.build(topo_spec, n, weights=weights, seed=3)
     problem = make_problem("least-squares", n_nodes=n, dim=20, samples_per_node=15, seed=4,
@@ -61,7 +62,12 @@ def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
     def metrics(eng, xbar):
         return {"distance_to_optimum": squared_distance(eng, x_star, relative=True)}
 
-    log_run(engine, name, logger, metrics=[metrics])
+    return engine, {"metrics": [metrics]}
+
+
+def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
+    engine, options = engine_for(name, n, world)
+    log_run(engine, name, logger, **options)
 
 
 if __name__ == "__main__":
