@@ -17,9 +17,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from gossip.algorithms import Algorithm, Node, register_algorithm
-from gossip.algorithms.base import RoundGenerator, check_range, local_step, mix_into, scheduled, send_payload
-from gossip.compress import Codec, CompressionError, register_compressor
+from gossip.algorithms import Algorithm, Round, register_algorithm
+from gossip.algorithms.base import check_range, scheduled
+from gossip.compress import Codec, register_compressor
+from gossip.errors import CompressionError
 from gossip.compress.wire import Sections, numel_of
 
 
@@ -96,21 +97,21 @@ class LocalGossip(Algorithm):
         check_range("period", period, 0, 10**6, "rounds between exchanges, at least 1")
         self.gamma, self.eta, self.period = gamma, eta, int(period)
 
-    def setup(self, node: Node) -> None:
-        node.state.update(x_hat=torch.zeros_like(node.x), s=torch.zeros_like(node.x),
-                          diff=torch.empty_like(node.x), grad=torch.empty_like(node.x))
+    def setup(self, block) -> None:
+        x_hat, s = block.stacked(2)  # one decode updates both (mix_into's copy=)
+        block.state.update(x_hat=x_hat, s=s)  # checkpointed
+        block.workspace.update(diff=torch.empty_like(block.x), grad=torch.empty_like(block.x))
 
-    def step(self, node: Node) -> RoundGenerator:
-        x, st = node.x, node.state
-        if node.oracle is not None:
-            local_step(node, node.oracle.grad(x, st["grad"]), scheduled(self.eta, node.round))
-        if node.round % self.period:
+    def step(self, block) -> Round:
+        x, st, ws = block.x, block.state, block.workspace
+        if block.has_oracle:
+            block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
+        if block.round % self.period:
             return  # no exchange this round (the same on every node)
-        x.add_(torch.sub(st["s"], st["x_hat"], out=st["diff"]), alpha=self.gamma)
-        q = node.compressor.encode(torch.sub(x, st["x_hat"], out=st["diff"]), node.generator)
-        inbox = yield send_payload(node, q, st["diff"])
-        node.compressor.decode_add_(st["x_hat"], q, 1.0)
-        mix_into(node, st["s"], q, inbox)
+        x.add_(torch.sub(st["s"], st["x_hat"], out=ws["diff"]), alpha=self.gamma)
+        q = block.encode(torch.sub(x, st["x_hat"], out=ws["diff"]))
+        inbox = yield q
+        block.mix_into(st["s"], q, inbox, copy=st["x_hat"])  # s += W q, x_hat += q
 
 
 register_compressor("int8", StochasticInt8)

@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gossip.algorithms import REGISTRY, accepted_hparams, algorithm_class, make_algorithm  # noqa: E402
-from gossip.algorithms.base import ConfigError  # noqa: E402
+from gossip.errors import ConfigError  # noqa: E402
 from gossip.cli import (  # noqa: E402
     DTYPES,
     HelpFormatter,

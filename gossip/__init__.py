@@ -25,16 +25,13 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     # running
     "Engine": "gossip.engine",
-    "DivergenceError": "gossip.engine",
-    "NodeError": "gossip.engine",
+    "Block": "gossip.engine",
     "World": "gossip.comm.world",
     "Layout": "gossip.layout",
     "Checkpointer": "gossip.checkpoint",
     "DecentralizedTrainer": "gossip.training",
     # algorithms
     "Algorithm": "gossip.algorithms",
-    "Node": "gossip.algorithms",
-    "Exchange": "gossip.algorithms",
     "make_algorithm": "gossip.algorithms",
     "register_algorithm": "gossip.algorithms",
     # compressors
@@ -50,8 +47,10 @@ _EXPORTS: dict[str, str] = {
     # protocols and errors
     "Stateful": "gossip.stateful",
     "GossipError": "gossip.errors",
-    "ConfigError": "gossip.algorithms",
-    "CompressionError": "gossip.compress",
+    "ConfigError": "gossip.errors",
+    "CompressionError": "gossip.errors",
+    "DivergenceError": "gossip.errors",
+    "NodeError": "gossip.errors",
     "ProblemError": "gossip.problems",
 }
 _RENAMED = {"make_compressor": "make"}

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gossip.checkpoint import Checkpointer, CheckpointError
-from gossip.engine import DivergenceError, Engine, Metric
+from gossip.engine import Engine, Metric
+from gossip.errors import DivergenceError
 from gossip.metrics import JsonlLogger
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,7 @@ nodes drift apart, too large and the run blows up, sometimes late. The search:
    (1, 0.5, 0.2, 0.1, 0.05, 0.02, 0.01);
 2. each candidate runs the *same* problem — a fresh engine, the same seed — for a fraction of
    the run's rounds (the caller decides how many);
-3. a candidate that diverges (:class:`~gossip.engine.DivergenceError`, or a non-finite score)
+3. a candidate that diverges (:class:`~gossip.errors.DivergenceError`, or a non-finite score)
    is discarded; among the others the one with the lowest final score wins (ties: the smaller
    γ, the safer one). The score is the caller's "error": consensus error for consensus runs,
    distance to the optimum for convex problems, the averaged model's training loss f(x̄) for
@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gossip.engine import DivergenceError
+from gossip.errors import DivergenceError
 from gossip.errors import GossipError
 
 

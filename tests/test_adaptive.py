@@ -11,7 +11,7 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.algorithms.adasum import adasum_pair
-from gossip.algorithms.base import ConfigError
+from gossip.errors import ConfigError
 from gossip.compress import make as make_compressor
 from gossip.layout import Layout
 from tests import reference_adaptive as ref

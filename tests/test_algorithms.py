@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import topologies
-from gossip.algorithms import ConfigError, make_algorithm
+from gossip.algorithms import make_algorithm
+from gossip.errors import ConfigError
 from gossip.compress import make
 from gossip.engine import Engine
 from gossip.layout import Layout

@@ -7,7 +7,7 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.algorithms.base import ConfigError
+from gossip.errors import ConfigError
 from tests.reference_adaptive import onebit_adam, quadratic_problem, run_engine
 
 

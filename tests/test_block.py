@@ -1,4 +1,4 @@
-"""Blocks of nodes (gossip/block.py): routing plans, and block rounds equal to the per-node math."""
+"""Blocks of nodes (gossip/engine/block.py): routing plans, and block rounds equal to the per-node math."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.algorithms.base import Algorithm
-from gossip.block import MixPlan
+from gossip.engine.routing import MixPlan
 from gossip.engine import Engine
 
 
@@ -112,8 +112,8 @@ def test_encode_parts_packs_each_nodes_messages_and_checks_every_part():
     encodings; a received row whose second part is corrupt is refused naming its sender."""
     from types import SimpleNamespace
 
-    from gossip.algorithms.base import pack
-    from gossip.block import Block, RowsError
+    from gossip.engine.block import Block
+    from gossip.errors import RowsError
     from gossip.compress import make
 
     topo = topologies.build("ring", 6)
@@ -129,8 +129,9 @@ def test_encode_parts_packs_each_nodes_messages_and_checks_every_part():
     for r in range(3):
         assert torch.equal(a.mine()[r], sign.encode(X[r]).to_bytes())
         assert torch.equal(b.mine()[r], topk.encode(Y[r]).to_bytes())
-        assert torch.equal(msg.mine()[r], pack([sign.encode(X[r]).to_bytes(),
-                                                topk.encode(Y[r]).to_bytes()]))
+        parts = [sign.encode(X[r]).to_bytes(), topk.encode(Y[r]).to_bytes()]
+        header = torch.tensor([2, parts[0].numel(), parts[1].numel()]).view(torch.uint8)
+        assert torch.equal(msg.mine()[r], torch.cat([header, *parts]))
     out = torch.zeros_like(Y)
     block.decode_add(out, b)
     assert torch.equal(out[1], topk.decode(topk.encode(Y[1])))
@@ -148,7 +149,7 @@ def test_model_rows_and_received_rows_gather_together():
     a staging row) and the received rows are gathered as one."""
     from types import SimpleNamespace
 
-    from gossip.block import Block
+    from gossip.engine.block import Block
     from gossip.compress import make
 
     topo = topologies.build("ring", 6)
@@ -177,7 +178,7 @@ class _ArcEcho(Algorithm):
     name = "arc-echo"
     static_topology = False
 
-    def block_step(self, block):
+    def step(self, block):
         route = block.arc_plan()
         d = block.x.shape[1]
         X = torch.tensor([[1000.0 * i + j] * d for i, j in route.arcs], dtype=block.x.dtype)
@@ -202,7 +203,7 @@ def test_arc_phase_routes_one_message_per_arc_and_counts_its_bytes(spec):
 
 
 def test_arc_plan_of_a_partial_block_splits_own_incoming_and_remote_arcs():
-    from gossip.block import ArcPlan
+    from gossip.engine.routing import ArcPlan
 
     arcs = [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2), (0, 3), (3, 0)]
     plan = ArcPlan.build(arcs, [1, 2], torch.device("cpu"))
@@ -219,10 +220,10 @@ class _ArcCounter(Algorithm):
 
     name = "arc-counter"
 
-    def setup_block(self, block):
+    def setup(self, block):
         block.arc_state["count"] = block.x.new_zeros(len(block.arc_plan().arcs), 2)
 
-    def block_step(self, block):
+    def step(self, block):
         block.arc_state["count"].add_(1.0)
         yield from ()
 
@@ -244,13 +245,13 @@ class _ArcLists(Algorithm):
 
     name = "arc-lists"
 
-    def setup_block(self, block):
+    def setup(self, block):
         arcs = block.arc_plan().arcs
         rows = torch.tensor([[float(i), float(j)] for i, j in arcs], dtype=block.x.dtype)
         block.arc_state["F{j}"] = [rows.clone(), rows[:, :1].clone().view(-1, 1, 1)]
         block.arc_state["G"] = [rows.clone()]
 
-    def block_step(self, block):
+    def step(self, block):
         yield from ()
 
 
@@ -272,7 +273,7 @@ def test_arc_state_lists_and_per_neighbor_keys():
     j = topo.view(0).out_neighbors[0]
     saved = {0: {k: [t.clone() for t in v] for k, v in nd.state.items()}}
     saved[0][f"F{j}"][0].fill_(7.0)
-    from gossip.engine import _load_node_state
+    from gossip.engine.engine import _load_node_state
 
     _load_node_state(nd, saved[0])
     arcs = eng.block.arc_plan().arcs
@@ -302,7 +303,7 @@ def test_a_nodes_saved_state_holds_its_own_rows_only():
 def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp, monkeypatch):
     """Rows of at least LOOP_FROM entries are encoded and mixed one message at a time from views
     of the staging rows (no gather copy): the same bits as the batched block round."""
-    import gossip.block
+    import gossip.engine.block
     import gossip.compress.rows
 
     d = gossip.compress.rows.LOOP_FROM + 5
@@ -317,16 +318,16 @@ def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp
         return [eng.block.x.clone(), *(t.clone() for t in eng.block.state.values())]
 
     calls = []
-    decode = gossip.block.Block._decode_add
+    decode = gossip.engine.block.Block._decode_add
 
     def counted(self, comp, out, msgs, *args, **kwargs):
         calls.append(msgs.shape[0])  # messages per decode call
         return decode(self, comp, out, msgs, *args, **kwargs)
 
-    monkeypatch.setattr(gossip.block.Block, "_decode_add", counted)
+    monkeypatch.setattr(gossip.engine.block.Block, "_decode_add", counted)
     looped = run()
     assert calls.count(1) >= 2 * topo.graph.number_of_edges()  # each received message alone
-    monkeypatch.setattr(gossip.block, "LOOP_FROM", 1 << 40)
+    monkeypatch.setattr(gossip.engine.block, "LOOP_FROM", 1 << 40)
     monkeypatch.setattr(gossip.compress.rows, "LOOP_FROM", 1 << 40)
     batched = run()
     assert all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(looped, batched))

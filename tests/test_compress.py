@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from gossip.compress import CompressionError, bits, make
+from gossip.compress import bits, make
+from gossip.errors import CompressionError
 from gossip.compress.sparse import sample_distinct
 from gossip.layout import Layout
 from gossip.rng import Stream

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from gossip.compress import CompressionError, bits, make, sparse
+from gossip.compress import bits, make, sparse
+from gossip.errors import CompressionError
 from gossip.compress.checks import Workspace
 from gossip.compress.sparse import sample_distinct
 from gossip.layout import Layout

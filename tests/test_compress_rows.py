@@ -9,7 +9,8 @@ import re
 import pytest
 import torch
 
-from gossip.compress import CompressionError, available, bits, make
+from gossip.compress import available, bits, make
+from gossip.errors import CompressionError
 from gossip.compress import rows as _rows
 from gossip.compress.base import row_stride
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip.compress import CompressionError, available, make
+from gossip.compress import available, make
+from gossip.errors import CompressionError
 from gossip.compress.wire import HEADER_NBYTES, MAGIC
 from gossip.layout import Layout
 

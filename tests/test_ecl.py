@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import topologies
-from gossip.algorithms import ConfigError, make_algorithm
+from gossip.algorithms import make_algorithm
+from gossip.errors import ConfigError
 from gossip.engine import Engine
 from tests import reference_tracking as reft
 from tests.test_algorithms import (

@@ -9,8 +9,10 @@ import pytest
 import torch
 
 import topologies
-from gossip.algorithms import ConfigError, make_algorithm
-from gossip.engine import DivergenceError, Engine
+from gossip.algorithms import make_algorithm
+from gossip.errors import ConfigError
+from gossip.engine import Engine
+from gossip.errors import DivergenceError
 from gossip.seeding import generator, init_seed
 
 

@@ -13,8 +13,10 @@ import torch
 
 import topologies
 from examples.my_parts import LocalGossip, StochasticInt8
-from gossip.algorithms import REGISTRY, ConfigError, make_algorithm, register_algorithm
-from gossip.compress import CompressionError, TopK, available, make, register_compressor
+from gossip.algorithms import REGISTRY, make_algorithm, register_algorithm
+from gossip.errors import ConfigError
+from gossip.compress import TopK, available, make, register_compressor
+from gossip.errors import CompressionError
 from gossip.engine import Engine
 from gossip.plugins import PluginError
 from gossip.problems import make_problem

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import topologies
-from gossip.algorithms import ConfigError, make_algorithm
+from gossip.algorithms import make_algorithm
+from gossip.errors import ConfigError
 from gossip.engine import Engine
 from gossip.seeding import generator, node_seed
 from tests import reference as ref

@@ -314,18 +314,27 @@ def test_predrawn_serves_only_its_draws():
         p.seeds()
 
 
-def test_engine_nodes_streams_independent_of_placement():
-    from gossip.algorithms.base import Node
-    from gossip.layout import Layout
+def test_block_streams_independent_of_placement():
+    """A node's main, named and edge streams draw the same numbers whether it sits alone in a
+    block or beside others; both ends of an edge draw the same numbers."""
+    from types import SimpleNamespace
 
-    def node(i):
-        return Node(id=i, x=torch.zeros(3), layout=Layout.flat(3), view=None, compressor=make("none"),
-                    generator=torch.Generator(), seed=11)
+    from gossip.engine.block import Block
+    from gossip.engine.routing import ArcPlan
 
-    a, b = node(3), node(5)
-    for nd in (a, b):
-        nd.begin_round(4)
-    assert torch.equal(a.edge_rng(5).normal(6), b.edge_rng(3).normal(6))
-    assert torch.equal(a.rng.words(4), _one(11, 3, 4, 0).words(4))
-    assert torch.equal(a.stream_rng("tracker").words(4), _one(11, 3, 4, 0, "tracker").words(4))
-    np.testing.assert_array_equal(a.rng.call, 1)
+    def block(ids):
+        b = Block([SimpleNamespace(id=i) for i in ids], torch.zeros(len(ids), 3), make("none"),
+                  lambda: make("none"), seed=11)
+        b.begin_round(4, None)
+        return b
+
+    pair, alone = block([3, 5]), block([5])
+    words = pair.rng.words(4)
+    assert torch.equal(words[1], alone.rng.words(4)[0])
+    assert torch.equal(words[0], _one(11, 3, 4, 0).words(4)[0])
+    assert torch.equal(pair.stream_rng("tracker").words(4)[0],
+                       _one(11, 3, 4, 0, "tracker").words(4)[0])
+    a, b = block([3]), block([5])
+    ra = a.arc_rng(ArcPlan.build([(3, 5)], [3], torch.device("cpu")), "edge", undirected=True)
+    rb = b.arc_rng(ArcPlan.build([(5, 3)], [5], torch.device("cpu")), "edge", undirected=True)
+    assert torch.equal(ra.normal(6), rb.normal(6))

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import topologies
-from gossip.algorithms import REGISTRY, ConfigError, make_algorithm
+from gossip.algorithms import REGISTRY, make_algorithm
+from gossip.errors import ConfigError
 from gossip.checkpoint import Checkpointer
 from gossip.compress import available, make
 from gossip.engine import Engine
@@ -123,10 +124,10 @@ def test_node_state_holds_tensors_only():
     class Bad(Algorithm):
         name = "bad-state"
 
-        def setup(self, node):
-            node.state["helper"] = object()
+        def setup(self, block):
+            block.state["helper"] = object()
 
-        def step(self, node):
+        def step(self, block):
             yield from ()
 
     with pytest.raises(ConfigError, match="tensors"):

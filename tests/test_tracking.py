@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import topologies
-from gossip.algorithms import REGISTRY, ConfigError, make_algorithm
+from gossip.algorithms import REGISTRY, make_algorithm
+from gossip.errors import ConfigError
 from gossip.algorithms.streams import arcs_over_schedule
 from gossip.engine import Engine
 from gossip.problems import make_problem

@@ -13,8 +13,8 @@ from torch.utils.data import Dataset, TensorDataset
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.algorithms.base import ConfigError
-from gossip.engine import DivergenceError
+from gossip.errors import ConfigError
+from gossip.errors import DivergenceError
 from gossip.seeding import generator
 from gossip.training import (
     MLP,
@@ -324,7 +324,7 @@ def test_gamma_search_picks_lowest_non_diverged():
 
     def trial(g):
         if g > 0.3:
-            raise DivergenceError("boom", 7)
+            raise DivergenceError("boom", round=7)
         return (g - 0.1) ** 2 if g != 0.02 else math.nan
 
     search = search_gamma(trial, rounds=10)

@@ -11,7 +11,8 @@ from typing import Any
 
 from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, TrackedAMSGrad
 from gossip.algorithms.adasum import Adasum
-from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Inbox, Node
+from gossip.algorithms.base import Algorithm, Round
+from gossip.errors import ConfigError
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.choco import Choco
 from gossip.algorithms.dcd import DCD
@@ -116,5 +117,5 @@ def accepted_hparams(spec: str | type[Algorithm]) -> set[str]:
     return set(inspect.signature(algorithm_class(spec).__init__).parameters) - {"self"}
 
 
-__all__ = ["Algorithm", "ConfigError", "Exchange", "Inbox", "Node", "REGISTRY", "accepted_hparams",
+__all__ = ["Algorithm", "ConfigError", "REGISTRY", "Round", "accepted_hparams",
            "algorithm_class", "available", "make_algorithm", "register", "register_algorithm"]

@@ -19,15 +19,16 @@ from typing import Any
 import torch
 
 from gossip.algorithms.allreduce import adam_moments_, adaptive_hparams, check_betas, preconditioned
-from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, check_range, scheduled
-from gossip.block import Block
+from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
+from gossip.errors import ConfigError
+from gossip.engine.block import Block
 
 
 class ExactRows:
     """The messages of exact gossip: a row's values as they are (its dtype, no header, nothing
     to check), ``d·itemsize`` bytes. Decoding adds ``w·v`` with one rounding, as
     ``add_(v, alpha=w)`` does (``w_ii v_i`` on a zero row is the product itself). Enough of the
-    compressor interface for :meth:`gossip.block.Block.encode` and ``mix_into``."""
+    compressor interface for :meth:`gossip.engine.block.Block.encode` and ``mix_into``."""
 
     stateful = False
     randomized = False
@@ -91,7 +92,7 @@ class AdaptiveGossip(Algorithm):
         if spec != "none":
             raise ConfigError(f"{self.name} mixes exact models: use --compressor none (got '{spec}')")
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         z = torch.zeros_like(block.x)
         block.state.update(m=z, v=z.clone(), grad=torch.zeros_like(z), step=torch.zeros_like(z))
 
@@ -104,7 +105,7 @@ class AdaptiveGossip(Algorithm):
             t = self._work[(name, width)] = x.new_empty((x.shape[0], width))
         return t
 
-    def mix(self, block: Block, vectors: Sequence[torch.Tensor], steps: int) -> BlockRound:
+    def mix(self, block: Block, vectors: Sequence[torch.Tensor], steps: int) -> Round:
         """``V ← W V`` for each of ``vectors`` ([m, d] rows, in place), ``steps`` times: one
         message a step carries all of them as they are (:class:`ExactRows`); each node sums
         ``w_ii v_i + Σ_j w_ij v_j`` in sorted-neighbor order, one rounding per term."""
@@ -149,12 +150,12 @@ class DADAM(AdaptiveGossip):
         super().__init__(eta, beta1, beta2, eps, gossip_steps)
         self.amsgrad = bool(amsgrad)
 
-    def setup_block(self, block: Block) -> None:
-        super().setup_block(block)
+    def setup(self, block: Block) -> None:
+        super().setup(block)
         if self.amsgrad:
             block.state["v_max"] = torch.zeros_like(block.x)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         st = block.state
         adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
         v = st["v"]
@@ -191,13 +192,13 @@ class TrackedAMSGrad(AdaptiveGossip):
                  beta2: float = 0.999, eps: float = 1e-8, gossip_steps: int = 1):
         super().__init__(eta, beta1, beta2, eps, gossip_steps)
 
-    def setup_block(self, block: Block) -> None:
-        super().setup_block(block)
+    def setup(self, block: Block) -> None:
+        super().setup(block)
         x = block.x
         block.state.update(v_max=torch.full_like(x, self.eps), u=torch.full_like(x, self.eps),
                            v_new=torch.zeros_like(x))
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         st = block.state
         adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
         u, v_max, v_new = st["u"], st["v_max"], st["v_new"]
@@ -251,12 +252,12 @@ class ChocoAMSGrad(TrackedAMSGrad):
     def validate(self, topology: Any, compressor: Any) -> None:
         """Any compressor: the copies make biased ones safe (as in CHOCO-SGD)."""
 
-    def setup_block(self, block: Block) -> None:
-        super().setup_block(block)
+    def setup(self, block: Block) -> None:
+        super().setup(block)
         z = torch.zeros_like(block.x)
         block.state.update(x_hat=z, u_hat=z.clone(), s_x=z.clone(), s_u=z.clone(), diff=torch.zeros_like(z))
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         st, x = block.state, block.x
         adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
         u, v_max, v_new = st["u"], st["v_max"], st["v_new"]
@@ -319,7 +320,7 @@ class DESLOC(AdaptiveGossip):
             raise ConfigError("period_x = 0 never mixes the models: the nodes would train alone")
         self.period_x, self.period_m, self.period_v = int(period_x), int(period_m), int(period_v)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         st, t, x = block.state, block.round, block.x
         adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
         direction = preconditioned(st["m"], st["v"], self.eps, st["step"])

@@ -13,8 +13,9 @@ from gossip.algorithms.allreduce import (
     node_count,
     preconditioned,
 )
-from gossip.algorithms.base import BlockRound, ConfigError, check_range, scheduled
-from gossip.block import Block
+from gossip.algorithms.base import Round, check_range, scheduled
+from gossip.errors import ConfigError
+from gossip.engine.block import Block
 
 TINY = 1e-8
 """A squared norm below this keeps its coefficient at 1 (Horovod's guard)."""
@@ -75,7 +76,7 @@ class Adasum(AllReduceAlgorithm):
                 f"{n}; use {1 << (n.bit_length() - 1)} or {1 << n.bit_length()} nodes"
             )
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         z = torch.zeros_like(block.x)
         block.state.update(grad=z, delta=z.clone())
         if self.local == "adam":
@@ -90,7 +91,7 @@ class Adasum(AllReduceAlgorithm):
             self._levels.append(([(i, i ^ level) for i in range(n)], lower.view(-1, 1)))
             level *= 2
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         st, x = block.state, block.x
         g = block.gradients(st["grad"])
         delta = st["delta"]

@@ -3,9 +3,9 @@
 The all-reduce family (1-bit Adam, 0/1 Adam, 1-bit LAMB, Signum with majority vote, Adasum)
 keeps every node's model and optimizer state identical: each round ends with the same averaged
 quantity on every node. We build the collective from the engine's block phases (one message per
-arc, :meth:`gossip.block.Block.arc_plan`, then one message per node), so it runs unchanged in
+arc, :meth:`gossip.engine.block.Block.arc_plan`, then one message per node), so it runs unchanged in
 one process and under ``mpiexec``, for all of a process's nodes at once (the rows of a
-:class:`~gossip.block.Block`), and its bytes are counted where they are handed over.
+:class:`~gossip.engine.block.Block`), and its bytes are counted where they are handed over.
 
 :class:`ChunkedAllReduce` is a reduce-scatter followed by an all-gather. The flat input of
 ``D`` entries is zero-padded to ``D'`` and cut into ``n`` chunks of ``c = D'/n``; node ``j``
@@ -52,7 +52,8 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, BlockRound, ConfigError
+from gossip.algorithms.base import Algorithm, Round
+from gossip.errors import ConfigError
 from gossip.compress import bits
 from gossip.compress import rows as _rows
 
@@ -136,7 +137,7 @@ class ChunkedAllReduce:
             return self.chunk // 8 * (2 if phase == 2 and self.n % 2 == 0 else 1)
         return self.chunk // 8 + item if self.compressed else self.chunk * item
 
-    def setup_block(self, block: Any) -> None:
+    def setup(self, block: Any) -> None:
         """The block's error buffers (zero) in ``block.state`` (1-bit codecs only)."""
         if self.error_feedback:
             x = block.x
@@ -149,7 +150,7 @@ class ChunkedAllReduce:
             block.state[f"{self.key}_worker_error"].zero_()
             block.state[f"{self.key}_server_error"].zero_()
 
-    def reduce_block(self, block: Any, U: torch.Tensor, out: torch.Tensor) -> BlockRound:
+    def reduce_block(self, block: Any, U: torch.Tensor, out: torch.Tensor) -> Round:
         """``out[r] ← mean_i u_i`` for every row (approximately, with a 1-bit codec; the vote
         with ``vote``): every node gets the same vector.
 
@@ -300,8 +301,8 @@ class AllReduceAlgorithm(Algorithm):
         n, d = node_count(block), block.x.shape[1]
         self._fp = ChunkedAllReduce(n, d, "none", key="fp")
         self._ar = ChunkedAllReduce(n, d, self.codec, key="ar")
-        self._fp.setup_block(block)
-        self._ar.setup_block(block)
+        self._fp.setup(block)
+        self._ar.setup(block)
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",

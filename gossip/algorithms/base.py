@@ -1,161 +1,47 @@
-"""What an algorithm is: per-node state plus a round written as a generator.
+"""What an algorithm is: immutable configuration plus a round written as a generator over a block.
 
-A round yields :class:`Exchange` messages and receives the inbox back, so the code reads like
-the paper's update and never touches a transport::
+A round runs for all of a process's nodes at once (a :class:`~gossip.engine.block.Block`: row
+r of every [m, d] tensor is node r). It yields each phase's messages and gets them back
+exchanged, so it reads like the paper's update and never touches a transport::
 
-    q = node.compressor.encode(node.x - x_hat, node.rng)
-    inbox = yield Exchange.broadcast(q.to_bytes(), capacity)
-    for j, buf in inbox.items():          # sorted by sender id
-        node.compressor.decode_add_(s, node.compressor.from_bytes(buf, s), node.weight(j))
+    q = block.encode(x - x_hat)     # C(x_i − x̂_i) for every row
+    inbox = yield q                 # sent to the out-neighbors; theirs received
+    block.mix_into(s, q, inbox)     # s_i += Σ_j w_ij C(q_j), neighbors in sorted order
 
-Every node of a run yields the same number of exchanges per round.
+Every node of a run yields the same number of phases per round. Resolved hyper-parameters go
+to ``block.hparams``, never onto the algorithm, so one instance serves several runs.
 """
 
 from __future__ import annotations
 
-from abc import ABC
-from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-import torch
-
-from gossip.errors import GossipError
-from gossip.rng import Stream
+from gossip.errors import ConfigError
 
 if TYPE_CHECKING:
     from gossip.compress.base import Compressor
-    from gossip.layout import Layout
+    from gossip.engine.block import Block
 
-
-class ConfigError(GossipError, ValueError):
-    """An algorithm was configured with values it cannot run with (named in the message)."""
-
-
-@dataclass
-class Exchange:
-    """One message phase: bytes to each out-neighbor, bytes from each in-neighbor.
-
-    ``send`` is one uint8 buffer for every out-neighbor (a broadcast) or a mapping
-    ``{neighbor id: buffer}``. ``capacity`` bounds what any in-neighbor may send in this
-    phase (it sizes MPI receive buffers; a larger message is an error, never a truncation).
-    """
-
-    send: torch.Tensor | Mapping[int, torch.Tensor]
-    capacity: int
-
-    @classmethod
-    def broadcast(cls, buf: torch.Tensor, capacity: int | None = None) -> Exchange:
-        return cls(buf, buf.numel() if capacity is None else capacity)
-
-    def buffer_for(self, j: int) -> torch.Tensor:
-        return self.send[j] if isinstance(self.send, Mapping) else self.send
-
-
-Inbox = dict[int, torch.Tensor]
-"""Sender id -> received uint8 buffer, in sorted sender order; valid until the next yield."""
-
-
-@dataclass
-class Node:
-    """Everything one node's round may read or change.
-
-    ``x`` is the node's flat model (its shape is described by ``layout``), ``state`` holds the
-    algorithm's tensors (tensors or lists of tensors only: checkpoints copy them in place).
-    Randomness: ``rng`` is the node's :class:`gossip.rng.Stream` (counter-based, keyed by
-    (run seed, node, round, call): pass it to ``compressor.encode``), :meth:`stream_rng` gives
-    the stream of a named extra message stream, and :meth:`edge_rng` randomness shared with
-    neighbor ``j`` (keyed by the unordered edge: both ends draw the same numbers). The engine
-    calls :meth:`begin_round` every round, which is all these streams need to be
-    reproducible (no state to checkpoint). ``generator`` (a ``torch.Generator``) stays for the
-    oracle's sampling. ``oracle`` gives gradients (None for pure consensus). ``compressor``
-    encodes the node's main stream of messages; an algorithm that sends a second stream (a
-    gradient tracker) gets its own instance from :meth:`stream_compressor`, so stateful
-    compressors never mix streams and checkpoints save every one.
-    """
-
-    id: int
-    x: torch.Tensor
-    layout: Layout
-    view: Any  # topologies.NodeView of the current round
-    compressor: Compressor
-    generator: torch.Generator
-    edge_seed: Any = None  # callable (j) -> int, seed shared with neighbor j (legacy; unused here)
-    oracle: Any = None
-    round: int = 0
-    state: dict[str, Any] = field(default_factory=dict)
-    new_compressor: Callable[[], Compressor] | None = None
-    compressors: dict[str, Compressor] = field(default_factory=dict)
-    seed: int = 0  # the run seed: every Stream of the node derives from it
-    rng: Stream | None = None
-    _rngs: dict[str, Stream] = field(default_factory=dict)
-    _edge_rngs: dict[int, Stream] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.rng is None:
-            self.rng = Stream(self.seed, (self.id,), 0)
-            self.rng.begin_round(self.round)
-
-    def stream_compressor(self, stream: str) -> Compressor:
-        """A compressor of the run's kind for the message stream ``stream`` (one per name)."""
-        comp = self.compressors.get(stream)
-        if comp is None:
-            if self.new_compressor is None:
-                raise ConfigError(f"node {self.id} has no compressor factory for stream {stream!r}")
-            comp = self.compressors[stream] = self.new_compressor()
-        return comp
-
-    def stream_rng(self, stream: str) -> Stream:
-        """The node's random stream for the message stream ``stream`` (one per name; the
-        randomness to give ``stream_compressor(stream).encode``)."""
-        rng = self._rngs.get(stream)
-        if rng is None:
-            rng = self._rngs[stream] = Stream(self.seed, (self.id,), stream)
-            rng.begin_round(self.round)
-        return rng
-
-    def edge_rng(self, j: int) -> Stream:
-        """The stream this node shares with neighbor ``j``: keyed by the unordered edge
-        {id, j}, so both ends draw the same numbers when they make the same calls."""
-        rng = self._edge_rngs.get(j)
-        if rng is None:
-            lo, hi = min(self.id, j), max(self.id, j)
-            rng = self._edge_rngs[j] = Stream(self.seed, (lo << 32 | hi,), "edge")
-            rng.begin_round(self.round)
-        return rng
-
-    def begin_round(self, t: int) -> None:
-        """Enter round ``t``: sets ``round`` and the round of every stream of the node."""
-        self.round = t
-        self.rng.begin_round(t)
-        for rng in self._rngs.values():
-            rng.begin_round(t)
-        for rng in self._edge_rngs.values():
-            rng.begin_round(t)
-
-    def weight(self, j: int) -> float:
-        """``w_ij``: the weight this node gives to neighbor ``j``'s value (or its own)."""
-        if j == self.id:
-            return self.view.self_weight
-        return self.view.weight_of(j)
-
-
-RoundGenerator = Generator[Exchange, Inbox, None]
-BlockRound = Generator[Any, Any, None]
-"""A block round: yields :class:`gossip.block.Rows` and receives them back, exchanged."""
+Round = Generator[Any, Any, None]
+"""A round: yields a phase's :class:`~gossip.engine.staging.Rows`, receives them exchanged."""
 
 
 class Algorithm(ABC):
-    """A decentralized algorithm: ``setup`` allocates a node's state, ``step`` runs one round.
+    """A decentralized algorithm: ``setup(block)`` allocates the run's state, ``step(block)``
+    runs one round for every node the process hosts (docs/extending.md).
 
-    Class attributes say what the algorithm needs, so the engine refuses bad runs up front:
+    The instance is configuration only: its constructor checks and stores hyper-parameters,
+    and nothing a run derives is stored on it (that goes to the block). Class attributes say
+    what the algorithm needs, so the engine refuses bad runs up front:
     ``static_topology`` (keeps neighbor state, so the graph cannot change between rounds),
     ``symmetric`` (needs ``W = Wᵀ``), ``needs_oracle`` (uses gradients), ``needs_complete_graph``
     (an all-reduce: every node talks to every other one). Scripts read the
     capabilities (``trains``, ``takes_optimizer``, ``tunable``, :meth:`suggest_hparams`), never
     lists of names, so a registered algorithm of a user's gets the same treatment.
 
-    Per-node tensors live in ``node.state``; anything else an algorithm keeps between rounds
+    Per-node tensors live in ``block.state``; anything else an algorithm keeps between rounds
     belongs in :meth:`state_dict` (the :class:`gossip.stateful.Stateful` protocol). A page per
     algorithm in ``docs/algorithms/`` gives its update, messages and state;
     ``docs/extending.md`` shows how to write one.
@@ -221,39 +107,24 @@ class Algorithm(ABC):
             raise ConfigError(f"{self.name} keeps no run-wide state, but the checkpoint holds {sorted(state)}")
 
     def validate(self, topology: Any, compressor: Compressor) -> None:
-        """Raise :class:`ConfigError` for a topology or compressor this algorithm cannot use."""
+        """Raise :class:`ConfigError` for a topology or compressor this algorithm cannot use
+        (called before any node exists; it must not change the algorithm)."""
 
-    def setup(self, node: Node) -> None:
-        """Allocate and initialise ``node.state`` (called once, before round 1)."""
-        raise ConfigError(_NO_ROUND.format(name=type(self).__name__))
+    def setup(self, block: Block) -> None:
+        """Allocate ``block.state`` ([m, ...] tensors, row r = node r; checkpointed) and
+        ``block.workspace`` (scratch), fill derived defaults into ``block.hparams``, before
+        round 1 (nothing by default)."""
 
-    def step(self, node: Node) -> RoundGenerator:
-        """One round for ``node``: local work, yields of :class:`Exchange`, mixing."""
-        raise ConfigError(_NO_ROUND.format(name=type(self).__name__))
-
-    # -- blocks: all of a process's nodes at once (gossip/block.py) -------------------------
-    def setup_block(self, block: Any) -> None:
-        """Allocate ``block.state`` ([m, ...] tensors, row r = node r) before round 1."""
-
-    def block_step(self, block: Any) -> BlockRound:
-        """One round for every node of ``block`` (a :class:`gossip.block.Block`): tensor ops
-        over its rows, ``yield block.encode(...)`` per message phase (the yield returns the
-        phase's messages), ``block.mix_into`` to mix. Algorithms that define it run as blocks:
-        one vectorized round per process instead of one generator per node."""
-        raise ConfigError(_NO_ROUND.format(name=type(self).__name__))
-
-    @classmethod
-    def runs_blocks(cls) -> bool:
-        """True when the algorithm defines :meth:`block_step` (the engine then uses it)."""
-        return cls.block_step is not Algorithm.block_step
+    @abstractmethod
+    def step(self, block: Block) -> Round:
+        """One round for every node of ``block``: tensor ops over its rows, ``yield`` of each
+        phase's messages (``block.encode(...)``; the yield gives them back, exchanged), and
+        ``block.mix_into`` / ``block.decode_add`` to use them."""
 
     def hparams(self) -> dict[str, Any]:
-        """Hyper-parameters for the log's config record."""
+        """The constructor's hyper-parameters (the log's config record; ``block.hparams``
+        starts from them)."""
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
-
-
-_NO_ROUND = ("{name} defines neither a per-node round (setup, step) nor a block round "
-             "(setup_block, block_step); docs/extending.md shows both")
 
 
 def check_complete(name: str, topology: Any, hint: str = "use --topology complete") -> None:
@@ -285,143 +156,20 @@ def _step_factor(rule: str, topology: Any) -> float:
     return min(1.0, 0.9 * (1.0 + float(lam)))
 
 
-def send_payload(
-    node: Node, payload: Any, like: torch.Tensor, compressor: Compressor | None = None
-) -> Exchange:
-    """An exchange broadcasting ``payload``; neighbors may send up to the compressor's bound."""
-    return Exchange(payload.to_bytes(), (compressor or node.compressor).max_nbytes(like))
-
-
-def mix_into(
-    node: Node,
-    out: torch.Tensor,
-    own: Any | None,
-    inbox: Inbox,
-    *,
-    own_weight: float | None = None,
-    scale: float = 1.0,
-    compressor: Compressor | None = None,
-) -> torch.Tensor:
-    """``out += scale·(w_ii·C(own) + Σ_j w_ij·C(q_j))``, decoding each message, sorted by sender.
-
-    ``own`` is this node's own payload (skipped when None); ``own_weight`` overrides ``w_ii``;
-    ``compressor`` overrides the node's (for messages sent uncompressed).
-    """
-    comp = compressor or node.compressor
-    if own is not None:
-        w_own = node.view.self_weight if own_weight is None else own_weight
-        comp.decode_add_(out, own, scale * w_own)
-    for j in sorted(inbox):
-        comp.decode_add_(out, received(comp, inbox, j, out), scale * node.weight(j))
-    return out
-
-
-def received(comp: Compressor, inbox: Inbox, j: int, like: torch.Tensor) -> Any:
-    """``comp.from_bytes`` of neighbor ``j``'s message for a tensor like ``like``.
-
-    A refused message (NaN/Inf values, a corrupt header or body) raises the
-    :class:`~gossip.compress.base.CompressionError` with ``sender = j``, so the engine's error
-    names the node (and rank) that sent it rather than blaming the receiver.
-    """
-    from gossip.compress.base import CompressionError
-
-    try:
-        return comp.from_bytes(inbox[j], like)
-    except CompressionError as exc:
-        exc.sender = j
-        raise
-
-
-def local_step(node: Node, grad: torch.Tensor, eta: float) -> None:
-    """``x_i ← x_i − η g``, or the node's own optimizer step on ``g`` when its oracle has one.
-
-    Training oracles (momentum, Nesterov, Adam, weight decay…) expose ``apply_step(x, g, t)``;
-    plain problem oracles do not, and get the SGD step.
-    """
-    apply = getattr(node.oracle, "apply_step", None)
-    if apply is not None:
-        apply(node.x, grad, node.round)
-    else:
-        node.x.add_(grad, alpha=-eta)
-
-
 def scheduled(value: float | Callable[[int], float], t: int) -> float:
     """A constant hyper-parameter, or a schedule evaluated at round ``t``."""
     return float(value(t)) if callable(value) else float(value)
 
 
-def check_range(name: str, value: float, low: float, high: float, hint: str = "") -> None:
-    """Raise :class:`ConfigError` unless ``low < value <= high``."""
+def check_range(name: str, value: float, low: float, high: float, hint: str = "", *,
+                include_low: bool = False, include_high: bool = True) -> None:
+    """Raise :class:`ConfigError` unless ``value`` lies in the interval from ``low`` to
+    ``high`` (default ``(low, high]``; ``include_low`` closes it below, ``include_high=False``
+    opens it above). A schedule (a callable) is not checked."""
     if callable(value):
         return
-    if not (low < value <= high) or value != value:
-        raise ConfigError(f"{name} = {value} is outside ({low}, {high}]. {hint}".rstrip())
-
-
-_LEN = 8  # bytes of each part-length field in a packed message
-
-
-def pack(parts: list[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
-    """Several byte buffers as one message: ``[count][len_1]…[len_k][bytes_1]…[bytes_k]``.
-
-    The small header (8 bytes a field) travels and is counted like everything else.
-    """
-    device = parts[0].device
-    header = torch.tensor([len(parts)] + [p.numel() for p in parts], dtype=torch.int64)
-    total = header.numel() * _LEN + sum(p.numel() for p in parts)
-    if out is None or out.numel() != total:
-        out = torch.empty(total, dtype=torch.uint8, device=device)
-    out[: header.numel() * _LEN].copy_(header.view(torch.uint8))
-    pos = header.numel() * _LEN
-    for p in parts:
-        out[pos : pos + p.numel()].copy_(p)
-        pos += p.numel()
-    return out
-
-
-def packed_capacity(capacities: list[int]) -> int:
-    """The largest packed message for parts of at most these sizes."""
-    return (len(capacities) + 1) * _LEN + sum(capacities)
-
-
-def unpack_inbox(inbox: Inbox, count: int, capacities: list[int]) -> list[Inbox]:
-    """Split every neighbor's :func:`pack`-ed message: one inbox per part, sorted by sender.
-
-    A malformed message raises :class:`~gossip.compress.base.CompressionError` with ``sender``
-    set, so the engine names the node that sent it (as :func:`received` does).
-    """
-    from gossip.compress.base import CompressionError
-
-    parts: list[Inbox] = [{} for _ in range(count)]
-    for j in sorted(inbox):
-        try:
-            split = unpack(inbox[j], count, capacities)
-        except CompressionError as exc:
-            exc.sender = j
-            raise
-        for part, buf in zip(parts, split):
-            part[j] = buf
-    return parts
-
-
-def unpack(buf: torch.Tensor, count: int, capacities: list[int]) -> list[torch.Tensor]:
-    """Split a :func:`pack`-ed message, checking the header against what may be sent."""
-    from gossip.compress.base import CompressionError
-
-    head = (count + 1) * _LEN
-    if buf.numel() < head:
-        raise CompressionError(f"packed message of {buf.numel()} bytes is shorter than its header")
-    header = buf[:head].cpu().clone().view(torch.int64).tolist()
-    if header[0] != count:
-        raise CompressionError(f"packed message holds {header[0]} parts, expected {count}")
-    sizes = header[1:]
-    if any(s < 0 or s > c for s, c in zip(sizes, capacities)) or head + sum(sizes) != buf.numel():
-        raise CompressionError(
-            f"packed message part sizes {sizes} do not fit the bounds {capacities} / length "
-            f"{buf.numel()}"
-        )
-    out, pos = [], head
-    for s in sizes:
-        out.append(buf[pos : pos + s])
-        pos += s
-    return out
+    above = value >= low if include_low else value > low
+    below = value <= high if include_high else value < high
+    if not (above and below) or value != value:
+        interval = f"{'[' if include_low else '('}{low}, {high}{']' if include_high else ')'}"
+        raise ConfigError(f"{name} = {value} is outside {interval}. {hint}".rstrip())

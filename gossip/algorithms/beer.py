@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import torch
 
-from gossip.algorithms.base import Algorithm, BlockRound, check_range
-from gossip.block import Block
+from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.engine.block import Block
 
 
 class BEER(Algorithm):
@@ -41,7 +41,7 @@ class BEER(Algorithm):
         self.eta = eta
         self.gamma = gamma
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         x = block.x
         (h, sh), (g, sg) = block.stacked(2), block.stacked(2)  # each pair: one decode (copy=)
         block.state.update(
@@ -55,7 +55,7 @@ class BEER(Algorithm):
     def estimate(self, block: Block, grad: torch.Tensor, prev: torch.Tensor) -> None:
         """Turn the fresh gradients (rows) into the tracked quantity, in place (BEER: the gradients)."""
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         x, st, gamma = block.x, block.state, self.gamma
         h, sh, g, sg, v = st["h"], st["sh"], st["g"], st["sg"], st["v"]
         dx, dv, gn, gp = st["dx"], st["dv"], st["grad"], st["grad_prev"]

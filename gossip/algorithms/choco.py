@@ -24,8 +24,8 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, BlockRound, check_range, scheduled
-from gossip.block import Block
+from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
+from gossip.engine.block import Block
 
 
 class Choco(Algorithm):
@@ -58,13 +58,13 @@ class Choco(Algorithm):
         problems with the built-in compressors (training keeps the cautious default 0.05)."""
         return super().suggest_hparams(problem, estimator, topology) | {"gamma": 0.5}
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         x_hat, s = block.stacked(2)  # updated by one decode (mix_into's copy=)
         block.state.update(x_hat=x_hat, s=s, diff=torch.empty_like(block.x))
         if block.has_oracle:
             block.state["grad"] = torch.empty_like(block.x)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         x, st = block.x, block.state
         x_hat, s, diff = st["x_hat"], st["s"], st["diff"]
         if block.has_oracle:

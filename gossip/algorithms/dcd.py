@@ -16,8 +16,8 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Algorithm, BlockRound, scheduled
-from gossip.block import Block
+from gossip.algorithms.base import Algorithm, Round, scheduled
+from gossip.engine.block import Block
 from gossip.compress import make
 
 
@@ -38,12 +38,12 @@ class DCD(Algorithm):
     def __init__(self, eta: float | Callable[[int], float] = 0.0):
         self.eta = eta
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         block.state.update(s=torch.zeros_like(block.x), diff=torch.empty_like(block.x))
         if block.has_oracle:
             block.state["grad"] = torch.empty_like(block.x)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         x, st = block.x, block.state
         s, diff = st["s"], st["diff"]
         if block.round == 1:
@@ -57,7 +57,7 @@ class DCD(Algorithm):
         block.mix_into(s, q, inbox)
 
 
-def exchange_exact(block: Block, out: torch.Tensor) -> BlockRound:
+def exchange_exact(block: Block, out: torch.Tensor) -> Round:
     """Send every ``x_i`` uncompressed and set ``out = Σ_{j∈N_i⁺} w_ij x_j`` (replica
     initialisation)."""
     q = block.encode(block.x, compressor=make("none"))

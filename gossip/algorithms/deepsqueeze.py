@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Algorithm, BlockRound, check_range, scheduled
-from gossip.block import Block
+from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
+from gossip.engine.block import Block
 
 
 class DeepSqueeze(Algorithm):
@@ -37,14 +37,14 @@ class DeepSqueeze(Algorithm):
         self.gamma = gamma
         self.eta = eta
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         x = block.x
         block.state.update(error=torch.zeros_like(x), v=torch.empty_like(x),
                            c=torch.empty_like(x), mix=torch.empty_like(x))
         if block.has_oracle:
             block.state["grad"] = torch.empty_like(x)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         x, st = block.x, block.state
         if block.has_oracle:
             block.local_step(block.gradients(st["grad"]), scheduled(self.eta, block.round))

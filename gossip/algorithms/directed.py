@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, Node, check_range, scheduled
+from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
+from gossip.engine.nodes import Node
+from gossip.errors import ConfigError
 from gossip.algorithms.streams import (
     BlockArcStream,
     BlockStream,
@@ -100,7 +102,7 @@ class PushSum(Algorithm):
             return BlockArcStream(block, "ss", schedule=schedule_plan(block, self._topology))
         return BlockStream(block, "ss", alpha=0.0 if block.compressor.spec == "none" else 1.0)
 
-    def setup_block(self, block: Any) -> None:
+    def setup(self, block: Any) -> None:
         st, x = block.state, block.x
         st["s"] = x.clone()
         self._block_streams(block)
@@ -109,7 +111,7 @@ class PushSum(Algorithm):
         if block.has_oracle:
             st["grad"] = torch.empty_like(x)
 
-    def block_step(self, block: Any) -> BlockRound:
+    def step(self, block: Any) -> Round:
         st, x, plan = block.state, block.x, block.plan
         s, w, ss = st["s"], st["w"], self._block_streams(block)
         if block.has_oracle:

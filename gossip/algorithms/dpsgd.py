@@ -10,9 +10,9 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import BlockRound, scheduled
+from gossip.algorithms.base import Round, scheduled
 from gossip.algorithms.gossip import Gossip
-from gossip.block import Block
+from gossip.engine.block import Block
 
 
 class DPSGD(Gossip):
@@ -36,11 +36,11 @@ class DPSGD(Gossip):
         super().__init__(gamma)
         self.eta = eta
 
-    def setup_block(self, block: Block) -> None:
-        super().setup_block(block)
+    def setup(self, block: Block) -> None:
+        super().setup(block)
         block.state["grad"] = torch.empty_like(block.x)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         g = block.gradients(block.state["grad"])
-        yield from super().block_step(block)
+        yield from super().step(block)
         block.local_step(g, scheduled(self.eta, block.round))

@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Algorithm, BlockRound, scheduled
+from gossip.algorithms.base import Algorithm, Round, scheduled
 from gossip.algorithms.dcd import exchange_exact
-from gossip.block import Block
+from gossip.engine.block import Block
 
 
 class ECD(Algorithm):
@@ -38,12 +38,12 @@ class ECD(Algorithm):
     def __init__(self, eta: float | Callable[[int], float] = 0.0):
         self.eta = eta
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         block.state.update(s=torch.zeros_like(block.x), z=torch.empty_like(block.x))
         if block.has_oracle:
             block.state["grad"] = torch.empty_like(block.x)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         x, st, k = block.x, block.state, block.round
         s, z = st["s"], st["z"]
         if k == 1:

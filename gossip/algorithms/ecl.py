@@ -3,7 +3,7 @@
 A primal-dual method: every edge (i, j) carries dual variables, neighbors exchange compressed
 *dual* updates every K rounds, and no model is ever sent.
 
-Runs as a block (gossip/block.py): the duals and mirrors are per-arc state (``block.arc_state``,
+Runs as a block (gossip/engine/block.py): the duals and mirrors are per-arc state (``block.arc_state``,
 a row per arc (i, j) the block sends; node i's ``state["z"]`` is the [deg_i, d] view of its
 arcs, sorted by neighbor), and the dual updates go out in one per-arc phase. A randomized
 compressor draws from the arc's stream (``block.arc_rng``, keyed by the arc).
@@ -16,9 +16,10 @@ from typing import Any
 import torch
 
 from gossip.algorithms.arcs import OutArcs
-from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, check_range
+from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.errors import ConfigError
 from gossip.algorithms.streams import PerBlock
-from gossip.block import Block
+from gossip.engine.block import Block
 
 
 class CECL(Algorithm):
@@ -98,7 +99,7 @@ class CECL(Algorithm):
         d = block.x.shape[1]
         return min(1.0, k_for(d) / d) if k_for is not None else 1.0
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         for nd in block.nodes:
             if not nd.view.neighbors:
                 raise ConfigError(f"node {nd.id} has no neighbors; c-ecl needs a connected graph")
@@ -110,7 +111,7 @@ class CECL(Algorithm):
         block.state["grad"] = torch.empty_like(x)
         block.state["acc"] = torch.empty_like(x)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         x, st = block.x, block.state
         z, r = block.arc_state["z"], block.arc_state["r"]
         work = self._work(block)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from gossip.algorithms.base import Algorithm, BlockRound, check_range
-from gossip.block import Block
+from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.engine.block import Block
 
 
 class Gossip(Algorithm):
@@ -32,10 +32,10 @@ class Gossip(Algorithm):
         check_range("gamma", gamma, 0.0, 2.0, "Gossip is stable for 0 < gamma < 2/beta.")
         self.gamma = gamma
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         block.state["mix"] = torch.empty_like(block.x)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         x, mix = block.x, block.state["mix"]
         q = block.encode(x)
         inbox = yield q

@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, check_range
-from gossip.block import Block
+from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.errors import ConfigError
+from gossip.engine.block import Block
 
 
 def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, float]:
@@ -81,7 +82,7 @@ class LEAD(Algorithm):
         if getattr(compressor, "spec", "").startswith("lowrank"):
             raise ConfigError("LEAD needs a compressor of bounded variance; lowrank has none")
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         if self.alpha is None or self.gamma_dual is None:
             defaults = default_lead_hparams(block.compressor, block.x.shape[1], self._beta)
             self.alpha = defaults["alpha"] if self.alpha is None else self.alpha
@@ -98,7 +99,7 @@ class LEAD(Algorithm):
     def finish(self, block: Block) -> None:
         """The last line of a step (Prox-LEAD applies its prox here)."""
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         x, st, eta = block.x, block.state, self.eta
         d, h, hw, y, y_hat, yw_hat = st["d"], st["h"], st["hw"], st["y"], st["y_hat"], st["yw_hat"]
         g = block.gradients(st["grad"])

@@ -10,12 +10,8 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import (
-    Algorithm,
-    BlockRound,
-    ConfigError,
-    check_range,
-)
+from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.errors import ConfigError
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.streams import (
     BlockStream,
@@ -23,7 +19,7 @@ from gossip.algorithms.streams import (
     send_block_streams,
 )
 from gossip.algorithms.tracking import compression_defaults, stochastic_kind
-from gossip.block import Block
+from gossip.engine.block import Block
 
 
 class DoCoM(Algorithm):
@@ -74,7 +70,7 @@ class DoCoM(Algorithm):
         _check_doubly_stochastic(self.name, topology)
         self.gamma = compression_defaults(compressor) if self.gamma is None else self.gamma
 
-    def setup_block(self, block: Any) -> None:
+    def setup(self, block: Any) -> None:
         x, st = block.x, block.state
         for nd in block.nodes:
             self._sampled(nd.oracle)  # refuse oracles it cannot use, before any message
@@ -85,7 +81,7 @@ class DoCoM(Algorithm):
         st["g"] = torch.empty_like(x)
         st["g_old"] = st["v"].clone()  # full gradients: ∇f at x_prev
 
-    def block_step(self, block: Any) -> BlockRound:
+    def step(self, block: Any) -> Round:
         x, st = block.x, block.state
         sx, sy = self._block_streams(block)
         v, y, x_prev, g, g_old = (st[k] for k in ("v", "y", "x_prev", "g", "g_old"))

@@ -14,8 +14,8 @@ from gossip.algorithms.allreduce import (
     check_warmup,
     preconditioned,
 )
-from gossip.algorithms.base import BlockRound, check_range, scheduled
-from gossip.block import Block
+from gossip.algorithms.base import Round, check_range, scheduled
+from gossip.engine.block import Block
 
 
 class OneBitAdam(AllReduceAlgorithm):
@@ -59,12 +59,12 @@ class OneBitAdam(AllReduceAlgorithm):
         self.eta, self.freeze_step, self.beta1, self.beta2, self.eps = eta, freeze_step, beta1, beta2, eps
         self.codec = codec
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         self.setup_collectives(block)
         z = torch.zeros_like(block.x)
         block.state.update(m=z, v=z.clone(), grad=z.clone(), step=z.clone())
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         st = block.state
         m, v = st["m"], st["v"]
         g = block.gradients(st["grad"])

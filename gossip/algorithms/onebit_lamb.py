@@ -18,8 +18,9 @@ from gossip.algorithms.allreduce import (
     norm_rows,
     preconditioned,
 )
-from gossip.algorithms.base import BlockRound, ConfigError, check_range, scheduled
-from gossip.block import Block
+from gossip.algorithms.base import Round, check_range, scheduled
+from gossip.errors import ConfigError
+from gossip.engine.block import Block
 
 
 class OneBitLamb(AllReduceAlgorithm):
@@ -89,7 +90,7 @@ class OneBitLamb(AllReduceAlgorithm):
         """
         return {**adaptive_hparams(cls, problem, with_eps=True), "eta": 0.05}
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         self.setup_collectives(block)
         z, k, n = torch.zeros_like(block.x), len(block.nodes[0].layout), block.m
         # per node and tensor of the layout, float64 on the host (as Python floats)
@@ -98,7 +99,7 @@ class OneBitLamb(AllReduceAlgorithm):
                            scaling=torch.ones(n, k, dtype=torch.float64),
                            last_factor=torch.ones(n, k, dtype=torch.float64))
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         st, t, x = block.state, block.round, block.x
         m, v, upd = st["m"], st["v"], st["upd"]
         eta = scheduled(self.eta, t)

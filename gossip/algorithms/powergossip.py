@@ -18,7 +18,7 @@ gossips, then takes its local step (D-PSGD order). Tensors with ndim ≤ 1 are g
 Differences from the reference code: no skipped first step; a factor that collapses below
 1e-12 (the edge reached consensus) is redrawn from the edge stream instead of staying 0.
 
-Runs as a block (gossip/block.py) with one message per arc: the factors are per-arc state
+Runs as a block (gossip/engine/block.py) with one message per arc: the factors are per-arc state
 (``block.arc_state["P{j}"]``, a list over the layout's matrices of [A, rows, r] tensors, a
 row per arc (i, j) the block sends; node i's ``state["P{j}"]`` is its list for edge {i, j},
 as before). Draws, norms, the Gram–Schmidt divisions, differences and the vectors' mixing run
@@ -36,9 +36,10 @@ from typing import Any
 import torch
 
 from gossip.algorithms.arcs import OutArcs, aligned_arcs
-from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, check_range, scheduled
+from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
+from gossip.errors import ConfigError
 from gossip.algorithms.streams import PerBlock
-from gossip.block import Block
+from gossip.engine.block import Block
 
 EPS = 1e-8
 
@@ -102,7 +103,7 @@ class PowerGossip(Algorithm):
                 "(--rank R) and leave the compressor at 'none'"
             )
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         work = self._work(block)
         x, arcs = block.x, work.arcs
         rng = block.arc_rng(arcs.route, "edge", undirected=True)  # as node.edge_rng(j): both
@@ -119,7 +120,7 @@ class PowerGossip(Algorithm):
         if block.has_oracle:
             block.state["grad"] = torch.empty_like(x)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         grad = None
         if block.has_oracle:  # PowerGossip inside D-PSGD: gradient at the pre-gossip x
             grad = block.gradients(block.state["grad"])
@@ -128,7 +129,7 @@ class PowerGossip(Algorithm):
         if grad is not None:
             block.local_step(grad, scheduled(self.eta, block.round))
 
-    def _power_step(self, block: Block, step: int) -> BlockRound:
+    def _power_step(self, block: Block, step: int) -> Round:
         work = self._work(block)
         arcs, x = work.arcs, block.x
         right = step % 2 == 1  # odd: sketch with Q (u = M Q̂); even: with P (u = Mᵀ P̂)

@@ -8,9 +8,9 @@ the node's oracle; with ``r = 0`` this is LEAD.
 
 from __future__ import annotations
 
-from gossip.algorithms.base import ConfigError
+from gossip.errors import ConfigError
 from gossip.algorithms.lead import LEAD
-from gossip.block import Block
+from gossip.engine.block import Block
 
 
 class ProxLEAD(LEAD):
@@ -22,13 +22,13 @@ class ProxLEAD(LEAD):
     """
     name = "prox-lead"
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         if not all(getattr(nd.oracle, "has_prox", False) for nd in block.nodes):
             raise ConfigError(
                 "prox-lead needs a problem with a regularizer (e.g. lasso, l1-logistic); "
                 "use lead for smooth problems"
             )
-        super().setup_block(block)
+        super().setup(block)
 
     def finish(self, block: Block) -> None:
         for r, nd in enumerate(block.nodes):

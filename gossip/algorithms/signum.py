@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterable
 import torch
 
 from gossip.algorithms.allreduce import AllReduceAlgorithm, ChunkedAllReduce, adam_moments_, node_count
-from gossip.algorithms.base import BlockRound, ConfigError, check_range, scheduled
-from gossip.block import Block
+from gossip.algorithms.base import Round, check_range, scheduled
+from gossip.errors import ConfigError
+from gossip.engine.block import Block
 
 
 class SignumVote(AllReduceAlgorithm):
@@ -46,15 +47,15 @@ class SignumVote(AllReduceAlgorithm):
         self._vote: ChunkedAllReduce | None = None
         self._byzantine_rows: torch.Tensor | None = None
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         self._vote = ChunkedAllReduce(node_count(block), block.x.shape[1], "vote", key="vote")
-        self._vote.setup_block(block)
+        self._vote.setup(block)
         z = torch.zeros_like(block.x)
         block.state.update(m=z, grad=z.clone(), s=z.clone())
         rows = [r for r, i in enumerate(block.ids) if i in self.byzantine]
         self._byzantine_rows = torch.tensor(rows, dtype=torch.int64, device=z.device) if rows else None
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         st = block.state
         m, s = st["m"], st["s"]
         adam_moments_(m, None, block.gradients(st["grad"]), self.beta, 0.0)

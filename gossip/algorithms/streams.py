@@ -21,7 +21,7 @@ contractive compressors such as top-k). ``α < 1`` damps the copy (DIANA-style, 
 compressors of large variance). An extra additive error memory would count the dropped part
 twice (it is already in ``z − h``); measured, it diverged where these forms converge.
 
-Streams run on blocks of nodes (:mod:`gossip.block`): :class:`BlockStream` is the stream for
+Streams run on blocks of nodes (:mod:`gossip.engine.block`): :class:`BlockStream` is the stream for
 all of a process's nodes, its copies [m, d] tensors in ``block.state`` (``"sx.h"``,
 ``"sx.hm"``, mirrored into each ``node.state``, so checkpoints save and restore them in place),
 and :func:`send_block_streams` packs every stream's rows into one phase. On a graph that changes
@@ -39,8 +39,9 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from gossip.algorithms.base import ConfigError, Node
-from gossip.block import IdentityCache
+from gossip.engine.nodes import Node
+from gossip.errors import ConfigError
+from gossip.engine.cache import IdentityCache
 
 Weights = Callable[[int], float]
 """``m(j)``: the weight node i gives to node j's value (j an in-neighbor, or i itself)."""
@@ -64,9 +65,9 @@ def check_stateless(name: str, compressor: Any) -> None:
 
 
 def schedule_plan(block: Any, topology: Any) -> Any:
-    """The :class:`~gossip.block.ArcPlan` of every arc into or out of the block's nodes over
+    """The :class:`~gossip.engine.routing.ArcPlan` of every arc into or out of the block's nodes over
     the whole schedule (:func:`arcs_over_schedule`): the rows of per-arc copies."""
-    from gossip.block import ArcPlan
+    from gossip.engine.routing import ArcPlan
 
     arcs = []
     for i in block.ids:
@@ -96,9 +97,9 @@ def arcs_over_schedule(topology: Any, i: int) -> tuple[list[int], list[int]]:
     return sorted(outs), sorted(ins)
 
 
-# -- blocks of nodes (gossip/block.py) ---------------------------------------------------------
+# -- blocks of nodes (gossip/engine/block.py) ---------------------------------------------------------
 class PerBlock(Generic[T]):
-    """What an algorithm keeps per :class:`~gossip.block.Block` outside ``block.state``
+    """What an algorithm keeps per :class:`~gossip.engine.block.Block` outside ``block.state``
     (stream helpers, scratch buffers): ``build(block)`` runs once per block (weakly keyed, so
     another engine's block gets its own)."""
 
@@ -129,7 +130,7 @@ class BlockStream:
         weights: ``weights(node)`` gives node's mixing weights ``m(j)`` (None, or a None
             result for every node: the topology's ``w_ij``, i.e. ``block.plan``). Per-slot
             weights are built from them once per round plan, neighbors in sorted order as
-            :class:`~gossip.block.MixPlan` orders them.
+            :class:`~gossip.engine.routing.MixPlan` orders them.
         own_compressor: use ``block.stream_compressor(name)`` instead of the block's main
             compressor (stateful compressors keep one state per stream of messages).
     """
@@ -158,12 +159,12 @@ class BlockStream:
         self._plan: Any = None
 
     def encode(self, z: torch.Tensor) -> Any:
-        """Compress every row of ``z − h``: the :class:`~gossip.block.Rows` of this stream."""
+        """Compress every row of ``z − h``: the :class:`~gossip.engine.staging.Rows` of this stream."""
         d = torch.sub(z, self.h, out=self.diff) if self.h is not None else self.diff.copy_(z)
         return self.block.encode(d, self.compressor, self.rng)
 
     def plan(self) -> Any:
-        """The round's :class:`~gossip.block.MixPlan` with this stream's weights."""
+        """The round's :class:`~gossip.engine.routing.MixPlan` with this stream's weights."""
         block = self.block
         if self.weights is None:
             return block.plan
@@ -200,7 +201,7 @@ class BlockStream:
 
 def _weighted_plan(block: Any, weights: list[Weights | None]) -> Any:
     """``block.plan`` with the weights ``weights[r](j)`` of each row r (None: ``w_ij``)."""
-    from gossip.block import MixPlan
+    from gossip.engine.routing import MixPlan
 
     plan, ids, m = block.plan, block.ids, block.m
     if all(w is None for w in weights):
@@ -247,10 +248,10 @@ class BlockArcStream:
     copy enters once with + at the receiver and once with − at the sender. So averages (or
     trackers) are preserved on time-varying graphs, where a single shared copy per node could
     not be kept up to date. Copies move by the whole message (EF21-style error feedback).
-    One message per current arc (a per-arc phase, :meth:`~gossip.block.Block.arc_plan`).
+    One message per current arc (a per-arc phase, :meth:`~gossip.engine.block.Block.arc_plan`).
 
     The copies are per-arc state over the arcs of a whole period (``schedule``, an
-    :class:`~gossip.block.ArcPlan` of :func:`arcs_over_schedule`'s arcs):
+    :class:`~gossip.engine.routing.ArcPlan` of :func:`arcs_over_schedule`'s arcs):
     ``block.arc_state[name + ".out"]`` has a row per arc the block's nodes may send on
     (``o_ij``), ``block.arc_state[name + ".in"]`` a row per arc they may receive on (``c_ji``);
     node i's ``state[name + ".out"]`` / ``[name + ".in"]`` are the [k, d] views of its arcs, in

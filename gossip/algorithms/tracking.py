@@ -11,7 +11,9 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, BlockRound, ConfigError, Node, check_range
+from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.engine.nodes import Node
+from gossip.errors import ConfigError
 from gossip.algorithms.streams import (
     BlockArcStream,
     BlockStream,
@@ -144,14 +146,14 @@ class CGT(Algorithm):
                 BlockStream(block, "sy", alpha=self.alpha, weights=self.weights_y,
                             own_compressor=True))
 
-    def setup_block(self, block: Any) -> None:
+    def setup(self, block: Any) -> None:
         x, st = block.x, block.state
         self._block_streams(block)  # allocates the copies in block.state (or block.arc_state)
         st["g"] = block.gradients(torch.empty_like(x))
         st["y"] = st["g"].clone()
         st["g_new"] = torch.empty_like(x)
 
-    def block_step(self, block: Any) -> BlockRound:
+    def step(self, block: Any) -> Round:
         x, st, gamma = block.x, block.state, self.gamma
         sx, sy = self._block_streams(block)
         y, g, g_new = st["y"], st["g"], st["g_new"]
@@ -234,7 +236,7 @@ class EXTRA(Algorithm):
                 "use --compressor none, or lead / c-gt for compressed exact methods"
             )
 
-    def setup_block(self, block: Any) -> None:
+    def setup(self, block: Any) -> None:
         x, st = block.x, block.state
         self._block_streams(block)
         st["half_prev"] = x.clone()  # makes round 1 the x¹ rule
@@ -242,7 +244,7 @@ class EXTRA(Algorithm):
         st["g"] = torch.empty_like(x)
         st["x_wx"] = torch.empty_like(x)
 
-    def block_step(self, block: Any) -> BlockRound:
+    def step(self, block: Any) -> Round:
         x, st = block.x, block.state
         sx = self._block_streams(block)
         half_prev, g_prev, g, x_wx = st["half_prev"], st["g_prev"], st["g"], st["x_wx"]

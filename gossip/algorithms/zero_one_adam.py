@@ -14,8 +14,9 @@ from gossip.algorithms.allreduce import (
     check_warmup,
     preconditioned,
 )
-from gossip.algorithms.base import BlockRound, ConfigError, check_range, scheduled
-from gossip.block import Block
+from gossip.algorithms.base import Round, check_range, scheduled
+from gossip.errors import ConfigError
+from gossip.engine.block import Block
 
 
 class ZeroOneAdam(AllReduceAlgorithm):
@@ -74,7 +75,7 @@ class ZeroOneAdam(AllReduceAlgorithm):
         self.local_step_clipper = int(local_step_clipper)
         self.beta1, self.beta2, self.eps, self.codec = beta1, beta2, eps, codec
 
-    def setup_block(self, block: Block) -> None:
+    def setup(self, block: Block) -> None:
         self.setup_collectives(block)
         z = torch.zeros_like(block.x)
         block.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone(), grad=z.clone(),
@@ -87,7 +88,7 @@ class ZeroOneAdam(AllReduceAlgorithm):
                             (("var_interval", 1), ("var_counter", 0), ("ls_interval", 1), ("ls_counter", 0))})
         block.state["eta_sum"] = torch.zeros(m, dtype=torch.float64)
 
-    def block_step(self, block: Block) -> BlockRound:
+    def step(self, block: Block) -> Round:
         st, t, x = block.state, block.round, block.x
         m, v, u, step = st["m"], st["v"], st["u"], st["step"]
         eta = scheduled(self.eta, t)

@@ -94,7 +94,7 @@ class Transport(ABC):
         return received
 
     def exchange_rows(self, rows, plan, seq: int, round_: int) -> None:
-        """One phase of a block of nodes (:mod:`gossip.block`): ``rows.mine()`` are the block's
+        """One phase of a block of nodes (:mod:`gossip.engine.block`): ``rows.mine()`` are the block's
         messages (row r sent by node ``plan.senders[r]``); the messages of remote senders land
         in ``rows.recv`` (``plan.remote_in`` order). Local receivers read the senders' rows."""
         if not self._count_rows(rows, plan):

@@ -57,7 +57,8 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gossip.compress.base import CompressionError, Compressor, Payload
+from gossip.compress.base import Compressor, Payload
+from gossip.errors import CompressionError
 from gossip.compress.codec import Codec
 from gossip.compress.dense import Bf16, Fp16, Identity
 from gossip.compress.lowrank import LowRank

@@ -20,11 +20,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gossip.errors import GossipError
-
-
-class CompressionError(GossipError, ValueError):
-    """Bad input to a compressor (NaN/Inf, wrong shape) or a malformed byte buffer."""
+from gossip.errors import CompressionError
 
 
 class Payload:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from gossip.compress.base import CompressionError
+from gossip.errors import CompressionError
 
 FLOAT_DTYPES = (torch.float32, torch.float64)
 

@@ -36,7 +36,8 @@ import numpy as np
 import torch
 
 from gossip.compress import bits
-from gossip.compress.base import CompressionError, Compressor, Payload, _row_block
+from gossip.compress.base import Compressor, Payload, _row_block
+from gossip.errors import CompressionError
 from gossip.compress.checks import (
     FLOAT_DTYPES,
     Workspace,

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from gossip.compress import rows as _rows
-from gossip.compress.base import CompressionError
+from gossip.errors import CompressionError
 from gossip.compress.checks import all_finite, check_scalar, no_grad, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
@@ -50,7 +50,7 @@ class Identity(Codec):
     def encode_rows(self, X, rng=None, *, out=None):
         """Vectorized: one copy of ``X`` into the value sections, a per-row sum as the check.
         When ``X`` is the value section of ``out`` itself (a tensor allocated in message
-        rows, :meth:`gossip.block.Block.message_tensor`), only the headers are written."""
+        rows, :meth:`gossip.engine.block.Block.message_tensor`), only the headers are written."""
         if not _rows.is_block(X):
             return super().encode_rows(X, rng, out=out)
         plan, X, block = _rows.start_encode(self, X, out)

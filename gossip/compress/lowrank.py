@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from gossip.compress.base import CompressionError
+from gossip.errors import CompressionError
 from gossip.compress.checks import check_scalar, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of

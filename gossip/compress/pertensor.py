@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from gossip.compress import bits
-from gossip.compress.base import CompressionError, Compressor, Payload
+from gossip.compress.base import Compressor, Payload
+from gossip.errors import CompressionError
 from gossip.compress.checks import check_dtype, check_generator, no_grad, quiet
 from gossip.compress.codec import Codec, _check_out
 from gossip.compress.wire import (

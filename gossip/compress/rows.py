@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 from gossip.compress import bits
-from gossip.compress.base import CompressionError, _row_block
+from gossip.compress.base import _row_block
+from gossip.errors import CompressionError
 from gossip.compress.wire import HEADER_NBYTES, Plan
 
 #: at and above this many entries a 1-D CPU reduction splits across threads (torch's

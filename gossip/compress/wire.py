@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossip.compress.base import CompressionError
+from gossip.errors import CompressionError
 
 HEADER_NBYTES = 8
 MAGIC = 0xC5

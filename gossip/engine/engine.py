@@ -1,8 +1,9 @@
-"""The engine: hosts this process's nodes, runs their rounds in lockstep, routes messages.
+"""The engine: hosts this process's nodes as one :class:`~gossip.engine.block.Block`, runs
+the algorithm's round on it, moves each phase's messages through the transport, logs metrics.
 
-Each round every local node's :meth:`Algorithm.step` generator is advanced to its next
-:class:`Exchange`; the engine hands all of them to the transport at once (local receivers get
-a copy, remote ones get MPI messages), then resumes every node with its inbox. Neighbors are
+Each round the algorithm's :meth:`~gossip.algorithms.Algorithm.step` generator runs over the
+block; every ``yield`` hands a phase's message rows to the transport (local receivers read
+them in place, remote ones get MPI messages) and resumes with them exchanged. Neighbors are
 always visited in sorted order and metrics are reduced in node order, so a run gives the same
 numbers in one process and under ``mpiexec`` for the same seed.
 """
@@ -17,33 +18,23 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, ConfigError, Exchange, Node, check_complete
-from gossip.block import Block, IdentityCache, MixPlan, Rows, RowsError
+from gossip.algorithms.base import Algorithm, check_complete
 from gossip.comm.world import World
 from gossip.compress import Compressor, factory_for
-from gossip.compress.base import CompressionError
-from gossip.errors import GossipError
+from gossip.engine.block import Block
+from gossip.engine.cache import IdentityCache
+from gossip.engine.nodes import Node
+from gossip.engine.routing import MixPlan
+from gossip.engine.staging import Rows
+from gossip.errors import CompressionError, ConfigError, DivergenceError, GossipError, NodeError, RowsError
 from gossip.layout import Layout
 from gossip.metrics import consensus_error
-from gossip.seeding import edge_seed, generator, node_seed
+from gossip.seeding import generator, node_seed
 from gossip.stateful import Stateful
 
 log = logging.getLogger(__name__)
 
 Metric = Callable[["Engine", torch.Tensor], dict[str, Any]]
-
-
-class DivergenceError(GossipError, RuntimeError):
-    """A run blew up: NaN/Inf in a node's state, or an error past the divergence bound."""
-
-    def __init__(self, message: str, round_: int, node: int | None = None):
-        super().__init__(message)
-        self.round = round_
-        self.node = node
-
-
-class NodeError(GossipError, RuntimeError):
-    """A node's round raised; the message names the node, its rank and the round."""
 
 
 class Engine:
@@ -105,7 +96,8 @@ class Engine:
             x = x.reshape(-1).clone()
             lay = layout or Layout.flat(x.numel())
             if lay.numel != x.numel():
-                raise ConfigError(f"layout {lay} holds {lay.numel} entries, node {i}'s x has {x.numel()}")
+                raise ConfigError(f"layout {lay} holds {lay.numel} entries, node {i}'s x has "
+                                  f"{x.numel()}", node=i)
             gen = generator(node_seed(seed, i), self.device)
             node = Node(
                 id=i,
@@ -115,8 +107,6 @@ class Engine:
                 compressor=self._new_compressor(),
                 new_compressor=self._new_compressor,
                 generator=gen,
-                edge_seed=_edge_seeder(seed, i),
-                seed=seed,
                 oracle=oracles(i, gen) if oracles is not None else None,
             )
             self.nodes[i] = node
@@ -124,7 +114,7 @@ class Engine:
                 node.compressor.max_nbytes(x)
             except CompressionError as exc:
                 raise ConfigError(f"compressor '{compressor}' cannot compress node {i}'s model of "
-                                  f"{x.numel()} entries: {exc}") from None
+                                  f"{x.numel()} entries: {exc}", node=i) from None
         self.round = 0
         self._seq = 0
         self.compute_s = 0.0
@@ -132,26 +122,21 @@ class Engine:
         self._start = time.perf_counter()
         self._reference: dict[str, float] = {}
         self.watch = ["consensus_error", *watch]
-        self.block: Block | None = None
         self._viewed: Any = None  # the topology whose views the nodes hold
         self._plans = IdentityCache()
+        self.block = self._new_block()
         with torch.no_grad():
-            if algorithm.runs_blocks():
-                self.block = self._new_block()
-                self.block.plan = self._plan(topology.at_round(1))  # setup may route (arc_plan)
-                algorithm.setup_block(self.block)
-                self.block.mirror_state()
-            else:
-                for node in self.nodes.values():
-                    algorithm.setup(node)
-            for node in self.nodes.values():
-                _check_state(algorithm, node)
+            self.block.plan = self._plan(topology.at_round(1))  # setup may route (arc_plan)
+            algorithm.setup(self.block)
+            _check_state(algorithm, self.block)
+            self.block.mirror_state()
 
     def _new_block(self) -> Block:
         """The local nodes as rows of one [m, d] tensor (each node's ``x`` becomes a row view)."""
         nodes = list(self.nodes.values())
         d = nodes[0].x.numel() if nodes else 0
-        block = Block(nodes, None, self._new_compressor(), self._new_compressor, seed=self.seed)
+        block = Block(nodes, None, self._new_compressor(), self._new_compressor, seed=self.seed,
+                      topology=self.topology)
         x = block.message_tensor(d, self.dtype, self.device)  # sent as it is by 'none'
         for r, node in enumerate(nodes):
             x[r].copy_(node.x)
@@ -193,36 +178,13 @@ class Engine:
             for node in self.nodes.values():
                 node.view = topo.view(node.id)
             self._viewed = topo
-        if self.block is not None:  # the block's streams stand for the nodes'
-            for node in self.nodes.values():
-                node.round = t
-            self._step_block(t, topo)
-            return
         for node in self.nodes.values():
-            node.begin_round(t)  # its round and the round of its random streams
-        tic = time.perf_counter()
-        gens = {i: self.algorithm.step(node) for i, node in self.nodes.items()}
-        msgs = {i: self._advance(i, g, None) for i, g in gens.items()}
-        self.compute_s += time.perf_counter() - tic
-        while any(m is not None for m in msgs.values()):
-            if any(m is None for m in msgs.values()):
-                raise NodeError(f"round {t}: nodes yielded different numbers of exchanges")
-            tic = time.perf_counter()
-            inboxes = self._route(msgs, t)
-            toc = time.perf_counter()
-            self.comm_s += toc - tic
-            msgs = {i: self._advance(i, g, inboxes[i]) for i, g in gens.items()}
-            self.compute_s += time.perf_counter() - toc
-        self.round = t
-
-    def _step_block(self, t: int, topo: Any) -> None:
-        """One round of a block algorithm: a single generator for all local nodes."""
+            node.round = t
         block = self.block
-        plan = self._plan(topo)
-        block.begin_round(t, plan)
+        block.begin_round(t, self._plan(topo))
         tic = time.perf_counter()
-        gen = self.algorithm.block_step(block)
-        msg = self._advance_block(gen, None)
+        gen = self.algorithm.step(block)
+        msg = self._advance(gen, None)
         self.compute_s += time.perf_counter() - tic
         while msg is not None:
             tic = time.perf_counter()
@@ -230,11 +192,14 @@ class Engine:
             self.transport.exchange_rows(msg, msg.route, self._seq, t)
             toc = time.perf_counter()
             self.comm_s += toc - tic
-            msg = self._advance_block(gen, msg, check=True)
+            msg = self._advance(gen, msg, check=True)
             self.compute_s += time.perf_counter() - toc
         self.round = t
 
-    def _advance_block(self, gen, inbox, check: bool = False) -> Rows | None:
+    def _advance(self, gen, inbox, check: bool = False) -> Rows | None:
+        """Run the round to its next phase; an error comes out as a :class:`NodeError` or
+        :class:`DivergenceError` naming the node, its rank, the round and (for a refused
+        message) the sender."""
         block = self.block
         try:
             if inbox is None:
@@ -245,70 +210,34 @@ class Engine:
         except StopIteration:
             return None
         except Exception as exc:
-            rank = self.world.rank
+            t, rank = block.round, self.world.rank
             bad = (~torch.isfinite(block.x)).any(dim=1).nonzero()
             if bad.numel():
                 i = block.ids[int(bad[0])]
                 raise DivergenceError(
-                    f"round {block.round}: node {i} (rank {rank}) has NaN/Inf in x: the run "
-                    f"diverged ({exc}). Lower the step sizes (gamma, eta).", block.round, i,
+                    f"round {t}: node {i} (rank {rank}) has NaN/Inf in x: the run diverged "
+                    f"({exc}). Lower the step sizes (gamma, eta).", round=t, node=i, rank=rank,
                 ) from exc
             if isinstance(exc, RowsError) and exc.sender == exc.receiver:
                 raise NodeError(
-                    f"round {block.round}: node {exc.sender} (rank {rank}) sent a message its own "
-                    f"decoder refuses: {exc.__cause__ or exc}"
+                    f"round {t}: node {exc.sender} (rank {rank}) sent a message its own decoder "
+                    f"refuses: {exc.__cause__ or exc}", round=t, node=exc.sender, rank=rank,
+                    sender=exc.sender, receiver=exc.receiver,
                 ) from exc
             if isinstance(exc, RowsError):
                 raise NodeError(
-                    f"round {block.round}: node {exc.receiver} (rank {rank}) refused the message "
-                    f"from node {exc.sender} (rank {self.transport.placement[exc.sender]}): "
-                    f"{exc.__cause__ or exc}"
+                    f"round {t}: node {exc.receiver} (rank {rank}) refused the message from node "
+                    f"{exc.sender} (rank {self.transport.placement[exc.sender]}): "
+                    f"{exc.__cause__ or exc}", round=t, node=exc.receiver, rank=rank,
+                    sender=exc.sender, receiver=exc.receiver,
                 ) from exc
             if isinstance(exc, GossipError):
-                raise NodeError(f"round {block.round}: rank {rank}: {exc}") from exc
+                raise NodeError(f"round {t}: rank {rank}: {exc}", round=t, rank=rank,
+                                node=exc.node) from exc
             raise NodeError(
-                f"round {block.round}: the block of nodes {_span(block.ids)} (rank {rank}) "
-                f"failed: {exc}"
+                f"round {t}: the block of nodes {_span(block.ids)} (rank {rank}) failed: {exc}",
+                round=t, rank=rank,
             ) from exc
-
-    def _advance(self, i: int, gen, inbox) -> Exchange | None:
-        try:
-            return next(gen) if inbox is None else gen.send(inbox)
-        except StopIteration:
-            return None
-        except Exception as exc:
-            node = self.nodes[i]
-            if not bool(torch.isfinite(node.x).all()):
-                raise DivergenceError(
-                    f"round {node.round}: node {i} (rank {self.world.rank}) has NaN/Inf in x: "
-                    f"the run diverged ({exc}). Lower the step sizes (gamma, eta).",
-                    node.round,
-                    i,
-                ) from exc
-            sender = getattr(exc, "sender", None)
-            if sender is not None:
-                raise NodeError(
-                    f"round {node.round}: node {i} (rank {self.world.rank}) refused the message "
-                    f"from node {sender} (rank {self.transport.placement[sender]}): {exc}"
-                ) from exc
-            raise NodeError(
-                f"round {node.round}: node {i} (rank {self.world.rank}) failed: {exc}"
-            ) from exc
-
-    def _route(self, msgs: dict[int, Exchange], t: int) -> dict[int, dict[int, torch.Tensor]]:
-        outgoing, expected = {}, {}
-        for i, m in msgs.items():
-            view = self.nodes[i].view
-            for j in view.out_neighbors:
-                outgoing[(i, j)] = m.buffer_for(j)
-            for j in view.in_neighbors:
-                expected[(j, i)] = m.capacity
-        self._seq += 1
-        received = self.transport.exchange(outgoing, expected, self._seq, t)
-        inboxes: dict[int, dict[int, torch.Tensor]] = {i: {} for i in msgs}
-        for (j, i), buf in sorted(received.items()):
-            inboxes[i][j] = buf
-        return inboxes
 
     # -- metrics ---------------------------------------------------------------------------
     def mean_model(self) -> torch.Tensor:
@@ -365,7 +294,7 @@ class Engine:
                     f"round {self.round}: {key} = {value:.3g}"
                     + (f" exceeds {self.divergence_factor:g} x its first value {ref:.3g}" if ref else "")
                     + ": the run diverged. Lower the consensus step gamma (or eta).",
-                    self.round,
+                    round=self.round,
                 )
 
     def run(
@@ -412,11 +341,10 @@ class Engine:
         """Each local node's whole state: model, algorithm state, generators, compressors,
         oracle, bytes sent (tensors, numbers, lists and dicts only: loadable weights_only)."""
         sent = self.transport.bytes_sent
-        if self.block is not None:
-            self.block.mirror_state()
+        _check_state(self.algorithm, self.block)  # a round may have added to it since setup
+        self.block.mirror_state()
         out = {}
         for i, nd in self.nodes.items():
-            _check_state(self.algorithm, nd)  # a round may have added to it since setup
             out[i] = {
                 "x": _compact(nd.x),
                 "state": {k: [_compact(t) for t in v] if isinstance(v, list | tuple) else _compact(v)
@@ -457,7 +385,7 @@ class Engine:
         self.comm_s = float(run["comm_s"])
         self._start = time.perf_counter() - float(run["elapsed_s"])
         for nd in self.nodes.values():
-            nd.begin_round(self.round)
+            nd.round = self.round
             nd.view = self.topology.at_round(max(self.round, 1)).view(nd.id)
         self._viewed = None
 
@@ -474,15 +402,17 @@ class Engine:
         }
 
 
-def _check_state(algorithm: Algorithm, node: Node) -> None:
-    """``node.state`` must hold tensors (or lists of tensors): checkpoints restore them in place."""
-    for key, value in node.state.items():
+def _check_state(algorithm: Algorithm, block: Block) -> None:
+    """``block.state`` must hold tensors (or lists of tensors): checkpoints restore them in place."""
+    for key, value in block.state.items():
         items = value if isinstance(value, list | tuple) else [value]
         if not all(isinstance(v, torch.Tensor) for v in items):
             raise ConfigError(
-                f"{algorithm.name} put a {type(value).__name__} in node.state[{key!r}]; node.state "
-                "holds tensors (or lists of tensors) only. Use node.stream_compressor(name) for an "
-                "extra compressor, a tensor for a counter, and Algorithm.state_dict for run-wide state"
+                f"{algorithm.name} put a {type(value).__name__} in block.state[{key!r}]; "
+                "block.state holds tensors (or lists of tensors) only, which checkpoints save. "
+                "Keep scratch buffers and other objects in block.workspace, a counter in a "
+                "tensor, run-wide state in Algorithm.state_dict, and use "
+                "block.stream_compressor(name) for an extra compressor"
             )
 
 
@@ -499,10 +429,6 @@ def _span(ids: list[int]) -> str:
     if ids and ids == list(range(ids[0], ids[-1] + 1)):
         return f"{ids[0]}..{ids[-1]}"
     return str(ids)
-
-
-def _edge_seeder(seed: int, i: int) -> Callable[[int], int]:
-    return lambda j: edge_seed(seed, i, j)
 
 
 def _progress(total: int, enabled: bool):

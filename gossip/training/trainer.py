@@ -50,10 +50,12 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from gossip.algorithms import REGISTRY, make_algorithm
-from gossip.algorithms.base import Algorithm, ConfigError
+from gossip.algorithms.base import Algorithm
+from gossip.errors import ConfigError
 from gossip.comm.world import World
 from gossip.compress import Compressor
-from gossip.engine import DivergenceError, Engine
+from gossip.engine import Engine
+from gossip.errors import DivergenceError
 from gossip.seeding import generator
 from gossip.training import flat
 from gossip.training.data import BatchStream, node_loader, partition_indices
@@ -106,7 +108,7 @@ class DecentralizedTrainer:
         l2: weight decay added to the gradient for algorithms without an optimizer.
         seed: run seed (engine, partition, shuffling).
         nodes, world, device, dtype, timeout: as for :class:`Engine`.
-        divergence_factor: the run stops with :class:`~gossip.engine.DivergenceError` when the
+        divergence_factor: the run stops with :class:`~gossip.errors.DivergenceError` when the
             logged train loss exceeds this times its first logged value, or anything logged is
             NaN/Inf. (The engine's own consensus-error rule is off: all nodes start equal, so
             the first consensus error is floating-point noise, no reference.)
@@ -336,7 +338,7 @@ class DecentralizedTrainer:
             raise DivergenceError(
                 f"round {engine.round}: train loss {value:.3g}{why}: the run diverged. Lower the "
                 "learning rate or the consensus step gamma.",
-                engine.round,
+                round=engine.round,
             )
 
     def average_model(self) -> nn.Module:
