@@ -20,8 +20,8 @@ import torch
 from gossip.algorithms import Algorithm, Round, register_algorithm
 from gossip.algorithms.base import check_range, scheduled
 from gossip.compress import Codec, register_compressor
-from gossip.errors import CompressionError
 from gossip.compress.wire import Sections, numel_of
+from gossip.errors import CompressionError
 
 
 class StochasticInt8(Codec):

@@ -169,11 +169,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             if world.is_root:
                 print(f"{args.algorithm} {spec}: {search.describe()}")
         engine = build(gamma)
-        algorithm = engine.algorithm
         label = f"{args.algorithm} {spec}" + (f" γ={gamma:g}" if gamma is not None else "")
         config = {
             "script": "consensus", "args": vars(args), "algorithm": args.algorithm,
-            "hparams": algorithm.hparams(), "compressor": spec, "nodes": topology.n,
+            "hparams": engine.hparams, "compressor": spec, "nodes": topology.n,
             "world_size": world.size, "topology": topology.describe(), "versions": versions(),
         }
         if search is not None:

@@ -211,9 +211,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             engine = build(None)  # the oracles check --estimator / --batch-size against the data
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from None
-        algorithm = engine.algorithm
         config = {"script": "optimize", "args": vars(args), "algorithm": name,
-                  "hparams": algorithm.hparams(), "compressor": comp, "nodes": topology.n,
+                  "hparams": engine.hparams, "compressor": comp, "nodes": topology.n,
                   "world_size": world.size, "topology": topology.describe(),
                   "problem": args.problem, "smoothness": default_hparams(problem, args.estimator),
                   "optimal_value": f_star, "versions": versions()}

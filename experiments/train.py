@@ -29,7 +29,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gossip.algorithms import REGISTRY, accepted_hparams, algorithm_class, make_algorithm  # noqa: E402
-from gossip.errors import ConfigError  # noqa: E402
 from gossip.cli import (  # noqa: E402
     DTYPES,
     HelpFormatter,
@@ -44,6 +43,7 @@ from gossip.cli import (  # noqa: E402
 )
 from gossip.comm.world import World  # noqa: E402
 from gossip.compress import usage as compress_usage  # noqa: E402
+from gossip.errors import ConfigError  # noqa: E402
 from gossip.metrics import JsonlLogger, versions  # noqa: E402
 from gossip.runner import execute  # noqa: E402
 from gossip.training import (  # noqa: E402
@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     logger = JsonlLogger(args.out, enabled=world.is_root)
     config = {
         "script": "train", "args": vars(args), "algorithm": args.algorithm,
-        "hparams": trainer.algorithm.hparams(), "compressor": args.compressor,
+        "hparams": trainer.engine.hparams, "compressor": args.compressor,
         "nodes": topology.n, "world_size": world.size, "topology": topology.describe(),
         "model": args.model, "parameters": sum(p.numel() for p in model.parameters()),
         "flat_numel": trainer.layout.numel, "train_samples": len(train_set),

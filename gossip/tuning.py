@@ -28,8 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gossip.errors import DivergenceError
-from gossip.errors import GossipError
+from gossip.errors import DivergenceError, GossipError
 
 
 def tunable_algorithms(hparam: str = "gamma") -> list[str]:

@@ -11,8 +11,8 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.algorithms.adasum import adasum_pair
-from gossip.errors import ConfigError
 from gossip.compress import make as make_compressor
+from gossip.errors import ConfigError
 from gossip.layout import Layout
 from tests import reference_adaptive as ref
 from tests.reference_adaptive import QuadraticOracle, quadratic_problem, run_engine

@@ -13,9 +13,9 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.errors import ConfigError
 from gossip.compress import make
 from gossip.engine import Engine
+from gossip.errors import ConfigError
 from gossip.layout import Layout
 from gossip.problems import make_problem
 from gossip.seeding import generator, init_seed
@@ -204,7 +204,7 @@ def test_powergossip_batched_gram_schmidt_equals_each_factors(dtype):
 
 
 def test_powergossip_redraws_each_arc_from_its_edge_stream_at_its_own_count():
-    """A collapsed factor is redrawn from the edge's stream (what node.edge_rng(j) draws), at
+    """A collapsed factor is redrawn from the edge's stream (both ends of an edge draw it), at
     that arc's count of draws this round, even when arcs of one redraw stand at different counts."""
     from gossip.rng import Stream
 
@@ -213,7 +213,7 @@ def test_powergossip_redraws_each_arc_from_its_edge_stream_at_its_own_count():
                  seed=4)
     eng.step()
     block = eng.block
-    work = eng.algorithm._work(block)
+    work = block.workspace["edges"]
     f = block.arc_state["P{j}"][0]
     arcs = work.arcs.route.arcs
     work.redraw(block, f, torch.tensor([a in (0, 3) for a in range(len(arcs))]))

@@ -113,7 +113,7 @@ def test_allreduce_errors_are_each_nodes_rows_of_the_block_state(codec):
     eng, _ = run_engine(make_algorithm("onebit-adam", codec=codec, freeze_step=2),
                         topologies.build("complete", n), x0, data, 4)
     eng.node_state_dicts()  # mirrors the block's state into the nodes
-    ar = eng.algorithm._ar
+    ar = eng.block.workspace["ar"]
     for r, (_, nd) in enumerate(sorted(eng.nodes.items())):
         if codec == "none":
             assert not any(k.endswith("_error") for k in nd.state)

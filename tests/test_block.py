@@ -10,8 +10,8 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.algorithms.base import Algorithm
-from gossip.engine.routing import MixPlan
 from gossip.engine import Engine
+from gossip.engine.routing import MixPlan
 
 
 def _irregular() -> topologies.Topology:
@@ -112,9 +112,9 @@ def test_encode_parts_packs_each_nodes_messages_and_checks_every_part():
     encodings; a received row whose second part is corrupt is refused naming its sender."""
     from types import SimpleNamespace
 
+    from gossip.compress import make
     from gossip.engine.block import Block
     from gossip.errors import RowsError
-    from gossip.compress import make
 
     topo = topologies.build("ring", 6)
     ids = [0, 1, 2]
@@ -149,8 +149,8 @@ def test_model_rows_and_received_rows_gather_together():
     a staging row) and the received rows are gathered as one."""
     from types import SimpleNamespace
 
-    from gossip.engine.block import Block
     from gossip.compress import make
+    from gossip.engine.block import Block
 
     topo = topologies.build("ring", 6)
     ids = [0, 1, 2]
@@ -303,8 +303,8 @@ def test_a_nodes_saved_state_holds_its_own_rows_only():
 def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp, monkeypatch):
     """Rows of at least LOOP_FROM entries are encoded and mixed one message at a time from views
     of the staging rows (no gather copy): the same bits as the batched block round."""
-    import gossip.engine.block
     import gossip.compress.rows
+    import gossip.engine.block
 
     d = gossip.compress.rows.LOOP_FROM + 5
     topo = _irregular()

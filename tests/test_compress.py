@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from gossip.compress import bits, make
-from gossip.errors import CompressionError
 from gossip.compress.sparse import sample_distinct
+from gossip.errors import CompressionError
 from gossip.layout import Layout
 from gossip.rng import Stream
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from gossip.compress import bits, make, sparse
-from gossip.errors import CompressionError
 from gossip.compress.checks import Workspace
 from gossip.compress.sparse import sample_distinct
+from gossip.errors import CompressionError
 from gossip.layout import Layout
 
 SPECS = [

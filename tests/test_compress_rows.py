@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from gossip.compress import available, bits, make
-from gossip.errors import CompressionError
 from gossip.compress import rows as _rows
 from gossip.compress.base import row_stride
+from gossip.errors import CompressionError
 
 try:
     from gossip.rng import Stream

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from gossip.compress import available, make
-from gossip.errors import CompressionError
 from gossip.compress.wire import HEADER_NBYTES, MAGIC
+from gossip.errors import CompressionError
 from gossip.layout import Layout
 
 SPECS = [

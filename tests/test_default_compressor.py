@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gossip.algorithms import REGISTRY, algorithm_class, make_algorithm
-from gossip.errors import ConfigError
 from gossip.compress import make as make_compressor
+from gossip.errors import ConfigError
 from tests.test_config import script
 from topologies import build
 

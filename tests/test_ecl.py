@@ -9,8 +9,8 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.errors import ConfigError
 from gossip.engine import Engine
+from gossip.errors import ConfigError
 from tests import reference_tracking as reft
 from tests.test_algorithms import (
     PROBLEM,

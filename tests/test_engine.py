@@ -10,9 +10,8 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.errors import ConfigError
 from gossip.engine import Engine
-from gossip.errors import DivergenceError
+from gossip.errors import ConfigError, DivergenceError
 from gossip.seeding import generator, init_seed
 
 

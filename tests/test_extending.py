@@ -14,10 +14,9 @@ import torch
 import topologies
 from examples.my_parts import LocalGossip, StochasticInt8
 from gossip.algorithms import REGISTRY, make_algorithm, register_algorithm
-from gossip.errors import ConfigError
 from gossip.compress import TopK, available, make, register_compressor
-from gossip.errors import CompressionError
 from gossip.engine import Engine
+from gossip.errors import CompressionError, ConfigError
 from gossip.plugins import PluginError
 from gossip.problems import make_problem
 from tests.conftest import ROOT, run_mpi, run_py

@@ -9,8 +9,8 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.errors import ConfigError
 from gossip.engine import Engine
+from gossip.errors import ConfigError
 from gossip.seeding import generator, node_seed
 from tests import reference as ref
 from tests import reference_tracking as reft

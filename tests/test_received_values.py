@@ -11,9 +11,8 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.compress import bits, make
-from gossip.errors import CompressionError
 from gossip.engine import Engine
-from gossip.errors import DivergenceError
+from gossip.errors import CompressionError, DivergenceError
 from gossip.layout import Layout
 
 SPECS = ["none", "fp16", "bf16", "topk:4", "randk:0.5", "sign", "qsgd:4bit", "lead:2", "lowrank:1"]

@@ -14,10 +14,10 @@ import torch
 
 import topologies
 from gossip.algorithms import REGISTRY, make_algorithm
-from gossip.errors import ConfigError
 from gossip.checkpoint import Checkpointer
 from gossip.compress import available, make
 from gossip.engine import Engine
+from gossip.errors import ConfigError
 from gossip.layout import Layout
 from gossip.problems import make_problem
 from gossip.stateful import Stateful

@@ -9,9 +9,9 @@ import torch
 
 import topologies
 from gossip.algorithms import REGISTRY, make_algorithm
-from gossip.errors import ConfigError
 from gossip.algorithms.streams import arcs_over_schedule
 from gossip.engine import Engine
+from gossip.errors import ConfigError
 from gossip.problems import make_problem
 from tests import reference_tracking as reft
 from tests.test_algorithms import (

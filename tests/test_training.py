@@ -13,8 +13,7 @@ from torch.utils.data import Dataset, TensorDataset
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.errors import ConfigError
-from gossip.errors import DivergenceError
+from gossip.errors import ConfigError, DivergenceError
 from gossip.seeding import generator
 from gossip.training import (
     MLP,

@@ -12,7 +12,6 @@ from typing import Any
 from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, TrackedAMSGrad
 from gossip.algorithms.adasum import Adasum
 from gossip.algorithms.base import Algorithm, Round
-from gossip.errors import ConfigError
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.choco import Choco
 from gossip.algorithms.dcd import DCD
@@ -31,6 +30,7 @@ from gossip.algorithms.prox_lead import ProxLEAD
 from gossip.algorithms.signum import SignumVote
 from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
+from gossip.errors import ConfigError
 
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls

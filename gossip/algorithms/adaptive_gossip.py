@@ -20,8 +20,8 @@ import torch
 
 from gossip.algorithms.allreduce import adam_moments_, adaptive_hparams, check_betas, preconditioned
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
-from gossip.errors import ConfigError
 from gossip.engine.block import Block
+from gossip.errors import ConfigError
 
 
 class ExactRows:
@@ -79,7 +79,6 @@ class AdaptiveGossip(Algorithm):
             raise ConfigError(f"gossip_steps = {gossip_steps} must be >= 1")
         self.eta, self.beta1, self.beta2, self.eps = eta, beta1, beta2, eps
         self.gossip_steps = int(gossip_steps)
-        self._work: dict[tuple[str, int], torch.Tensor] = {}
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -98,11 +97,12 @@ class AdaptiveGossip(Algorithm):
 
     def scratch(self, block: Block, name: str, width: int) -> torch.Tensor:
         """An [m, width] work tensor of the block's dtype (kept between rounds, one per name and
-        width, as DES-LOC's messages change width; not in the state)."""
-        t = self._work.get((name, width))
+        width, as DES-LOC's messages change width; in ``block.workspace``)."""
+        work = block.workspace.setdefault("scratch", {})
+        t = work.get((name, width))
         x = block.x
-        if t is None or t.shape[0] != x.shape[0] or t.dtype != x.dtype or t.device != x.device:
-            t = self._work[(name, width)] = x.new_empty((x.shape[0], width))
+        if t is None:
+            t = work[(name, width)] = x.new_empty((x.shape[0], width))
         return t
 
     def mix(self, block: Block, vectors: Sequence[torch.Tensor], steps: int) -> Round:

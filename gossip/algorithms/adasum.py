@@ -14,8 +14,8 @@ from gossip.algorithms.allreduce import (
     preconditioned,
 )
 from gossip.algorithms.base import Round, check_range, scheduled
-from gossip.errors import ConfigError
 from gossip.engine.block import Block
+from gossip.errors import ConfigError
 
 TINY = 1e-8
 """A squared norm below this keeps its coefficient at 1 (Horovod's guard)."""
@@ -64,8 +64,6 @@ class Adasum(AllReduceAlgorithm):
         if local not in ("adam", "sgd"):
             raise ConfigError(f"local = {local!r}: Adasum's local optimizer is 'adam' or 'sgd'")
         self.eta, self.local, self.beta1, self.beta2, self.eps = eta, local, beta1, beta2, eps
-        self._work: dict[str, torch.Tensor] = {}
-        self._levels: list[tuple[list[tuple[int, int]], torch.Tensor]] = []
 
     def validate(self, topology, compressor) -> None:
         super().validate(topology, compressor)
@@ -83,12 +81,12 @@ class Adasum(AllReduceAlgorithm):
             block.state.update(m=z.clone(), v=z.clone())
         n = node_count(block)
         # level ℓ: node i and its partner i XOR ℓ swap deltas (only those arcs carry a message)
-        self._levels = []
+        levels = block.workspace["levels"] = []
         level = 1
         while level < n:
             partner = [i ^ level for i in block.ids]
             lower = torch.tensor([i < j for i, j in zip(block.ids, partner)], device=z.device)
-            self._levels.append(([(i, i ^ level) for i in range(n)], lower.view(-1, 1)))
+            levels.append(([(i, i ^ level) for i in range(n)], lower.view(-1, 1)))
             level *= 2
 
     def step(self, block: Block) -> Round:
@@ -108,7 +106,7 @@ class Adasum(AllReduceAlgorithm):
         # products' BLAS kernels round by alignment)
         low, up = self._aligned(block, "lower"), self._aligned(block, "upper")
         got = self._aligned(block, "got")
-        for arcs, is_lower in self._levels:
+        for arcs, is_lower in block.workspace["levels"]:
             route = block.arc_plan(arcs)  # one arc out of and one into every node
             rows = block.message_rows(nbytes, route)
             rows.mine().view(delta.dtype).copy_(delta)  # own rows: the block's nodes in order
@@ -122,13 +120,13 @@ class Adasum(AllReduceAlgorithm):
 
     def _aligned(self, block: Block, name: str) -> torch.Tensor:
         """An [m, d] work tensor of the block's dtype whose rows start 64-byte aligned."""
-        x = block.x
-        t = self._work.get(name)
-        if t is None or t.shape != x.shape or t.dtype != x.dtype or t.device != x.device:
+        x, work = block.x, block.workspace.setdefault("aligned", {})
+        t = work.get(name)
+        if t is None:
             item = x.element_size()
             pitch = -(-x.shape[1] * item // _ALIGN) * _ALIGN // item
-            t = self._work[name] = torch.empty((x.shape[0], pitch), dtype=x.dtype,
-                                               device=x.device)[:, : x.shape[1]]
+            t = work[name] = torch.empty((x.shape[0], pitch), dtype=x.dtype,
+                                         device=x.device)[:, : x.shape[1]]
         return t
 
 

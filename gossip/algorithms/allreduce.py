@@ -53,9 +53,9 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, Round
-from gossip.errors import ConfigError
 from gossip.compress import bits
 from gossip.compress import rows as _rows
+from gossip.errors import ConfigError
 
 CODECS = ("none", "sign_l1", "sign_l2", "vote")
 
@@ -292,17 +292,14 @@ class AllReduceAlgorithm(Algorithm):
     step_schedule = True
     codec_hint = "choose the all-reduce's 1-bit scale with codec=sign_l2|sign_l1"
 
-    _fp: ChunkedAllReduce | None = None
-    _ar: ChunkedAllReduce | None = None
-
     def setup_collectives(self, block: Any) -> None:
-        """The full-precision (``_fp``) and the ``codec``-compressed (``_ar``) all-reduce for the
-        run's node count and model size, and their error buffers in ``block.state``."""
+        """The full-precision (``block.workspace["fp"]``) and the ``codec``-compressed
+        (``block.workspace["ar"]``) all-reduce for the run's node count and model size, and
+        their error buffers in ``block.state``."""
         n, d = node_count(block), block.x.shape[1]
-        self._fp = ChunkedAllReduce(n, d, "none", key="fp")
-        self._ar = ChunkedAllReduce(n, d, self.codec, key="ar")
-        self._fp.setup(block)
-        self._ar.setup(block)
+        for key, codec in (("fp", "none"), ("ar", self.codec)):
+            collective = block.workspace[key] = ChunkedAllReduce(n, d, codec, key=key)
+            collective.setup(block)
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from gossip.errors import ConfigError
 from gossip.engine.routing import ArcPlan
+from gossip.errors import ConfigError
 
 _ALIGN = 64  # bytes: fresh tensors' alignment (BLAS kernels round differently at others)
 

@@ -44,10 +44,10 @@ class BEER(Algorithm):
     def setup(self, block: Block) -> None:
         x = block.x
         (h, sh), (g, sg) = block.stacked(2), block.stacked(2)  # each pair: one decode (copy=)
-        block.state.update(
-            h=h, sh=sh, g=g, sg=sg, v=torch.empty_like(x), grad_prev=torch.empty_like(x),
-            grad=torch.empty_like(x), dx=torch.empty_like(x), dv=torch.empty_like(x),
-        )
+        block.state.update(h=h, sh=sh, g=g, sg=sg, v=torch.empty_like(x),
+                           grad_prev=torch.empty_like(x))
+        block.workspace.update(grad=torch.empty_like(x), dx=torch.empty_like(x),
+                               dv=torch.empty_like(x))
         block.gradients(block.state["v"])
         block.state["grad_prev"].copy_(block.state["v"])
         block.stream_compressor("tracker")  # its own instance: stateful ones keep one state per stream
@@ -58,7 +58,8 @@ class BEER(Algorithm):
     def step(self, block: Block) -> Round:
         x, st, gamma = block.x, block.state, self.gamma
         h, sh, g, sg, v = st["h"], st["sh"], st["g"], st["sg"], st["v"]
-        dx, dv, gn, gp = st["dx"], st["dv"], st["grad"], st["grad_prev"]
+        ws = block.workspace
+        dx, dv, gn, gp = ws["dx"], ws["dv"], ws["grad"], st["grad_prev"]
         x.add_(torch.sub(sh, h, out=dx), alpha=gamma).sub_(v, alpha=self.eta)
         torch.sub(x, h, out=dx)
         self.estimate(block, block.gradients(gn), gp)

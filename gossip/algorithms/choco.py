@@ -60,15 +60,16 @@ class Choco(Algorithm):
 
     def setup(self, block: Block) -> None:
         x_hat, s = block.stacked(2)  # updated by one decode (mix_into's copy=)
-        block.state.update(x_hat=x_hat, s=s, diff=torch.empty_like(block.x))
+        block.state.update(x_hat=x_hat, s=s)
+        block.workspace["diff"] = torch.empty_like(block.x)
         if block.has_oracle:
-            block.state["grad"] = torch.empty_like(block.x)
+            block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        x, st = block.x, block.state
-        x_hat, s, diff = st["x_hat"], st["s"], st["diff"]
+        x, st, ws = block.x, block.state, block.workspace
+        x_hat, s, diff = st["x_hat"], st["s"], ws["diff"]
         if block.has_oracle:
-            block.local_step(block.gradients(st["grad"]), scheduled(self.eta, block.round))
+            block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
         x.add_(torch.sub(s, x_hat, out=diff), alpha=self.gamma)
         q = block.encode(torch.sub(x, x_hat, out=diff))
         inbox = yield q

@@ -17,8 +17,8 @@ from collections.abc import Callable
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, scheduled
-from gossip.engine.block import Block
 from gossip.compress import make
+from gossip.engine.block import Block
 
 
 class DCD(Algorithm):
@@ -39,18 +39,19 @@ class DCD(Algorithm):
         self.eta = eta
 
     def setup(self, block: Block) -> None:
-        block.state.update(s=torch.zeros_like(block.x), diff=torch.empty_like(block.x))
+        block.state["s"] = torch.zeros_like(block.x)
+        block.workspace["diff"] = torch.empty_like(block.x)
         if block.has_oracle:
-            block.state["grad"] = torch.empty_like(block.x)
+            block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        x, st = block.x, block.state
-        s, diff = st["s"], st["diff"]
+        x, ws = block.x, block.workspace
+        s, diff = block.state["s"], ws["diff"]
         if block.round == 1:
             yield from exchange_exact(block, s)
         torch.sub(s, x, out=diff)
         if block.has_oracle:
-            diff.add_(block.gradients(st["grad"]), alpha=-scheduled(self.eta, block.round))
+            diff.add_(block.gradients(ws["grad"]), alpha=-scheduled(self.eta, block.round))
         q = block.encode(diff)
         inbox = yield q
         block.decode_add(x, q)

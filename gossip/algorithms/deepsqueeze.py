@@ -39,20 +39,20 @@ class DeepSqueeze(Algorithm):
 
     def setup(self, block: Block) -> None:
         x = block.x
-        block.state.update(error=torch.zeros_like(x), v=torch.empty_like(x),
-                           c=torch.empty_like(x), mix=torch.empty_like(x))
+        block.state["error"] = torch.zeros_like(x)
+        block.workspace.update(v=torch.empty_like(x), c=torch.empty_like(x), mix=torch.empty_like(x))
         if block.has_oracle:
-            block.state["grad"] = torch.empty_like(x)
+            block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        x, st = block.x, block.state
+        x, ws = block.x, block.workspace
         if block.has_oracle:
-            block.local_step(block.gradients(st["grad"]), scheduled(self.eta, block.round))
-        v, c, err = st["v"], st["c"], st["error"]
+            block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
+        v, c, err = ws["v"], ws["c"], block.state["error"]
         q = block.encode(torch.add(x, err, out=v))
         block.decode(q, out=c)
         torch.sub(v, c, out=err)
         inbox = yield q
-        mix = st["mix"].zero_()
+        mix = ws["mix"].zero_()
         block.mix_into(mix, q, inbox, own_weight=block.self_weight - 1.0)
         x.add_(mix, alpha=self.gamma)

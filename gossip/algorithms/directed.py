@@ -15,12 +15,9 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
-from gossip.engine.nodes import Node
-from gossip.errors import ConfigError
 from gossip.algorithms.streams import (
     BlockArcStream,
     BlockStream,
-    PerBlock,
     Weights,
     check_stateless,
     pull_weights,
@@ -29,6 +26,8 @@ from gossip.algorithms.streams import (
     send_block_streams,
 )
 from gossip.algorithms.tracking import CGT, stochastic_kind
+from gossip.engine.nodes import Node
+from gossip.errors import ConfigError
 
 
 def check_column_stochastic(name: str, topology: Any) -> None:
@@ -84,39 +83,37 @@ class PushSum(Algorithm):
         check_range("gamma", gamma, 0.0, 1.0, "1 for exact push-sum; 0.2-0.5 for 1-2 bit quantizers.")
         self.eta = eta
         self.gamma = gamma
-        self._topology: Any = None
-        self._block_streams = PerBlock(self._make_block_stream)
 
-    _arcs = False
+    @staticmethod
+    def _per_arc(topology: Any, compressor: Any) -> bool:
+        """Copies kept per arc: a graph that changes every round, and compressed messages."""
+        return bool(getattr(topology, "time_varying", False)) and compressor.spec != "none"
 
     def validate(self, topology: Any, compressor: Any) -> None:
         check_column_stochastic(self.name, topology)
-        self._arcs = bool(getattr(topology, "time_varying", False)) and compressor.spec != "none"
-        self._topology = topology
-        if self._arcs:
+        if self._per_arc(topology, compressor):
             check_stateless(self.name, compressor)
 
-    def _make_block_stream(self, block: Any) -> BlockStream | BlockArcStream:
-        """The numerator's stream ``ss``: per-arc copies on a time-varying graph when compressed."""
-        if self._arcs:
-            return BlockArcStream(block, "ss", schedule=schedule_plan(block, self._topology))
-        return BlockStream(block, "ss", alpha=0.0 if block.compressor.spec == "none" else 1.0)
-
     def setup(self, block: Any) -> None:
-        st, x = block.state, block.x
+        st, ws, x = block.state, block.workspace, block.x
         st["s"] = x.clone()
-        self._block_streams(block)
+        # the numerator's stream: per-arc copies on a time-varying graph when compressed
+        ws["per_arc"] = self._per_arc(block.topology, block.compressor)
+        if ws["per_arc"]:
+            ws["stream"] = BlockArcStream(block, "ss", schedule=schedule_plan(block, block.topology))
+        else:
+            ws["stream"] = BlockStream(block, "ss", alpha=0.0 if block.compressor.spec == "none"
+                                       else 1.0)
         st["w"] = torch.ones(block.m, 1, dtype=torch.float64, device=x.device)
-        st["w_in"] = torch.empty(block.m, 1, dtype=torch.float64, device=x.device)
         if block.has_oracle:
-            st["grad"] = torch.empty_like(x)
+            ws["grad"] = torch.empty_like(x)
 
     def step(self, block: Any) -> Round:
-        st, x, plan = block.state, block.x, block.plan
-        s, w, ss = st["s"], st["w"], self._block_streams(block)
+        st, ws, x, plan = block.state, block.workspace, block.x, block.plan
+        s, w, ss = st["s"], st["w"], ws["stream"]
         if block.has_oracle:
-            s.sub_(block.gradients(st["grad"]), alpha=scheduled(self.eta, block.round))
-        if self._arcs:
+            s.sub_(block.gradients(ws["grad"]), alpha=scheduled(self.eta, block.round))
+        if ws["per_arc"]:
             packed = send_block_arc_streams(block, [ss], [s], extra=[w.view(torch.uint8)])
             yield packed
             s.add_(ss.laplacian(), alpha=self.gamma)
@@ -133,17 +130,13 @@ class PushSum(Algorithm):
             w_all = packed.parts[1].both().contiguous().view(torch.float64)[:, 0]  # every sender's w
             slots = plan.slots
         # w_i ← c_ii w_i + Σ_j c_ij w_j, neighbors in sorted order (one degree slot at a time)
-        # (w_in, as per node, ends holding the last in-neighbor's weight)
-        w_new, w_in = plan.self_weight * w[:, 0], st["w_in"][:, 0]
+        w_new = plan.self_weight * w[:, 0]
         for src, dst, c in slots:
-            w_j = w_all.index_select(0, src)
-            term = c * w_j
+            term = c * w_all.index_select(0, src)
             if dst is None:
                 w_new.add_(term)
-                w_in.copy_(w_j)
             else:
                 w_new.index_add_(0, dst, term)
-                w_in.index_copy_(0, dst, w_j)
         w[:, 0] = w_new
         torch.div(s, w.to(x.dtype), out=x)
 

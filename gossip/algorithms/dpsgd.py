@@ -38,9 +38,9 @@ class DPSGD(Gossip):
 
     def setup(self, block: Block) -> None:
         super().setup(block)
-        block.state["grad"] = torch.empty_like(block.x)
+        block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        g = block.gradients(block.state["grad"])
+        g = block.gradients(block.workspace["grad"])
         yield from super().step(block)
         block.local_step(g, scheduled(self.eta, block.round))

@@ -39,18 +39,19 @@ class ECD(Algorithm):
         self.eta = eta
 
     def setup(self, block: Block) -> None:
-        block.state.update(s=torch.zeros_like(block.x), z=torch.empty_like(block.x))
+        block.state["s"] = torch.zeros_like(block.x)
+        block.workspace["z"] = torch.empty_like(block.x)
         if block.has_oracle:
-            block.state["grad"] = torch.empty_like(block.x)
+            block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        x, st, k = block.x, block.state, block.round
-        s, z = st["s"], st["z"]
+        x, ws, k = block.x, block.workspace, block.round
+        s, z = block.state["s"], ws["z"]
         if k == 1:
             yield from exchange_exact(block, s)
         z.copy_(x).mul_(1.0 - k / 2.0)  # (1 − k/2) x^{k−1}
         if block.has_oracle:
-            grad = block.gradients(st["grad"])  # at x^{k−1}, before x is overwritten
+            grad = block.gradients(ws["grad"])  # at x^{k−1}, before x is overwritten
             x.copy_(s).add_(grad, alpha=-scheduled(self.eta, k))
         else:
             x.copy_(s)

@@ -17,9 +17,8 @@ import torch
 
 from gossip.algorithms.arcs import OutArcs
 from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.errors import ConfigError
-from gossip.algorithms.streams import PerBlock
 from gossip.engine.block import Block
+from gossip.errors import ConfigError
 
 
 class CECL(Algorithm):
@@ -74,7 +73,6 @@ class CECL(Algorithm):
         self.rho = rho
         self.theta = theta
         self.weight_decay = weight_decay
-        self._work = PerBlock(self._make_work)
 
     def validate(self, topology: Any, compressor: Any) -> None:
         if getattr(compressor, "stateful", False):
@@ -104,21 +102,20 @@ class CECL(Algorithm):
             if not nd.view.neighbors:
                 raise ConfigError(f"node {nd.id} has no neighbors; c-ecl needs a connected graph")
         self._check_rho(self.kept_fraction(block))
-        arcs = self._work(block).arcs
+        work = block.workspace["arcs"] = _Arcs(block, self)
         x = block.x
-        block.arc_state["z"] = x.new_zeros(len(arcs.route.arcs), x.shape[1])  # row per arc (i, j)
+        block.arc_state["z"] = x.new_zeros(len(work.arcs.route.arcs), x.shape[1])  # row per arc (i, j)
         block.arc_state["r"] = torch.zeros_like(block.arc_state["z"])
-        block.state["grad"] = torch.empty_like(x)
-        block.state["acc"] = torch.empty_like(x)
+        block.workspace.update(grad=torch.empty_like(x), acc=torch.empty_like(x))
 
     def step(self, block: Block) -> Round:
-        x, st = block.x, block.state
+        x, ws = block.x, block.workspace
         z, r = block.arc_state["z"], block.arc_state["r"]
-        work = self._work(block)
+        work = ws["arcs"]
         arcs = work.arcs
         mu = 1.0 / self.eta
-        g = block.gradients(st["grad"])
-        acc = st["acc"].copy_(x).mul_(mu - self.weight_decay).sub_(g)
+        g = block.gradients(ws["grad"])
+        acc = ws["acc"].copy_(x).mul_(mu - self.weight_decay).sub_(g)
         arcs.add_to_senders(acc, z, work.alpha)  # Σ_j A_ij α_i z_ij, in sorted neighbor order
         torch.div(acc, work.denominator, out=x)
         if block.round % self.period:
@@ -130,9 +127,6 @@ class CECL(Algorithm):
         yield q
         block.decode_add(r, q, self.theta)
         block.decode_received(z, q, self.theta)  # incoming arc (j, i) is own row (i, j)
-
-    def _make_work(self, block: Block) -> _Arcs:
-        return _Arcs(block, self)
 
 
 class _Arcs:

@@ -33,10 +33,10 @@ class Gossip(Algorithm):
         self.gamma = gamma
 
     def setup(self, block: Block) -> None:
-        block.state["mix"] = torch.empty_like(block.x)
+        block.workspace["mix"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        x, mix = block.x, block.state["mix"]
+        x, mix = block.x, block.workspace["mix"]
         q = block.encode(x)
         inbox = yield q
         mix.zero_()

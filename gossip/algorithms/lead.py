@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.errors import ConfigError
 from gossip.engine.block import Block
+from gossip.errors import ConfigError
 
 
 def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, float]:
@@ -75,43 +75,41 @@ class LEAD(Algorithm):
         self.eta = eta
         self.alpha = alpha
         self.gamma_dual = gamma_dual
-        self._beta = 4.0 / 3.0  # replaced by the topology's β in validate()
 
     def validate(self, topology: Any, compressor: Any) -> None:
-        self._beta = float(topology.beta)
         if getattr(compressor, "spec", "").startswith("lowrank"):
             raise ConfigError("LEAD needs a compressor of bounded variance; lowrank has none")
 
     def setup(self, block: Block) -> None:
-        if self.alpha is None or self.gamma_dual is None:
-            defaults = default_lead_hparams(block.compressor, block.x.shape[1], self._beta)
-            self.alpha = defaults["alpha"] if self.alpha is None else self.alpha
-            self.gamma_dual = defaults["gamma_dual"] if self.gamma_dual is None else self.gamma_dual
+        hp = block.hparams
+        if hp["alpha"] is None or hp["gamma_dual"] is None:  # the run's defaults, never self's
+            defaults = default_lead_hparams(block.compressor, block.x.shape[1],
+                                            float(block.topology.beta))
+            hp.update({k: v for k, v in defaults.items() if hp[k] is None})
         x = block.x
-        block.state.update(
-            d=torch.zeros_like(x), h=torch.zeros_like(x), hw=torch.zeros_like(x),
-            grad=torch.empty_like(x), y=torch.empty_like(x),
-        )
-        block.state["y_hat"], block.state["yw_hat"] = block.stacked(2)  # one decode (copy=)
-        x.add_(block.gradients(block.state["grad"]), alpha=-self.eta)  # X¹ = X⁰ − η∇F(X⁰)
+        block.state.update(d=torch.zeros_like(x), h=torch.zeros_like(x), hw=torch.zeros_like(x))
+        block.workspace.update(grad=torch.empty_like(x), y=torch.empty_like(x))
+        block.workspace["y_hat"], block.workspace["yw_hat"] = block.stacked(2)  # one decode (copy=)
+        x.add_(block.gradients(block.workspace["grad"]), alpha=-self.eta)  # X¹ = X⁰ − η∇F(X⁰)
         self.finish(block)
 
     def finish(self, block: Block) -> None:
         """The last line of a step (Prox-LEAD applies its prox here)."""
 
     def step(self, block: Block) -> Round:
-        x, st, eta = block.x, block.state, self.eta
-        d, h, hw, y, y_hat, yw_hat = st["d"], st["h"], st["hw"], st["y"], st["y_hat"], st["yw_hat"]
-        g = block.gradients(st["grad"])
+        x, st, ws, eta = block.x, block.state, block.workspace, self.eta
+        d, h, hw = st["d"], st["h"], st["hw"]
+        y, y_hat, yw_hat = ws["y"], ws["y_hat"], ws["yw_hat"]
+        g = block.gradients(ws["grad"])
         torch.sub(x, g, alpha=eta, out=y).sub_(d, alpha=eta)  # y = x − ηg − ηd
         diff = y_hat  # scratch until ŷ is formed
         q = block.encode(torch.sub(y, h, out=diff))
         inbox = yield q
         y_hat.copy_(h)
         block.mix_into(yw_hat.copy_(hw), q, inbox, copy=y_hat)
-        a = self.alpha
+        a, gamma_dual = block.hparams["alpha"], block.hparams["gamma_dual"]
         h.mul_(1.0 - a).add_(y_hat, alpha=a)
         hw.mul_(1.0 - a).add_(yw_hat, alpha=a)
-        d.add_(y_hat.sub_(yw_hat), alpha=self.gamma_dual / (2.0 * eta))
+        d.add_(y_hat.sub_(yw_hat), alpha=gamma_dual / (2.0 * eta))
         x.sub_(g, alpha=eta).sub_(d, alpha=eta)
         self.finish(block)

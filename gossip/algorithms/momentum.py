@@ -11,15 +11,14 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.errors import ConfigError
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.streams import (
     BlockStream,
-    PerBlock,
     send_block_streams,
 )
 from gossip.algorithms.tracking import compression_defaults, stochastic_kind
 from gossip.engine.block import Block
+from gossip.errors import ConfigError
 
 
 class DoCoM(Algorithm):
@@ -62,29 +61,30 @@ class DoCoM(Algorithm):
         self.eta = eta
         self.gamma = gamma
         self.beta = beta
-        self._block_streams = PerBlock(lambda block: (
-            BlockStream(block, "sx", alpha=1.0),
-            BlockStream(block, "sy", alpha=1.0, own_compressor=True)))
 
     def validate(self, topology: Any, compressor: Any) -> None:
         _check_doubly_stochastic(self.name, topology)
-        self.gamma = compression_defaults(compressor) if self.gamma is None else self.gamma
 
     def setup(self, block: Any) -> None:
         x, st = block.x, block.state
+        if block.hparams["gamma"] is None:
+            block.hparams["gamma"] = compression_defaults(block.compressor)
         for nd in block.nodes:
             self._sampled(nd.oracle)  # refuse oracles it cannot use, before any message
-        self._block_streams(block)  # the public copies sx.h, sx.hm, sy.h, sy.hm
+        # the public copies sx.h, sx.hm, sy.h, sy.hm (in block.state)
+        block.workspace["streams"] = (BlockStream(block, "sx", alpha=1.0),
+                                      BlockStream(block, "sy", alpha=1.0, own_compressor=True))
         st["v"] = block.gradients(torch.empty_like(x))
         st["y"] = st["v"].clone()
         st["x_prev"] = x.clone()
-        st["g"] = torch.empty_like(x)
         st["g_old"] = st["v"].clone()  # full gradients: ∇f at x_prev
+        block.workspace["g"] = torch.empty_like(x)
 
     def step(self, block: Any) -> Round:
-        x, st = block.x, block.state
-        sx, sy = self._block_streams(block)
-        v, y, x_prev, g, g_old = (st[k] for k in ("v", "y", "x_prev", "g", "g_old"))
+        x, st, gamma = block.x, block.state, block.hparams["gamma"]
+        sx, sy = block.workspace["streams"]
+        v, y, x_prev, g_old = (st[k] for k in ("v", "y", "x_prev", "g_old"))
+        g = block.workspace["g"]
         sampled = [self._sampled(nd.oracle) for nd in block.nodes]
         if any(sampled):  # one mini-batch at both points, node by node
             for r, nd in enumerate(block.nodes):
@@ -106,9 +106,9 @@ class DoCoM(Algorithm):
             for r, flag in enumerate(sampled):
                 if not flag:
                     g_old[r].copy_(g[r])
-        y.add_(sy.hm, alpha=self.gamma).sub_(sy.h, alpha=self.gamma)
+        y.add_(sy.hm, alpha=gamma).sub_(sy.h, alpha=gamma)
         x_prev.copy_(x)
-        x.sub_(y, alpha=self.eta).add_(sx.hm, alpha=self.gamma).sub_(sx.h, alpha=self.gamma)
+        x.sub_(y, alpha=self.eta).add_(sx.hm, alpha=gamma).sub_(sx.h, alpha=gamma)
         yield send_block_streams(block, [sx, sy], [x, y])
         sx.receive()
         sy.receive()

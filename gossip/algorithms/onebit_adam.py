@@ -69,10 +69,10 @@ class OneBitAdam(AllReduceAlgorithm):
         m, v = st["m"], st["v"]
         g = block.gradients(st["grad"])
         if block.round <= self.freeze_step:
-            yield from self._fp.reduce_block(block, g, g)
+            yield from block.workspace["fp"].reduce_block(block, g, g)
             adam_moments_(m, v, g, self.beta1, self.beta2)
         else:
             adam_moments_(m, None, g, self.beta1, self.beta2)
-            yield from self._ar.reduce_block(block, m, m)
+            yield from block.workspace["ar"].reduce_block(block, m, m)
             m.masked_fill_(v == 0, 0.0)  # coordinates that never had a gradient stay put
         block.x.sub_(preconditioned(m, v, self.eps, st["step"]), alpha=scheduled(self.eta, block.round))

@@ -19,8 +19,8 @@ from gossip.algorithms.allreduce import (
     preconditioned,
 )
 from gossip.algorithms.base import Round, check_range, scheduled
-from gossip.errors import ConfigError
 from gossip.engine.block import Block
+from gossip.errors import ConfigError
 
 
 class OneBitLamb(AllReduceAlgorithm):
@@ -109,7 +109,7 @@ class OneBitLamb(AllReduceAlgorithm):
         # the per-tensor scalars of every node as [m] float64 host tensors: the float64 ops
         # below are those of the per-node Python floats, one rounding each
         if t <= self.freeze_step:
-            yield from self._fp.reduce_block(block, g, g)
+            yield from block.workspace["fp"].reduce_block(block, g, g)
             adam_moments_(m, v, g, self.beta1, self.beta2)
             if t == self.freeze_step:
                 st["v_fresh"].copy_(v)
@@ -136,7 +136,7 @@ class OneBitLamb(AllReduceAlgorithm):
         adam_moments_(m, None, g, self.beta1, self.beta2)
         for k, p in enumerate(parts):
             m[:, p].mul_(_col(scaling[:, k], m))
-        yield from self._ar.reduce_block(block, m, m)
+        yield from block.workspace["ar"].reduce_block(block, m, m)
         for k, p in enumerate(parts):
             m[:, p].div_(_col(scaling[:, k], m))
         m.masked_fill_(v == 0, 0.0)

@@ -37,9 +37,8 @@ import torch
 
 from gossip.algorithms.arcs import OutArcs, aligned_arcs
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
-from gossip.errors import ConfigError
-from gossip.algorithms.streams import PerBlock
 from gossip.engine.block import Block
+from gossip.errors import ConfigError
 
 EPS = 1e-8
 
@@ -94,7 +93,6 @@ class PowerGossip(Algorithm):
         self.warm_start = bool(warm_start)
         self.eps = float(eps)
         self.eta = eta
-        self._work = PerBlock(self._make_work)
 
     def validate(self, topology: Any, compressor: Any) -> None:
         if getattr(compressor, "spec", "none") != "none":
@@ -104,10 +102,10 @@ class PowerGossip(Algorithm):
             )
 
     def setup(self, block: Block) -> None:
-        work = self._work(block)
+        work = block.workspace["edges"] = _Edges(block, self)
         x, arcs = block.x, work.arcs
-        rng = block.arc_rng(arcs.route, "edge", undirected=True)  # as node.edge_rng(j): both
-        count = len(arcs.route.arcs)  # ends of an edge draw the same factors
+        rng = block.arc_rng(arcs.route, "edge", undirected=True)  # both ends of an edge
+        count = len(arcs.route.arcs)  # draw the same factors
 
         def draw(rows: int, r: int) -> torch.Tensor:
             f = aligned_arcs(count, (rows, r), x.dtype, x.device)
@@ -118,19 +116,19 @@ class PowerGossip(Algorithm):
         block.arc_state["P{j}"] = ps  # node i's state["P{j}"]: its list of factors for edge {i, j}
         block.arc_state["Q{j}"] = qs
         if block.has_oracle:
-            block.state["grad"] = torch.empty_like(x)
+            block.workspace["grad"] = torch.empty_like(x)
 
     def step(self, block: Block) -> Round:
         grad = None
         if block.has_oracle:  # PowerGossip inside D-PSGD: gradient at the pre-gossip x
-            grad = block.gradients(block.state["grad"])
+            grad = block.gradients(block.workspace["grad"])
         for k in range(self.iterations):
             yield from self._power_step(block, (block.round - 1) * self.iterations + k + 1)
         if grad is not None:
             block.local_step(grad, scheduled(self.eta, block.round))
 
     def _power_step(self, block: Block, step: int) -> Round:
-        work = self._work(block)
+        work = block.workspace["edges"]
         arcs, x = work.arcs, block.x
         right = step % 2 == 1  # odd: sketch with Q (u = M Q̂); even: with P (u = Mᵀ P̂)
         bases = block.arc_state["Q{j}" if right else "P{j}"]
@@ -187,8 +185,6 @@ class PowerGossip(Algorithm):
             arcs.add_to_senders(upd, sent[:, pos : pos + n] - got[:, pos : pos + n], arcs.weight)
             v.sub_(upd)
 
-    def _make_work(self, block: Block) -> _Edges:
-        return _Edges(block, self)
 
 
 def orthonormalize_arcs(f: torch.Tensor, eps: float = EPS) -> torch.Tensor:

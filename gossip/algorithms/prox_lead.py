@@ -8,9 +8,9 @@ the node's oracle; with ``r = 0`` this is LEAD.
 
 from __future__ import annotations
 
-from gossip.errors import ConfigError
 from gossip.algorithms.lead import LEAD
 from gossip.engine.block import Block
+from gossip.errors import ConfigError
 
 
 class ProxLEAD(LEAD):

@@ -8,8 +8,8 @@ import torch
 
 from gossip.algorithms.allreduce import AllReduceAlgorithm, ChunkedAllReduce, adam_moments_, node_count
 from gossip.algorithms.base import Round, check_range, scheduled
-from gossip.errors import ConfigError
 from gossip.engine.block import Block
+from gossip.errors import ConfigError
 
 
 class SignumVote(AllReduceAlgorithm):
@@ -44,25 +44,25 @@ class SignumVote(AllReduceAlgorithm):
         self.eta, self.beta, self.weight_decay = eta, beta, weight_decay
         ids = [byzantine] if isinstance(byzantine, int) else byzantine
         self.byzantine = sorted(int(i) for i in ids)
-        self._vote: ChunkedAllReduce | None = None
-        self._byzantine_rows: torch.Tensor | None = None
 
     def setup(self, block: Block) -> None:
-        self._vote = ChunkedAllReduce(node_count(block), block.x.shape[1], "vote", key="vote")
-        self._vote.setup(block)
+        ws = block.workspace
+        ws["vote"] = ChunkedAllReduce(node_count(block), block.x.shape[1], "vote", key="vote")
+        ws["vote"].setup(block)
         z = torch.zeros_like(block.x)
         block.state.update(m=z, grad=z.clone(), s=z.clone())
         rows = [r for r, i in enumerate(block.ids) if i in self.byzantine]
-        self._byzantine_rows = torch.tensor(rows, dtype=torch.int64, device=z.device) if rows else None
+        ws["byzantine"] = torch.tensor(rows, dtype=torch.int64, device=z.device) if rows else None
 
     def step(self, block: Block) -> Round:
         st = block.state
         m, s = st["m"], st["s"]
         adam_moments_(m, None, block.gradients(st["grad"]), self.beta, 0.0)
         s.copy_(m)
-        if self._byzantine_rows is not None:  # they send −m
-            s.index_copy_(0, self._byzantine_rows, m.index_select(0, self._byzantine_rows).neg_())
-        yield from self._vote.reduce_block(block, s, s)
+        bad = block.workspace["byzantine"]
+        if bad is not None:  # they send −m
+            s.index_copy_(0, bad, m.index_select(0, bad).neg_())
+        yield from block.workspace["vote"].reduce_block(block, s, s)
         if self.weight_decay:
             s.add_(block.x, alpha=self.weight_decay)
         block.x.sub_(s, alpha=scheduled(self.eta, block.round))

@@ -28,25 +28,23 @@ and :func:`send_block_streams` packs every stream's rows into one phase. On a gr
 every round, :class:`BlockArcStream` keeps one copy per arc instead (``block.arc_state``
 ``"sx.out"``, ``"sx.in"``) and :func:`send_block_arc_streams` sends one packed message per
 arc. A stream's own compressor is ``block.stream_compressor(name)``, which checkpoints save
-too. The helpers hold scratch buffers only; algorithms keep them in a :class:`PerBlock`.
+too. The helpers hold scratch buffers only; algorithms keep them in ``block.workspace``.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import torch
 
+from gossip.engine.cache import IdentityCache
 from gossip.engine.nodes import Node
 from gossip.errors import ConfigError
-from gossip.engine.cache import IdentityCache
 
 Weights = Callable[[int], float]
 """``m(j)``: the weight node i gives to node j's value (j an in-neighbor, or i itself)."""
 
-T = TypeVar("T")
 
 
 def pull_weights(node: Node) -> Weights:
@@ -97,23 +95,7 @@ def arcs_over_schedule(topology: Any, i: int) -> tuple[list[int], list[int]]:
     return sorted(outs), sorted(ins)
 
 
-# -- blocks of nodes (gossip/engine/block.py) ---------------------------------------------------------
-class PerBlock(Generic[T]):
-    """What an algorithm keeps per :class:`~gossip.engine.block.Block` outside ``block.state``
-    (stream helpers, scratch buffers): ``build(block)`` runs once per block (weakly keyed, so
-    another engine's block gets its own)."""
-
-    def __init__(self, build: Callable[[Any], T]):
-        self._build = build
-        self._items: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-    def __call__(self, block: Any) -> T:
-        item = self._items.get(block)
-        if item is None:
-            item = self._items[block] = self._build(block)
-        return item
-
-
+# -- streams of a block of nodes ---------------------------------------------------------------
 class BlockStream:
     """One compressed stream of every node of a block (see the module docstring).
 

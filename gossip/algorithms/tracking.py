@@ -12,18 +12,17 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.engine.nodes import Node
-from gossip.errors import ConfigError
 from gossip.algorithms.streams import (
     BlockArcStream,
     BlockStream,
-    PerBlock,
     Weights,
     check_stateless,
     schedule_plan,
     send_block_arc_streams,
     send_block_streams,
 )
+from gossip.engine.nodes import Node
+from gossip.errors import ConfigError
 
 
 def compression_defaults(compressor: Any) -> float:
@@ -82,7 +81,6 @@ class CGT(Algorithm):
     static_topology = False
     tunable = ("gamma",)
     arc_copies = True
-    _arcs = False
     needs: tuple[str, ...] = ("double",)
     step_rule = "tracking"
 
@@ -100,8 +98,6 @@ class CGT(Algorithm):
         self.gamma = gamma
         self.alpha = 1.0 if error_feedback else alpha
         self.error_feedback = bool(error_feedback)
-        self._topology: Any = None
-        self._block_streams = PerBlock(self._make_block_streams)
 
     def validate(self, topology: Any, compressor: Any) -> None:
         kind = stochastic_kind(topology)
@@ -113,18 +109,25 @@ class CGT(Algorithm):
                    "with unequal degrees" if "double" in self.needs and len(self.needs) == 1
                    else "use --weights push (column-stochastic)")
             )
-        default = compression_defaults(compressor)
-        self.gamma = default if self.gamma is None else self.gamma
-        self.alpha = default if self.alpha is None else self.alpha
-        self._arcs = bool(getattr(topology, "time_varying", False)) and self.alpha > 0
-        self._topology = topology
-        if self._arcs and not self.arc_copies:
+        arcs = self._per_arc(topology, self._resolved(compressor)["alpha"])
+        if arcs and not self.arc_copies:
             raise ConfigError(
                 f"{self.name} keeps copies mixed with a fixed matrix, but '{topology.name}' "
                 "changes every round; use a static graph, or c-gt (per-arc copies)"
             )
-        if self._arcs:
+        if arcs:
             check_stateless(self.name, compressor)
+
+    def _resolved(self, compressor: Any) -> dict[str, float]:
+        """γ and α, the unset ones defaulted from the compressor."""
+        default = compression_defaults(compressor)
+        return {"gamma": default if self.gamma is None else self.gamma,
+                "alpha": default if self.alpha is None else self.alpha}
+
+    @staticmethod
+    def _per_arc(topology: Any, alpha: float) -> bool:
+        """Copies kept per arc: a graph that changes every round, and copies that move."""
+        return bool(getattr(topology, "time_varying", False)) and alpha > 0
 
     def weights_x(self, node: Node) -> Weights | None:
         """Mixing weights of the model stream (None: the topology's w_ij)."""
@@ -134,30 +137,33 @@ class CGT(Algorithm):
         """Mixing weights of the tracker stream (None: the topology's w_ij)."""
         return None
 
-    def _make_block_streams(self, block: Any) -> tuple[BlockStream, BlockStream] | tuple[
+    def _streams(self, block: Any, alpha: float) -> tuple[BlockStream, BlockStream] | tuple[
             BlockArcStream, BlockArcStream]:
         """The model stream ``sx`` (main compressor) and tracker stream ``sy`` (its own): per-arc
         copies on a time-varying graph (α > 0), else public copies."""
-        if self._arcs:
-            schedule = schedule_plan(block, self._topology)
+        if block.workspace["per_arc"]:
+            schedule = schedule_plan(block, block.topology)
             return (BlockArcStream(block, "sx", schedule=schedule),
                     BlockArcStream(block, "sy", schedule=schedule, own_compressor=True))
-        return (BlockStream(block, "sx", alpha=self.alpha, weights=self.weights_x),
-                BlockStream(block, "sy", alpha=self.alpha, weights=self.weights_y,
+        return (BlockStream(block, "sx", alpha=alpha, weights=self.weights_x),
+                BlockStream(block, "sy", alpha=alpha, weights=self.weights_y,
                             own_compressor=True))
 
     def setup(self, block: Any) -> None:
-        x, st = block.x, block.state
-        self._block_streams(block)  # allocates the copies in block.state (or block.arc_state)
+        x, st, hp = block.x, block.state, block.hparams
+        hp.update(self._resolved(block.compressor))
+        block.workspace["per_arc"] = self._per_arc(block.topology, hp["alpha"])
+        # the copies go to block.state (or block.arc_state)
+        block.workspace["streams"] = self._streams(block, hp["alpha"])
         st["g"] = block.gradients(torch.empty_like(x))
         st["y"] = st["g"].clone()
-        st["g_new"] = torch.empty_like(x)
+        block.workspace["g_new"] = torch.empty_like(x)
 
     def step(self, block: Any) -> Round:
-        x, st, gamma = block.x, block.state, self.gamma
-        sx, sy = self._block_streams(block)
-        y, g, g_new = st["y"], st["g"], st["g_new"]
-        if self._arcs:
+        x, st, ws, gamma = block.x, block.state, block.workspace, block.hparams["gamma"]
+        sx, sy = ws["streams"]
+        y, g, g_new = st["y"], st["g"], ws["g_new"]
+        if ws["per_arc"]:
             yield send_block_arc_streams(block, [sx, sy], [x, y])
             dx, dy = sx.laplacian(), sy.laplacian()  # compressed (W(t) − I)x, (W(t) − I)y
         else:
@@ -227,7 +233,6 @@ class EXTRA(Algorithm):
     def __init__(self, eta: float = 0.05):
         check_range("eta", eta, 0.0, float("inf"), "Try 0.5/L (EXTRA diverges near 1/L on some graphs).")
         self.eta = eta
-        self._block_streams = PerBlock(lambda block: BlockStream(block, "sx", alpha=0.0))
 
     def validate(self, topology: Any, compressor: Any) -> None:
         if compressor.spec != "none":
@@ -238,16 +243,15 @@ class EXTRA(Algorithm):
 
     def setup(self, block: Any) -> None:
         x, st = block.x, block.state
-        self._block_streams(block)
+        block.workspace["stream"] = BlockStream(block, "sx", alpha=0.0)
         st["half_prev"] = x.clone()  # makes round 1 the x¹ rule
         st["g_prev"] = torch.zeros_like(x)
-        st["g"] = torch.empty_like(x)
-        st["x_wx"] = torch.empty_like(x)
+        block.workspace.update(g=torch.empty_like(x), x_wx=torch.empty_like(x))
 
     def step(self, block: Any) -> Round:
-        x, st = block.x, block.state
-        sx = self._block_streams(block)
-        half_prev, g_prev, g, x_wx = st["half_prev"], st["g_prev"], st["g"], st["x_wx"]
+        x, st, ws = block.x, block.state, block.workspace
+        sx = ws["stream"]
+        half_prev, g_prev, g, x_wx = st["half_prev"], st["g_prev"], ws["g"], ws["x_wx"]
         block.gradients(g)
         yield send_block_streams(block, [sx], [x])
         _, wx = sx.receive()

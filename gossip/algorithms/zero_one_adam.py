@@ -15,8 +15,8 @@ from gossip.algorithms.allreduce import (
     preconditioned,
 )
 from gossip.algorithms.base import Round, check_range, scheduled
-from gossip.errors import ConfigError
 from gossip.engine.block import Block
+from gossip.errors import ConfigError
 
 
 class ZeroOneAdam(AllReduceAlgorithm):
@@ -96,10 +96,10 @@ class ZeroOneAdam(AllReduceAlgorithm):
         if t <= self.var_freeze_step:
             refresh = t % int(st["var_interval"][0]) == 0
             if refresh:
-                yield from self._fp.reduce_block(block, g, g)
+                yield from block.workspace["fp"].reduce_block(block, g, g)
                 adam_moments_(m, v, g, self.beta1, self.beta2)
             else:
-                yield from self._ar.reduce_block(block, g, g)
+                yield from block.workspace["ar"].reduce_block(block, g, g)
                 g.masked_fill_(v == 0, 0.0)  # never had a gradient: no 1-bit noise either
                 adam_moments_(m, None, g, self.beta1, self.beta2)
             x.sub_(preconditioned(m, v, self.eps, step), alpha=eta)
@@ -110,7 +110,7 @@ class ZeroOneAdam(AllReduceAlgorithm):
                     st["var_interval"].mul_(2)
             return
         if t == self.var_freeze_step + 1:
-            self._ar.reset_block(block)  # the errors held gradients, now they will hold momenta
+            block.workspace["ar"].reset_block(block)  # the errors held gradients, now they will hold momenta
             st["x_sync"].copy_(x)
         adam_moments_(m, None, g, self.beta1, self.beta2)
         st["eta_sum"].add_(eta)
@@ -120,7 +120,7 @@ class ZeroOneAdam(AllReduceAlgorithm):
         if t % int(st["ls_interval"][0]) == 0:
             denom = torch.sqrt(v, out=st["denom"]).add_(self.eps)
             u.mul_(denom)
-            yield from self._ar.reduce_block(block, u, u)
+            yield from block.workspace["ar"].reduce_block(block, u, u)
             u.masked_fill_(v == 0, 0.0)
             # m ← −ū/Σ_η: each row's Σ_η in the working dtype, as a scalar divisor is
             torch.div(u, st["eta_sum"].neg().to(u.device, u.dtype).view(-1, 1), out=m)

@@ -58,7 +58,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gossip.compress.base import Compressor, Payload
-from gossip.errors import CompressionError
 from gossip.compress.codec import Codec
 from gossip.compress.dense import Bf16, Fp16, Identity
 from gossip.compress.lowrank import LowRank
@@ -67,6 +66,7 @@ from gossip.compress.quantize import QSGD, LeadQuantizer, Natural
 from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
 from gossip.compress.wire import KINDS, PER_TENSOR
+from gossip.errors import CompressionError
 from gossip.layout import Layout
 
 __all__ = [

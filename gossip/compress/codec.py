@@ -37,7 +37,6 @@ import torch
 
 from gossip.compress import bits
 from gossip.compress.base import Compressor, Payload, _row_block
-from gossip.errors import CompressionError
 from gossip.compress.checks import (
     FLOAT_DTYPES,
     Workspace,
@@ -58,6 +57,7 @@ from gossip.compress.wire import (
     new_buffer,
     numel_of,
 )
+from gossip.errors import CompressionError
 from gossip.rng import as_generator, as_stream
 
 

@@ -8,10 +8,10 @@ import numpy as np
 import torch
 
 from gossip.compress import rows as _rows
-from gossip.errors import CompressionError
 from gossip.compress.checks import all_finite, check_scalar, no_grad, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
+from gossip.errors import CompressionError
 
 
 class Identity(Codec):

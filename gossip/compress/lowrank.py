@@ -6,10 +6,10 @@ from typing import Any, ClassVar
 
 import torch
 
-from gossip.errors import CompressionError
 from gossip.compress.checks import check_scalar, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
+from gossip.errors import CompressionError
 
 EPS = 1e-8  # Gram–Schmidt's guard, as in PowerSGD / PowerGossip
 COLLAPSE = 1e-12  # a warm-start factor this small is redrawn (docs/compressors.md, low-rank)

@@ -24,7 +24,6 @@ import torch
 
 from gossip.compress import bits
 from gossip.compress.base import Compressor, Payload
-from gossip.errors import CompressionError
 from gossip.compress.checks import check_dtype, check_generator, no_grad, quiet
 from gossip.compress.codec import Codec, _check_out
 from gossip.compress.wire import (
@@ -40,6 +39,7 @@ from gossip.compress.wire import (
     numel_of,
     write_header,
 )
+from gossip.errors import CompressionError
 from gossip.layout import Layout
 
 

@@ -11,10 +11,10 @@ import torch
 
 from gossip.compress import bits
 from gossip.compress import rows as _rows
-from gossip.errors import CompressionError
 from gossip.compress.checks import check_scalar, nonfinite, quiet, tame
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
+from gossip.errors import CompressionError
 from gossip.rng import PreDrawn
 
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}

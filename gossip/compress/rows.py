@@ -23,8 +23,8 @@ import torch
 
 from gossip.compress import bits
 from gossip.compress.base import _row_block
-from gossip.errors import CompressionError
 from gossip.compress.wire import HEADER_NBYTES, Plan
+from gossip.errors import CompressionError
 
 #: at and above this many entries a 1-D CPU reduction splits across threads (torch's
 #: ``at::internal::GRAIN_SIZE``), so a row of a block reduces in another order than the row alone

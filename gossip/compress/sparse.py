@@ -14,10 +14,10 @@ import torch
 
 from gossip.compress import bits
 from gossip.compress import rows as _rows
-from gossip.errors import CompressionError
 from gossip.compress.checks import all_finite, check_scalar, no_grad, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
+from gossip.errors import CompressionError
 from gossip.rng import PreDrawn
 
 _INT32_MAX = (1 << 31) - 1

@@ -25,8 +25,8 @@ from gossip.compress.base import row_stride
 from gossip.compress.rows import LOOP_FROM
 from gossip.engine.cache import IdentityCache
 from gossip.engine.routing import ArcPlan, MixPlan
-from gossip.engine.staging import ALIGN, PackedRows, Rows, message_buffer, PackedParts, pack_header
-from gossip.errors import CompressionError, ConfigError, RowsError
+from gossip.engine.staging import ALIGN, PackedParts, PackedRows, Rows, message_buffer, pack_header
+from gossip.errors import CompressionError, RowsError
 from gossip.rng import Stream
 
 

@@ -131,12 +131,18 @@ class Engine:
             _check_state(algorithm, self.block)
             self.block.mirror_state()
 
+    @property
+    def hparams(self) -> dict[str, Any]:
+        """The run's hyper-parameters as resolved at setup (the constructor's values with the
+        defaults the algorithm derived from the compressor and graph)."""
+        return dict(self.block.hparams)
+
     def _new_block(self) -> Block:
         """The local nodes as rows of one [m, d] tensor (each node's ``x`` becomes a row view)."""
         nodes = list(self.nodes.values())
         d = nodes[0].x.numel() if nodes else 0
         block = Block(nodes, None, self._new_compressor(), self._new_compressor, seed=self.seed,
-                      topology=self.topology)
+                      topology=self.topology, hparams=self.algorithm.hparams())
         x = block.message_tensor(d, self.dtype, self.device)  # sent as it is by 'none'
         for r, node in enumerate(nodes):
             x[r].copy_(node.x)
@@ -440,14 +446,19 @@ def _progress(total: int, enabled: bool):
 
 
 def _load_node_state(node: Node, saved: Mapping[str, Any]) -> None:
-    """Copy saved tensors into ``node.state`` in place, refusing a checkpoint of another setup."""
-    if set(saved) != set(node.state):
+    """Copy saved tensors into ``node.state`` in place, refusing a checkpoint of another setup.
+
+    Saved keys this run does not keep are skipped: checkpoints written before scratch buffers
+    moved to ``block.workspace`` hold them, and nothing reads them."""
+    missing = set(node.state) - set(saved)
+    if missing:
         raise ConfigError(
-            f"node {node.id}: the checkpoint's algorithm state has {sorted(saved)}, this run's "
-            f"{sorted(node.state)}; resume with the flags the run was started with"
+            f"node {node.id}: the checkpoint's algorithm state has {sorted(saved)}, this run "
+            f"needs {sorted(node.state)} (missing {sorted(missing)}); resume with the flags the "
+            "run was started with", node=node.id,
         )
-    for key, value in saved.items():
-        current = node.state[key]
+    for key, current in node.state.items():
+        value = saved[key]
         if isinstance(current, torch.Tensor):  # a list: per-neighbor rows saved one by one
             current.copy_(torch.stack(list(value)) if isinstance(value, list | tuple) else value)
         else:

@@ -51,11 +51,10 @@ from torch.utils.data import Dataset
 
 from gossip.algorithms import REGISTRY, make_algorithm
 from gossip.algorithms.base import Algorithm
-from gossip.errors import ConfigError
 from gossip.comm.world import World
 from gossip.compress import Compressor
 from gossip.engine import Engine
-from gossip.errors import DivergenceError
+from gossip.errors import ConfigError, DivergenceError
 from gossip.seeding import generator
 from gossip.training import flat
 from gossip.training.data import BatchStream, node_loader, partition_indices
