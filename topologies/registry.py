@@ -114,6 +114,11 @@ class Resolved(Generic[T]):
     params: tuple[str, ...] = ()
 
 
+def _a(noun: str) -> str:
+    """'an algorithm', 'a compressor'."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
 def _owner(obj: object) -> str:
     """``module.QualName`` of a class or function, else its repr (for 'already registered')."""
     module, qualname = getattr(obj, "__module__", None), getattr(obj, "__qualname__", None)
@@ -157,7 +162,7 @@ class Registry(Generic[T]):
                              "or surrounding spaces")
         old = self.objects.get(name)
         if old is not None and old is not obj and not replace:
-            raise self.error(f"a {self.kind} named {name!r} is already registered ({_owner(old)}); "
+            raise self.error(f"{_a(self.kind)} named {name!r} is already registered ({_owner(old)}); "
                              "pick another name or pass replace=True")
 
     def register(self, name: str, obj: T | None = None, *, replace: bool = False, **meta: Any) -> Any:
@@ -192,15 +197,15 @@ class Registry(Generic[T]):
         if not isinstance(spec, str):
             raise self.unknown(spec)
         spec = spec.strip()
-        head, _, tail = spec.partition(":") if self.takes_params else (spec, "", "")
+        head, sep, tail = spec.partition(":") if self.takes_params else (spec, "", "")
         key = self.normalize(head)
         if key in self.objects:
-            return Resolved(key, self.objects[key], tuple(tail.split(":")) if tail else ())
+            return Resolved(key, self.objects[key], tuple(tail.split(":")) if sep else ())
         target = parse_target(spec)
         if target is None:
             raise self.unknown(spec)
         if target.params and not self.takes_params:
-            raise self.plugin_error(f"{spec!r}: a {self.kind} spec is {self.form}, with nothing after "
+            raise self.plugin_error(f"{spec!r}: {_a(self.kind)} spec is {self.form}, with nothing after "
                                     f"{target.attr!r}")
         return Resolved(None, import_target(target, error=self.plugin_error, form=self.form), target.params)
 
