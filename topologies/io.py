@@ -11,21 +11,19 @@ string), else sorted, else sorted by str.  The mapping new id -> original label 
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import inspect
 import json
 import logging
 import math
 import os
 import re
-import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 import networkx as nx
 
 from .errors import GraphFileError, SelfLoopError, SpecError
+from .registry import import_target
 
 __all__ = ["load", "load_callable", "relabel", "EDGELIST_SUFFIXES", "GRAPH_SUFFIXES"]
 
@@ -245,31 +243,10 @@ def load(path: str | os.PathLike[str]) -> nx.Graph:
 
 
 def _import_target(target: str) -> object:
-    """Resolve "module:attr" (or "path/to/file.py:attr") to the named object."""
-    module_name, sep, attr = target.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise SpecError(f"expected 'module:function' (e.g. 'mypkg.graphs:build'), got {target!r}")
-    try:
-        if module_name.endswith(".py"):
-            file = Path(module_name)
-            if not file.is_file():
-                raise SpecError(f"{target!r}: file {module_name!r} does not exist")
-            spec = importlib.util.spec_from_file_location(file.stem, file)
-            module = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(module)
-        else:
-            module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise SpecError(
-            f"{target!r}: cannot import module {module_name!r} ({exc}); make sure it is on "
-            f"PYTHONPATH (sys.path[0] = {sys.path[0]!r})"
-        ) from exc
-    obj: object = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise SpecError(f"{target!r}: module {module_name!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
+    """Resolve "module:attr" (or "path/to/file.py:attr") to the named callable."""
+    obj = import_target(target, error=SpecError, form="module:function")
     if not callable(obj):
+        attr = target.rpartition(":")[2]
         raise SpecError(f"{target!r}: {attr!r} is not callable ({type(obj).__name__})")
     return obj
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ import networkx as nx
 from . import builders
 from .errors import SpecError
 from .io import GRAPH_SUFFIXES, load, load_callable
+from .registry import Registry, parse_target
 
 __all__ = [
     "parse", "split", "convert", "canonical_name", "is_file_spec", "is_callable_spec",
@@ -74,41 +74,46 @@ class Entry:
 _SEED = Param("seed", int, "random seed (default: the seed argument)", None)
 _ROWS = Param("rows", int, "number of rows (default: most square factorization of n)", None)
 
-STATIC: dict[str, Entry] = {
-    e.name: e
-    for e in [
-        Entry("ring", builders.ring, help="cycle"),
-        Entry("path", builders.path, help="path (ring minus one edge)"),
-        Entry("torus", builders.torus, (_ROWS,), help="2-D periodic grid"),
-        Entry("grid", builders.grid, (_ROWS,), help="2-D grid"),
-        Entry("complete", builders.complete, help="all pairs"),
-        Entry("star", builders.star, help="node 0 linked to all"),
-        Entry("hypercube", builders.hypercube, help="n a power of 2"),
-        Entry("exponential", builders.exponential, help="i ~ i +- 2^k"),
-        Entry("directed-exponential", builders.directed_exponential, help="i -> i + 2^m"),
-        Entry("directed-random", builders.directed_random,
-              (Param("p", float, "probability of each extra arc in [0, 1]", 0.2), _SEED), True,
-              "directed ring + random arcs (use --weights push or pull)"),
-        Entry("erdos-renyi", builders.erdos_renyi,
-              (Param("p", float, "edge probability in (0, 1]"), _SEED), True, "G(n, p), connected"),
-        Entry("regular", builders.random_regular,
-              (Param("k", int, "degree, 1 <= k < n"), _SEED), True, "random k-regular, connected"),
-        Entry("geometric", builders.geometric,
-              (Param("r", float, "connection radius in the unit square"), _SEED), True,
-              "random geometric, connected"),
-        Entry("watts-strogatz", builders.watts_strogatz,
-              (Param("k", int, "even ring-lattice degree", 4), Param("p", float, "rewiring "
-               "probability in [0, 1]", 0.3), _SEED), True, "small world, connected"),
-    ]
-}
 
-TIME_VARYING: dict[str, Entry] = {
-    e.name: e
-    for e in [
-        Entry("one-peer-exponential", None, help="time-varying: one peer 2^m away per round"),
-        Entry("matchings", None, (_SEED,), True, "time-varying: random perfect matching per round"),
-    ]
-}
+def _registry(kind: str, entries: list[Entry]) -> Registry[Entry]:
+    """Entries by canonical name (lookups accept aliases, any case, '_' for '-')."""
+    registry: Registry[Entry] = Registry(kind, error=SpecError, normalize=lambda n: _canonical(n),  # defined below
+                                         form="module:function")
+    for entry in entries:
+        registry.register(entry.name, entry)
+    return registry
+
+
+STATIC = _registry("topology", [
+    Entry("ring", builders.ring, help="cycle"),
+    Entry("path", builders.path, help="path (ring minus one edge)"),
+    Entry("torus", builders.torus, (_ROWS,), help="2-D periodic grid"),
+    Entry("grid", builders.grid, (_ROWS,), help="2-D grid"),
+    Entry("complete", builders.complete, help="all pairs"),
+    Entry("star", builders.star, help="node 0 linked to all"),
+    Entry("hypercube", builders.hypercube, help="n a power of 2"),
+    Entry("exponential", builders.exponential, help="i ~ i +- 2^k"),
+    Entry("directed-exponential", builders.directed_exponential, help="i -> i + 2^m"),
+    Entry("directed-random", builders.directed_random,
+          (Param("p", float, "probability of each extra arc in [0, 1]", 0.2), _SEED), True,
+          "directed ring + random arcs (use --weights push or pull)"),
+    Entry("erdos-renyi", builders.erdos_renyi,
+          (Param("p", float, "edge probability in (0, 1]"), _SEED), True, "G(n, p), connected"),
+    Entry("regular", builders.random_regular,
+          (Param("k", int, "degree, 1 <= k < n"), _SEED), True, "random k-regular, connected"),
+    Entry("geometric", builders.geometric,
+          (Param("r", float, "connection radius in the unit square"), _SEED), True,
+          "random geometric, connected"),
+    Entry("watts-strogatz", builders.watts_strogatz,
+          (Param("k", int, "even ring-lattice degree", 4), Param("p", float, "rewiring "
+           "probability in [0, 1]", 0.3), _SEED), True, "small world, connected"),
+])
+"""The static topologies' builders (a :class:`~topologies.registry.Registry` of Entry)."""
+
+TIME_VARYING = _registry("time-varying topology", [
+    Entry("one-peer-exponential", None, help="time-varying: one peer 2^m away per round"),
+    Entry("matchings", None, (_SEED,), True, "time-varying: random perfect matching per round"),
+])
 
 _ALIASES = {
     "cycle": "ring",
@@ -124,9 +129,6 @@ _ALIASES = {
     "random-matchings": "matchings",
     "matching": "matchings",
 }
-
-_CALLABLE = re.compile(r"^(?:[A-Za-z_][\w.]*|.+\.py):[A-Za-z_][\w.]*$")
-
 
 def spec_help() -> str:
     """Multi-line list of every valid spec form (used in error messages and --help)."""
@@ -149,7 +151,8 @@ def _canonical(name: str) -> str:
 
 def is_file_spec(spec: str) -> bool:
     """True when spec names a graph file (contains '/', has a graph suffix, or exists)."""
-    if _CALLABLE.match(spec) and spec.split(":", 1)[0].endswith(".py"):
+    target = parse_target(spec)
+    if target is not None and not target.params and target.module.endswith(".py"):
         return False
     return ("/" in spec or os.sep in spec or spec.lower().endswith(GRAPH_SUFFIXES)
             or os.path.isfile(spec))
@@ -157,8 +160,8 @@ def is_file_spec(spec: str) -> bool:
 
 def is_callable_spec(spec: str) -> bool:
     """True when spec looks like module:function (and the part before ':' is no topology name)."""
-    head = spec.split(":", 1)[0]
-    return bool(_CALLABLE.match(spec)) and _canonical(head) not in {**STATIC, **TIME_VARYING}
+    target, head = parse_target(spec), spec.split(":", 1)[0]
+    return target is not None and not target.params and head not in STATIC and head not in TIME_VARYING
 
 
 def split(spec: str) -> tuple[str, dict[str, str]]:

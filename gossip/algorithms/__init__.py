@@ -31,21 +31,26 @@ from gossip.algorithms.signum import SignumVote
 from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
 from gossip.errors import ConfigError
+from gossip.registry import registry
 
-REGISTRY: dict[str, type[Algorithm]] = {
-    cls.name: cls
-    for cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
-                DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
-                OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
-                ChocoAMSGrad, DESLOC)
-}
+ALGORITHMS = registry("algorithm", error=ConfigError, form="module:Class")
+"""Every algorithm by name (a :class:`gossip.registry.Registry`); join it with :func:`register_algorithm`."""
+for _cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
+             DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
+             OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
+             ChocoAMSGrad, DESLOC):
+    ALGORITHMS.register(_cls.name, _cls)
+
+REGISTRY: dict[str, type[Algorithm]] = ALGORITHMS.objects
+"""The live ``name -> class`` dict of :data:`ALGORITHMS` (read it; register through
+:func:`register_algorithm`)."""
 
 
 def register_algorithm(cls: type[Algorithm], *, replace: bool = False) -> type[Algorithm]:
     """Add an :class:`Algorithm` subclass to the registry under ``cls.name`` (usable as a decorator).
 
-    Scripts then accept ``--algorithm NAME``. A name taken by another class is refused unless
-    ``replace`` is set.
+    Scripts then accept ``--algorithm NAME``. The same class again is a no-op (a module imported
+    twice); a name taken by another class is refused, naming it, unless ``replace`` is set.
     """
     if not (inspect.isclass(cls) and issubclass(cls, Algorithm)):
         raise ConfigError(f"register_algorithm takes an Algorithm subclass, got {cls!r}")
@@ -56,12 +61,7 @@ def register_algorithm(cls: type[Algorithm], *, replace: bool = False) -> type[A
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise ConfigError(f"{cls.__name__} cannot be registered: it does not define {missing}")
-    old = REGISTRY.get(name)
-    if old is not None and old is not cls and not replace:
-        raise ConfigError(f"an algorithm named {name!r} is already registered ({old.__module__}."
-                          f"{old.__qualname__}); pick another name or pass replace=True")
-    REGISTRY[name] = cls
-    return cls
+    return ALGORITHMS.register(name, cls, replace=replace)
 
 
 register = register_algorithm
@@ -70,7 +70,7 @@ register = register_algorithm
 
 def available() -> list[str]:
     """Registered algorithm names, sorted."""
-    return sorted(REGISTRY)
+    return ALGORITHMS.available()
 
 
 def algorithm_class(spec: str | type[Algorithm]) -> type[Algorithm]:
@@ -79,15 +79,10 @@ def algorithm_class(spec: str | type[Algorithm]) -> type[Algorithm]:
         return spec
     if not isinstance(spec, str):
         raise ConfigError(f"an algorithm is a registry name, 'module:Class' or an Algorithm, got {spec!r}")
-    cls = REGISTRY.get(spec)
-    if cls is not None:
-        return cls
-    from gossip.plugins import import_object, looks_like_target
-
-    if not looks_like_target(spec):
-        raise ConfigError(f"unknown algorithm '{spec}'; choose one of: {', '.join(available())}, "
-                          "or give module:Class")
-    obj = import_object(spec)
+    found = ALGORITHMS.resolve(spec)
+    if found.name is not None:
+        return found.obj
+    obj = found.obj
     if not (inspect.isclass(obj) and issubclass(obj, Algorithm)):
         raise ConfigError(f"{spec!r} is not a gossip.algorithms.Algorithm subclass")
     if inspect.isabstract(obj):
@@ -117,5 +112,5 @@ def accepted_hparams(spec: str | type[Algorithm]) -> set[str]:
     return set(inspect.signature(algorithm_class(spec).__init__).parameters) - {"self"}
 
 
-__all__ = ["Algorithm", "ConfigError", "REGISTRY", "Round", "accepted_hparams",
+__all__ = ["ALGORITHMS", "Algorithm", "ConfigError", "REGISTRY", "Round", "accepted_hparams",
            "algorithm_class", "available", "make_algorithm", "register", "register_algorithm"]

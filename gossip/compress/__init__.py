@@ -55,7 +55,6 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gossip.compress.base import Compressor, Payload
 from gossip.compress.codec import Codec
@@ -68,6 +67,8 @@ from gossip.compress.sparse import RandK, TopK
 from gossip.compress.wire import KINDS, PER_TENSOR
 from gossip.errors import CompressionError
 from gossip.layout import Layout
+from gossip.plugins import PluginError
+from gossip.registry import Registry, parse_target
 
 __all__ = [
     "CompressionError",
@@ -78,6 +79,7 @@ __all__ = [
     "available",
     "usage",
     "register_compressor",
+    "COMPRESSORS",
     "factory_for",
     "Identity",
     "Fp16",
@@ -100,15 +102,19 @@ Builder = Callable[..., Compressor]
 ``:``-separated strings after the name (``"topk:0.01"`` -> ``build("topk:0.01", "0.01")``)."""
 
 
-@dataclass(frozen=True)
-class _Entry:
-    name: str
-    build: Builder
-    forms: tuple[str, ...]
-    usage: str
+class _Compressors(Registry):
+    """Compressor builders by name, with their spec ``forms`` and ``usage`` line as metadata;
+    an unknown spec's error lists every valid one."""
+
+    def unknown(self, spec: object) -> CompressionError:
+        return _bad(spec, f"unknown compressor {str(spec).strip().split(':')[0]!r}")
 
 
-_REGISTRY: dict[str, _Entry] = {}
+COMPRESSORS = _Compressors("compressor", error=CompressionError, plugin_error=PluginError, normalize=str.lower,
+                           takes_params=True, form="module:Class[:PARAMS]")
+"""Every compressor builder by name (a :class:`gossip.registry.Registry`); see
+:func:`register_compressor`."""
+_REGISTRY: dict[str, Builder] = COMPRESSORS.objects
 _KIND_CLASS: dict[int, type] = {}
 """Wire kind -> the compressor class whose messages carry it (one class per kind)."""
 
@@ -150,7 +156,9 @@ def register_compressor(
         forms: the spec forms it accepts, placeholders in capitals (``("mysign",)``,
             ``("myk:RATIO",)``); default: ``(name,)``.
         usage: one line for error messages and ``--help``; default: the forms joined.
-        replace: allow re-registering ``name`` (default: a taken name is refused).
+        replace: let ``build`` take ``name`` from another builder. Without it, the same
+            ``build`` again is a no-op (a module imported twice; the new ``forms`` and
+            ``usage`` are kept) and another one is refused, naming the owner.
 
     The wire kind of its messages (the class attribute ``kind``, 1..127) must not be used by
     another class: two encodings with one kind could be mistaken for each other, so a taken
@@ -161,24 +169,29 @@ def register_compressor(
         raise CompressionError(f"compressor name {name!r} must be a non-empty lower-case string without ':'")
     if not callable(build):
         raise CompressionError(f"register_compressor({name!r}, ...): build must be callable, got {build!r}")
-    if name in _REGISTRY and not replace and _REGISTRY[name].build is not build:
-        raise CompressionError(f"a compressor named {name!r} is already registered; pick another name "
-                               "or pass replace=True")
+    COMPRESSORS.check(name, build, replace=replace)
     if inspect.isclass(build):
         _claim(getattr(build, "kind", None), build, name)
     forms = tuple(forms) if forms else (name,)
-    _REGISTRY[name] = _Entry(name, build, forms, usage or " or ".join(forms))
-    return build
+    return COMPRESSORS.register(name, build, replace=replace, forms=forms, usage=usage or " or ".join(forms))
+
+
+def _forms_of(name: str) -> tuple[str, ...]:
+    return COMPRESSORS.meta(name).get("forms", (name,))
+
+
+def _usage_of(name: str) -> str:
+    return COMPRESSORS.meta(name).get("usage", name)
 
 
 def available() -> list[str]:
     """The spec forms :func:`make` accepts (placeholders in capitals), built-in and registered."""
-    return [form for entry in _REGISTRY.values() for form in entry.forms]
+    return [form for name in COMPRESSORS for form in _forms_of(name)]
 
 
 def usage() -> str:
     """One line per registered compressor: how to write its spec (for ``--help`` and errors)."""
-    return "; ".join(entry.usage for entry in _REGISTRY.values()) + "; or module:Class[:PARAMS]"
+    return "; ".join(_usage_of(name) for name in COMPRESSORS) + "; or module:Class[:PARAMS]"
 
 
 def make(spec: str, layout: Layout | None = None) -> Compressor:
@@ -227,18 +240,14 @@ def _bad(spec: object, why: str) -> CompressionError:
 
 
 def _factory(spec: str) -> Callable[[], Compressor]:
-    name, *args = spec.strip().split(":")
-    entry = _REGISTRY.get(name.lower())
-    if entry is None:
-        from gossip.plugins import import_object, looks_like_target
-
-        if not looks_like_target(spec.strip()):
-            raise _bad(spec, f"unknown compressor {name!r}")
-        cls = import_object(f"{name}:{args[0]}")
-        if not (inspect.isclass(cls) and issubclass(cls, Compressor)):
-            raise _bad(spec, f"{name}:{args[0]} is not a gossip.compress.Compressor subclass")
-        return _checked(spec.strip(), cls, args[1:], cls.__name__)
-    return _checked(spec.strip().lower(), entry.build, args, entry.name)
+    spec = spec.strip()
+    found = COMPRESSORS.resolve(spec)
+    if found.name is not None:
+        return _checked(spec.lower(), found.obj, list(found.params), found.name)
+    cls, target = found.obj, parse_target(spec)
+    if not (inspect.isclass(cls) and issubclass(cls, Compressor)):
+        raise _bad(spec, f"{target.module}:{target.attr} is not a gossip.compress.Compressor subclass")
+    return _checked(spec, cls, list(found.params), cls.__name__)
 
 
 def _checked(spec: str, build: Builder, params: list[str], name: str | None = None) -> Callable[[], Compressor]:
@@ -262,13 +271,14 @@ def _plain(cls: type[Codec]) -> Builder:
             raise _bad(spec, f"'{spec.split(':')[0]}' takes no parameters")
         return cls(spec)
 
+    build.__qualname__ = f"_plain({cls.__qualname__})"  # names the owner in 'already registered'
     return build
 
 
 def _needs(spec: str, params: tuple[str, ...], most: int) -> None:
     name = spec.split(":")[0]
     if not params or not params[0]:
-        raise _bad(spec, f"'{name}' needs a parameter: {_REGISTRY[name].usage}")
+        raise _bad(spec, f"'{name}' needs a parameter: {_usage_of(name)}")
     if len(params) > most:
         raise _bad(spec, f"{name} takes {'one parameter' if most == 1 else f'at most {most} parameters'}")
 

@@ -14,12 +14,15 @@ import torch
 from gossip.problems.base import Problem, ProblemError
 from gossip.problems.data import load_libsvm, partition, synthetic
 from gossip.problems.glm import GLM, L1Logistic, Lasso, LeastSquares, Logistic
+from gossip.registry import registry
 
 ProblemBuilder = Callable[..., Problem]
 """``build(**options) -> Problem``; options are :func:`make_problem`'s keywords (``n_nodes``,
 ``dim``, ``seed``, ``dtype``, ``device``, …): take the ones you need and ``**_`` the rest."""
 
-_BUILDERS: dict[str, ProblemBuilder] = {}
+BUILDERS = registry("problem", error=ProblemError, form="module:function")
+"""Every problem builder by name (a :class:`gossip.registry.Registry`); see :func:`register_problem`."""
+_BUILDERS: dict[str, ProblemBuilder] = BUILDERS.objects
 PROBLEMS: list[str] = []
 """Registered problem names (kept in sync by :func:`register_problem`)."""
 
@@ -29,15 +32,16 @@ but non-trivial solution on the default synthetic data (docs/problems.md)."""
 
 
 def register_problem(name: str, build: ProblemBuilder, *, replace: bool = False) -> ProblemBuilder:
-    """Make ``make_problem(name, ...)`` and ``optimize.py --problem NAME`` call ``build``."""
+    """Make ``make_problem(name, ...)`` and ``optimize.py --problem NAME`` call ``build``.
+
+    The same ``build`` again is a no-op; a name taken by another builder is refused, naming it,
+    unless ``replace`` is set.
+    """
     if not isinstance(name, str) or not name or ":" in name:
         raise ProblemError(f"problem name {name!r} must be a non-empty string without ':'")
     if not callable(build):
         raise ProblemError(f"register_problem({name!r}, ...): build must be callable, got {build!r}")
-    if name in _BUILDERS and _BUILDERS[name] is not build and not replace:
-        raise ProblemError(f"a problem named {name!r} is already registered; pick another name or "
-                           "pass replace=True")
-    _BUILDERS[name] = build
+    BUILDERS.register(name, build, replace=replace)
     if name not in PROBLEMS:
         PROBLEMS.append(name)
     return build
@@ -84,16 +88,9 @@ def make_problem(
     options = dict(n_nodes=n_nodes, dim=dim, samples_per_node=samples_per_node,
                    heterogeneity=heterogeneity, common=common, seed=seed, data=data,
                    partition_scheme=partition_scheme, l2=l2, l1=l1, dtype=dtype, device=device)
-    build = _BUILDERS.get(name)
-    if build is None:
-        from gossip.plugins import import_object, looks_like_target
-
-        if not (isinstance(name, str) and looks_like_target(name)):
-            raise ProblemError(f"unknown problem {name!r}; choose one of {', '.join(PROBLEMS)}, or give "
-                               "module:function")
-        build = import_object(name)
-        if not callable(build):
-            raise ProblemError(f"{name!r} is not callable")
+    build = BUILDERS.get(name)
+    if not callable(build):
+        raise ProblemError(f"{name!r} is not callable")
     problem = build(**options)
     if not isinstance(problem, Problem):
         raise ProblemError(f"problem builder {name!r} returned a {type(problem).__name__}, not a "
