@@ -14,8 +14,8 @@ from gossip.algorithms.adasum import adasum_pair
 from gossip.algorithms.base import ConfigError
 from gossip.compress import make as make_compressor
 from gossip.layout import Layout
-from tests import reference_adaptive as ref
-from tests.reference_adaptive import QuadraticOracle, quadratic_problem, run_engine
+from tests.helpers import reference_adaptive as ref
+from tests.helpers.reference_adaptive import QuadraticOracle, quadratic_problem, run_engine
 
 
 def _close(a, b, tol=1e-11):

@@ -1,4 +1,4 @@
-"""Every per-node algorithm equals its vectorized matrix form (tests/reference.py), float64.
+"""Every per-node algorithm equals its vectorized matrix form (tests/helpers/reference.py), float64.
 
 The reference gets the same compressor as a row-wise callable (deterministic ones: identity,
 top-k with lowest-index ties, scaled sign), so any difference is in the per-node algorithm.
@@ -13,60 +13,24 @@ import torch
 
 import topologies
 from gossip.algorithms import ConfigError, make_algorithm
-from gossip.compress import make
 from gossip.engine import Engine
 from gossip.layout import Layout
-from gossip.problems import make_problem
-from gossip.seeding import generator, init_seed
-from tests import reference as ref
-
-N, D = 8, 12
-TOPO = topologies.build("erdos-renyi:p=0.4", N, seed=7)
-W = TOPO.dense()
-
-
-def x0_fn(seed=1, shape=(D,)):
-    return lambda i: torch.randn(shape, generator=generator(init_seed(seed, i)), dtype=torch.float64)
-
-
-def X0(seed=1):
-    f = x0_fn(seed)
-    return np.stack([f(i).numpy() for i in range(N)])
-
-
-def row_compressor(spec):
-    comp = make(spec)
-    return lambda i, v: comp.decode(comp.encode(torch.from_numpy(np.ascontiguousarray(v)))).numpy()
-
-
-PROBLEM = make_problem("least-squares", n_nodes=N, dim=D, samples_per_node=30, seed=3,
-                       dtype=torch.float64)
-LASSO = make_problem("lasso", n_nodes=N, dim=D, samples_per_node=30, seed=3, dtype=torch.float64)
-
-
-def full_grad(problem):
-    return lambda X: np.stack([problem.grad_full(i, torch.from_numpy(X[i])).numpy()
-                               for i in range(N)])
-
-
-def oracles(problem):
-    return lambda i, gen: problem.oracle(i, gen)
-
-
-def run_engine(alg, spec, rounds, x0=None, problem=None, **kw):
-    eng = Engine(alg, TOPO, x0 or x0_fn(), compressor=spec,
-                 oracles=oracles(problem) if problem else None, **kw)
-    out = [np.stack([eng.nodes[i].x.numpy().copy() for i in range(N)])]
-    for _ in range(rounds):
-        eng.step()
-        out.append(np.stack([eng.nodes[i].x.numpy().copy() for i in range(N)]))
-    return out, eng
-
-
-def assert_same(ours, theirs, atol=1e-10):
-    assert len(ours) == len(theirs)
-    for r, (a, b) in enumerate(zip(ours, theirs)):
-        np.testing.assert_allclose(a, b, atol=atol, rtol=0, err_msg=f"round {r}")
+from tests.helpers import reference as ref
+from tests.helpers.algorithm_setup import (
+    LASSO,
+    PROBLEM,
+    TOPO,
+    X0,
+    D,
+    N,
+    W,
+    assert_same,
+    full_grad,
+    oracles,
+    row_compressor,
+    run_engine,
+    x0_fn,
+)
 
 
 @pytest.mark.parametrize(("spec", "rounds"), [("none", 50), ("sign", 50), ("topk:0.25", 20)])

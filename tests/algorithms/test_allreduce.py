@@ -8,7 +8,7 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.algorithms.base import ConfigError
-from tests.reference_adaptive import onebit_adam, quadratic_problem, run_engine
+from tests.helpers.reference_adaptive import onebit_adam, quadratic_problem, run_engine
 
 
 def _close(a, b, tol=1e-11):
@@ -49,7 +49,7 @@ def test_allreduce_needs_complete_graph_and_no_gossip_compressor():
 def test_onebit_lamb_equals_reference(codec, wd):
     from gossip.engine import Engine
     from gossip.layout import Layout
-    from tests.reference_adaptive import QuadraticOracle, onebit_lamb
+    from tests.helpers.reference_adaptive import QuadraticOracle, onebit_lamb
 
     n, shapes, sizes, rounds = 4, [(2, 5), (3, 3), (4,)], [10, 9, 4], 14
     d = sum(sizes)
@@ -128,7 +128,7 @@ def test_adasum_sends_to_its_partner_only():
     """One phase per level over the partner arcs: a message per node, d values each (bytes as
     the per-node round with its empty messages to the others)."""
     from gossip.engine import Engine
-    from tests.reference_adaptive import QuadraticOracle
+    from tests.helpers.reference_adaptive import QuadraticOracle
 
     n, d = 8, 13
     data, _ = quadratic_problem(n, d)
@@ -166,7 +166,7 @@ def test_checkpoint_resume_equals_the_uninterrupted_run(tmp_path, name, hp):
     from gossip.checkpoint import Checkpointer
     from gossip.engine import Engine
     from gossip.layout import Layout
-    from tests.reference_adaptive import QuadraticOracle
+    from tests.helpers.reference_adaptive import QuadraticOracle
 
     n, d = 4, 23
     data, _ = quadratic_problem(n, d, seed=5)

@@ -7,7 +7,7 @@ import pytest
 from gossip.algorithms import REGISTRY, algorithm_class, make_algorithm
 from gossip.algorithms.base import ConfigError
 from gossip.compress import make as make_compressor
-from tests.test_config import script
+from tests.helpers.launch import script
 from topologies import build
 
 

@@ -10,8 +10,8 @@ import pytest
 import topologies
 from gossip.algorithms import ConfigError, make_algorithm
 from gossip.engine import Engine
-from tests import reference_tracking as reft
-from tests.test_algorithms import PROBLEM, X0, assert_same, full_grad, oracles, row_compressor, x0_fn
+from tests.helpers import reference_tracking as reft
+from tests.helpers.algorithm_setup import PROBLEM, X0, assert_same, full_grad, oracles, row_compressor, x0_fn
 
 N = 8
 DIRECTED = topologies.build("directed-random:p=0.2", N, weights="push", seed=1)
@@ -100,7 +100,7 @@ def test_configuration_errors():
 def test_quantized_push_sum_optimizes_like_exact_push_sum():
     """Gradient steps at the de-biased point: 2-bit messages end where exact ones do (a constant
     step stops at a neighborhood of x*; a decaying one keeps approaching it)."""
-    from tests.test_tracking import HETERO
+    from tests.helpers.algorithm_setup import HETERO
 
     x0, x_star = HETERO.initial_point(), HETERO.solution()
 

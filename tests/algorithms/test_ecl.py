@@ -10,8 +10,8 @@ import torch
 import topologies
 from gossip.algorithms import ConfigError, make_algorithm
 from gossip.engine import Engine
-from tests import reference_tracking as reft
-from tests.test_algorithms import (
+from tests.helpers import reference_tracking as reft
+from tests.helpers.algorithm_setup import (
     PROBLEM,
     TOPO,
     X0,
@@ -43,7 +43,7 @@ def test_cecl_equals_edge_form(spec, period, rho, rounds):
 
 
 def test_masked_duals_reach_the_exact_optimum():
-    from tests.test_tracking import HETERO, distance
+    from tests.helpers.algorithm_setup import HETERO, distance
 
     x0 = HETERO.initial_point()
     eta = 0.2 / HETERO.smoothness().L

@@ -11,9 +11,9 @@ import topologies
 from gossip.algorithms import ConfigError, make_algorithm
 from gossip.engine import Engine
 from gossip.seeding import generator, node_seed
-from tests import reference as ref
-from tests import reference_tracking as reft
-from tests.test_algorithms import (
+from tests.helpers import reference as ref
+from tests.helpers import reference_tracking as reft
+from tests.helpers.algorithm_setup import (
     PROBLEM,
     TOPO,
     X0,
@@ -87,7 +87,7 @@ def test_motef_equals_matrix_form_and_lam_one_is_beer(spec, rounds):
 
 @pytest.mark.parametrize(("name", "spec", "rounds"), [("docom", "lead:2", 450), ("motef", "lead:2", 450)])
 def test_full_gradient_runs_reach_the_exact_optimum(name, spec, rounds):
-    from tests.test_tracking import HETERO, distance
+    from tests.helpers.algorithm_setup import HETERO, distance
 
     x0 = HETERO.initial_point()
     eta = 0.2 / HETERO.smoothness().L

@@ -12,9 +12,9 @@ import torch
 from gossip.problems import Lasso, LeastSquares, synthetic
 
 try:
-    from tests import reference as ref
+    from tests.helpers import reference as ref
 except ImportError:  # tests/ on sys.path (pytest's rootdir-less import mode)
-    import reference as ref
+    from helpers import reference as ref
 
 
 # ---- shared problems (built once) ------------------------------------------------------------

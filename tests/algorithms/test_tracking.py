@@ -12,13 +12,15 @@ from gossip.algorithms import REGISTRY, ConfigError, make_algorithm
 from gossip.algorithms.streams import arcs_over_schedule
 from gossip.engine import Engine
 from gossip.problems import make_problem
-from tests import reference_tracking as reft
-from tests.test_algorithms import (
+from tests.helpers import reference_tracking as reft
+from tests.helpers.algorithm_setup import (
+    HETERO,
     PROBLEM,
     TOPO,
     X0,
     W,
     assert_same,
+    distance,
     full_grad,
     oracles,
     row_compressor,
@@ -85,22 +87,13 @@ def test_extra_equals_matrix_form():
     assert_same(ours, reft.extra(X0(), W, full_grad(PROBLEM), eta, 60))
 
 
-HETERO = make_problem("least-squares", n_nodes=8, dim=40, samples_per_node=30, seed=5,
-                      heterogeneity=3.0, dtype=torch.float64)
-
-
-def distance(eng, problem):
-    x_star = problem.solution()
-    return max(float(((nd.x - x_star) ** 2).sum() / (x_star**2).sum()) for nd in eng.nodes.values())
-
-
 @pytest.mark.parametrize(("name", "spec", "hp", "rounds"), [
     pytest.param("c-gt", "topk:0.1", {"error_feedback": True}, 1000, marks=pytest.mark.slow),
     ("extra", "none", {}, 500),
 ])
 def test_linear_convergence_to_the_exact_optimum(name, spec, hp, rounds):
     """Heterogeneous least squares on a ring: the exact optimum, not DGD's biased point (C-GT with
-    2-bit quantization and DIGing: through optimize.py in tests/test_tracking_cli.py)."""
+    2-bit quantization and DIGing: through optimize.py in tests/scripts/test_tracking_cli.py)."""
     topo = topologies.build("ring", 8)
     eta = REGISTRY[name].suggest_hparams(HETERO)["eta"]
     x0 = HETERO.initial_point()

@@ -1,12 +1,12 @@
 """Every built-in algorithm's trajectory is bit-identical to the recorded one (refactorings
-must not change a number; regenerate with ``python tests/trajectories.py --write`` after a
+must not change a number; regenerate with ``python tests/helpers/trajectories.py --write`` after a
 change meant to)."""
 
 import json
 
 import pytest
 
-from tests import trajectories
+from tests.helpers import trajectories
 
 
 def test_trajectories_match_the_recorded_bits():

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from gossip.algorithms import REGISTRY
-from tests.conftest import ROOT
+from tests.helpers.launch import ROOT
 
 DOCS = ROOT / "docs"
 BUILT_IN = sorted(name for name, cls in REGISTRY.items() if cls.__module__.startswith("gossip."))

@@ -18,8 +18,8 @@ from gossip.compress import CompressionError, TopK, available, make, register_co
 from gossip.engine import Engine
 from gossip.plugins import PluginError
 from gossip.problems import make_problem
-from tests.conftest import ROOT, run_mpi, run_py
-from tests.extending_driver import RUNS, script
+from tests.helpers.extending_driver import RUNS, script
+from tests.helpers.launch import ROOT, run_mpi, run_py
 
 
 @pytest.fixture(autouse=True)
@@ -86,9 +86,9 @@ def test_scripts_run_the_user_parts_in_process(tmp_path):
 
 @pytest.mark.slow
 def test_user_parts_under_mpiexec_equal_the_in_process_run(tmp_path):
-    res = run_py(["tests/extending_driver.py", str(tmp_path / "local")])
+    res = run_py(["tests/helpers/extending_driver.py", str(tmp_path / "local")])
     assert res.returncode == 0, res.stderr[-3000:]
-    res = run_mpi(2, ["tests/extending_driver.py", str(tmp_path / "mpi")])
+    res = run_mpi(2, ["tests/helpers/extending_driver.py", str(tmp_path / "mpi")])
     assert res.returncode == 0, res.stderr[-3000:]
     for name in RUNS:
         assert rounds(tmp_path / "mpi" / f"{name}.jsonl") == rounds(tmp_path / "local" / f"{name}.jsonl"), name

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gossip.metrics import read_jsonl
-from tests.conftest import mpiexec, run_mpi, scenario_records
+from tests.helpers.launch import mpiexec, run_mpi, scenario_records
 
 pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 
@@ -14,9 +14,9 @@ pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 # no vote ties, blocks of unequal size); train.py: 4 x 1
 @pytest.mark.parametrize(("ranks", "nodes"), [(2, 8), (2, 4), (3, 5)])
 def test_adaptive_mpi_equals_in_process(tmp_path, ranks, nodes):
-    from tests.mpi_adaptive import SCENARIOS
+    from tests.helpers.mpi_adaptive import SCENARIOS
 
-    a, b = scenario_records("tests/mpi_adaptive.py", tmp_path, ranks, nodes)
+    a, b = scenario_records("tests/helpers/mpi_adaptive.py", tmp_path, ranks, nodes)
     skipped = sum(1 for alg, _, _ in SCENARIOS.values() if alg == "adasum" and nodes & (nodes - 1))
     assert len(a) == len(b) == (len(SCENARIOS) - skipped) * 5
     for ra, rb in zip(a, b):
@@ -26,8 +26,8 @@ def test_adaptive_mpi_equals_in_process(tmp_path, ranks, nodes):
 
 
 def test_train_script_onebit_adam_under_mpi_equals_in_process(tmp_path):
-    from tests.test_config import script
-    from tests.test_training_script import comparable
+    from tests.helpers.launch import script
+    from tests.helpers.train_runs import comparable
 
     args = ["experiments/train.py", "--algorithm", "onebit-adam", "--topology", "complete",
             "--hparam", "freeze_step=3", "eps=1e-3", "--hidden", "16", "--rounds", "8",

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, mpiexec, run_py
+from tests.helpers.launch import ROOT, mpiexec, run_py
 
 RUNS = {
     "choco": ["experiments/consensus.py", "--algorithm", "choco", "--compressor", "topk:0.1",

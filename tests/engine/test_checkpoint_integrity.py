@@ -14,7 +14,7 @@ import topologies
 from gossip.algorithms import make_algorithm
 from gossip.checkpoint import Checkpointer, CheckpointError
 from gossip.engine import Engine
-from tests.conftest import run_py
+from tests.helpers.launch import run_py
 
 ARGS = ["experiments/consensus.py", "--nodes", "4", "--dim", "16", "--compressor", "topk:0.25",
         "--gamma", "0.2", "--dtype", "float64", "--log-every", "2"]
@@ -173,7 +173,7 @@ def test_two_runs_cannot_share_a_checkpoint_directory(tmp_path):
 
 def test_a_finished_run_with_a_length_dependent_schedule_says_why_it_cannot_continue(tmp_path):
     from gossip.cli import guarded
-    from tests.test_config import script
+    from tests.helpers.launch import script
 
     train = script("train")
     args = ["--data", "synthetic", "--synthetic-samples", "200", "--nodes", "2", "--hidden", "8",

@@ -1,6 +1,6 @@
 """The block engine and block messages on CUDA against the CPU (skipped without a CUDA device).
 
-tests/test_compress.py::test_cuda_roundtrip already checks single ``encode`` bytes on CUDA;
+tests/compress/test_compress.py::test_cuda_roundtrip already checks single ``encode`` bytes on CUDA;
 here: ``encode_rows`` blocks (bytes and decode), in-process block-engine runs (CHOCO top-k and
 gossip with ``none``, float64) with the whole block on the device, the bytes they count, and
 ``experiments/consensus.py --device cuda``.
@@ -9,7 +9,7 @@ Elementwise updates on the GPU may be contracted into fused multiply-adds where 
 twice, so models are compared to 1e-12 relative (a mismatch in a selection or a message would
 show as O(1)); byte counts and message bytes must be equal.
 
-``GOSSIP_CUDA_TEST_DEVICE=cpu pytest tests/test_cuda.py`` runs the same comparisons with the
+``GOSSIP_CUDA_TEST_DEVICE=cpu pytest tests/engine/test_cuda.py`` runs the same comparisons with the
 CPU as the "device" (the compressors' torch code path against the numpy fast path), which
 checks the tests themselves on a machine without a GPU.
 """
@@ -33,7 +33,7 @@ DEVICE = torch.device(os.environ.get("GOSSIP_CUDA_TEST_DEVICE", "cuda"))
 pytestmark = pytest.mark.skipif(DEVICE.type == "cuda" and not torch.cuda.is_available(),
                                 reason="no CUDA device")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DETERMINISTIC = ["none", "fp16", "bf16", "topk:0.1", "topk:5"]
 """No randomness and no floating reduction on the wire: the same bytes on every device."""
 REDUCING = ["sign", "sign_l2", "qsgd:4"]

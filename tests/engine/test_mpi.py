@@ -11,14 +11,14 @@ import time
 import pytest
 
 from gossip.metrics import read_jsonl
-from tests.conftest import ROOT, mpiexec, run_mpi, run_py, scenario_records
+from tests.helpers.launch import ROOT, mpiexec, run_mpi, run_py, scenario_records
 
 pytestmark = [pytest.mark.skipif(mpiexec() is None, reason="no mpiexec"), pytest.mark.slow]
 
 
 @pytest.mark.parametrize(("ranks", "nodes"), [(4, 4), (2, 8)])
 def test_mpi_equals_in_process(tmp_path, ranks, nodes):
-    a, b = scenario_records("tests/mpi_scenarios.py", tmp_path, ranks, nodes)
+    a, b = scenario_records("tests/helpers/mpi_scenarios.py", tmp_path, ranks, nodes)
     assert len(a) == len(b) > 0
     for ra, rb in zip(a, b):
         assert ra == rb, (ra.get("scenario"), ra.get("round"))
@@ -68,7 +68,7 @@ def test_dead_or_silent_rank_stops_the_job(tmp_path, sig):
     exe = mpiexec()
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     pidfile = tmp_path / "pids"
-    cmd = [exe, "-n", "4", sys.executable, "tests/mpi_victim.py", str(pidfile)]
+    cmd = [exe, "-n", "4", sys.executable, "tests/helpers/mpi_victim.py", str(pidfile)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 60

@@ -9,7 +9,7 @@ import pytest
 from gossip.comm.base import CommConfigError
 from gossip.comm.world import World
 from gossip.errors import GossipError
-from tests.conftest import run_py
+from tests.helpers.launch import run_py
 
 CONSENSUS = ["experiments/consensus.py", "--nodes", "4", "--dim", "16", "--rounds", "10"]
 
@@ -105,7 +105,7 @@ def _npy_files(tmp_path):
 def test_configuration_errors_are_one_clean_line(tmp_path, capsys):
     """Each bad flag or file ends in SystemExit with one message naming it, before round 1."""
     from gossip.cli import guarded
-    from tests.test_config import script
+    from tests.helpers.launch import script
 
     consensus = script("consensus")
     cases = [(["--log-every", "0"], "--log-every: expected a positive integer"),

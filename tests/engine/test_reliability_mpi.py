@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, mpiexec
+from tests.helpers.launch import ROOT, mpiexec
 
 pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 
@@ -24,7 +24,7 @@ def test_rank_stopped_inside_a_reduction_stops_the_job(tmp_path, where):
     """
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     pidfile = tmp_path / "pids"
-    cmd = [mpiexec(), "-n", "4", sys.executable, "tests/mpi_victim.py", str(pidfile), where]
+    cmd = [mpiexec(), "-n", "4", sys.executable, "tests/helpers/mpi_victim.py", str(pidfile), where]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     start = time.time()
@@ -47,7 +47,7 @@ def test_rank_stopped_inside_a_reduction_stops_the_job(tmp_path, where):
 
 
 def test_configuration_errors_under_mpi_are_printed_once():
-    from tests.conftest import run_mpi
+    from tests.helpers.launch import run_mpi
 
     res = run_mpi(2, ["experiments/consensus.py", "--log-every", "0"], timeout=60)
     out = res.stdout + res.stderr

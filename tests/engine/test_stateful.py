@@ -155,7 +155,7 @@ SCRIPT_RUNS = {
 @pytest.mark.parametrize("run", sorted(SCRIPT_RUNS))
 def test_script_resume_after_a_crash_equals_uninterrupted(tmp_path, monkeypatch, run):
     """20 rounds, a crash, --resume for 20 more: the same log as 40 rounds in one go."""
-    from tests.extending_driver import script
+    from tests.helpers.extending_driver import script
 
     name, args = SCRIPT_RUNS[run]
     length = ["--rounds", "40"] if name == "train" else ["--iterations", "40"]

@@ -1,18 +1,18 @@
 """Tracking, directed, momentum and primal-dual algorithms: the same records under mpiexec as
-in one process (one launch, every scenario of tests/mpi_tracking_scenarios.py)."""
+in one process (one launch, every scenario of tests/helpers/mpi_tracking_scenarios.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.conftest import mpiexec, scenario_records
-from tests.mpi_tracking_scenarios import SCENARIOS
+from tests.helpers.launch import mpiexec, scenario_records
+from tests.helpers.mpi_tracking_scenarios import SCENARIOS
 
 pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 
 
 def test_mpi_equals_in_process(tmp_path):
-    a, b = scenario_records("tests/mpi_tracking_scenarios.py", tmp_path, 4, 8)
+    a, b = scenario_records("tests/helpers/mpi_tracking_scenarios.py", tmp_path, 4, 8)
     assert len(a) == len(b) == len(SCENARIOS) * 6
     for ra, rb in zip(a, b):
         assert ra == rb, (ra.get("scenario"), ra.get("round"))

@@ -1,6 +1,6 @@
 """Runs consensus.py, optimize.py and train.py with the user parts of examples/my_parts.py.
 
-``python tests/extending_driver.py OUT_DIR`` in process, or under ``mpiexec -n K``; each script
+``python tests/helpers/extending_driver.py OUT_DIR`` in process, or under ``mpiexec -n K``; each script
 writes OUT_DIR/<script>.jsonl, so the test compares an MPI launch with the in-process run.
 """
 
@@ -10,7 +10,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALG = "examples.my_parts:LocalGossip"
 COMP = "examples.my_parts:StochasticInt8"
 COMMON = ["--nodes", "4", "--seed", "5"]

@@ -1,7 +1,7 @@
 """The adaptive / all-reduce scenarios, in process or under ``mpiexec``: one JSON line each.
 
-Started by tests/test_adaptive_mpi.py, which compares the two files.
-Usage: python tests/mpi_adaptive.py OUT.jsonl NODES
+Started by tests/engine/test_adaptive_mpi.py, which compares the two files.
+Usage: python tests/helpers/mpi_adaptive.py OUT.jsonl NODES
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
@@ -19,9 +19,9 @@ from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
 from gossip.metrics import JsonlLogger  # noqa: E402
-from tests.mpi_scenarios import log_run  # noqa: E402
-from tests.mpi_scenarios import main as scenario_main  # noqa: E402
-from tests.reference_adaptive import QuadraticOracle, quadratic_problem  # noqa: E402
+from tests.helpers.mpi_scenarios import log_run  # noqa: E402
+from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
+from tests.helpers.reference_adaptive import QuadraticOracle, quadratic_problem  # noqa: E402
 
 # name -> (algorithm, hyper-parameters, topology); choco-amsgrad compresses with top-50 %
 SCENARIOS = {

@@ -1,8 +1,8 @@
 """Runs a fixed list of small scenarios and writes every record to a JSON-lines file.
 
-Started in process and under ``mpiexec`` by tests/test_mpi.py, which compares the files: one
+Started in process and under ``mpiexec`` by tests/engine/test_mpi.py, which compares the files: one
 launch checks every algorithm (starting ranks is the expensive part on a 2-core machine).
-Usage: python tests/mpi_scenarios.py OUT.jsonl NODES [SCENARIO ...]
+Usage: python tests/helpers/mpi_scenarios.py OUT.jsonl NODES [SCENARIO ...]
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402

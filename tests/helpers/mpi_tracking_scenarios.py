@@ -1,7 +1,7 @@
 """Tracking, directed, momentum and primal-dual algorithms on a least-squares problem; every
 record goes to a JSON-lines file. Started in process and under ``mpiexec`` by
-tests/test_tracking_mpi.py, which compares the files (one launch checks every scenario).
-Usage: python tests/mpi_tracking_scenarios.py OUT.jsonl NODES [SCENARIO ...]
+tests/engine/test_tracking_mpi.py, which compares the files (one launch checks every scenario).
+Usage: python tests/helpers/mpi_tracking_scenarios.py OUT.jsonl NODES [SCENARIO ...]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
@@ -19,8 +19,8 @@ from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.metrics import JsonlLogger, squared_distance  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
-from tests.mpi_scenarios import log_run  # noqa: E402
-from tests.mpi_scenarios import main as scenario_main  # noqa: E402
+from tests.helpers.mpi_scenarios import log_run  # noqa: E402
+from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
 
 # name -> (algorithm, hyper-parameters, compressor, topology spec, weights, estimator)
 SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {

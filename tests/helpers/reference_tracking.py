@@ -1,7 +1,7 @@
 """Matrix-form simulators (numpy, float64) of the tracking, directed, momentum and primal-dual
 methods, written line by line from their update rules; the per-node code must equal them.
 
-Conventions as in tests/reference.py: ``X`` is ``n × d`` (row i = node i), ``(M X)_i = Σ_j m_ij x_j``,
+Conventions as in tests/helpers/reference.py: ``X`` is ``n × d`` (row i = node i), ``(M X)_i = Σ_j m_ij x_j``,
 ``grad(X)`` returns all nodes' gradients, ``compress(i, v)`` compresses node i's vector, and
 ``iterates[r]`` holds the models after r rounds (``iterates[0]`` = after setup).
 """
@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tests.reference import Compress, Grad, _rows
+from tests.helpers.reference import Compress, Grad, _rows
 
 Array = np.ndarray
 Trace = Callable[[int, dict], None] | None

@@ -2,10 +2,10 @@
 round's models and byte counts, so a refactoring can show it changed no bit of any run.
 
 The scenarios are those of the MPI equality scripts (every algorithm at least once) plus
-Prox-LEAD and BEER. ``tests/test_trajectories.py`` compares them with
+Prox-LEAD and BEER. ``tests/algorithms/test_trajectories.py`` compares them with
 ``tests/data/trajectories.json``; after a change that is meant to alter numbers, regenerate it::
 
-    python tests/trajectories.py --write
+    python tests/helpers/trajectories.py --write
 """
 
 from __future__ import annotations
@@ -19,16 +19,16 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
-from tests import mpi_adaptive, mpi_scenarios, mpi_tracking_scenarios  # noqa: E402
+from tests.helpers import mpi_adaptive, mpi_scenarios, mpi_tracking_scenarios  # noqa: E402
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "trajectories.json"
+GOLDEN = Path(__file__).resolve().parents[1] / "data" / "trajectories.json"
 NODES = 8
 
 

@@ -13,8 +13,8 @@ import json
 
 import pytest
 
-from tests.test_config import script
-from tests.test_training_script import interrupted_and_resumed, records
+from tests.helpers.launch import script
+from tests.helpers.train_runs import interrupted_and_resumed, records
 
 DIGITS = ["--topology", "complete", "--nodes", "8", "--partition", "iid", "--eval-every", "30",
           "--epochs", "30", "--lr", "0.003"]

@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.test_config import script
+from tests.helpers.launch import ROOT, script
 
 CONFIGS = ROOT / "experiments" / "configs"
 

@@ -3,25 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 
 import pytest
 
 from gossip.config import ConfigFileError, config_values, load_toml, parse_args_with_config
-from tests.conftest import ROOT
-
-
-def script(name: str):
-    """An experiment script as a module (they are files, not a package)."""
-    mod_name = f"_gossip_experiment_{name}"
-    if mod_name in sys.modules:
-        return sys.modules[mod_name]
-    spec = importlib.util.spec_from_file_location(mod_name, ROOT / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    spec.loader.exec_module(module)
-    return module
+from tests.helpers.launch import ROOT, script
 
 
 def parser() -> argparse.ArgumentParser:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from gossip.compress import bits
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import run_py
+from tests.helpers.launch import run_py
 
 COMMON = ["experiments/optimize.py", "--nodes", "8", "--dim", "40", "--samples-per-node", "30",
           "--heterogeneity", "3", "--log-every", "50"]

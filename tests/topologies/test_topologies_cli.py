@@ -9,7 +9,7 @@ import pytest
 
 from topologies.cli import main
 
-DATA = Path(__file__).parent / "data" / "graphs"
+DATA = Path(__file__).parents[1] / "data" / "graphs"
 
 
 def test_describe_ring(capsys):

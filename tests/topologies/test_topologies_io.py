@@ -14,7 +14,7 @@ import pytest
 import topologies as T
 from topologies import GraphFileError, SelfLoopError, SpecError
 
-DATA = Path(__file__).parent / "data" / "graphs"
+DATA = Path(__file__).parents[1] / "data" / "graphs"
 
 
 def test_edgelist_with_string_labels_comments_and_weights(caplog):

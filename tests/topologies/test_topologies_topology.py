@@ -21,7 +21,7 @@ from topologies import (
     TopologyError,
 )
 
-DATA = Path(__file__).parent / "data" / "graphs"
+DATA = Path(__file__).parents[1] / "data" / "graphs"
 
 
 # -- Topology and NodeView -----------------------------------------------------------------------
