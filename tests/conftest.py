@@ -1,54 +1,7 @@
-"""Shared test helpers: the repository root, the venv's python and mpiexec."""
+"""Pytest setup for every test: one torch thread. Shared helpers live in tests/helpers/."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
-import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-
 torch.set_num_threads(1)
-
-
-def mpiexec() -> str | None:
-    """mpiexec next to this interpreter (the mpich wheel puts it in the venv), else on PATH."""
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else shutil.which("mpiexec")
-
-
-def run_mpi(n: int, args: list[str], timeout: float = 180, env_extra: dict | None = None):
-    """Run ``mpiexec -n n python ARGS`` from the repository root; returns the CompletedProcess."""
-    exe = mpiexec()
-    if exe is None:
-        pytest.skip("no mpiexec available")
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    env.update(env_extra or {})
-    return subprocess.run(
-        [exe, "-n", str(n), sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=timeout,
-    )
-
-
-def run_py(args: list[str], timeout: float = 180):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def scenario_records(script: str, tmp_path: Path, ranks: int, nodes: int) -> tuple[list, list]:
-    """Records of a scenario script (``OUT.jsonl NODES``) run in process and under
-    ``mpiexec -n ranks``, after checking both exited 0."""
-    from gossip.metrics import read_jsonl
-
-    local, remote = tmp_path / "local.jsonl", tmp_path / "mpi.jsonl"
-    res = run_py([script, str(local), str(nodes)])
-    assert res.returncode == 0, res.stderr
-    res = run_mpi(ranks, [script, str(remote), str(nodes)])
-    assert res.returncode == 0, res.stdout + res.stderr
-    return read_jsonl(local), read_jsonl(remote)

@@ -18,7 +18,7 @@ defines the twin hooks ``_encode_host`` / ``_parse_host`` / ``_decode_host`` /
 ``_decode_add_host``: they work on numpy views of the message and of ``out``, where a numpy
 call costs well under a µs against a few µs per torch op, which is what dominates small
 tensors (d ~ 10³–10⁵). The twins give the same bytes and decoded values as the torch hooks
-(``tests/test_compress_host.py`` runs both); reductions whose value travels (sign's ‖x‖₁,
+(``tests/compress/test_compress_host.py`` runs both); reductions whose value travels (sign's ‖x‖₁,
 QSGD's ‖x‖₂) and random draws stay torch calls on both paths, since numpy sums in another
 order. Everything that depends only on (shape, dtype, device) is computed once
 (:class:`.wire.Plan`: sections, header bytes, a zeroed message template), and ``no_grad`` is

@@ -1,0 +1,79 @@
+"""Which algorithms each script offers, and the compressor optimize.py gives each by default."""
+
+from __future__ import annotations
+
+import pytest
+
+from gossip.algorithms import REGISTRY, algorithm_class, make_algorithm
+from gossip.compress import make as make_compressor
+from gossip.errors import ConfigError
+from tests.helpers.launch import script
+from topologies import build
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_takes_compressor_matches_validate(name):
+    cls = algorithm_class(name)
+    topology = build("complete", 4)
+    algorithm = make_algorithm(name)
+    algorithm.validate(topology, make_compressor("none"))  # every algorithm takes 'none'
+    if cls.takes_compressor:
+        make_algorithm(name).validate(topology, make_compressor("lead:2"))
+    else:
+        with pytest.raises(ConfigError, match="none"):
+            make_algorithm(name).validate(topology, make_compressor("lead:2"))
+
+
+def test_optimize_default_compressor_per_algorithm():
+    optimize = script("optimize")
+    for name in sorted(n for n in REGISTRY if algorithm_class(n).trains):
+        (_, _, _, comp), = optimize.run_specs(optimize.parse_args(["--algorithm", name]))
+        assert comp == ("lead:2" if algorithm_class(name).takes_compressor else "none"), name
+    # a compressor the user names is kept, refused or not
+    (_, _, _, comp), = optimize.run_specs(optimize.parse_args(["--algorithm", "adasum",
+                                                               "--compressor", "sign"]))
+    assert comp == "sign"
+
+
+def test_optimize_refuses_an_algorithm_without_gradients():
+    optimize = script("optimize")
+    with pytest.raises(SystemExit, match="gossip uses no gradients, so it cannot minimize a problem; use"):
+        optimize.run_specs(optimize.parse_args(["--algorithm", "gossip"]))
+
+
+def test_optimize_runs_an_allreduce_method_with_no_compressor_flag(capsys):
+    rows = script("optimize").main(["--algorithm", "adasum", "--topology", "complete", "--nodes", "4",
+                                    "--dim", "10", "--samples-per-node", "10", "--iterations", "5"])
+    assert rows[0]["run"] == "adasum@none" and rows[0]["status"] == "ok"
+
+
+def test_consensus_lists_and_runs_only_algorithms_without_gradients():
+    consensus = script("consensus")
+    assert "choco" in consensus.averaging() and "lead" not in consensus.averaging()
+    assert all(not algorithm_class(n).needs_oracle for n in consensus.averaging())
+    with pytest.raises(SystemExit, match="--algorithm lead needs gradients and consensus has none: use one of "
+                                         "choco, "):
+        consensus.main(["--algorithm", "lead", "--nodes", "4", "--dim", "8", "--rounds", "2"])
+
+
+def test_optimize_hparam_reaches_the_algorithm_and_an_unknown_key_is_named(tmp_path):
+    import json
+
+    from gossip.errors import GossipError
+
+    optimize = script("optimize")
+    common = ["--algorithm", "onebit-adam", "--topology", "complete", "--nodes", "4", "--dim", "10",
+              "--samples-per-node", "20", "--iterations", "4", "--log-every", "2"]
+    out = tmp_path / "o.jsonl"
+    optimize.main([*common, "--hparam", "codec=sign_l1", "freeze_step=2", "--out", str(out)])
+    config = next(r for r in map(json.loads, out.read_text().splitlines()) if r["type"] == "config")
+    assert config["hparams"]["codec"] == "sign_l1" and config["hparams"]["freeze_step"] == 2
+    with pytest.raises((SystemExit, GossipError), match=r"does not take \['bogus'\]"):
+        optimize.main([*common, "--hparam", "bogus=1"])
+    # with --compare, a key goes only to the runs whose algorithm takes it
+    both = tmp_path / "both.jsonl"
+    optimize.main([*common[2:], "--compare", "lead@lead:2", "onebit-adam", "--hparam", "freeze_step=3",
+                   "--out", str(both)])
+    configs = {r["label"]: r["hparams"] for r in map(json.loads, both.read_text().splitlines())
+               if r["type"] == "config"}
+    assert "freeze_step" not in configs["lead@lead:2"] and configs["onebit-adam"]["freeze_step"] == 3

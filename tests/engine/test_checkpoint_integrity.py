@@ -1,0 +1,188 @@
+"""Checkpoints that were altered, damaged, shared or misused: a fallback or one clean error."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+import topologies
+from gossip.algorithms import make_algorithm
+from gossip.checkpoint import Checkpointer, CheckpointError
+from gossip.engine import Engine
+from tests.helpers.launch import run_py
+
+ARGS = ["experiments/consensus.py", "--nodes", "4", "--dim", "16", "--compressor", "topk:0.25",
+        "--gamma", "0.2", "--dtype", "float64", "--log-every", "2"]
+
+
+def rounds_of(path: Path) -> list[dict]:
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in recs if r["type"] == "round"]
+
+
+def clean_error(res, *needles: str) -> str:
+    assert res.returncode != 0, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    for needle in needles:
+        assert needle in res.stderr, res.stderr
+    return res.stderr
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished 12-round run checkpointed at rounds 10 and 12, plus a 20-round reference log."""
+    base = tmp_path_factory.mktemp("finished")
+    res = run_py([*ARGS, "--rounds", "12", "--checkpoint-dir", str(base / "ck"),
+                  "--checkpoint-every", "5", "--out", str(base / "run.jsonl")])
+    assert res.returncode == 0, res.stderr
+    res = run_py([*ARGS, "--rounds", "20", "--out", str(base / "full20.jsonl")])
+    assert res.returncode == 0, res.stderr
+    return base
+
+
+def copy_of(finished: Path, tmp_path: Path, complete: bool = False) -> Path:
+    ck = tmp_path / "ck"
+    shutil.copytree(finished / "ck", ck)
+    m = json.loads((ck / "run00" / "manifest.json").read_text())
+    assert m["rounds"] == [10, 12] and set(m["files"]["12"]) == {f"node-000{i}.pt" for i in range(4)} | {"engine.pt"}
+    m["complete"] = complete  # as if killed after its last checkpoint
+    (ck / "run00" / "manifest.json").write_text(json.dumps(m))
+    return ck
+
+
+def test_refused_resume_leaves_the_log_and_names_only_the_differing_keys(finished, tmp_path):
+    log = tmp_path / "run.jsonl"
+    shutil.copy(finished / "run.jsonl", log)
+    before = log.read_bytes()
+    res = run_py([*ARGS, "--rounds", "12", "--gamma", "0.5", "--out", str(log), "--resume",
+                  str(copy_of(finished, tmp_path))])
+    err = clean_error(res, "different run", "args.gamma: checkpoint [0.2], now [0.5]")
+    assert "args.dim" not in err and "args.compressor" not in err  # keys that agree are not listed
+    assert log.read_bytes() == before
+
+
+def test_a_flipped_bit_falls_back_to_the_older_round(finished, tmp_path):
+    ck = copy_of(finished, tmp_path)
+    node = ck / "run00" / "round-000012" / "node-0001.pt"
+    data = bytearray(node.read_bytes())
+    data[-200] ^= 0x01
+    node.write_bytes(bytes(data))
+    res = run_py([*ARGS, "--rounds", "20", "--out", str(tmp_path / "b.jsonl"), "--resume", str(ck)])
+    assert res.returncode == 0, res.stderr
+    assert "node-0001.pt" in res.stderr and "SHA-256" in res.stderr
+    assert "resumed from the checkpoint of round 10" in res.stderr
+    assert rounds_of(tmp_path / "b.jsonl") == rounds_of(finished / "full20.jsonl")
+
+
+def test_a_finished_run_continues_with_more_rounds(finished, tmp_path):
+    ck = copy_of(finished, tmp_path, complete=True)
+    res = run_py([*ARGS, "--rounds", "20", "--out", str(tmp_path / "c.jsonl"), "--resume", str(ck)])
+    assert res.returncode == 0, res.stderr
+    assert "continuing the finished run from round 12 to 20" in res.stderr
+    assert rounds_of(tmp_path / "c.jsonl") == rounds_of(finished / "full20.jsonl")
+    recs = [json.loads(x) for x in (tmp_path / "c.jsonl").read_text().splitlines()]
+    assert [r["type"] for r in recs].count("summary") == 1 and recs[-1]["rounds"] == 20
+
+
+# -- the library, in process -----------------------------------------------------------------------
+
+
+def engine() -> Engine:
+    topo = topologies.build("ring", 4)
+    return Engine(make_algorithm("choco", gamma=0.2), topo,
+                  lambda i: torch.arange(6, dtype=torch.float64) * (i + 1), compressor="topk:0.5")
+
+
+def saved(tmp_path: Path) -> tuple[Engine, Checkpointer]:
+    eng = engine()
+    ck = Checkpointer(tmp_path / "run00", {"test": 1})
+    for _ in range(2):
+        eng.run(3, log_every=3)
+        ck.save(eng)
+    return eng, ck
+
+
+def rewrite(ck: Checkpointer, round_: int, name: str, change) -> None:
+    """Alter a file of a round and record its new checksum, as a consistent but wrong state."""
+    path = ck.dir / f"round-{round_:06d}" / name
+    blob = torch.load(path, weights_only=True)
+    change(blob)
+    torch.save(blob, path)
+    m = json.loads((ck.dir / "manifest.json").read_text())
+    m["files"][str(round_)][name] = hashlib.sha256(path.read_bytes()).hexdigest()
+    (ck.dir / "manifest.json").write_text(json.dumps(m))
+
+
+def wrong_shape(blob):
+    blob["x"] = torch.zeros(3, dtype=torch.float64)
+
+
+def no_generator(blob):
+    del blob["generator"]
+
+
+def bad_generator(blob):
+    blob["generator"] = torch.zeros(5, dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("change", [wrong_shape, no_generator, bad_generator])
+def test_unusable_node_state_falls_back_then_names_the_file(tmp_path, change):
+    _, ck = saved(tmp_path)
+    rewrite(ck, 6, "node-0002.pt", change)
+    fresh = engine()
+    assert ck.restore(fresh) == 3  # the newest round is refused, the older one loads
+    rewrite(ck, 3, "node-0002.pt", change)
+    with pytest.raises(CheckpointError, match=r"no intact checkpoint left.*round-000003/node-0002\.pt"):
+        ck.restore(engine())
+    ck.close()
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '{"format": 2}', "{not json", '{"format": 2, "fingerprint": "a", '
+                                  '"identity": {}, "rounds": ["x"], "files": {}}'])
+def test_a_bad_manifest_is_a_checkpoint_error(tmp_path, text):
+    _, ck = saved(tmp_path)
+    (ck.dir / "manifest.json").write_text(text)
+    with pytest.raises(CheckpointError, match="manifest.json"):
+        ck.restore(engine())
+    ck.close()
+
+
+def test_stray_round_directories_are_left_alone(tmp_path):
+    eng, ck = saved(tmp_path)
+    (ck.dir / "round-junk").mkdir()
+    (ck.dir / "round-0000").mkdir()
+    eng.run(3, log_every=3)
+    ck.save(eng)
+    assert sorted(p.name for p in ck.dir.glob("round-*")) == [
+        "round-0000", "round-000006", "round-000009", "round-junk"]
+    ck.close()
+
+
+def test_two_runs_cannot_share_a_checkpoint_directory(tmp_path):
+    first = Checkpointer(tmp_path / "run00", {"test": 1})
+    with pytest.raises(CheckpointError, match="in use by another run"):
+        Checkpointer(tmp_path / "run00", {"test": 2})
+    first.close()
+    Checkpointer(tmp_path / "run00", {"test": 2}).close()  # free again once the first is done
+
+
+def test_a_finished_run_with_a_length_dependent_schedule_says_why_it_cannot_continue(tmp_path):
+    from gossip.cli import guarded
+    from tests.helpers.launch import script
+
+    train = script("train")
+    args = ["--data", "synthetic", "--synthetic-samples", "200", "--nodes", "2", "--hidden", "8",
+            "--schedule", "cosine", "--log-every", "2"]
+    train.main([*args, "--rounds", "4", "--checkpoint-dir", str(tmp_path / "ck")])
+    log = tmp_path / "more.jsonl"
+    with pytest.raises(SystemExit) as exc:
+        guarded(lambda: train.main([*args, "--rounds", "6", "--resume", str(tmp_path / "ck"),
+                                    "--out", str(log)]))
+    assert "finished at round 4 and cannot be continued to round 6" in str(exc.value.code)
+    assert "learning-rate schedule" in str(exc.value.code)
+    assert not log.exists()

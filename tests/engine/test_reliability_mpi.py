@@ -1,0 +1,59 @@
+"""A rank that stops inside a metric reduction ends the job with an error naming it, never a hang."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers.launch import ROOT, mpiexec
+
+pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
+
+
+@pytest.mark.parametrize("where", ["values", "sum"])
+def test_rank_stopped_inside_a_reduction_stops_the_job(tmp_path, where):
+    """Rank 2 SIGSTOPs itself inside the gather of per-node values / the ordered sum of x̄.
+
+    Before, the other ranks waited in blocking MPI collectives forever (100% CPU); now their
+    deadline (5 s) fires, the error names rank 2 and the job is aborted.
+    """
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    pidfile = tmp_path / "pids"
+    cmd = [mpiexec(), "-n", "4", sys.executable, "tests/helpers/mpi_victim.py", str(pidfile), where]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    start = time.time()
+    try:
+        out, _ = proc.communicate(timeout=45)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        pytest.fail("the job hung after rank 2 stopped inside a metric reduction")
+    finally:
+        for line in pidfile.read_text().split() if pidfile.exists() else []:
+            try:
+                os.kill(int(line.split(":")[1]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode != 0
+    assert time.time() - start < 45
+    assert "rank(s) [2] stopped answering" in out, out[-3000:]
+    assert "metrics: rank" in out, out[-3000:]
+
+
+def test_configuration_errors_under_mpi_are_printed_once():
+    from tests.helpers.launch import run_mpi
+
+    res = run_mpi(2, ["experiments/consensus.py", "--log-every", "0"], timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert out.count("expected a positive integer") == 1 and out.count("usage:") == 1, out
+    res = run_mpi(2, ["experiments/consensus.py", "--dim", "8", "--device", "bogus"], timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert out.count("is not a torch device") == 1 and "Traceback" not in out, out

@@ -1,0 +1,1 @@
+"""Code the tests share: launchers, reference implementations, MPI scenario scripts (no tests)."""

@@ -1,0 +1,68 @@
+"""The adaptive / all-reduce scenarios, in process or under ``mpiexec``: one JSON line each.
+
+Started by tests/engine/test_adaptive_mpi.py, which compares the two files.
+Usage: python tests/helpers/mpi_adaptive.py OUT.jsonl NODES
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import topologies  # noqa: E402
+from gossip.algorithms import make_algorithm  # noqa: E402
+from gossip.comm.world import World  # noqa: E402
+from gossip.engine import Engine  # noqa: E402
+from gossip.layout import Layout  # noqa: E402
+from gossip.metrics import JsonlLogger  # noqa: E402
+from tests.helpers.mpi_scenarios import log_run  # noqa: E402
+from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
+from tests.helpers.reference_adaptive import QuadraticOracle, quadratic_problem  # noqa: E402
+
+# name -> (algorithm, hyper-parameters, topology); choco-amsgrad compresses with top-50 %
+SCENARIOS = {
+    "onebit-adam": ("onebit-adam", {"eta": 0.05, "freeze_step": 3}, "complete"),
+    "onebit-adam-l1": ("onebit-adam", {"eta": 0.05, "freeze_step": 2, "codec": "sign_l1"},
+                       "complete"),
+    "zero-one-adam": ("zero-one-adam", {"eta": 0.03, "var_freeze_step": 5, "var_update_scaler": 1,
+                                        "local_step_scaler": 2, "local_step_clipper": 2},
+                      "complete"),
+    "onebit-lamb": ("onebit-lamb", {"eta": 0.02, "freeze_step": 4, "weight_decay": 0.01,
+                                    "max_coeff": 3.0}, "complete"),
+    "signum": ("signum", {"eta": 0.01, "byzantine": [1]}, "complete"),
+    "signsgd": ("signum", {"eta": 0.01, "beta": 0.0}, "complete"),
+    "adasum": ("adasum", {"eta": 0.05}, "complete"),
+    "tracked-amsgrad": ("tracked-amsgrad", {"eta": 0.02, "gossip_steps": 2}, "ring"),
+    "dadam": ("dadam", {"eta": 0.02}, "ring"),
+    "choco-amsgrad": ("choco-amsgrad", {"eta": 0.02, "gamma": 0.3}, "ring"),
+    "desloc": ("desloc", {"eta": 0.02, "period_x": 2, "period_m": 3, "period_v": 4}, "ring"),
+}
+
+
+def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict] | None:
+    """The scenario's engine and the keywords :func:`log_run` takes for it (None: the scenario
+    does not run on ``n`` nodes)."""
+    alg, hp, topo = SCENARIOS[name]
+    if alg == "adasum" and n & (n - 1):
+        return None  # a power-of-two node count only
+    data, _ = quadratic_problem(n, 23, seed=9, scales=[0.5 + i for i in range(n)])
+    engine = Engine(make_algorithm(alg, **hp), topologies.build(topo, n),
+                    lambda i: torch.zeros(23, dtype=torch.float64),
+                    compressor="topk:0.5" if alg == "choco-amsgrad" else "none",
+                    layout=Layout([(4, 5), (3,)]), seed=4, world=world, timeout=60,
+                    oracles=lambda i, gen: QuadraticOracle(data, i))
+    return engine, {"rounds": 12, "log_every": 4}
+
+
+def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
+    built = engine_for(name, n, world)
+    if built is not None:
+        log_run(built[0], name, logger, **built[1])
+
+
+if __name__ == "__main__":
+    scenario_main(run, SCENARIOS)

@@ -1,0 +1,318 @@
+"""Topology / NodeView / TimeVaryingTopology, and the `parse` / `build` entry points."""
+
+from __future__ import annotations
+
+import logging
+import textwrap
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import topologies as T
+from topologies import (
+    NodeView,
+    NotDoublyStochasticError,
+    SpecError,
+    TimeVaryingTopology,
+    Topology,
+    TopologyError,
+)
+
+DATA = Path(__file__).parents[1] / "data" / "graphs"
+
+
+# -- Topology and NodeView -----------------------------------------------------------------------
+
+
+def test_ring_views():
+    topo = Topology(T.ring(8))
+    assert (topo.n, topo.name, topo.directed, topo.time_varying) == (8, "ring", False, False)
+    v = topo.view(0)
+    assert isinstance(v, NodeView)
+    assert v.node == 0 and v.in_neighbors == (1, 7) == v.out_neighbors == v.neighbors
+    assert v.weights == v.in_weights == pytest.approx((1 / 3, 1 / 3))
+    assert v.self_weight == pytest.approx(1 / 3)
+    assert v.weight_of(7) == pytest.approx(1 / 3) and v.weight_of(0) == v.self_weight
+    assert topo.view(0) is v  # cached
+    assert topo.view(np.int64(3)).neighbors == (2, 4)
+
+
+def test_weight_of_non_neighbor_is_clear():
+    v = Topology(T.ring(8)).view(0)
+    with pytest.raises(KeyError) as info:
+        v.weight_of(4)
+    assert isinstance(info.value, TopologyError)
+    assert str(info.value).startswith("node 4 is not an in-neighbor of node 0")
+
+
+def test_view_out_of_range():
+    topo = Topology(T.ring(4))
+    with pytest.raises(IndexError, match="node 4 is out of range"):
+        topo.view(4)
+    with pytest.raises(TopologyError, match="integer"):
+        topo.view(1.5)
+
+
+def test_views_sum_to_one_and_match_w():
+    topo = Topology(T.erdos_renyi(25, 0.3, seed=2))
+    W = topo.dense()
+    for i in range(topo.n):
+        v = topo.view(i)
+        assert v.self_weight + sum(v.weights) == pytest.approx(1)
+        assert list(v.in_neighbors) == sorted(v.in_neighbors)
+        assert v.in_neighbors == tuple(j for j in range(topo.n) if j != i and W[i, j] != 0)
+        assert v.out_neighbors == tuple(j for j in range(topo.n) if j != i and W[j, i] != 0)
+
+
+def test_directed_views():
+    topo = T.build("directed-exponential", 8)
+    assert topo.directed
+    v = topo.view(0)
+    assert v.in_neighbors == (4, 6, 7)  # receives from 0 - 2^m
+    assert v.out_neighbors == (1, 2, 4)  # sends to 0 + 2^m
+    assert v.weights == pytest.approx((0.25,) * 3) and v.self_weight == pytest.approx(0.25)
+    assert topo.gap == pytest.approx(0.5)
+    assert topo.lambda2 is None
+
+
+def test_w_is_read_only_and_dense_is_a_copy():
+    topo = Topology(T.ring(5))
+    with pytest.raises(ValueError):
+        topo.W[0, 0] = 1.0
+    d = topo.dense()
+    d[0, 0] = 5
+    assert topo.W[0, 0] == pytest.approx(1 / 3)
+
+
+def test_explicit_w_and_lazy():
+    g = T.ring(6)
+    W = T.mixing_matrix(g)
+    topo = Topology(g, W, name="mine")
+    assert topo.rule == "explicit" and topo.name == "mine"
+    lazy = Topology(g, W, lazy=True)
+    np.testing.assert_allclose(lazy.dense(), (np.eye(6) + W) / 2)
+    assert Topology(g, rule="max-degree", lazy=True).gap == pytest.approx(lazy.gap)
+    bad = W.copy()
+    bad[0, 0] += 0.1
+    with pytest.raises(NotDoublyStochasticError):
+        Topology(g, bad)
+    sparse = Topology(g, sp.csr_array(W))
+    assert sparse.view(2) == topo.view(2)
+
+
+def test_non_integer_nodes_are_relabeled():
+    g = nx.relabel_nodes(T.ring(4), {0: "w", 1: "x", 2: "y", 3: "z"})
+    topo = Topology(g)
+    assert topo.graph.graph["labels"] == {0: "w", 1: "x", 2: "y", 3: "z"}
+    with pytest.raises(TopologyError, match="relabel"):
+        Topology(g, np.eye(4))
+
+
+def test_at_round_and_describe():
+    topo = Topology(T.torus(16))
+    assert topo.at_round(1) is topo and topo.at_round(1000) is topo
+    with pytest.raises(TopologyError, match="t = 1, 2"):
+        topo.at_round(0)
+    info = topo.describe()
+    assert info["n"] == 16 and info["edges"] == 32
+    assert (info["degree_min"], info["degree_mean"], info["degree_max"]) == (4, 4.0, 4)
+    assert info["gap"] == pytest.approx(0.4) and info["rho"] == pytest.approx(0.6)
+    assert info["beta"] == pytest.approx(1.6) and info["weights"] == "metropolis"
+    assert "Topology(name='torus'" in repr(topo)
+
+
+def test_large_sparse_topology_views():
+    topo = T.build("ring", 10_000)
+    assert sp.issparse(topo.W)
+    v = topo.view(0)
+    assert v.neighbors == (1, 9999) and v.self_weight == pytest.approx(1 / 3)
+    assert topo.view(5000).neighbors == (4999, 5001)
+
+
+# -- time-varying ----------------------------------------------------------------------------------
+
+
+def J(n):
+    return np.full((n, n), 1 / n)
+
+
+@pytest.mark.parametrize("n", [8, 16, 32])
+def test_one_peer_exponential_is_exact_for_powers_of_two(n):
+    tv = T.build("one-peer-exponential", n)
+    assert isinstance(tv, TimeVaryingTopology) and tv.time_varying
+    tau = n.bit_length() - 1
+    assert tv.period == tau
+    np.testing.assert_allclose(tv.product(tau), J(n), atol=1e-12)
+    np.testing.assert_allclose(tv.product(tau, start=3), J(n), atol=1e-12)
+    assert tv.describe()["product_rho"] == pytest.approx(0, abs=1e-12)
+
+
+def test_one_peer_exponential_not_exact_otherwise():
+    tv = T.one_peer_exponential(12)
+    assert tv.period == 4
+    residual = np.linalg.norm(tv.product(4) - J(12), 2)
+    assert residual == pytest.approx(0.21, abs=0.01)
+
+
+def test_one_peer_rounds():
+    n = 12
+    tv = T.one_peer_exponential(n)
+    for t in range(1, 6):
+        topo = tv.at_round(t)
+        shift = 1 << ((t - 1) % 4)
+        W = topo.dense()
+        np.testing.assert_allclose(W.sum(0), 1)
+        np.testing.assert_allclose(W.sum(1), 1)
+        v = topo.view(5)
+        assert v.in_neighbors == ((5 - shift) % n,) and v.out_neighbors == ((5 + shift) % n,)
+        assert v.weights == (0.5,) and v.self_weight == 0.5
+    assert tv.at_round(5) is tv.at_round(1)
+    with pytest.raises(TopologyError, match="t = 1, 2"):
+        tv.at_round(0)
+
+
+def test_random_matchings():
+    tv = T.random_matchings(9, seed=4)
+    assert tv.period is None
+    rounds = [tv.at_round(t).dense() for t in range(1, 6)]
+    for W in rounds:
+        np.testing.assert_array_equal(W, W.T)
+        np.testing.assert_allclose(W.sum(0), 1)
+        assert sorted(np.round(np.diag(W), 12)).count(1.0) == 1  # one idle node (n odd)
+        assert set(np.round(W[W > 0], 12)) <= {0.5, 1.0}
+    assert any(not np.array_equal(rounds[0], W) for W in rounds[1:])
+    fresh = T.build("matchings", 9, seed=4)  # any round on its own, in any order
+    np.testing.assert_array_equal(fresh.at_round(5).dense(), rounds[4])
+    np.testing.assert_array_equal(fresh.at_round(2).dense(), rounds[1])
+    other = T.build("matchings:seed=5", 9, seed=4)
+    assert not np.array_equal(other.at_round(1).dense(), rounds[0])
+    even = T.random_matchings(10)
+    assert all(even.at_round(t).view(0).self_weight == 0.5 for t in range(1, 4))
+
+
+def test_cycle_schedule():
+    tv = TimeVaryingTopology.cycle([Topology(T.ring(6)), Topology(T.complete(6))])
+    assert tv.period == 2 and tv.at_round(3).name == "ring" and tv.at_round(4).name == "complete"
+    np.testing.assert_allclose(tv.product(2), J(6), atol=1e-12)
+
+
+# -- parse and build -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec, n, edges",
+    [
+        ("ring", 8, 8),
+        ("path", 8, 7),
+        ("torus", 12, 24),
+        ("torus:rows=2", 12, 18),
+        ("grid", 12, 17),
+        ("grid:rows=2", 12, 16),
+        ("complete", 6, 15),
+        ("star", 6, 5),
+        ("hypercube", 8, 12),
+        ("exponential", 8, 20),
+        ("directed-exponential", 8, 24),
+        ("directed_exponential", 8, 24),
+        ("Erdos-Renyi:p=1", 6, 15),
+        ("regular:k=4", 10, 20),
+        ("regular:k=3,seed=9", 10, 15),
+        ("geometric:r=2", 7, 21),
+        ("watts-strogatz", 12, 24),
+        ("watts-strogatz:k=6,p=0.1", 12, 36),
+    ],
+)
+def test_parse_named_specs(spec, n, edges):
+    g = T.parse(spec, n)
+    assert g.number_of_nodes() == n and g.number_of_edges() == edges
+
+
+def test_parse_seed_argument():
+    a, b = T.parse("erdos-renyi:p=0.3", 20, seed=1), T.parse("erdos-renyi:p=0.3", 20, seed=2)
+    assert sorted(a.edges()) != sorted(b.edges())
+    assert sorted(T.parse("erdos-renyi:p=0.3,seed=2", 20, seed=1).edges()) == sorted(b.edges())
+
+
+def test_parse_files(tmp_path, monkeypatch):
+    g = T.parse(str(DATA / "letters.edgelist"), 4)
+    assert g.graph["labels"][0] == "a"
+    assert T.parse(str(DATA / "ring4_links.json"), None).number_of_nodes() == 4
+    with pytest.raises(SpecError, match=r"has 4 nodes but n=5.*--nodes 4"):
+        T.parse(str(DATA / "letters.edgelist"), 5)
+    (tmp_path / "plainname").write_text("0 1\n1 2\n2 0\n")
+    monkeypatch.chdir(tmp_path)
+    assert T.parse("plainname", 3).number_of_edges() == 3  # an existing file without suffix
+    with pytest.raises(T.GraphFileError, match="does not exist"):
+        T.parse("missing.edgelist", 3)
+
+
+def spec_module(n):
+    """A user function for the module:function form."""
+    return nx.circular_ladder_graph(n // 2)
+
+
+def test_parse_callables(tmp_path, monkeypatch):
+    (tmp_path / "my_topo_mod.py").write_text(textwrap.dedent(
+        """
+        import networkx as nx
+
+        def wheel(n):
+            return nx.wheel_graph(n)
+        """
+    ))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert T.parse("my_topo_mod:wheel", 7).number_of_edges() == 12
+    assert T.parse(f"{__file__}:spec_module", 8).number_of_edges() == 12
+    topo = T.build("my_topo_mod:wheel", 7)
+    assert topo.name == "my_topo_mod:wheel" and topo.n == 7
+
+
+@pytest.mark.parametrize(
+    "spec, match",
+    [
+        ("rign", r"unknown topology 'rign' \(did you mean 'ring'\?\)"),
+        ("banana", r"(?s)valid specs:\n.*ring.*\n.*erdos-renyi:p=P"),
+        ("erdos-renyi", r"needs parameter 'p' \(edge probability"),
+        ("erdos-renyi:p=abc", r"parameter 'p' must be a number"),
+        ("regular:k=2.5", r"parameter 'k' must be an integer"),
+        ("torus:cols=3", r"unknown parameter 'cols' for 'torus'; valid: rows"),
+        ("ring:k=3", r"unknown parameter 'k' for 'ring'; valid: none"),
+        ("watts-strogatz:k", r"parameter 'k' is not of the form key=value"),
+        ("regular:k=3,k=4", r"parameter 'k' is given twice"),
+        ("", "empty topology spec"),
+        ("one-peer-exponential", r"time-varying.*topologies.build"),
+    ],
+)
+def test_parse_errors(spec, match):
+    with pytest.raises(SpecError, match=match):
+        T.parse(spec, 12)
+
+
+def test_builder_errors_pass_through_parse():
+    with pytest.raises(TopologyError, match="prime"):
+        T.parse("torus", 13)
+    with pytest.raises(TopologyError, match="power of 2"):
+        T.build("hypercube", 12)
+
+
+def test_build_every_form():
+    assert isinstance(T.build("ring", 8), Topology)
+    assert T.build("ring", 8, weights="uniform").rule == "uniform"
+    assert T.build("ring", 8, lazy=True).gap == pytest.approx(0.0976, abs=6e-5)
+    assert T.build("torus:rows=4", 16).name == "torus:rows=4"
+    assert isinstance(T.build("one-peer", 8), TimeVaryingTopology)
+    assert T.build("matchings", 8, lazy=True).at_round(1).view(0).self_weight == 0.75
+    assert T.build(str(DATA / "letters.edgelist"), None, weights="weights").view(0).weights == (
+        pytest.approx((0.25, 0.1, 0.25)))
+    with pytest.raises(T.WeightRuleError, match="unknown weight rule"):
+        T.build("ring", 8, weights="best")
+
+
+def test_build_warns_when_weights_are_ignored(caplog):
+    with caplog.at_level(logging.WARNING, logger="topologies.factory"):
+        topo = T.build(str(DATA / "letters.edgelist"), 4)
+    assert topo.rule == "metropolis"
+    assert "weights='weights'" in caplog.text
