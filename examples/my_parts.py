@@ -47,7 +47,7 @@ class StochasticInt8(Codec):
         flat = x.reshape(-1)
         top = flat.abs().max()
         if not torch.isfinite(top):
-            raise CompressionError(f"{self.spec}: the input holds NaN or Inf")
+            raise CompressionError(f"{self.spec}: the input holds NaN/Inf")
         scale = top / 127 if top > 0 else torch.ones_like(top)
         y = flat / scale
         low = torch.floor(y)

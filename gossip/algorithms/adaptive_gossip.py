@@ -21,12 +21,13 @@ import torch
 from gossip.algorithms.allreduce import adam_moments_, adaptive_hparams, check_betas, preconditioned
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
 from gossip.engine.block import Block
-from gossip.errors import ConfigError
+from gossip.errors import CompressionError, ConfigError
 
 
 class ExactRows:
-    """The messages of exact gossip: a row's values as they are (its dtype, no header, nothing
-    to check), ``d·itemsize`` bytes. Decoding adds ``w·v`` with one rounding, as
+    """The messages of exact gossip: a row's values as they are (its dtype, no header),
+    ``d·itemsize`` bytes. A received row with a NaN/Inf value is refused (:meth:`check_rows`),
+    as the ``none`` compressor refuses it. Decoding adds ``w·v`` with one rounding, as
     ``add_(v, alpha=w)`` does (``w_ii v_i`` on a zero row is the product itself). Enough of the
     compressor interface for :meth:`gossip.engine.block.Block.encode` and ``mix_into``."""
 
@@ -43,7 +44,20 @@ class ExactRows:
         return out
 
     def check_rows(self, block: torch.Tensor, like: torch.Tensor) -> None:
-        """Nothing to check: the transport checked the length; values are taken as sent."""
+        """Refuse the first row with a NaN/Inf value (:class:`CompressionError`, ``row`` set);
+        the transport checked the length. One summing pass over the rows (no temporary), looking
+        closer only when a row's sum is not finite: a finite sum means finite values, and an
+        overflow of finite values is let through. One host sync on CUDA."""
+        vals = block.view(like.dtype)
+        if bool(torch.isfinite(vals.sum(1)).all()):
+            return
+        bad = (~torch.isfinite(vals)).any(1).nonzero()
+        if bad.numel():
+            err = CompressionError("exact gossip: the message's values contain NaN/Inf, which no "
+                                   "healthy sender produces (the sender diverged, or the message "
+                                   "is corrupt)")
+            err.row = int(bad[0, 0])
+            raise err
 
     def decode_add_rows_(self, out: torch.Tensor, block: torch.Tensor,
                          weight: torch.Tensor | float = 1.0, *, rows: torch.Tensor | None = None,

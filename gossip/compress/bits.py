@@ -14,8 +14,8 @@ bytes, the same room as 8 planes) and the high bits as planes.
 Flag and code inputs are padded to ``8·⌈d/8⌉`` entries with zeros by the caller (workspaces).
 Bit ``i`` of a packed byte is entry ``8·byte + i`` (little-endian bit order).
 
-On the CPU the same bytes are produced with numpy's ``packbits``/``unpackbits`` (3–10× faster
-than torch's CPU kernels for uint8/bool work); set ``USE_NUMPY = False`` to run the torch path
+On the CPU the same bytes are produced with numpy's ``packbits``/``unpackbits``, which beat
+torch's CPU kernels on uint8/bool work; set ``USE_NUMPY = False`` to run the torch path
 everywhere (the tests check both give identical bytes).
 """
 
@@ -125,7 +125,7 @@ def numpy_path(device: torch.device) -> bool:
 
 def cast_into(dst: torch.Tensor, src: torch.Tensor) -> None:
     """``dst.copy_(src)`` with C casting (floats truncate, ints keep their low bits)."""
-    if numpy_path(dst.device):  # numpy's float->uint8 cast is 2x torch's on the CPU
+    if numpy_path(dst.device):  # numpy's float->uint8 cast beats torch's on the CPU
         np.copyto(dst.numpy(), src.numpy(), casting="unsafe")
     else:
         dst.copy_(src)

@@ -25,7 +25,7 @@ _I23, _CARRY, _F0 = np.int32(23), np.int32((1 << 22) + (1 << 6)), np.float32(0)
 
 #: entries per chunk of the CPU encoders (a multiple of 64): a chunk's words, dither, codes and
 #: planes stay in cache, where a whole-vector pass would stream through memory; smaller chunks
-#: cost more numpy calls (~20 a chunk) than they save
+#: cost more in per-call numpy overhead than they save
 CHUNK = 1 << 18
 
 #: uint64 table entries per lookup of the block decoders' unpacking (256 KiB: in cache)
@@ -54,8 +54,8 @@ class LevelQuantizer(Codec):
     Speed (CPU): the numpy path streams the draw in chunks of :data:`CHUNK` entries
     (:meth:`gossip.rng.Draw16.chunks`), each chunk's words hashed right before its dither, codes
     and planes (all planes of a chunk in one ``bitwise_and`` and one ``packbits``), so the
-    passes stay in cache: ~1.4 ns per entry at d = 10⁶ for w = 5, half of ``torch.rand`` at
-    best (see docs/performance.md). ``decode_add_rows_`` is vectorized (all rows' codes at once).
+    passes stay in cache instead of streaming through memory (timings: docs/performance.md).
+    ``decode_add_rows_`` is vectorized (all rows' codes at once).
     """
 
     randomized: ClassVar[bool] = True
@@ -455,7 +455,7 @@ class Natural(Codec):
         # probability p rounded to the nearest multiple of 2^-16 (bias ≤ 2^-17 of 2^a)
         b = generator.bits16(d, dev, out=self.ws.get("rng.words", -(-d // 4), torch.int64, dev))[0]
         r = self.ws.get("r", d, itype, dev)
-        r.copy_(b)  # (a mixed-dtype add is ~5x slower than a copy plus a same-dtype add)
+        r.copy_(b)  # widen first: a copy plus a same-dtype add beats one mixed-dtype add
         torch.add(ibits, r, alpha=1 << (mant - 16), out=r)
         r.add_((1 << (mant - 1)) + (1 << (mant - 17))).bitwise_right_shift_(mant)
         bits.cast_into(v["exps"], r)

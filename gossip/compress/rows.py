@@ -45,9 +45,9 @@ def batch_encode(X: Any) -> bool:
     """Whether a vectorized ``encode_rows`` should batch ``X``; else the per-row loop, which
     gives the same bytes. On CPU a single row, or rows of at least :data:`LOOP_FROM` entries,
     go through the loop: the single-message encoders of top-k, sign and fp16/bf16 are numpy
-    code 1.2–12× faster per entry than their batched torch twins (measured here at m = 8,
-    d ≥ 2¹⁵, and at m = 1 from d ≈ 8000), which only win where per-call overhead dominates.
-    Under MPI with one node per rank every block is a single row."""
+    code working in cache-sized chunks, cheaper per entry than their batched torch twins, which
+    only win on short rows, where per-call overhead dominates. Under MPI with one node per rank
+    every block is a single row."""
     return is_block(X) and not (X.is_cpu and (X.shape[0] == 1 or X.shape[1] >= LOOP_FROM))
 
 
@@ -279,8 +279,8 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
 _CHUNKED_FROM = 1 << 15
 _CHUNK = 1 << 17
 """Rows of at least ``_CHUNKED_FROM`` entries are multiplied and added ``_CHUNK`` entries at a
-time, the product staying in cache (2¹⁷ float32 entries, 512 KiB: about 40 % faster here than
-2¹⁵ for a 4 MB row, fewer numpy calls per row)."""
+time, the product staying in cache (2¹⁷ float32 entries, 512 KiB: small enough for the cache,
+large enough to keep the numpy calls per row few)."""
 
 
 def _add_rows_chunked(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,

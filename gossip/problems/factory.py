@@ -27,8 +27,8 @@ PROBLEMS: list[str] = []
 """Registered problem names (kept in sync by :func:`register_problem`)."""
 
 DEFAULT_L1 = {"lasso": 0.02, "l1-logistic": 1e-3}
-"""The lasso's l1 = 0.02 follows the LEAD paper's experiment; the logistic value keeps a sparse
-but non-trivial solution on the default synthetic data (docs/problems.md)."""
+"""The lasso's l1 = 0.02 follows the LEAD paper's experiment (docs/experiments.md#lasso); the
+logistic value keeps a sparse but non-trivial solution on the default synthetic data."""
 
 
 def register_problem(name: str, build: ProblemBuilder, *, replace: bool = False) -> ProblemBuilder:
