@@ -53,9 +53,11 @@ class Requirements:
         gradients: it uses gradients and cannot run without an oracle per node
             (``consensus.py`` does not offer it).
         compressor: what compressor it takes: ``"any"`` (default); ``"identity"`` (only
-            ``none``: it compresses by itself or mixes exact models, so ``optimize.py`` gives it
-            ``none`` by default); ``"bounded-variance"`` (``E‖C(x) − x‖² ≤ c‖x‖²``, which
-            low-rank lacks); ``"stateless"`` (one instance serves many streams of messages).
+            ``none``, ``compressor.is_identity``: it compresses by itself or mixes exact models,
+            so ``optimize.py`` gives it ``none`` by default); ``"bounded-variance"``
+            (``compressor.bounded_variance``: unbiased with a finite ω, or contractive up to a
+            scale; low-rank is neither); ``"stateless"`` (not ``compressor.stateful``: one
+            instance serves many streams of messages).
         compressor_message: the refusal of a compressor, when the default one of its kind is not
             specific enough; ``{name}`` and ``{spec}`` are filled in.
     """
@@ -111,9 +113,9 @@ class Requirements:
 _DEFAULT_MESSAGES = {
     "identity": "{name} sends exact vectors and takes only the identity compressor (got "
                 "'{spec}'): use --compressor none",
-    "bounded-variance": "{name} needs a compressor of bounded variance (E‖C(x) − x‖² ≤ c‖x‖²); "
-                        "'{spec}' has none: use a quantizer or a sparsifier (lead:2, qsgd:4, "
-                        "randk:0.1:unbiased, topk:0.1)",
+    "bounded-variance": "{name} needs a compressor of bounded variance (unbiased with a finite ω, "
+                        "or contractive); '{spec}' has none: use a quantizer or a sparsifier "
+                        "(lead:2, qsgd:4, randk:0.1:unbiased, topk:0.1)",
     "stateless": "{name} sends one message per stream with one compressor; '{spec}' keeps state "
                  "per stream: use a stateless compressor (topk, qsgd, lead, sign, ...)",
 }

@@ -277,7 +277,8 @@ class Compressor(ABC):
 
     def omega_for(self, numel: int) -> float | None:
         """ω for a tensor of ``numel`` entries (worst case over the data); None when the
-        compressor is biased, its variance unbounded or ω unknown."""
+        variance is unbounded or ω unknown. Read it with :attr:`unbiased`: a biased form may
+        report the ω of the unbiased one it scales (``qsgd:…:biased``)."""
         return self.omega
 
     def delta_for(self, numel: int) -> float | None:
