@@ -142,6 +142,13 @@ def test_a_user_algorithm_is_checked_by_its_requires():
         engine(Static(), ONE_PEER, with_oracles=False)
 
 
+def test_the_former_need_flags_are_refused_with_what_to_declare():
+    with pytest.raises(ConfigError, match=r"Old declares needs_oracle, static_topology: .*requires = Requirements"):
+        class Old(_Averaging):
+            static_topology = False
+            needs_oracle = True
+
+
 def test_every_registered_algorithm_declares_a_requirements_value_and_takes_none():
     complete = topologies.build("complete", N)
     for name, cls in REGISTRY.items():

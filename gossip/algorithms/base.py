@@ -72,6 +72,18 @@ class Algorithm(ABC):
     gradient tracking, a fifth of it. The default is the cautious ``"tracking"``, so a new
     algorithm that does not say otherwise still gets a step that converges."""
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse the former need-flags, which nothing reads any more (a class declaring one
+        would silently run where it should be refused)."""
+        super().__init_subclass__(**kwargs)
+        former = sorted(_FORMER_NEEDS & set(vars(cls)))
+        if former:
+            raise ConfigError(
+                f"{cls.__name__} declares {', '.join(former)}: an algorithm says what it needs in "
+                "one value, requires = Requirements(graph=Graph(static=..., symmetric=..., "
+                "complete=...), gradients=..., compressor=...) (gossip.algorithms.requirements)"
+            )
+
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
                         topology: Any = None) -> dict[str, Any]:
@@ -121,6 +133,10 @@ class Algorithm(ABC):
         """The constructor's hyper-parameters (the log's config record; ``block.hparams``
         starts from them)."""
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+_FORMER_NEEDS = frozenset({"static_topology", "symmetric", "needs_oracle", "needs_complete_graph",
+                           "takes_compressor"})
 
 
 def _step_factor(rule: str, topology: Any) -> float:

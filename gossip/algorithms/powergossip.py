@@ -72,7 +72,6 @@ class PowerGossip(Algorithm):
     """
     name = "powergossip"
     trains = True
-    takes_compressor = False
     takes_optimizer = True
     step_schedule = True
     step_rule = "dgd"
