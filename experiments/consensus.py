@@ -48,8 +48,8 @@ log = logging.getLogger("gossip.consensus")
 
 
 def averaging() -> list[str]:
-    """Registered algorithms that run without gradients (not ``needs_oracle``): plain averaging."""
-    return [name for name in available() if not algorithm_class(name).needs_oracle]
+    """Registered algorithms that run without gradients (not ``requires.gradients``): plain averaging."""
+    return [name for name in available() if not algorithm_class(name).requires.gradients]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         cls = algorithm_class(args.algorithm)
     except GossipError as exc:
         raise SystemExit(f"--algorithm: {exc}") from None
-    if cls.needs_oracle:
+    if cls.requires.gradients:
         raise SystemExit(f"--algorithm {args.algorithm} needs gradients and consensus has none: use "
                          f"one of {', '.join(averaging())} here, or experiments/optimize.py or train.py")
     data = load_init(args, topology.n)

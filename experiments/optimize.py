@@ -79,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--compressor", default=None,
                    help=f"compressor spec: {compress_usage()} (default: lead:2, or none for the "
                         "algorithms that take no gossip compressor: "
-                        f"{', '.join(n for n in available() if not algorithm_class(n).takes_compressor)})")
+                        f"{', '.join(n for n in available() if algorithm_class(n).requires.compressor == 'identity')})")
     a.add_argument("--compare", nargs="+", default=None, metavar="ALG[@COMPRESSOR]",
                    help="run several algorithms, e.g. lead@lead:2 nids dgd choco@lead:2 "
                         "beer@topk:0.1; plots distance to optimum vs rounds and bits")
@@ -139,8 +139,8 @@ def trainable() -> list[str]:
 
 def default_compressor(name: str) -> str:
     """``lead:2``, or ``none`` for an algorithm that takes no gossip compressor (it compresses by
-    itself or mixes exact models: ``takes_compressor`` is False)."""
-    return "lead:2" if algorithm_class(name).takes_compressor else "none"
+    itself or mixes exact models: its ``requires.compressor`` is ``"identity"``)."""
+    return "none" if algorithm_class(name).requires.compressor == "identity" else "lead:2"
 
 
 def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, topology=None) -> dict:

@@ -121,7 +121,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         f"{', '.join(sorted(set(trainable_algorithms()) - set(optimizer_algorithms())))} "
                         "(plain gradient with step --lr; the adaptive ones keep their own Adam "
                         "state and want --lr about 1e-3; the all-reduce methods "
-                        f"{', '.join(sorted(n for n, c in REGISTRY.items() if c.needs_complete_graph))} "
+                        f"{', '.join(sorted(n for n, c in REGISTRY.items() if c.requires.graph.complete))} "
                         "need --topology complete), or module:Class")
     a.add_argument("--compressor", default="none",
                    help=f"compressor spec: {compress_usage()} (powergossip: none, it sketches by itself)")

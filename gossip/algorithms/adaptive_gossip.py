@@ -14,12 +14,14 @@ follows ``m_i/√v̂_i``, and when the nodes' gradient scales differ the fixed p
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from gossip.algorithms.allreduce import adam_moments_, adaptive_hparams, check_betas, preconditioned
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
+from gossip.algorithms.requirements import Requirements
 from gossip.engine.block import Block
 from gossip.errors import CompressionError, ConfigError
 
@@ -79,8 +81,9 @@ class AdaptiveGossip(Algorithm):
     """Shared parts: hyper-parameter checks, node-local Adam moments, exact multi-step mixing."""
 
     trains = True
-    needs_oracle = True
-    takes_compressor = False
+    requires = Requirements(gradients=True, compressor="identity",
+                            compressor_message="{name} mixes exact models: use --compressor none "
+                                               "(got '{spec}')")
     takes_optimizer = False
     step_schedule = True
 
@@ -99,11 +102,6 @@ class AdaptiveGossip(Algorithm):
                         topology: Any = None) -> dict[str, Any]:
         """``eta`` sized from the problem (:func:`~gossip.algorithms.allreduce.adaptive_hparams`)."""
         return adaptive_hparams(cls, problem)
-
-    def validate(self, topology: Any, compressor: Any) -> None:
-        spec = getattr(compressor, "spec", "none")
-        if spec != "none":
-            raise ConfigError(f"{self.name} mixes exact models: use --compressor none (got '{spec}')")
 
     def setup(self, block: Block) -> None:
         z = torch.zeros_like(block.x)
@@ -254,7 +252,8 @@ class ChocoAMSGrad(TrackedAMSGrad):
     """
 
     name = "choco-amsgrad"
-    takes_compressor = True
+    requires = replace(AdaptiveGossip.requires, compressor="any", compressor_message="")
+    """Any compressor: the copies make biased ones safe (as in CHOCO-SGD)."""
     tunable = ("gamma",)
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, gamma: float = 0.2,
@@ -262,9 +261,6 @@ class ChocoAMSGrad(TrackedAMSGrad):
         super().__init__(eta, beta1, beta2, eps, gossip_steps=1)
         check_range("gamma", gamma, 0.0, 1.0, "the consensus step of CHOCO; tune it on a grid.")
         self.gamma = gamma
-
-    def validate(self, topology: Any, compressor: Any) -> None:
-        """Any compressor: the copies make biased ones safe (as in CHOCO-SGD)."""
 
     def setup(self, block: Block) -> None:
         super().setup(block)

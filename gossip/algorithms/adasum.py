@@ -66,7 +66,6 @@ class Adasum(AllReduceAlgorithm):
         self.eta, self.local, self.beta1, self.beta2, self.eps = eta, local, beta1, beta2, eps
 
     def validate(self, topology, compressor) -> None:
-        super().validate(topology, compressor)
         n = topology.n
         if n & (n - 1):
             raise ConfigError(

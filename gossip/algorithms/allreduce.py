@@ -53,6 +53,7 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, Round
+from gossip.algorithms.requirements import Graph, Requirements
 from gossip.compress import bits
 from gossip.compress import rows as _rows
 from gossip.errors import ConfigError
@@ -278,19 +279,20 @@ class ChunkedAllReduce:
 class AllReduceAlgorithm(Algorithm):
     """Base of the complete-graph methods: they own their optimizer and keep nodes identical.
 
-    They take the plain gradient (``trains``, ``needs_oracle``; no local ``torch.optim``
-    optimizer) and need the complete graph (``needs_complete_graph``, checked by the engine);
+    They take the plain gradient (``trains``, ``requires.gradients``; no local ``torch.optim``
+    optimizer) and need the complete graph (``requires.graph.complete``, checked by the engine);
     the gossip compressor must be ``none`` because they compress inside their own collective
     (see ``codec``).
     """
 
     trains = True
-    needs_oracle = True
-    needs_complete_graph = True
-    takes_compressor = False
+    requires = Requirements(
+        graph=Graph(complete=True), gradients=True, compressor="identity",
+        compressor_message="{name} compresses inside its own all-reduce and takes no gossip "
+                           "compressor (got '{spec}'): use --compressor none; choose the "
+                           "all-reduce's 1-bit scale with codec=sign_l2|sign_l1")
     takes_optimizer = False
     step_schedule = True
-    codec_hint = "choose the all-reduce's 1-bit scale with codec=sign_l2|sign_l1"
 
     def setup_collectives(self, block: Any) -> None:
         """The full-precision (``block.workspace["fp"]``) and the ``codec``-compressed
@@ -306,14 +308,6 @@ class AllReduceAlgorithm(Algorithm):
                         topology: Any = None) -> dict[str, Any]:
         """``eta`` and ``eps`` sized from the problem (:func:`adaptive_hparams`, with ``eps``)."""
         return adaptive_hparams(cls, problem, with_eps=True)
-
-    def validate(self, topology: Any, compressor: Any) -> None:
-        spec = getattr(compressor, "spec", "none")
-        if spec != "none":
-            raise ConfigError(
-                f"{self.name} compresses inside its own all-reduce and takes no gossip compressor "
-                f"(got '{spec}'): use --compressor none; {self.codec_hint}"
-            )
 
 
 # -- Adam moments, shared by the adaptive methods ---------------------------------------------

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from gossip.algorithms.requirements import Requirements
 from gossip.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -33,13 +34,14 @@ class Algorithm(ABC):
     runs one round for every node the process hosts (docs/extending.md).
 
     The instance is configuration only: its constructor checks and stores hyper-parameters,
-    and nothing a run derives is stored on it (that goes to the block). Class attributes say
-    what the algorithm needs, so the engine refuses bad runs up front:
-    ``static_topology`` (keeps neighbor state, so the graph cannot change between rounds),
-    ``symmetric`` (needs ``W = Wᵀ``), ``needs_oracle`` (uses gradients), ``needs_complete_graph``
-    (an all-reduce: every node talks to every other one). Scripts read the
-    capabilities (``trains``, ``takes_optimizer``, ``tunable``, :meth:`suggest_hparams`), never
-    lists of names, so a registered algorithm of a user's gets the same treatment.
+    and nothing a run derives is stored on it (that goes to the block). What the algorithm
+    *needs* of a run is one value, :attr:`requires` (graph kind, gradients, compressor; see
+    :class:`~gossip.algorithms.requirements.Requirements`), checked once by the engine before
+    any message, so bad runs are refused up front. What it *offers* to scripts (``trains``,
+    ``takes_optimizer``, ``tunable``, ``step_schedule``, ``step_rule``, ``needs_layout``,
+    :meth:`suggest_hparams`) stays in separate class attributes: each is read on its own by the
+    script that picks a flag or a default, and nothing checks them together. Scripts read these,
+    never lists of names, so a registered algorithm of a user's gets the same treatment.
 
     Per-node tensors live in ``block.state``; anything else an algorithm keeps between rounds
     belongs in :meth:`state_dict` (the :class:`gossip.stateful.Stateful` protocol). A page per
@@ -48,19 +50,11 @@ class Algorithm(ABC):
     """
 
     name: ClassVar[str]
-    static_topology: ClassVar[bool] = True
-    symmetric: ClassVar[bool] = True
-    needs_oracle: ClassVar[bool] = False
-    needs_complete_graph: ClassVar[bool] = False
-    """Runs a collective in which every node talks to every other one (an all-reduce), so it
-    needs the static complete graph (``--topology complete``): the engine refuses any other
-    before a message is sent, and tests and tools that pick a graph pick that one for it."""
+    requires: ClassVar[Requirements] = Requirements()
+    """What a run must offer it (default: a static symmetric graph, no gradients needed, any
+    compressor). A subclass changes it with ``dataclasses.replace(Parent.requires, ...)``."""
     trains: ClassVar[bool] = False
     """Uses gradients when the node has an oracle, so it can train a model or solve a problem."""
-    takes_compressor: ClassVar[bool] = True
-    """Sends its messages through ``node.compressor``; ``False``: it takes only ``'none'`` (it
-    compresses by itself, as the all-reduce methods and PowerGossip, or mixes exact models), so
-    scripts whose default compressor is another one give it ``'none'`` unless one is asked for."""
     takes_optimizer: ClassVar[bool] = False
     """Its local step goes through :func:`local_step`, so a node's ``torch.optim`` optimizer
     (momentum, Adam, weight decay) applies; otherwise it uses the plain gradient with ``eta``."""
@@ -77,6 +71,18 @@ class Algorithm(ABC):
     base step times ``min(1, 0.9 (1 + λ_min))`` (½ without a topology); ``"tracking"`` —
     gradient tracking, a fifth of it. The default is the cautious ``"tracking"``, so a new
     algorithm that does not say otherwise still gets a step that converges."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Refuse the former need-flags, which nothing reads any more (a class declaring one
+        would silently run where it should be refused)."""
+        super().__init_subclass__(**kwargs)
+        former = sorted(_FORMER_NEEDS & set(vars(cls)))
+        if former:
+            raise ConfigError(
+                f"{cls.__name__} declares {', '.join(former)}: an algorithm says what it needs in "
+                "one value, requires = Requirements(graph=Graph(static=..., symmetric=..., "
+                "complete=...), gradients=..., compressor=...) (gossip.algorithms.requirements)"
+            )
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -108,7 +114,9 @@ class Algorithm(ABC):
 
     def validate(self, topology: Any, compressor: Compressor) -> None:
         """Raise :class:`ConfigError` for a topology or compressor this algorithm cannot use
-        (called before any node exists; it must not change the algorithm)."""
+        beyond what :attr:`requires` says (a node count, the weights' kind, a hyper-parameter
+        against the graph); called by the engine after ``requires.check``, before any node
+        exists. It must not change the algorithm."""
 
     def setup(self, block: Block) -> None:
         """Allocate ``block.state`` ([m, ...] tensors, row r = node r; checkpointed) and
@@ -127,18 +135,8 @@ class Algorithm(ABC):
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
 
 
-def check_complete(name: str, topology: Any, hint: str = "use --topology complete") -> None:
-    """Raise :class:`ConfigError` unless every node is linked to every other one, in every round."""
-    if getattr(topology, "time_varying", False):
-        raise ConfigError(f"{name} is an all-reduce method and needs the static complete graph: {hint}")
-    view_of = topology.at_round(1).view
-    for i in range(topology.n):
-        if len(view_of(i).out_neighbors) != topology.n - 1:
-            raise ConfigError(
-                f"{name} is an all-reduce method: every node talks to every other one, but node "
-                f"{i} of '{topology.name}' has {len(view_of(i).out_neighbors)} of "
-                f"{topology.n - 1} neighbors; {hint}"
-            )
+_FORMER_NEEDS = frozenset({"static_topology", "symmetric", "needs_oracle", "needs_complete_graph",
+                           "takes_compressor"})
 
 
 def _step_factor(rule: str, topology: Any) -> float:

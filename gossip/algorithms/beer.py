@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.algorithms.requirements import Requirements
 from gossip.engine.block import Block
 
 
@@ -32,7 +33,7 @@ class BEER(Algorithm):
     """
     name = "beer"
     trains = True
-    needs_oracle = True
+    requires = Requirements(gradients=True)
     step_rule = "tracking"
 
     def __init__(self, eta: float = 0.05, gamma: float = 0.4):

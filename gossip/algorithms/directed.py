@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
+from gossip.algorithms.requirements import Graph, Requirements
 from gossip.algorithms.streams import (
     BlockArcStream,
     BlockStream,
@@ -70,8 +71,7 @@ class PushSum(Algorithm):
 
     name = "push-sum"
     trains = True
-    symmetric = False
-    static_topology = False
+    requires = Requirements(graph=Graph(static=False, symmetric=False))
     tunable = ("gamma",)
     step_schedule = True
     step_rule = "tracking"
@@ -87,7 +87,7 @@ class PushSum(Algorithm):
     @staticmethod
     def _per_arc(topology: Any, compressor: Any) -> bool:
         """Copies kept per arc: a graph that changes every round, and compressed messages."""
-        return bool(getattr(topology, "time_varying", False)) and compressor.spec != "none"
+        return bool(getattr(topology, "time_varying", False)) and not compressor.is_identity
 
     def validate(self, topology: Any, compressor: Any) -> None:
         check_column_stochastic(self.name, topology)
@@ -102,7 +102,7 @@ class PushSum(Algorithm):
         if ws["per_arc"]:
             ws["stream"] = BlockArcStream(block, "ss", schedule=schedule_plan(block, block.topology))
         else:
-            ws["stream"] = BlockStream(block, "ss", alpha=0.0 if block.compressor.spec == "none"
+            ws["stream"] = BlockStream(block, "ss", alpha=0.0 if block.compressor.is_identity
                                        else 1.0)
         st["w"] = torch.ones(block.m, 1, dtype=torch.float64, device=x.device)
         if block.has_oracle:

@@ -7,6 +7,7 @@ so communication can overlap with it. With γ ≠ 1 the mixing is relaxed as in 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -28,7 +29,7 @@ class DPSGD(Gossip):
     name = "dpsgd"
     trains = True
     takes_optimizer = True
-    needs_oracle = True
+    requires = replace(Gossip.requires, gradients=True)
     step_schedule = True
     step_rule = "dgd"
 

@@ -17,6 +17,7 @@ import torch
 
 from gossip.algorithms.arcs import OutArcs
 from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.algorithms.requirements import Requirements
 from gossip.engine.block import Block
 from gossip.errors import ConfigError
 
@@ -55,7 +56,10 @@ class CECL(Algorithm):
 
     name = "c-ecl"
     trains = True
-    needs_oracle = True
+    requires = Requirements(
+        gradients=True, compressor="stateless",
+        compressor_message="{name} sends one stream per edge; '{spec}' keeps state per stream: use a "
+                           "stateless compressor (randk, topk, qsgd, lead)")
     tunable = ("theta",)
 
     def __init__(self, eta: float = 0.05, period: int = 5, rho: float | None = None,
@@ -75,9 +79,6 @@ class CECL(Algorithm):
         self.weight_decay = weight_decay
 
     def validate(self, topology: Any, compressor: Any) -> None:
-        if getattr(compressor, "stateful", False):
-            raise ConfigError(f"c-ecl sends one stream per edge; '{compressor.spec}' keeps state "
-                              "per stream: use a stateless compressor (randk, topk, qsgd, lead)")
         if self.rho is not None:
             self._check_rho(self.rho)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.algorithms.requirements import Graph, Requirements
 from gossip.engine.block import Block
 
 
@@ -25,8 +26,7 @@ class Gossip(Algorithm):
         gamma: relaxation of the mixing step, in (0, 2] (stable for γ < 2/β). Default 1.
     """
     name = "gossip"
-    static_topology = False
-    symmetric = False
+    requires = Requirements(graph=Graph(static=False, symmetric=False))
 
     def __init__(self, gamma: float = 1.0):
         check_range("gamma", gamma, 0.0, 2.0, "Gossip is stable for 0 < gamma < 2/beta.")

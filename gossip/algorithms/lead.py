@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.algorithms.requirements import Requirements
 from gossip.engine.block import Block
-from gossip.errors import ConfigError
 
 
 def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, float]:
@@ -34,16 +34,16 @@ def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, fl
       the recalled bound of docs/algorithms/lead.md, which sat at the edge of stability for rand-10% — and
       α = min(1/(1+ω), γ_dual);
     * biased compressors (top-k, sign, low-rank): 0.1 / 0.5.
-    """
-    from gossip.compress.sparse import RandK
 
+    Read from the compressor's properties (``unbiased``, ``omega_for``, ``omega_exact``: the
+    variance is ω‖x‖² for every x), so a user's compressor gets the rule its properties say.
+    """
     if not compressor.unbiased:
         return {"alpha": 0.1, "gamma_dual": 0.5}
-    omega_for = getattr(compressor, "omega_for", None)
-    omega = omega_for(dim) if omega_for is not None else getattr(compressor, "omega", None)
+    omega = compressor.omega_for(dim)
     if omega == 0:
         return {"alpha": 1.0, "gamma_dual": 1.0}
-    if isinstance(compressor, RandK) and omega is not None and omega > 1.0:
+    if compressor.omega_exact and omega is not None and omega > 1.0:
         gamma_dual = min(1.0, 1.0 / ((3.0 * omega + 1.0) * beta))
         return {"alpha": min(1.0 / (1.0 + omega), gamma_dual), "gamma_dual": gamma_dual}
     return {"alpha": 0.5, "gamma_dual": 1.0}
@@ -63,7 +63,7 @@ class LEAD(Algorithm):
     """
     name = "lead"
     trains = True
-    needs_oracle = True
+    requires = Requirements(gradients=True, compressor="bounded-variance")
     step_rule = "exact"
 
     def __init__(self, eta: float = 0.1, alpha: float | None = None, gamma_dual: float | None = None):
@@ -75,10 +75,6 @@ class LEAD(Algorithm):
         self.eta = eta
         self.alpha = alpha
         self.gamma_dual = gamma_dual
-
-    def validate(self, topology: Any, compressor: Any) -> None:
-        if getattr(compressor, "spec", "").startswith("lowrank"):
-            raise ConfigError("LEAD needs a compressor of bounded variance; lowrank has none")
 
     def setup(self, block: Block) -> None:
         hp = block.hparams

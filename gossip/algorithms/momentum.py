@@ -6,12 +6,14 @@ the average gradient, and send the model and the tracker as two compressed vecto
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.beer import BEER
+from gossip.algorithms.requirements import Graph, Requirements
 from gossip.algorithms.streams import (
     BlockStream,
     send_block_streams,
@@ -49,8 +51,7 @@ class DoCoM(Algorithm):
 
     name = "docom"
     trains = True
-    needs_oracle = True
-    symmetric = False
+    requires = Requirements(graph=Graph(symmetric=False), gradients=True)
     tunable = ("gamma",)
 
     def __init__(self, eta: float = 0.05, gamma: float | None = None, beta: float = 0.1):
@@ -150,7 +151,7 @@ class MoTEF(BEER):
     """
 
     name = "motef"
-    symmetric = False
+    requires = replace(BEER.requires, graph=Graph(symmetric=False))
 
     def __init__(self, eta: float = 0.05, gamma: float = 0.4, lam: float = 0.9):
         super().__init__(eta=eta, gamma=gamma)

@@ -37,6 +37,7 @@ import torch
 
 from gossip.algorithms.arcs import OutArcs, aligned_arcs
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
+from gossip.algorithms.requirements import Requirements
 from gossip.engine.block import Block
 from gossip.errors import ConfigError
 
@@ -71,13 +72,14 @@ class PowerGossip(Algorithm):
     """
     name = "powergossip"
     trains = True
-    takes_compressor = False
     takes_optimizer = True
     step_schedule = True
     step_rule = "dgd"
     needs_layout = True
-    static_topology = True
-    symmetric = True
+    requires = Requirements(
+        compressor="identity",
+        compressor_message="PowerGossip compresses with its own per-edge low-rank sketch: set its "
+                           "rank (--rank R) and leave the compressor at 'none'")
 
     def __init__(self, gamma: float = 1.0, rank: int = 1, iterations: int = 1,
                  warm_start: bool = True, eps: float = EPS,
@@ -93,13 +95,6 @@ class PowerGossip(Algorithm):
         self.warm_start = bool(warm_start)
         self.eps = float(eps)
         self.eta = eta
-
-    def validate(self, topology: Any, compressor: Any) -> None:
-        if getattr(compressor, "spec", "none") != "none":
-            raise ConfigError(
-                "PowerGossip compresses with its own per-edge low-rank sketch: set its rank "
-                "(--rank R) and leave the compressor at 'none'"
-            )
 
     def setup(self, block: Block) -> None:
         work = block.workspace["edges"] = _Edges(block, self)

@@ -7,11 +7,13 @@ for EXTRA, a correction built from the last two iterates) instead of its own gra
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
+from gossip.algorithms.requirements import Graph, Requirements
 from gossip.algorithms.streams import (
     BlockArcStream,
     BlockStream,
@@ -31,7 +33,7 @@ def compression_defaults(compressor: Any) -> float:
     identity: 1 (the uncompressed method); unbiased quantizers: 0.5; biased ones (top-k,
     sign, low-rank): 0.2 (the values measured on heterogeneous least squares).
     """
-    if compressor.spec == "none":
+    if compressor.is_identity:
         return 1.0
     return 0.5 if compressor.unbiased else 0.2
 
@@ -76,9 +78,7 @@ class CGT(Algorithm):
 
     name = "c-gt"
     trains = True
-    needs_oracle = True
-    symmetric = False
-    static_topology = False
+    requires = Requirements(graph=Graph(static=False, symmetric=False), gradients=True)
     tunable = ("gamma",)
     arc_copies = True
     needs: tuple[str, ...] = ("double",)
@@ -192,20 +192,14 @@ class DIGing(CGT):
     """
 
     name = "diging"
-    takes_compressor = False
-    static_topology = False
+    requires = replace(
+        CGT.requires, compressor="identity",
+        compressor_message="diging sends uncompressed vectors but the compressor is '{spec}'; use "
+                           "--compressor none, or c-gt for compressed gradient tracking")
     tunable = ()
 
     def __init__(self, eta: float = 0.05):
         super().__init__(eta=eta, gamma=1.0, alpha=0.0)
-
-    def validate(self, topology: Any, compressor: Any) -> None:
-        if compressor.spec != "none":
-            raise ConfigError(
-                f"diging sends uncompressed vectors but the compressor is '{compressor.spec}'; "
-                "use --compressor none, or c-gt for compressed gradient tracking"
-            )
-        super().validate(topology, compressor)
 
     def hparams(self) -> dict[str, Any]:
         return {"eta": self.eta}
@@ -225,21 +219,16 @@ class EXTRA(Algorithm):
     """
 
     name = "extra"
-    takes_compressor = False
+    requires = Requirements(
+        gradients=True, compressor="identity",
+        compressor_message="extra sends uncompressed vectors but the compressor is '{spec}'; use "
+                           "--compressor none, or lead / c-gt for compressed exact methods")
     trains = True
-    needs_oracle = True
     step_rule = "dgd"
 
     def __init__(self, eta: float = 0.05):
         check_range("eta", eta, 0.0, float("inf"), "Try 0.5/L (EXTRA diverges near 1/L on some graphs).")
         self.eta = eta
-
-    def validate(self, topology: Any, compressor: Any) -> None:
-        if compressor.spec != "none":
-            raise ConfigError(
-                f"extra sends uncompressed vectors but the compressor is '{compressor.spec}'; "
-                "use --compressor none, or lead / c-gt for compressed exact methods"
-            )
 
     def setup(self, block: Any) -> None:
         x, st = block.x, block.state

@@ -93,11 +93,21 @@ class Compressor(ABC):
     """Base class; subclasses document their math, bias and constant in the docstring.
 
     Attributes:
-        spec: the registry spec that builds it (``"topk:0.01"``).
+        spec: the registry spec that builds it (``"topk:0.01"``), for messages and logs only:
+            algorithms read the properties below, never the spec.
+        is_identity: ``C(x) = x`` exactly (only ``none``; not the 16-bit casts). Methods that
+            mix exact models take only it; others skip their public copies with it.
         unbiased: ``E decode(encode(x)) == x``.
+        bounded_variance: the error is bounded relative to the input whatever the compressor's
+            state: some multiple λC (λ > 0) contracts, ``E‖λC(x)−x‖² ≤ (1−δ)‖x‖²`` with a δ > 0
+            that depends on d only (true of every unbiased compressor with a finite ω and of
+            every contractive one). False for one warm-started low-rank power step: its message
+            is 0 when the warm start is orthogonal to x, so no multiple contracts. Default True.
         omega: variance constant ω of an unbiased compressor (``E‖C(x)−x‖² ≤ ω‖x‖²``), else None.
             None too when ω depends on the dimension d and d is unknown (``qsgd``, ``lead``,
             ``randk:R:unbiased`` built without a layout): use :meth:`omega_for`.
+        omega_exact: ``E‖C(x)−x‖² = ω‖x‖²`` for every x, not only in the worst case (rescaled
+            rand-k; the identity): LEAD sizes its steps from ω then. Default False.
         delta: contraction quality δ (``E‖C(x)−x‖² ≤ (1−δ)‖x‖²``), or None when there is none
             (e.g. rescaled rand-k), it depends on the data (one low-rank power step) or on an
             unknown d (``sign``, ``topk:K``): use :meth:`delta_for`.
@@ -112,7 +122,10 @@ class Compressor(ABC):
     """
 
     spec: str
+    is_identity: ClassVar[bool] = False
     unbiased: ClassVar[bool] = False
+    bounded_variance: ClassVar[bool] = True
+    omega_exact: ClassVar[bool] = False
     randomized: ClassVar[bool] = False
     stateful: ClassVar[bool] = False
     omega: float | None = None
@@ -263,7 +276,9 @@ class Compressor(ABC):
             )
 
     def omega_for(self, numel: int) -> float | None:
-        """ω for a tensor of ``numel`` entries (worst case over the data), else None."""
+        """ω for a tensor of ``numel`` entries (worst case over the data); None when the
+        variance is unbounded or ω unknown. Read it with :attr:`unbiased`: a biased form may
+        report the ω of the unbiased one it scales (``qsgd:…:biased``)."""
         return self.omega
 
     def delta_for(self, numel: int) -> float | None:

@@ -24,7 +24,9 @@ class Identity(Codec):
     ordered_rows: ClassVar[bool] = True
     sends_values_in_place: ClassVar[bool] = True
     kind: ClassVar[int] = 1
+    is_identity: ClassVar[bool] = True
     unbiased: ClassVar[bool] = True
+    omega_exact: ClassVar[bool] = True
     omega = 0.0
     delta = 1.0
     dtypes = (torch.float32, torch.float64, torch.float16, torch.bfloat16)

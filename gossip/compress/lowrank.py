@@ -68,6 +68,7 @@ class LowRank(Codec):
     randomized: ClassVar[bool] = True  # the first Q of each shape comes from the generator
     uses_stream: ClassVar[bool] = True
     stateful: ClassVar[bool] = True
+    bounded_variance: ClassVar[bool] = False  # the factor may collapse: C(M) = 0
     param_name: ClassVar[str] = "rank (capped at 255)"
 
     def __init__(self, spec: str, rank: int) -> None:

@@ -54,7 +54,11 @@ class PerTensor(Compressor):
         ]
         self.spec = first.spec
         self.kind = first.kind | PER_TENSOR
+        self.is_identity = first.is_identity
         self.unbiased = first.unbiased
+        self.bounded_variance = first.bounded_variance
+        # omega_exact stays False: the tensors' ω differ (k is rounded per tensor), so
+        # Σ_t ω_t ‖x_t‖² is only bounded by max ω · ‖x‖²
         self.randomized = first.randomized
         self.stateful = first.stateful
         omegas = [c.omega_for(n) for c, n in zip(self.inners, layout.sizes, strict=True)]

@@ -505,6 +505,7 @@ class RandK(_KSparse):
         super().__init__(spec, ratio, k)
         self.rescale = rescale
         self.unbiased = rescale  # instance attribute: depends on the spec
+        self.omega_exact = rescale  # E‖C(x)−x‖² = (d/k − 1)‖x‖² for every x
         if rescale:
             self.omega = None if ratio is None else 1.0 / ratio - 1.0
         else:

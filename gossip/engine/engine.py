@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, check_complete
+from gossip.algorithms.base import Algorithm
 from gossip.comm.world import World
 from gossip.compress import Compressor, factory_for
 from gossip.engine.block import Block
@@ -156,23 +156,11 @@ class Engine:
                                                            self.transport.is_local, self.device))
 
     def _check_config(self, oracles: Any) -> None:
-        """Refuse, before any message, what this algorithm cannot run on."""
-        alg, topo = self.algorithm, self.topology
-        if alg.static_topology and getattr(topo, "time_varying", False):
-            raise ConfigError(
-                f"{alg.name} keeps per-neighbor state and needs a static topology, but "
-                f"'{topo.name}' changes every round; use gossip or dpsgd, or a static graph"
-            )
-        if alg.symmetric and getattr(topo, "directed", False):
-            raise ConfigError(
-                f"{alg.name} needs a symmetric mixing matrix, but '{topo.name}' is directed; use a "
-                "symmetric graph (e.g. 'exponential' instead of 'directed-exponential')"
-            )
-        if alg.needs_complete_graph:
-            check_complete(alg.name, topo)
-        if alg.needs_oracle and oracles is None:
-            raise ConfigError(f"{alg.name} needs gradients: give it a problem (an oracle per node)")
-        alg.validate(topo, self._new_compressor())
+        """Refuse, before any message, what this algorithm cannot run on: its
+        :attr:`~gossip.algorithms.Algorithm.requires`, then its own ``validate``."""
+        alg, topo, compressor = self.algorithm, self.topology, self._new_compressor()
+        alg.requires.check(topo, compressor, oracles is not None, name=alg.name)
+        alg.validate(topo, compressor)
 
     # -- rounds ----------------------------------------------------------------------------
     @torch.no_grad()

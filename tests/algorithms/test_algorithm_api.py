@@ -15,7 +15,7 @@ from gossip.problems import make_problem
 
 def _engine(alg, compressor: str = "none", problem: str = "least-squares") -> Engine:
     cls = type(alg)
-    topo = topologies.build("complete" if cls.needs_complete_graph else "ring", 4)
+    topo = topologies.build("complete" if cls.requires.graph.complete else "ring", 4)
     kw = {}
     if cls.trains:
         pb = make_problem(problem, n_nodes=4, dim=12, samples_per_node=10, seed=1,

@@ -12,23 +12,26 @@ from topologies import build
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
-def test_takes_compressor_matches_validate(name):
+def test_identity_only_algorithms_refuse_a_lossy_compressor(name):
     cls = algorithm_class(name)
     topology = build("complete", 4)
     algorithm = make_algorithm(name)
-    algorithm.validate(topology, make_compressor("none"))  # every algorithm takes 'none'
-    if cls.takes_compressor:
-        make_algorithm(name).validate(topology, make_compressor("lead:2"))
-    else:
-        with pytest.raises(ConfigError, match="none"):
-            make_algorithm(name).validate(topology, make_compressor("lead:2"))
+    for spec in ("none", "lead:2"):
+        compressor = make_compressor(spec)
+        if spec == "lead:2" and cls.requires.compressor == "identity":
+            with pytest.raises(ConfigError, match="none"):
+                cls.requires.check(topology, compressor, True, name=name)
+            continue
+        cls.requires.check(topology, compressor, True, name=name)  # every algorithm takes 'none'
+        algorithm.validate(topology, compressor)
 
 
 def test_optimize_default_compressor_per_algorithm():
     optimize = script("optimize")
     for name in sorted(n for n in REGISTRY if algorithm_class(n).trains):
         (_, _, _, comp), = optimize.run_specs(optimize.parse_args(["--algorithm", name]))
-        assert comp == ("lead:2" if algorithm_class(name).takes_compressor else "none"), name
+        identity_only = algorithm_class(name).requires.compressor == "identity"
+        assert comp == ("none" if identity_only else "lead:2"), name
     # a compressor the user names is kept, refused or not
     (_, _, _, comp), = optimize.run_specs(optimize.parse_args(["--algorithm", "adasum",
                                                                "--compressor", "sign"]))
@@ -50,7 +53,7 @@ def test_optimize_runs_an_allreduce_method_with_no_compressor_flag(capsys):
 def test_consensus_lists_and_runs_only_algorithms_without_gradients():
     consensus = script("consensus")
     assert "choco" in consensus.averaging() and "lead" not in consensus.averaging()
-    assert all(not algorithm_class(n).needs_oracle for n in consensus.averaging())
+    assert all(not algorithm_class(n).requires.gradients for n in consensus.averaging())
     with pytest.raises(SystemExit, match="--algorithm lead needs gradients and consensus has none: use one of "
                                          "choco, "):
         consensus.main(["--algorithm", "lead", "--nodes", "4", "--dim", "8", "--rounds", "2"])

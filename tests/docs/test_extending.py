@@ -163,11 +163,11 @@ def test_suggested_steps_converge(name):
     if not cls.trains:
         pytest.skip(f"{name} uses no gradients")
     # an all-reduce gets the complete graph, on 8 nodes (a power of two, for adasum's tree)
-    n = 8 if cls.needs_complete_graph else 6
+    n = 8 if cls.requires.graph.complete else 6
     problem = make_problem("lasso" if name == "prox-lead" else "least-squares", n_nodes=n, dim=15,
                            samples_per_node=30, seed=2, dtype=torch.float64)
     x_star = torch.as_tensor(problem.solution(), dtype=torch.float64)
-    topo = topologies.build("complete" if cls.needs_complete_graph else "ring", n)
+    topo = topologies.build("complete" if cls.requires.graph.complete else "ring", n)
     hp = cls.suggest_hparams(problem, "full", topo)
     engine = Engine(make_algorithm(name, **hp), topo, lambda i: problem.initial_point(), compressor="none",
                     oracles=lambda i, gen: problem.oracle(i, gen, "full", 1))

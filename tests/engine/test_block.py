@@ -10,6 +10,7 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.algorithms.base import Algorithm
+from gossip.algorithms.requirements import Graph, Requirements
 from gossip.engine import Engine
 from gossip.engine.routing import MixPlan
 
@@ -176,7 +177,7 @@ class _ArcEcho(Algorithm):
     keeps, for each arc it receives, the decoded message (to check the routing)."""
 
     name = "arc-echo"
-    static_topology = False
+    requires = Requirements(graph=Graph(static=False))
 
     def step(self, block):
         route = block.arc_plan()

@@ -52,7 +52,7 @@ def build(name: str, spec: str, per_tensor: bool, problem_name: str = "least-squ
 
 def _build(name: str, spec: str, per_tensor: bool, problem_name: str) -> Engine:
     cls = REGISTRY[name]
-    topo = topologies.build("complete" if cls.needs_complete_graph else "ring", 4)
+    topo = topologies.build("complete" if cls.requires.graph.complete else "ring", 4)
     layout = Layout(SHAPES) if per_tensor else None
     kw: dict = {}
     if cls.trains:
