@@ -36,26 +36,12 @@ from typing import Any
 
 import torch
 
-from gossip.errors import GossipError
+from gossip.errors import CheckpointError, GossipError, Interrupted
 
 log = logging.getLogger(__name__)
 
 FORMAT = 2  # 2: per-file SHA-256 in the manifest ("files"); 1 (no checksums) is still read
 ROUND_DIR = re.compile(r"round-(\d{6,})")
-
-
-class CheckpointError(GossipError, RuntimeError):
-    """A checkpoint cannot be used (corrupt, incomplete, or made by a different run)."""
-
-
-class Interrupted(GossipError, RuntimeError):
-    """The run stopped on SIGINT/SIGTERM after writing a final checkpoint."""
-
-    def __init__(self, round_: int, signum: int):
-        super().__init__(f"stopped by signal {signal.Signals(signum).name} at round {round_}; "
-                         "a checkpoint of this round was written (resume with --resume DIR)")
-        self.round = round_
-        self.signum = signum
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -213,7 +199,8 @@ class Checkpointer:
             stop = engine.world.any(self._stop_signal is not None)
             if stop:
                 self.save(engine)
-                raise Interrupted(engine.round, self._stop_signal or signal.SIGTERM)
+                raise Interrupted(self._stop_signal or signal.SIGTERM, round=engine.round,
+                                  rank=engine.world.rank)
 
     def save(self, engine: Any) -> None:
         """Write every local node's state for the current round (collective)."""

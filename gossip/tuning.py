@@ -28,8 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gossip.errors import DivergenceError
-from gossip.errors import GossipError
+from gossip.errors import ConfigError, DivergenceError, TuningError
 
 
 def tunable_algorithms(hparam: str = "gamma") -> list[str]:
@@ -37,10 +36,6 @@ def tunable_algorithms(hparam: str = "gamma") -> list[str]:
     from gossip.algorithms import REGISTRY
 
     return sorted(name for name, cls in REGISTRY.items() if hparam in cls.tunable)
-
-
-class TuningError(GossipError, RuntimeError):
-    """No candidate of the grid gave a usable run."""
 
 
 def log_grid(high: float = 1.0, low: float = 0.01) -> list[float]:

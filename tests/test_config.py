@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from gossip.config import ConfigFileError, config_values, load_toml, parse_args_with_config
+from gossip.config import config_values, load_toml, parse_args_with_config
+from gossip.errors import ConfigFileError
 from tests.conftest import ROOT
 
 

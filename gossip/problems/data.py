@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gossip.errors import GossipError
+from gossip.errors import DatasetError, LibSVMFormatError
 
 KINDS = ("least-squares", "lasso", "logistic", "l1-logistic")
 
@@ -111,10 +111,6 @@ def synthetic(
 
 
 # ---- LibSVM ---------------------------------------------------------------------------------
-
-
-class LibSVMFormatError(GossipError, ValueError):
-    """A malformed LibSVM file; the message names the file, the line number and the token."""
 
 
 def load_libsvm(

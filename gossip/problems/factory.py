@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from gossip.problems.base import Problem, ProblemError
+from gossip.errors import ProblemError
+from gossip.problems.base import Problem
 from gossip.problems.data import load_libsvm, partition, synthetic
 from gossip.problems.glm import GLM, L1Logistic, Lasso, LeastSquares, Logistic
 

@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from gossip.problems.base import Problem, ProblemError, check_node
+from gossip.errors import ProblemError
+from gossip.problems.base import Problem, check_node
 from gossip.problems.glm import GLM
 
 ESTIMATORS = ("full", "sgd", "lsvrg", "saga")
