@@ -273,7 +273,7 @@ class Checkpointer:
                 engine.load_state_dicts({i: self._read(path, sums)}, run_state)
             if int(run_state["round"]) != round_:
                 path = rdir / "engine.pt"
-                raise ValueError(f"it holds round {run_state['round']}")
+                raise CheckpointError(f"it holds round {run_state['round']}", round=round_)
         except Exception as exc:  # missing, torn, altered, or not this run's state
             reason = f"checkpoint of round {round_} is unreadable ({path}: {_describe(exc)})"
         if not engine.world.any(reason is not None):
@@ -287,10 +287,10 @@ class Checkpointer:
         if sums is not None:
             want = sums.get(path.name)
             if want is None:
-                raise ValueError("the manifest lists no checksum for it")
+                raise CheckpointError("the manifest lists no checksum for it")
             if hashlib.sha256(data).hexdigest() != want:
-                raise ValueError("its SHA-256 differs from the manifest's (the file was altered "
-                                 "or damaged after it was written)")
+                raise CheckpointError("its SHA-256 differs from the manifest's (the file was altered "
+                                      "or damaged after it was written)")
         return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
 
     # -- signals ---------------------------------------------------------------------------
@@ -342,5 +342,7 @@ def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, KeyError):
         return f"missing entry {exc.args[0]!r}"
+    if isinstance(exc, GossipError):  # the library's own reason: its text says it all
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

@@ -165,6 +165,6 @@ def default_hparams(problem: Problem, estimator: str = "full") -> dict[str, floa
     elif estimator in ("sgd", "lsvrg", "saga"):
         eta = 1.0 / (6.0 * s.L_max)
     else:
-        raise ValueError(f"unknown gradient estimator {estimator!r}")
+        raise ProblemError(f"unknown gradient estimator {estimator!r}; choose one of full, sgd, lsvrg, saga")
     return {"eta": float(eta), "L": s.L, "L_max": s.L_max, "mu": s.mu}
 

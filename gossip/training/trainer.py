@@ -51,11 +51,10 @@ from torch.utils.data import Dataset
 
 from gossip.algorithms import REGISTRY, make_algorithm
 from gossip.algorithms.base import Algorithm
-from gossip.errors import ConfigError
 from gossip.comm.world import World
 from gossip.compress import Compressor
 from gossip.engine import Engine
-from gossip.errors import DivergenceError
+from gossip.errors import ConfigError, DivergenceError
 from gossip.seeding import generator
 from gossip.training import flat
 from gossip.training.data import BatchStream, node_loader, partition_indices
@@ -268,7 +267,7 @@ class DecentralizedTrainer:
         ``log_every`` rounds) and at the end. Returns the round records (collective)."""
         if rounds is None:
             if epochs is None:
-                raise ValueError("give epochs or rounds")
+                raise ConfigError("fit() needs how long to train: give epochs=... or rounds=...")
             rounds = max(1, math.ceil(epochs * self.rounds_per_epoch - 1e-9))
         if log_every is None:
             log_every = max(1, round(eval_every * self.rounds_per_epoch))
