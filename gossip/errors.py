@@ -47,6 +47,7 @@ is one config error family, not three unrelated ones.
 
 from __future__ import annotations
 
+import functools
 import signal
 
 
@@ -153,6 +154,9 @@ class Interrupted(GossipError, RuntimeError):
                          "a checkpoint of this round was written (resume with --resume DIR)",
                          round=round, rank=rank)
         self.signum = int(signum)
+
+    def __reduce__(self):  # rebuilt from the signal and the round, not from the message
+        return functools.partial(type(self), round=self.round, rank=self.rank), (self.signum,), self.__dict__
 
 
 __all__ = [
