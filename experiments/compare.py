@@ -53,7 +53,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gossip.cli import HelpFormatter, non_negative_int  # noqa: E402
-from gossip.config import ConfigFileError, load_toml  # noqa: E402
+from gossip.config import load_toml  # noqa: E402
+from gossip.errors import ConfigFileError  # noqa: E402
 from gossip.metrics import read_jsonl  # noqa: E402
 
 SCRIPTS = {"consensus": "consensus.py", "optimize": "optimize.py", "train": "train.py"}

@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     world, topology = setup(args)
     dtype = DTYPES[args.dtype]
     if args.data is not None:
-        from gossip.config import ConfigFileError, user_file
+        from gossip.config import user_file
+        from gossip.errors import ConfigFileError
 
         try:
             user_file(args.data, "--data")

@@ -43,14 +43,13 @@ from gossip.cli import (  # noqa: E402
 )
 from gossip.comm.world import World  # noqa: E402
 from gossip.compress import usage as compress_usage  # noqa: E402
-from gossip.errors import ConfigError  # noqa: E402
+from gossip.errors import ConfigError, DatasetError, TuningError  # noqa: E402
 from gossip.metrics import JsonlLogger, versions  # noqa: E402
 from gossip.runner import execute  # noqa: E402
 from gossip.training import (  # noqa: E402
     MODELS,
     OPTIMIZERS,
     SCHEDULES,
-    DatasetError,
     DecentralizedTrainer,
     epoch_rounds,
     load_dataset,
@@ -63,7 +62,7 @@ from gossip.training import (  # noqa: E402
 from gossip.training.datasets import input_shape, num_classes  # noqa: E402
 from gossip.training.models import NORMS  # noqa: E402
 from gossip.training.seeds import model_seed, split_seed  # noqa: E402
-from gossip.tuning import TuningError, log_grid, search_gamma, tunable_algorithms  # noqa: E402
+from gossip.tuning import log_grid, search_gamma, tunable_algorithms  # noqa: E402
 
 log = logging.getLogger("gossip.train")
 

@@ -12,7 +12,11 @@ The public API, importable from here (loaded on first use, so ``import gossip`` 
 Extending it without editing the package (``docs/extending.md``): subclass :class:`Codec`
 and call :func:`register_compressor`, subclass :class:`Algorithm` and call
 :func:`register_algorithm`, or name either as ``module:Class`` on a script's command line.
-Every exception the library raises derives from :class:`GossipError`.
+Every exception the library raises for a bad input or a run that cannot go on derives from
+:class:`GossipError` and keeps its builtin base (``ValueError``, ``TypeError`` or
+``RuntimeError``); all are defined in :mod:`gossip.errors` (the tree is in its docstring), carry
+``round``/``node``/``sender``/``receiver``/``rank``/``row`` fields where known, and are exported
+here. (The standalone ``topologies`` package raises its own ``topologies.TopologyError``.)
 """
 
 from __future__ import annotations
@@ -44,14 +48,28 @@ _EXPORTS: dict[str, str] = {
     "Problem": "gossip.problems",
     "make_problem": "gossip.problems",
     "register_problem": "gossip.problems",
-    # protocols and errors
+    # protocols
     "Stateful": "gossip.stateful",
+    # errors (the tree: gossip/errors.py)
     "GossipError": "gossip.errors",
     "ConfigError": "gossip.errors",
+    "ConfigTypeError": "gossip.errors",
+    "ConfigFileError": "gossip.errors",
+    "CommConfigError": "gossip.errors",
+    "ProblemError": "gossip.errors",
+    "DatasetError": "gossip.errors",
+    "LibSVMFormatError": "gossip.errors",
     "CompressionError": "gossip.errors",
+    "RowsError": "gossip.errors",
+    "ContractError": "gossip.errors",
     "DivergenceError": "gossip.errors",
     "NodeError": "gossip.errors",
-    "ProblemError": "gossip.problems",
+    "PluginError": "gossip.errors",
+    "CommError": "gossip.errors",
+    "CommTimeout": "gossip.errors",
+    "CheckpointError": "gossip.errors",
+    "TuningError": "gossip.errors",
+    "Interrupted": "gossip.errors",
 }
 _RENAMED = {"make_compressor": "make"}
 

@@ -36,26 +36,12 @@ from typing import Any
 
 import torch
 
-from gossip.errors import GossipError
+from gossip.errors import CheckpointError, GossipError, Interrupted
 
 log = logging.getLogger(__name__)
 
 FORMAT = 2  # 2: per-file SHA-256 in the manifest ("files"); 1 (no checksums) is still read
 ROUND_DIR = re.compile(r"round-(\d{6,})")
-
-
-class CheckpointError(GossipError, RuntimeError):
-    """A checkpoint cannot be used (corrupt, incomplete, or made by a different run)."""
-
-
-class Interrupted(GossipError, RuntimeError):
-    """The run stopped on SIGINT/SIGTERM after writing a final checkpoint."""
-
-    def __init__(self, round_: int, signum: int):
-        super().__init__(f"stopped by signal {signal.Signals(signum).name} at round {round_}; "
-                         "a checkpoint of this round was written (resume with --resume DIR)")
-        self.round = round_
-        self.signum = signum
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -213,7 +199,8 @@ class Checkpointer:
             stop = engine.world.any(self._stop_signal is not None)
             if stop:
                 self.save(engine)
-                raise Interrupted(engine.round, self._stop_signal or signal.SIGTERM)
+                raise Interrupted(self._stop_signal or signal.SIGTERM, round=engine.round,
+                                  rank=engine.world.rank)
 
     def save(self, engine: Any) -> None:
         """Write every local node's state for the current round (collective)."""
@@ -286,7 +273,7 @@ class Checkpointer:
                 engine.load_state_dicts({i: self._read(path, sums)}, run_state)
             if int(run_state["round"]) != round_:
                 path = rdir / "engine.pt"
-                raise ValueError(f"it holds round {run_state['round']}")
+                raise CheckpointError(f"it holds round {run_state['round']}", round=round_)
         except Exception as exc:  # missing, torn, altered, or not this run's state
             reason = f"checkpoint of round {round_} is unreadable ({path}: {_describe(exc)})"
         if not engine.world.any(reason is not None):
@@ -300,10 +287,10 @@ class Checkpointer:
         if sums is not None:
             want = sums.get(path.name)
             if want is None:
-                raise ValueError("the manifest lists no checksum for it")
+                raise CheckpointError("the manifest lists no checksum for it")
             if hashlib.sha256(data).hexdigest() != want:
-                raise ValueError("its SHA-256 differs from the manifest's (the file was altered "
-                                 "or damaged after it was written)")
+                raise CheckpointError("its SHA-256 differs from the manifest's (the file was altered "
+                                      "or damaged after it was written)")
         return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
 
     # -- signals ---------------------------------------------------------------------------
@@ -355,5 +342,7 @@ def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, KeyError):
         return f"missing entry {exc.args[0]!r}"
+    if isinstance(exc, GossipError):  # the library's own reason: its text says it all
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")

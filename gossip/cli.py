@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossip.comm.base import CommConfigError, check_timeout
+from gossip.comm.base import check_timeout
 from gossip.comm.world import World
+from gossip.errors import CommConfigError
 
 log = logging.getLogger("gossip")
 
@@ -178,7 +179,8 @@ def read_npy(path: str, flag: str) -> np.ndarray:
     against the bytes that follow, so a header claiming a huge shape costs nothing and is
     refused; the array is then memory-mapped, and nothing is allocated until rows are read.
     """
-    from gossip.config import ConfigFileError, user_file
+    from gossip.config import user_file
+    from gossip.errors import ConfigFileError
 
     try:
         file = user_file(path, flag)
@@ -326,9 +328,7 @@ def guarded(main_fn, world_of=World.detect):
     SIGINT/SIGTERM during a checkpointed run end with exit status 128 + signal, after the
     final checkpoint (every rank stops at the same round, so nothing is aborted).
     """
-    from gossip.checkpoint import Interrupted
-    from gossip.comm.base import CommError
-    from gossip.errors import GossipError
+    from gossip.errors import CommError, GossipError, Interrupted
 
     try:
         return main_fn()

@@ -33,15 +33,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gossip.errors import GossipError
+from gossip.errors import ConfigFileError
 
 CONFIG_FLAG = "--config"
 MAX_CONFIG_BYTES = 1 << 20
 """A run or sweep file is a few hundred bytes; anything past 1 MiB is the wrong file."""
-
-
-class ConfigFileError(GossipError, ValueError):
-    """A run file that cannot be used: unreadable, bad TOML, an unknown key or a wrong type."""
 
 
 def add_config_argument(parser: argparse.ArgumentParser) -> None:

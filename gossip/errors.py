@@ -3,15 +3,50 @@
 ``except gossip.GossipError`` catches a bad configuration, a malformed message, a silent
 neighbor, a diverged run or an unusable checkpoint alike, while each concrete class also keeps
 the builtin base it always had (``ValueError`` for bad input, ``RuntimeError`` for a run that
-cannot go on), so existing ``except ValueError`` code keeps working.
+cannot go on, ``TypeError`` for an argument of the wrong type), so existing
+``except ValueError`` code keeps working.
 
 Every error may carry where it happened as fields set at construction (``None`` when unknown):
-``round``, ``node`` (the node whose round failed), ``sender`` and ``receiver`` (of a refused
-message), ``rank`` (the MPI rank) and ``row`` (the message row of a block phase). Handlers read
-the fields, never the text.
+``round``, ``node`` (the node whose round failed, or whose data or oracle was refused),
+``sender`` and ``receiver`` (of a refused message), ``rank`` (the MPI rank) and ``row`` (the
+message row of a block phase). Handlers read the fields, never the text.
+
+The tree (builtin bases in brackets)::
+
+    GossipError
+    ├── ConfigError [ValueError]          bad input, found before a run starts
+    │   ├── ConfigTypeError [TypeError]   ... an argument of the wrong type
+    │   ├── ConfigFileError               ... a run file (TOML) that cannot be used
+    │   ├── CommConfigError               ... a communication setting (deadline, ranks)
+    │   ├── PluginError                   ... a module:Name spec that cannot be imported
+    │   ├── ProblemError                  ... a problem, oracle or regularizer definition
+    │   └── DatasetError                  ... data that cannot be loaded, made or split
+    │       └── LibSVMFormatError         ... a malformed LibSVM file
+    ├── CompressionError [ValueError]     bad input to a compressor, a malformed buffer
+    │   └── RowsError                     ... a refused message of a block phase
+    ├── ContractError [RuntimeError]      calling code broke an API contract (a bug in it)
+    ├── DivergenceError [RuntimeError]    NaN/Inf or past the divergence bound
+    ├── NodeError [RuntimeError]          a node's round raised
+    ├── CommError [RuntimeError]          a message could not be delivered
+    │   └── CommTimeout                   ... a neighbor did not answer in time
+    ├── CheckpointError [RuntimeError]    a checkpoint cannot be used
+    ├── TuningError [RuntimeError]        no candidate of a grid gave a usable run
+    └── Interrupted [RuntimeError]        stopped by a signal after a final checkpoint
+
+Why the problem and data errors are config errors: every one of them is raised while a run
+is being set up, from values the user chose (a problem name, its arguments, a data file, a
+partition scheme), never by a run that was going well; the fix is always to change those
+inputs. So ``except ConfigError`` is the one "the inputs are wrong, nothing ran" handler a
+script needs, while the subclasses
+still let a caller single out, say, an unreadable data file. A run file, a communication
+setting and an argument of the wrong type are inputs too, hence the other subclasses: there
+is one config error family, not three unrelated ones.
 """
 
 from __future__ import annotations
+
+import functools
+import signal
 
 
 class GossipError(Exception):
@@ -29,8 +64,44 @@ class GossipError(Exception):
         self.row = row
 
 
+# -- bad input, before a run ----------------------------------------------------------------
+
+
 class ConfigError(GossipError, ValueError):
     """A run was configured with values it cannot run with (named in the message)."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """An argument of the wrong type (a tensor of the wrong dtype, an object of the wrong class)."""
+
+
+class PluginError(ConfigError):
+    """A ``module:Name`` spec that cannot be imported or does not name what was expected."""
+
+
+class ConfigFileError(ConfigError):
+    """A run file that cannot be used: unreadable, bad TOML, an unknown key or a wrong type."""
+
+
+class CommConfigError(ConfigError):
+    """A communication setting that cannot work (a deadline that is not a positive number, more
+    MPI ranks than nodes)."""
+
+
+class ProblemError(ConfigError):
+    """A problem or oracle was asked for something it cannot give (the message says why)."""
+
+
+class DatasetError(ConfigError):
+    """Data that cannot be used: a data set that cannot be loaded (missing file, unknown format,
+    missing optional package), generated from the arguments given, or split over the nodes."""
+
+
+class LibSVMFormatError(DatasetError):
+    """A malformed LibSVM file; the message names the file, the line number and the token."""
+
+
+# -- compression ----------------------------------------------------------------------------
 
 
 class CompressionError(GossipError, ValueError):
@@ -41,9 +112,73 @@ class RowsError(CompressionError):
     """A message of a block phase was refused; ``sender`` and ``receiver`` name the nodes."""
 
 
+# -- a run that cannot go on ----------------------------------------------------------------
+
+
+class ContractError(GossipError, RuntimeError):
+    """Code calling the library broke a documented contract of an API (for example a block
+    encoder that did not pre-draw the random values its single-tensor path asks for): a bug in
+    that code, usually an extension's compressor or algorithm, not in the run's inputs."""
+
+
 class DivergenceError(GossipError, RuntimeError):
     """A run blew up: NaN/Inf in a node's state, or an error past the divergence bound."""
 
 
 class NodeError(GossipError, RuntimeError):
     """A node's round raised; the message names the node, its rank and the round."""
+
+
+class CommError(GossipError, RuntimeError):
+    """A message could not be delivered (timeout, oversize message, dead peer)."""
+
+
+class CommTimeout(CommError):
+    """A neighbor did not answer before the deadline; ``rank`` is the rank that waited."""
+
+
+class CheckpointError(GossipError, RuntimeError):
+    """A checkpoint cannot be used (corrupt, incomplete, or made by a different run)."""
+
+
+class TuningError(GossipError, RuntimeError):
+    """No candidate of the grid gave a usable run."""
+
+
+class Interrupted(GossipError, RuntimeError):
+    """The run stopped on SIGINT/SIGTERM after writing a final checkpoint of ``round``.
+
+    Not a failure: the command-line tools exit with ``128 + signum`` (the shell's convention).
+    """
+
+    def __init__(self, signum: int, *, round: int | None = None, rank: int | None = None):
+        super().__init__(f"stopped by signal {signal.Signals(signum).name} at round {round}; "
+                         "a checkpoint of this round was written (resume with --resume DIR)",
+                         round=round, rank=rank)
+        self.signum = int(signum)
+
+    def __reduce__(self):  # rebuilt from the signal and the round, not from the message
+        return functools.partial(type(self), round=self.round, rank=self.rank), (self.signum,), self.__dict__
+
+
+__all__ = [
+    "CheckpointError",
+    "CommConfigError",
+    "CommError",
+    "CommTimeout",
+    "CompressionError",
+    "ConfigError",
+    "ConfigFileError",
+    "ConfigTypeError",
+    "ContractError",
+    "DatasetError",
+    "DivergenceError",
+    "GossipError",
+    "Interrupted",
+    "LibSVMFormatError",
+    "NodeError",
+    "PluginError",
+    "ProblemError",
+    "RowsError",
+    "TuningError",
+]

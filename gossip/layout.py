@@ -7,6 +7,8 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
+from gossip.errors import ConfigError
+
 
 class Layout:
     """Shapes packed back to back in one flat vector, in a fixed, documented order.
@@ -19,10 +21,10 @@ class Layout:
     def __init__(self, shapes: Iterable[Sequence[int]]):
         self.shapes: tuple[tuple[int, ...], ...] = tuple(tuple(int(s) for s in sh) for sh in shapes)
         if not self.shapes:
-            raise ValueError("a Layout needs at least one shape")
+            raise ConfigError("a Layout needs at least one shape, e.g. Layout([(10,)]) or Layout.flat(10)")
         for sh in self.shapes:
             if any(s <= 0 for s in sh):
-                raise ValueError(f"every dimension must be positive, got shape {sh}")
+                raise ConfigError(f"every dimension of a Layout must be positive, got shape {sh}")
         self.sizes = tuple(math.prod(sh) for sh in self.shapes)
         offsets, acc = [], 0
         for size in self.sizes:
@@ -44,7 +46,7 @@ class Layout:
     def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
         """Shaped views into ``flat`` (no copy)."""
         if flat.dim() != 1 or flat.numel() != self.numel:
-            raise ValueError(
+            raise ConfigError(
                 f"expected a flat tensor of {self.numel} entries, got shape {tuple(flat.shape)}"
             )
         return [

@@ -9,12 +9,10 @@ see :mod:`gossip.registry`); this module keeps gossip's error class and the olde
 
 from __future__ import annotations
 
-from gossip.errors import GossipError
+from gossip.errors import PluginError
 from topologies.registry import import_target, parse_target
 
-
-class PluginError(GossipError, ValueError):
-    """A ``module:Name`` spec that cannot be imported or does not name what was expected."""
+__all__ = ["PluginError", "import_object", "looks_like_target"]
 
 
 def looks_like_target(spec: str) -> bool:

@@ -48,6 +48,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from gossip.errors import ConfigError, ConfigTypeError, ContractError
+
 _M64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 _C1 = 0xBF58476D1CE4E5B9
@@ -306,7 +308,8 @@ class Stream:
         identical on every device."""
         p = _UNIFORM_BITS.get(dtype)
         if p is None:
-            raise TypeError(f"uniform: dtype must be a float dtype, got {dtype}")
+            raise ConfigTypeError(f"uniform: dtype must be a float dtype ({', '.join(map(str, _UNIFORM_BITS))}), "
+                                  f"got {dtype}")
         if p <= 24:
             v = self.bits32(n, device)
             j = torch.bitwise_right_shift(v, 32 - p).bitwise_and_((1 << p) - 1)
@@ -342,7 +345,8 @@ class Stream:
         """A ``torch.Generator`` on ``device`` seeded with this draw's seed (one-node streams):
         for code written against torch generators (a user's compressor)."""
         if len(self.nodes) != 1:
-            raise ValueError("generator(): a torch.Generator serves one node; use row(r)")
+            raise ConfigError(f"generator(): a torch.Generator serves one node, this stream draws for "
+                              f"{len(self.nodes)}; take one node's stream with row(r) first")
         gen = torch.Generator(device=device)
         gen.manual_seed(int(self.seeds()[0]))
         return gen
@@ -387,7 +391,7 @@ class Draw16:
         One progression j·G per draw and three chunk-sized buffers, so a chunk costs the nine
         word passes of :func:`_hash_np` and no allocation."""
         if step <= 0 or step % 4:
-            raise ValueError(f"Draw16.chunks: step must be a positive multiple of 4, got {step}")
+            raise ConfigError(f"Draw16.chunks: step must be a positive multiple of 4, got {step}")
         n = self.n
         if self._given is not None:
             given = self._given.numpy()
@@ -435,7 +439,9 @@ class PreDrawn(Stream):
     def _take(self, kind: str, n: int | None) -> torch.Tensor:
         v = self._given.get(kind)
         if v is None or (n is not None and v.shape[-1] != n):
-            raise RuntimeError(f"PreDrawn holds {sorted(self._given)} draws, asked for {kind}({n})")
+            raise ContractError(f"PreDrawn holds {sorted(self._given)} draws, asked for {kind}({n}): a block "
+                                "encoder must pre-draw exactly the draws (kind and size) its "
+                                "single-tensor encode makes")
         self.call += 1
         return v
 
@@ -449,7 +455,8 @@ class PreDrawn(Stream):
         d = self._given.get("draw16")
         if d is not None:
             if d.n != n:
-                raise RuntimeError(f"PreDrawn holds a draw16({d.n}), asked for draw16({n})")
+                raise ContractError(f"PreDrawn holds a draw16({d.n}), asked for draw16({n}): a block encoder "
+                                    "must pre-draw the size its single-tensor encode asks for")
             self.call += 1
             return [d]
         return [Draw16(n, given=self._take("bits16", n).reshape(-1))]
@@ -478,7 +485,8 @@ def as_stream(generator: Any) -> Stream | None:
     if isinstance(generator, torch.Generator):
         seed = int(torch.randint(0, (1 << 63) - 1, (1,), generator=generator, device=generator.device))
         return Stream(seed, (0,))
-    raise TypeError(f"expected a gossip.rng.Stream, a torch.Generator or None, got {type(generator).__name__}")
+    raise ConfigTypeError(f"expected a gossip.rng.Stream, a torch.Generator or None as randomness, got "
+                          f"{type(generator).__name__}")
 
 
 __all__ = ["Stream", "Draw16", "PreDrawn", "as_stream", "as_generator", "stream_id", "clear_scratch"]

@@ -10,9 +10,9 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from gossip.checkpoint import Checkpointer, CheckpointError
+from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine, Metric
-from gossip.errors import DivergenceError
+from gossip.errors import CheckpointError, DivergenceError
 from gossip.metrics import JsonlLogger
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gossip.errors import DivergenceError, GossipError
+from gossip.errors import ConfigError, DivergenceError, TuningError
 
 
 def tunable_algorithms(hparam: str = "gamma") -> list[str]:
@@ -38,14 +38,10 @@ def tunable_algorithms(hparam: str = "gamma") -> list[str]:
     return sorted(name for name, cls in REGISTRY.items() if hparam in cls.tunable)
 
 
-class TuningError(GossipError, RuntimeError):
-    """No candidate of the grid gave a usable run."""
-
-
 def log_grid(high: float = 1.0, low: float = 0.01) -> list[float]:
     """The 1-2-5 sequence from ``high`` down to ``low`` (both included when on the sequence)."""
     if not 0 < low <= high:
-        raise ValueError(f"need 0 < low <= high, got low={low}, high={high}")
+        raise ConfigError(f"log_grid needs 0 < low <= high, got low={low}, high={high}")
     out: list[float] = []
     e = math.floor(math.log10(high)) + 1
     while True:
@@ -114,7 +110,7 @@ def search_gamma(
     """
     grid = list(grid) if grid is not None else log_grid()
     if not grid:
-        raise ValueError("the gamma grid is empty")
+        raise ConfigError("the gamma grid is empty; give at least one candidate, or grid=None for log_grid()")
     trials: list[Trial] = []
     for gamma in grid:
         try:

@@ -14,17 +14,9 @@ from collections.abc import Mapping
 
 import torch
 
-from gossip.errors import GossipError
+from gossip.errors import CommConfigError, CommError
 
 Edge = tuple[int, int]  # (sender node, receiver node)
-
-
-class CommError(GossipError, RuntimeError):
-    """A message could not be delivered (timeout, oversize message, dead peer)."""
-
-
-class CommConfigError(GossipError, ValueError):
-    """A communication setting that cannot work (e.g. a deadline that is not a positive number)."""
 
 
 def check_timeout(value: float) -> float:
@@ -77,11 +69,13 @@ class Transport(ABC):
             if self.is_local(edge[0]):
                 buf = outgoing.get(edge)
                 if buf is None:
-                    raise CommError(f"round {round_}: node {edge[0]} sent nothing to node {edge[1]}")
+                    raise CommError(f"round {round_}: node {edge[0]} sent nothing to node {edge[1]}",
+                                    round=round_, sender=edge[0], receiver=edge[1])
                 if buf.numel() > expected[edge]:
                     raise CommError(
                         f"round {round_}: node {edge[0]} sent {buf.numel()} bytes to node {edge[1]},"
-                        f" more than the {expected[edge]} it announced it could send"
+                        f" more than the {expected[edge]} it announced it could send",
+                        round=round_, sender=edge[0], receiver=edge[1],
                     )
                 key = id(buf)
                 if key not in copies:
@@ -108,7 +102,7 @@ class Transport(ABC):
             buf = received[(j, i)]
             if buf.numel() != nbytes:
                 raise CommError(f"round {round_}: node {j} sent {buf.numel()} bytes to node {i}, "
-                                f"expected {nbytes}")
+                                f"expected {nbytes}", round=round_, sender=j, receiver=i)
             recv[e].copy_(buf)
 
     def _count_rows(self, rows, plan) -> bool:

@@ -6,7 +6,8 @@ from collections.abc import Mapping
 
 import torch
 
-from gossip.comm.base import CommError, Edge, Transport
+from gossip.comm.base import Edge, Transport
+from gossip.errors import CommError
 
 
 class LocalTransport(Transport):

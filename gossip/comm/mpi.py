@@ -15,13 +15,10 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from gossip.comm.base import CommError, Edge, Transport, check_timeout
+from gossip.comm.base import Edge, Transport, check_timeout
+from gossip.errors import CommError, CommTimeout
 
 TAG_SPACE = 1 << 20
-
-
-class CommTimeout(CommError):
-    """A neighbor did not answer before the deadline."""
 
 
 def wait_requests(
@@ -34,6 +31,7 @@ def wait_requests(
     statuses: list | None = None,
     spin: int = 100,
     yield_cpu: bool = True,
+    round: int | None = None,
 ) -> None:
     """Busy-poll MPI requests until all are done; past ``timeout`` seconds, raise CommTimeout.
 
@@ -43,7 +41,8 @@ def wait_requests(
     those still pending. Where that process may itself be waiting for others (a chain of
     ranks), ``rank`` is the tuple of every rank whose silence would leave it pending.
     ``what`` starts the message; ``{timeout}`` in it becomes the deadline. After ``spin``
-    polls each further poll yields the CPU (oversubscribed ranks).
+    polls each further poll yields the CPU (oversubscribed ranks). ``round`` (when known) and
+    ``rank`` become the error's fields.
     """
     if not reqs:
         return
@@ -59,7 +58,8 @@ def wait_requests(
             raise CommError(
                 f"{what.format(timeout=f'{timeout:g} s')} {', '.join(p[0] for p in peers)}: MPI "
                 f"error on rank {rank}: {exc.Get_error_string()} (a neighbor sent more bytes "
-                "than it announced, or a peer died)"
+                "than it announced, or a peer died)",
+                round=round, rank=rank,
             ) from exc
         if done:
             return
@@ -73,7 +73,8 @@ def wait_requests(
             raise CommTimeout(
                 f"{what.format(timeout=f'{timeout:g} s')} {', '.join(p[0] for p in pending)}; "
                 f"{'one of ' if chain else ''}rank(s) {ranks} stopped answering (crashed, killed "
-                "or stuck). Raise --timeout if rounds are legitimately slower."
+                "or stuck). Raise --timeout if rounds are legitimately slower.",
+                round=round, rank=rank,
             )
 
 
@@ -145,7 +146,8 @@ class MPITransport(Transport):
             if status.Get_error() != MPI.SUCCESS:
                 raise CommError(
                     f"round {round_}: message from node {edge[0]} (rank {self.placement[edge[0]]})"
-                    f" to node {edge[1]} failed (larger than the {expected[edge]} bytes announced?)"
+                    f" to node {edge[1]} failed (larger than the {expected[edge]} bytes announced?)",
+                    round=round_, sender=edge[0], receiver=edge[1], rank=self.rank,
                 )
             host = torch.from_numpy(buf[:count])
             received[edge] = host if device.type == "cpu" else host.to(device, non_blocking=False)
@@ -182,7 +184,8 @@ class MPITransport(Transport):
             if status.Get_error() != MPI.SUCCESS or count != nbytes:
                 raise CommError(
                     f"round {round_}: message from node {j} (rank {self.placement[j]}) to node {i}"
-                    f" has {count} bytes, expected {nbytes} (the ranks run different settings?)"
+                    f" has {count} bytes, expected {nbytes} (the ranks run different settings?)",
+                    round=round_, sender=j, receiver=i, rank=self.rank,
                 )
         if cuda and plan.remote_in:
             recv.copy_(host_recv)
@@ -202,7 +205,7 @@ class MPITransport(Transport):
             peers=[(f"node {j} (rank {self.placement[j]})", self.placement[j]) for j in node],
             what=f"round {round_}: rank {self.rank} waited {{timeout}} for a "
                  f"{'send to' if sending else 'message from'}",
-            spin=self.spin, yield_cpu=self.yield_cpu,
+            spin=self.spin, yield_cpu=self.yield_cpu, round=round_,
         )
 
     def barrier(self) -> None:

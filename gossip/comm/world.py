@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from gossip.comm.base import Transport, check_timeout
+from gossip.errors import CommConfigError
 
 _LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
 
@@ -64,9 +65,9 @@ class World:
     def placement(self, n: int) -> list[int]:
         """Rank hosting each node: contiguous blocks, the first ``n % size`` ranks one larger."""
         if n < self.size:
-            raise ValueError(
+            raise CommConfigError(
                 f"{n} nodes cannot fill {self.size} MPI ranks; run mpiexec -n {n} or pass --nodes "
-                f">= {self.size}"
+                f">= {self.size}", rank=self.rank,
             )
         blocks = np.array_split(np.arange(n), self.size)
         out = [0] * n

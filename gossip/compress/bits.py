@@ -26,6 +26,8 @@ import sys
 import numpy as np
 import torch
 
+from gossip.errors import CompressionError
+
 USE_NUMPY = True  # numpy fast path for CPU tensors
 
 if sys.byteorder != "little":  # pragma: no cover - every torch platform we target
@@ -67,7 +69,8 @@ def _table(name: str, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         elif name == "popcount":
             t = flags.sum(1)
         else:  # pragma: no cover
-            raise KeyError(name)
+            raise CompressionError(f"no bit table named {name!r}; the tables are bytes, pm1, signbit32 and "
+                                   "popcount")
         t = t.to(device).contiguous()
         _TABLES[key] = t
     return t

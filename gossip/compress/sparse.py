@@ -29,7 +29,8 @@ class _KSparse(Codec):
     def __init__(self, spec: str, ratio: float | None = None, k: int | None = None) -> None:
         super().__init__(spec)
         if (ratio is None) == (k is None):
-            raise ValueError("give exactly one of ratio and k")
+            raise CompressionError(f"{spec}: give exactly one of ratio and k, got ratio={ratio}, k={k} "
+                                   "(e.g. topk:0.1 for a ratio, topk:10 for k)")
         self.ratio, self.k = ratio, k
 
     @abstractmethod

@@ -26,7 +26,7 @@ from gossip.compress.rows import LOOP_FROM
 from gossip.engine.cache import IdentityCache
 from gossip.engine.routing import ArcPlan, MixPlan
 from gossip.engine.staging import ALIGN, PackedParts, PackedRows, Rows, message_buffer, pack_header
-from gossip.errors import CompressionError, RowsError
+from gossip.errors import CompressionError, ConfigError, RowsError
 from gossip.rng import Stream
 
 
@@ -173,7 +173,8 @@ class Block:
         rng = rng or self.rng
         rows = len(route.senders)
         if X.shape[0] != rows:
-            raise ValueError(f"{X.shape[0]} rows to encode for a phase of {rows} messages")
+            raise ConfigError(f"{X.shape[0]} rows to encode for a phase of {rows} messages: "
+                              "encode one row per node (or per arc of the route)")
         like = X[0] if rows else X[:1].reshape(X.shape[1:])
         nbytes = comp.nbytes_rows(like)
         pitch = row_stride(nbytes)
@@ -451,7 +452,7 @@ class Block:
                 parts = value if isinstance(value, list) else [value]
                 for part in parts:
                     if part.shape[0] != len(arcs):
-                        raise ValueError(f"arc_state[{key!r}] has {part.shape[0]} rows for "
+                        raise ConfigError(f"arc_state[{key!r}] has {part.shape[0]} rows for "
                                          f"{len(arcs)} arcs")
                 rows = route.in_rows(nd.id) if incoming else route.out_rows(nd.id)
                 if "{j}" not in key:

@@ -21,15 +21,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from gossip.errors import GossipError
+from gossip.errors import ProblemError
 
 if TYPE_CHECKING:
     from gossip.problems.oracles import Oracle
     from gossip.problems.regularizers import Regularizer
-
-
-class ProblemError(GossipError, ValueError):
-    """A problem or oracle was asked for something it cannot give (the message says why)."""
 
 
 @dataclass(frozen=True)

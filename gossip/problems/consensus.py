@@ -13,7 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from gossip.problems.base import Problem, ProblemError, Smoothness, check_node
+from gossip.errors import ProblemError
+from gossip.problems.base import Problem, Smoothness, check_node
 
 
 class Consensus(Problem):

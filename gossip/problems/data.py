@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gossip.errors import GossipError
+from gossip.errors import DatasetError, LibSVMFormatError
 
 KINDS = ("least-squares", "lasso", "logistic", "l1-logistic")
 
@@ -70,17 +70,17 @@ def synthetic(
     ``heterogeneity=0`` gives identical truths (homogeneous data up to sampling noise).
     """
     if kind not in KINDS:
-        raise ValueError(f"unknown synthetic kind {kind!r}; choose one of {KINDS}")
+        raise DatasetError(f"unknown synthetic kind {kind!r}; choose one of {KINDS}")
     for name, v in (("n_nodes", n_nodes), ("dim", dim), ("samples_per_node", samples_per_node)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+            raise DatasetError(f"{name} must be an int >= 1, got {v!r}")
     if not heterogeneity >= 0 or not common >= 0:
-        raise ValueError(
+        raise DatasetError(
             f"heterogeneity and common must be >= 0, got heterogeneity={heterogeneity}, "
             f"common={common}"
         )
     if not 0 < density <= 1:
-        raise ValueError(f"density must be in (0, 1], got {density}")
+        raise DatasetError(f"density must be in (0, 1], got {density}")
     classification = kind in ("logistic", "l1-logistic")
     sparse = kind in ("lasso", "l1-logistic")
     if noise is None:
@@ -111,10 +111,6 @@ def synthetic(
 
 
 # ---- LibSVM ---------------------------------------------------------------------------------
-
-
-class LibSVMFormatError(GossipError, ValueError):
-    """A malformed LibSVM file; the message names the file, the line number and the token."""
 
 
 def load_libsvm(
@@ -233,7 +229,7 @@ def partition(
     Every sample goes to exactly one node and every node gets at least one sample.
     """
     if isinstance(n_nodes, bool) or not isinstance(n_nodes, int) or n_nodes < 1:
-        raise ValueError(f"n_nodes must be an int >= 1, got {n_nodes!r}")
+        raise DatasetError(f"n_nodes must be an int >= 1, got {n_nodes!r}")
     if isinstance(labels, int | np.integer):
         y = None
         N = int(labels)
@@ -241,30 +237,31 @@ def partition(
         y = np.asarray(labels).reshape(-1)
         N = y.size
     if N < n_nodes:
-        raise ValueError(f"cannot give each of {n_nodes} nodes a sample: only {N} samples")
+        raise DatasetError(f"cannot give each of {n_nodes} nodes a sample: only {N} samples; use at "
+                           f"most {N} nodes or more samples")
     rng = np.random.default_rng(seed)
     name, _, arg = scheme.partition(":")
     if name == "iid" and not arg:
         parts = np.array_split(rng.permutation(N), n_nodes)
     elif name == "sorted" and not arg:
         if y is None:
-            raise ValueError("the 'sorted' partition needs the labels, not just a sample count")
+            raise DatasetError("the 'sorted' partition needs the labels, not just a sample count")
         parts = np.array_split(np.argsort(y, kind="stable"), n_nodes)
     elif name == "dirichlet":
         try:
             alpha = float(arg)
         except ValueError:
-            raise ValueError(
+            raise DatasetError(
                 f"bad partition {scheme!r}: write dirichlet:ALPHA with ALPHA > 0, "
                 "e.g. dirichlet:0.5"
             ) from None
         if not alpha > 0 or not math.isfinite(alpha):
-            raise ValueError(f"bad partition {scheme!r}: the Dirichlet ALPHA must be > 0")
+            raise DatasetError(f"bad partition {scheme!r}: the Dirichlet ALPHA must be > 0")
         if y is None:
-            raise ValueError("the 'dirichlet' partition needs the labels, not just a sample count")
+            raise DatasetError("the 'dirichlet' partition needs the labels, not just a sample count")
         parts = _dirichlet(y, n_nodes, alpha, rng)
     else:
-        raise ValueError(
+        raise DatasetError(
             f"unknown partition {scheme!r}; use 'iid', 'sorted' or 'dirichlet:ALPHA'"
         )
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
@@ -274,7 +271,7 @@ def _dirichlet(y: np.ndarray, n_nodes: int, alpha: float, rng: np.random.Generat
     y = y.astype(np.float64)
     if not np.all(np.isfinite(y)) or not np.all(y == np.round(y)):
         bad = y[~(np.isfinite(y) & (y == np.round(y)))][0]
-        raise ValueError(
+        raise DatasetError(
             f"the dirichlet partition splits classes; labels must be integers, got {bad}"
         )
     parts: list[list[int]] = [[] for _ in range(n_nodes)]

@@ -11,7 +11,8 @@ from typing import Any
 
 import torch
 
-from gossip.problems.base import Problem, ProblemError
+from gossip.errors import ProblemError
+from gossip.problems.base import Problem
 from gossip.problems.data import load_libsvm, partition, synthetic
 from gossip.problems.glm import GLM, L1Logistic, Lasso, LeastSquares, Logistic
 from gossip.registry import registry
@@ -161,6 +162,6 @@ def default_hparams(problem: Problem, estimator: str = "full") -> dict[str, floa
     elif estimator in ("sgd", "lsvrg", "saga"):
         eta = 1.0 / (6.0 * s.L_max)
     else:
-        raise ValueError(f"unknown gradient estimator {estimator!r}")
+        raise ProblemError(f"unknown gradient estimator {estimator!r}; choose one of full, sgd, lsvrg, saga")
     return {"eta": float(eta), "L": s.L, "L_max": s.L_max, "mu": s.mu}
 

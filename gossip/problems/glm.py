@@ -25,7 +25,8 @@ import scipy.linalg
 import scipy.sparse.linalg
 import torch
 
-from gossip.problems.base import Problem, ProblemError, Smoothness, check_node
+from gossip.errors import ProblemError
+from gossip.problems.base import Problem, Smoothness, check_node
 from gossip.problems.regularizers import L1
 from gossip.problems.solvers import (
     least_squares_hessian,

@@ -32,7 +32,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from gossip.problems.base import Problem, ProblemError, check_node
+from gossip.errors import ProblemError
+from gossip.problems.base import Problem, check_node
 from gossip.problems.glm import GLM
 
 ESTIMATORS = ("full", "sgd", "lsvrg", "saga")
@@ -152,7 +153,8 @@ class LSVRG(_Sampled):
         super().__init__(problem, node, generator, batch_size)
         self.p = 1.0 / self.m if p is None else float(p)
         if not 0.0 < self.p <= 1.0:
-            raise ValueError(f"the LSVRG refresh probability p must be in (0, 1], got {p}")
+            raise ProblemError(f"the LSVRG refresh probability p must be in (0, 1], got {p} (default "
+                               f"1/m = {1.0 / self.m:g} for node {self.node})", node=self.node)
         self.w: torch.Tensor | None = None
         self.mu: torch.Tensor | None = None
         self._tmp: torch.Tensor | None = None
@@ -293,25 +295,28 @@ def make_oracle(
     """Build node ``node``'s oracle; see :meth:`Problem.oracle` for the arguments and errors."""
     node = check_node(problem, node)
     if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown gradient estimator {estimator!r}; choose one of {ESTIMATORS}")
+        raise ProblemError(f"unknown gradient estimator {estimator!r}; choose one of {ESTIMATORS}",
+                           node=node)
     if p is not None and estimator != "lsvrg":
-        raise ValueError(f"p is the LSVRG refresh probability; estimator {estimator!r} takes none")
+        raise ProblemError(f"p is the LSVRG refresh probability; estimator {estimator!r} takes none "
+                           "(drop p, or use estimator='lsvrg')", node=node)
     if estimator == "full":
         return FullGradient(problem, node, generator)
     if not problem.finite_sum:
-        raise ValueError(
+        raise ProblemError(
             f"estimator {estimator!r} samples from a finite sum, but {type(problem).__name__} is "
-            "not one (it has no per-sample losses); use estimator='full'"
+            "not one (it has no per-sample losses); use estimator='full'", node=node,
         )
     m = problem.n_samples(node)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= m:
-        raise ValueError(
-            f"batch_size must be an int in [1, m_i] = [1, {m}] for node {node}, got {batch_size!r}"
+        raise ProblemError(
+            f"batch_size must be an int in [1, m_i] = [1, {m}] for node {node}, got {batch_size!r}",
+            node=node,
         )
     if not isinstance(generator, torch.Generator):
-        raise ValueError(
+        raise ProblemError(
             f"estimator {estimator!r} needs the node's torch.Generator for its sampling, "
-            f"got {generator!r}"
+            f"got {generator!r}; pass generator=torch.Generator().manual_seed(...)", node=node,
         )
     if estimator == "sgd":
         return SGD(problem, node, generator, batch_size)

@@ -20,6 +20,8 @@ import scipy.linalg
 import scipy.sparse.linalg
 from scipy.special import expit
 
+from gossip.errors import ProblemError
+
 log = logging.getLogger(__name__)
 
 Data = Sequence[tuple[np.ndarray, np.ndarray]]
@@ -193,5 +195,5 @@ def solve_composite(
 
         x0 = np.zeros(d)
     else:
-        raise ValueError(f"unknown loss {loss!r}")
+        raise ProblemError(f"unknown loss {loss!r}; solve_composite takes 'squares' or 'logistic'")
     return fista(grad, prox, L, x0)

@@ -21,6 +21,7 @@ algorithms call), :mod:`~gossip.training.evaluate` (loss/accuracy sums) and
 :mod:`~gossip.training.trainer` (all of it on an engine).
 """
 
+from gossip.errors import DatasetError
 from gossip.training.data import (
     BatchStream,
     labels_of,
@@ -29,7 +30,6 @@ from gossip.training.data import (
     partition_indices,
 )
 from gossip.training.datasets import (
-    DatasetError,
     digits,
     image_folder,
     load_dataset,

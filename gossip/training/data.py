@@ -27,6 +27,7 @@ from torch.utils.data import (
     TensorDataset,
 )
 
+from gossip.errors import DatasetError
 from gossip.problems.data import partition
 
 
@@ -38,7 +39,8 @@ def labels_of(dataset: Dataset) -> np.ndarray:
     """
     if isinstance(dataset, TensorDataset):
         if len(dataset.tensors) < 2:
-            raise ValueError("a TensorDataset needs (inputs, labels) tensors to be partitioned")
+            raise DatasetError("a TensorDataset needs (inputs, labels) tensors to be partitioned; got "
+                               f"{len(dataset.tensors)} tensor(s): build it as TensorDataset(x, y)")
         return np.asarray(dataset.tensors[1].detach().cpu().numpy()).reshape(-1)
     targets = getattr(dataset, "targets", None)
     if targets is not None:
@@ -86,7 +88,7 @@ def node_loader(
     sets are cast batch by batch by the oracle).
     """
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise DatasetError(f"batch_size must be >= 1, got {batch_size}")
     idx = torch.as_tensor(np.asarray(indices, dtype=np.int64))
     if isinstance(dataset, TensorDataset):
         local = TensorDataset(*(_cast(t[idx], dtype) for t in dataset.tensors))
@@ -112,7 +114,9 @@ class BatchStream:
 
     def __init__(self, loader: DataLoader):
         if len(loader) == 0:
-            raise ValueError("a node's loader yields no batch (drop_last with too little data?)")
+            raise DatasetError("a node's loader yields no batch (no data, or less than one batch with "
+                               "drop_last=True); lower batch_size, give the node more data or set "
+                               "drop_last=False")
         self.loader = loader
         self.passes = 0
         self._it: Iterator[Any] | None = None
@@ -152,7 +156,8 @@ class BatchStream:
             self._it, self._pass_state, self._drawn = None, None, 0
             return
         if self.loader.generator is None:
-            raise ValueError("a stream whose loader has no generator cannot be restored")
+            raise DatasetError("a BatchStream whose loader has no generator cannot be restored: build the "
+                               "DataLoader with generator=torch.Generator() (node_loader does)")
         self.loader.generator.set_state(state["pass_state"])
         self._start_pass()
         for _ in range(int(state["drawn"])):

@@ -23,13 +23,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 
-from gossip.errors import GossipError
+from gossip.errors import DatasetError
 
 BUILTIN = ("digits", "synthetic")
-
-
-class DatasetError(GossipError, ValueError):
-    """A data set that cannot be loaded (missing file, unknown format, missing optional package)."""
 
 
 def stratified_split(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from gossip.errors import ConfigError, ConfigTypeError
 from gossip.layout import Layout
 
 
@@ -54,7 +55,7 @@ def split(flat: torch.Tensor, like: list[torch.Tensor]) -> list[torch.Tensor]:
     """Views into ``flat`` shaped like the tensors of ``like``, back to back."""
     total = sum(t.numel() for t in like)
     if flat.dim() != 1 or flat.numel() != total:
-        raise ValueError(
+        raise ConfigError(
             f"expected a flat tensor of {total} entries, got shape {tuple(flat.shape)}"
         )
     out, pos = [], 0
@@ -74,7 +75,7 @@ def bind(module: nn.Module, flat: torch.Tensor, buffers: bool = False) -> list[t
     views = split(flat, targets)
     for t, v in zip(targets, views, strict=True):
         if t.dtype != v.dtype or t.device != v.device:
-            raise TypeError(
+            raise ConfigTypeError(
                 f"the module holds {t.dtype} on {t.device} but the flat vector is {v.dtype} on "
                 f"{v.device}; move the module first (module.to(dtype=..., device=...))"
             )

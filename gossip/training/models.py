@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gossip.errors import ConfigError
+
 MODELS = ("mlp", "cnn", "resnet20")
 NORMS = ("batch", "group", "none")
 
@@ -29,7 +31,7 @@ def norm2d(kind: str, channels: int) -> nn.Module:
         return nn.GroupNorm(math.gcd(8, channels), channels)
     if kind == "none":
         return nn.Identity()
-    raise ValueError(f"unknown norm {kind!r}; choose one of {NORMS}")
+    raise ConfigError(f"unknown norm {kind!r}; choose one of {NORMS}")
 
 
 class MLP(nn.Sequential):
@@ -54,7 +56,7 @@ class SmallCNN(nn.Module):
         super().__init__()
         h, w = image_size
         if h < 4 or w < 4:
-            raise ValueError(f"SmallCNN needs images of at least 4×4, got {h}×{w}")
+            raise ConfigError(f"SmallCNN needs images of at least 4×4, got {h}×{w}")
         self.features = nn.Sequential(
             nn.Conv2d(in_channels, width, 3, padding=1), norm2d(norm, width), nn.ReLU(),
             nn.MaxPool2d(2),
@@ -104,7 +106,7 @@ class ResNet(nn.Module):
                  width: int = 16, norm: str = "batch"):
         super().__init__()
         if depth < 8 or (depth - 2) % 6:
-            raise ValueError(f"a CIFAR ResNet has depth 6k + 2 (20, 32, 44, 56…), got {depth}")
+            raise ConfigError(f"a CIFAR ResNet has depth 6k + 2 (20, 32, 44, 56…), got {depth}")
         k = (depth - 2) // 6
         self.conv = nn.Conv2d(in_channels, width, 3, padding=1, bias=False)
         self.bn = norm2d(norm, width)
@@ -151,14 +153,14 @@ def make_model(
     if name == "mlp":
         return MLP(math.prod(shape), num_classes, hidden)
     if name not in MODELS:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
+        raise ConfigError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}")
     unflatten = None
     if len(shape) == 1 and math.isqrt(shape[0]) ** 2 == shape[0]:
         side = math.isqrt(shape[0])
         shape = (1, side, side)
         unflatten = nn.Unflatten(1, shape)
     if len(shape) != 3:
-        raise ValueError(f"{name} needs C×H×W image inputs, got samples of shape {shape}")
+        raise ConfigError(f"{name} needs C×H×W image inputs, got samples of shape {shape}")
     if name == "cnn":
         model: nn.Module = SmallCNN(shape[0], num_classes, (shape[1], shape[2]),
                                     width=width or 32, norm=norm or "none")

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
+from gossip.errors import ConfigError
+
 OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
 SCHEDULES = ("constant", "step", "cosine")
 
@@ -52,7 +54,7 @@ def make_optimizer(
         return torch.optim.Adam(groups, lr=lr, weight_decay=weight_decay)
     if name == "adamw":
         return torch.optim.AdamW(groups, lr=lr, weight_decay=weight_decay)
-    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+    raise ConfigError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
 def lr_multiplier(
@@ -68,9 +70,10 @@ def lr_multiplier(
 ) -> Callable[[int], float]:
     """``factor(step)`` for ``LambdaLR``: step 0 is the first round's optimizer step."""
     if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        raise ConfigError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
     if rounds_per_epoch < 1 or total_rounds < 1:
-        raise ValueError("rounds_per_epoch and total_rounds must be >= 1")
+        raise ConfigError(f"rounds_per_epoch and total_rounds must be >= 1, got rounds_per_epoch="
+                          f"{rounds_per_epoch}, total_rounds={total_rounds}")
     warm = warmup_epochs * rounds_per_epoch
     marks = sorted(m * rounds_per_epoch for m in milestones)
 

@@ -267,7 +267,7 @@ class DecentralizedTrainer:
         ``log_every`` rounds) and at the end. Returns the round records (collective)."""
         if rounds is None:
             if epochs is None:
-                raise ValueError("give epochs or rounds")
+                raise ConfigError("fit() needs how long to train: give epochs=... or rounds=...")
             rounds = max(1, math.ceil(epochs * self.rounds_per_epoch - 1e-9))
         if log_every is None:
             log_every = max(1, round(eval_every * self.rounds_per_epoch))

@@ -12,8 +12,9 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.checkpoint import Checkpointer, CheckpointError
+from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine
+from gossip.errors import CheckpointError
 from tests.helpers.launch import run_py
 
 ARGS = ["experiments/consensus.py", "--nodes", "4", "--dim", "16", "--compressor", "topk:0.25",

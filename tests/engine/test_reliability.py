@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from gossip.comm.base import CommConfigError
 from gossip.comm.world import World
-from gossip.errors import GossipError
+from gossip.errors import CommConfigError, GossipError
 from tests.helpers.launch import run_py
 
 CONSENSUS = ["experiments/consensus.py", "--nodes", "4", "--dim", "16", "--rounds", "10"]
@@ -34,7 +33,8 @@ def test_timeout_must_be_positive_seconds(value):
 
 @pytest.mark.parametrize("kind", ["device", "directory", "oversized", "binary"])
 def test_config_files_are_checked_before_reading(tmp_path, kind):
-    from gossip.config import ConfigFileError, load_toml
+    from gossip.config import load_toml
+    from gossip.errors import ConfigFileError
 
     path = {"device": "/dev/zero", "directory": str(tmp_path), "oversized": tmp_path / "big.toml",
             "binary": tmp_path / "bin.toml"}[kind]

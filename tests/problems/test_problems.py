@@ -8,15 +8,14 @@ import numpy as np
 import pytest
 import torch
 
+from gossip.errors import LibSVMFormatError, ProblemError
 from gossip.problems import (
     PROBLEMS,
     Consensus,
     L1Logistic,
     Lasso,
     LeastSquares,
-    LibSVMFormatError,
     Logistic,
-    ProblemError,
     default_hparams,
     load_libsvm,
     make_problem,

@@ -6,7 +6,8 @@ import argparse
 
 import pytest
 
-from gossip.config import ConfigFileError, config_values, load_toml, parse_args_with_config
+from gossip.config import config_values, load_toml, parse_args_with_config
+from gossip.errors import ConfigFileError
 from tests.helpers.launch import ROOT, script
 
 

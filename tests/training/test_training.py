@@ -13,12 +13,11 @@ from torch.utils.data import Dataset, TensorDataset
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.errors import ConfigError, DivergenceError
+from gossip.errors import ConfigError, DatasetError, DivergenceError, TuningError
 from gossip.seeding import generator
 from gossip.training import (
     MLP,
     BatchStream,
-    DatasetError,
     DecentralizedTrainer,
     ModelOracle,
     OptimizerOracle,
@@ -36,7 +35,7 @@ from gossip.training import (
     resnet20,
 )
 from gossip.training.seeds import data_seed
-from gossip.tuning import GammaSearch, TuningError, log_grid, search_gamma
+from gossip.tuning import GammaSearch, log_grid, search_gamma
 
 
 @pytest.fixture(scope="module")
