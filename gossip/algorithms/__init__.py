@@ -27,6 +27,7 @@ from gossip.algorithms.onebit_adam import OneBitAdam
 from gossip.algorithms.onebit_lamb import OneBitLamb
 from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
+from gossip.algorithms.requirements import Graph, Requirements
 from gossip.algorithms.signum import SignumVote
 from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
@@ -112,5 +113,6 @@ def accepted_hparams(spec: str | type[Algorithm]) -> set[str]:
     return set(inspect.signature(algorithm_class(spec).__init__).parameters) - {"self"}
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "ConfigError", "REGISTRY", "Round", "accepted_hparams",
+__all__ = ["ALGORITHMS", "Algorithm", "ConfigError", "Graph", "REGISTRY", "Requirements", "Round",
+           "accepted_hparams",
            "algorithm_class", "available", "make_algorithm", "register", "register_algorithm"]

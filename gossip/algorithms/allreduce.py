@@ -56,6 +56,7 @@ from gossip.algorithms.base import Algorithm, Round
 from gossip.algorithms.requirements import Graph, Requirements
 from gossip.compress import bits
 from gossip.compress import rows as _rows
+from gossip.engine.cache import IdentityCache
 from gossip.errors import ConfigError
 
 CODECS = ("none", "sign_l1", "sign_l2", "vote")
@@ -117,7 +118,7 @@ class ChunkedAllReduce:
         self.padded = max(unit, -(-numel // unit) * unit)
         self.chunk = self.padded // n
         self._work: dict[str, torch.Tensor] = {}
-        self._routes: tuple[Any, dict[str, Any]] | None = None
+        self._routes = IdentityCache(limit=4)  # per round plan
 
     @property
     def compressed(self) -> bool:
@@ -242,15 +243,16 @@ class ChunkedAllReduce:
         block); ``to_arc`` / ``from_arc``: the ``sent`` / ``got`` rows (``r·n + j``) of its own
         and incoming arcs; ``own``: each node's message to itself; ``from[j]``: the staging rows
         of server j's phase-2 message to every local node."""
-        if self._routes is not None and self._routes[0] is block.plan:
-            return self._routes[1]
+        return self._routes.get(block.plan, lambda: self._build_route(block))
+
+    def _build_route(self, block: Any) -> dict[str, Any]:
         n, ids, plan = self.n, block.ids, block.plan
         dev = block.x.device
         row_of = {i: r for r, i in enumerate(ids)}
         arcs = block.arc_plan()
         staging = {(j, i): s for j, i, s in plan.remote_in}
         long = lambda v: torch.tensor(v, dtype=torch.int64, device=dev)  # noqa: E731
-        rt = {
+        return {
             "arcs": arcs,
             "to_arc": long([row_of[i] * n + j for i, j in arcs.arcs]),
             "from_arc": long([row_of[j] * n + i for i, j in arcs.incoming]),
@@ -258,8 +260,6 @@ class ChunkedAllReduce:
             "from": [long([row_of[j] if j in row_of else staging[(j, i)] for i in ids])
                       for j in range(n)],
         }
-        self._routes = (plan, rt)
-        return rt
 
     def _buf(self, name: str, shape: tuple[int, ...], dtype: torch.dtype,
              device: torch.device) -> torch.Tensor:

@@ -137,8 +137,7 @@ class BlockStream:
         self.diff = torch.empty_like(x)
         self.z_hat, self.zm_hat = block.stacked(2)  # one decode for both (mix_into's copy=)
         self.q: Any = None
-        self._plan_for: Any = None
-        self._plan: Any = None
+        self._plans = IdentityCache(limit=4)  # the weighted plan per round plan
 
     def encode(self, z: torch.Tensor) -> Any:
         """Compress every row of ``z − h``: the :class:`~gossip.engine.staging.Rows` of this stream."""
@@ -150,10 +149,8 @@ class BlockStream:
         block = self.block
         if self.weights is None:
             return block.plan
-        if self._plan_for is not block.plan:
-            self._plan = _weighted_plan(block, [self.weights(nd) for nd in block.nodes])
-            self._plan_for = block.plan
-        return self._plan
+        return self._plans.get(block.plan, lambda: _weighted_plan(
+            block, [self.weights(nd) for nd in block.nodes]))
 
     def receive(self, q: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
         """``(ẑ, ẑm)`` for every row from this stream's part ``q`` of the exchanged rows
