@@ -282,8 +282,7 @@ class ChocoAMSGrad(TrackedAMSGrad):
             vec.add_(torch.sub(s, hat, out=diff), alpha=self.gamma)
             torch.sub(vec, hat, out=diff)
         # one message: C(x − x̂) and C(u − û), both from the main stream (x's draws first)
-        msg, parts = block.encode_parts(list(diffs))
-        yield msg
+        parts = yield tuple(block.encode(diff) for diff in diffs)
         for q, (_, hat, s) in zip(parts, pairs):
             block.decode_add(hat, q)
             block.mix_into(s, q, q)

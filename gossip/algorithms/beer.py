@@ -68,8 +68,7 @@ class BEER(Algorithm):
         gp.copy_(gn)
         torch.sub(v, g, out=dv)
         # one message carries both: qh = C(x − h) (main stream), qg = C(v − g) (the tracker's)
-        msg, (qh, qg) = block.encode_parts(
-            [dx, dv], [None, block.stream_compressor("tracker")], [None, block.stream_rng("tracker")])
-        yield msg
+        qh, qg = yield (block.encode(dx), block.encode(dv, block.stream_compressor("tracker"),
+                                                        block.stream_rng("tracker")))
         block.mix_into(sh, qh, qh, copy=h)
         block.mix_into(sg, qg, qg, copy=g)

@@ -465,10 +465,11 @@ class Block:
     # -- messages of several parts --------------------------------------------------------
     def pack(self, parts: list[Rows | torch.Tensor]) -> PackedRows:
         """Several messages of one phase sent as one (framed by
-        :func:`~gossip.engine.staging.pack_header`). Each part is :class:`Rows` from
-        :meth:`encode` or a raw [m, b] uint8 tensor (e.g. push-sum's weight); ``yield`` the
-        result, then decode ``packed.parts[k]`` as if that part had been sent alone. The parts
-        share one route (that of the :class:`Rows` parts; the round's plan for raw tensors)."""
+        :func:`~gossip.engine.staging.pack_header`); what the engine does with messages yielded
+        together (``qa, qb = yield qa, qb``). Each part is :class:`Rows` from :meth:`encode` or
+        a raw [m, b] uint8 tensor (e.g. push-sum's weight); ``yield`` the result, then decode
+        ``packed.parts[k]`` as if that part had been sent alone. The parts share one route
+        (that of the :class:`Rows` parts; the round's plan for raw tensors)."""
         sizes = [p.nbytes if isinstance(p, Rows) else int(p.shape[1]) for p in parts]
         route = next((p.route for p in parts if isinstance(p, Rows)), self.plan)
         header = pack_header(sizes)
@@ -492,15 +493,3 @@ class Block:
                             None, both, route)
         packed.parts = views
         return packed
-
-    def encode_parts(self, parts: list[torch.Tensor],
-                     compressors: list[Compressor | None] | None = None,
-                     rngs: list[Stream | None] | None = None) -> tuple[PackedRows, list[Rows]]:
-        """Encode several [m, d] tensors (part k with ``compressors[k]`` and ``rngs[k]``,
-        defaults as :meth:`encode`) and :meth:`pack` them: the message to ``yield`` and its
-        parts, to decode after the exchange."""
-        k = len(parts)
-        comps = compressors or [None] * k
-        streams = rngs or [None] * k
-        packed = self.pack([self.encode(X, c, r) for X, c, r in zip(parts, comps, streams)])
-        return packed, packed.parts

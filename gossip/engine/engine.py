@@ -182,25 +182,27 @@ class Engine:
         self.compute_s += time.perf_counter() - tic
         while msg is not None:
             tic = time.perf_counter()
+            # several messages yielded together travel as one (their parts come back)
+            phase = block.pack(list(msg)) if isinstance(msg, tuple | list) else msg
             self._seq += 1
-            self.transport.exchange_rows(msg, msg.route, self._seq, t)
+            self.transport.exchange_rows(phase, phase.route, self._seq, t)
             toc = time.perf_counter()
             self.comm_s += toc - tic
-            msg = self._advance(gen, msg, check=True)
+            msg = self._advance(gen, phase, phase.parts if phase is not msg else phase)
             self.compute_s += time.perf_counter() - toc
         self.round = t
 
-    def _advance(self, gen, inbox, check: bool = False) -> Rows | None:
-        """Run the round to its next phase; an error comes out as a :class:`NodeError` or
-        :class:`DivergenceError` naming the node, its rank, the round and (for a refused
-        message) the sender."""
+    def _advance(self, gen, received: Rows | None, reply: Any = None) -> Any:
+        """Run the round to its next phase (after checking the rows ``received`` from other
+        processes, and sending ``reply`` into the round); an error comes out as a
+        :class:`NodeError` or :class:`DivergenceError` naming the node, its rank, the round and
+        (for a refused message) the sender."""
         block = self.block
         try:
-            if inbox is None:
+            if received is None:
                 return next(gen)
-            if check:
-                block.check_received(inbox)
-            return gen.send(inbox)
+            block.check_received(received)
+            return gen.send(reply)
         except StopIteration:
             return None
         except Exception as exc:

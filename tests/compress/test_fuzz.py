@@ -86,7 +86,8 @@ def test_packed_messages_survive_hostile_bytes():
                   lambda: make("qsgd:4bit"))
     block.begin_round(1, MixPlan.build(topo, ids, lambda j: j in ids, torch.device("cpu")))
     X, Y = torch.randn(2, 10, generator=torch.Generator().manual_seed(1)), torch.randn(2, 7)
-    msg, (a, b) = block.encode_parts([X, Y], [None, block.stream_compressor("y")])
+    msg = block.pack([block.encode(X), block.encode(Y, block.stream_compressor("y"))])
+    a, b = msg.parts
     valid = msg.mine()[0].numpy().tobytes()
     remote = msg.received()
     rng = np.random.default_rng(1)

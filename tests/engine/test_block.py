@@ -108,7 +108,7 @@ def test_models_go_out_with_none_from_their_own_memory():
         assert torch.equal(sent[r], comp.encode(x[r]).to_bytes())
 
 
-def test_encode_parts_packs_each_nodes_messages_and_checks_every_part():
+def test_pack_frames_each_nodes_messages_and_checks_every_part():
     """Two tensors as one message a node, byte for byte the per-node pack of the two
     encodings; a received row whose second part is corrupt is refused naming its sender."""
     from types import SimpleNamespace
@@ -125,7 +125,8 @@ def test_encode_parts_packs_each_nodes_messages_and_checks_every_part():
     Y = torch.randn(3, 7, generator=gen, dtype=torch.float64)
     block = Block([SimpleNamespace(id=i) for i in ids], X, make("sign"), lambda: make("topk:3"))
     block.begin_round(1, plan)
-    msg, (a, b) = block.encode_parts([X, Y], [None, block.stream_compressor("y")])
+    msg = block.pack([block.encode(X), block.encode(Y, block.stream_compressor("y"))])
+    a, b = msg.parts
     sign, topk = make("sign"), make("topk:3")
     for r in range(3):
         assert torch.equal(a.mine()[r], sign.encode(X[r]).to_bytes())
