@@ -57,11 +57,12 @@ import inspect
 from collections.abc import Callable
 
 from gossip.compress.base import Compressor, Payload
-from gossip.compress.codec import Codec
+from gossip.compress.codec import Codec, reference_kernels
 from gossip.compress.dense import Bf16, Fp16, Identity
 from gossip.compress.lowrank import LowRank
 from gossip.compress.pertensor import PerTensor
 from gossip.compress.quantize import QSGD, LeadQuantizer, Natural
+from gossip.compress.rows import pack_bits, unpack_bits
 from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
 from gossip.compress.wire import KINDS, PER_TENSOR
@@ -75,6 +76,9 @@ __all__ = [
     "Compressor",
     "Codec",
     "Payload",
+    "reference_kernels",
+    "pack_bits",
+    "unpack_bits",
     "make",
     "available",
     "usage",
