@@ -34,6 +34,7 @@ from gossip.cli import (  # noqa: E402
     guarded,
     parse_hparams,
     positive_int,
+    run_label,
     setup,
     torch_dtype,
 )
@@ -221,6 +222,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             engine = build(None)  # the oracles check --estimator / --batch-size against the data
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from None
+        head, _, sent = label.partition("@")
+        given = {k: v for k, v in parse_hparams(args.hparam).items() if k in hp}
+        label = run_label(head, getattr(engine.algorithm, "codec", None) or sent or None, given)
         config = {"script": "optimize", "args": vars(args), "algorithm": name,
                   "hparams": engine.hparams, "compressor": comp, "nodes": topology.n,
                   "world_size": world.size, "topology": topology.describe(),

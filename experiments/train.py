@@ -39,6 +39,7 @@ from gossip.cli import (  # noqa: E402
     guarded,
     parse_hparams,
     positive_int,
+    run_label,
     setup,
     torch_dtype,
 )
@@ -348,7 +349,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     # all-reduce methods compress inside their collective: name their codec, not --compressor
     wire = getattr(trainer.engine.algorithm, "codec", None) or args.compressor
-    label = f"{args.algorithm} {wire}" + (f" γ={gamma:g}" if gamma is not None else "")
+    label = run_label(args.algorithm, wire, parse_hparams(args.hparam), sep=" ") + (
+        f" γ={gamma:g}" if gamma is not None else "")
     logger = JsonlLogger(args.out, enabled=world.is_root)
     config = {
         "script": "train", "args": vars(args), "algorithm": args.algorithm,

@@ -419,6 +419,21 @@ def parse_hparams(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def run_label(head: str, wire: str | None, hparams: dict[str, Any], sep: str = "@") -> str:
+    """A run's label: what differs between runs, the algorithm, what it sends (its compressor or,
+    for an all-reduce method, its codec) and every ``--hparam`` it was given, e.g.
+    ``onebit-adam@sign_l1 freeze_step=20``."""
+    label = head if wire is None else f"{head}{sep}{wire}"
+    return label + "".join(f" {k}={_label_value(v)}" for k, v in hparams.items()
+                           if not (k == "codec" and v == wire))
+
+
+def _label_value(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
 def hparam_value(text: str) -> Any:
     """``--hparam`` values: int, float, true/false, a comma list of ints, else the string."""
     if text.lower() in ("true", "false"):
