@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if args.plot:
             from gossip.plot import plot_runs
 
-            path = plot_runs(curves, args.plot, metric="consensus_error",
+            path = plot_runs(curves, args.plot, metric="consensus_error_rel",
                              title=f"consensus on {topology.name}, n={topology.n}, d={int(np.prod(shape))}")
             log.info("plot written to %s", path)
     return rows
@@ -209,12 +209,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
 def table_row(label: str, records: list[dict], summary: dict, target_rel: float) -> dict:
     from gossip.metrics import first_reach
 
-    initial = records[0]["consensus_error"] if records else float("nan")
-    reached = first_reach(records, "consensus_error", target_rel * initial)
+    reached = first_reach(records, "consensus_error_rel", target_rel)
     final = records[-1] if records else {}
     return {
         "run": label,
-        "final_rel_error": final.get("consensus_error", float("nan")) / initial if initial else 0.0,
+        "final_rel_error": 0.0 if final.get("consensus_error_rel", 0) is None
+        else final.get("consensus_error_rel", float("nan")),
         "rounds_to_target": reached["round"] if reached else None,
         "bits_to_target": reached["bits_per_node"] if reached else None,
         "ms_per_round": 1e3 * summary["seconds_per_round"],

@@ -117,6 +117,9 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
         logger.write(config)
 
     def on_record(rec: dict[str, Any]) -> None:
+        if "consensus_error" in rec:  # Ξ(X^t)/Ξ(X^0), what tables and plots show
+            initial = (result.records[0] if result.records else rec)["consensus_error"]
+            rec["consensus_error_rel"] = rec["consensus_error"] / initial if initial else None
         rec["label"] = label
         result.records.append(rec)
         logger.write(rec)
