@@ -134,6 +134,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                    help="seconds to wait for a neighbor before stopping with an error naming it "
                         "(default 120)")
     g.add_argument("--log-every", type=positive_int, default=10, help="log every K rounds (default 10)")
+    from gossip.memory import add_memory_argument
+
+    add_memory_argument(g)
     g.add_argument("--out", default=None, help="JSON-lines log file (default: none)")
     g.add_argument("--plot", default=None, help="write a PNG plot here")
     g.add_argument("--progress", action="store_true", help="show a progress bar (rank 0)")
@@ -149,8 +152,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "run); finished runs are replayed from their records")
 
 
-def setup(args: argparse.Namespace) -> tuple[World, Any]:
-    """Threads, logging, the MPI world and the validated topology, before any message is sent."""
+def setup(args: argparse.Namespace, before_topology: Any = None) -> tuple[World, Any]:
+    """Threads, logging, the MPI world and the validated topology, before any message is sent.
+
+    ``before_topology(world)`` runs once the world is known, before the graph is built (a
+    memory check of the run's size, see :func:`check_memory`)."""
     import torch
 
     from gossip.comm.world import World
@@ -173,7 +179,46 @@ def setup(args: argparse.Namespace) -> tuple[World, Any]:
     check_outputs(args)
     if args.device.startswith("cuda") and world.size > 1:
         torch.cuda.set_device(world.rank % torch.cuda.device_count())
+    if before_topology is not None:
+        before_topology(world)
     return world, build_topology(args, world)
+
+
+def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms: list[Any],
+                 compressors: list[str], lower: str, topology: Any = None, nodes: int | None = None,
+                 shape: tuple[int, ...] | None = None, extra: dict[str, float] | None = None) -> None:
+    """Refuse, before anything is allocated, a run larger than the memory this process may use
+    (:mod:`gossip.memory`; ``--max-memory`` replaces the machine's figure).
+
+    ``numel`` entries per node, the largest of ``algorithms``' (classes) ``state_copies`` (+
+    ``neighbor_copies`` x the topology's largest degree), one message per node of the largest
+    of ``compressors`` and, under MPI, one received per remote neighbor; ``extra`` adds the
+    script's own allocations (a problem's data). Without a ``topology`` (the check before it is
+    built, from ``nodes``) the graph is counted at its smallest. Under MPI the share of the rank
+    with the most nodes is checked. ``lower``: the flags named in the refusal.
+    """
+    from gossip import memory
+
+    n = topology.n if topology is not None else (nodes or 8)
+    local = memory.local_share(n, world.size)
+    itemsize = 8 if getattr(args, "dtype", "float32") == "float64" else 4
+    fp = memory.Footprint()
+    degree = 0
+    if topology is not None:
+        degree = int(topology.at_round(1).degrees().max()) if n > 1 else 0
+    else:
+        fp.add("graph", n * 1200.0)  # a ring's networkx graph and CSR weights (measured)
+    message = max([memory.message_bytes(c, numel, itemsize, shape) for c in compressors] or [0.0])
+    state = max((cls.state_copies + cls.neighbor_copies * degree, cls.state_copies, cls.neighbor_copies)
+                for cls in algorithms)
+    memory.block_footprint(nodes=local, numel=numel, itemsize=itemsize, state_copies=state[1],
+                           neighbor_copies=state[2], degree=degree, message=message,
+                           remote_rows=local * degree if world.size > 1 else 0, footprint=fp)
+    fp.add("per-node objects", local * 4096.0)
+    for name, nbytes in (extra or {}).items():
+        fp.add(name, nbytes)
+    where = f"rank {world.rank}'s share: {local} of {n} nodes" if world.size > 1 else ""
+    memory.check(fp, lower=lower, limit=getattr(args, "max_memory", None), where=where)
 
 
 def check_outputs(args: argparse.Namespace) -> None:
