@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import re
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from gossip import catalog  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_run_arguments,
+    check_memory,
     checkpoint_options,
     exit_status,
     gamma_value,
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 log = logging.getLogger("gossip.consensus")
+
+MEMORY_FLAGS = "--nodes, --dim or --shape (or run under mpiexec to spread the nodes over ranks)"
 
 
 def averaging() -> list[str]:
@@ -148,7 +152,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from gossip.runner import execute
     from gossip.tuning import tune_gamma
 
-    world, topology = setup(args)
     try:
         cls = algorithm_class(args.algorithm)
     except GossipError as exc:
@@ -156,8 +159,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if cls.requires.gradients:
         raise SystemExit(f"--algorithm {args.algorithm} needs gradients and consensus has none: use "
                          f"one of {', '.join(averaging())} here, or experiments/optimize.py or train.py")
+    gaussian = args.init == "gaussian"
+
+    def memory(world, topology=None, shape=None) -> None:
+        shape = shape or parse_shape(args)
+        check_memory(args, world, numel=math.prod(shape), algorithms=[cls],
+                     compressors=args.compressor, lower=MEMORY_FLAGS, topology=topology,
+                     nodes=args.nodes, shape=shape)
+
+    world, topology = setup(args, before_topology=memory if gaussian else None)
     data = load_init(args, topology.n)
     shape = parse_shape(args, data)
+    memory(world, topology, shape)
     layout = Layout([shape]) if len(shape) > 1 else None
     x0 = initial_vectors(args, data, shape)
     gammas = split_per_run(args.gamma, len(args.compressor), "--gamma")
@@ -235,4 +248,4 @@ def format_table(rows: list[dict], target: float) -> str:
 
 
 if __name__ == "__main__":
-    guarded(lambda: exit_status(main()))
+    guarded(lambda: exit_status(main()), memory_hint="--nodes, --dim or --shape")

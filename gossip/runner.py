@@ -18,7 +18,7 @@ from gossip.metrics import JsonlLogger
 log = logging.getLogger(__name__)
 
 VOLATILE_ARGS = {"out", "plot", "progress", "verbose", "checkpoint_every", "checkpoint_dir",
-                 "resume", "timeout", "rounds", "iterations", "epochs", "config", "threads"}
+                 "resume", "timeout", "max_memory", "rounds", "iterations", "epochs", "config", "threads"}
 """Flags that may change between a run and its resume (they do not change its numbers)."""
 
 

@@ -156,6 +156,7 @@ class DADAM(AdaptiveGossip):
     """
 
     name = "dadam"
+    state_copies = 9
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta1: float = 0.9,
                  beta2: float = 0.999, eps: float = 1e-8, amsgrad: bool = True,
@@ -200,6 +201,7 @@ class TrackedAMSGrad(AdaptiveGossip):
     """
 
     name = "tracked-amsgrad"
+    state_copies = 15
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta1: float = 0.9,
                  beta2: float = 0.999, eps: float = 1e-8, gossip_steps: int = 1):
@@ -253,6 +255,7 @@ class ChocoAMSGrad(TrackedAMSGrad):
     """
 
     name = "choco-amsgrad"
+    state_copies = 15
     requires = replace(AdaptiveGossip.requires, compressor="any", compressor_message="")
     """Any compressor: the copies make biased ones safe (as in CHOCO-SGD)."""
     tunable = ("gamma",)
@@ -316,6 +319,7 @@ class DESLOC(AdaptiveGossip):
     """
 
     name = "desloc"
+    state_copies = 6
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, period_x: int = 4,
                  period_m: int = 12, period_v: int = 24, beta1: float = 0.9, beta2: float = 0.999,

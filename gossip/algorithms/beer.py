@@ -32,6 +32,7 @@ class BEER(Algorithm):
         gamma: mixing step in (0, 1]. Default 0.4.
     """
     name = "beer"
+    state_copies = 11
     trains = True
     requires = Requirements(gradients=True)
     step_rule = "tracking"

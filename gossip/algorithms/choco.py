@@ -48,6 +48,7 @@ class Choco(Algorithm):
         eta: local step size or schedule (training uses the node's optimizer). Default 0.
     """
     name = "choco"
+    state_copies = 6
     trains = True
     takes_optimizer = True
     tunable = ("gamma",)

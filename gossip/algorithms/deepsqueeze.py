@@ -26,6 +26,7 @@ class DeepSqueeze(Algorithm):
         eta: local step size or schedule (training uses the node's optimizer). Default 0.
     """
     name = "deepsqueeze"
+    state_copies = 7
     trains = True
     takes_optimizer = True
     tunable = ("gamma",)

@@ -70,6 +70,7 @@ class PushSum(Algorithm):
     """
 
     name = "push-sum"
+    state_copies = 9
     trains = True
     requires = Requirements(graph=Graph(static=False, symmetric=False))
     tunable = ("gamma",)
@@ -164,6 +165,7 @@ class CPP(CGT):
     """
 
     name = "cpp"
+    state_copies = 15
     needs = ("column", "double")
     arc_copies = False
 

@@ -31,6 +31,7 @@ class ECD(Algorithm):
         eta: step size, a number or a schedule ``eta(t)``. Default 0.
     """
     name = "ecd"
+    state_copies = 5
     trains = True
     step_schedule = True
     step_rule = "dgd"

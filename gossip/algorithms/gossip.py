@@ -26,6 +26,7 @@ class Gossip(Algorithm):
         gamma: relaxation of the mixing step, in (0, 2] (stable for γ < 2/β). Default 1.
     """
     name = "gossip"
+    state_copies = 3
     requires = Requirements(graph=Graph(static=False, symmetric=False))
 
     def __init__(self, gamma: float = 1.0):

@@ -50,6 +50,7 @@ class DoCoM(Algorithm):
     """
 
     name = "docom"
+    state_copies = 17
     trains = True
     requires = Requirements(graph=Graph(symmetric=False), gradients=True)
     tunable = ("gamma",)
@@ -151,6 +152,7 @@ class MoTEF(BEER):
     """
 
     name = "motef"
+    state_copies = 11
     requires = replace(BEER.requires, graph=Graph(symmetric=False))
 
     def __init__(self, eta: float = 0.05, gamma: float = 0.4, lam: float = 0.9):

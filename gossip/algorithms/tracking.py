@@ -77,6 +77,7 @@ class CGT(Algorithm):
     """
 
     name = "c-gt"
+    state_copies = 15
     trains = True
     requires = Requirements(graph=Graph(static=False, symmetric=False), gradients=True)
     tunable = ("gamma",)
@@ -192,6 +193,7 @@ class DIGing(CGT):
     """
 
     name = "diging"
+    state_copies = 15
     requires = replace(
         CGT.requires, compressor="identity",
         compressor_message="diging sends uncompressed vectors but the compressor is '{spec}'; use "
@@ -219,6 +221,7 @@ class EXTRA(Algorithm):
     """
 
     name = "extra"
+    state_copies = 11
     requires = Requirements(
         gradients=True, compressor="identity",
         compressor_message="extra sends uncompressed vectors but the compressor is '{spec}'; use "

@@ -172,7 +172,7 @@ def test_two_runs_cannot_share_a_checkpoint_directory(tmp_path):
     Checkpointer(tmp_path / "run00", {"test": 2}).close()  # free again once the first is done
 
 
-def test_a_finished_run_with_a_length_dependent_schedule_says_why_it_cannot_continue(tmp_path):
+def test_a_finished_run_with_a_length_dependent_schedule_says_why_it_cannot_continue(tmp_path, capsys):
     from gossip.cli import guarded
     from tests.helpers.launch import script
 
@@ -184,6 +184,8 @@ def test_a_finished_run_with_a_length_dependent_schedule_says_why_it_cannot_cont
     with pytest.raises(SystemExit) as exc:
         guarded(lambda: train.main([*args, "--rounds", "6", "--resume", str(tmp_path / "ck"),
                                     "--out", str(log)]))
-    assert "finished at round 4 and cannot be continued to round 6" in str(exc.value.code)
-    assert "learning-rate schedule" in str(exc.value.code)
+    assert exc.value.code == 1  # a refused checkpoint: the run could not go on
+    err = capsys.readouterr().err
+    assert "finished at round 4 and cannot be continued to round 6" in err
+    assert "learning-rate schedule" in err
     assert not log.exists()
