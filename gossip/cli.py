@@ -275,8 +275,11 @@ def checkpoint_options(args: argparse.Namespace, index: int) -> dict[str, Any]:
         if not any(resume.glob("run*/manifest.json")):
             raise SystemExit(f"error: --resume {args.resume} holds no checkpoint (no "
                              "run*/manifest.json); to start a new run use --checkpoint-dir")
+    from gossip.config import flag_defaults
+
     return {"checkpoint_dir": os.path.join(root, f"run{index:02d}"),
-            "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None}
+            "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None,
+            "flags": flag_defaults(args)}
 
 
 def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:

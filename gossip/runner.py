@@ -7,6 +7,7 @@ JSON-lines records, stop a diverging run the same way, and checkpoint/resume the
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,7 @@ def execute(
     checkpoint_every: int = 0,
     resume: bool = False,
     not_extendable: str | None = None,
+    flags: Mapping[str, tuple[str, Any]] | None = None,
 ) -> RunResult:
     """Run ``engine`` for ``rounds`` rounds (from a checkpoint when ``resume``), logging as it goes.
 
@@ -60,14 +62,15 @@ def execute(
     :class:`DivergenceError` ends the run with ``status = "diverged at round R"`` (the rest of a
     comparison goes on); the summary record closes it. A finished run resumed with more rounds
     continues from its last round, unless ``not_extendable`` says why it cannot (e.g. a
-    learning-rate schedule that spans the run's length).
+    learning-rate schedule that spans the run's length). ``flags`` (the scripts' option strings
+    and defaults, :func:`gossip.config.flag_defaults`) lets a refused resume name flags.
     """
     result = RunResult(label)
     config = {"type": "config", "label": label} | config
     ckpt = None
     if checkpoint_dir is not None:
         ckpt = Checkpointer(checkpoint_dir, run_identity(config, engine.world.size),
-                            every=checkpoint_every, world=engine.world)
+                            every=checkpoint_every, world=engine.world, flags=flags)
     try:
         return _execute(engine, ckpt, result, config, logger, rounds, log_every, metrics,
                         progress, resume, not_extendable)

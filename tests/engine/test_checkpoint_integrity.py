@@ -65,6 +65,10 @@ def test_refused_resume_leaves_the_log_and_names_only_the_differing_keys(finishe
     err = clean_error(res, "different run", "--gamma: checkpoint [0.2], now [0.5]", "--gamma 0.2")
     assert "--dim" not in err and "--compressor" not in err  # keys that agree are not listed
     assert log.read_bytes() == before
+    res = run_py([*ARGS[:7], *ARGS[9:], "--rounds", "12", "--out", str(log), "--resume", str(tmp_path / "ck")])
+    clean_error(res, "left out, so at their default now: --gamma (checkpoint [0.2], default None)",
+                "resume with the checkpointed run's flags (--gamma 0.2)")
+    assert "changed:" not in res.stderr and log.read_bytes() == before
 
 
 def test_a_flipped_bit_falls_back_to_the_older_round(finished, tmp_path):
