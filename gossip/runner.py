@@ -13,7 +13,7 @@ from typing import Any
 
 from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine, Metric
-from gossip.errors import CheckpointError, DivergenceError
+from gossip.errors import CheckpointError, ConfigError, DivergenceError
 from gossip.metrics import JsonlLogger
 
 log = logging.getLogger(__name__)
@@ -122,7 +122,13 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
     def on_record(rec: dict[str, Any]) -> None:
         rec["label"] = label
         result.records.append(rec)
-        logger.write(rec)
+        try:
+            logger.write(rec)
+        except ConfigError as exc:  # the log cannot be written (disk full): say what is kept
+            note = ckpt.resume_note() if ckpt is not None else ""
+            if not note:
+                raise
+            raise ConfigError(f"{exc}. {note}", round=rec.get("round")) from None
         if ckpt is not None:
             ckpt.append_record(rec)
 

@@ -272,6 +272,40 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_last_good_one(tmp_path, m
     ck.close()
 
 
+def test_a_log_line_that_does_not_fit_is_taken_back(tmp_path):
+    import errno
+
+    from gossip.errors import ConfigError
+    from gossip.metrics import JsonlLogger
+
+    log = JsonlLogger(tmp_path / "run.jsonl")
+    log.write({"type": "config"})
+    calls = []
+
+    class Half:  # writes half of what it is given, then the disk is full
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, data):
+            if calls:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            calls.append(1)
+            return self.fh.write(data[: len(data) // 2])
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+    log._fh = Half(log._fh)
+    with pytest.raises(ConfigError, match=r"run\.jsonl \(--out\): No space left on device \[ENOSPC\]; "
+                                          r"the run stops here, with the 1 record\(s\)"):
+        log.write({"type": "round", "round": 1, "pad": "x" * 100})
+    log.close()
+    assert (tmp_path / "run.jsonl").read_text() == '{"type": "config"}\n'
+    with JsonlLogger("/dev/full") as full, pytest.raises(ConfigError, match=r"cannot write the log "
+                                                          r"/dev/full \(--out\): No space left"):
+        full.write({"type": "config"})
+
+
 def test_a_checkpoint_directory_that_cannot_be_made_is_one_error(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(CheckpointError, match=r"cannot create the checkpoint directory .*file/ck/run00: "
