@@ -214,7 +214,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             from gossip.plot import plot_runs
 
             path = plot_runs(curves, args.plot, metric="consensus_error_rel",
-                             title=f"consensus on {topology.name}, n={topology.n}, d={int(np.prod(shape))}")
+                             title=f"consensus on {topology.name}, n={topology.n}, d={int(np.prod(shape))}",
+                             flag="--plot")
             log.info("plot written to %s", path)
     return rows
 

@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             from gossip.plot import plot_runs
 
             plot_runs(curves, args.plot, metric="distance_to_optimum",
-                      title=f"{args.problem} on {topology.name}, n={topology.n}")
+                      title=f"{args.problem} on {topology.name}, n={topology.n}", flag="--plot")
     return rows
 
 

@@ -413,9 +413,10 @@ def plot(path: str, label: str, records: list[dict], topology: Any) -> None:
     from gossip.plot import plot_runs
 
     title = f"{label} on {topology.name}, n={topology.n}"
-    out = plot_runs({label: records}, path, metric="test_accuracy", logy=False, title=title)
+    out = plot_runs({label: records}, path, metric="test_accuracy", logy=False, title=title,
+                    flag="--plot")
     loss = Path(path).with_name(Path(path).stem + "-loss" + (Path(path).suffix or ".png"))
-    plot_runs({label: records}, loss, metric="train_loss", title=title)
+    plot_runs({label: records}, loss, metric="train_loss", title=title, flag="--plot")
     log.info("plots written to %s and %s", out, loss)
 
 

@@ -176,7 +176,7 @@ def setup(args: argparse.Namespace, before_topology: Any = None) -> tuple[World,
         raise SystemExit(f"error: --device {args.device}: only cpu and cuda devices are supported")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for, but torch sees no CUDA device")
-    check_outputs(args)
+    check_outputs(args, world.is_root)
     if args.device.startswith("cuda") and world.size > 1:
         torch.cuda.set_device(world.rank % torch.cuda.device_count())
     if before_topology is not None:
@@ -221,17 +221,34 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
     memory.check(fp, lower=lower, limit=getattr(args, "max_memory", None), where=where)
 
 
-def check_outputs(args: argparse.Namespace) -> None:
-    """--out and --plot, checked before any round: distinct files, a plot format that exists."""
+def check_outputs(args: argparse.Namespace, root: bool = True) -> None:
+    """--out, --plot and --checkpoint-dir (or --resume), checked before anything runs: each
+    can be created and written (nothing is created or truncated here), --out and --plot are
+    distinct files, and the plot's format is one matplotlib writes. ``root``: this process
+    writes the log and the plot (under MPI only rank 0 does; every rank writes checkpoints)."""
+    from gossip.outputs import check_writable
+
     out, plot = getattr(args, "out", None), getattr(args, "plot", None)
-    if plot is None:
+    paths = [("--out", out, False), ("--plot", plot, False)] if root else []
+    paths += [("--checkpoint-dir", getattr(args, "checkpoint_dir", None), True),
+              ("--resume", getattr(args, "resume", None), True)]
+    for flag, path, directory in paths:
+        problem = None if path is None else check_writable(path, flag, directory)
+        if problem:
+            raise SystemExit(problem)
+    if plot is None or not root:
         return
     if out is not None and Path(out).resolve() == Path(plot).resolve():
         raise SystemExit(f"error: --plot and --out are the same file ({plot}); the plot would "
                          "overwrite the log: give the plot its own name, e.g. run.png")
     suffix = Path(plot).suffix.lower().lstrip(".")
     if suffix:
-        from matplotlib.backend_bases import FigureCanvasBase
+        try:
+            from matplotlib.backend_bases import FigureCanvasBase
+        except ImportError as exc:
+            raise SystemExit(f"error: --plot {plot} needs matplotlib, which cannot be imported "
+                             f"({exc}); install it (pip install matplotlib) or leave --plot "
+                             "out") from None
 
         formats = FigureCanvasBase.get_supported_filetypes()
         if suffix not in formats:
@@ -345,8 +362,11 @@ def checkpoint_options(args: argparse.Namespace, index: int) -> dict[str, Any]:
         if not any(resume.glob("run*/manifest.json")):
             raise SystemExit(f"error: --resume {args.resume} holds no checkpoint (no "
                              "run*/manifest.json); to start a new run use --checkpoint-dir")
+    from gossip.config import flag_defaults
+
     return {"checkpoint_dir": os.path.join(root, f"run{index:02d}"),
-            "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None}
+            "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None,
+            "flags": flag_defaults(args)}
 
 
 def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
