@@ -158,6 +158,12 @@ class Block:
         self._message_rows[X.data_ptr()] = (buf[:, ALIGN - 8 :], X)  # messages start 8 before
         return X
 
+    def in_message_rows(self, X: torch.Tensor) -> bool:
+        """Whether ``X`` is a :meth:`message_tensor` (``x`` is one): the ``none`` compressor
+        sends it from its own memory."""
+        rows = self._message_rows.get(X.data_ptr())
+        return rows is not None and rows[1].shape == X.shape and rows[1].stride() == X.stride()
+
     def encode(self, X: torch.Tensor, compressor: Compressor | None = None,
                rng: Stream | None = None, route: Any = None) -> Rows:
         """Encode every row of ``X`` into this phase's message rows (see the module doc);
@@ -179,9 +185,8 @@ class Block:
         nbytes = comp.nbytes_rows(like)
         pitch = row_stride(nbytes)
         remote = len(route.remote_in)
-        in_place = self._message_rows.get(X.data_ptr())
-        if (in_place is not None and in_place[1].shape == X.shape and in_place[1].stride() == X.stride()
-                and comp.sends_values_in_place and in_place[0].shape[1] >= nbytes):
+        in_place = self._message_rows.get(X.data_ptr()) if self.in_message_rows(X) else None
+        if in_place is not None and comp.sends_values_in_place and in_place[0].shape[1] >= nbytes:
             own = in_place[0]
             recv = self._buffer((remote, pitch), X.device, recv_only=True)
             both = None

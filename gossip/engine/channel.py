@@ -166,13 +166,17 @@ class Channel:
 
         The message is built in the channel's own rows, so ``z`` may change right away. A
         contiguous, 64-byte aligned ``z`` of a memoryless channel (a fresh tensor's layout) is
-        encoded where it is when the compressor copies it into the message anyway."""
+        encoded where it is when the compressor copies it into the message anyway; and with
+        ``none``, ``block.x`` (already in message rows) goes out from its own memory, so
+        decode (:meth:`mix`) before changing it, as :meth:`Block.encode` says."""
         if self.arcs is not None:
             return self.arcs.send(z)
         block = self.block
         self._in_flight = True
         if self.copy is not None:
             d = torch.sub(z, self.copy, out=self._send_rows())
+        elif self.compressor.sends_values_in_place and block.in_message_rows(z):
+            d = z  # only the headers are written
         elif (self.compressor.sends_values_in_place or not z.is_contiguous()
               or z.data_ptr() % 64):
             d = self._send_rows().copy_(z)
