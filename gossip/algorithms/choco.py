@@ -28,6 +28,7 @@ import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
 from gossip.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -87,18 +88,16 @@ class Choco(Algorithm):
         return super().suggest_hparams(problem, estimator, topology) | {"gamma": 0.5}
 
     def setup(self, block: Block) -> None:
-        x_hat, s = block.stacked(2)  # updated by one decode (mix_into's copy=)
-        block.state.update(x_hat=x_hat, s=s)
-        block.workspace["diff"] = torch.empty_like(block.x)
+        # x̂ and s in block.state, updated by one decode of the messages
+        block.workspace["channel"] = Channel(block, "x", memory="choco", keys=("x_hat", "s"))
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        x, st, ws = block.x, block.state, block.workspace
-        x_hat, s, diff = st["x_hat"], st["s"], ws["diff"]
+        x, ws = block.x, block.workspace
+        ch = ws["channel"]
         if block.has_oracle:
             block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
-        x.add_(torch.sub(s, x_hat, out=diff), alpha=self.gamma)
-        q = block.encode(torch.sub(x, x_hat, out=diff))
-        inbox = yield q
-        block.mix_into(s, q, inbox, copy=x_hat)
+        x.add_(ch.gap(), alpha=self.gamma)  # x ← x + γ (s − x̂), the copies of last round
+        inbox = yield ch.send(x)  # q = C(x − x̂)
+        ch.mix(inbox)  # x̂ += q;  s += Σ_j w_ij q_j
