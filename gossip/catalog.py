@@ -118,7 +118,7 @@ ALGORITHMS: dict[str, Traits] = {
     "deepsqueeze": Traits(gradients=False, takes_optimizer=True, tunable=("gamma",), state_copies=7),
     "dcd": Traits(gradients=False, state_copies=5),
     "ecd": Traits(gradients=False, state_copies=5),
-    "lead": Traits(compressor="bounded-variance", state_copies=9),
+    "lead": Traits(compressor="bounded-variance", state_copies=10),
     "prox-lead": Traits(compressor="bounded-variance", state_copies=10),
     "powergossip": Traits(gradients=False, takes_optimizer=True, compressor="identity",
                           state_copies=4, neighbor_copies=1),

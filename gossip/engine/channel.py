@@ -175,8 +175,8 @@ class Channel:
         self._in_flight = True
         if self.copy is not None:
             d = torch.sub(z, self.copy, out=self._send_rows())
-        elif self.compressor.sends_values_in_place and block.in_message_rows(z):
-            d = z  # only the headers are written
+        elif block.in_message_rows(z):
+            d = z  # block.x: with none only the headers are written, else it is encoded as it is
         elif (self.compressor.sends_values_in_place or not z.is_contiguous()
               or z.data_ptr() % 64):
             d = self._send_rows().copy_(z)
