@@ -33,6 +33,7 @@ from gossip.cli import (  # noqa: E402
     gamma_value,
     guarded,
     parse_hparams,
+    positive_float,
     positive_int,
     run_label,
     setup,
@@ -79,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--compare", nargs="+", default=None, metavar="ALG[@COMPRESSOR]",
                    help="run several algorithms, e.g. lead@lead:2 nids dgd choco@lead:2 "
                         "beer@topk:0.1; plots distance to optimum vs rounds and bits")
-    a.add_argument("--eta", type=float, default=None,
+    a.add_argument("--eta", type=positive_float, default=None,
                    help="step size (default: what the algorithm suggests for the problem, e.g. 1/L "
                         "with full gradients, 1/(6 L_max) sampled, 0.2/L for gradient tracking)")
     a.add_argument("--gamma", type=gamma_value, default=None,

@@ -97,6 +97,30 @@ def _int_at_least(text: str, low: int) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """a positive finite number"""
+    return _finite(text, strict=True)
+
+
+def non_negative_float(text: str) -> float:
+    """a non-negative finite number"""
+    return _finite(text, strict=False)
+
+
+positive_float.toml_type = non_negative_float.toml_type = float  # type: ignore[attr-defined]
+
+
+def _finite(text: str, strict: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (strict and value == 0):
+        what = "a positive" if strict else "a non-negative"
+        raise argparse.ArgumentTypeError(f"expected {what} finite number, got {text!r}")
+    return value
+
+
 def seconds(text: str) -> float:
     """a positive number of seconds"""
     from gossip.comm.base import check_timeout
