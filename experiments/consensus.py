@@ -241,7 +241,7 @@ def format_table(rows: list[dict], target: float) -> str:
             "| ms/round | status |")
     lines = [head, "|---|---|---|---|---|---|"]
     for r in rows:
-        rounds = "—" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
+        rounds = "not reached" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
         bits = "—" if r["bits_to_target"] is None else f"{r['bits_to_target']:.3g}"
         lines.append(f"| {r['run']} | {r['final_rel_error']:.3g} | {rounds} | {bits} "
                      f"| {r['ms_per_round']:.3f} | {r['status']} |")

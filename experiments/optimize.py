@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"| run | final distance to x* | rounds to {args.target:g} | bits/node to "
               f"{args.target:g} | ms/round | status |\n|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['run']} | {r['final']:.3g} | {r['rounds'] if r['rounds'] is not None else '—'}"
+            print(f"| {r['run']} | {r['final']:.3g} | {r['rounds'] if r['rounds'] is not None else 'not reached'}"
                   f" | {'—' if r['bits'] is None else format(r['bits'], '.3g')} | {r['ms']:.3f} "
                   f"| {r['status']} |")
         if args.plot:
