@@ -1,6 +1,6 @@
 """The memory estimate's per-algorithm counts (``state_copies``, ``neighbor_copies``) bound what
-each built-in algorithm really allocates, and a run's peak RSS is within a factor of 2 of the
-estimate consensus.py refuses runs by."""
+each built-in algorithm really allocates, and a run's peak RSS stays below the estimate
+consensus.py refuses runs by."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ def test_declared_copies_bound_the_allocated_state(name):
     assert copies <= declared, f"{name} keeps {copies:.2f} vectors per node, declares {declared}"
 
 
-def test_peak_rss_is_within_a_factor_2_of_the_estimate(tmp_path):
+def test_peak_rss_stays_below_the_estimate(tmp_path):
     """Peak RSS of a consensus run minus a tiny run's, against the estimate of the same flags."""
     from gossip.memory import block_footprint
 
@@ -92,4 +92,4 @@ def test_peak_rss_is_within_a_factor_2_of_the_estimate(tmp_path):
     cls = REGISTRY["choco"]
     est = block_footprint(nodes=nodes, numel=dim, itemsize=4, state_copies=cls.state_copies,
                           neighbor_copies=cls.neighbor_copies, degree=2).total
-    assert est / 2 <= grown <= 2 * est, json.dumps({"estimate": est, "measured": grown})
+    assert grown <= 1.2 * est, json.dumps({"estimate": est, "measured": grown})  # an upper bound
