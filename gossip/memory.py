@@ -9,8 +9,8 @@ use (:func:`available_memory`: ``MemAvailable`` of ``/proc/meminfo``, the cgroup
 The estimate is an upper-ish bound of what the run adds to the interpreter (torch's own few
 hundred MB are not counted): the algorithms declare how many model-sized vectors they keep per
 node (:attr:`gossip.algorithms.Algorithm.state_copies`, ``neighbor_copies``), measured for the
-built-in ones by ``tests/algorithms/test_memory.py``; a medium run's peak RSS is within a factor
-of 2 of it (the same test). Under MPI each rank checks its own share: the nodes placed on it.
+built-in ones by ``tests/algorithms/test_memory.py``, which also checks that a medium run's peak
+RSS stays below it. Under MPI each rank checks its own share: the nodes placed on it.
 
 This module imports neither torch nor numpy.
 """
