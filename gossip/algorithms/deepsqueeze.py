@@ -56,5 +56,6 @@ class DeepSqueeze(Algorithm):
         torch.sub(v, ch.decoded(q), out=err)  # e ← v − c
         inbox = yield q
         # Σ_j w_ij c_j − c_i: the own message weighs w_ii − 1
-        _, mix = ch.mix(inbox, into=(None, ws["mix"].zero_()), own_weight=block.self_weight - 1.0)
+        _, mix = ch.mix(inbox, into=(None, ws["mix"]), add=False,
+                        own_weight=block.self_weight - 1.0)
         x.add_(mix, alpha=self.gamma)

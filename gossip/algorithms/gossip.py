@@ -42,6 +42,6 @@ class Gossip(Algorithm):
         x, ch = block.x, block.workspace["channel"]
         inbox = yield ch.send(x)
         # Σ_j w_ij C(x_j) − C(x_i): the own message weighs w_ii − 1
-        _, mix = ch.mix(inbox, into=(None, block.workspace["mix"].zero_()),
+        _, mix = ch.mix(inbox, into=(None, block.workspace["mix"]), add=False,
                         own_weight=block.self_weight - 1.0)
         x.add_(mix, alpha=self.gamma)

@@ -21,8 +21,9 @@ from typing import Any
 import torch
 
 from gossip.compress import Compressor
+from gossip.compress import fused as _fused
 from gossip.compress.base import row_stride
-from gossip.compress.rows import LOOP_FROM
+from gossip.compress.rows import LOOP_FROM, header_int64, host_decode, section
 from gossip.engine.cache import IdentityCache
 from gossip.engine.routing import ArcPlan, MixPlan
 from gossip.engine.staging import ALIGN, PackedParts, PackedRows, Rows, message_buffer, pack_header
@@ -300,11 +301,18 @@ class Block:
 
     def mix_into(self, out: torch.Tensor, own: Rows | None, inbox: Rows, *,
                  own_weight: torch.Tensor | None = None, scale: float = 1.0,
-                 copy: torch.Tensor | None = None, plan: MixPlan | None = None) -> torch.Tensor:
+                 copy: torch.Tensor | None = None, plan: MixPlan | None = None,
+                 add: bool = True) -> torch.Tensor:
         """``out += scale·(w_ii·C(own) + Σ_j w_ij·C(q_j))`` for every row, neighbors in sorted
         order (the order a per-node loop sums in); with ``copy`` (and ``own``) also
         ``copy += C(own)``, a public copy such as CHOCO's x̂. ``plan``: the round's plan with
         other weights (a :class:`~gossip.engine.channel.Channel`'s; default ``self.plan``).
+        ``add=False`` writes the sum into ``out`` instead (``0 + …``: the same bits as zeroing
+        ``out`` first, without the pass over it).
+
+        Dense messages (``none``) of long CPU rows are summed by one kernel
+        (:mod:`gossip.compress.fused`) that also tells which results are finite, so the
+        received messages are looked at for NaN/Inf only when a result is not.
 
         The own term decodes the block's rows in place; the neighbors' messages are gathered
         once (a view when they sit in consecutive rows, e.g. one node per rank) and decoded in
@@ -319,6 +327,12 @@ class Block:
         if own is not None:
             w_own = plan.self_weight if own_weight is None else own_weight
             w_own = w_own * scale if scale != 1.0 else w_own
+        if self._dense_kernel(comp, out):
+            if copy is not None:
+                self._decode_add(comp, copy, own.mine(), 1.0, None, None)
+            return self._mix_dense(out, own, inbox, w_own, plan, scale, add)
+        if not add:
+            out.zero_()
         if (own is inbox and ordered and fused is not None and fused[3] is None
                 and not comp.sends_values_in_place):  # own and neighbors in one call
             src, dst = plan.with_own
@@ -370,12 +384,55 @@ class Block:
             self._decode_add(comp, out, inbox.gather(src[i : i + 1], slice(s, s + 1)), w[i : i + 1],
                              targets[i : i + 1], src[i : i + 1])
 
+    def _dense_kernel(self, comp: Any, out: torch.Tensor) -> bool:
+        """Whether dense messages mix into ``out`` by the fused kernel: long CPU rows the numpy
+        path would otherwise add one pass per term (the kernel gives its bits)."""
+        return (getattr(comp, "sends_values_in_place", False) and out.shape[-1] >= LOOP_FROM
+                and out.dim() == 2 and _fused.usable(out) and host_decode(comp, out))
+
+    def _mix_dense(self, out: torch.Tensor, own: Rows | None, inbox: Rows,
+                   w_own: torch.Tensor | None, plan: MixPlan, scale: float, add: bool) -> torch.Tensor:
+        """:meth:`mix_into` of dense messages by :func:`gossip.compress.fused.mix_rows_`; the
+        received rows' pending check runs only when a result is not finite (to name the
+        sender) or a header is not the expected one."""
+        comp, nb = inbox.compressor, inbox.nbytes
+        cplan = comp.plan(inbox.like)
+        terms = None
+        if plan.fused is not None:
+            key = ("dense", scale, out.dtype)
+            terms = plan.cache.get(key)
+            if terms is None:
+                src, dst, w, _ = plan.fused
+                terms = plan.cache[key] = _fused.Terms(self.m, src, dst, w * scale, out.dtype)
+        if own is not None and not isinstance(w_own, torch.Tensor):
+            w_own = torch.full((self.m,), float(w_own), dtype=torch.float64)
+        ok = _fused.mix_rows_(out, None if own is None else section(own.mine(), cplan, "values"),
+                              w_own, terms, section(inbox.own[:, :nb], cplan, "values"),
+                              section(inbox.recv[:, :nb], cplan, "values"), add=add)
+        if inbox.pending is not None:
+            recv = inbox.recv[:, :nb]
+            heads = recv[:, :8].view(torch.int64).view(-1)
+            if not ok.all() or bool((heads != header_int64(cplan)).any()):
+                inbox.settle()  # names the sender of a bad message, if one is
+            inbox.pending = None
+        return out
+
     def check_received(self, rows: Rows) -> None:
         """Validate the messages that came from other processes (rows ``m..``), once per phase;
-        the block's own rows were checked when they were encoded."""
+        the block's own rows were checked when they were encoded. For dense messages that the
+        fused kernel mixes, the check waits for their reading (:attr:`Rows.pending`)."""
         remote = rows.route.remote_in
         if not remote or rows.compressor is None:
             return
+        if (type(rows) is Rows and rows.like is not None
+                and self._dense_kernel(rows.compressor, rows.like.view(1, -1))):
+            rows.pending = lambda: self._check_received(rows)
+            return
+        self._check_received(rows)
+
+    def _check_received(self, rows: Rows) -> None:
+        """The check of :meth:`check_received`, now: the first bad row raises, naming its sender."""
+        remote = rows.route.remote_in
         try:
             rows.compressor.check_rows(rows.received(), rows.like)
         except CompressionError as exc:

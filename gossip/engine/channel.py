@@ -185,7 +185,7 @@ class Channel:
         return block.encode(d, self.compressor, self.rng)
 
     def mix(self, inbox: Any, *, into: tuple[torch.Tensor | None, torch.Tensor] | None = None,
-            scale: float = 1.0, own_weight: torch.Tensor | None = None
+            scale: float = 1.0, own_weight: torch.Tensor | None = None, add: bool = True
             ) -> tuple[torch.Tensor | None, torch.Tensor]:
         """``(ẑ, ẑm)`` for every row from this channel's exchanged messages ``inbox`` (what the
         ``yield`` gave back for its part), the own message first, then the neighbors' in sorted
@@ -194,7 +194,8 @@ class Channel:
 
         ``into=(a, b)`` (memoryless channels) adds instead ``C(q_i)`` to ``a`` (None: skipped)
         and ``scale·(m_ii·C(q_i) + Σ_j m_ij·C(q_j))`` to ``b`` (``own_weight`` replaces
-        ``m_ii``), straight into the caller's tensors: DCD's ``x += ẑ``, ``s += ẑm``."""
+        ``m_ii``), straight into the caller's tensors: DCD's ``x += ẑ``, ``s += ẑm``; with
+        ``add=False`` that sum is written into ``b`` instead of added to it."""
         if self.arcs is not None:
             raise ConfigError(f"channel {self.name!r} keeps copies per arc: it has no ẑ, ẑm "
                               "per node; use gap(inbox)")
@@ -204,11 +205,12 @@ class Channel:
                 raise ConfigError(f"channel {self.name!r} keeps copies: mix(into=) is for "
                                   "memoryless channels")
             a, b = into
-            block.mix_into(b, inbox, inbox, copy=a, scale=scale, own_weight=own_weight, plan=plan)
+            block.mix_into(b, inbox, inbox, copy=a, scale=scale, own_weight=own_weight, plan=plan,
+                           add=add)
             self._in_flight = False
             return a, b
-        if scale != 1.0 or own_weight is not None:
-            raise ConfigError("scale and own_weight go with into=")
+        if scale != 1.0 or own_weight is not None or not add:
+            raise ConfigError("scale, own_weight and add go with into=")
         if self.alpha == 1.0:  # ẑ, ẑm are the new copies: decode into them
             block.mix_into(self.mixed, inbox, inbox, copy=self.copy, plan=plan)
             self._in_flight = False

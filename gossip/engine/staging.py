@@ -9,6 +9,7 @@ buffer, so nothing is copied between encode, wire and decode.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -31,7 +32,7 @@ class Rows:
     with ``nbytes`` of each row used; ``compressor`` and ``like`` (a [d] row) decode them
     (None for raw bytes); ``route`` (a :class:`MixPlan` or :class:`ArcPlan`) says where they go."""
 
-    __slots__ = ("own", "recv", "nbytes", "compressor", "like", "route", "_all")
+    __slots__ = ("own", "recv", "nbytes", "compressor", "like", "route", "_all", "pending")
 
     def __init__(self, own: torch.Tensor, recv: torch.Tensor, nbytes: int, compressor: Any,
                  like: torch.Tensor | None, both: torch.Tensor | None = None, route: Any = None):
@@ -42,6 +43,15 @@ class Rows:
         self.like = like
         self.route = route
         self._all = both  # own and recv as one buffer, when they are one
+        self.pending: Callable[[], None] | None = None
+        """The check of the received rows, when it waits for their first reading (a mix
+        kernel that checks its result instead of every message runs it only on failure)."""
+
+    def settle(self) -> None:
+        """Run the check of the received rows if it is still :attr:`pending` (once)."""
+        check, self.pending = self.pending, None
+        if check is not None:
+            check()
 
     def mine(self) -> torch.Tensor:
         """[m, nbytes]: the block's own messages."""
@@ -54,6 +64,7 @@ class Rows:
     def gather(self, src: torch.Tensor, span: slice | None) -> torch.Tensor:
         """The messages of staging rows ``src`` as [k, nbytes] with 8-aligned rows: a view when
         they are consecutive (``span``) in one buffer, else one gather."""
+        self.settle()
         m, nb = self.own.shape[0], self.nbytes
         if span is not None:
             if span.stop <= m:
@@ -64,6 +75,7 @@ class Rows:
 
     def both(self) -> torch.Tensor:
         """[m + R, pitch]: own rows then received rows (concatenated once if they are apart)."""
+        self.settle()
         if self._all is None:
             if not self.recv.shape[0]:
                 self._all = self.own

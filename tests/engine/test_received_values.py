@@ -97,6 +97,44 @@ def test_a_nan_message_names_its_sender_not_the_receivers_step():
     assert (info.value.sender, info.value.receiver) == (2, 1)
 
 
+@pytest.mark.parametrize("bad_value", [math.nan, math.inf])
+def test_long_dense_rows_are_checked_by_the_mix(bad_value):
+    """Long dense rows mixed by the fused kernel: the receive check waits for the mix, which
+    runs it when a result is not finite; the error still names the sender and the receiver."""
+    from types import SimpleNamespace
+
+    from gossip.compress import fused
+    from gossip.compress.rows import LOOP_FROM
+    from gossip.engine.block import Block
+    from gossip.engine.routing import MixPlan
+    from gossip.errors import RowsError
+
+    if fused.kernel() is None:
+        pytest.skip("numba is not installed")
+    d = LOOP_FROM
+    topo = topologies.build("ring", 4)
+    ids = [0, 1, 3]
+    nodes = [SimpleNamespace(id=i, state={}) for i in ids]
+    comp = make("none")
+    block = Block(nodes, None, comp, lambda: make("none"))
+    block.x = block.message_tensor(d, torch.float32, torch.device("cpu"))
+    block.x.fill_(1.0)
+    block.begin_round(1, MixPlan.build(topo, ids, lambda j: j in ids, torch.device("cpu")))
+    rows = block.encode(block.x)
+    good = comp.encode(torch.ones(d)).to_bytes().clone()
+    rows.received().copy_(good.expand(2, -1))
+    block.check_received(rows)
+    assert rows.pending is not None  # deferred to the mix
+    out = torch.empty(3, d)
+    block.mix_into(out, rows, rows, add=False)
+    assert rows.pending is None and torch.equal(out, torch.ones(3, d))
+    rows.received()[0, 8 + 4 * 100 : 8 + 4 * 101].view(torch.float32).fill_(bad_value)
+    block.check_received(rows)
+    with pytest.raises(RowsError, match=r"message from node 2 to node 1 was refused: none: the "
+                                        r"message's values contain NaN/Inf"):
+        block.mix_into(out, rows, rows, add=False)
+
+
 def test_nan_in_a_model_names_the_node():
     topo = topologies.build("ring", 4)
     engine = Engine(make_algorithm("choco", gamma=0.5), topo, lambda i: torch.ones(8) * i,
