@@ -22,6 +22,7 @@ spec                    what                                          constant
 ``sign``                (‖x‖₁/d)·sign(x), 1 bit per entry             δ ≥ 1/d
 ``sign_l1``             the same as ``sign`` (named beside ``sign_l2``)
 ``sign_l2``             (‖x‖₂/√d)·sign(x) (1-bit Adam's scale)        not contractive
+``vote[:ties]``         sign(x) unscaled; with :ties sign(0) = 0      error not bounded
 ``qsgd:BITS|s=LEVELS``  QSGD, s = 2^{BITS−1} levels of ‖x‖₂           ω = min(d/s², √d/s)
 ``qsgd:…:biased``       QSGD / (1 + ω)                                δ = 1/(1+ω)
 ``lead:BITS``           LEAD's ∞-norm quantizer, s = 2^{BITS−1}       ω ≤ min(d/4^b, √d/2^{b−1})
@@ -64,6 +65,7 @@ from gossip.compress.pertensor import PerTensor
 from gossip.compress.quantize import QSGD, LeadQuantizer, Natural
 from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
+from gossip.compress.vote import Vote
 from gossip.compress.wire import KINDS, PER_TENSOR
 from gossip.errors import CompressionError
 from gossip.layout import Layout
@@ -93,6 +95,7 @@ __all__ = [
     "Natural",
     "LowRank",
     "PerTensor",
+    "Vote",
 ]
 
 MAX_LEVELS = 1 << 16
@@ -323,6 +326,12 @@ def _lowrank(spec: str, *params: str) -> LowRank:
     return LowRank(spec, r)
 
 
+def _vote(spec: str, *params: str) -> Vote:
+    if params not in ((), ("ties",)):
+        raise _bad(spec, f"unknown vote option {':'.join(params)!r} (only ':ties')")
+    return Vote(spec, ties=bool(params))
+
+
 def _int(spec: str, text: str, what: str) -> int:
     try:
         return int(text)
@@ -370,6 +379,7 @@ for _name, _build, _forms, _usage, _cls in (
     ("lead", _lead, ("lead:BITS",), "lead:BITS (1..16, also '2bit')", LeadQuantizer),
     ("natural", _plain(Natural), None, None, Natural),
     ("lowrank", _lowrank, ("lowrank:RANK",), "lowrank:RANK (integer RANK >= 1)", LowRank),
+    ("vote", _vote, ("vote", "vote:ties"), "vote or vote:ties (unscaled signs, a zero plane with :ties)", Vote),
 ):
     _claim(_cls.kind, _cls, _name)
     register_compressor(_name, _build, forms=_forms, usage=_usage, replace=True)
