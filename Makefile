@@ -39,6 +39,7 @@ lint: install
 bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_compress.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_engine.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_startup.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -29,12 +29,13 @@ class StochasticInt8(Codec):
     ``q_l = ⌊x_l/s⌋ + Bernoulli(frac(x_l/s))`` in −127..127, so ``E C(x) = x``.
 
     Unbiased, ω ≤ d / (4·127²). Wire: the scale in the input dtype, then one byte per entry
-    (``q + 127``): ``8 + itemsize + d`` bytes.
+    (``q + 127``): ``8 + itemsize + d`` bytes. Written in the batch form: every method works on
+    the rows of a block of nodes at once (a single tensor is a block of one row).
     """
 
     kind: ClassVar[int] = 64  # wire kind byte: unique among registered compressors
     unbiased: ClassVar[bool] = True
-    randomized: ClassVar[bool] = True  # draws from the node's generator
+    randomized: ClassVar[bool] = True  # draws from the nodes' random streams
 
     def omega_for(self, numel: int) -> float:
         return numel / (4 * 127**2)
@@ -42,31 +43,23 @@ class StochasticInt8(Codec):
     def _sections(self, shape: tuple[int, ...], dtype: torch.dtype) -> Sections:
         return Sections.build(("scale", dtype, 1), ("codes", torch.uint8, numel_of(shape)))
 
-    def _encode_body(self, x: torch.Tensor, generator: torch.Generator | None,
-                     v: dict[str, torch.Tensor]) -> dict[str, Any]:
-        flat = x.reshape(-1)
-        top = flat.abs().max()
-        if not torch.isfinite(top):
-            raise CompressionError(f"{self.spec}: the input holds NaN/Inf")
-        scale = top / 127 if top > 0 else torch.ones_like(top)
-        y = flat / scale
-        low = torch.floor(y)
-        up = torch.rand(y.shape, generator=generator, dtype=y.dtype, device=y.device) < y - low
+    def _encode_batch(self, X: torch.Tensor, rng: Any, v: dict[str, torch.Tensor]) -> None:
+        top = X.abs().amax(1, keepdim=True)  # [m, 1]
+        scale = torch.where(top > 0, top / 127, torch.ones_like(top))
+        Y = X / scale
+        low = torch.floor(Y)
+        up = rng.uniform(X.shape[1], dtype=X.dtype, device=X.device) < Y - low
         v["codes"].copy_((low + up).clamp_(-127, 127) + 127)
-        v["scale"].fill_(scale)
-        return v
+        v["scale"].copy_(scale)
 
-    def _parse_body(self, v: dict[str, torch.Tensor], shape: tuple[int, ...],
-                    dtype: torch.dtype) -> dict[str, Any]:
-        if not bool(torch.isfinite(v["scale"]).all()) or float(v["scale"][0]) <= 0:
-            raise CompressionError(f"{self.spec}: scale {float(v['scale'][0])} is not a positive number")
+    def _check_batch(self, v: dict[str, torch.Tensor]) -> None:
+        if not bool((v["scale"] > 0).all()):
+            raise CompressionError(f"{self.spec}: a scale is not a positive number")
         if bool((v["codes"] == 255).any()):
             raise CompressionError(f"{self.spec}: code 255 is outside 0..254")
-        return v
 
-    def _decode_body(self, parts: dict[str, Any], shape: tuple[int, ...], dtype: torch.dtype,
-                     out: torch.Tensor) -> None:
-        torch.mul(parts["codes"].to(dtype) - 127, parts["scale"], out=out.view(-1))
+    def _decode_batch(self, v: dict[str, torch.Tensor], out: torch.Tensor) -> None:
+        torch.mul(v["codes"].to(out.dtype) - 127, v["scale"], out=out)
 
 
 class LocalGossip(Algorithm):

@@ -52,10 +52,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# nothing here imports torch (--help answers at once); the scripts a sweep runs import it
 from gossip.cli import HelpFormatter, non_negative_int  # noqa: E402
 from gossip.config import load_toml  # noqa: E402
 from gossip.errors import ConfigFileError  # noqa: E402
-from gossip.metrics import read_jsonl  # noqa: E402
 
 SCRIPTS = {"consensus": "consensus.py", "optimize": "optimize.py", "train": "train.py"}
 DEFAULT_METRIC = {"consensus": "consensus_error", "optimize": "distance_to_optimum",
@@ -285,6 +285,8 @@ def command_line(run: Run, source: str) -> str:
 
 def curves_of(run: Run) -> list[tuple[str, list[dict], dict]]:
     """(label, round records, summary) for each run inside the run's log."""
+    from gossip.metrics import read_jsonl
+
     if not run.log.exists():
         return []
     out: list[tuple[str, list[dict], dict]] = []

@@ -15,15 +15,14 @@ import logging
 import re
 import sys
 from pathlib import Path
-
-import numpy as np
-import torch
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gossip.algorithms import algorithm_class, available, make_algorithm  # noqa: E402
+# Only what the parser needs is imported here, so --help answers without torch; the run's own
+# imports (torch, numpy, the engine) are in the functions below.
+from gossip import catalog  # noqa: E402
 from gossip.cli import (  # noqa: E402
-    DTYPES,
     HelpFormatter,
     add_run_arguments,
     checkpoint_options,
@@ -34,22 +33,18 @@ from gossip.cli import (  # noqa: E402
     read_npy,
     setup,
     split_per_run,
-)  # noqa: E402
-from gossip.compress import usage as compress_usage  # noqa: E402
-from gossip.engine import Engine  # noqa: E402
-from gossip.errors import GossipError  # noqa: E402
-from gossip.layout import Layout  # noqa: E402
-from gossip.metrics import JsonlLogger, first_reach, versions  # noqa: E402
-from gossip.runner import execute  # noqa: E402
-from gossip.seeding import generator, init_seed  # noqa: E402
-from gossip.tuning import tune_gamma  # noqa: E402
+    torch_dtype,
+)
+
+if TYPE_CHECKING:
+    import numpy as np
 
 log = logging.getLogger("gossip.consensus")
 
 
 def averaging() -> list[str]:
     """Registered algorithms that run without gradients (not ``requires.gradients``): plain averaging."""
-    return [name for name in available() if not algorithm_class(name).requires.gradients]
+    return catalog.algorithms(lambda t: not t.gradients)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -62,7 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"algorithm run for every compressor: {', '.join(averaging())}, or "
                         "module:Class")
     g.add_argument("--compressor", nargs="+", default=["none"], metavar="SPEC",
-                   help=f"compressor specs, one run each: {compress_usage()}")
+                   help=f"compressor specs, one run each: {catalog.compressor_usage()}")
     g.add_argument("--gamma", nargs="+", type=gamma_value, default=None, metavar="G",
                    help="consensus step: one for all runs or one per compressor; 'auto' "
                         "searches the grid 1, 0.5, 0.2, ..., 0.01 on a tenth of the rounds "
@@ -88,6 +83,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def load_init(args: argparse.Namespace, n: int) -> np.ndarray | None:
     """The ``--init`` file's array (one row per node), or None for Gaussian starts."""
+    import numpy as np
+
     if args.init == "gaussian":
         return None
     path = Path(args.init)
@@ -106,7 +103,12 @@ def load_init(args: argparse.Namespace, n: int) -> np.ndarray | None:
 
 def initial_vectors(args: argparse.Namespace, data: np.ndarray | None, shape: tuple[int, ...]):
     """x_i^0 for every node: seeded Gaussians, or rows of a user's .npy file."""
-    dtype = DTYPES[args.dtype]
+    import numpy as np
+    import torch
+
+    from gossip.seeding import generator, init_seed
+
+    dtype = torch_dtype(args.dtype)
     if data is None:
         def draw(i: int) -> torch.Tensor:
             gen = generator(init_seed(args.seed, i))
@@ -136,6 +138,16 @@ def parse_shape(args: argparse.Namespace, data: np.ndarray | None = None) -> tup
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
+    import numpy as np
+
+    from gossip.algorithms import algorithm_class, make_algorithm
+    from gossip.engine import Engine
+    from gossip.errors import GossipError
+    from gossip.layout import Layout
+    from gossip.metrics import JsonlLogger, versions
+    from gossip.runner import execute
+    from gossip.tuning import tune_gamma
+
     world, topology = setup(args)
     try:
         cls = algorithm_class(args.algorithm)
@@ -159,7 +171,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             return Engine(
                 make_algorithm(args.algorithm, **hp), topology, x0, compressor=spec,
                 layout=layout, seed=args.seed, world=world, timeout=args.timeout,
-                device=args.device, dtype=DTYPES[args.dtype],
+                device=args.device, dtype=torch_dtype(args.dtype),
             )
 
         search = None
@@ -195,6 +207,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 def table_row(label: str, records: list[dict], summary: dict, target_rel: float) -> dict:
+    from gossip.metrics import first_reach
+
     initial = records[0]["consensus_error"] if records else float("nan")
     reached = first_reach(records, "consensus_error", target_rel * initial)
     final = records[-1] if records else {}

@@ -20,9 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gossip.algorithms import accepted_hparams, algorithm_class, available, make_algorithm  # noqa: E402
+# Only what the parser needs is imported here, so --help answers without torch; the run's own
+# imports (the algorithms, problems, engine) are in the functions below.
+from gossip import catalog  # noqa: E402
+from gossip.catalog import DEFAULT_L1, ESTIMATORS  # noqa: E402
 from gossip.cli import (  # noqa: E402
-    DTYPES,
     HelpFormatter,
     add_hparam_argument,
     add_run_arguments,
@@ -32,16 +34,10 @@ from gossip.cli import (  # noqa: E402
     guarded,
     parse_hparams,
     positive_int,
+    run_label,
     setup,
+    torch_dtype,
 )
-from gossip.compress import usage as compress_usage  # noqa: E402
-from gossip.engine import Engine  # noqa: E402
-from gossip.errors import GossipError  # noqa: E402
-from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions  # noqa: E402
-from gossip.problems import ESTIMATORS, PROBLEMS, default_hparams, make_problem  # noqa: E402
-from gossip.problems.factory import DEFAULT_L1  # noqa: E402
-from gossip.runner import execute  # noqa: E402
-from gossip.tuning import tune_gamma  # noqa: E402
 
 log = logging.getLogger("gossip.optimize")
 
@@ -57,7 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     g = p.add_argument_group("problem")
     g.add_argument("--problem", default="least-squares",
-                   help=f"what to minimize: {', '.join(PROBLEMS)}, or module:function")
+                   help=f"what to minimize: {', '.join(catalog.problems())}, or module:function")
     g.add_argument("--dim", type=positive_int, default=200, help="model dimension (synthetic data)")
     g.add_argument("--samples-per-node", type=positive_int, default=200, help="samples per node (synthetic)")
     g.add_argument("--heterogeneity", type=float, default=1.0,
@@ -77,9 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "compression, dgd = dpsgd, ef-c-gt = c-gt with error feedback, sgp = push-sum "
                         "with no compression), or module:Class")
     a.add_argument("--compressor", default=None,
-                   help=f"compressor spec: {compress_usage()} (default: lead:2, or none for the "
-                        "algorithms that take no gossip compressor: "
-                        f"{', '.join(n for n in available() if algorithm_class(n).requires.compressor == 'identity')})")
+                   help=f"compressor spec: {catalog.compressor_usage()} (default: lead:2, or none for "
+                        "the algorithms that take no gossip compressor: "
+                        f"{', '.join(catalog.algorithms(lambda t: t.compressor == 'identity'))})")
     a.add_argument("--compare", nargs="+", default=None, metavar="ALG[@COMPRESSOR]",
                    help="run several algorithms, e.g. lead@lead:2 nids dgd choco@lead:2 "
                         "beer@topk:0.1; plots distance to optimum vs rounds and bits")
@@ -110,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
     """(label, algorithm, hyper-parameters, compressor) for each run asked for."""
+    from gossip.algorithms import algorithm_class
+
     items = args.compare or [args.algorithm + (f"@{args.compressor}" if args.compressor else "")]
     out = []
     for item in items:
@@ -134,17 +132,21 @@ def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
 
 def trainable() -> list[str]:
     """Registered algorithms that use gradients (``trains``): the ones that can minimize."""
-    return [name for name in available() if algorithm_class(name).trains]
+    return catalog.algorithms(lambda t: t.trains)
 
 
 def default_compressor(name: str) -> str:
     """``lead:2``, or ``none`` for an algorithm that takes no gossip compressor (it compresses by
     itself or mixes exact models: its ``requires.compressor`` is ``"identity"``)."""
+    from gossip.algorithms import algorithm_class
+
     return "none" if algorithm_class(name).requires.compressor == "identity" else "lead:2"
 
 
 def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, topology=None) -> dict:
     """Keyword hyper-parameters for ``name``: flags first, then the problem's recommendations."""
+    from gossip.algorithms import accepted_hparams, algorithm_class
+
     cls = algorithm_class(name)
     hp = cls.suggest_hparams(problem, args.estimator, topology) | base
     accepted = accepted_hparams(cls)
@@ -160,8 +162,16 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
+    from gossip.algorithms import make_algorithm
+    from gossip.engine import Engine
+    from gossip.errors import GossipError
+    from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions
+    from gossip.problems import default_hparams, make_problem
+    from gossip.runner import execute
+    from gossip.tuning import tune_gamma
+
     world, topology = setup(args)
-    dtype = DTYPES[args.dtype]
+    dtype = torch_dtype(args.dtype)
     if args.data is not None:
         from gossip.config import user_file
         from gossip.errors import ConfigFileError
@@ -212,6 +222,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             engine = build(None)  # the oracles check --estimator / --batch-size against the data
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from None
+        head, _, sent = label.partition("@")
+        given = {k: v for k, v in parse_hparams(args.hparam).items() if k in hp}
+        label = run_label(head, getattr(engine.algorithm, "codec", None) or sent or None, given)
         config = {"script": "optimize", "args": vars(args), "algorithm": name,
                   "hparams": engine.hparams, "compressor": comp, "nodes": topology.n,
                   "world_size": world.size, "topology": topology.describe(),

@@ -22,15 +22,15 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gossip.algorithms import REGISTRY, accepted_hparams, algorithm_class, make_algorithm  # noqa: E402
+# Only what the parser needs is imported here, so --help answers without torch; the run's own
+# imports (torch, the trainer, data sets) are in the functions below.
+from gossip import catalog  # noqa: E402
+from gossip.catalog import MODELS, NORMS, OPTIMIZERS, SCHEDULES  # noqa: E402
 from gossip.cli import (  # noqa: E402
-    DTYPES,
     HelpFormatter,
     add_hparam_argument,
     add_run_arguments,
@@ -39,30 +39,15 @@ from gossip.cli import (  # noqa: E402
     guarded,
     parse_hparams,
     positive_int,
+    run_label,
     setup,
+    torch_dtype,
 )
-from gossip.comm.world import World  # noqa: E402
-from gossip.compress import usage as compress_usage  # noqa: E402
-from gossip.errors import ConfigError, DatasetError, TuningError  # noqa: E402
-from gossip.metrics import JsonlLogger, versions  # noqa: E402
-from gossip.runner import execute  # noqa: E402
-from gossip.training import (  # noqa: E402
-    MODELS,
-    OPTIMIZERS,
-    SCHEDULES,
-    DecentralizedTrainer,
-    epoch_rounds,
-    load_dataset,
-    lr_multiplier,
-    make_model,
-    make_optimizer,
-    optimizer_algorithms,
-    trainable_algorithms,
-)
-from gossip.training.datasets import input_shape, num_classes  # noqa: E402
-from gossip.training.models import NORMS  # noqa: E402
-from gossip.training.seeds import model_seed, split_seed  # noqa: E402
-from gossip.tuning import log_grid, search_gamma, tunable_algorithms  # noqa: E402
+
+if TYPE_CHECKING:
+    import torch
+
+    from gossip.training import DecentralizedTrainer
 
 log = logging.getLogger("gossip.train")
 
@@ -78,6 +63,9 @@ def gamma_value(text: str) -> float | str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    optimizer_algorithms = catalog.algorithms(lambda t: t.trains and t.takes_optimizer)
+    trainable_algorithms = catalog.algorithms(lambda t: t.trains)
+    tunable = catalog.algorithms(lambda t: "gamma" in t.tunable)  # gossip.tuning.tunable_algorithms()
     p = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
     )
@@ -116,18 +104,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "default they stay local and the averaged model uses their node average")
     a = p.add_argument_group("algorithm")
     a.add_argument("--algorithm", default="dpsgd",
-                   help=f"{', '.join(optimizer_algorithms())} (local optimizer step), or "
-                        f"{', '.join(sorted(set(trainable_algorithms()) - set(optimizer_algorithms())))} "
+                   help=f"{', '.join(optimizer_algorithms)} (local optimizer step), or "
+                        f"{', '.join(sorted(set(trainable_algorithms) - set(optimizer_algorithms)))} "
                         "(plain gradient with step --lr; the adaptive ones keep their own Adam "
                         "state and want --lr about 1e-3; the all-reduce methods "
-                        f"{', '.join(sorted(n for n, c in REGISTRY.items() if c.requires.graph.complete))} "
+                        f"{', '.join(catalog.algorithms(lambda t: t.complete))} "
                         "need --topology complete), or module:Class")
     a.add_argument("--compressor", default="none",
-                   help=f"compressor spec: {compress_usage()} (powergossip: none, it sketches by itself)")
+                   help=f"compressor spec: {catalog.compressor_usage()} (powergossip: none, it sketches "
+                        "by itself)")
     a.add_argument("--flat-compression", action="store_true",
                    help="compress the whole flat model at once instead of tensor by tensor")
     a.add_argument("--gamma", type=gamma_value, default=None,
-                   help=f"consensus step, or 'auto' ({', '.join(tunable_algorithms())}): a short search over "
+                   help=f"consensus step, or 'auto' ({', '.join(tunable)}): a short search over "
                         "--gamma-grid, each candidate on a fresh run of --tune-fraction of the "
                         "rounds with the same seed; the lowest final training loss of the "
                         "averaged model among those that did not diverge wins (default: the "
@@ -146,7 +135,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     o = p.add_argument_group("local optimizer")
     o.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
                    help=f"{', '.join(OPTIMIZERS)} (default momentum; algorithms other than "
-                        f"{', '.join(optimizer_algorithms())} take the plain gradient: sgd only)")
+                        f"{', '.join(optimizer_algorithms)} take the plain gradient: sgd only)")
     o.add_argument("--lr", type=float, default=0.1,
                    help="learning rate (the step eta of algorithms without a local optimizer)")
     o.add_argument("--momentum", type=float, default=0.9, help="momentum of momentum/nesterov")
@@ -186,6 +175,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def load_data(args: argparse.Namespace) -> tuple[Any, Any]:
+    from gossip.training import load_dataset
+    from gossip.training.seeds import split_seed
+
     image = args.model in ("cnn", "resnet20")
     return load_dataset(
         args.data, test_fraction=args.test_fraction, seed=split_seed(args.seed), image=image,
@@ -197,6 +189,11 @@ def load_data(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def build_model(args: argparse.Namespace, shape: tuple[int, ...], classes: int) -> torch.nn.Module:
     """The initial model, drawn from the run seed: identical on every process."""
+    import torch
+
+    from gossip.training import make_model
+    from gossip.training.seeds import model_seed
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(model_seed(args.seed))
         return make_model(args.model, shape, classes, hidden=args.hidden, width=args.width,
@@ -206,6 +203,8 @@ def build_model(args: argparse.Namespace, shape: tuple[int, ...], classes: int) 
 def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_rounds: int,
                       rpe: int) -> dict[str, Any]:
     """Keyword hyper-parameters of the algorithm from the flags (only those it accepts)."""
+    from gossip.algorithms import accepted_hparams, algorithm_class
+
     name = args.algorithm
     cls = algorithm_class(name)
     accepted = accepted_hparams(cls)
@@ -230,6 +229,8 @@ def _scheduled(args: argparse.Namespace) -> bool:
 
 
 def multiplier(args: argparse.Namespace, total_rounds: int, rpe: int):
+    from gossip.training import lr_multiplier
+
     return lr_multiplier(
         rounds_per_epoch=rpe, total_rounds=total_rounds, schedule=args.schedule,
         warmup_epochs=args.warmup_epochs, warmup_start=args.warmup_start,
@@ -239,6 +240,9 @@ def multiplier(args: argparse.Namespace, total_rounds: int, rpe: int):
 
 def check_optimizer(args: argparse.Namespace) -> str | None:
     """The optimizer name for a local-step algorithm; None for gradient algorithms."""
+    from gossip.algorithms import algorithm_class
+    from gossip.training import optimizer_algorithms
+
     cls = algorithm_class(args.algorithm)
     if cls.takes_optimizer:
         return args.optimizer or "momentum"
@@ -255,6 +259,11 @@ def check_optimizer(args: argparse.Namespace) -> str | None:
 
 def build_trainer(args, model, train_set, test_set, topology, world, gamma, total_rounds, rpe,
                   *, evaluate: bool = True) -> DecentralizedTrainer:
+    import torch
+
+    from gossip.algorithms import make_algorithm
+    from gossip.training import DecentralizedTrainer, make_optimizer
+
     name = args.algorithm
     algorithm = make_algorithm(name, **algorithm_hparams(args, gamma, total_rounds, rpe))
     opt_name = check_optimizer(args)
@@ -273,7 +282,7 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
         test_set=test_set if evaluate else None, gossip_buffers=args.gossip_buffers,
         per_tensor=not args.flat_compression,
         l2=args.weight_decay if opt_name is None else 0.0, seed=args.seed, world=world,
-        device=args.device, dtype=DTYPES[args.dtype], timeout=args.timeout,
+        device=args.device, dtype=torch_dtype(args.dtype), timeout=args.timeout,
         eval_batch_size=args.eval_batch_size, node_eval_samples=args.node_eval_samples,
         eval_train=args.eval_train and evaluate,
     )
@@ -285,6 +294,10 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
     Under mpiexec every rank runs the same in-process search (all nodes in each process): the
     pick is then identical on every rank and equal to the in-process run's, with no message.
     """
+    from gossip.algorithms import algorithm_class
+    from gossip.comm.world import World
+    from gossip.tuning import log_grid, search_gamma, tunable_algorithms
+
     if "gamma" not in algorithm_class(args.algorithm).tunable:
         raise SystemExit(f"--gamma auto tunes the algorithms with a tunable gamma "
                          f"({', '.join(tunable_algorithms())}); give {args.algorithm} a number (or "
@@ -308,6 +321,12 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    from gossip.errors import ConfigError, DatasetError, TuningError
+    from gossip.metrics import JsonlLogger, versions
+    from gossip.runner import execute
+    from gossip.training import epoch_rounds
+    from gossip.training.datasets import input_shape, num_classes
+
     world, topology = setup(args)
     try:
         train_set, test_set = load_data(args)
@@ -330,7 +349,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     # all-reduce methods compress inside their collective: name their codec, not --compressor
     wire = getattr(trainer.engine.algorithm, "codec", None) or args.compressor
-    label = f"{args.algorithm} {wire}" + (f" γ={gamma:g}" if gamma is not None else "")
+    label = run_label(args.algorithm, wire, parse_hparams(args.hparam), sep=" ") + (
+        f" γ={gamma:g}" if gamma is not None else "")
     logger = JsonlLogger(args.out, enabled=world.is_root)
     config = {
         "script": "train", "args": vars(args), "algorithm": args.algorithm,

@@ -2,6 +2,9 @@
 
 One mechanism for all scripts: :func:`add_run_arguments` adds the topology / seed / MPI / output
 flags, :func:`setup` turns them into a :class:`World` and a validated topology.
+
+Building a parser imports neither torch nor networkx (``--help`` answers at once): torch, numpy,
+the world and the topologies are imported by the functions that use them, after parsing.
 """
 
 from __future__ import annotations
@@ -14,18 +17,31 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
-from gossip.comm.base import check_timeout
-from gossip.comm.world import World
-from gossip.errors import CommConfigError
+    from gossip.comm.world import World
 
 log = logging.getLogger("gossip")
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DTYPE_NAMES = ("float32", "float64")
+"""The ``--dtype`` choices; :func:`torch_dtype` gives the torch dtype of one."""
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype of a ``--dtype`` name (``"float32"`` -> ``torch.float32``)."""
+    import torch
+
+    return {"float32": torch.float32, "float64": torch.float64}[name]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DTYPES":  # the former name -> torch dtype table, built (importing torch) when read
+        return {n: torch_dtype(n) for n in DTYPE_NAMES}
+    raise AttributeError(f"module 'gossip.cli' has no attribute {name!r}")
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -83,6 +99,9 @@ def _int_at_least(text: str, low: int) -> int:
 
 def seconds(text: str) -> float:
     """a positive number of seconds"""
+    from gossip.comm.base import check_timeout
+    from gossip.errors import CommConfigError
+
     try:
         return check_timeout(text)
     except CommConfigError as exc:
@@ -105,7 +124,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "graphs) (default: metropolis)")
     g.add_argument("--lazy", action="store_true", help="use the lazy matrix (I + W)/2")
     g.add_argument("--seed", type=non_negative_int, default=0, help="run seed; same seed, same numbers (default 0)")
-    g.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
+    g.add_argument("--dtype", choices=DTYPE_NAMES, default="float32",
                    help="floating-point type of the models (default float32)")
     g.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
     g.add_argument("--threads", type=int, default=1,
@@ -132,6 +151,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 def setup(args: argparse.Namespace) -> tuple[World, Any]:
     """Threads, logging, the MPI world and the validated topology, before any message is sent."""
+    import torch
+
+    from gossip.comm.world import World
+
     torch.set_num_threads(max(1, args.threads))
     world = World.detect(timeout=args.timeout)
     logging.basicConfig(
@@ -179,6 +202,8 @@ def read_npy(path: str, flag: str) -> np.ndarray:
     against the bytes that follow, so a header claiming a huge shape costs nothing and is
     refused; the array is then memory-mapped, and nothing is allocated until rows are read.
     """
+    import numpy as np
+
     from gossip.config import user_file
     from gossip.errors import ConfigFileError
 
@@ -314,7 +339,7 @@ def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
     return list(values)
 
 
-def guarded(main_fn, world_of=World.detect):
+def guarded(main_fn, world_of=None):
     """Run ``main_fn``; errors end the job with one clean line, and under MPI with an abort.
 
     A :class:`gossip.GossipError` (a bad flag or file, a refused checkpoint, a silent rank) or a
@@ -327,8 +352,15 @@ def guarded(main_fn, world_of=World.detect):
     (:class:`CommError`) is reported at once by every rank that saw it.
     SIGINT/SIGTERM during a checkpointed run end with exit status 128 + signal, after the
     final checkpoint (every rank stops at the same round, so nothing is aborted).
+    ``world_of`` gives the world (default :meth:`World.detect`, imported only on an error).
     """
     from gossip.errors import CommError, GossipError, Interrupted
+
+    if world_of is None:
+        def world_of() -> World:
+            from gossip.comm.world import World
+
+            return World.detect()
 
     try:
         return main_fn()
@@ -385,6 +417,21 @@ def parse_hparams(items: list[str]) -> dict[str, Any]:
             raise SystemExit(f"--hparam {item!r}: expected KEY=VALUE")
         out[key.strip().replace("-", "_")] = hparam_value(text.strip())
     return out
+
+
+def run_label(head: str, wire: str | None, hparams: dict[str, Any], sep: str = "@") -> str:
+    """A run's label: what differs between runs, the algorithm, what it sends (its compressor or,
+    for an all-reduce method, its codec) and every ``--hparam`` it was given, e.g.
+    ``onebit-adam@sign_l1 freeze_step=20``."""
+    label = head if wire is None else f"{head}{sep}{wire}"
+    return label + "".join(f" {k}={_label_value(v)}" for k, v in hparams.items()
+                           if not (k == "codec" and v == wire))
+
+
+def _label_value(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value))
+    return format(value, "g") if isinstance(value, float) else str(value)
 
 
 def hparam_value(text: str) -> Any:

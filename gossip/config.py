@@ -60,7 +60,7 @@ def parse_args_with_config(
     any other bad flag.
     """
     add_config_argument(parser)
-    from gossip.comm.world import launcher_rank
+    from gossip.comm.launch import launcher_rank
 
     if launcher_rank() != 0:  # under mpiexec a bad flag (or --help) is printed by rank 0 only
         parser._print_message = lambda *args, **kwargs: None  # type: ignore[method-assign]

@@ -6,24 +6,16 @@ Pure networkx / numpy / scipy; nothing about tensors or MPI.
     >>> topo = build("ring", 8)
     >>> round(topo.gap, 4), topo.view(0).neighbors
     (0.1953, (1, 7))
+
+The names below are loaded on first use (module ``__getattr__``), so ``import topologies`` or
+``topologies.registry`` / ``topologies.spec`` alone imports neither networkx nor scipy.
 """
 
-from .builders import (
-    complete,
-    directed_exponential,
-    directed_random,
-    erdos_renyi,
-    exponential,
-    geometric,
-    grid,
-    hypercube,
-    path,
-    random_regular,
-    ring,
-    star,
-    torus,
-    watts_strogatz,
-)
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from .errors import (
     DisconnectedGraphError,
     GraphFileError,
@@ -41,13 +33,31 @@ from .errors import (
     TopologyError,
     WeightRuleError,
 )
-from .factory import build
-from .io import load, load_callable, relabel
-from .mixing import mixing_matrix, validate
-from .spec import parse
-from .spectral import Spectrum, beta, lambda2, rho, spectral_gap, spectrum
-from .timevarying import one_peer_exponential, random_matchings
-from .topology import NodeView, TimeVaryingTopology, Topology
+
+_LAZY: dict[str, str] = {
+    "build": "factory",
+    "load": "io",
+    "load_callable": "io",
+    "relabel": "io",
+    "mixing_matrix": "mixing",
+    "validate": "mixing",
+    "parse": "spec",
+    "Spectrum": "spectral",
+    "beta": "spectral",
+    "lambda2": "spectral",
+    "rho": "spectral",
+    "spectral_gap": "spectral",
+    "spectrum": "spectral",
+    "one_peer_exponential": "timevarying",
+    "random_matchings": "timevarying",
+    "NodeView": "topology",
+    "TimeVaryingTopology": "topology",
+    "Topology": "topology",
+    **dict.fromkeys(("complete", "directed_exponential", "directed_random", "erdos_renyi",
+                     "exponential", "geometric", "grid", "hypercube", "path", "random_regular",
+                     "ring", "star", "torus", "watts_strogatz"), "builders"),
+}
+"""Public name -> the submodule defining it, imported when the name is first read."""
 
 __all__ = [
     # entry points
@@ -103,3 +113,16 @@ __all__ = [
     "DisconnectedGraphError",
     "NoSpectralGapError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'topologies' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -7,9 +7,9 @@ and imported by :func:`import_target`, the only parser and loader of such specs.
 
 Why it lives here: ``topologies`` is standalone (it imports nothing from ``gossip``) while
 ``gossip`` already depends on ``topologies``, so the lower layer holds the single copy and
-``gossip.registry`` re-exports it; a second, duplicated copy could drift. The price: importing
-``gossip.compress`` or ``gossip.algorithms`` alone now also loads ``topologies`` (networkx,
-about 0.1-0.3 s), which every run loads anyway for its graph.
+``gossip.registry`` re-exports it; a second, duplicated copy could drift. This module imports
+nothing but the standard library (``topologies/__init__`` loads its names lazily), so
+``gossip.compress`` and ``gossip.algorithms`` get it without networkx or scipy.
 """
 
 from __future__ import annotations

@@ -14,13 +14,16 @@ import difflib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
-
-from . import builders
 from .errors import SpecError
-from .io import GRAPH_SUFFIXES, load, load_callable
 from .registry import Registry, parse_target
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+# networkx, the builders and the graph-file readers (.io) are imported when a graph is built or
+# a file spec checked, not with this module: a script's --help lists the specs without them.
 
 __all__ = [
     "parse", "split", "convert", "canonical_name", "is_file_spec", "is_callable_spec",
@@ -53,13 +56,23 @@ class Param:
 
 @dataclass(frozen=True)
 class Entry:
-    """A named topology: its builder, parameters, and whether it is random (takes a seed)."""
+    """A named topology: its builder (a function of :mod:`topologies.builders`, by name, or
+    None for a time-varying one), parameters, and whether it is random (takes a seed)."""
 
     name: str
-    build: Callable[..., nx.Graph] | None
+    builder: str | None
     params: tuple[Param, ...] = ()
     random: bool = False
     help: str = ""
+
+    @property
+    def build(self) -> Callable[..., nx.Graph] | None:
+        """The builder function (imports :mod:`topologies.builders`, hence networkx)."""
+        if self.builder is None:
+            return None
+        from . import builders
+
+        return getattr(builders, self.builder)
 
     def usage(self) -> str:
         """e.g. 'watts-strogatz[:k=4,p=0.3]' or 'erdos-renyi:p=P'."""
@@ -85,26 +98,26 @@ def _registry(kind: str, entries: list[Entry]) -> Registry[Entry]:
 
 
 STATIC = _registry("topology", [
-    Entry("ring", builders.ring, help="cycle"),
-    Entry("path", builders.path, help="path (ring minus one edge)"),
-    Entry("torus", builders.torus, (_ROWS,), help="2-D periodic grid"),
-    Entry("grid", builders.grid, (_ROWS,), help="2-D grid"),
-    Entry("complete", builders.complete, help="all pairs"),
-    Entry("star", builders.star, help="node 0 linked to all"),
-    Entry("hypercube", builders.hypercube, help="n a power of 2"),
-    Entry("exponential", builders.exponential, help="i ~ i +- 2^k"),
-    Entry("directed-exponential", builders.directed_exponential, help="i -> i + 2^m"),
-    Entry("directed-random", builders.directed_random,
+    Entry("ring", "ring", help="cycle"),
+    Entry("path", "path", help="path (ring minus one edge)"),
+    Entry("torus", "torus", (_ROWS,), help="2-D periodic grid"),
+    Entry("grid", "grid", (_ROWS,), help="2-D grid"),
+    Entry("complete", "complete", help="all pairs"),
+    Entry("star", "star", help="node 0 linked to all"),
+    Entry("hypercube", "hypercube", help="n a power of 2"),
+    Entry("exponential", "exponential", help="i ~ i +- 2^k"),
+    Entry("directed-exponential", "directed_exponential", help="i -> i + 2^m"),
+    Entry("directed-random", "directed_random",
           (Param("p", float, "probability of each extra arc in [0, 1]", 0.2), _SEED), True,
           "directed ring + random arcs (use --weights push or pull)"),
-    Entry("erdos-renyi", builders.erdos_renyi,
+    Entry("erdos-renyi", "erdos_renyi",
           (Param("p", float, "edge probability in (0, 1]"), _SEED), True, "G(n, p), connected"),
-    Entry("regular", builders.random_regular,
+    Entry("regular", "random_regular",
           (Param("k", int, "degree, 1 <= k < n"), _SEED), True, "random k-regular, connected"),
-    Entry("geometric", builders.geometric,
+    Entry("geometric", "geometric",
           (Param("r", float, "connection radius in the unit square"), _SEED), True,
           "random geometric, connected"),
-    Entry("watts-strogatz", builders.watts_strogatz,
+    Entry("watts-strogatz", "watts_strogatz",
           (Param("k", int, "even ring-lattice degree", 4), Param("p", float, "rewiring "
            "probability in [0, 1]", 0.3), _SEED), True, "small world, connected"),
 ])
@@ -132,6 +145,8 @@ _ALIASES = {
 
 def spec_help() -> str:
     """Multi-line list of every valid spec form (used in error messages and --help)."""
+    from .io import GRAPH_SUFFIXES
+
     lines = [f"  {e.usage():<28} {e.help}" for e in (*STATIC.values(), *TIME_VARYING.values())]
     lines.append(f"  {'PATH':<28} graph file ({' '.join(GRAPH_SUFFIXES)})")
     lines.append(f"  {'module:function':<28} function(n) returning a networkx graph")
@@ -154,6 +169,8 @@ def is_file_spec(spec: str) -> bool:
     target = parse_target(spec)
     if target is not None and not target.params and target.module.endswith(".py"):
         return False
+    from .io import GRAPH_SUFFIXES
+
     return ("/" in spec or os.sep in spec or spec.lower().endswith(GRAPH_SUFFIXES)
             or os.path.isfile(spec))
 
@@ -217,6 +234,8 @@ def parse(spec: str, n: int | None, seed: int = 0) -> nx.Graph:
 
     For a graph file, n may be None (take the file's size); otherwise the file must have n nodes.
     """
+    from .io import load, load_callable
+
     if not isinstance(spec, str) or not spec.strip():
         raise SpecError(f"empty topology spec {spec!r}; valid specs:\n{spec_help()}")
     spec = spec.strip()

@@ -105,7 +105,8 @@ class AdaptiveGossip(Algorithm):
 
     def setup(self, block: Block) -> None:
         z = torch.zeros_like(block.x)
-        block.state.update(m=z, v=z.clone(), grad=torch.zeros_like(z), step=torch.zeros_like(z))
+        block.state.update(m=z, v=z.clone())
+        block.workspace.update(grad=torch.zeros_like(z), step=torch.zeros_like(z))  # per round
 
     def scratch(self, block: Block, name: str, width: int) -> torch.Tensor:
         """An [m, width] work tensor of the block's dtype (kept between rounds, one per name and
@@ -169,12 +170,12 @@ class DADAM(AdaptiveGossip):
 
     def step(self, block: Block) -> Round:
         st = block.state
-        adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
+        adam_moments_(st["m"], st["v"], block.gradients(block.workspace["grad"]), self.beta1, self.beta2)
         v = st["v"]
         if self.amsgrad:
             v = torch.maximum(st["v_max"], v, out=st["v_max"])
         yield from self.mix(block, [block.x], self.gossip_steps)
-        block.x.sub_(preconditioned(st["m"], v, self.eps, st["step"]),
+        block.x.sub_(preconditioned(st["m"], v, self.eps, block.workspace["step"]),
                      alpha=scheduled(self.eta, block.round))
 
 
@@ -207,18 +208,18 @@ class TrackedAMSGrad(AdaptiveGossip):
     def setup(self, block: Block) -> None:
         super().setup(block)
         x = block.x
-        block.state.update(v_max=torch.full_like(x, self.eps), u=torch.full_like(x, self.eps),
-                           v_new=torch.zeros_like(x))
+        block.state.update(v_max=torch.full_like(x, self.eps), u=torch.full_like(x, self.eps))
+        block.workspace["v_new"] = torch.zeros_like(x)
 
     def step(self, block: Block) -> Round:
         st = block.state
-        adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
-        u, v_max, v_new = st["u"], st["v_max"], st["v_new"]
+        adam_moments_(st["m"], st["v"], block.gradients(block.workspace["grad"]), self.beta1, self.beta2)
+        u, v_max, v_new = st["u"], st["v_max"], block.workspace["v_new"]
         torch.maximum(v_max, st["v"], out=v_new)
         yield from self.mix(block, [block.x, u], self.gossip_steps)
         u.sub_(v_max).add_(v_new)
         v_max.copy_(v_new)
-        denom = torch.clamp(u, min=self.eps, out=st["step"]).sqrt_()
+        denom = torch.clamp(u, min=self.eps, out=block.workspace["step"]).sqrt_()
         block.x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, block.round))
 
 
@@ -265,19 +266,20 @@ class ChocoAMSGrad(TrackedAMSGrad):
     def setup(self, block: Block) -> None:
         super().setup(block)
         z = torch.zeros_like(block.x)
-        block.state.update(x_hat=z, u_hat=z.clone(), s_x=z.clone(), s_u=z.clone(), diff=torch.zeros_like(z))
+        block.state.update(x_hat=z, u_hat=z.clone(), s_x=z.clone(), s_u=z.clone())
+        block.workspace["diff"] = torch.zeros_like(z)
 
     def step(self, block: Block) -> Round:
         st, x = block.state, block.x
-        adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
-        u, v_max, v_new = st["u"], st["v_max"], st["v_new"]
+        adam_moments_(st["m"], st["v"], block.gradients(block.workspace["grad"]), self.beta1, self.beta2)
+        u, v_max, v_new = st["u"], st["v_max"], block.workspace["v_new"]
         torch.maximum(v_max, st["v"], out=v_new)
         u.sub_(v_max).add_(v_new)
         v_max.copy_(v_new)
-        denom = torch.clamp(u, min=self.eps, out=st["step"]).sqrt_()
+        denom = torch.clamp(u, min=self.eps, out=block.workspace["step"]).sqrt_()
         x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, block.round))
         pairs = ((x, st["x_hat"], st["s_x"]), (u, st["u_hat"], st["s_u"]))
-        diffs = (st["diff"], self.scratch(block, "diff_u", x.shape[1]))
+        diffs = (block.workspace["diff"], self.scratch(block, "diff_u", x.shape[1]))
         for (vec, hat, s), diff in zip(pairs, diffs):
             vec.add_(torch.sub(s, hat, out=diff), alpha=self.gamma)
             torch.sub(vec, hat, out=diff)
@@ -331,8 +333,8 @@ class DESLOC(AdaptiveGossip):
 
     def step(self, block: Block) -> Round:
         st, t, x = block.state, block.round, block.x
-        adam_moments_(st["m"], st["v"], block.gradients(st["grad"]), self.beta1, self.beta2)
-        direction = preconditioned(st["m"], st["v"], self.eps, st["step"])
+        adam_moments_(st["m"], st["v"], block.gradients(block.workspace["grad"]), self.beta1, self.beta2)
+        direction = preconditioned(st["m"], st["v"], self.eps, block.workspace["step"])
         if self.clip:
             direction.clamp_(-self.clip, self.clip)
         x.sub_(direction, alpha=scheduled(self.eta, t))

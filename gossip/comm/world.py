@@ -12,7 +12,6 @@ like a silent neighbor does during an exchange, instead of hanging the job.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Mapping
@@ -21,22 +20,8 @@ import numpy as np
 import torch
 
 from gossip.comm.base import Transport, check_timeout
+from gossip.comm.launch import launched_by_mpi, launcher_rank  # noqa: F401 (also read from here)
 from gossip.errors import CommConfigError
-
-_LAUNCHER_VARS = ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")
-
-
-def launched_by_mpi() -> bool:
-    """True when this process was started by mpiexec/mpirun (checked without importing MPI)."""
-    return any(v in os.environ for v in _LAUNCHER_VARS)
-
-
-def launcher_rank() -> int:
-    """This process's rank as the launcher announced it (0 when not under mpiexec)."""
-    for var in ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 0
 
 
 class World:

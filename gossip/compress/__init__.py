@@ -57,12 +57,14 @@ import copy
 import inspect
 from collections.abc import Callable
 
+from gossip.catalog import COMPRESSOR_SPECS, PLUGIN_COMPRESSOR
 from gossip.compress.base import Compressor, Payload
-from gossip.compress.codec import Codec
+from gossip.compress.codec import Codec, reference_kernels
 from gossip.compress.dense import Bf16, Fp16, Identity
 from gossip.compress.lowrank import LowRank
 from gossip.compress.pertensor import PerTensor
 from gossip.compress.quantize import QSGD, LeadQuantizer, Natural
+from gossip.compress.rows import pack_bits, unpack_bits
 from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
 from gossip.compress.vote import Vote
@@ -77,6 +79,9 @@ __all__ = [
     "Compressor",
     "Codec",
     "Payload",
+    "reference_kernels",
+    "pack_bits",
+    "unpack_bits",
     "make",
     "available",
     "usage",
@@ -194,7 +199,7 @@ def available() -> list[str]:
 
 def usage() -> str:
     """One line per registered compressor: how to write its spec (for ``--help`` and errors)."""
-    return "; ".join(_usage_of(name) for name in COMPRESSORS) + "; or module:Class[:PARAMS]"
+    return "; ".join(_usage_of(name) for name in COMPRESSORS) + f"; or {PLUGIN_COMPRESSOR}"
 
 
 def make(spec: str, layout: Layout | None = None) -> Compressor:
@@ -363,23 +368,23 @@ def _ratio_or_k(spec: str, text: str) -> tuple[float | None, int | None]:
     return r, None
 
 
-for _name, _build, _forms, _usage, _cls in (
-    ("none", _plain(Identity), None, None, Identity),
-    ("fp16", _plain(Fp16), None, None, Fp16),
-    ("bf16", _plain(Bf16), None, None, Bf16),
-    ("topk", _topk, ("topk:RATIO", "topk:K"),
-     "topk:RATIO (0 < RATIO <= 1, e.g. topk:0.01) or topk:K (integer K >= 1)", TopK),
-    ("randk", _randk, ("randk:RATIO", "randk:K", "randk:RATIO:unbiased", "randk:K:unbiased"),
-     "randk:RATIO or randk:K, optionally :unbiased (e.g. randk:0.01:unbiased)", RandK),
-    ("sign", _plain(ScaledSign), None, None, ScaledSign),
-    ("sign_l1", _plain(ScaledSign), None, None, ScaledSign),
-    ("sign_l2", _plain(ScaledSignL2), None, None, ScaledSignL2),
-    ("qsgd", _qsgd, ("qsgd:BITS", "qsgd:s=LEVELS", "qsgd:BITS:biased", "qsgd:s=LEVELS:biased"),
-     "qsgd:BITS (1..16, also '4bit') or qsgd:s=LEVELS (1..65536), optionally :biased", QSGD),
-    ("lead", _lead, ("lead:BITS",), "lead:BITS (1..16, also '2bit')", LeadQuantizer),
-    ("natural", _plain(Natural), None, None, Natural),
-    ("lowrank", _lowrank, ("lowrank:RANK",), "lowrank:RANK (integer RANK >= 1)", LowRank),
-    ("vote", _vote, ("vote", "vote:ties"), "vote or vote:ties (unscaled signs, a zero plane with :ties)", Vote),
-):
+_BUILTINS: dict[str, tuple[Builder, type[Codec]]] = {
+    "none": (_plain(Identity), Identity),
+    "fp16": (_plain(Fp16), Fp16),
+    "bf16": (_plain(Bf16), Bf16),
+    "topk": (_topk, TopK),
+    "randk": (_randk, RandK),
+    "sign": (_plain(ScaledSign), ScaledSign),
+    "sign_l1": (_plain(ScaledSign), ScaledSign),
+    "sign_l2": (_plain(ScaledSignL2), ScaledSignL2),
+    "qsgd": (_qsgd, QSGD),
+    "lead": (_lead, LeadQuantizer),
+    "natural": (_plain(Natural), Natural),
+    "lowrank": (_lowrank, LowRank),
+    "vote": (_vote, Vote),
+}
+# names, spec forms and usage lines come from gossip.catalog (read by --help without torch)
+for _name, (_forms, _usage) in COMPRESSOR_SPECS.items():
+    _build, _cls = _BUILTINS[_name]
     _claim(_cls.kind, _cls, _name)
     register_compressor(_name, _build, forms=_forms, usage=_usage, replace=True)

@@ -1,41 +1,53 @@
 """``Codec``: the shared skeleton of every compressor here (header, sizes, validation, out=).
 
-A concrete compressor describes its message body with a few hooks and never touches the header:
+A compressor describes its message body and never touches the header. ``_sections(shape,
+dtype)`` gives the typed sections of the body (sizes depend only on shape, dtype and the spec;
+raise :class:`CompressionError` for shapes it cannot compress). The body is then written in one
+of two forms:
 
-* ``_sections(shape, dtype)``: the typed sections of the body (sizes depend only on shape,
-  dtype and the spec), raising :class:`CompressionError` for shapes it cannot compress;
-* ``_encode_body(x, generator, views)``: fill the section views from ``x`` (contiguous);
-  returns the payload ``parts`` (usually ``views`` plus cached extras);
-* ``_parse_body(views, shape, dtype)``: validate a received body, return its ``parts``;
-* ``_decode_body(parts, shape, dtype, out)`` and ``_decode_add_body(..., out, weight)``:
-  write / accumulate the decoded tensor into a contiguous ``out`` of the payload's dtype.
+* **the batch form** (how to write a new compressor): ``_encode_batch(X, rng, views)`` fills
+  the sections of every row of ``X`` ([m, d], one message per row; ``views[name]`` is that
+  section of every row, [m, count]), ``_decode_batch(views, out)`` writes the decoded rows into
+  ``out`` ([m, d]) and the optional ``_check_batch(views)`` raises :class:`CompressionError` on
+  a received body no sender writes. A single tensor is a batch of one row, so the same code
+  serves one node per process and thousands of nodes in one process, and a block of nodes
+  costs a few tensor ops, not a loop over rows. Randomized ones draw from ``rng``, a
+  :class:`gossip.rng.Stream` over the rows, whose row r is row r's own stream (the same bytes
+  whatever the batch).
+* **the per-tensor form**: ``_encode_body(x, generator, views)``, ``_parse_body(views, shape,
+  dtype)``, ``_decode_body(parts, shape, dtype, out)`` and ``_decode_add_body(...)`` on one
+  tensor; blocks then loop over rows unless a fast block kernel is registered.
 
+Either form is the compressor's **reference**. Fast kernels are optional and registered per
+compressor as hooks: the numpy twins ``_encode_host`` / ``_parse_host`` / ``_decode_host`` /
+``_decode_add_host`` (CPU float32/float64 messages, where a numpy call costs well under a µs
+against a few µs per torch op: what dominates d ~ 10³–10⁵), and ``_fast_encode_rows`` /
+``_fast_decode_add_rows`` for blocks. Each gives the bytes of the reference and its decoded
+values up to the rounding of the weighted add; ``tests/compress/test_kernels.py`` checks every
+registered compressor against its reference, which :func:`reference_kernels` selects.
+Reductions whose value travels (sign's ‖x‖₁, QSGD's ‖x‖₂) and random draws are torch calls on
+every path, since numpy sums in another order.
+
+Everything that depends only on (shape, dtype, device) is computed once (:class:`.wire.Plan`:
+sections, header bytes, a zeroed message template), and ``no_grad`` is entered only on the
+torch path and only when grad mode is on. Payloads of the numpy path keep their sections as
+numpy views (``Payload.host``); ``Payload.parts`` turns them into torch views on first access.
 The same hooks serve the per-tensor wrapper (:mod:`gossip.compress.pertensor`), which lays the
 bodies of several tensors after one header.
-
-CPU tensors (float32/float64, ``bits.USE_NUMPY``) take a numpy fast path when the compressor
-defines the twin hooks ``_encode_host`` / ``_parse_host`` / ``_decode_host`` /
-``_decode_add_host``: they work on numpy views of the message and of ``out``, where a numpy
-call costs well under a µs against a few µs per torch op, which is what dominates small
-tensors (d ~ 10³–10⁵). The twins give the same bytes and decoded values as the torch hooks
-(``tests/compress/test_compress_host.py`` runs both); reductions whose value travels (sign's ‖x‖₁,
-QSGD's ‖x‖₂) and random draws stay torch calls on both paths, since numpy sums in another
-order. Everything that depends only on (shape, dtype, device) is computed once
-(:class:`.wire.Plan`: sections, header bytes, a zeroed message template), and ``no_grad`` is
-entered only on the torch path and only when grad mode is on. Payloads of the numpy path keep
-their sections as numpy views (``Payload.host``); ``Payload.parts`` turns them into torch views
-on first access.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from gossip.compress import bits
+from gossip.compress import rows as _rows
 from gossip.compress.base import Compressor, Payload, _row_block
 from gossip.compress.checks import (
     FLOAT_DTYPES,
@@ -44,6 +56,7 @@ from gossip.compress.checks import (
     check_dtype,
     check_generator,
     no_grad,
+    nonfinite,
     quiet,
     shared_workspace,
 )
@@ -57,7 +70,7 @@ from gossip.compress.wire import (
     new_buffer,
     numel_of,
 )
-from gossip.errors import CompressionError
+from gossip.errors import CompressionError, ContractError
 from gossip.rng import as_generator, as_stream
 
 
@@ -66,6 +79,38 @@ def _bump_public(tensors: tuple[torch.Tensor, ...]) -> None:
 
 
 _bump = getattr(torch._C, "_increment_version", _bump_public)
+
+_reference = False
+
+
+@contextmanager
+def reference_kernels() -> Iterator[None]:
+    """Run every compressor on its reference code only (its batch or per-tensor torch hooks,
+    blocks through the batch form or a loop over rows): no numpy twin, no fast block kernel.
+    What the kernels are checked against; a context manager (not thread-safe)."""
+    global _reference
+    saved = _reference, bits.USE_NUMPY
+    _reference, bits.USE_NUMPY = True, False
+    try:
+        yield
+    finally:
+        _reference, bits.USE_NUMPY = saved
+
+
+def _as_rows(views: dict[str, Any]) -> dict[str, Any]:
+    """A single message's sections as a batch of one row ([1, count] views)."""
+    return {k: v.view(1, -1) if isinstance(v, torch.Tensor) else v for k, v in views.items()}
+
+
+def _finite_rows(X: torch.Tensor) -> torch.Tensor:
+    """[m] bool: whether row r of ``X`` is all finite (one summing pass; rows whose sum
+    overflows are looked at entry by entry)."""
+    fin = torch.isfinite(X.sum(1))
+    if not bool(fin.all()):
+        look = (~fin).nonzero().view(-1)
+        fin = fin.clone()
+        fin[look] = torch.isfinite(X.index_select(0, look)).all(1)
+    return fin
 
 
 class Codec(Compressor):
@@ -96,6 +141,29 @@ class Codec(Compressor):
     #: ``(host parts, out, weight) -> None``: ``out += weight * decode``
     _decode_add_host: ClassVar[Any] = None
 
+    # the batch form (see the module docstring); None: the class writes the per-tensor form
+    #: ``(X, rng, views) -> None``: fill ``views[name]`` ([m, count]) from ``X`` ([m, d])
+    _encode_batch: ClassVar[Any] = None
+    #: ``(views, out) -> None``: write the decoded rows into ``out`` ([m, d])
+    _decode_batch: ClassVar[Any] = None
+    #: ``(views) -> None``, optional: raise :class:`CompressionError` on a body no sender writes
+    _check_batch: ClassVar[Any] = None
+
+    # fast block kernels (optional): the contracts of ``encode_rows`` / ``decode_add_rows_``;
+    # they fall back to ``_encode_rows_ref`` / ``_decode_add_rows_ref`` for what they do not serve
+    _fast_encode_rows: ClassVar[Any] = None
+    _fast_decode_add_rows: ClassVar[Any] = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        batch = cls._encode_batch is not None
+        if batch != (cls._decode_batch is not None):
+            raise ContractError(f"{cls.__name__} defines only one of _encode_batch and "
+                                "_decode_batch: the batch form needs both")
+        if batch:
+            cls.uses_stream = True  # rng is a Stream over the batch's rows
+            cls.ordered_rows = cls._fast_decode_add_rows is None or cls.ordered_rows
+
     def __init__(self, spec: str) -> None:
         self.spec = spec
         self.check_finite = True
@@ -103,9 +171,8 @@ class Codec(Compressor):
         self._pl: dict[tuple[Any, ...], Plan] = {}
         cls = type(self)
         # how the numpy path validates a body: 0 nothing to check, 1 _parse_host, 2 torch
-        self._parse_mode = (
-            1 if cls._parse_host is not None else 2 if cls._parse_body is not Codec._parse_body else 0
-        )
+        checks = cls._parse_body is not Codec._parse_body or cls._check_batch is not None
+        self._parse_mode = 1 if cls._parse_host is not None else 2 if checks else 0
 
     @property
     def ws(self) -> Workspace:
@@ -126,22 +193,30 @@ class Codec(Compressor):
     def _sections(self, shape: tuple[int, ...], dtype: torch.dtype) -> Sections:
         ...
 
-    @abstractmethod
     def _encode_body(
-        self, x: torch.Tensor, generator: torch.Generator | None, v: dict[str, torch.Tensor]
+        self, x: torch.Tensor, generator: Any, v: dict[str, torch.Tensor]
     ) -> dict[str, Any]:
-        ...
+        """One tensor through the batch form: a batch of one row."""
+        self._need_form("_encode_body")
+        X = x.reshape(1, -1)
+        if self.check_finite and not bool(_finite_rows(X)[0]):
+            raise nonfinite(self.spec)
+        self._encode_batch(X, generator, _as_rows(v))
+        return v
 
     def _parse_body(
         self, v: dict[str, torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype
     ) -> dict[str, Any]:
+        if self._check_batch is not None:
+            self._check_batch(_as_rows(v))
         return v
 
-    @abstractmethod
     def _decode_body(
         self, parts: dict[str, Any], shape: tuple[int, ...], dtype: torch.dtype, out: torch.Tensor
     ) -> None:
-        ...
+        """One message through the batch form: a batch of one row."""
+        self._need_form("_decode_body")
+        self._decode_batch(_as_rows(parts), out.view(1, -1))
 
     def _decode_add_body(
         self,
@@ -151,9 +226,21 @@ class Codec(Compressor):
         out: torch.Tensor,
         weight: float,
     ) -> None:
+        """``out += weight·decode``. The per-tensor form rounds once (``add_(…, alpha=w)``); the
+        batch form rounds ``w·C(q)`` first, the rounding a block of rows adds with (one
+        multiply, then ``index_add_`` in row order), so both give the same bits."""
         tmp = self.ws.get("decode_add", out.numel(), dtype, out.device).view(out.shape)
         self._decode_body(parts, shape, dtype, tmp)
-        out.add_(tmp, alpha=weight)
+        if self._encode_batch is not None and weight != 1.0:
+            out.add_(tmp.mul_(weight))
+        else:
+            out.add_(tmp, alpha=weight)
+
+    def _need_form(self, hook: str) -> None:
+        if self._encode_batch is None:
+            raise ContractError(f"{type(self).__name__} writes neither the batch form "
+                                f"(_encode_batch, _decode_batch) nor {hook}: write one of them "
+                                "(docs/extending.md)")
 
     # ------------------------------------------------------------- plumbing
     def sections(self, shape: tuple[int, ...], dtype: torch.dtype) -> Sections:
@@ -261,13 +348,22 @@ class Codec(Compressor):
 
     def encode_rows(self, X: torch.Tensor, rng: Any = None, *,
                     out: torch.Tensor | None = None) -> torch.Tensor:
-        """The block version (contract in :meth:`Compressor.encode_rows`): the random draw of
-        every row is one batched call of ``rng`` (one hash pass over the block); each row is
-        then encoded by the single-tensor code path into its row of the block, so row r's
-        bytes are exactly those of ``encode(X[r], rng.row(r))``."""
+        """The block version (contract in :meth:`Compressor.encode_rows`): the fast kernel
+        when one is registered, else the reference (:meth:`_encode_rows_ref`)."""
+        if self._fast_encode_rows is not None and not _reference:
+            return self._fast_encode_rows(X, rng, out=out)
+        return self._encode_rows_ref(X, rng, out)
+
+    def _encode_rows_ref(self, X: torch.Tensor, rng: Any, out: torch.Tensor | None) -> torch.Tensor:
+        """The reference block encode: the batch form in one call; else each row by the
+        single-tensor path, its random draw taken for the whole block in one batched call of
+        ``rng`` (``_draw_rows``: one hash pass), so row r's bytes are exactly those of
+        ``encode(X[r], rng.row(r))``."""
+        if self._encode_batch is not None and _rows.is_block(X) and not self.stateful:
+            return self._encode_rows_batch(X, rng, out)
         if (self._draw_rows is None or not self.uses_stream or self.stateful or X.dim() < 2
                 or X.shape[0] == 0):
-            return super().encode_rows(X, rng, out=out)
+            return Compressor.encode_rows(self, X, rng, out=out)
         m = X.shape[0]
         like = X[0]
         plan = self.plan(like)
@@ -286,6 +382,86 @@ class Codec(Compressor):
                 exc.row = r
                 raise
         return block
+
+    @no_grad
+    def _encode_rows_batch(self, X: torch.Tensor, rng: Any, out: torch.Tensor | None) -> torch.Tensor:
+        """Every row through the batch form in one call, into the sections of the block."""
+        plan, X, block = _rows.start_encode(self, X, out)
+        if not X.is_contiguous():
+            X = X.contiguous()
+        if self.check_finite:
+            r = _rows.first(~_finite_rows(X))
+            if r is not None:
+                exc = nonfinite(self.spec)
+                exc.row = r
+                raise exc
+        if self.randomized:
+            check_generator(rng, X[0], self.spec)
+            rng = as_stream(rng)
+        self._encode_batch(X, rng, {name: _rows.section(block, plan, name) for name in plan.sec.names})
+        return block
+
+    def decode_add_rows_(self, out: torch.Tensor, block: torch.Tensor,
+                         weight: torch.Tensor | float = 1.0, *,
+                         rows: torch.Tensor | None = None, check: bool = True) -> torch.Tensor:
+        """The block version (contract in :meth:`Compressor.decode_add_rows_`): the fast kernel
+        when one is registered, else the reference (:meth:`_decode_add_rows_ref`)."""
+        if self._fast_decode_add_rows is not None and not _reference:
+            return self._fast_decode_add_rows(out, block, weight, rows=rows, check=check)
+        return self._decode_add_rows_ref(out, block, weight, rows, check)
+
+    def _decode_add_rows_ref(self, out: torch.Tensor, block: torch.Tensor, weight: Any,
+                             rows: torch.Tensor | None, check: bool) -> torch.Tensor:
+        """The reference block decode-add: the batch form decodes every row in one call into a
+        scratch block, multiplies it by the weights and adds it row after row (``index_add_``:
+        a repeated target adds in row order), the roundings of the single-message path; else
+        the loop over rows."""
+        st = _rows.start_decode(self, out, block, weight, rows, check) \
+            if self._decode_batch is not None else None
+        if st is None:
+            return Compressor.decode_add_rows_(self, out, block, weight, rows=rows, check=check)
+        with torch.no_grad():
+            plan, block, tgt, w, bad = st
+            views = {name: _rows.section(block, plan, name) for name in plan.sec.names}
+            if check:
+                self._refuse_rows(block, bad, views, lambda r: out[int(tgt[r])])
+            m, d = block.shape[0], out.shape[1]
+            tmp = _rows.scratch(self, "decode_batch", (m, d), out.dtype, out.device)
+            self._decode_batch(views, tmp)
+            if w is not None:
+                tmp.mul_(w.to(out.dtype))
+            _rows.add_rows_(out, None if rows is None else tgt, tmp, None, fused=False)
+        return out
+
+    def check_rows(self, block: torch.Tensor, like: torch.Tensor) -> None:
+        if self._decode_batch is None or not (_rows.is_block(block) and block.dtype == torch.uint8):
+            return super().check_rows(block, like)
+        plan = self.plan(like)
+        if block.shape[1] != plan.nbytes:
+            _rows.raise_row(0, lambda: self.from_bytes(block[0], like), "wrong message size")
+        if block.stride(1) != 1 or block.stride(0) % 8 or block.storage_offset() % 8:
+            block = _row_block(None, block.shape[0], plan.nbytes, block.device).copy_(block)
+        head = block[:, :HEADER_NBYTES].view(torch.int64).view(-1)
+        views = {name: _rows.section(block, plan, name) for name in plan.sec.names}
+        self._refuse_rows(block, head != _rows.header_int64(plan), views, lambda r: like)
+
+    def _refuse_rows(self, block: torch.Tensor, bad: torch.Tensor, views: dict[str, torch.Tensor],
+                     like_of: Any) -> None:
+        """Raise the ``from_bytes`` error of the first row that a wrong header (``bad``), a
+        NaN/Inf or negative scale, or ``_check_batch`` refuses; ``like_of(r)`` is row r's tensor."""
+        bad = _rows.value_mask(self, views, bad)
+        if self._check_batch is not None:
+            try:
+                self._check_batch(views)
+            except CompressionError:  # find the row: the single-message check names it
+                parse = lambda r: self.from_bytes(block[r], like_of(r))  # noqa: E731
+                r = next((r for r in range(block.shape[0]) if _refused(parse, r)), None)
+                if r is None:
+                    raise
+                _rows.raise_row(r, lambda: parse(r), "refused")
+        r = _rows.first(bad)
+        if r is not None:
+            _rows.raise_row(r, lambda: self.from_bytes(block[r], like_of(r)), "bad row")
 
     def _host_out(self, out: Any, payload: Payload) -> np.ndarray | None:
         """``out`` as a flat numpy array when the numpy decoders can write it, else None."""
@@ -437,6 +613,15 @@ class Codec(Compressor):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec!r})"
+
+
+def _refused(parse: Any, r: int) -> bool:
+    """Whether ``parse(r)`` raises :class:`CompressionError`."""
+    try:
+        parse(r)
+    except CompressionError:
+        return True
+    return False
 
 
 def _check_out(out: torch.Tensor, payload: Payload, name: str) -> None:

@@ -49,12 +49,12 @@ class Identity(Codec):
 
     # ----------------------------------------------------- blocks of nodes (rows)
     @no_grad
-    def encode_rows(self, X, rng=None, *, out=None):
+    def _fast_encode_rows(self, X, rng=None, *, out=None):
         """Vectorized: one copy of ``X`` into the value sections, a per-row sum as the check.
         When ``X`` is the value section of ``out`` itself (a tensor allocated in message
         rows, :meth:`gossip.engine.block.Block.message_tensor`), only the headers are written."""
         if not _rows.is_block(X):
-            return super().encode_rows(X, rng, out=out)
+            return self._encode_rows_ref(X, rng, out)
         plan, X, block = _rows.start_encode(self, X, out)
         vals = _rows.section(block, plan, "values")
         if not (vals.data_ptr() == X.data_ptr() and vals.stride() == X.stride()):
@@ -66,13 +66,13 @@ class Identity(Codec):
         return block
 
     @no_grad
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
+    def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized for float32/float64 (``out += w·v`` as the numpy path rounds it, or the
         fused add of the torch path); half types add row by row (their fused add rounds
         differently in torch's vector and scalar loops)."""
         st = _rows.start_values_decode(self, out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
+            return self._decode_add_rows_ref(out, block, weight, rows, check)
         block, tgt, w, vals = st
         if out.dtype not in (torch.float32, torch.float64):
             for r, t in enumerate(tgt.tolist()):
@@ -147,10 +147,10 @@ class Cast(Codec):
 
     # ----------------------------------------------------- blocks of nodes (rows)
     @no_grad
-    def encode_rows(self, X, rng=None, *, out=None):
+    def _fast_encode_rows(self, X, rng=None, *, out=None):
         """Vectorized: a per-row ``aminmax`` as the check, one cast-copy into the sections."""
         if not _rows.batch_encode(X):
-            return super().encode_rows(X, rng, out=out)
+            return self._encode_rows_ref(X, rng, out)
         plan, X, block = _rows.start_encode(self, X, out)
         if self.check_finite:
             lo, hi = torch.aminmax(X, dim=1)
@@ -161,11 +161,11 @@ class Cast(Codec):
         return block
 
     @no_grad
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
+    def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized: the fused add of the single-message path (values upcast exactly)."""
         st = _rows.start_values_decode(self, out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
+            return self._decode_add_rows_ref(out, block, weight, rows, check)
         block, tgt, w, vals = st
         _rows.add_rows_(out, None if rows is None else tgt, vals.to(out.dtype), w, fused=True)
         return out

@@ -236,7 +236,7 @@ class LevelQuantizer(Codec):
     # ------------------------------------------------------------ blocks of nodes
     ordered_rows: ClassVar[bool] = True
 
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
+    def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized: the codes of every row unpacked into one [m, d] block, then added as the
         single-message path adds them (bit for bit): the numpy path rounds (c − o)·(q·w) and
         adds it; the torch path adds it with ``addcmul`` (the same roundings); a strided row of
@@ -244,7 +244,7 @@ class LevelQuantizer(Codec):
         codes within the 2s + 1 levels of every row, the first bad row raising its error."""
         st = _rows.start_decode(self, out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
+            return self._decode_add_rows_ref(out, block, weight, rows, check)
         plan, block, tgt, w, bad = st
         m, d = block.shape[0], out.shape[1]
         scale = _rows.section(block, plan, "scale")  # [m, 1] of out's dtype
@@ -489,13 +489,13 @@ class Natural(Codec):
 
     ordered_rows: ClassVar[bool] = True
 
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
+    def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized: the float32 values of every row, ``(code << 23) | sign << 31``, added as
         the single-message path adds them (``out.add_(v, alpha=w)``, fused). ``check``: header
         and no exponent code 255 in any row (the first bad row raising its error)."""
         st = _rows.start_decode(self, out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
+            return self._decode_add_rows_ref(out, block, weight, rows, check)
         plan, block, tgt, w, bad = st
         m, d = block.shape[0], out.shape[1]
         exps = _rows.section(block, plan, "exps")  # [m, d] uint8

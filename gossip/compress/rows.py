@@ -334,6 +334,17 @@ def pack_rows(flags: torch.Tensor, d: int, out: torch.Tensor) -> None:
     out.copy_(t)  # keeps the low byte
 
 
+def pack_bits(flags: torch.Tensor, out: torch.Tensor) -> None:
+    """Pack every row of ``flags`` ([m, d] bool) into ``out`` ([m, ⌈d/8⌉] uint8, e.g. a
+    message section): bit i of byte j is entry 8j + i, the padding bits 0. For batch codecs."""
+    pack_rows(flags, flags.shape[1], out)
+
+
+def unpack_bits(packed: torch.Tensor, d: int) -> torch.Tensor:
+    """[m, d] uint8 0/1 from ``packed`` ([m, ⌈d/8⌉]), the inverse of :func:`pack_bits`."""
+    return unpack_rows(packed, d)
+
+
 def unpack_rows(packed: torch.Tensor, d: int) -> torch.Tensor:
     """[m, d] uint8 0/1 from the packed rows ``packed`` ([m, ⌈d/8⌉])."""
     if bits.numpy_path(packed.device):

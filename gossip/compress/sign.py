@@ -134,10 +134,10 @@ class ScaledSign(Codec):
         return X.abs().sum(1)
 
     @no_grad
-    def encode_rows(self, X, rng=None, *, out=None):
+    def _fast_encode_rows(self, X, rng=None, *, out=None):
         """Vectorized: the row norms (:meth:`_norm_rows`), the scales, ``X < 0`` packed per row."""
         if not _rows.batch_encode(X):
-            return super().encode_rows(X, rng, out=out)
+            return self._encode_rows_ref(X, rng, out)
         plan, X, block = _rows.start_encode(self, X, out)
         m, d = X.shape
         norms = self._norm_rows(X)
@@ -148,12 +148,12 @@ class ScaledSign(Codec):
         return block
 
     @no_grad
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
+    def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized: ±scale per row from the bits, added as the single-message path adds it
         (numpy path up to 2^18 entries: ``out += ±(scale·w)``; else fused ``out + w·(±scale)``)."""
         st = _rows.start_decode(self, out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
+            return self._decode_add_rows_ref(out, block, weight, rows, check)
         plan, block, tgt, w, bad = st
         d = out.shape[1]
         scale = _rows.section(block, plan, "scale")  # [m, 1]

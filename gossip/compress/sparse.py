@@ -338,14 +338,14 @@ class TopK(_KSparse):
 
     # ----------------------------------------------------- blocks of nodes (rows)
     @no_grad
-    def encode_rows(self, X, rng=None, *, out=None):
+    def _fast_encode_rows(self, X, rng=None, *, out=None):
         """Vectorized: one batched ``torch.topk`` of k + 1 magnitudes per row (sorted). A row
         whose k-th and (k+1)-th largest differ has exactly one top-k set: ``topk``'s indices,
         sorted. Rows with a tie there keep every entry above the k-th value and the first ones
         equal to it (a cumulative count): the set and order of :meth:`select`. The largest
         magnitude doubles as the NaN/Inf check, so the common case costs one host sync."""
         if not _rows.batch_encode(X):
-            return super().encode_rows(X, rng, out=out)
+            return self._encode_rows_ref(X, rng, out)
         plan, X, block = _rows.start_encode(self, X, out)
         m, d = X.shape
         vals = _rows.section(block, plan, "values")
@@ -371,7 +371,7 @@ class TopK(_KSparse):
             if self.check_finite:
                 bad = ~fin if isinstance(fin, torch.Tensor) else torch.from_numpy(~fin)
                 _rows.encode_error(self, X, bad, "NaN/Inf")
-            return super().encode_rows(X, rng, out=out)  # garbage, but the loop's garbage
+            return self._encode_rows_ref(X, rng, out)  # garbage, but the loop's garbage
         if tied is not None and tied.numel():
             At = A.index_select(0, tied)
             tt = tv[:, k - 1 : k].index_select(0, tied)
@@ -390,13 +390,13 @@ class TopK(_KSparse):
         return block
 
     @no_grad
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
+    def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized: the checks of :meth:`from_bytes` on every row (index range and order,
         or the bitmap's count and tail), then one ``index_add_`` of ``w·v`` (rounded before
         the add, as both single-message paths do; a row's indices are distinct)."""
         st = self._start_rows_decode(out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
+            return self._decode_add_rows_ref(out, block, weight, rows, check)
         plan, block, tgt, w, bad, vals = st
         d = out.shape[1]
         m, k = vals.shape
@@ -579,12 +579,12 @@ class RandK(_KSparse):
 
     # ----------------------------------------------------- blocks of nodes (rows)
     @no_grad
-    def decode_add_rows_(self, out, block, weight=1.0, *, rows=None, check=True):
+    def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized add: each row's index set comes from its seed (memoized, on the host),
         then one ``index_add_`` of ``w·v`` for the block, with a single message's rounding."""
         st = self._start_rows_decode(out, block, weight, rows, check)
         if st is None:
-            return super().decode_add_rows_(out, block, weight, rows=rows, check=check)
+            return self._decode_add_rows_ref(out, block, weight, rows, check)
         plan, block, tgt, w, bad, vals = st
         d = out.shape[1]
         seeds = _rows.section(block, plan, "seed").view(-1)

@@ -110,6 +110,7 @@ class Engine:
                 oracle=oracles(i, gen) if oracles is not None else None,
             )
             self.nodes[i] = node
+            self._check_oracle(node)
             try:  # a spec that cannot fit this model (top-k with k > d) is refused before round 1
                 node.compressor.max_nbytes(x)
             except CompressionError as exc:
@@ -154,6 +155,23 @@ class Engine:
         """The block's routing for a round's topology (cached per topology object)."""
         return self._plans.get(topo, lambda: MixPlan.build(topo, self.block.ids,
                                                            self.transport.is_local, self.device))
+
+    def _check_oracle(self, node: Node) -> None:
+        """Refuse a problem whose gradients come in another dtype or device than the models
+        (they would fail in round 1 inside a torch kernel)."""
+        problem = getattr(node.oracle, "problem", None)
+        if problem is None:
+            return
+        device = torch.device(problem.device)
+        same_device = device.type == self.device.type and (
+            device.index is None or self.device.index is None or device.index == self.device.index)
+        for what, have, want, same in (("dtype", problem.dtype, self.dtype, problem.dtype == self.dtype),
+                                       ("device", device, self.device, same_device)):
+            if not same:
+                raise ConfigError(
+                    f"node {node.id}'s gradient oracle computes in {what} {have} (its problem's) but "
+                    f"the models are {want}: build the problem with {what}={want} or run the engine "
+                    f"with {what}={have} (the scripts' --{what} sets both)", node=node.id)
 
     def _check_config(self, oracles: Any) -> None:
         """Refuse, before any message, what this algorithm cannot run on: its

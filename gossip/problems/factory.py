@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from gossip.catalog import DEFAULT_L1
+from gossip.catalog import PROBLEMS as BUILTIN_PROBLEMS
 from gossip.errors import ProblemError
 from gossip.problems.base import Problem
 from gossip.problems.data import load_libsvm, partition, synthetic
@@ -27,9 +29,6 @@ _BUILDERS: dict[str, ProblemBuilder] = BUILDERS.objects
 PROBLEMS: list[str] = []
 """Registered problem names (kept in sync by :func:`register_problem`)."""
 
-DEFAULT_L1 = {"lasso": 0.02, "l1-logistic": 1e-3}
-"""The lasso's l1 = 0.02 follows the LEAD paper's experiment (docs/experiments.md#lasso); the
-logistic value keeps a sparse but non-trivial solution on the default synthetic data."""
 
 
 def register_problem(name: str, build: ProblemBuilder, *, replace: bool = False) -> ProblemBuilder:
@@ -145,7 +144,7 @@ def _make_glm(
     return L1Logistic(A, b, l1, l2, **kw)
 
 
-for _name in ("least-squares", "logistic", "lasso", "l1-logistic"):
+for _name in BUILTIN_PROBLEMS:
     register_problem(_name, _glm(_name))
 
 

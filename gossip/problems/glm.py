@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-import scipy.linalg
-import scipy.sparse.linalg
 import torch
 
 from gossip.errors import ProblemError
@@ -50,6 +48,9 @@ def _as_numpy64(a: ArrayLike) -> np.ndarray:
 
 def _gram_extremes(A: np.ndarray) -> tuple[float, float]:
     """``λ_max`` and ``λ_min`` of ``AᵀA/m`` (``λ_min = 0`` when ``m < d``), in float64."""
+    import scipy.linalg  # here, not on import: see gossip.problems.solvers
+    import scipy.sparse.linalg
+
     m, d = A.shape
     if min(m, d) <= DENSE_EIG_MAX:
         G = (A @ A.T) if m < d else (A.T @ A)
@@ -228,6 +229,8 @@ class GLM(Problem):
         """Smoothness of the average ``f`` (≤ ``smoothness().L``), for the central solver's step."""
         if self.dim > DENSE_EIG_MAX:
             return self.smoothness().L
+        import scipy.linalg
+
         H, _ = least_squares_hessian(self.numpy_data(), 0.0)
         return self.curvature * float(scipy.linalg.eigvalsh(H)[-1]) + self.l2
 

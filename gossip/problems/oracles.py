@@ -32,11 +32,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from gossip.catalog import ESTIMATORS
 from gossip.errors import ProblemError
 from gossip.problems.base import Problem, check_node
 from gossip.problems.glm import GLM
-
-ESTIMATORS = ("full", "sgd", "lsvrg", "saga")
 
 
 class Oracle(ABC):

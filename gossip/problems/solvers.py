@@ -16,11 +16,11 @@ import logging
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import scipy.linalg
-import scipy.sparse.linalg
-from scipy.special import expit
 
 from gossip.errors import ProblemError
+
+# scipy is imported by the solvers that use it, when they first run: problems built without an
+# exact optimum (and the training code, which imports gossip.problems.data) never load it.
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,8 @@ def least_squares_hessian(data: Data, l2: float) -> tuple[np.ndarray, np.ndarray
 
 def solve_least_squares(data: Data, l2: float) -> np.ndarray:
     """Minimizer of ``(1/n) Σ_i ‖A_i x − b_i‖²/(2 m_i) + (l2/2)‖x‖²`` (normal equations)."""
+    import scipy.linalg
+
     H, c = least_squares_hessian(data, l2)
     try:
         return scipy.linalg.solve(H, c, assume_a="pos")
@@ -60,6 +62,8 @@ def solve_least_squares(data: Data, l2: float) -> np.ndarray:
 
 def logistic_value_grad(data: Data, l2: float, x: np.ndarray) -> tuple[float, np.ndarray]:
     """``f(x)`` and ``∇f(x)`` of ``(1/n) Σ_i (1/m_i) Σ_l log(1 + exp(−b_l a_lᵀx)) + (l2/2)‖x‖²``."""
+    from scipy.special import expit
+
     val = 0.5 * l2 * float(x @ x)
     grad = l2 * x
     for (A, b), w in zip(data, _weights(data), strict=True):
@@ -77,6 +81,10 @@ def solve_logistic(data: Data, l2: float, gtol: float = 1e-13) -> np.ndarray:
     :data:`NEWTON_MAX_DIM` dimensions, above by conjugate gradients with Hessian-vector products
     (the ``d × d`` Hessian is never formed).
     """
+    import scipy.linalg
+    import scipy.sparse.linalg
+    from scipy.special import expit
+
     d = data[0][0].shape[1]
     ws = _weights(data)
 

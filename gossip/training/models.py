@@ -14,10 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gossip.catalog import MODELS, NORMS
 from gossip.errors import ConfigError
-
-MODELS = ("mlp", "cnn", "resnet20")
-NORMS = ("batch", "group", "none")
 
 
 def norm2d(kind: str, channels: int) -> nn.Module:

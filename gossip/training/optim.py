@@ -18,10 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 import torch
 from torch import nn
 
+from gossip.catalog import OPTIMIZERS, SCHEDULES
 from gossip.errors import ConfigError
-
-OPTIMIZERS = ("sgd", "momentum", "nesterov", "adam", "adamw")
-SCHEDULES = ("constant", "step", "cosine")
 
 
 def make_optimizer(

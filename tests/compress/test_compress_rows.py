@@ -4,15 +4,14 @@ per-row weights, ``rows=`` permutations, ties, errors that name the row)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 
-from gossip.compress import available, bits, make
+from gossip.compress import bits, make
 from gossip.compress import rows as _rows
 from gossip.compress.base import row_stride
 from gossip.errors import CompressionError
+from tests.helpers.compressor_specs import concrete_specs
 
 try:
     from gossip.rng import Stream
@@ -20,15 +19,6 @@ except ImportError:  # the per-node streams land with the randomized block metho
     Stream = None
 
 SEED = 1234
-
-
-def concrete_specs() -> list[str]:
-    """One spec per registered form (placeholders filled), plus the top-k wire variants."""
-    fill = {"RATIO": "0.1", "K": "3", "BITS": "4", "LEVELS": "3", "RANK": "2"}
-    out = []
-    for form in available():
-        out.append(re.sub(r"[A-Z]+", lambda mt: fill[mt.group()], form))
-    return out + ["topk:0.5", "topk:0.01", "qsgd:12", "lead:8"]
 
 
 SPECS = concrete_specs()

@@ -172,3 +172,20 @@ def test_exit_status_hints_at_smaller_steps_only_after_a_divergence():
     with pytest.raises(SystemExit) as exc:
         exit_status({"run": "c", "status": "failed: boom"})
     assert str(exc.value.code) == "error: 1 of 1 run(s) did not finish (c: failed: boom)"
+
+
+@pytest.mark.parametrize("problem_dtype", ["float32", "float64"])
+def test_a_problem_in_another_dtype_is_refused_before_round_1(problem_dtype):
+    import torch
+
+    import topologies
+    from gossip import Engine, make_problem
+    from gossip.algorithms import make_algorithm
+    from gossip.errors import ConfigError
+
+    problem = make_problem("least-squares", n_nodes=4, dim=10, dtype=getattr(torch, problem_dtype))
+    engine_dtype = torch.float64 if problem_dtype == "float32" else torch.float32
+    with pytest.raises(ConfigError, match=f"computes in dtype torch.{problem_dtype}.*--dtype"):
+        Engine(make_algorithm("dpsgd", eta=0.01), topologies.build("ring", 4),
+               lambda i: torch.zeros(10, dtype=engine_dtype),
+               oracles=lambda i, gen: problem.oracle(i, gen), dtype=engine_dtype)

@@ -1,0 +1,136 @@
+"""Every registered compressor's fast kernels against its reference, property-based.
+
+A compressor's reference is the code its author wrote (the batch form, or the per-tensor
+torch hooks with blocks as a loop over rows); its fast kernels (numpy twins, block kernels)
+are optional and registered per compressor. :func:`gossip.compress.reference_kernels`
+switches every kernel off, so one generic test compares them: the same bytes for every row
+and single message, the same decoded values, the weighted adds of a block (repeated targets
+included) up to the rounding of ``w·C(q)``, and the same refused row.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from gossip.compress import make, reference_kernels
+from gossip.compress.wire import HEADER_NBYTES
+from gossip.errors import CompressionError
+from gossip.rng import Stream
+from tests.helpers.compressor_specs import concrete_specs
+
+#: every registered form, and the batch-form example of docs/extending.md
+SPECS = concrete_specs() + ["examples.my_parts:StochasticInt8"]
+STATELESS = [s for s in SPECS if not make(s).stateful]
+#: row lengths around the kernels' switch points (bytes of bits, a block of 8, long rows)
+LENGTHS = st.one_of(st.integers(1, 40), st.sampled_from([255, 256, 1000, 2001, 40_000]))
+DTYPES = st.sampled_from([torch.float32, torch.float64])
+
+
+def draw_rows(seed: int, m: int, d: int, dtype: torch.dtype) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(m, d, generator=g, dtype=dtype) * torch.rand(m, 1, generator=g, dtype=dtype) * 10
+    X[:, :: max(1, d // 5)] = 0.0  # exact zeros: ties of top-k, sign(0), empty quantizer levels
+    return X
+
+
+def compressible(spec: str, x: torch.Tensor) -> bool:
+    """Whether ``spec`` takes a tensor like ``x`` (top-k:3 refuses d < 3)."""
+    try:
+        make(spec).max_nbytes(x)
+    except CompressionError:
+        return False
+    return True
+
+
+def encode_both(spec: str, X: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``encode_rows`` of ``X`` with the fast kernels and with the reference only."""
+    out = []
+    for ref in (False, True):
+        c = make(spec)
+        rng = Stream(seed, list(range(X.shape[0]))) if c.randomized else None
+        if rng is not None:
+            rng.begin_round(3)
+        if ref:
+            with reference_kernels():
+                out.append(c.encode_rows(X, rng).clone())
+        else:
+            out.append(c.encode_rows(X, rng).clone())
+    return out[0], out[1]
+
+
+@pytest.mark.parametrize("spec", STATELESS)
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31), m=st.integers(1, 5), d=LENGTHS, dtype=DTYPES)
+def test_block_kernels_match_the_reference(spec, seed, m, d, dtype):
+    X = draw_rows(seed, m, d, dtype)
+    assume(compressible(spec, X[0]))
+    fast, ref = encode_both(spec, X, seed)
+    assert torch.equal(fast, ref), f"{spec}: encode_rows bytes differ from the reference"
+
+    c = make(spec)
+    rng = Stream(seed, list(range(m))) if c.randomized else None
+    for r in range(m):  # a row is its own single message, on either path
+        row_rng = None
+        if rng is not None:
+            rng.begin_round(3)
+            row_rng = rng.row(r)
+        assert torch.equal(c.encode(X[r], row_rng).to_bytes(), ref[r]), f"{spec}: row {r}"
+        with reference_kernels():
+            decoded_ref = c.decode(c.from_bytes(ref[r], X[r]))
+        assert torch.equal(c.decode(c.from_bytes(ref[r], X[r])), decoded_ref), f"{spec}: decode"
+
+    g = torch.Generator().manual_seed(seed + 1)
+    k = max(1, m - 1)  # fewer targets than rows: some repeat, and must add in row order
+    rows = torch.randint(0, k, (m,), generator=g)
+    weight = torch.rand(m, generator=g, dtype=torch.float64) * 2 - 0.5
+    base = torch.randn(k, d, generator=g, dtype=dtype)
+    got, want = base.clone(), base.clone()
+    c.decode_add_rows_(got, fast, weight, rows=rows)
+    with reference_kernels():
+        make(spec).decode_add_rows_(want, ref, weight, rows=rows)
+    eps = torch.finfo(dtype).eps
+    bound = (base.abs() + X.abs().amax() * 4 * m).amax()
+    assert (got - want).abs().max() <= 8 * m * eps * bound, f"{spec}: decode_add_rows_"
+
+
+@pytest.mark.parametrize("spec", STATELESS)
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31), m=st.integers(2, 5), d=st.integers(1, 300))
+def test_a_corrupt_row_is_refused_alike(spec, seed, m, d):
+    """Both paths refuse the same row of a block with a wrong header byte."""
+    X = draw_rows(seed, m, d, torch.float32)
+    assume(compressible(spec, X[0]))
+    _, ref = encode_both(spec, X, seed)
+    bad = seed % m
+    ref[bad, 2] ^= 0x7F  # the compressor kind
+    rows = []
+    for use_ref in (False, True):
+        c = make(spec)
+        with pytest.raises(CompressionError) as info:
+            if use_ref:
+                with reference_kernels():
+                    c.check_rows(ref, X[0])
+            else:
+                c.check_rows(ref, X[0])
+        rows.append(getattr(info.value, "row", None))
+    assert rows == [bad, bad]
+
+
+@pytest.mark.parametrize("spec", [s for s in SPECS if make(s).stateful])
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31), d=st.sampled_from([4, 36, 100, 1000]), dtype=DTYPES)
+def test_single_message_kernels_match_the_reference(spec, seed, d, dtype):
+    """Stateful compressors (low-rank) encode one node at a time: same bytes, same values."""
+    x = draw_rows(seed, 1, d, dtype)[0]
+    assume(compressible(spec, x))
+    fast, ref = make(spec), make(spec)
+    a = fast.encode(x).to_bytes().clone()
+    with reference_kernels():
+        b = ref.encode(x).to_bytes().clone()
+        vb = ref.decode(ref.from_bytes(b, x))
+    assert torch.equal(a[:HEADER_NBYTES], b[:HEADER_NBYTES])
+    assert torch.equal(a, b), f"{spec}: bytes differ from the reference"
+    assert torch.equal(fast.decode(fast.from_bytes(a, x)), vb)
