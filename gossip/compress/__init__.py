@@ -64,11 +64,11 @@ from gossip.compress.dense import Bf16, Fp16, Identity
 from gossip.compress.lowrank import LowRank
 from gossip.compress.pertensor import PerTensor
 from gossip.compress.quantize import QSGD, LeadQuantizer, Natural
-from gossip.compress.rows import pack_bits, unpack_bits
+from gossip.compress.rows import GRAIN_SIZE, pack_bits, unpack_bits
 from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
 from gossip.compress.vote import Vote
-from gossip.compress.wire import KINDS, PER_TENSOR
+from gossip.compress.wire import HEADER_NBYTES, KINDS, PER_TENSOR
 from gossip.errors import CompressionError
 from gossip.layout import Layout
 from gossip.plugins import PluginError
@@ -80,6 +80,8 @@ __all__ = [
     "Codec",
     "Payload",
     "reference_kernels",
+    "HEADER_NBYTES",
+    "GRAIN_SIZE",
     "pack_bits",
     "unpack_bits",
     "make",

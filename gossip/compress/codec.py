@@ -433,6 +433,61 @@ class Codec(Compressor):
             _rows.add_rows_(out, None if rows is None else tgt, tmp, None, fused=False)
         return out
 
+    # ------------------------------------------------------------ chunks of messages
+    def split_rows(self, block: torch.Tensor, like: torch.Tensor, n: int, *,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+        """The bodies of the ``n`` chunks of every message of ``block`` ([m, nbytes] messages
+        of tensors like ``like``, ``d`` entries): a [m, n, ``body_nbytes((d/n,), dtype)``]
+        uint8 tensor whose ``[r, j]`` is the body (no header) of the message of chunk j of row
+        r, as :attr:`splits` defines it: a section with one value per entry is cut, a section
+        the message holds once (a scale) is repeated in every chunk. So a chunk costs its own
+        entries' bits plus the message's scalars, and a receiver of :meth:`framed_rows` decodes
+        it to chunk j of the row's ``C(x)``. ``out``: a reused [m, n, ≥body] uint8 tensor.
+        Raises :class:`CompressionError` for a compressor that does not split, or a ``d`` that
+        does not cut into whole sections (bit planes need chunks of a multiple of 8 entries)."""
+        d, n = like.numel(), int(n)
+        if not self.splits:
+            raise CompressionError(f"{self.spec}: its messages do not cut into the messages of "
+                                   "their chunks (only entry-wise compressors do: none, fp16, "
+                                   "bf16, sign, sign_l1, sign_l2, vote)")
+        if n < 1 or d % n:
+            raise CompressionError(f"{self.spec}: {d} entries do not cut into {n} equal chunks")
+        whole = self.plan(like)
+        part = self.sections((d // n,), like.dtype)
+        m = block.shape[0]
+        if block.dim() != 2 or block.shape[1] != whole.nbytes:
+            raise CompressionError(f"{self.spec}: split_rows needs [m, {whole.nbytes}] messages, "
+                                   f"got {tuple(block.shape)}")
+        if out is not None and out.shape[:2] == (m, n) and out.shape[2] >= part.nbytes:
+            res = out[:, :, : part.nbytes]
+        else:
+            res = torch.zeros((m, n, part.nbytes), dtype=torch.uint8, device=block.device)
+        for name, a, b, _, dt in whole.slots:
+            i = part.names.index(name)
+            cnt, off = part.counts[i], part.offsets[i]
+            size = cnt * dt.itemsize
+            src, dst = block[:, a:b], res[:, :, off : off + size]
+            if b - a == size:  # once per message: in every chunk
+                dst.copy_(src.unsqueeze(1).expand(m, n, size))
+            elif b - a == n * size:  # one value per entry: cut
+                dst.copy_(src.reshape(m, n, size))
+            else:
+                raise CompressionError(f"{self.spec}: its {name} section ({b - a} bytes for {d} "
+                                       f"entries) does not cut into {n} chunks of {size} bytes "
+                                       "(bit planes need chunks of a multiple of 8 entries)")
+        return res
+
+    def framed_rows(self, k: int, like: torch.Tensor, *,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+        """``k`` messages of tensors like ``like`` with their headers written and their bodies
+        (``block[:, HEADER_NBYTES:]``) left to fill, e.g. with the bodies of
+        :meth:`split_rows` that travelled without a header; :meth:`decode_add_rows_` and
+        :meth:`check_rows` then read them. ``out``: a reused block, as in :meth:`encode_rows`."""
+        plan = self.plan(like)
+        block = _row_block(out, int(k), plan.nbytes, like.device)
+        block[:, :HEADER_NBYTES].view(torch.int64).fill_(_rows.header_int64(plan))
+        return block
+
     def check_rows(self, block: torch.Tensor, like: torch.Tensor) -> None:
         if self._decode_batch is None or not (_rows.is_block(block) and block.dtype == torch.uint8):
             return super().check_rows(block, like)

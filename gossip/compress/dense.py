@@ -21,6 +21,7 @@ class Identity(Codec):
     The NaN/Inf check is a sum of the copied values (one read pass, no host sync on CPU).
     """
 
+    splits: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     sends_values_in_place: ClassVar[bool] = True
     kind: ClassVar[int] = 1
@@ -117,6 +118,7 @@ class Cast(Codec):
     Bytes: ``8 + 2d``. The check is one ``aminmax`` (one host sync on CUDA).
     """
 
+    splits: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     unbiased: ClassVar[bool] = False
     wire: ClassVar[torch.dtype]

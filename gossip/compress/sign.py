@@ -31,6 +31,7 @@ class ScaledSign(Codec):
     check reads ‖x‖₁, which the scale needs anyway.
     """
 
+    splits: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     kind: ClassVar[int] = 6
     scale_sections: ClassVar[tuple[str, ...]] = ("scale",)

@@ -35,6 +35,7 @@ class Vote(Codec):
     ``vote:ties``); the NaN/Inf check is a sum of the input (one read pass).
     """
 
+    splits: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     bounded_variance: ClassVar[bool] = False
     kind: ClassVar[int] = 22
