@@ -454,6 +454,7 @@ class Codec(Compressor):
             raise CompressionError(f"{self.spec}: {d} entries do not cut into {n} equal chunks")
         whole = self.plan(like)
         part = self.sections((d // n,), like.dtype)
+        part8 = self.sections((8 * (d // n),), like.dtype)  # a cut section grows with the chunk
         m = block.shape[0]
         if block.dim() != 2 or block.shape[1] != whole.nbytes:
             raise CompressionError(f"{self.spec}: split_rows needs [m, {whole.nbytes}] messages, "
@@ -467,9 +468,10 @@ class Codec(Compressor):
             cnt, off = part.counts[i], part.offsets[i]
             size = cnt * dt.itemsize
             src, dst = block[:, a:b], res[:, :, off : off + size]
-            if b - a == size:  # once per message: in every chunk
+            grows = part8.counts[i] == 8 * cnt  # whole bytes per entry (bit planes: 8 | chunk)
+            if b - a == size and part8.counts[i] == cnt:  # once per message: in every chunk
                 dst.copy_(src.unsqueeze(1).expand(m, n, size))
-            elif b - a == n * size:  # one value per entry: cut
+            elif b - a == n * size and grows:  # one value per entry: cut
                 dst.copy_(src.reshape(m, n, size))
             else:
                 raise CompressionError(f"{self.spec}: its {name} section ({b - a} bytes for {d} "
