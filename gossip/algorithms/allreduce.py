@@ -30,15 +30,23 @@ entries) and a server error ``s_i`` (its chunk, ``c`` entries)::
 ``scale`` is ``‖z‖₂/√len`` for ``sign_l2`` (norm preserving, DeepSpeed's choice) or
 ``‖z‖₁/len`` for ``sign_l1`` (the ``sign`` compressor's).
 
+The codec is a registered compressor (:func:`gossip.compress.make`), the same the gossip methods
+take: ``a_i σ_i`` is its message of ``z_i`` and phase 1 sends chunk j of that message
+(:meth:`gossip.compress.Codec.split_rows`: chunk j of the bits, the scale in each), the server
+encodes ``r_j`` with it, and both sides decode through it. Any compressor whose messages cut
+into chunks (``splits``) serves; error feedback is on for the lossy ones with a bounded error.
+
 ``codec="vote"`` is signSGD's majority vote on the same routing: phase 1 carries the signs only
 (``c`` bits), node j returns ``sgn(Σ_i sgn(u_i))`` on its chunk, and a tie (possible for even n
 only) gives 0, sent as a second bit plane (so ``2c`` bits back for even n, ``c`` for odd n).
-No scales, no error feedback. For 1-bit codecs ``D'`` is a multiple
+No scales, no error feedback: the ballots are the ``vote`` compressor, the result
+``vote:ties`` for even n. For 1-bit codecs ``D'`` is a multiple
 of ``n·lcm(n, 8)`` so that every chunk packs into whole bytes; the padding entries take part in
 the scales (as in DeepSpeed). Per node and call that is ``2(n−1)(c/8 + itemsize)`` bytes, about
 2 bits per coordinate. Scales travel in the working dtype (4 bytes in float32).
 
-Messages: a phase-1 message is ``[a_i][chunk j of σ_i]`` (the scale's bytes in the working
+Messages are the compressor's bodies without its 8-byte header (the routing fixes every
+size): a phase-1 message is ``[a_i][chunk j of σ_i]`` (the scale's bytes in the working
 dtype, then the packed signs; bit k set for a negative entry), ``[chunk j of σ_i]`` for
 ``vote``, the chunk's values for ``none``; a phase-2 message ``[b_j][τ_j]``, ``[τ_j][tie
 plane]`` (``vote``, the tie plane for even n only) or the averaged chunk (``none``).
