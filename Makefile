@@ -10,6 +10,8 @@ NODES ?= 8
 install: $(STAMP)
 
 $(STAMP): setup.cfg pyproject.toml
+	@echo "Installing gossip and its dependencies (torch CPU, mpi4py, mpich, ...) into $(VENV):"
+	@echo "the first time only, a few minutes (about 1.5 GB); later calls reuse it."
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# torch 2.13.0 CPU build first, so the range in setup.cfg installs nothing more.
@@ -21,7 +23,7 @@ $(STAMP): setup.cfg pyproject.toml
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
-# the quick loop while editing: skips tests marked slow (MPI launches, long runs); < 3 min
+# the quick loop while editing: skips tests marked slow (MPI launches, long runs); ~2.5 min on 2 cores
 test-fast: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow"
 

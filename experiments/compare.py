@@ -428,10 +428,15 @@ def main(argv: list[str] | None = None) -> str:
               for label, _, summary, status in rows
               if (summary.get("status", status) if status == "ok" else status) != "ok"]
     if failed and not args.no_run:
-        raise SystemExit(f"error: {len(failed)} of {len(rows)} run(s) did not finish "
-                         f"({'; '.join(failed)})")
+        from gossip.errors import RunFailed
+
+        raise RunFailed(f"{len(failed)} of {len(rows)} run(s) did not finish ({'; '.join(failed)})")
     return text
 
 
 if __name__ == "__main__":
-    main()
+    from types import SimpleNamespace
+
+    from gossip.cli import guarded
+
+    guarded(main, world_of=lambda: SimpleNamespace(size=1, rank=0, is_root=True))  # no MPI here

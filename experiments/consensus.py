@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import re
 import sys
 from pathlib import Path
@@ -25,6 +26,7 @@ from gossip import catalog  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_run_arguments,
+    check_memory,
     checkpoint_options,
     exit_status,
     gamma_value,
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 log = logging.getLogger("gossip.consensus")
+
+MEMORY_FLAGS = "--nodes, --dim or --shape (or run under mpiexec to spread the nodes over ranks)"
 
 
 def averaging() -> list[str]:
@@ -148,7 +152,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from gossip.runner import execute
     from gossip.tuning import tune_gamma
 
-    world, topology = setup(args)
     try:
         cls = algorithm_class(args.algorithm)
     except GossipError as exc:
@@ -156,8 +159,18 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if cls.requires.gradients:
         raise SystemExit(f"--algorithm {args.algorithm} needs gradients and consensus has none: use "
                          f"one of {', '.join(averaging())} here, or experiments/optimize.py or train.py")
+    gaussian = args.init == "gaussian"
+
+    def memory(world, topology=None, shape=None) -> None:
+        shape = shape or parse_shape(args)
+        check_memory(args, world, numel=math.prod(shape), algorithms=[cls],
+                     compressors=args.compressor, lower=MEMORY_FLAGS, topology=topology,
+                     nodes=args.nodes, shape=shape)
+
+    world, topology = setup(args, before_topology=memory if gaussian else None)
     data = load_init(args, topology.n)
     shape = parse_shape(args, data)
+    memory(world, topology, shape)
     layout = Layout([shape]) if len(shape) > 1 else None
     x0 = initial_vectors(args, data, shape)
     gammas = split_per_run(args.gamma, len(args.compressor), "--gamma")
@@ -200,8 +213,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if args.plot:
             from gossip.plot import plot_runs
 
-            path = plot_runs(curves, args.plot, metric="consensus_error",
-                             title=f"consensus on {topology.name}, n={topology.n}, d={int(np.prod(shape))}")
+            path = plot_runs(curves, args.plot, metric="consensus_error_rel",
+                             title=f"consensus on {topology.name}, n={topology.n}, d={int(np.prod(shape))}",
+                             flag="--plot")
             log.info("plot written to %s", path)
     return rows
 
@@ -209,12 +223,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
 def table_row(label: str, records: list[dict], summary: dict, target_rel: float) -> dict:
     from gossip.metrics import first_reach
 
-    initial = records[0]["consensus_error"] if records else float("nan")
-    reached = first_reach(records, "consensus_error", target_rel * initial)
+    reached = first_reach(records, "consensus_error_rel", target_rel)
     final = records[-1] if records else {}
     return {
         "run": label,
-        "final_rel_error": final.get("consensus_error", float("nan")) / initial if initial else 0.0,
+        "final_rel_error": 0.0 if final.get("consensus_error_rel", 0) is None
+        else final.get("consensus_error_rel", float("nan")),
         "rounds_to_target": reached["round"] if reached else None,
         "bits_to_target": reached["bits_per_node"] if reached else None,
         "ms_per_round": 1e3 * summary["seconds_per_round"],
@@ -227,7 +241,7 @@ def format_table(rows: list[dict], target: float) -> str:
             "| ms/round | status |")
     lines = [head, "|---|---|---|---|---|---|"]
     for r in rows:
-        rounds = "—" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
+        rounds = "not reached" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
         bits = "—" if r["bits_to_target"] is None else f"{r['bits_to_target']:.3g}"
         lines.append(f"| {r['run']} | {r['final_rel_error']:.3g} | {rounds} | {bits} "
                      f"| {r['ms_per_round']:.3f} | {r['status']} |")
@@ -235,4 +249,4 @@ def format_table(rows: list[dict], target: float) -> str:
 
 
 if __name__ == "__main__":
-    guarded(lambda: exit_status(main()))
+    guarded(lambda: exit_status(main()), memory_hint="--nodes, --dim or --shape")

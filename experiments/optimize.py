@@ -33,6 +33,7 @@ from gossip.cli import (  # noqa: E402
     gamma_value,
     guarded,
     parse_hparams,
+    positive_float,
     positive_int,
     run_label,
     setup,
@@ -79,7 +80,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--compare", nargs="+", default=None, metavar="ALG[@COMPRESSOR]",
                    help="run several algorithms, e.g. lead@lead:2 nids dgd choco@lead:2 "
                         "beer@topk:0.1; plots distance to optimum vs rounds and bits")
-    a.add_argument("--eta", type=float, default=None,
+    a.add_argument("--eta", type=positive_float, default=None,
                    help="step size (default: what the algorithm suggests for the problem, e.g. 1/L "
                         "with full gradients, 1/(6 L_max) sampled, 0.2/L for gradient tracking)")
     a.add_argument("--gamma", type=gamma_value, default=None,
@@ -246,14 +247,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"| run | final distance to x* | rounds to {args.target:g} | bits/node to "
               f"{args.target:g} | ms/round | status |\n|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['run']} | {r['final']:.3g} | {r['rounds'] if r['rounds'] is not None else '—'}"
+            print(f"| {r['run']} | {r['final']:.3g} | {r['rounds'] if r['rounds'] is not None else 'not reached'}"
                   f" | {'—' if r['bits'] is None else format(r['bits'], '.3g')} | {r['ms']:.3f} "
                   f"| {r['status']} |")
         if args.plot:
             from gossip.plot import plot_runs
 
             plot_runs(curves, args.plot, metric="distance_to_optimum",
-                      title=f"{args.problem} on {topology.name}, n={topology.n}")
+                      title=f"{args.problem} on {topology.name}, n={topology.n}", flag="--plot")
     return rows
 
 

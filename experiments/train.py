@@ -37,7 +37,9 @@ from gossip.cli import (  # noqa: E402
     checkpoint_options,
     exit_status,
     guarded,
+    non_negative_float,
     parse_hparams,
+    positive_float,
     positive_int,
     run_label,
     setup,
@@ -136,10 +138,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     o.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
                    help=f"{', '.join(OPTIMIZERS)} (default momentum; algorithms other than "
                         f"{', '.join(optimizer_algorithms)} take the plain gradient: sgd only)")
-    o.add_argument("--lr", type=float, default=0.1,
+    o.add_argument("--lr", type=positive_float, default=0.1,
                    help="learning rate (the step eta of algorithms without a local optimizer)")
-    o.add_argument("--momentum", type=float, default=0.9, help="momentum of momentum/nesterov")
-    o.add_argument("--weight-decay", type=float, default=0.0,
+    o.add_argument("--momentum", type=non_negative_float, default=0.9, help="momentum of momentum/nesterov")
+    o.add_argument("--weight-decay", type=non_negative_float, default=0.0,
                    help="weight decay (an L2 term of the gradient for algorithms without a local "
                         "optimizer)")
     o.add_argument("--no-decay-1d", action="store_true",
@@ -156,7 +158,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     s.add_argument("--min-lr-factor", type=float, default=0.0,
                    help="final multiplier of the cosine schedule")
     r = p.add_argument_group("length and evaluation")
-    r.add_argument("--epochs", type=float, default=20.0, help="training length in epochs")
+    r.add_argument("--epochs", type=positive_float, default=20.0, help="training length in epochs")
     r.add_argument("--rounds", type=positive_int, default=None,
                    help="training length in rounds (overrides --epochs)")
     r.add_argument("--eval-every", type=float, default=1.0,
@@ -413,9 +415,10 @@ def plot(path: str, label: str, records: list[dict], topology: Any) -> None:
     from gossip.plot import plot_runs
 
     title = f"{label} on {topology.name}, n={topology.n}"
-    out = plot_runs({label: records}, path, metric="test_accuracy", logy=False, title=title)
+    out = plot_runs({label: records}, path, metric="test_accuracy", logy=False, title=title,
+                    flag="--plot")
     loss = Path(path).with_name(Path(path).stem + "-loss" + (Path(path).suffix or ".png"))
-    plot_runs({label: records}, loss, metric="train_loss", title=title)
+    plot_runs({label: records}, loss, metric="train_loss", title=title, flag="--plot")
     log.info("plots written to %s and %s", out, loss)
 
 

@@ -86,6 +86,8 @@ class Traits:
         compressor: ``requires.compressor`` (``"identity"``: only ``none``).
         complete: ``requires.graph.complete`` (an all-reduce: ``--topology complete`` only).
         tunable: ``tunable`` (hyper-parameters ``--gamma auto`` and the like may search).
+        state_copies: ``state_copies`` (model-sized vectors per node; :mod:`gossip.memory`).
+        neighbor_copies: ``neighbor_copies`` (model-sized vectors per node and neighbor).
     """
 
     gradients: bool = True
@@ -94,6 +96,8 @@ class Traits:
     compressor: str = "any"
     complete: bool = False
     tunable: tuple[str, ...] = ()
+    state_copies: int = 4
+    neighbor_copies: int = 0
 
 
 def traits_of(cls: Any) -> Traits:
@@ -101,40 +105,42 @@ def traits_of(cls: Any) -> Traits:
     requires = cls.requires
     return Traits(gradients=bool(requires.gradients), trains=bool(cls.trains),
                   takes_optimizer=bool(cls.takes_optimizer), compressor=requires.compressor,
-                  complete=bool(requires.graph.complete), tunable=tuple(cls.tunable))
+                  complete=bool(requires.graph.complete), tunable=tuple(cls.tunable),
+                  state_copies=int(cls.state_copies), neighbor_copies=int(cls.neighbor_copies))
 
 
-_AVERAGING = Traits(gradients=False, trains=False)
-_ALLREDUCE = Traits(compressor="identity", complete=True)
+_AVERAGING = {"gradients": False, "trains": False}
+_ALLREDUCE = {"compressor": "identity", "complete": True}
 
 ALGORITHMS: dict[str, Traits] = {
-    "gossip": _AVERAGING,
-    "dpsgd": Traits(takes_optimizer=True),
-    "choco": Traits(gradients=False, takes_optimizer=True, tunable=("gamma",)),
-    "deepsqueeze": Traits(gradients=False, takes_optimizer=True, tunable=("gamma",)),
-    "dcd": Traits(gradients=False),
-    "ecd": Traits(gradients=False),
-    "lead": Traits(compressor="bounded-variance"),
-    "prox-lead": Traits(compressor="bounded-variance"),
-    "powergossip": Traits(gradients=False, takes_optimizer=True, compressor="identity"),
-    "beer": Traits(),
-    "diging": Traits(compressor="identity"),
-    "extra": Traits(compressor="identity"),
-    "c-gt": Traits(tunable=("gamma",)),
-    "push-sum": Traits(gradients=False, tunable=("gamma",)),
-    "cpp": Traits(tunable=("gamma",)),
-    "docom": Traits(tunable=("gamma",)),
-    "motef": Traits(),
-    "c-ecl": Traits(compressor="stateless", tunable=("theta",)),
-    "onebit-adam": _ALLREDUCE,
-    "zero-one-adam": _ALLREDUCE,
-    "onebit-lamb": _ALLREDUCE,
-    "signum": _ALLREDUCE,
-    "adasum": _ALLREDUCE,
-    "dadam": Traits(compressor="identity"),
-    "tracked-amsgrad": Traits(compressor="identity"),
-    "choco-amsgrad": Traits(tunable=("gamma",)),
-    "desloc": Traits(compressor="identity"),
+    "gossip": Traits(**_AVERAGING, state_copies=3),
+    "dpsgd": Traits(takes_optimizer=True, state_copies=4),
+    "choco": Traits(gradients=False, takes_optimizer=True, tunable=("gamma",), state_copies=6),
+    "deepsqueeze": Traits(gradients=False, takes_optimizer=True, tunable=("gamma",), state_copies=7),
+    "dcd": Traits(gradients=False, state_copies=5),
+    "ecd": Traits(gradients=False, state_copies=5),
+    "lead": Traits(compressor="bounded-variance", state_copies=10),
+    "prox-lead": Traits(compressor="bounded-variance", state_copies=10),
+    "powergossip": Traits(gradients=False, takes_optimizer=True, compressor="identity",
+                          state_copies=4, neighbor_copies=1),
+    "beer": Traits(state_copies=11),
+    "diging": Traits(compressor="identity", state_copies=15),
+    "extra": Traits(compressor="identity", state_copies=11),
+    "c-gt": Traits(tunable=("gamma",), state_copies=15),
+    "push-sum": Traits(gradients=False, tunable=("gamma",), state_copies=9),
+    "cpp": Traits(tunable=("gamma",), state_copies=15),
+    "docom": Traits(tunable=("gamma",), state_copies=17),
+    "motef": Traits(state_copies=11),
+    "c-ecl": Traits(compressor="stateless", tunable=("theta",), state_copies=4, neighbor_copies=3),
+    "onebit-adam": Traits(**_ALLREDUCE, state_copies=10),
+    "zero-one-adam": Traits(**_ALLREDUCE, state_copies=13),
+    "onebit-lamb": Traits(**_ALLREDUCE, state_copies=13),
+    "signum": Traits(**_ALLREDUCE, state_copies=6),
+    "adasum": Traits(**_ALLREDUCE, state_copies=12),
+    "dadam": Traits(compressor="identity", state_copies=9),
+    "tracked-amsgrad": Traits(compressor="identity", state_copies=15),
+    "choco-amsgrad": Traits(tunable=("gamma",), state_copies=15),
+    "desloc": Traits(compressor="identity", state_copies=6),
 }
 """The built-in algorithms' :class:`Traits`, in registration order (a copy of what their classes
 declare; a test compares it with :func:`traits_of` of each registered class)."""

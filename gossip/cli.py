@@ -97,6 +97,30 @@ def _int_at_least(text: str, low: int) -> int:
     return value
 
 
+def positive_float(text: str) -> float:
+    """a positive finite number"""
+    return _finite(text, strict=True)
+
+
+def non_negative_float(text: str) -> float:
+    """a non-negative finite number"""
+    return _finite(text, strict=False)
+
+
+positive_float.toml_type = non_negative_float.toml_type = float  # type: ignore[attr-defined]
+
+
+def _finite(text: str, strict: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value) or value < 0 or (strict and value == 0):
+        what = "a positive" if strict else "a non-negative"
+        raise argparse.ArgumentTypeError(f"expected {what} finite number, got {text!r}")
+    return value
+
+
 def seconds(text: str) -> float:
     """a positive number of seconds"""
     from gossip.comm.base import check_timeout
@@ -134,6 +158,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                    help="seconds to wait for a neighbor before stopping with an error naming it "
                         "(default 120)")
     g.add_argument("--log-every", type=positive_int, default=10, help="log every K rounds (default 10)")
+    from gossip.memory import add_memory_argument
+
+    add_memory_argument(g)
     g.add_argument("--out", default=None, help="JSON-lines log file (default: none)")
     g.add_argument("--plot", default=None, help="write a PNG plot here")
     g.add_argument("--progress", action="store_true", help="show a progress bar (rank 0)")
@@ -149,8 +176,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "run); finished runs are replayed from their records")
 
 
-def setup(args: argparse.Namespace) -> tuple[World, Any]:
-    """Threads, logging, the MPI world and the validated topology, before any message is sent."""
+def setup(args: argparse.Namespace, before_topology: Any = None) -> tuple[World, Any]:
+    """Threads, logging, the MPI world and the validated topology, before any message is sent.
+
+    ``before_topology(world)`` runs once the world is known, before the graph is built (a
+    memory check of the run's size, see :func:`check_memory`)."""
     import torch
 
     from gossip.comm.world import World
@@ -170,23 +200,79 @@ def setup(args: argparse.Namespace) -> tuple[World, Any]:
         raise SystemExit(f"error: --device {args.device}: only cpu and cuda devices are supported")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for, but torch sees no CUDA device")
-    check_outputs(args)
+    check_outputs(args, world.is_root)
     if args.device.startswith("cuda") and world.size > 1:
         torch.cuda.set_device(world.rank % torch.cuda.device_count())
+    if before_topology is not None:
+        before_topology(world)
     return world, build_topology(args, world)
 
 
-def check_outputs(args: argparse.Namespace) -> None:
-    """--out and --plot, checked before any round: distinct files, a plot format that exists."""
+def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms: list[Any],
+                 compressors: list[str], lower: str, topology: Any = None, nodes: int | None = None,
+                 shape: tuple[int, ...] | None = None, extra: dict[str, float] | None = None) -> None:
+    """Refuse, before anything is allocated, a run larger than the memory this process may use
+    (:mod:`gossip.memory`; ``--max-memory`` replaces the machine's figure).
+
+    ``numel`` entries per node, the largest of ``algorithms``' (classes) ``state_copies`` (+
+    ``neighbor_copies`` x the topology's largest degree), one message per node of the largest
+    of ``compressors`` and, under MPI, one received per remote neighbor; ``extra`` adds the
+    script's own allocations (a problem's data). Without a ``topology`` (the check before it is
+    built, from ``nodes``) the graph is counted at its smallest. Under MPI the share of the rank
+    with the most nodes is checked. ``lower``: the flags named in the refusal.
+    """
+    from gossip import memory
+
+    n = topology.n if topology is not None else (nodes or 8)
+    local = memory.local_share(n, world.size)
+    itemsize = 8 if getattr(args, "dtype", "float32") == "float64" else 4
+    fp = memory.Footprint()
+    degree = 0
+    if topology is not None:
+        degree = int(topology.at_round(1).degrees().max()) if n > 1 else 0
+    else:
+        fp.add("graph", n * 1200.0)  # a ring's networkx graph and CSR weights (measured)
+    message = max([memory.message_bytes(c, numel, itemsize, shape) for c in compressors] or [0.0])
+    state = max((cls.state_copies + cls.neighbor_copies * degree, cls.state_copies, cls.neighbor_copies)
+                for cls in algorithms)
+    memory.block_footprint(nodes=local, numel=numel, itemsize=itemsize, state_copies=state[1],
+                           neighbor_copies=state[2], degree=degree, message=message,
+                           remote_rows=local * degree if world.size > 1 else 0, footprint=fp)
+    fp.add("per-node objects", local * 4096.0)
+    for name, nbytes in (extra or {}).items():
+        fp.add(name, nbytes)
+    where = f"rank {world.rank}'s share: {local} of {n} nodes" if world.size > 1 else ""
+    memory.check(fp, lower=lower, limit=getattr(args, "max_memory", None), where=where)
+
+
+def check_outputs(args: argparse.Namespace, root: bool = True) -> None:
+    """--out, --plot and --checkpoint-dir (or --resume), checked before anything runs: each
+    can be created and written (nothing is created or truncated here), --out and --plot are
+    distinct files, and the plot's format is one matplotlib writes. ``root``: this process
+    writes the log and the plot (under MPI only rank 0 does; every rank writes checkpoints)."""
+    from gossip.outputs import check_writable
+
     out, plot = getattr(args, "out", None), getattr(args, "plot", None)
-    if plot is None:
+    paths = [("--out", out, False), ("--plot", plot, False)] if root else []
+    paths += [("--checkpoint-dir", getattr(args, "checkpoint_dir", None), True),
+              ("--resume", getattr(args, "resume", None), True)]
+    for flag, path, directory in paths:
+        problem = None if path is None else check_writable(path, flag, directory)
+        if problem:
+            raise SystemExit(problem)
+    if plot is None or not root:
         return
     if out is not None and Path(out).resolve() == Path(plot).resolve():
         raise SystemExit(f"error: --plot and --out are the same file ({plot}); the plot would "
                          "overwrite the log: give the plot its own name, e.g. run.png")
     suffix = Path(plot).suffix.lower().lstrip(".")
     if suffix:
-        from matplotlib.backend_bases import FigureCanvasBase
+        try:
+            from matplotlib.backend_bases import FigureCanvasBase
+        except ImportError as exc:
+            raise SystemExit(f"error: --plot {plot} needs matplotlib, which cannot be imported "
+                             f"({exc}); install it (pip install matplotlib) or leave --plot "
+                             "out") from None
 
         formats = FigureCanvasBase.get_supported_filetypes()
         if suffix not in formats:
@@ -300,12 +386,16 @@ def checkpoint_options(args: argparse.Namespace, index: int) -> dict[str, Any]:
         if not any(resume.glob("run*/manifest.json")):
             raise SystemExit(f"error: --resume {args.resume} holds no checkpoint (no "
                              "run*/manifest.json); to start a new run use --checkpoint-dir")
+    from gossip.config import flag_defaults
+
     return {"checkpoint_dir": os.path.join(root, f"run{index:02d}"),
-            "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None}
+            "checkpoint_every": args.checkpoint_every, "resume": args.resume is not None,
+            "flags": flag_defaults(args)}
 
 
 def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
-    """After a script printed its table: exit non-zero unless every run ended "ok".
+    """After a script printed its table: raise :class:`gossip.errors.RunFailed` (exit status 1
+    under :func:`guarded`) unless every run ended "ok".
 
     ``rows`` are the script's table rows (one dict or a list), each with ``run`` and ``status``.
     """
@@ -315,7 +405,9 @@ def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
         hint = ("; a diverged run wants a smaller step (--eta, --lr) or consensus step (--gamma, or "
                 "--gamma auto where offered), or another compressor"
                 if any(str(r.get("status", "")).startswith("diverged") for r in rows) else "")
-        raise SystemExit(f"error: {len(bad)} of {len(rows)} run(s) did not finish ({'; '.join(bad)}){hint}")
+        from gossip.errors import RunFailed
+
+        raise RunFailed(f"{len(bad)} of {len(rows)} run(s) did not finish ({'; '.join(bad)}){hint}")
 
 
 def gamma_value(text: str) -> float | str:
@@ -339,22 +431,42 @@ def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
     return list(values)
 
 
-def guarded(main_fn, world_of=None):
-    """Run ``main_fn``; errors end the job with one clean line, and under MPI with an abort.
+BAD_INPUT = 2
+"""Exit status of a run refused for its input (a bad flag or file, a run too large for the
+memory), like argparse's own refusals."""
+FAILED = 1
+"""Exit status of a run that started and could not finish (a diverged or failed run, a silent
+neighbor, memory exhausted mid-run, an internal error)."""
 
-    A :class:`gossip.GossipError` (a bad flag or file, a refused checkpoint, a silent rank) or a
-    ``SystemExit`` with a message is printed as one ``error: ...`` line without a traceback and
-    exits with status 1 (2 for a SystemExit under MPI); other exceptions (bugs) keep their
-    traceback. Under MPI the job is then aborted, since the other ranks would otherwise wait for
-    the failed one until their timeout. An error every rank
-    meets alike (a configuration error) is printed by rank 0 only: the other ranks wait a
-    moment before printing, and rank 0's abort ends them first. A silent neighbor
-    (:class:`CommError`) is reported at once by every rank that saw it.
+DEBUG_VAR = "GOSSIP_DEBUG"
+"""Set to 1 to see an unexpected exception's traceback instead of its one-line summary."""
+
+DEFAULT_MEMORY_HINT = "--nodes or the model's size (--dim, --shape)"
+
+
+def guarded(main_fn, world_of=None, memory_hint: str = DEFAULT_MEMORY_HINT):
+    """Run ``main_fn``; every error ends the job with one clean ``error:`` line, and under MPI
+    with an abort.
+
+    Exit status :data:`BAD_INPUT` (2, as argparse) for bad input: a ``SystemExit`` with a
+    message (the scripts' own checks of flags and files) or a :class:`gossip.ConfigError` (a
+    bad flag, file, compressor spec, or a run too large for the memory). Exit status
+    :data:`FAILED` (1) for a run that could not finish: any other :class:`gossip.GossipError`
+    (a refused checkpoint, a silent rank, runs that diverged), memory exhausted during the run
+    (``MemoryError``, torch's out-of-memory errors; the line names ``memory_hint``, the flags to
+    lower), and any other exception, printed as ``error: internal error: Type: message`` with a
+    hint to set ``GOSSIP_DEBUG=1``, which shows the full traceback instead.
+
+    Under MPI the job is then aborted, since the other ranks would otherwise wait for the failed
+    one until their timeout. An error every rank meets alike (a configuration error) is printed
+    by rank 0 only: the other ranks wait a moment before printing, and rank 0's abort ends them
+    first. A silent neighbor (:class:`CommError`), memory exhausted or an internal error is
+    reported at once by every rank that saw it.
     SIGINT/SIGTERM during a checkpointed run end with exit status 128 + signal, after the
     final checkpoint (every rank stops at the same round, so nothing is aborted).
     ``world_of`` gives the world (default :meth:`World.detect`, imported only on an error).
     """
-    from gossip.errors import CommError, GossipError, Interrupted
+    from gossip.errors import CommError, ConfigError, GossipError, Interrupted
 
     if world_of is None:
         def world_of() -> World:
@@ -370,23 +482,60 @@ def guarded(main_fn, world_of=None):
     except SystemExit as exc:
         if exc.code in (0, None) or isinstance(exc.code, int):
             raise
-        text = str(exc.code) if str(exc.code).startswith("error:") else f"error: {exc.code}"
-        if _stop_job(world_of(), text, 2, at_once=False):
-            raise SystemExit(2) from None  # printed once already
-        raise SystemExit(text) from None
+        _fail(world_of(), str(exc.code), BAD_INPUT, at_once=False)
     except KeyboardInterrupt:
         raise
-    except GossipError as exc:
-        text = str(exc) if str(exc).startswith("error:") else f"error: {exc}"
-        if _stop_job(world_of(), text, 1, at_once=isinstance(exc, CommError)):
-            raise SystemExit(1) from None  # printed once already
-        raise SystemExit(text) from None
     except Exception as exc:
-        world = world_of()
-        if world.size > 1:
-            log.error("rank %d stopping the job: %s", world.rank, exc, exc_info=True)
-            world.abort(1)  # after the log has been forwarded
-        raise
+        oom = out_of_memory(exc)
+        if oom is not None:
+            _fail(world_of(), f"out of memory during the run ({oom}); lower {memory_hint}, or "
+                  "spread the nodes over more MPI ranks", FAILED, at_once=True)
+        if isinstance(exc, GossipError):
+            code = BAD_INPUT if isinstance(exc, ConfigError) else FAILED
+            _fail(world_of(), str(exc), code, at_once=isinstance(exc, CommError))
+        if os.environ.get(DEBUG_VAR, "") not in ("", "0"):
+            world = world_of()
+            if world.size > 1:
+                log.error("rank %d stopping the job: %s", world.rank, exc, exc_info=True)
+                world.abort(FAILED)  # after the log has been forwarded
+            raise
+        _fail(world_of(), f"internal error: {type(exc).__name__}: {one_line(str(exc))}; run with "
+              f"{DEBUG_VAR}=1 for the traceback", FAILED, at_once=True)
+
+
+def one_line(text: str, limit: int = 400) -> str:
+    """``text`` on one line (whitespace runs collapsed), cut to ``limit`` characters."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+_OOM_TEXTS = ("can't allocate memory", "out of memory", "not enough memory", "cannot allocate memory")
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """What ran out, when ``exc`` (or an exception it was raised from) is an allocation failure:
+    ``MemoryError``, ``torch.OutOfMemoryError`` (CUDA), or the ``RuntimeError`` torch's CPU
+    allocator raises ("can't allocate memory"); else None. torch is not imported for this."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        names = {c.__name__ for c in type(exc).__mro__}
+        text = str(exc)
+        if isinstance(exc, MemoryError) or "OutOfMemoryError" in names or (
+                isinstance(exc, RuntimeError) and any(t in text.lower() for t in _OOM_TEXTS)
+                and "GossipError" not in names):
+            first = one_line(text, 160)
+            return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _fail(world: World, text: str, code: int, at_once: bool):
+    """End the job with ``text`` as one ``error:`` line and exit status ``code``."""
+    text = text if text.startswith("error:") else f"error: {text}"
+    if not _stop_job(world, text, code, at_once=at_once):
+        print(text, file=sys.stderr, flush=True)
+    raise SystemExit(code) from None
 
 
 def _stop_job(world: World, text: str, code: int, at_once: bool) -> bool:

@@ -51,6 +51,21 @@ def add_config_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class ParsedArgs(argparse.Namespace):
+    """The namespace :func:`parse_args_with_config` returns: also knows each flag's option
+    string and the parser's default (read with :func:`flag_defaults`), kept outside ``vars()``
+    so the config record, and with it a checkpoint's identity, is unchanged."""
+
+    __slots__ = ("_gossip_flags",)
+
+
+def flag_defaults(args: argparse.Namespace) -> dict[str, tuple[str, Any]] | None:
+    """``{dest: (option string, default)}`` of the parser that made ``args`` (None when it was
+    not parsed by :func:`parse_args_with_config`): a refused resume names ``--gamma-dual``, not
+    ``gamma_dual``, and says which values are defaults, i.e. flags that were left out."""
+    return getattr(args, "_gossip_flags", None)
+
+
 def parse_args_with_config(
     parser: argparse.ArgumentParser, argv: Sequence[str] | None = None
 ) -> argparse.Namespace:
@@ -60,6 +75,9 @@ def parse_args_with_config(
     any other bad flag.
     """
     add_config_argument(parser)
+    flags = {a.dest: (next((o for o in a.option_strings if o.startswith("--")),
+                           a.option_strings[0] if a.option_strings else a.dest), a.default)
+             for a in parser._actions if a.default is not argparse.SUPPRESS}  # before the file's
     from gossip.comm.launch import launcher_rank
 
     if launcher_rank() != 0:  # under mpiexec a bad flag (or --help) is printed by rank 0 only
@@ -76,7 +94,9 @@ def parse_args_with_config(
             if action.dest in values and action.required:
                 action.required = False  # given by the file; the command line may still override
         parser.set_defaults(**values)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv, namespace=ParsedArgs())
+    args._gossip_flags = flags
+    return args
 
 
 def user_file(path: str | Path, what: str, max_bytes: int | None = None) -> Path:

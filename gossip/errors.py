@@ -20,9 +20,11 @@ The tree (builtin bases in brackets)::
     │   ├── CommConfigError               ... a communication setting (deadline, ranks)
     │   ├── PluginError                   ... a module:Name spec that cannot be imported
     │   ├── ProblemError                  ... a problem, oracle or regularizer definition
+    │   ├── MemoryLimitError              ... a run too large for the memory it may use
     │   └── DatasetError                  ... data that cannot be loaded, made or split
     │       └── LibSVMFormatError         ... a malformed LibSVM file
     ├── CompressionError [ValueError]     bad input to a compressor, a malformed buffer
+    │   ├── CompressorSpecError           ... a spec that names no compressor (a ConfigError too)
     │   └── RowsError                     ... a refused message of a block phase
     ├── ContractError [RuntimeError]      calling code broke an API contract (a bug in it)
     ├── DivergenceError [RuntimeError]    NaN/Inf or past the divergence bound
@@ -31,6 +33,7 @@ The tree (builtin bases in brackets)::
     │   └── CommTimeout                   ... a neighbor did not answer in time
     ├── CheckpointError [RuntimeError]    a checkpoint cannot be used
     ├── TuningError [RuntimeError]        no candidate of a grid gave a usable run
+    ├── RunFailed [RuntimeError]          a script's run(s) did not finish (diverged, failed)
     └── Interrupted [RuntimeError]        stopped by a signal after a final checkpoint
 
 Why the problem and data errors are config errors: every one of them is raised while a run
@@ -101,11 +104,22 @@ class LibSVMFormatError(DatasetError):
     """A malformed LibSVM file; the message names the file, the line number and the token."""
 
 
+class MemoryLimitError(ConfigError):
+    """The run would need more memory than the machine has available (or ``--max-memory``
+    allows); the message gives both figures and the flag to lower. Raised before anything is
+    allocated (:mod:`gossip.memory`), or when an allocation failed during the run."""
+
+
 # -- compression ----------------------------------------------------------------------------
 
 
 class CompressionError(GossipError, ValueError):
     """Bad input to a compressor (NaN/Inf, wrong shape) or a malformed byte buffer."""
+
+
+class CompressorSpecError(CompressionError, ConfigError):
+    """A compressor spec that cannot be built (unknown name, bad parameters): bad input, so a
+    :class:`ConfigError` as well as the :class:`CompressionError` it always was."""
 
 
 class RowsError(CompressionError):
@@ -145,6 +159,11 @@ class TuningError(GossipError, RuntimeError):
     """No candidate of the grid gave a usable run."""
 
 
+class RunFailed(GossipError, RuntimeError):
+    """A script ran, but some of its runs did not finish (diverged or failed); the table has
+    been printed. The command-line tools exit with status 1."""
+
+
 class Interrupted(GossipError, RuntimeError):
     """The run stopped on SIGINT/SIGTERM after writing a final checkpoint of ``round``.
 
@@ -167,6 +186,7 @@ __all__ = [
     "CommError",
     "CommTimeout",
     "CompressionError",
+    "CompressorSpecError",
     "ConfigError",
     "ConfigFileError",
     "ConfigTypeError",
@@ -176,9 +196,11 @@ __all__ = [
     "GossipError",
     "Interrupted",
     "LibSVMFormatError",
+    "MemoryLimitError",
     "NodeError",
     "PluginError",
     "ProblemError",
     "RowsError",
+    "RunFailed",
     "TuningError",
 ]

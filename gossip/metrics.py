@@ -22,6 +22,9 @@ from typing import IO, Any
 
 import torch
 
+from gossip.errors import ConfigError
+from gossip.outputs import os_reason, write_all, write_fix
+
 
 def consensus_error(engine: Any, xbar: torch.Tensor) -> float:
     """(1/n) Σ_i ‖x_i − x̄‖² over every node of the run (collective)."""
@@ -69,21 +72,35 @@ class JsonlLogger:
 
     The file is opened (and, with ``mode="w"``, truncated) at the first record, not before:
     a run refused before it starts (a resume of another run's checkpoint, a bad flag) leaves
-    an existing log as it was.
+    an existing log as it was. Each line is written whole or not at all: a file that cannot be
+    opened or written (no permission, disk full, a file-size limit) is a
+    :class:`gossip.errors.ConfigError` naming it, and the lines before stay as they were.
     """
 
     def __init__(self, path: str | Path | None, enabled: bool = True, mode: str = "w"):
-        self._fh: IO[str] | None = None
+        self._fh: IO[bytes] | None = None
         self._path = Path(path) if path is not None and enabled else None
         self._mode = mode
+        self._lines = 0
 
     def write(self, record: Mapping[str, Any]) -> None:
         if self._fh is None and self._path is not None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self._path, self._mode, encoding="utf-8")  # noqa: SIM115 (closed in close())
+            try:
+                self._path.parent.mkdir(parents=True, exist_ok=True)
+                self._fh = open(self._path, self._mode + "b", buffering=0)  # noqa: SIM115 (closed in close())
+            except OSError as exc:
+                raise ConfigError(f"cannot write the log {self._path} (--out): {os_reason(exc)}; "
+                                  f"{write_fix(exc.errno)}, or give --out another file") from None
         if self._fh is not None:
-            self._fh.write(json.dumps(record, default=_jsonable) + "\n")
-            self._fh.flush()
+            try:
+                write_all(self._fh, (json.dumps(record, default=_jsonable) + "\n").encode())
+            except OSError as exc:
+                kept = (f"; the run stops here, with the {self._lines} record(s) written before "
+                        "kept whole in it" if self._lines else "")
+                raise ConfigError(f"cannot write the log {self._path} (--out): {os_reason(exc)}"
+                                  f"{kept}; {write_fix(exc.errno)}, or give --out another file"
+                                  ) from None
+            self._lines += 1
 
     def close(self) -> None:
         if self._fh is not None:

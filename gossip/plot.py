@@ -14,9 +14,21 @@ def plot_runs(
     x_keys: Sequence[str] = ("round", "bits_per_node"),
     title: str | None = None,
     logy: bool = True,
+    flag: str | None = None,
 ) -> Path:
-    """One panel per x key, one curve per run label; writes a PNG and returns its path."""
-    import matplotlib
+    """One panel per x key, one curve per run label; writes a PNG and returns its path.
+
+    A file that cannot be written (a directory that cannot be made or written, a full disk, a
+    format whose writer is missing) is a :class:`gossip.errors.ConfigError` naming the path, and
+    ``flag`` (e.g. ``"--plot"``) when given.
+    """
+    from gossip.errors import ConfigError
+
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise ConfigError(f"cannot write the plot {path}{_given(flag)}: matplotlib cannot be "
+                          f"imported ({exc}); install it (pip install matplotlib)") from None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -51,7 +63,19 @@ def plot_runs(
         fig.suptitle(title)
     fig.tight_layout()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
+    except (OSError, ImportError, RuntimeError, ValueError) as exc:  # ValueError: a format it lacks
+        from gossip.outputs import os_reason
+
+        why = os_reason(exc) if isinstance(exc, OSError) else str(exc).strip().splitlines()[0]
+        raise ConfigError(f"cannot write the plot {path}{_given(flag)}: {why}; give "
+                          f"{flag or 'it'} a .png path in a directory you can write to") from None
+    finally:
+        plt.close(fig)
     return path
+
+
+def _given(flag: str | None) -> str:
+    return f" ({flag})" if flag else ""

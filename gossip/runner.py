@@ -7,18 +7,19 @@ JSON-lines records, stop a diverging run the same way, and checkpoint/resume the
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine, Metric
-from gossip.errors import CheckpointError, DivergenceError
+from gossip.errors import CheckpointError, ConfigError, DivergenceError
 from gossip.metrics import JsonlLogger
 
 log = logging.getLogger(__name__)
 
 VOLATILE_ARGS = {"out", "plot", "progress", "verbose", "checkpoint_every", "checkpoint_dir",
-                 "resume", "timeout", "rounds", "iterations", "epochs", "config", "threads"}
+                 "resume", "timeout", "max_memory", "rounds", "iterations", "epochs", "config", "threads"}
 """Flags that may change between a run and its resume (they do not change its numbers)."""
 
 
@@ -53,6 +54,7 @@ def execute(
     checkpoint_every: int = 0,
     resume: bool = False,
     not_extendable: str | None = None,
+    flags: Mapping[str, tuple[str, Any]] | None = None,
 ) -> RunResult:
     """Run ``engine`` for ``rounds`` rounds (from a checkpoint when ``resume``), logging as it goes.
 
@@ -60,14 +62,15 @@ def execute(
     :class:`DivergenceError` ends the run with ``status = "diverged at round R"`` (the rest of a
     comparison goes on); the summary record closes it. A finished run resumed with more rounds
     continues from its last round, unless ``not_extendable`` says why it cannot (e.g. a
-    learning-rate schedule that spans the run's length).
+    learning-rate schedule that spans the run's length). ``flags`` (the scripts' option strings
+    and defaults, :func:`gossip.config.flag_defaults`) lets a refused resume name flags.
     """
     result = RunResult(label)
     config = {"type": "config", "label": label} | config
     ckpt = None
     if checkpoint_dir is not None:
         ckpt = Checkpointer(checkpoint_dir, run_identity(config, engine.world.size),
-                            every=checkpoint_every, world=engine.world)
+                            every=checkpoint_every, world=engine.world, flags=flags)
     try:
         return _execute(engine, ckpt, result, config, logger, rounds, log_every, metrics,
                         progress, resume, not_extendable)
@@ -117,9 +120,18 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
         logger.write(config)
 
     def on_record(rec: dict[str, Any]) -> None:
+        if "consensus_error" in rec:  # Ξ(X^t)/Ξ(X^0), what tables and plots show
+            initial = (result.records[0] if result.records else rec)["consensus_error"]
+            rec["consensus_error_rel"] = rec["consensus_error"] / initial if initial else None
         rec["label"] = label
         result.records.append(rec)
-        logger.write(rec)
+        try:
+            logger.write(rec)
+        except ConfigError as exc:  # the log cannot be written (disk full): say what is kept
+            note = ckpt.resume_note() if ckpt is not None else ""
+            if not note:
+                raise
+            raise ConfigError(f"{exc}. {note}", round=rec.get("round")) from None
         if ckpt is not None:
             ckpt.append_record(rec)
 

@@ -23,6 +23,7 @@ from gossip.algorithms.allreduce import adam_moments_, adaptive_hparams, check_b
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
 from gossip.algorithms.requirements import Requirements
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
 from gossip.errors import CompressionError, ConfigError
 
 
@@ -156,6 +157,7 @@ class DADAM(AdaptiveGossip):
     """
 
     name = "dadam"
+    state_copies = 9
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta1: float = 0.9,
                  beta2: float = 0.999, eps: float = 1e-8, amsgrad: bool = True,
@@ -200,6 +202,7 @@ class TrackedAMSGrad(AdaptiveGossip):
     """
 
     name = "tracked-amsgrad"
+    state_copies = 15
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta1: float = 0.9,
                  beta2: float = 0.999, eps: float = 1e-8, gossip_steps: int = 1):
@@ -253,6 +256,7 @@ class ChocoAMSGrad(TrackedAMSGrad):
     """
 
     name = "choco-amsgrad"
+    state_copies = 15
     requires = replace(AdaptiveGossip.requires, compressor="any", compressor_message="")
     """Any compressor: the copies make biased ones safe (as in CHOCO-SGD)."""
     tunable = ("gamma",)
@@ -265,9 +269,10 @@ class ChocoAMSGrad(TrackedAMSGrad):
 
     def setup(self, block: Block) -> None:
         super().setup(block)
-        z = torch.zeros_like(block.x)
-        block.state.update(x_hat=z, u_hat=z.clone(), s_x=z.clone(), s_u=z.clone())
-        block.workspace["diff"] = torch.zeros_like(z)
+        # public copies x̂, û and their mixes s_x, s_u (block.state); both channels encode with
+        # the main compressor and stream, x's draws first
+        block.workspace["channels"] = (Channel(block, "x", memory="choco", keys=("x_hat", "s_x")),
+                                       Channel(block, "u", memory="choco", keys=("u_hat", "s_u")))
 
     def step(self, block: Block) -> Round:
         st, x = block.state, block.x
@@ -278,16 +283,12 @@ class ChocoAMSGrad(TrackedAMSGrad):
         v_max.copy_(v_new)
         denom = torch.clamp(u, min=self.eps, out=block.workspace["step"]).sqrt_()
         x.addcdiv_(st["m"], denom, value=-scheduled(self.eta, block.round))
-        pairs = ((x, st["x_hat"], st["s_x"]), (u, st["u_hat"], st["s_u"]))
-        diffs = (block.workspace["diff"], self.scratch(block, "diff_u", x.shape[1]))
-        for (vec, hat, s), diff in zip(pairs, diffs):
-            vec.add_(torch.sub(s, hat, out=diff), alpha=self.gamma)
-            torch.sub(vec, hat, out=diff)
-        # one message: C(x − x̂) and C(u − û), both from the main stream (x's draws first)
-        parts = yield tuple(block.encode(diff) for diff in diffs)
-        for q, (_, hat, s) in zip(parts, pairs):
-            block.decode_add(hat, q)
-            block.mix_into(s, q, q)
+        cx, cu = block.workspace["channels"]
+        x.add_(cx.gap(), alpha=self.gamma)  # x += γ (s_x − x̂), the old copies
+        u.add_(cu.gap(), alpha=self.gamma)  # u += γ (s_u − û)
+        qx, qu = yield cx.send(x), cu.send(u)  # one message: C(x − x̂), C(u − û)
+        cx.mix(qx)  # x̂ += q;  s_x += Σ_j w_ij q_j
+        cu.mix(qu)
 
 
 class DESLOC(AdaptiveGossip):
@@ -316,6 +317,7 @@ class DESLOC(AdaptiveGossip):
     """
 
     name = "desloc"
+    state_copies = 6
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, period_x: int = 4,
                  period_m: int = 12, period_v: int = 24, beta1: float = 0.9, beta2: float = 0.999,

@@ -56,6 +56,7 @@ class Adasum(AllReduceAlgorithm):
     """
 
     name = "adasum"
+    state_copies = 12
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, local: str = "adam",
                  beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8):

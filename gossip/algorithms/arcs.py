@@ -3,7 +3,8 @@
 An :class:`~gossip.engine.routing.ArcPlan`'s own rows are the arcs (i, j) the block sends, sorted by
 (sender, receiver); per-edge methods keep state per arc ([A, ...] tensors) and sum over a
 node's arcs. :class:`OutArcs` gives each arc's sender row and weight and adds per-arc values
-into their senders' rows in the order a per-node loop over sorted neighbors uses.
+into their senders' rows in the order a per-node loop over sorted neighbors uses
+(:class:`~gossip.engine.routing.RowSums`).
 """
 
 from __future__ import annotations
@@ -12,46 +13,10 @@ from typing import Any
 
 import torch
 
-from gossip.engine.routing import ArcPlan
+from gossip.engine.routing import ArcPlan, RowSums
 from gossip.errors import ConfigError
 
 _ALIGN = 64  # bytes: fresh tensors' alignment (BLAS kernels round differently at others)
-
-
-class RowSums:
-    """Sums of per-arc values into rows: ``targets[a]`` is arc a's row (each row's arcs
-    consecutive, in the order they add). ``slots[k]``: the k-th arc of every row that has one
-    (arc indices, and the rows, or None when they are all the rows in order), so a slot adds
-    to distinct rows and every row's sum runs in arc order."""
-
-    def __init__(self, targets: list[int], m: int, device: torch.device):
-        first: dict[int, int] = {}
-        count: dict[int, int] = {}
-        for a, t in enumerate(targets):
-            first.setdefault(t, a)
-            count[t] = count.get(t, 0) + 1
-        order = list(first)  # rows in order of their first arc
-        self.slots: list[tuple[torch.Tensor, torch.Tensor | None]] = []
-        for k in range(max(count.values(), default=0)):
-            rows = [t for t in order if count[t] > k]
-            idx = torch.tensor([first[t] + k for t in rows], dtype=torch.int64, device=device)
-            every = rows == list(range(m))
-            self.slots.append((idx, None if every else torch.tensor(rows, dtype=torch.int64,
-                                                                    device=device)))
-
-    def add_(self, out: torch.Tensor, vals: torch.Tensor, weight: torch.Tensor) -> None:
-        """``out[targets[a]] += weight[a]·vals[a]`` for every arc a, each row's arcs in order,
-        with the roundings of ``out_r.add_(v, alpha=w)`` (``weight`` [A], cast to ``out``'s
-        dtype as ``add_`` casts alpha)."""
-        w = weight.to(out.dtype).view(-1, *([1] * (vals.dim() - 1)))
-        for arcs, rows in self.slots:
-            v, wk = vals.index_select(0, arcs), w.index_select(0, arcs)
-            if rows is None:
-                out.addcmul_(v, wk)  # bit for bit add_(v, alpha=w), row by row
-            else:
-                cur = out.index_select(0, rows)
-                cur.addcmul_(v, wk)
-                out.index_copy_(0, rows, cur)
 
 
 class OutArcs:

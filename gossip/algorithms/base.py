@@ -64,6 +64,15 @@ class Algorithm(ABC):
     """Its ``eta`` may be a schedule ``eta(t)`` (learning-rate warm-up, decay); otherwise constant."""
     needs_layout: ClassVar[bool] = False
     """Works per matrix-shaped tensor of the model, so it always gets the model's layout."""
+    state_copies: ClassVar[int] = 4
+    """How many model-sized vectors (``d`` entries) a run keeps per node, counting ``x``, its
+    ``block.state`` and ``block.workspace`` tensors, scratch and the rows it sends; read by
+    :mod:`gossip.memory` to refuse a run too large for the machine before anything is allocated.
+    An upper bound (``tests/algorithms/test_memory.py`` measures the built-in ones); a new
+    algorithm that does not say gets 4."""
+    neighbor_copies: ClassVar[int] = 0
+    """Model-sized vectors kept per node *and per neighbor* (per-edge state such as
+    PowerGossip's warm starts or C-ECL's duals), on top of :attr:`state_copies`."""
     step_rule: ClassVar[str] = "tracking"
     """How :meth:`suggest_hparams` picks ``eta`` from the base step ``1/L`` (``1/(6 L_max)`` for
     sampled gradients): ``"exact"`` — primal-dual methods that converge with it (LEAD);

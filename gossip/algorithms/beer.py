@@ -19,6 +19,7 @@ import torch
 from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.requirements import Requirements
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
 
 
 class BEER(Algorithm):
@@ -32,6 +33,7 @@ class BEER(Algorithm):
         gamma: mixing step in (0, 1]. Default 0.4.
     """
     name = "beer"
+    state_copies = 11
     trains = True
     requires = Requirements(gradients=True)
     step_rule = "tracking"
@@ -44,31 +46,28 @@ class BEER(Algorithm):
 
     def setup(self, block: Block) -> None:
         x = block.x
-        (h, sh), (g, sg) = block.stacked(2), block.stacked(2)  # each pair: one decode (copy=)
-        block.state.update(h=h, sh=sh, g=g, sg=sg, v=torch.empty_like(x),
-                           grad_prev=torch.empty_like(x))
-        block.workspace.update(grad=torch.empty_like(x), dx=torch.empty_like(x),
-                               dv=torch.empty_like(x))
+        # EF21 states: h, sh = Σ_j w_ij h_j for x (main compressor); g, sg for v (its own
+        # instance "tracker": stateful compressors keep one state per stream)
+        block.workspace["channels"] = (Channel(block, "x", memory="ef21", keys=("h", "sh")),
+                                       Channel(block, "tracker", memory="ef21", keys=("g", "sg"),
+                                               own_compressor=True))
+        block.state.update(v=torch.empty_like(x), grad_prev=torch.empty_like(x))
+        block.workspace["grad"] = torch.empty_like(x)
         block.gradients(block.state["v"])
         block.state["grad_prev"].copy_(block.state["v"])
-        block.stream_compressor("tracker")  # its own instance: stateful ones keep one state per stream
 
     def estimate(self, block: Block, grad: torch.Tensor, prev: torch.Tensor) -> None:
         """Turn the fresh gradients (rows) into the tracked quantity, in place (BEER: the gradients)."""
 
     def step(self, block: Block) -> Round:
         x, st, gamma = block.x, block.state, self.gamma
-        h, sh, g, sg, v = st["h"], st["sh"], st["g"], st["sg"], st["v"]
-        ws = block.workspace
-        dx, dv, gn, gp = ws["dx"], ws["dv"], ws["grad"], st["grad_prev"]
-        x.add_(torch.sub(sh, h, out=dx), alpha=gamma).sub_(v, alpha=self.eta)
-        torch.sub(x, h, out=dx)
+        v, gn, gp = st["v"], block.workspace["grad"], st["grad_prev"]
+        cx, cv = block.workspace["channels"]
+        x.add_(cx.gap(), alpha=gamma).sub_(v, alpha=self.eta)  # x += γ (sh − h) − η v
         self.estimate(block, block.gradients(gn), gp)
-        v.add_(torch.sub(sg, g, out=dv), alpha=gamma).add_(gn).sub_(gp)
+        v.add_(cv.gap(), alpha=gamma).add_(gn).sub_(gp)  # v += γ (sg − g) + gn − grad_prev
         gp.copy_(gn)
-        torch.sub(v, g, out=dv)
         # one message carries both: qh = C(x − h) (main stream), qg = C(v − g) (the tracker's)
-        qh, qg = yield (block.encode(dx), block.encode(dv, block.stream_compressor("tracker"),
-                                                        block.stream_rng("tracker")))
-        block.mix_into(sh, qh, qh, copy=h)
-        block.mix_into(sg, qg, qg, copy=g)
+        qh, qg = yield cx.send(x), cv.send(v)
+        cx.mix(qh)  # h += qh;  sh += Σ_j w_ij qh_j
+        cv.mix(qg)

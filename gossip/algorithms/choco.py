@@ -19,6 +19,8 @@ Use float64 for long high-precision consensus runs.
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -26,6 +28,10 @@ import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
+from gossip.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 class Choco(Algorithm):
@@ -36,10 +42,14 @@ class Choco(Algorithm):
     See docs/algorithms/choco.md.
 
     Args:
-        gamma: consensus step in (0, 1]; tune it (too large diverges). Default 0.05.
+        gamma: consensus step, > 0; tune it (too large diverges). CHOCO's analysis covers
+            (0, 1]; above 1 a warning is logged (PowerGossip's reference code runs 1.3 with
+            sign on a ring), and a γ at which even exact gossip diverges on the graph,
+            ``γ ≥ 2 / (1 − λ_min(W))``, is refused. Default 0.05.
         eta: local step size or schedule (training uses the node's optimizer). Default 0.
     """
     name = "choco"
+    state_copies = 6
     trains = True
     takes_optimizer = True
     tunable = ("gamma",)
@@ -47,9 +57,28 @@ class Choco(Algorithm):
     step_rule = "dgd"
 
     def __init__(self, gamma: float = 0.05, eta: float | Callable[[int], float] = 0.0):
-        check_range("gamma", gamma, 0.0, 1.0, "CHOCO's consensus step; tune it on a grid.")
+        check_range("gamma", gamma, 0.0, math.inf, "CHOCO's consensus step; tune it on a grid.",
+                    include_high=False)
         self.gamma = gamma
         self.eta = eta
+
+    def validate(self, topology: Any, compressor: Any) -> None:
+        """Refuse a γ at which the exact iteration ``x ← x + γ (W − I) x`` already diverges
+        (its eigenvalues ``1 + γ (λ − 1)`` leave [−1, 1] for ``γ ≥ 2 / (1 − λ_min)``); warn
+        above 1, where convergence depends on the compressor."""
+        if self.gamma <= 1.0:
+            return
+        spectrum = getattr(topology, "spectrum", None)
+        lam = getattr(spectrum, "lambda_min", None)
+        if lam is not None and lam == lam and self.gamma * (1.0 - lam) >= 2.0:
+            raise ConfigError(
+                f"gamma = {self.gamma:g} makes {self.name} diverge on {topology.name} even without "
+                f"compression: x + γ(W − I)x contracts only for γ < 2/(1 − λ_min(W)) = "
+                f"{2.0 / (1.0 - lam):.4g}; use --gamma at most 1 (the range CHOCO's analysis covers) "
+                "or below that bound")
+        log.warning("gamma = %g is above 1, outside the range CHOCO's analysis covers (0, 1]; "
+                    "it converges only when the compressor is accurate enough: watch the "
+                    "consensus error", self.gamma)
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -59,18 +88,16 @@ class Choco(Algorithm):
         return super().suggest_hparams(problem, estimator, topology) | {"gamma": 0.5}
 
     def setup(self, block: Block) -> None:
-        x_hat, s = block.stacked(2)  # updated by one decode (mix_into's copy=)
-        block.state.update(x_hat=x_hat, s=s)
-        block.workspace["diff"] = torch.empty_like(block.x)
+        # x̂ and s in block.state, updated by one decode of the messages
+        block.workspace["channel"] = Channel(block, "x", memory="choco", keys=("x_hat", "s"))
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        x, st, ws = block.x, block.state, block.workspace
-        x_hat, s, diff = st["x_hat"], st["s"], ws["diff"]
+        x, ws = block.x, block.workspace
+        ch = ws["channel"]
         if block.has_oracle:
             block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
-        x.add_(torch.sub(s, x_hat, out=diff), alpha=self.gamma)
-        q = block.encode(torch.sub(x, x_hat, out=diff))
-        inbox = yield q
-        block.mix_into(s, q, inbox, copy=x_hat)
+        x.add_(ch.gap(), alpha=self.gamma)  # x ← x + γ (s − x̂), the copies of last round
+        inbox = yield ch.send(x)  # q = C(x − x̂)
+        ch.mix(inbox)  # x̂ += q;  s += Σ_j w_ij q_j

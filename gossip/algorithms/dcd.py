@@ -19,6 +19,7 @@ import torch
 from gossip.algorithms.base import Algorithm, Round, scheduled
 from gossip.compress import make
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
 
 
 class DCD(Algorithm):
@@ -31,6 +32,7 @@ class DCD(Algorithm):
         eta: step size, a number or a schedule ``eta(t)``. Default 0.
     """
     name = "dcd"
+    state_copies = 5
     trains = True
     step_schedule = True
     step_rule = "dgd"
@@ -40,6 +42,7 @@ class DCD(Algorithm):
 
     def setup(self, block: Block) -> None:
         block.state["s"] = torch.zeros_like(block.x)
+        block.workspace["channel"] = Channel(block, "z")  # memoryless: C(z) of this round
         block.workspace["diff"] = torch.empty_like(block.x)
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
@@ -52,10 +55,8 @@ class DCD(Algorithm):
         torch.sub(s, x, out=diff)
         if block.has_oracle:
             diff.add_(block.gradients(ws["grad"]), alpha=-scheduled(self.eta, block.round))
-        q = block.encode(diff)
-        inbox = yield q
-        block.decode_add(x, q)
-        block.mix_into(s, q, inbox)
+        inbox = yield ws["channel"].send(diff)  # z = C(s − η∇f(x) − x)
+        ws["channel"].mix(inbox, into=(x, s))  # x += z_i;  s += Σ_j w_ij z_j
 
 
 def exchange_exact(block: Block, out: torch.Tensor) -> Round:

@@ -13,6 +13,7 @@ import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
 
 
 class DeepSqueeze(Algorithm):
@@ -26,6 +27,7 @@ class DeepSqueeze(Algorithm):
         eta: local step size or schedule (training uses the node's optimizer). Default 0.
     """
     name = "deepsqueeze"
+    state_copies = 7
     trains = True
     takes_optimizer = True
     tunable = ("gamma",)
@@ -40,7 +42,8 @@ class DeepSqueeze(Algorithm):
     def setup(self, block: Block) -> None:
         x = block.x
         block.state["error"] = torch.zeros_like(x)
-        block.workspace.update(v=torch.empty_like(x), c=torch.empty_like(x), mix=torch.empty_like(x))
+        block.workspace["channel"] = Channel(block, "v")  # memoryless: c = C(v) of this round
+        block.workspace.update(v=torch.empty_like(x), mix=torch.empty_like(x))
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
 
@@ -48,11 +51,10 @@ class DeepSqueeze(Algorithm):
         x, ws = block.x, block.workspace
         if block.has_oracle:
             block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
-        v, c, err = ws["v"], ws["c"], block.state["error"]
-        q = block.encode(torch.add(x, err, out=v))
-        block.decode(q, out=c)
-        torch.sub(v, c, out=err)
+        v, err, ch = ws["v"], block.state["error"], ws["channel"]
+        q = ch.send(torch.add(x, err, out=v))  # c = C(v),  v = x + e
+        torch.sub(v, ch.decoded(q), out=err)  # e ← v − c
         inbox = yield q
-        mix = ws["mix"].zero_()
-        block.mix_into(mix, q, inbox, own_weight=block.self_weight - 1.0)
+        # Σ_j w_ij c_j − c_i: the own message weighs w_ii − 1
+        _, mix = ch.mix(inbox, into=(None, ws["mix"].zero_()), own_weight=block.self_weight - 1.0)
         x.add_(mix, alpha=self.gamma)

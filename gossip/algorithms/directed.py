@@ -16,19 +16,17 @@ import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
 from gossip.algorithms.requirements import Graph, Requirements
-from gossip.algorithms.streams import (
-    BlockArcStream,
-    BlockStream,
-    Weights,
-    check_stateless,
-    pull_weights,
-    schedule_plan,
-    send_block_arc_streams,
-    send_block_streams,
-)
 from gossip.algorithms.tracking import CGT, stochastic_kind
+from gossip.engine.channel import Channel, Weights, check_stateless
 from gossip.engine.nodes import Node
 from gossip.errors import ConfigError
+
+
+def pull_weights(node: Node) -> Weights:
+    """Row-stochastic weights ``1/(1 + |N_in(i)|)`` on node i's in-neighbors and itself."""
+    def m(j: int) -> float:
+        return 1.0 / (1.0 + len(node.view.in_neighbors))
+    return m
 
 
 def check_column_stochastic(name: str, topology: Any) -> None:
@@ -58,8 +56,8 @@ class PushSum(Algorithm):
     consensus every ``x_i`` tends to the average of ``x⁰``. With ``--compressor none`` the copies
     are not needed (``ŝ = s``) and this is exact push-sum / SGP. With a compressor on a static
     graph, each node's public copy ``ŝ_i`` is kept by its out-neighbors; on a time-varying graph
-    (one-peer exponential) each node keeps one copy per arc instead
-    (:class:`~gossip.algorithms.streams.BlockArcStream`: ``Σ_j c_ij ŝ_j − ŝ_i`` becomes
+    (one-peer exponential) each node keeps one copy per arc instead (a channel with
+    ``route="arcs"``: ``Σ_j c_ij ŝ_j − ŝ_i`` becomes
     ``Σ_in c_ij c_ji − Σ_out c_ji o_ij``, whose sum over nodes is zero, so mass is conserved).
     A constant η reaches a neighborhood of the optimum (a decaying one: the optimum).
 
@@ -70,6 +68,7 @@ class PushSum(Algorithm):
     """
 
     name = "push-sum"
+    state_copies = 9
     trains = True
     requires = Requirements(graph=Graph(static=False, symmetric=False))
     tunable = ("gamma",)
@@ -97,37 +96,32 @@ class PushSum(Algorithm):
     def setup(self, block: Any) -> None:
         st, ws, x = block.state, block.workspace, block.x
         st["s"] = x.clone()
-        # the numerator's stream: per-arc copies on a time-varying graph when compressed
+        # the numerator's channel: per-arc copies on a time-varying graph when compressed
         ws["per_arc"] = self._per_arc(block.topology, block.compressor)
         if ws["per_arc"]:
-            ws["stream"] = BlockArcStream(block, "ss", schedule=schedule_plan(block, block.topology))
+            ws["channel"] = Channel(block, "ss", memory="ef21", route="arcs")
         else:
-            ws["stream"] = BlockStream(block, "ss", alpha=0.0 if block.compressor.is_identity
-                                       else 1.0)
+            ws["channel"] = Channel(block, "ss", memory=None if block.compressor.is_identity
+                                    else "ef21")
         st["w"] = torch.ones(block.m, 1, dtype=torch.float64, device=x.device)
         if block.has_oracle:
             ws["grad"] = torch.empty_like(x)
 
     def step(self, block: Any) -> Round:
         st, ws, x, plan = block.state, block.workspace, block.x, block.plan
-        s, w, ss = st["s"], st["w"], ws["stream"]
+        s, w, ss = st["s"], st["w"], ws["channel"]
         if block.has_oracle:
             s.sub_(block.gradients(ws["grad"]), alpha=scheduled(self.eta, block.round))
+        qs, qw = yield ss.send(s), ss.rows_of(w.view(torch.uint8))  # ŝ's message, then w
+        s.add_(ss.gap(qs), alpha=self.gamma)  # s ← s + γ (Σ_j c_ij ŝ_j − ŝ_i)
         if ws["per_arc"]:
-            packed = send_block_arc_streams(block, [ss], [s], extra=[w.view(torch.uint8)])
-            yield packed
-            s.add_(ss.laplacian(), alpha=self.gamma)
             # every in-arc's sender weight, sorted by (receiver, sender)
-            w_all = block.received_arcs(packed.parts[1]).contiguous().view(torch.float64)[:, 0]
-            rnd = ss.round_of(packed.route)
+            w_all = block.received_arcs(qw).contiguous().view(torch.float64)[:, 0]
+            rnd = ss.arcs.round_of(qs.route)
             slots = [(arcs, rows, rnd.in_weight.index_select(0, arcs))
                      for arcs, rows in rnd.in_sums.slots]
         else:
-            packed = send_block_streams(block, [ss], [s], extra=[w.view(torch.uint8)])
-            yield packed
-            s_hat, s_mix = ss.receive()
-            s.add_(s_mix.sub_(s_hat), alpha=self.gamma)
-            w_all = packed.parts[1].both().contiguous().view(torch.float64)[:, 0]  # every sender's w
+            w_all = qw.both().contiguous().view(torch.float64)[:, 0]  # every sender's w
             slots = plan.slots
         # w_i ← c_ii w_i + Σ_j c_ij w_j, neighbors in sorted order (one degree slot at a time)
         w_new = plan.self_weight * w[:, 0]
@@ -146,7 +140,7 @@ class CPP(CGT):
 
     The model is pulled with row-stochastic weights ``r_ij = 1/(1 + |N_in(i)|)`` and the gradient
     tracker pushed with the topology's column-stochastic ``c_ij`` (``--weights push``); both
-    travel as compressed streams (:mod:`gossip.algorithms.streams`)::
+    travel through compressed channels (:mod:`gossip.engine.channel`)::
 
         x̂, x̂_R = COMM_R(x);   ŷ, ŷ_C = COMM_C(y)
         x_i ← x_i − γ (x̂_i − x̂_R,i) − η y_i
@@ -164,6 +158,7 @@ class CPP(CGT):
     """
 
     name = "cpp"
+    state_copies = 15
     needs = ("column", "double")
     arc_copies = False
 

@@ -27,6 +27,7 @@ class DPSGD(Gossip):
         gamma: relaxation of the mixing step (1 = plain ``W X``). Default 1.
     """
     name = "dpsgd"
+    state_copies = 4
     trains = True
     takes_optimizer = True
     requires = replace(Gossip.requires, gradients=True)

@@ -18,6 +18,7 @@ import torch
 from gossip.algorithms.base import Algorithm, Round, scheduled
 from gossip.algorithms.dcd import exchange_exact
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
 
 
 class ECD(Algorithm):
@@ -31,6 +32,7 @@ class ECD(Algorithm):
         eta: step size, a number or a schedule ``eta(t)``. Default 0.
     """
     name = "ecd"
+    state_copies = 5
     trains = True
     step_schedule = True
     step_rule = "dgd"
@@ -40,6 +42,7 @@ class ECD(Algorithm):
 
     def setup(self, block: Block) -> None:
         block.state["s"] = torch.zeros_like(block.x)
+        block.workspace["channel"] = Channel(block, "z")  # memoryless: C(z) of this round
         block.workspace["z"] = torch.empty_like(block.x)
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
@@ -56,7 +59,6 @@ class ECD(Algorithm):
         else:
             x.copy_(s)
         z.add_(x, alpha=k / 2.0)
-        q = block.encode(z)
-        inbox = yield q
-        s.mul_(1.0 - 2.0 / k)
-        block.mix_into(s, q, inbox, scale=2.0 / k)
+        inbox = yield ws["channel"].send(z)
+        s.mul_(1.0 - 2.0 / k)  # s ← (1 − 2/k) s + (2/k) Σ_j w_ij C(z_j)
+        ws["channel"].mix(inbox, into=(None, s), scale=2.0 / k)

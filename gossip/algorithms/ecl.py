@@ -55,6 +55,8 @@ class CECL(Algorithm):
     """
 
     name = "c-ecl"
+    state_copies = 4
+    neighbor_copies = 3
     trains = True
     requires = Requirements(
         gradients=True, compressor="stateless",

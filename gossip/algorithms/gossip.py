@@ -14,6 +14,7 @@ import torch
 from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.requirements import Graph, Requirements
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
 
 
 class Gossip(Algorithm):
@@ -26,6 +27,7 @@ class Gossip(Algorithm):
         gamma: relaxation of the mixing step, in (0, 2] (stable for γ < 2/β). Default 1.
     """
     name = "gossip"
+    state_copies = 3
     requires = Requirements(graph=Graph(static=False, symmetric=False))
 
     def __init__(self, gamma: float = 1.0):
@@ -33,12 +35,13 @@ class Gossip(Algorithm):
         self.gamma = gamma
 
     def setup(self, block: Block) -> None:
+        block.workspace["channel"] = Channel(block, "x")  # memoryless: C(x) of this round
         block.workspace["mix"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        x, mix = block.x, block.workspace["mix"]
-        q = block.encode(x)
-        inbox = yield q
-        mix.zero_()
-        block.mix_into(mix, q, inbox, own_weight=block.self_weight - 1.0)
+        x, ch = block.x, block.workspace["channel"]
+        inbox = yield ch.send(x)
+        # Σ_j w_ij C(x_j) − C(x_i): the own message weighs w_ii − 1
+        _, mix = ch.mix(inbox, into=(None, block.workspace["mix"].zero_()),
+                        own_weight=block.self_weight - 1.0)
         x.add_(mix, alpha=self.gamma)

@@ -22,6 +22,7 @@ import torch
 from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.requirements import Requirements
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
 
 
 def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, float]:
@@ -62,6 +63,7 @@ class LEAD(Algorithm):
         gamma_dual: dual step in (0, 1] (1 = NIDS); default from ω and the graph's β.
     """
     name = "lead"
+    state_copies = 10
     trains = True
     requires = Requirements(gradients=True, compressor="bounded-variance")
     step_rule = "exact"
@@ -83,9 +85,10 @@ class LEAD(Algorithm):
                                             float(block.topology.beta))
             hp.update({k: v for k, v in defaults.items() if hp[k] is None})
         x = block.x
-        block.state.update(d=torch.zeros_like(x), h=torch.zeros_like(x), hw=torch.zeros_like(x))
+        block.state["d"] = torch.zeros_like(x)
+        # h, hw = Σ_j w_ij h_j: copies damped by α (block.state keys "h", "hw")
+        block.workspace["channel"] = Channel(block, "y", memory=hp["alpha"], keys=("h", "hw"))
         block.workspace.update(grad=torch.empty_like(x), y=torch.empty_like(x))
-        block.workspace["y_hat"], block.workspace["yw_hat"] = block.stacked(2)  # one decode (copy=)
         x.add_(block.gradients(block.workspace["grad"]), alpha=-self.eta)  # X¹ = X⁰ − η∇F(X⁰)
         self.finish(block)
 
@@ -93,19 +96,12 @@ class LEAD(Algorithm):
         """The last line of a step (Prox-LEAD applies its prox here)."""
 
     def step(self, block: Block) -> Round:
-        x, st, ws, eta = block.x, block.state, block.workspace, self.eta
-        d, h, hw = st["d"], st["h"], st["hw"]
-        y, y_hat, yw_hat = ws["y"], ws["y_hat"], ws["yw_hat"]
+        x, ws, eta = block.x, block.workspace, self.eta
+        d, y, ch = block.state["d"], ws["y"], ws["channel"]
         g = block.gradients(ws["grad"])
         torch.sub(x, g, alpha=eta, out=y).sub_(d, alpha=eta)  # y = x − ηg − ηd
-        diff = y_hat  # scratch until ŷ is formed
-        q = block.encode(torch.sub(y, h, out=diff))
-        inbox = yield q
-        y_hat.copy_(h)
-        block.mix_into(yw_hat.copy_(hw), q, inbox, copy=y_hat)
-        a, gamma_dual = block.hparams["alpha"], block.hparams["gamma_dual"]
-        h.mul_(1.0 - a).add_(y_hat, alpha=a)
-        hw.mul_(1.0 - a).add_(yw_hat, alpha=a)
-        d.add_(y_hat.sub_(yw_hat), alpha=gamma_dual / (2.0 * eta))
+        inbox = yield ch.send(y)  # q = C(y − h)
+        # d += γ_dual/(2η) (ŷ − ŷw), ŷw − ŷ being the channel's gap; h, hw move by α
+        d.sub_(ch.gap(inbox), alpha=block.hparams["gamma_dual"] / (2.0 * eta))
         x.sub_(g, alpha=eta).sub_(d, alpha=eta)
         self.finish(block)

@@ -14,12 +14,9 @@ import torch
 from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.requirements import Graph, Requirements
-from gossip.algorithms.streams import (
-    BlockStream,
-    send_block_streams,
-)
 from gossip.algorithms.tracking import compression_defaults, stochastic_kind
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
 from gossip.errors import ConfigError
 
 
@@ -50,6 +47,7 @@ class DoCoM(Algorithm):
     """
 
     name = "docom"
+    state_copies = 17
     trains = True
     requires = Requirements(graph=Graph(symmetric=False), gradients=True)
     tunable = ("gamma",)
@@ -73,8 +71,8 @@ class DoCoM(Algorithm):
         for nd in block.nodes:
             self._sampled(nd.oracle)  # refuse oracles it cannot use, before any message
         # the public copies sx.h, sx.hm, sy.h, sy.hm (in block.state)
-        block.workspace["streams"] = (BlockStream(block, "sx", alpha=1.0),
-                                      BlockStream(block, "sy", alpha=1.0, own_compressor=True))
+        block.workspace["channels"] = (Channel(block, "sx", memory="choco"),
+                                       Channel(block, "sy", memory="choco", own_compressor=True))
         st["v"] = block.gradients(torch.empty_like(x))
         st["y"] = st["v"].clone()
         st["x_prev"] = x.clone()
@@ -83,7 +81,7 @@ class DoCoM(Algorithm):
 
     def step(self, block: Any) -> Round:
         x, st, gamma = block.x, block.state, block.hparams["gamma"]
-        sx, sy = block.workspace["streams"]
+        sx, sy = block.workspace["channels"]
         v, y, x_prev, g_old = (st[k] for k in ("v", "y", "x_prev", "g_old"))
         g = block.workspace["g"]
         sampled = [self._sampled(nd.oracle) for nd in block.nodes]
@@ -107,12 +105,12 @@ class DoCoM(Algorithm):
             for r, flag in enumerate(sampled):
                 if not flag:
                     g_old[r].copy_(g[r])
-        y.add_(sy.hm, alpha=gamma).sub_(sy.h, alpha=gamma)
+        y.add_(sy.mixed, alpha=gamma).sub_(sy.copy, alpha=gamma)  # y += γ (Σ_j w_ij ŷ_j − ŷ_i)
         x_prev.copy_(x)
-        x.sub_(y, alpha=self.eta).add_(sx.hm, alpha=gamma).sub_(sx.h, alpha=gamma)
-        yield send_block_streams(block, [sx, sy], [x, y])
-        sx.receive()
-        sy.receive()
+        x.sub_(y, alpha=self.eta).add_(sx.mixed, alpha=gamma).sub_(sx.copy, alpha=gamma)
+        qx, qy = yield sx.send(x), sy.send(y)
+        sx.mix(qx)  # x̂ += C(x − x̂) on every copy
+        sy.mix(qy)
 
     @staticmethod
     def _sampled(oracle: Any) -> bool:
@@ -151,6 +149,7 @@ class MoTEF(BEER):
     """
 
     name = "motef"
+    state_copies = 11
     requires = replace(BEER.requires, graph=Graph(symmetric=False))
 
     def __init__(self, eta: float = 0.05, gamma: float = 0.4, lam: float = 0.9):

@@ -48,6 +48,7 @@ class OneBitAdam(AllReduceAlgorithm):
     """
 
     name = "onebit-adam"
+    state_copies = 10
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, freeze_step: int = 100,
                  beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,

@@ -60,6 +60,7 @@ class OneBitLamb(AllReduceAlgorithm):
     """
 
     name = "onebit-lamb"
+    state_copies = 13
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, freeze_step: int = 100,
                  beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,

@@ -71,6 +71,8 @@ class PowerGossip(Algorithm):
         eta: local step size or schedule (training uses the node's optimizer). Default 0.
     """
     name = "powergossip"
+    state_copies = 4
+    neighbor_copies = 1
     trains = True
     takes_optimizer = True
     step_schedule = True

@@ -33,6 +33,7 @@ class SignumVote(AllReduceAlgorithm):
     """
 
     name = "signum"
+    state_copies = 6
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta: float = 0.9,
                  weight_decay: float = 0.0, byzantine: int | Iterable[int] = ()):

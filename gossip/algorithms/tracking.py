@@ -14,15 +14,7 @@ import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.requirements import Graph, Requirements
-from gossip.algorithms.streams import (
-    BlockArcStream,
-    BlockStream,
-    Weights,
-    check_stateless,
-    schedule_plan,
-    send_block_arc_streams,
-    send_block_streams,
-)
+from gossip.engine.channel import Channel, Weights, check_stateless
 from gossip.engine.nodes import Node
 from gossip.errors import ConfigError
 
@@ -47,8 +39,8 @@ class CGT(Algorithm):
     r"""C-GT: gradient tracking with compressed model and tracker (Liao, Li, Huang, Pu 2022).
 
     Each node keeps its model ``x_i``, a tracker ``y_i`` of the average gradient and the last
-    gradient ``g_i``; both ``x`` and ``y`` travel as compressed streams (public copies
-    ``h`` with mixed copies ``Σ_j w_ij h_j``, see :mod:`gossip.algorithms.streams`). One round,
+    gradient ``g_i``; both ``x`` and ``y`` travel through compressed channels (public copies
+    ``h`` with mixed copies ``Σ_j w_ij h_j``, see :mod:`gossip.engine.channel`). One round,
     one message carrying two compressed vectors::
 
         x̂, x̂_w = COMM_W(x);   ŷ, ŷ_w = COMM_W(y)
@@ -61,7 +53,7 @@ class CGT(Algorithm):
     ``y ← W y + Δg``.
 
     On a time-varying graph (one-peer exponential, matchings) the copies cannot be mixed with a
-    fixed W; each node then keeps one copy per arc (:class:`~gossip.algorithms.streams.BlockArcStream`)
+    fixed W; each node then keeps one copy per arc (a channel with ``route="arcs"``)
     and ``x̂_w − x̂`` becomes ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``, whose sum over nodes is zero
     for any compressor, so ``Σ y = Σ g`` still holds. One message per current out-neighbor.
 
@@ -77,6 +69,7 @@ class CGT(Algorithm):
     """
 
     name = "c-gt"
+    state_copies = 15
     trains = True
     requires = Requirements(graph=Graph(static=False, symmetric=False), gradients=True)
     tunable = ("gamma",)
@@ -137,40 +130,32 @@ class CGT(Algorithm):
         """Mixing weights of the tracker stream (None: the topology's w_ij)."""
         return None
 
-    def _streams(self, block: Any, alpha: float) -> tuple[BlockStream, BlockStream] | tuple[
-            BlockArcStream, BlockArcStream]:
-        """The model stream ``sx`` (main compressor) and tracker stream ``sy`` (its own): per-arc
-        copies on a time-varying graph (α > 0), else public copies."""
+    def _channels(self, block: Any, alpha: float) -> tuple[Channel, Channel]:
+        """The model's channel ``sx`` (main compressor) and the tracker's ``sy`` (its own): per-arc
+        copies on a time-varying graph (α > 0; they move by the whole message), else public
+        copies moving by α."""
         if block.workspace["per_arc"]:
-            schedule = schedule_plan(block, block.topology)
-            return (BlockArcStream(block, "sx", schedule=schedule),
-                    BlockArcStream(block, "sy", schedule=schedule, own_compressor=True))
-        return (BlockStream(block, "sx", alpha=alpha, weights=self.weights_x),
-                BlockStream(block, "sy", alpha=alpha, weights=self.weights_y,
-                            own_compressor=True))
+            return (Channel(block, "sx", memory="ef21", route="arcs"),
+                    Channel(block, "sy", memory="ef21", route="arcs", own_compressor=True))
+        return (Channel(block, "sx", memory=alpha, weights=self.weights_x),
+                Channel(block, "sy", memory=alpha, weights=self.weights_y, own_compressor=True))
 
     def setup(self, block: Any) -> None:
         x, st, hp = block.x, block.state, block.hparams
         hp.update(self._resolved(block.compressor))
         block.workspace["per_arc"] = self._per_arc(block.topology, hp["alpha"])
         # the copies go to block.state (or block.arc_state)
-        block.workspace["streams"] = self._streams(block, hp["alpha"])
+        block.workspace["channels"] = self._channels(block, hp["alpha"])
         st["g"] = block.gradients(torch.empty_like(x))
         st["y"] = st["g"].clone()
         block.workspace["g_new"] = torch.empty_like(x)
 
     def step(self, block: Any) -> Round:
         x, st, ws, gamma = block.x, block.state, block.workspace, block.hparams["gamma"]
-        sx, sy = ws["streams"]
+        sx, sy = ws["channels"]
         y, g, g_new = st["y"], st["g"], ws["g_new"]
-        if ws["per_arc"]:
-            yield send_block_arc_streams(block, [sx, sy], [x, y])
-            dx, dy = sx.laplacian(), sy.laplacian()  # compressed (W(t) − I)x, (W(t) − I)y
-        else:
-            yield send_block_streams(block, [sx, sy], [x, y])
-            x_hat, x_mix = sx.receive()
-            y_hat, y_mix = sy.receive()
-            dx, dy = x_mix.sub_(x_hat), y_mix.sub_(y_hat)
+        qx, qy = yield sx.send(x), sy.send(y)
+        dx, dy = sx.gap(qx), sy.gap(qy)  # x̂_w − x̂, ŷ_w − ŷ: the compressed (W − I)x, (W − I)y
         x.add_(dx, alpha=gamma).sub_(y, alpha=self.eta)
         block.gradients(g_new)
         y.add_(dy, alpha=gamma).add_(g_new).sub_(g)
@@ -192,6 +177,7 @@ class DIGing(CGT):
     """
 
     name = "diging"
+    state_copies = 15
     requires = replace(
         CGT.requires, compressor="identity",
         compressor_message="diging sends uncompressed vectors but the compressor is '{spec}'; use "
@@ -219,6 +205,7 @@ class EXTRA(Algorithm):
     """
 
     name = "extra"
+    state_copies = 11
     requires = Requirements(
         gradients=True, compressor="identity",
         compressor_message="extra sends uncompressed vectors but the compressor is '{spec}'; use "
@@ -232,18 +219,17 @@ class EXTRA(Algorithm):
 
     def setup(self, block: Any) -> None:
         x, st = block.x, block.state
-        block.workspace["stream"] = BlockStream(block, "sx", alpha=0.0)
+        block.workspace["channel"] = Channel(block, "sx")  # memoryless: W x from this round's x
         st["half_prev"] = x.clone()  # makes round 1 the x¹ rule
         st["g_prev"] = torch.zeros_like(x)
         block.workspace.update(g=torch.empty_like(x), x_wx=torch.empty_like(x))
 
     def step(self, block: Any) -> Round:
         x, st, ws = block.x, block.state, block.workspace
-        sx = ws["stream"]
         half_prev, g_prev, g, x_wx = st["half_prev"], st["g_prev"], ws["g"], ws["x_wx"]
         block.gradients(g)
-        yield send_block_streams(block, [sx], [x])
-        _, wx = sx.receive()
+        (q,) = yield (ws["channel"].send(x),)  # one part, framed as a packed message
+        _, wx = ws["channel"].mix(q)
         torch.add(x, wx, out=x_wx)
         g_prev.sub_(g)  # −(g − g_prev)
         x.copy_(x_wx).sub_(half_prev).add_(g_prev, alpha=self.eta)

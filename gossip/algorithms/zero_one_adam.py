@@ -57,6 +57,7 @@ class ZeroOneAdam(AllReduceAlgorithm):
     """
 
     name = "zero-one-adam"
+    state_copies = 13
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, var_freeze_step: int = 100000,
                  var_update_scaler: int = 16, local_step_scaler: int = 32678,

@@ -69,7 +69,7 @@ from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
 from gossip.compress.vote import Vote
 from gossip.compress.wire import HEADER_NBYTES, KINDS, PER_TENSOR
-from gossip.errors import CompressionError
+from gossip.errors import CompressionError, CompressorSpecError
 from gossip.layout import Layout
 from gossip.plugins import PluginError
 from gossip.registry import Registry, parse_target
@@ -245,8 +245,8 @@ def factory_for(compressor: str | Compressor, layout: Layout | None = None) -> C
     return lambda: PerTensor(single, layout)
 
 
-def _bad(spec: object, why: str) -> CompressionError:
-    return CompressionError(f"bad compressor spec {spec!r}: {why}. Valid specs: {usage()}")
+def _bad(spec: object, why: str) -> CompressorSpecError:
+    return CompressorSpecError(f"bad compressor spec {spec!r}: {why}. Valid specs: {usage()}")
 
 
 def _factory(spec: str) -> Callable[[], Compressor]:
@@ -265,8 +265,10 @@ def _checked(spec: str, build: Builder, params: list[str], name: str | None = No
     and checks that a registered builder's compressors use the wire kind it owns."""
     try:
         probe = build(spec, *params)
-    except CompressionError:
+    except CompressorSpecError:
         raise
+    except CompressionError as exc:  # the builder refused its parameters: bad input
+        raise CompressorSpecError(str(exc)) from exc
     except (TypeError, ValueError) as exc:
         raise _bad(spec, str(exc)) from exc
     if name is not None and not isinstance(probe, PerTensor):

@@ -158,6 +158,12 @@ class Block:
         self._message_rows[X.data_ptr()] = (buf[:, ALIGN - 8 :], X)  # messages start 8 before
         return X
 
+    def in_message_rows(self, X: torch.Tensor) -> bool:
+        """Whether ``X`` is a :meth:`message_tensor` (``x`` is one): the ``none`` compressor
+        sends it from its own memory."""
+        rows = self._message_rows.get(X.data_ptr())
+        return rows is not None and rows[1].shape == X.shape and rows[1].stride() == X.stride()
+
     def encode(self, X: torch.Tensor, compressor: Compressor | None = None,
                rng: Stream | None = None, route: Any = None) -> Rows:
         """Encode every row of ``X`` into this phase's message rows (see the module doc);
@@ -179,9 +185,8 @@ class Block:
         nbytes = comp.nbytes_rows(like)
         pitch = row_stride(nbytes)
         remote = len(route.remote_in)
-        in_place = self._message_rows.get(X.data_ptr())
-        if (in_place is not None and in_place[1].shape == X.shape and in_place[1].stride() == X.stride()
-                and comp.sends_values_in_place and in_place[0].shape[1] >= nbytes):
+        in_place = self._message_rows.get(X.data_ptr()) if self.in_message_rows(X) else None
+        if in_place is not None and comp.sends_values_in_place and in_place[0].shape[1] >= nbytes:
             own = in_place[0]
             recv = self._buffer((remote, pitch), X.device, recv_only=True)
             both = None
@@ -295,10 +300,11 @@ class Block:
 
     def mix_into(self, out: torch.Tensor, own: Rows | None, inbox: Rows, *,
                  own_weight: torch.Tensor | None = None, scale: float = 1.0,
-                 copy: torch.Tensor | None = None) -> torch.Tensor:
+                 copy: torch.Tensor | None = None, plan: MixPlan | None = None) -> torch.Tensor:
         """``out += scale·(w_ii·C(own) + Σ_j w_ij·C(q_j))`` for every row, neighbors in sorted
         order (the order a per-node loop sums in); with ``copy`` (and ``own``) also
-        ``copy += C(own)``, a public copy such as CHOCO's x̂.
+        ``copy += C(own)``, a public copy such as CHOCO's x̂. ``plan``: the round's plan with
+        other weights (a :class:`~gossip.engine.channel.Channel`'s; default ``self.plan``).
 
         The own term decodes the block's rows in place; the neighbors' messages are gathered
         once (a view when they sit in consecutive rows, e.g. one node per rank) and decoded in
@@ -306,21 +312,22 @@ class Block:
         one degree slot at a time. That one call also updates ``copy`` when ``copy`` and
         ``out`` are parts of one :meth:`stacked` tensor."""
         comp, m = inbox.compressor, self.m
-        fused = self.plan.fused
+        plan = plan or self.plan
+        fused = plan.fused
         ordered = comp.ordered_rows and out.device.type == "cpu"
         w_own = None
         if own is not None:
-            w_own = self.plan.self_weight if own_weight is None else own_weight
+            w_own = plan.self_weight if own_weight is None else own_weight
             w_own = w_own * scale if scale != 1.0 else w_own
         if (own is inbox and ordered and fused is not None and fused[3] is None
                 and not comp.sends_values_in_place):  # own and neighbors in one call
-            src, dst = self.plan.with_own
+            src, dst = plan.with_own
             stack = self._stacked_rows(copy, out) if copy is not None else None
             if stack is None and copy is not None:
                 self._decode_add(comp, copy, own.mine(), 1.0, None, None)
             plain = own_weight is None and scale == 1.0  # the plan's weights: cached
             key = ("own", tuple(stack[1]) if stack else None)
-            hit = self.plan.cache.get(key) if plain else None
+            hit = plan.cache.get(key) if plain else None
             if hit is None:
                 w = torch.cat((w_own, fused[2] * scale if scale != 1.0 else fused[2]))
                 if stack is not None:  # the copy's rows too: one decode for both
@@ -329,7 +336,7 @@ class Block:
                     w = torch.cat((torch.ones(m, dtype=w.dtype, device=w.device), w))
                 hit = (src, dst, w)
                 if plain:
-                    self.plan.cache[key] = hit
+                    plan.cache[key] = hit
             src, dst, w = hit
             target = out if stack is None else stack[0]
             self._decode_from(comp, target, inbox, src, None, w, dst)
@@ -340,12 +347,12 @@ class Block:
             self._decode_add(comp, out, own.mine(), w_own, None, None)
         if fused is None:
             return out
-        if ordered or len(self.plan.slots) == 1:
+        if ordered or len(plan.slots) == 1:
             src, dst, w, span = fused
             self._decode_from(comp, out, inbox, src, span, w * scale if scale != 1.0 else w,
-                              dst if dst.numel() != m or len(self.plan.slots) > 1 else None)
+                              dst if dst.numel() != m or len(plan.slots) > 1 else None)
             return out
-        for src, dst, w in self.plan.slots:
+        for src, dst, w in plan.slots:
             self._decode_from(comp, out, inbox, src, None, w * scale if scale != 1.0 else w, dst)
         return out
 

@@ -3,7 +3,8 @@ decoding, byte counts and the transports.
 
 A :class:`MixPlan` routes one message per node to all its out-neighbors (degree slots: slot k
 adds, for every node, its k-th in-neighbor in sorted order); an :class:`ArcPlan` routes one
-message per arc (per-edge methods).
+message per arc (per-edge methods); :class:`RowSums` adds per-arc values into their nodes'
+rows in the order of a per-node loop over sorted neighbors.
 """
 
 from __future__ import annotations
@@ -160,3 +161,39 @@ class ArcPlan:
             out_degree=[1] * len(own),
             receivers=[i for _, i in incoming],
         )
+
+
+class RowSums:
+    """Sums of per-arc values into rows: ``targets[a]`` is arc a's row (each row's arcs
+    consecutive, in the order they add). ``slots[k]``: the k-th arc of every row that has one
+    (arc indices, and the rows, or None when they are all the rows in order), so a slot adds
+    to distinct rows and every row's sum runs in arc order."""
+
+    def __init__(self, targets: list[int], m: int, device: torch.device):
+        first: dict[int, int] = {}
+        count: dict[int, int] = {}
+        for a, t in enumerate(targets):
+            first.setdefault(t, a)
+            count[t] = count.get(t, 0) + 1
+        order = list(first)  # rows in order of their first arc
+        self.slots: list[tuple[torch.Tensor, torch.Tensor | None]] = []
+        for k in range(max(count.values(), default=0)):
+            rows = [t for t in order if count[t] > k]
+            idx = torch.tensor([first[t] + k for t in rows], dtype=torch.int64, device=device)
+            every = rows == list(range(m))
+            self.slots.append((idx, None if every else torch.tensor(rows, dtype=torch.int64,
+                                                                    device=device)))
+
+    def add_(self, out: torch.Tensor, vals: torch.Tensor, weight: torch.Tensor) -> None:
+        """``out[targets[a]] += weight[a]·vals[a]`` for every arc a, each row's arcs in order,
+        with the roundings of ``out_r.add_(v, alpha=w)`` (``weight`` [A], cast to ``out``'s
+        dtype as ``add_`` casts alpha)."""
+        w = weight.to(out.dtype).view(-1, *([1] * (vals.dim() - 1)))
+        for arcs, rows in self.slots:
+            v, wk = vals.index_select(0, arcs), w.index_select(0, arcs)
+            if rows is None:
+                out.addcmul_(v, wk)  # bit for bit add_(v, alpha=w), row by row
+            else:
+                cur = out.index_select(0, rows)
+                cur.addcmul_(v, wk)
+                out.index_copy_(0, rows, cur)

@@ -79,4 +79,6 @@ def test_optimize_hparam_reaches_the_algorithm_and_an_unknown_key_is_named(tmp_p
                    "--out", str(both)])
     configs = {r["label"]: r["hparams"] for r in map(json.loads, both.read_text().splitlines())
                if r["type"] == "config"}
-    assert "freeze_step" not in configs["lead@lead:2"] and configs["onebit-adam"]["freeze_step"] == 3
+    # the label names the codec and the --hparam the run took (issue 26)
+    assert "freeze_step" not in configs["lead@lead:2"]
+    assert configs["onebit-adam@sign_l2 freeze_step=3"]["freeze_step"] == 3

@@ -73,3 +73,25 @@ def test_algorithm_classes_document_their_update_and_args(name):
         assert "Args:" in doc, f"{cls.__name__}'s docstring should list its Args ({sorted(params)})"
         missing = [p for p in params if p not in doc]
         assert not missing, f"{cls.__name__}'s docstring does not mention {missing}"
+
+
+def test_readme_reads_a_log_with_pandas(tmp_path, monkeypatch, capsys):
+    """The README's pandas lines run on a real log (pandas is a dependency) and print the
+    relative error the table shows."""
+    from tests.helpers.launch import run_py
+
+    log = tmp_path / "results" / "c.jsonl"
+    res = run_py(["experiments/consensus.py", "--nodes", "6", "--dim", "30", "--rounds", "20",
+                  "--compressor", "none", "topk:0.1", "--gamma", "1", "0.2", "--out", str(log)])
+    assert res.returncode == 0, res.stderr
+    text = (ROOT / "README.md").read_text()
+    snippet = text.split("pandas comes with the\nproject and reads the log:\n\n```python\n")[1]
+    snippet = snippet.split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    exec(snippet, {})
+    printed = capsys.readouterr().out
+    table = {r.split("|")[1].strip(): float(r.split("|")[2]) for r in res.stdout.splitlines()
+             if r.startswith("| choco")}
+    for label, rel in table.items():
+        line = next(ln for ln in printed.splitlines() if ln.startswith(label))
+        assert abs(float(line.split()[-1]) - rel) <= 5e-3 * rel + 1e-300, (line, rel)  # the table has 3 digits

@@ -62,9 +62,13 @@ def test_refused_resume_leaves_the_log_and_names_only_the_differing_keys(finishe
     before = log.read_bytes()
     res = run_py([*ARGS, "--rounds", "12", "--gamma", "0.5", "--out", str(log), "--resume",
                   str(copy_of(finished, tmp_path))])
-    err = clean_error(res, "different run", "args.gamma: checkpoint [0.2], now [0.5]")
-    assert "args.dim" not in err and "args.compressor" not in err  # keys that agree are not listed
+    err = clean_error(res, "different run", "--gamma: checkpoint [0.2], now [0.5]", "--gamma 0.2")
+    assert "--dim" not in err and "--compressor" not in err  # keys that agree are not listed
     assert log.read_bytes() == before
+    res = run_py([*ARGS[:7], *ARGS[9:], "--rounds", "12", "--out", str(log), "--resume", str(tmp_path / "ck")])
+    clean_error(res, "left out, so at their default now: --gamma (checkpoint [0.2], default None)",
+                "resume with the checkpointed run's flags (--gamma 0.2)")
+    assert "changed:" not in res.stderr and log.read_bytes() == before
 
 
 def test_a_flipped_bit_falls_back_to_the_older_round(finished, tmp_path):
@@ -172,7 +176,7 @@ def test_two_runs_cannot_share_a_checkpoint_directory(tmp_path):
     Checkpointer(tmp_path / "run00", {"test": 2}).close()  # free again once the first is done
 
 
-def test_a_finished_run_with_a_length_dependent_schedule_says_why_it_cannot_continue(tmp_path):
+def test_a_finished_run_with_a_length_dependent_schedule_says_why_it_cannot_continue(tmp_path, capsys):
     from gossip.cli import guarded
     from tests.helpers.launch import script
 
@@ -184,6 +188,128 @@ def test_a_finished_run_with_a_length_dependent_schedule_says_why_it_cannot_cont
     with pytest.raises(SystemExit) as exc:
         guarded(lambda: train.main([*args, "--rounds", "6", "--resume", str(tmp_path / "ck"),
                                     "--out", str(log)]))
-    assert "finished at round 4 and cannot be continued to round 6" in str(exc.value.code)
-    assert "learning-rate schedule" in str(exc.value.code)
+    assert exc.value.code == 1  # a refused checkpoint: the run could not go on
+    err = capsys.readouterr().err
+    assert "finished at round 4 and cannot be continued to round 6" in err
+    assert "learning-rate schedule" in err
     assert not log.exists()
+
+
+# -- damaged records and manifests, write failures (issue 26) -------------------------------------
+
+
+@pytest.mark.parametrize("line", ["5", '{"type": "round"}', '{"type": "summary", "rounds": "x"}',
+                                  "{not json"])
+def test_a_damaged_records_line_is_named_by_its_number(tmp_path, line):
+    _, ck = saved(tmp_path)
+    path = ck.dir / "records.jsonl"
+    path.write_text('{"type": "config"}\n' + line + '\n{"type": "round", "round": 3}\n')
+    with pytest.raises(CheckpointError, match=r"records\.jsonl, line 2: .*repair or delete"):
+        ck.records_until(6)
+    path.write_text('{"type": "config"}\n{"type": "round", "round": 3}\n{"type": "ro')  # torn by a kill
+    assert [r["type"] for r in ck.records_until(6)] == ["config", "round"]
+    ck.close()
+
+
+def test_a_manifest_over_the_size_bound_is_refused_unread(tmp_path, monkeypatch):
+    import gossip.checkpoint as checkpoint
+
+    _, ck = saved(tmp_path)
+    monkeypatch.setattr(checkpoint, "MAX_MANIFEST_BYTES", 100)
+    with pytest.raises(CheckpointError, match=r"manifest\.json is \d+ bytes, more than the 100"):
+        ck.manifest()
+    ck.close()
+
+
+def test_many_unreadable_rounds_are_summed_up_in_one_warning(tmp_path, caplog):
+    _, ck = saved(tmp_path)
+    m = json.loads((ck.dir / "manifest.json").read_text())
+    m["rounds"] = list(range(100, 200)) + m["rounds"]  # 100 rounds whose files are missing
+    (ck.dir / "manifest.json").write_text(json.dumps(m))
+    with caplog.at_level("WARNING", logger="gossip.checkpoint"):
+        assert ck.restore(engine()) == 6
+    assert len(caplog.records) == 4  # WARN_ROUNDS one by one, then one line for the other 97
+    assert "97 older checkpoint(s) are unreadable too (rounds 100 to 196" in caplog.records[-1].message
+    ck.close()
+
+
+def test_a_format_1_manifest_is_loaded_with_a_warning_and_rewritten_as_format_2(tmp_path, caplog):
+    eng, ck = saved(tmp_path)
+    m = json.loads((ck.dir / "manifest.json").read_text())
+    (ck.dir / "manifest.json").write_text(json.dumps({k: v for k, v in m.items() if k != "files"}
+                                                     | {"format": 1}))
+    with caplog.at_level("WARNING", logger="gossip.checkpoint"):
+        assert ck.restore(engine()) == 6
+    assert "is format 1 (no checksums)" in caplog.text and "without a SHA-256 check" in caplog.text
+    eng.run(3, log_every=3)
+    ck.save(eng)
+    m2 = json.loads((ck.dir / "manifest.json").read_text())
+    assert m2["format"] == 2 and m2["rounds"] == [6, 9] and set(m2["files"]) == {"6", "9"}
+    assert m2["files"]["6"] == m["files"]["6"]  # the kept round's checksums, from its files
+    ck.close()
+
+
+def test_a_checkpoint_that_cannot_be_written_keeps_the_last_good_one(tmp_path, monkeypatch):
+    import errno
+
+    import gossip.checkpoint as checkpoint
+
+    eng, ck = saved(tmp_path)
+    real = checkpoint.atomic_save
+
+    def full_disk(obj, path):
+        if path.name == "node-0002.pt":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real(obj, path)
+
+    monkeypatch.setattr(checkpoint, "atomic_save", full_disk)
+    eng.run(3, log_every=3)
+    with pytest.raises(CheckpointError, match=r"round-000009/node-0002\.pt \(No space left on device "
+                                              r"\[ENOSPC\]\).*checkpoint of round 6 are kept.*free "
+                                              r"disk space.*resume with --resume"):
+        ck.save(eng)
+    assert ck.saved_rounds() == [3, 6] and not (ck.dir / "round-000009").exists()
+    monkeypatch.setattr(checkpoint, "atomic_save", real)
+    assert ck.restore(engine()) == 6
+    ck.close()
+
+
+def test_a_log_line_that_does_not_fit_is_taken_back(tmp_path):
+    import errno
+
+    from gossip.errors import ConfigError
+    from gossip.metrics import JsonlLogger
+
+    log = JsonlLogger(tmp_path / "run.jsonl")
+    log.write({"type": "config"})
+    calls = []
+
+    class Half:  # writes half of what it is given, then the disk is full
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, data):
+            if calls:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            calls.append(1)
+            return self.fh.write(data[: len(data) // 2])
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+    log._fh = Half(log._fh)
+    with pytest.raises(ConfigError, match=r"run\.jsonl \(--out\): No space left on device \[ENOSPC\]; "
+                                          r"the run stops here, with the 1 record\(s\)"):
+        log.write({"type": "round", "round": 1, "pad": "x" * 100})
+    log.close()
+    assert (tmp_path / "run.jsonl").read_text() == '{"type": "config"}\n'
+    with JsonlLogger("/dev/full") as full, pytest.raises(ConfigError, match=r"cannot write the log "
+                                                          r"/dev/full \(--out\): No space left"):
+        full.write({"type": "config"})
+
+
+def test_a_checkpoint_directory_that_cannot_be_made_is_one_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CheckpointError, match=r"cannot create the checkpoint directory .*file/ck/run00: "
+                                              r"Not a directory \[ENOTDIR\]; give --checkpoint-dir"):
+        Checkpointer(tmp_path / "file" / "ck" / "run00", {"test": 1})

@@ -141,7 +141,21 @@ def test_unknown_algorithm_and_bad_hparams_are_clear_errors():
     with pytest.raises(ConfigError, match="does not take"):
         make_algorithm("choco", learning_rate=0.1)
     with pytest.raises(ConfigError, match="gamma"):
-        make_algorithm("choco", gamma=1.5)
+        make_algorithm("choco", gamma=0.0)
+
+
+def test_choco_gamma_above_one_warns_and_the_divergent_range_is_refused(caplog):
+    """γ up to 2/(1 − λ_min(W)) runs (with a warning above 1): on a ring of 8 with Metropolis
+    weights λ_min = −1/3, so the bound is 1.5; 1.2 reaches consensus with exact messages."""
+    topo = topologies.build("ring", 8)
+    with caplog.at_level("WARNING", logger="gossip.algorithms.choco"):
+        eng = Engine(make_algorithm("choco", gamma=1.2), topo, gaussian(6))
+    assert "above 1" in caplog.text
+    start = eng.record()["consensus_error"]
+    eng.run(100)
+    assert eng.record()["consensus_error"] < 1e-12 * start
+    with pytest.raises(ConfigError, match=r"2/\(1 − λ_min\(W\)\) = 1.5"):
+        Engine(make_algorithm("choco", gamma=1.5), topo, gaussian(6))
 
 
 def test_float32_runs_and_keeps_dtype():

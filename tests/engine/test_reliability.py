@@ -165,13 +165,14 @@ def test_graph_file_size_mismatch_says_what_works(tmp_path, nodes, world_size, f
 
 def test_exit_status_hints_at_smaller_steps_only_after_a_divergence():
     from gossip.cli import exit_status
+    from gossip.errors import RunFailed
 
     exit_status([{"run": "a", "status": "ok"}])
-    with pytest.raises(SystemExit, match=r"\(b: diverged at round 3\); a diverged run wants a smaller step"):
+    with pytest.raises(RunFailed, match=r"\(b: diverged at round 3\); a diverged run wants a smaller step"):
         exit_status([{"run": "a", "status": "ok"}, {"run": "b", "status": "diverged at round 3"}])
-    with pytest.raises(SystemExit) as exc:
+    with pytest.raises(RunFailed) as exc:
         exit_status({"run": "c", "status": "failed: boom"})
-    assert str(exc.value.code) == "error: 1 of 1 run(s) did not finish (c: failed: boom)"
+    assert str(exc.value) == "1 of 1 run(s) did not finish (c: failed: boom)"
 
 
 @pytest.mark.parametrize("problem_dtype", ["float32", "float64"])

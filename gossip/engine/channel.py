@@ -1,0 +1,443 @@
+"""Channels: one vector of every node, sent compressed to its neighbors and mixed.
+
+A :class:`Channel` is what an algorithm's round sends and mixes: the compressor and random
+stream it encodes with, the memory it keeps (public copies that neighbors rebuild), the mixing
+weights and the route (one message per node to all out-neighbors, or one per arc). It owns its
+state keys in ``block.state`` (or ``block.arc_state``), so checkpoints save them, and its
+buffers: the message is built in the channel's own rows, never in a caller's tensor, so a
+caller may change what it sent (``x``, say) before the exchange is decoded; and a copy and its
+mix sit in one :meth:`~gossip.engine.block.Block.stacked` tensor, so one decode updates both.
+A round is::
+
+    q = ch.send(z)                  # q_i = C(z_i − h_i), or C(z_i) without memory
+    inbox = yield q                 # (several channels' messages: qa, qb = yield qa, qb)
+    z_hat, z_mix = ch.mix(inbox)    # ẑ_i = h_i + q_i,  ẑm_i = hm_i + Σ_j m_ij q_j
+
+For node i the copies are ``h_i`` (public: every out-neighbor rebuilds it from the messages)
+and ``hm_i = Σ_j m_ij h_j`` (j over in-neighbors and i itself). After the exchange::
+
+    ẑ_i = h_i + q_i;    ẑm_i = hm_i + Σ_j m_ij q_j
+    h_i ← (1 − α) h_i + α ẑ_i;    hm_i ← (1 − α) hm_i + α ẑm_i
+
+so ``hm = M h`` holds exactly at all times and ``ẑm − ẑ`` (:meth:`Channel.gap`) is the
+compressed ``(M − I) z``. The memory is α:
+
+* ``None`` (or 0): no copies, ``q = C(z)``, ``ẑ = C(z)`` and ``ẑm = M C(z)`` from this round's
+  messages only; what a graph that changes every round allows (DIGing, EXTRA, DCD, ECD);
+* ``"choco"`` or ``"ef21"`` (α = 1; two names for one update): the copy moves by exactly what
+  was sent, so what the compressor dropped stays in ``z − h`` and goes out later (CHOCO's
+  public copy ``x̂`` with ``s = Σ_j w_ij x̂_j``; EF21 error feedback in BEER, for biased
+  compressors such as top-k). ``ẑ``, ``ẑm`` are then the copies themselves, updated in place;
+* a float α in (0, 1): the copy is damped (LEAD's and DIANA's state, for unbiased compressors
+  of large variance). An extra additive error memory would count the dropped part twice (it
+  is already in ``z − h``); measured, it diverged where these forms converge.
+
+With the identity compressor ``ẑ = z`` and ``ẑm = M z`` for any α.
+
+On a graph that changes every round, ``route="arcs"`` keeps one copy per arc instead
+(``block.arc_state[name + ".out"]``, ``[name + ".in"]``) and sends one message per current arc:
+see :class:`_ArcCopies`; there :meth:`Channel.gap` is the compressed ``(W(t) − I) z``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from gossip.engine.cache import IdentityCache
+from gossip.engine.routing import ArcPlan, MixPlan, RowSums
+from gossip.errors import ConfigError
+
+Weights = Callable[[int], float]
+"""``m(j)``: the weight node i gives to node j's value (j an in-neighbor, or i itself)."""
+
+MEMORY = {"choco": 1.0, "ef21": 1.0}
+"""The named memories (both: the copy moves by the whole message)."""
+
+
+def _alpha(memory: float | str | None) -> float:
+    if memory is None:
+        return 0.0
+    if isinstance(memory, str):
+        if memory not in MEMORY:
+            raise ConfigError(f"memory {memory!r} is not one of None, 'choco', 'ef21' or a "
+                              "number in [0, 1]")
+        return MEMORY[memory]
+    alpha = float(memory)
+    if not 0.0 <= alpha <= 1.0:
+        raise ConfigError(f"memory alpha = {alpha} is outside [0, 1]")
+    return alpha
+
+
+class Channel:
+    """One compressed vector of every node of a block (see the module docstring).
+
+    Args:
+        block: the block it belongs to (:class:`~gossip.engine.block.Block`); build channels in
+            ``setup`` and keep them in ``block.workspace``.
+        name: the channel's name: the prefix of its default state keys, the name of its
+            compressor and random stream with ``own_compressor``, and of its arcs' streams.
+        memory: ``None``, ``"choco"``, ``"ef21"`` or α in [0, 1] (module docstring).
+        keys: the ``block.state`` keys of the copies ``(h, hm)`` (default ``name + ".h"``,
+            ``name + ".hm"``; with ``route="arcs"`` the ``block.arc_state`` keys of the out-
+            and in-copies, default ``name + ".out"``, ``name + ".in"``). Tensors already under
+            these keys are used as they are.
+        weights: ``weights(node)`` gives node's mixing weights ``m(j)`` (None, or a None result
+            for every node: the topology's ``w_ij``). The weighted plan is built once per round
+            plan, neighbors in sorted order as :class:`~gossip.engine.routing.MixPlan` orders them.
+        own_compressor: encode with ``block.stream_compressor(name)`` and
+            ``block.stream_rng(name)`` instead of the block's main compressor and streams
+            (stateful compressors keep one state per stream of messages).
+        route: ``"broadcast"`` (one message per node to all its out-neighbors) or ``"arcs"``
+            (one copy and one message per arc, for graphs that change every round; memory must
+            be α = 1 and the compressor stateless).
+    """
+
+    def __init__(self, block: Any, name: str, *, memory: float | str | None = None,
+                 keys: tuple[str, str] | None = None,
+                 weights: Callable[[Any], Weights | None] | None = None,
+                 own_compressor: bool = False, route: str = "broadcast"):
+        self.block = block
+        self.name = name
+        self.alpha = _alpha(memory)
+        self.weights = weights
+        self.compressor = block.stream_compressor(name) if own_compressor else block.compressor
+        self.rng = block.stream_rng(name) if own_compressor else block.rng
+        self.arcs: _ArcCopies | None = None
+        self.copy: torch.Tensor | None = None
+        """``h``, the public copies ([m, d], in ``block.state``; None without memory)."""
+        self.mixed: torch.Tensor | None = None
+        """``hm = M h``, the mixed copies ([m, d], in ``block.state``; None without memory)."""
+        if route == "arcs":
+            if self.alpha != 1.0 or weights is not None:
+                raise ConfigError(f"channel {name!r}: per-arc copies move by the whole message "
+                                  "(memory 'ef21') and mix with the topology's weights")
+            self.arcs = _ArcCopies(self, keys or (f"{name}.out", f"{name}.in"))
+        elif route != "broadcast":
+            raise ConfigError(f"channel {name!r}: route {route!r} is not 'broadcast' or 'arcs'")
+        elif self.alpha > 0:
+            self.copy, self.mixed = self._copies(keys or (f"{name}.h", f"{name}.hm"))
+        self._send: torch.Tensor | None = None  # the rows a message is built in
+        self._in_flight = False  # sent, not yet mixed: the send rows hold the message
+        self._pair: list[torch.Tensor] | None = None  # ẑ, ẑm when they are not the copies
+        self._gap: torch.Tensor | None = None
+        self._own: torch.Tensor | None = None
+        self._plans = IdentityCache(limit=4)  # the weighted plan per round plan
+
+    def _copies(self, keys: tuple[str, str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The copies under ``keys`` in ``block.state``, allocated zero if absent: as one
+        :meth:`~gossip.engine.block.Block.stacked` tensor when α = 1, where they are ẑ and ẑm
+        and one decode updates both in place."""
+        st = self.block.state
+        if keys[0] not in st or keys[1] not in st:
+            if self.alpha == 1.0:
+                st[keys[0]], st[keys[1]] = self.block.stacked(2)
+            else:
+                st[keys[0]], st[keys[1]] = (torch.zeros_like(self.block.x) for _ in range(2))
+        return st[keys[0]], st[keys[1]]
+
+    def _buffer(self, attr: str) -> torch.Tensor:
+        """The channel's [m, d] buffer ``attr`` (allocated on first use, contiguous)."""
+        buf = getattr(self, attr)
+        if buf is None:
+            x = self.block.x
+            buf = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            setattr(self, attr, buf)
+        return buf
+
+    def _send_rows(self) -> torch.Tensor:
+        """Where a message is built: rows of its own (contiguous, as a fresh [m, d] tensor, so
+        a compressor sees the layout it would see in a per-node run); message rows when the
+        compressor sends values in place (``none``), so only the headers are written."""
+        if self._send is None:
+            x = self.block.x
+            if self.compressor.sends_values_in_place:
+                self._send = self.block.message_tensor(x.shape[1], x.dtype, x.device)
+            else:
+                self._send = self._buffer("_send")
+        return self._send
+
+    # -- a round ---------------------------------------------------------------------------
+    def send(self, z: torch.Tensor) -> Any:
+        """Encode every row of ``z − h`` (``z`` without memory): the
+        :class:`~gossip.engine.staging.Rows` to ``yield`` (alone or with other channels').
+
+        The message is built in the channel's own rows, so ``z`` may change right away. A
+        contiguous, 64-byte aligned ``z`` of a memoryless channel (a fresh tensor's layout) is
+        encoded where it is when the compressor copies it into the message anyway; and with
+        ``none``, ``block.x`` (already in message rows) goes out from its own memory, so
+        decode (:meth:`mix`) before changing it, as :meth:`Block.encode` says."""
+        if self.arcs is not None:
+            return self.arcs.send(z)
+        block = self.block
+        self._in_flight = True
+        if self.copy is not None:
+            d = torch.sub(z, self.copy, out=self._send_rows())
+        elif block.in_message_rows(z):
+            d = z  # block.x: with none only the headers are written, else it is encoded as it is
+        elif (self.compressor.sends_values_in_place or not z.is_contiguous()
+              or z.data_ptr() % 64):
+            d = self._send_rows().copy_(z)
+        else:
+            d = z
+        return block.encode(d, self.compressor, self.rng)
+
+    def mix(self, inbox: Any, *, into: tuple[torch.Tensor | None, torch.Tensor] | None = None,
+            scale: float = 1.0, own_weight: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """``(ẑ, ẑm)`` for every row from this channel's exchanged messages ``inbox`` (what the
+        ``yield`` gave back for its part), the own message first, then the neighbors' in sorted
+        order; the copies move by α. With α = 1 they are the copies themselves; otherwise
+        buffers valid until the next :meth:`mix`. Read them, do not write into them.
+
+        ``into=(a, b)`` (memoryless channels) adds instead ``C(q_i)`` to ``a`` (None: skipped)
+        and ``scale·(m_ii·C(q_i) + Σ_j m_ij·C(q_j))`` to ``b`` (``own_weight`` replaces
+        ``m_ii``), straight into the caller's tensors: DCD's ``x += ẑ``, ``s += ẑm``."""
+        if self.arcs is not None:
+            raise ConfigError(f"channel {self.name!r} keeps copies per arc: it has no ẑ, ẑm "
+                              "per node; use gap(inbox)")
+        block, plan = self.block, self.plan()
+        if into is not None:
+            if self.copy is not None:
+                raise ConfigError(f"channel {self.name!r} keeps copies: mix(into=) is for "
+                                  "memoryless channels")
+            a, b = into
+            block.mix_into(b, inbox, inbox, copy=a, scale=scale, own_weight=own_weight, plan=plan)
+            self._in_flight = False
+            return a, b
+        if scale != 1.0 or own_weight is not None:
+            raise ConfigError("scale and own_weight go with into=")
+        if self.alpha == 1.0:  # ẑ, ẑm are the new copies: decode into them
+            block.mix_into(self.mixed, inbox, inbox, copy=self.copy, plan=plan)
+            self._in_flight = False
+            return self.copy, self.mixed
+        if self._pair is None:
+            self._pair = block.stacked(2)  # one decode for both (mix_into's copy=)
+        z_hat, z_mix = self._pair
+        if self.copy is None:
+            z_hat.zero_()
+            z_mix.zero_()
+        else:
+            z_hat.copy_(self.copy)
+            z_mix.copy_(self.mixed)
+        block.mix_into(z_mix, inbox, inbox, copy=z_hat, plan=plan)
+        self._in_flight = False
+        if self.copy is not None:
+            a = self.alpha
+            self.copy.mul_(1.0 - a).add_(z_hat, alpha=a)
+            self.mixed.mul_(1.0 - a).add_(z_mix, alpha=a)
+        return z_hat, z_mix
+
+    def gap(self, inbox: Any = None) -> torch.Tensor:
+        """``ẑm − ẑ``, the compressed ``(M − I) z``, after mixing ``inbox`` (:meth:`mix`); per
+        arc, ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``. Without ``inbox``: ``hm − h`` of the copies
+        as they are (CHOCO's consensus step with the last round's copies). A buffer of the
+        channel, valid until its next ``send``, ``mix`` or ``gap``: the rows the next message is
+        built in when no message is in flight (one [m, d] buffer less to keep in cache: a CHOCO
+        top-1% round at n = 25, d = 2000 measured 3-5 % faster), never the rows of one that is."""
+        if self.arcs is not None:
+            if inbox is None:
+                raise ConfigError(f"channel {self.name!r}: per-arc gap(inbox) needs the messages")
+            return self.arcs.laplacian(inbox)
+        if inbox is None:
+            if self.copy is None:
+                raise ConfigError(f"channel {self.name!r} keeps no copies: gap() needs the inbox")
+            return torch.sub(self.mixed, self.copy, out=self._scratch())
+        z_hat, z_mix = self.mix(inbox)
+        if z_mix is self.mixed:  # the copies: leave them be
+            return torch.sub(z_mix, z_hat, out=self._scratch())
+        return z_mix.sub_(z_hat)
+
+    def _scratch(self) -> torch.Tensor:
+        """Where :meth:`gap` writes: the send rows, unless they hold a message in flight."""
+        return self._buffer("_gap") if self._in_flight else self._send_rows()
+
+    def decoded(self, q: Any) -> torch.Tensor:
+        """``C(q_i)``: every node's own message of ``q`` decoded (e.g. DeepSqueeze's error
+        ``v − C(v)`` at send time); a buffer of the channel, valid until the next call."""
+        return self.block.decode(q, out=self._buffer("_own"))
+
+    def rows_of(self, t: torch.Tensor) -> torch.Tensor:
+        """``t``'s rows laid out as this channel's messages: ``t`` itself (one per node), or,
+        per arc, the sender's row for every current arc (raw rows sent with the message, e.g.
+        push-sum's weights: ``yield ch.send(s), ch.rows_of(w)``)."""
+        if self.arcs is None:
+            return t
+        return t.index_select(0, self.arcs.round_of(self.block.arc_plan()).src)
+
+    def plan(self) -> MixPlan:
+        """The round's :class:`~gossip.engine.routing.MixPlan` with this channel's weights."""
+        block = self.block
+        if self.weights is None:
+            return block.plan
+        return self._plans.get(block.plan, lambda: _weighted_plan(
+            block, [self.weights(nd) for nd in block.nodes]))
+
+
+def _weighted_plan(block: Any, weights: list[Weights | None]) -> MixPlan:
+    """``block.plan`` with the weights ``weights[r](j)`` of each row r (None: ``w_ij``)."""
+    plan, ids, m = block.plan, block.ids, block.m
+    if all(w is None for w in weights):
+        return plan
+    fns = [w or nd.weight for w, nd in zip(weights, block.nodes)]
+    device = plan.self_weight.device
+    self_w = torch.tensor([fns[r](ids[r]) for r in range(m)], dtype=torch.float64, device=device)
+    slots = []
+    for src, dst, _ in plan.slots:
+        rows = range(m) if dst is None else dst.tolist()
+        w = [fns[r](plan.sender_of[s]) for r, s in zip(rows, src.tolist())]
+        slots.append((src, dst, torch.tensor(w, dtype=torch.float64, device=device)))
+    return MixPlan(m=m, self_weight=self_w, slots=slots, remote_in=plan.remote_in,
+                   remote_out=plan.remote_out, out_degree=plan.out_degree, sender_of=plan.sender_of,
+                   senders=plan.senders)
+
+
+# -- per-arc copies ----------------------------------------------------------------------------
+def check_stateless(name: str, compressor: Any) -> None:
+    """Per-arc channels send one message per arc: refuse compressors that keep state per
+    stream (an algorithm's ``validate``, before any message)."""
+    if getattr(compressor, "stateful", False):
+        raise ConfigError(f"{name} keeps one copy per arc on a time-varying graph and sends one "
+                          f"message per arc; '{compressor.spec}' keeps state per stream: use a "
+                          "stateless compressor (topk, qsgd, lead, sign, ...)")
+
+
+def arcs_over_schedule(topology: Any, i: int) -> tuple[list[int], list[int]]:
+    """Node i's out- and in-neighbors over every round of ``topology`` (sorted).
+
+    A static graph: its neighbors; a periodic time-varying one: the union over a period; one
+    without a period (random matchings): every other node, since any arc may be drawn.
+    """
+    if not getattr(topology, "time_varying", False):
+        view = topology.view(i)
+        return sorted(view.out_neighbors), sorted(view.in_neighbors)
+    if not topology.period:
+        others = [j for j in range(topology.n) if j != i]
+        return others, list(others)
+    outs: set[int] = set()
+    ins: set[int] = set()
+    for t in range(1, topology.period + 1):
+        view = topology.at_round(t).view(i)
+        outs.update(view.out_neighbors)
+        ins.update(view.in_neighbors)
+    return sorted(outs), sorted(ins)
+
+
+def schedule_plan(block: Any, topology: Any) -> ArcPlan:
+    """The :class:`~gossip.engine.routing.ArcPlan` of every arc into or out of the block's
+    nodes over the whole schedule (:func:`arcs_over_schedule`): the rows of per-arc copies."""
+    arcs = []
+    for i in block.ids:
+        outs, ins = arcs_over_schedule(topology, i)
+        arcs += [(i, j) for j in outs] + [(j, i) for j in ins]
+    return ArcPlan.build(arcs, block.ids, block.x.device)
+
+
+class _ArcCopies:
+    """A channel's copies on a graph that changes every round: one public copy per arc.
+
+    Node i keeps, for every out-neighbor j it may send to, the copy ``o_ij`` of its value that
+    j holds, and for every in-neighbor j the copy ``c_ji`` of j's value (all zero at the start;
+    the arcs are those of a whole period, :func:`arcs_over_schedule`: on a one-peer exponential
+    graph ⌈log₂ n⌉ of each). In a round with weights ``W(t)``::
+
+        q_ij = C(z_i − o_ij) to each current out-neighbor j;   o_ij += q_ij;   c_ji += q_ji
+        D_i = Σ_{j ∈ N_in(i)} w_ij c_ji − Σ_{j ∈ N_out(i)} w_ji o_ij
+
+    ``D`` is the compressed ``(W(t) − I) z`` (exactly that with the identity compressor and a
+    doubly stochastic W(t)), and ``Σ_i D_i = 0`` exactly, whatever the compressor: each arc's
+    copy enters once with + at the receiver and once with − at the sender. So averages (or
+    trackers) are preserved on time-varying graphs, where a single shared copy per node could
+    not be kept up to date. Copies move by the whole message (EF21-style error feedback).
+    One message per current arc (a per-arc phase, :meth:`~gossip.engine.block.Block.arc_plan`).
+
+    The copies are per-arc state over the arcs of a whole period (:func:`schedule_plan`):
+    ``block.arc_state[keys[0]]`` has a row per arc the block's nodes may send on (``o_ij``),
+    ``block.arc_state[keys[1]]`` a row per arc they may receive on (``c_ji``); node i's
+    ``state[keys[0]]`` / ``[keys[1]]`` are the [k, d] views of its arcs, in the order of its
+    sorted out- / in-neighbors over the schedule. A randomized compressor draws from the arc's
+    stream (``block.arc_rng(route, name)``).
+    """
+
+    def __init__(self, channel: Channel, keys: tuple[str, str]):
+        block = channel.block
+        x = block.x
+        self.channel = channel
+        self.schedule = schedule = schedule_plan(block, block.topology)
+        st = block.arc_state
+        for key, rows, incoming in ((keys[0], len(schedule.arcs), False),
+                                    (keys[1], len(schedule.incoming), True)):
+            if key not in st:
+                st[key] = x.new_zeros(rows, x.shape[1])
+            block.arc_routes[key] = (schedule, incoming)
+        self.out, self.inc = st[keys[0]], st[keys[1]]
+        self._out_row = {arc: a for a, arc in enumerate(schedule.arcs)}
+        self._in_row = {arc: e for e, arc in enumerate(schedule.incoming)}
+        self.mix = torch.empty_like(x)
+        self._rounds = IdentityCache()
+
+    def round_of(self, route: ArcPlan) -> _ArcRound:
+        """The row maps and sums of a round's arcs (cached per route)."""
+        return self._rounds.get(route, lambda: _ArcRound(self, route))
+
+    def send(self, z: torch.Tensor) -> Any:
+        """``C(z_i − o_ij)`` for every current arc (i, j) of this round: its :class:`Rows`."""
+        ch = self.channel
+        block = ch.block
+        route = block.arc_plan()
+        rnd = self.round_of(route)
+        d = torch.sub(z.index_select(0, rnd.src), self.out.index_select(0, rnd.out_rows))
+        return block.encode(d, ch.compressor, block.arc_rng(route, ch.name), route=route)
+
+    def laplacian(self, q: Any) -> torch.Tensor:
+        """Update the copies with the exchanged part ``q`` and return
+        ``D_i = Σ_in w_ij c_ji − Σ_out w_ji o_ij`` of every row, in the per-node order (the
+        out-arcs, then the in-arcs, each sorted by neighbor); a buffer."""
+        block, rnd = self.channel.block, self.round_of(q.route)
+        out = self.out.index_select(0, rnd.out_rows)
+        block.decode_add(out, q)  # o_ij += C(q_ij)
+        self.out.index_copy_(0, rnd.out_rows, out)
+        inc = self.inc.index_select(0, rnd.in_rows)
+        block.decode_received(inc, q)  # c_ji += C(q_ji)
+        self.inc.index_copy_(0, rnd.in_rows, inc)
+        mix = self.mix.zero_()
+        rnd.out_sums.add_(mix, out, rnd.out_weight)  # − w_ji o_ij
+        rnd.in_sums.add_(mix, inc, rnd.in_weight)  # + w_ij c_ji
+        return mix
+
+
+class _ArcRound:
+    """One round's arcs of :class:`_ArcCopies`: their rows among the schedule's copies,
+    senders, weights and per-node sums."""
+
+    def __init__(self, copies: _ArcCopies, route: ArcPlan):
+        block = copies.channel.block
+        device = block.x.device
+        row_of = {i: r for r, i in enumerate(block.ids)}
+        views = {nd.id: nd.view for nd in block.nodes}
+
+        def rows(table: dict, arcs: list, kind: str) -> torch.Tensor:
+            missing = [a for a in arcs if a not in table]
+            if missing:
+                i, j = missing[0]
+                node, other = (i, j) if kind == "out" else (j, i)
+                raise ConfigError(
+                    f"node {node}: {kind}-arc with node {other} is not in the schedule's arcs; "
+                    "the topology changed its graph beyond its period"
+                )
+            return torch.tensor([table[a] for a in arcs], dtype=torch.int64, device=device)
+
+        self.out_rows = rows(copies._out_row, route.arcs, "out")
+        self.in_rows = rows(copies._in_row, route.incoming, "in")
+        src = [row_of[i] for i, _ in route.arcs]
+        self.src = torch.tensor(src, dtype=torch.int64, device=device)
+        dst = [row_of[i] for _, i in route.incoming]
+        # − w_ji of out-arc (i, j) (the per-node mix.sub_(o, alpha=w_ji)); w_ij of in-arc (j, i)
+        out_w = [-views[i].out_weights[views[i].out_neighbors.index(j)] for i, j in route.arcs]
+        self.out_weight = torch.tensor(out_w, dtype=torch.float64, device=device)
+        self.in_weight = torch.tensor([views[i].weight_of(j) for j, i in route.incoming],
+                                      dtype=torch.float64, device=device)
+        self.out_sums = RowSums(src, block.m, device)
+        self.in_sums = RowSums(dst, block.m, device)

@@ -1,0 +1,95 @@
+"""The memory estimate's per-algorithm counts (``state_copies``, ``neighbor_copies``) bound what
+each built-in algorithm really allocates, and a run's peak RSS stays below the estimate
+consensus.py refuses runs by."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import topologies
+from gossip.algorithms import REGISTRY, make_algorithm
+from gossip.engine import Engine
+from gossip.problems import make_problem
+from tests.helpers.launch import ROOT
+
+BUILT_IN = sorted(n for n, c in REGISTRY.items() if c.__module__.startswith("gossip."))
+M, D = 8, 4096
+
+
+def tensor_bytes(root, skip: set[int]) -> int:
+    """Bytes of the distinct tensor storages reachable from ``root`` (skipping ``skip`` ids)."""
+    seen, storages, stack = set(skip), {}, [root]
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if isinstance(obj, torch.Tensor):
+            st = obj.untyped_storage()
+            storages[st.data_ptr()] = st.nbytes()
+        elif isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+        elif not isinstance(obj, (str, bytes, int, float, bool, type(None), type)):
+            stack.extend(getattr(obj, "__dict__", {}).values())
+            stack.extend(getattr(obj, s) for s in getattr(type(obj), "__slots__", ())
+                         if hasattr(obj, s))
+            cells = getattr(obj, "__closure__", None) or ()
+            stack.extend(c.cell_contents for c in cells)
+    return sum(storages.values())
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_declared_copies_bound_the_allocated_state(name):
+    cls = REGISTRY[name]
+    req = cls.requires
+    graph = "complete" if req.graph.complete else "directed-exponential" if name == "push-sum" \
+        else "ring"
+    topo = topologies.build(graph, M, **({"weights": "push"} if name == "push-sum" else {}))
+    comp = {"identity": "none", "bounded-variance": "lead:2"}.get(req.compressor, "topk:0.1")
+    kw, hp, problem = {}, {}, None
+    if cls.trains:
+        kind = "lasso" if name == "prox-lead" else "least-squares"
+        problem = make_problem(kind, n_nodes=M, dim=D, samples_per_node=4, seed=0,
+                               dtype=torch.float64)
+        kw = {"oracles": lambda i, g: problem.oracle(i, g, "full", 1)}
+        hp = cls.suggest_hparams(problem, "full", topo)
+    engine = Engine(make_algorithm(name, **hp), topo, lambda i: torch.randn(D, dtype=torch.float64),
+                    compressor=comp, dtype=torch.float64, **kw)
+    engine.run(3, log_every=1)
+    skip = set() if problem is None else {id(problem), *map(id, vars(problem).values())}
+    copies = tensor_bytes(engine, skip) / (M * D * 8)
+    degree = max(len(topo.view(i).in_neighbors) for i in range(M))
+    declared = cls.state_copies + cls.neighbor_copies * degree
+    assert copies <= declared, f"{name} keeps {copies:.2f} vectors per node, declares {declared}"
+
+
+def test_peak_rss_stays_below_the_estimate(tmp_path):
+    """Peak RSS of a consensus run minus a tiny run's, against the estimate of the same flags."""
+    from gossip.memory import block_footprint
+
+    def peak(nodes: int, dim: int) -> int:
+        argv = ["consensus.py", "--nodes", str(nodes), "--dim", str(dim), "--rounds", "3",
+                "--compressor", "topk:0.1", "--gamma", "0.1"]
+        code = (f"import resource, runpy, sys; sys.argv = {argv!r}; sys.path.insert(0, {str(ROOT)!r})\n"
+                "try:\n    runpy.run_path('experiments/consensus.py', run_name='__main__')\n"
+                "except SystemExit:\n    pass\n"
+                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+        res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+        return int(res.stdout.split()[-1])
+
+    nodes, dim = 32, 200_000
+    grown = peak(nodes, dim) - peak(4, 10)
+    cls = REGISTRY["choco"]
+    est = block_footprint(nodes=nodes, numel=dim, itemsize=4, state_copies=cls.state_copies,
+                          neighbor_copies=cls.neighbor_copies, degree=2).total
+    assert grown <= 1.2 * est, json.dumps({"estimate": est, "measured": grown})  # an upper bound

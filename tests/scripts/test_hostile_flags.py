@@ -1,0 +1,66 @@
+"""Every script meets hostile flags with one ``error:`` line and exit status 2: no traceback,
+no allocation beyond a bound (each case runs under a 3 GiB address-space limit), within
+seconds."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tests.helpers.launch import ROOT
+
+C, O, T, P = ("experiments/consensus.py", "experiments/optimize.py", "experiments/train.py",
+              "experiments/compare.py")
+CASES = [
+    (C, "--nodes 0"), (C, "--nodes -3"), (C, "--nodes 1000000 --dim 1000000"),
+    (C, "--dim 1000000000000"), (C, "--shape 100000000x100000000"), (C, "--shape 3xq"),
+    (C, "--shape 0x4"), (C, "--dim 0"), (C, "--rounds -1"), (C, "--rounds abc"),
+    (C, "--gamma nan"), (C, "--gamma -1"), (C, "--gamma inf"), (C, "--compressor bogus"),
+    (C, "--compressor topk:2.0"), (C, "--compressor topk:0"), (C, "--compressor qsgd:99bit"),
+    (C, "--compressor lowrank:0 --shape 10x10"), (C, "--topology moebius"),
+    (C, "--topology file:/nonexistent.edgelist"), (C, "--algorithm chocolate"),
+    (C, "--nodes 4 --topology torus:3x3"), (C, "--seed -5"), (C, "--dtype float17"),
+    (C, "--device tpu"), (C, "--timeout -1"), (C, "--config /nonexistent.toml"),
+    (C, "--max-memory 0"), (C, "--max-memory 1K --nodes 8 --dim 100000"),
+    (C, "--compressor none topk:0.1 --gamma 1 2 3"), (C, "--checkpoint-every 5"),
+    (C, "--resume /nonexistent"), (C, "--log-every 0"),
+    (O, "--algorithm chocolate"), (O, "--problem nonsense"), (O, "--dim -1"),
+    (O, "--iterations 0"), (O, "--eta nan"), (O, "--algorithm gossip"),
+    (O, "--algorithm onebit-adam --topology ring"), (O, "--hparam gamma"),
+    (O, "--hparam nosuch=1"), (O, "--estimator magic"), (O, "--batch-size 0"),
+    (O, "--data /nonexistent.npz"), (O, "--compressor randk:5.0"),
+    (T, "--model nosuchnet"), (T, "--lr nan"), (T, "--epochs -1"), (T, "--batch-size 0"),
+    (T, "--dataset nosuchdata"), (T, "--algorithm chocolate"),
+    (P, "/nonexistent.toml"), (P, "--only x"),
+]
+
+
+def _limit() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+
+def _run(case: tuple[str, str]) -> tuple[tuple[str, str], subprocess.CompletedProcess]:
+    script, flags = case
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env.pop("GOSSIP_DEBUG", None)
+    res = subprocess.run([sys.executable, script, *flags.split()], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=60, preexec_fn=_limit)
+    return case, res
+
+
+@pytest.mark.slow
+def test_hostile_flags_end_in_one_error_line_with_status_2():
+    assert len(CASES) >= 40
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(_run, CASES))
+    bad = []
+    for (script, flags), res in results:
+        lines = [ln for ln in res.stderr.splitlines() if "error" in ln.lower()]
+        if res.returncode != 2 or "Traceback" in res.stderr or not lines:
+            bad.append(f"{script} {flags}: exit {res.returncode}: {res.stderr.strip()[-300:]}")
+    assert not bad, "\n".join(bad)

@@ -1,0 +1,102 @@
+"""Output paths a run cannot write: one `error:` line, no traceback, files left as they were."""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers.launch import ROOT
+
+RUN = ["experiments/consensus.py", "--nodes", "4", "--rounds", "3", "--dim", "8"]
+
+
+def run(args, fsize=None, no_root=False):
+    cmd = [sys.executable, *RUN, *args]
+    if no_root and os.geteuid() == 0:  # root ignores permissions: drop the capability that does it
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root without setpriv: permissions are not enforced")
+        caps = "-dac_override,-dac_read_search"
+        cmd = ["setpriv", f"--bounding-set={caps}", f"--inh-caps={caps}", *cmd]
+
+    def limit():
+        if fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=limit)
+
+
+def one_error(res, *needles):
+    assert res.returncode in (1, 2), res.stdout + res.stderr
+    assert "Traceback" not in res.stderr, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, res.stderr
+    for needle in needles:
+        assert needle in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.fixture
+def ro(tmp_path):
+    d = tmp_path / "ro"
+    d.mkdir()
+    (d / "old.jsonl").write_text("keep\n")
+    (d / "old.jsonl").chmod(0o444)
+    d.chmod(0o555)
+    yield d
+    d.chmod(0o755)
+
+
+@pytest.mark.parametrize("flag, name", [("--out", "a.jsonl"), ("--out", "old.jsonl"),
+                                        ("--out", "sub/a.jsonl"), ("--plot", "p.png"),
+                                        ("--checkpoint-dir", "ck")])
+def test_a_read_only_directory_is_refused_before_the_run(ro, flag, name):
+    one_error(run([flag, str(ro / name)], no_root=True), flag, str(ro / name))
+    assert sorted(p.name for p in ro.iterdir()) == ["old.jsonl"]
+    assert (ro / "old.jsonl").read_text() == "keep\n"
+
+
+@pytest.mark.parametrize("flag", ["--out", "--plot"])
+def test_a_directory_given_as_a_file_is_refused(tmp_path, flag):
+    one_error(run([flag, str(tmp_path)]), flag, "is a directory")
+
+
+def test_a_parent_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "f").write_text("")
+    for flag in ("--out", "--checkpoint-dir"):
+        one_error(run([flag, str(tmp_path / "f" / "x")]), flag, "is not a directory")
+
+
+def test_dev_full_stops_before_round_1():
+    one_error(run(["--out", "/dev/full"]), "/dev/full (--out)", "No space left on device")
+
+
+def test_a_bad_plot_suffix_is_one_line(tmp_path):
+    one_error(run(["--plot", str(tmp_path / "p.xyz")]), "--plot", "not an image format")
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_file_size_limit_mid_run_keeps_whole_records(tmp_path):
+    log = tmp_path / "a.jsonl"
+    one_error(run(["--rounds", "30", "--log-every", "1", "--out", str(log)], fsize=3000),
+              "(--out): File too large [EFBIG]", "record(s) written before kept whole")
+    text = log.read_text()
+    assert text.endswith("\n") and all(line.startswith("{") for line in text.splitlines())
+
+
+def test_a_file_size_limit_on_the_checkpoint_keeps_the_last_good_round(tmp_path):
+    ck = tmp_path / "ck"
+    args = ["--rounds", "40", "--log-every", "1", "--checkpoint-dir", str(ck),
+            "--checkpoint-every", "5"]
+    one_error(run(args, fsize=8000), "records.jsonl (File too large [EFBIG])",
+              "the checkpoint of round", f"resume with --resume {ck}")
+    res = run(["--rounds", "40", "--log-every", "1", "--resume", str(ck), "--out",
+               str(tmp_path / "r.jsonl")])
+    assert res.returncode == 0, res.stderr
+    assert "resumed from the checkpoint of round" in res.stderr
