@@ -124,6 +124,51 @@ class Vote(Codec):
         _rows.add_rows_(out, None if rows is None else tgt, vals[:, :d], w, fused=True)
         return out
 
+    # ------------------------------------------------------------ chunks of messages
+    @no_grad
+    def _fast_encode_split_rows(self, X, n, *, out=None):
+        """Each chunk's ``X < 0`` (and ``X == 0``) packed into its own body (chunks of a
+        multiple of 8 entries pack to the bytes of the whole row), the per-row sum as the check."""
+        X = X.detach()
+        res = self._split_out(X, n, out)
+        m, d = X.shape
+        if self.check_finite and not bool(torch.isfinite(X.sum(1)).all()):
+            _rows.encode_error(self, X, ~torch.isfinite(X).all(1), "NaN/Inf")
+        part = self.chunk_sections(X[0], n)
+        chunks = _rows.chunk_rows(X, n)
+        for at, nb, flags in zip(part.offsets, part.counts, (torch.lt, torch.eq), strict=False):
+            _rows.pack_rows(flags(chunks, 0), d // n, res[:, :, at : at + nb].view(m * n, nb))
+        return res
+
+    def _fast_decode_bodies(self, bodies, out):
+        """±1 from the table straight into ``out`` (when its rows are contiguous whole
+        bytes), times ``1 − tie`` for ``vote:ties`` (exact)."""
+        v = self.body_views(bodies, out)
+        k, d = out.shape
+        full = out if out.is_contiguous() and d % 8 == 0 else \
+            _rows.scratch(self, "pm1", (k, 8 * v["signs"].shape[1]), out.dtype, out.device)
+        self._pm1_votes(v, full)
+        if full is not out:
+            out.copy_(full[:, :d])
+        return out
+
+    def _fast_decode_add_bodies(self, out, bodies):
+        """The decoded votes (a scratch of the chunk's size) added to ``out``."""
+        v = self.body_views(bodies, out)
+        k, d = out.shape
+        pm1 = _rows.scratch(self, "pm1", (k, 8 * v["signs"].shape[1]), out.dtype, out.device)
+        out.add_(self._pm1_votes(v, pm1)[:, :d])
+        return out
+
+    def _pm1_votes(self, views: dict[str, torch.Tensor], out: torch.Tensor) -> torch.Tensor:
+        """``out`` ([k, 8·nb], contiguous) = the votes of the sections ``views``: ±1, times
+        ``1 − tie`` with a zero plane."""
+        _rows.pm1_rows(views["signs"], out, self.ws)
+        if self.ties:
+            keep = _rows.scratch(self, "keep", tuple(out.shape), out.dtype, out.device)
+            out.mul_(_rows.pm1_rows(views["zeros"], keep, self.ws).add_(1.0).mul_(0.5))
+        return out
+
 
 def _expand(packed: torch.Tensor, dtype: torch.dtype, ws: Any, tag: str) -> torch.Tensor:
     """±1 (set bit -> −1) for every bit of ``packed`` ([k] or [m, k] uint8): a flat
