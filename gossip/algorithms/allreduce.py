@@ -62,7 +62,7 @@ import torch
 
 from gossip.algorithms.base import Algorithm, Round
 from gossip.algorithms.requirements import Graph, Requirements
-from gossip.compress import GRAIN_SIZE, HEADER_NBYTES, Compressor, Vote, make
+from gossip.compress import GRAIN_SIZE, Compressor, Vote, make
 from gossip.engine.cache import IdentityCache
 from gossip.errors import CompressionError, ConfigError
 
@@ -101,10 +101,6 @@ def codec_compressor(codec: str | Compressor) -> Compressor:
                           "does not cut into the messages of its chunks; choose an entry-wise "
                           "compressor (none, fp16, bf16, sign_l1 = sign, sign_l2, vote)")
     return comp
-
-
-def _row_pitch(nbytes: int) -> int:
-    return -(-nbytes // 8) * 8
 
 
 class ChunkedAllReduce:
@@ -185,7 +181,7 @@ class ChunkedAllReduce:
         ``yield from allreduce.reduce_block(block, U, out)``. Each row's float operations are
         those of a node alone: its server sums the n contributions in node order, its own
         included."""
-        n, c, m, H = self.n, self.chunk, block.m, HEADER_NBYTES
+        n, c, m = self.n, self.chunk, block.m
         worker, server, ef = self.worker, self.server, self.error_feedback
         dtype, dev = U.dtype, U.device
         nb1, nb2 = self._phase_nbytes(dtype, 1), self._phase_nbytes(dtype, 2)
@@ -193,48 +189,40 @@ class ChunkedAllReduce:
         Z = self._buf("z", (m, self.padded), dtype, dev)
         Z[:, : self.numel].copy_(U)
         Z[:, self.numel :].zero_()
-        like = Z[0, :c]  # a chunk (its values are not read)
-        # phase 1: the worker's message of z_i, cut into the messages of its n chunks (its
-        # scale in each); sent[r·n + j] is node r's message to the server of chunk j
+        # phase 1: the worker's message of z_i, written as the messages of its n chunks (its
+        # scale in each); sent[r·n + j] is node r's message to the server of chunk j. A
+        # compressor that sends the values as they are sends them from Z itself.
         if ef:
             E = block.state[f"{self.key}_worker_error"]
             Z.add_(E)
-        enc = worker.encode_rows(Z, None, out=self._msgs("enc1", worker, m, Z[0], dev))
+        sent = Z.view(torch.uint8).view(m, n, nb1) if worker.sends_values_in_place \
+            else self._buf("sent", (m, n, nb1), torch.uint8, dev)
+        sent = worker.encode_split_rows(Z, n, out=sent).view(m * n, nb1)
         if ef:  # e ← z − C(z)
-            E.copy_(Z)
-            worker.decode_add_rows_(E, enc, -1.0, check=False)
-        sent = worker.split_rows(enc, Z[0], n, out=self._buf("sent", (m, n, nb1), torch.uint8, dev))
-        sent = sent.reshape(m * n, nb1)
+            torch.sub(Z, worker.decode_bodies(sent, E.view(m * n, c)).view(m, -1), out=E)
         rows = block.message_rows(nb1, rt["arcs"])
         rows.mine().copy_(sent.index_select(0, rt["to_arc"]))
         yield rows
-        got = worker.framed_rows(m * n, like, out=self._msgs("got", worker, m * n, like, dev))
-        body = got[:, H:]
-        body.index_copy_(0, rt["from_arc"], block.received_arcs(rows))
-        body.index_copy_(0, rt["own"], sent.index_select(0, rt["own"]))
-        parts = self._buf("parts", (m * n, c), dtype, dev).zero_()
-        worker.decode_add_rows_(parts, got, check=False)
-        parts = parts.view(m, n, c)
+        got = self._buf("got", (m * n, nb1), torch.uint8, dev)
+        got.index_copy_(0, rt["from_arc"], block.received_arcs(rows))
+        got.index_copy_(0, rt["own"], sent.index_select(0, rt["own"]))
+        got = got.view(m, n, nb1)
         R = self._buf("r", (m, c), dtype, dev).zero_()
         for i in range(n):  # node order, own chunk included
-            R.add_(parts[:, i])
+            worker.decode_add_bodies_(R, got[:, i])
         R.div_(n)
-        # phase 2: the server's message of its averaged chunk, to every node
+        # phase 2: the server's message of its averaged chunk, to every node, written
+        # straight into the block's staging rows
         if ef:
             S = block.state[f"{self.key}_server_error"]
             R.add_(S)
-        enc2 = server.encode_rows(R, None, out=self._msgs("enc2", server, m, like, dev))
-        if ef:  # s ← r − C(r)
-            S.copy_(R)
-            server.decode_add_rows_(S, enc2, -1.0, check=False)
         back = block.message_rows(nb2)  # one message per node, to every other node
-        back.mine().copy_(enc2[:, H:])
+        mine = server.encode_split_rows(R, 1, out=back.mine().unsqueeze(1)).view(m, nb2)
+        if ef:  # s ← r − C(r)
+            torch.sub(R, server.decode_bodies(mine, S), out=S)
         yield back
-        msgs = server.framed_rows(m * n, like, out=self._msgs("back", server, m * n, like, dev))
-        for j in range(n):  # row r·n + j: server j's message to row r
-            msgs[j::n, H:].copy_(back.gather(rt["from"][j], None))
-        full = Z.view(m * n, c).zero_()  # the padded result, chunk by chunk
-        server.decode_add_rows_(full, msgs, check=False)
+        for j in range(n):  # server j's message to each row, decoded into chunk j
+            server.decode_bodies(back.gather(rt["from"][j], None), Z[:, j * c : (j + 1) * c])
         out.copy_(Z[:, : self.numel])
 
     # -- routing and buffers ---------------------------------------------------------------------
@@ -269,11 +257,6 @@ class ChunkedAllReduce:
         if t is None or t.shape != shape or t.dtype != dtype or t.device != device:
             t = self._work[name] = torch.empty(shape, dtype=dtype, device=device)
         return t
-
-    def _msgs(self, name: str, comp: Compressor, k: int, like: torch.Tensor,
-              device: torch.device) -> torch.Tensor:
-        """A reused block of ``k`` messages of ``comp`` for tensors like ``like``."""
-        return self._buf(name, (k, _row_pitch(comp.max_nbytes(like))), torch.uint8, device)
 
 
 class AllReduceAlgorithm(Algorithm):
