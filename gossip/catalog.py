@@ -43,6 +43,7 @@ COMPRESSOR_SPECS: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
     "lead": (("lead:BITS",), "lead:BITS (1..16, also '2bit')"),
     "natural": (None, None),
     "lowrank": (("lowrank:RANK",), "lowrank:RANK (integer RANK >= 1)"),
+    "vote": (("vote", "vote:ties"), "vote or vote:ties (unscaled signs, a zero plane with :ties)"),
 }
 """Built-in compressor name -> (spec forms, usage line), in registration order; None means the
 default of :func:`gossip.compress.register_compressor` (the name; the forms joined)."""

@@ -30,15 +30,23 @@ entries) and a server error ``s_i`` (its chunk, ``c`` entries)::
 ``scale`` is ``‖z‖₂/√len`` for ``sign_l2`` (norm preserving, DeepSpeed's choice) or
 ``‖z‖₁/len`` for ``sign_l1`` (the ``sign`` compressor's).
 
+The codec is a registered compressor (:func:`gossip.compress.make`), the same the gossip methods
+take: ``a_i σ_i`` is its message of ``z_i`` and phase 1 sends chunk j of that message
+(:meth:`gossip.compress.Codec.split_rows`: chunk j of the bits, the scale in each), the server
+encodes ``r_j`` with it, and both sides decode through it. Any compressor whose messages cut
+into chunks (``splits``) serves; error feedback is on for the lossy ones with a bounded error.
+
 ``codec="vote"`` is signSGD's majority vote on the same routing: phase 1 carries the signs only
 (``c`` bits), node j returns ``sgn(Σ_i sgn(u_i))`` on its chunk, and a tie (possible for even n
 only) gives 0, sent as a second bit plane (so ``2c`` bits back for even n, ``c`` for odd n).
-No scales, no error feedback. For 1-bit codecs ``D'`` is a multiple
+No scales, no error feedback: the ballots are the ``vote`` compressor, the result
+``vote:ties`` for even n. For 1-bit codecs ``D'`` is a multiple
 of ``n·lcm(n, 8)`` so that every chunk packs into whole bytes; the padding entries take part in
 the scales (as in DeepSpeed). Per node and call that is ``2(n−1)(c/8 + itemsize)`` bytes, about
 2 bits per coordinate. Scales travel in the working dtype (4 bytes in float32).
 
-Messages: a phase-1 message is ``[a_i][chunk j of σ_i]`` (the scale's bytes in the working
+Messages are the compressor's bodies without its 8-byte header (the routing fixes every
+size): a phase-1 message is ``[a_i][chunk j of σ_i]`` (the scale's bytes in the working
 dtype, then the packed signs; bit k set for a negative entry), ``[chunk j of σ_i]`` for
 ``vote``, the chunk's values for ``none``; a phase-2 message ``[b_j][τ_j]``, ``[τ_j][tie
 plane]`` (``vote``, the tie plane for even n only) or the averaged chunk (``none``).
@@ -54,20 +62,12 @@ import torch
 
 from gossip.algorithms.base import Algorithm, Round
 from gossip.algorithms.requirements import Graph, Requirements
-from gossip.compress import bits
-from gossip.compress import rows as _rows
+from gossip.compress import GRAIN_SIZE, Compressor, Vote, make
 from gossip.engine.cache import IdentityCache
-from gossip.errors import ConfigError
+from gossip.errors import CompressionError, ConfigError
 
+#: the codecs the documentation names; any registered compressor that splits is taken
 CODECS = ("none", "sign_l1", "sign_l2", "vote")
-
-
-def sign_scale(z: torch.Tensor, codec: str) -> torch.Tensor:
-    """The scale of ``scale·sgn(z)``: ``‖z‖₂/√len`` (``sign_l2``) or ``‖z‖₁/len`` (``sign_l1``)."""
-    if codec == "sign_l2":
-        return torch.linalg.vector_norm(z) / math.sqrt(z.numel())
-    return z.abs().sum() / z.numel()
-
 
 def per_row(X: torch.Tensor, one: Callable[[torch.Tensor], torch.Tensor],
             rows: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
@@ -75,23 +75,32 @@ def per_row(X: torch.Tensor, one: Callable[[torch.Tensor], torch.Tensor],
     dim 1) on the CPU, where each row then reduces in the order it reduces alone, except when a
     row alone would split across threads (at least torch's grain size, several threads); there
     and on CUDA (whose kernels pick their order from the shape), one reduction per row."""
-    if X.is_cpu and (X.shape[1] < _rows.GRAIN_SIZE or torch.get_num_threads() == 1):
+    if X.is_cpu and (X.shape[1] < GRAIN_SIZE or torch.get_num_threads() == 1):
         return rows(X)
     return torch.stack([one(X[r]) for r in range(X.shape[0])])
-
-
-def sign_scale_rows(Z: torch.Tensor, codec: str) -> torch.Tensor:
-    """:func:`sign_scale` of every row of ``Z`` ([m], bit for bit the single-row values)."""
-    d = Z.shape[1]
-    if codec == "sign_l2":
-        norms = per_row(Z, torch.linalg.vector_norm, lambda X: torch.linalg.vector_norm(X, dim=1))
-        return norms / math.sqrt(d)
-    return per_row(Z, lambda z: z.abs().sum(), lambda X: X.abs().sum(1)) / d
 
 
 def norm_rows(X: torch.Tensor) -> torch.Tensor:
     """``X[r].norm()`` of every row ([m], bit for bit)."""
     return per_row(X, torch.linalg.vector_norm, lambda V: torch.linalg.vector_norm(V, dim=1))
+
+
+def codec_compressor(codec: str | Compressor) -> Compressor:
+    """The all-reduce's compressor from the registry (a spec such as ``sign_l2``, or one
+    built already), refused with a :class:`ConfigError` unless its messages split into the
+    messages of their chunks (:attr:`gossip.compress.Compressor.splits`)."""
+    if isinstance(codec, Compressor):
+        comp = codec
+    else:
+        try:
+            comp = make(str(codec))
+        except CompressionError as exc:
+            raise ConfigError(f"all-reduce codec {codec!r}: {exc}") from None
+    if not comp.splits:
+        raise ConfigError(f"all-reduce codec {comp.spec!r} cannot travel in chunks: its message "
+                          "does not cut into the messages of its chunks; choose an entry-wise "
+                          "compressor (none, fp16, bf16, sign_l1 = sign, sign_l2, vote)")
+    return comp
 
 
 class ChunkedAllReduce:
@@ -105,15 +114,25 @@ class ChunkedAllReduce:
     Args:
         n: number of nodes.
         numel: entries of the vector reduced (``D``).
-        codec: ``none`` (full precision), ``sign_l1`` or ``sign_l2`` (1 bit per entry with
-            worker and server error feedback), ``vote`` (majority vote of the signs).
+        codec: a registered compressor whose messages split into chunks (a spec or an
+            instance): ``none`` (full precision), ``sign_l1`` / ``sign_l2`` (1 bit per entry
+            with worker and server error feedback), ``vote`` (majority vote of the signs),
+            ``fp16`` / ``bf16`` (with error feedback).
         key: prefix of the state entries (two collectives on one node need two keys).
     """
 
-    def __init__(self, n: int, numel: int, codec: str = "sign_l2", key: str = "ar"):
-        if codec not in CODECS:
-            raise ConfigError(f"all-reduce codec {codec!r} is not one of {', '.join(CODECS)}")
-        self.n, self.numel, self.codec, self.key = n, numel, codec, key
+    def __init__(self, n: int, numel: int, codec: str | Compressor = "sign_l2", key: str = "ar"):
+        worker = codec_compressor(codec)
+        self.n, self.numel, self.key = n, numel, key
+        self.codec = worker.spec
+        # what the all-reduce sends is the compressor's body alone (no header; sizes are
+        # fixed by the routing), and a diverged run is caught on the models, as before
+        worker.check_finite = False
+        server = worker
+        if isinstance(worker, Vote) and not worker.ties and n % 2 == 0:
+            server = make(f"{worker.spec}:ties")  # an even number of ballots may tie
+            server.check_finite = False
+        self.worker, self.server = worker, server
         unit = n * math.lcm(n, 8) if self.compressed else n
         self.padded = max(unit, -(-numel // unit) * unit)
         self.chunk = self.padded // n
@@ -122,25 +141,27 @@ class ChunkedAllReduce:
 
     @property
     def compressed(self) -> bool:
-        return self.codec != "none"
+        return not self.worker.is_identity
 
     @property
     def error_feedback(self) -> bool:
-        return self.codec in ("sign_l1", "sign_l2")
+        """Worker and server error feedback: for a lossy compressor whose error is bounded
+        relative to its input (the scaled signs, the 16-bit casts); not for the identity, nor
+        for the vote's unscaled ballots."""
+        return self.compressed and self.worker.bounded_variance
 
     def nbytes(self, dtype: torch.dtype) -> int:
         """Bytes one node sends per call (both phases)."""
         return (self.n - 1) * (self._phase_nbytes(dtype, 1) + self._phase_nbytes(dtype, 2))
 
     def _phase_nbytes(self, dtype: torch.dtype, phase: int) -> int:
-        """Bytes of one message of ``phase`` (1: to a chunk's server, 2: from it)."""
-        item = torch.empty((), dtype=dtype).element_size()
-        if self.codec == "vote":
-            return self.chunk // 8 * (2 if phase == 2 and self.n % 2 == 0 else 1)
-        return self.chunk // 8 + item if self.compressed else self.chunk * item
+        """Bytes of one message of ``phase`` (1: to a chunk's server, 2: from it): the body of
+        the compressor's message of one chunk."""
+        comp = self.worker if phase == 1 else self.server
+        return comp.body_nbytes((self.chunk,), dtype)
 
     def setup(self, block: Any) -> None:
-        """The block's error buffers (zero) in ``block.state`` (1-bit codecs only)."""
+        """The block's error buffers (zero) in ``block.state`` (error feedback only)."""
         if self.error_feedback:
             x = block.x
             block.state[f"{self.key}_worker_error"] = x.new_zeros((block.m, self.padded))
@@ -153,38 +174,32 @@ class ChunkedAllReduce:
             block.state[f"{self.key}_server_error"].zero_()
 
     def reduce_block(self, block: Any, U: torch.Tensor, out: torch.Tensor) -> Round:
-        """``out[r] ← mean_i u_i`` for every row (approximately, with a 1-bit codec; the vote
+        """``out[r] ← mean_i u_i`` for every row (approximately, with a lossy codec; the vote
         with ``vote``): every node gets the same vector.
 
         Two phases; ``U`` and ``out`` are [m, D] (``out`` may be ``U``). Use as
         ``yield from allreduce.reduce_block(block, U, out)``. Each row's float operations are
         those of a node alone: its server sums the n contributions in node order, its own
         included."""
-        n, c, m, item = self.n, self.chunk, block.m, U.element_size()
+        n, c, m = self.n, self.chunk, block.m
+        worker, server, ef = self.worker, self.server, self.error_feedback
         dtype, dev = U.dtype, U.device
-        nb, nb1, nb2 = c // 8, self._phase_nbytes(dtype, 1), self._phase_nbytes(dtype, 2)
+        nb1, nb2 = self._phase_nbytes(dtype, 1), self._phase_nbytes(dtype, 2)
         rt = self._route(block)
         Z = self._buf("z", (m, self.padded), dtype, dev)
         Z[:, : self.numel].copy_(U)
         Z[:, self.numel :].zero_()
-        # phase 1: sent[r·n + j] is node r's message to the server of chunk j (its own included)
-        if self.codec == "vote":
-            packed = self._buf("packed", (m, self.padded // 8), torch.uint8, dev)
-            _rows.pack_rows(Z < 0, self.padded, packed)
-            sent = packed.view(m * n, nb)
-        elif self.compressed:
+        # phase 1: the worker's message of z_i, written as the messages of its n chunks (its
+        # scale in each); sent[r·n + j] is node r's message to the server of chunk j. A
+        # compressor that sends the values as they are sends them from Z itself.
+        if ef:
             E = block.state[f"{self.key}_worker_error"]
             Z.add_(E)
-            a = sign_scale_rows(Z, self.codec).view(m, 1)
-            packed = self._buf("packed", (m, self.padded // 8), torch.uint8, dev)
-            _rows.pack_rows(Z < 0, self.padded, packed)
-            sent3 = self._buf("sent", (m, n, nb1), torch.uint8, dev)
-            sent3[:, :, :item].copy_(a.view(torch.uint8).view(m, 1, item).expand(m, n, item))
-            sent3[:, :, item:].copy_(packed.view(m, n, nb))
-            torch.sub(Z, self._pm1(packed, E).mul_(a), out=E)  # e ← z − a σ
-            sent = sent3.view(m * n, nb1)
-        else:
-            sent = Z.view(torch.uint8).view(m * n, nb1)
+        sent = Z.view(torch.uint8).view(m, n, nb1) if worker.sends_values_in_place \
+            else self._buf("sent", (m, n, nb1), torch.uint8, dev)
+        sent = worker.encode_split_rows(Z, n, out=sent).view(m * n, nb1)
+        if ef:  # e ← z − C(z)
+            torch.sub(Z, worker.decode_bodies(sent, E.view(m * n, c)).view(m, -1), out=E)
         rows = block.message_rows(nb1, rt["arcs"])
         rows.mine().copy_(sent.index_select(0, rt["to_arc"]))
         yield rows
@@ -193,47 +208,22 @@ class ChunkedAllReduce:
         got.index_copy_(0, rt["own"], sent.index_select(0, rt["own"]))
         got = got.view(m, n, nb1)
         R = self._buf("r", (m, c), dtype, dev).zero_()
-        signs = self._buf("signs", (m, c), dtype, dev)
-        if self.codec == "vote":
-            for i in range(n):  # node order, own chunk included
-                R.add_(self._pm1(got[:, i], signs))
-        elif self.compressed:
-            scales = got[:, :, :item].contiguous().view(dtype).view(m, n)
-            for i in range(n):
-                R.add_(self._pm1(got[:, i, item:], signs).mul_(scales[:, i : i + 1]))
-        else:
-            for i in range(n):
-                R.add_(got[:, i].view(dtype))
-        back = block.message_rows(nb2)  # one message per node, to every other node
-        mine = back.mine()
-        if self.codec == "vote":  # sgn of the sum of signs; a tie gives 0 (even n only)
-            _rows.pack_rows(R < 0, c, mine[:, :nb])
-            if n % 2 == 0:
-                _rows.pack_rows(R == 0, c, mine[:, nb:])
-        elif self.compressed:
+        for i in range(n):  # node order, own chunk included
+            worker.decode_add_bodies_(R, got[:, i])
+        R.div_(n)
+        # phase 2: the server's message of its averaged chunk, to every node, written
+        # straight into the block's staging rows
+        if ef:
             S = block.state[f"{self.key}_server_error"]
-            R.div_(n).add_(S)
-            b = sign_scale_rows(R, self.codec).view(m, 1)
-            mine[:, :item].copy_(b.view(torch.uint8))
-            _rows.pack_rows(R < 0, c, mine[:, item:])
-            torch.sub(R, self._pm1(mine[:, item:], signs).mul_(b), out=S)
-        else:
-            mine.view(dtype).copy_(R.div_(n))
+            R.add_(S)
+        back = block.message_rows(nb2)  # one message per node, to every other node
+        mine = server.encode_split_rows(R, 1, out=back.mine().unsqueeze(1)).view(m, nb2)
+        if ef:  # s ← r − C(r)
+            torch.sub(R, server.decode_bodies(mine, S), out=S)
         yield back
-        full = Z  # the padded result, chunk by chunk
-        for j in range(n):
-            msg = back.gather(rt["from"][j], None)  # [m, nb2]: server j's message to each row
-            part = full[:, j * c : (j + 1) * c]
-            if self.codec == "vote":
-                part.copy_(self._pm1(msg[:, :nb], signs))
-                if n % 2 == 0:  # zero the ties: σ·(1 − tie)
-                    part.mul_(self._pm1(msg[:, nb:], signs).add_(1.0).mul_(0.5))
-            elif self.compressed:
-                scale = msg[:, :item].contiguous().view(dtype)
-                torch.mul(self._pm1(msg[:, item:], signs), scale, out=part)
-            else:
-                part.copy_(msg.view(dtype))
-        out.copy_(full[:, : self.numel])
+        for j in range(n):  # server j's message to each row, decoded into chunk j
+            server.decode_bodies(back.gather(rt["from"][j], None), Z[:, j * c : (j + 1) * c])
+        out.copy_(Z[:, : self.numel])
 
     # -- routing and buffers ---------------------------------------------------------------------
     def _route(self, block: Any) -> dict[str, Any]:
@@ -267,13 +257,6 @@ class ChunkedAllReduce:
         if t is None or t.shape != shape or t.dtype != dtype or t.device != device:
             t = self._work[name] = torch.empty(shape, dtype=dtype, device=device)
         return t
-
-    def _pm1(self, packed: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """``out`` ([m, 8k]) = ±1 from the packed rows ``packed`` ([m, k]; set bit -> −1)."""
-        table = bits.pm1_table(out.dtype, out.device)
-        m, k = packed.shape
-        torch.index_select(table, 0, packed.reshape(-1).to(torch.int32), out=out.view(m * k, 8))
-        return out
 
 
 class AllReduceAlgorithm(Algorithm):
@@ -356,10 +339,18 @@ def adaptive_hparams(cls: type[Algorithm], problem: Any, *, with_eps: bool = Fal
 
 
 def check_codec(codec: str) -> None:
-    """The 1-bit all-reduce codecs an optimizer may choose (``vote`` is Signum's own)."""
-    if codec not in ("none", "sign_l1", "sign_l2"):
-        raise ConfigError(f"codec = {codec!r}: choose sign_l2 (‖z‖₂/√d scale, DeepSpeed's), sign_l1 "
-                          "(‖z‖₁/d) or none (full precision)")
+    """The all-reduce codec of an optimizer with error feedback: a registered compressor that
+    splits into chunks and whose error is bounded (``vote``, unscaled, is Signum's own)."""
+    try:
+        comp = codec_compressor(codec)
+    except ConfigError as exc:
+        comp, why = None, str(exc)
+    if comp is not None and not comp.bounded_variance:
+        why = f"{comp.spec} is not bounded relative to its input, so error feedback cannot use it"
+    elif comp is not None:
+        return
+    raise ConfigError(f"codec = {codec!r}: choose sign_l2 (‖z‖₂/√d scale, DeepSpeed's), sign_l1 "
+                      f"(‖z‖₁/d, also 'sign'), none (full precision) or fp16/bf16 ({why})")
 
 
 def check_warmup(name: str, rounds: int) -> None:

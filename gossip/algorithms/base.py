@@ -22,7 +22,7 @@ from gossip.algorithms.requirements import Requirements
 from gossip.errors import ConfigError
 
 if TYPE_CHECKING:
-    from gossip.compress.base import Compressor
+    from gossip.compress import Compressor
     from gossip.engine.block import Block
 
 Round = Generator[Any, Any, None]

@@ -42,8 +42,9 @@ class OneBitAdam(AllReduceAlgorithm):
             tutorial: 15–25 % of the run).
         beta1, beta2: moment decay rates.
         eps: added to ``√v``.
-        codec: the 1-bit scale of the compression stage: ``sign_l2`` (‖z‖₂/√d, DeepSpeed) or
-            ``sign_l1`` (‖z‖₁/d); ``none`` sends the momentum in full precision (an ablation).
+        codec: the compressor of the compression stage, from the registry: ``sign_l2``
+            (‖z‖₂/√d, DeepSpeed) or ``sign_l1`` = ``sign`` (‖z‖₁/d); ``none`` sends the
+            momentum in full precision (an ablation); ``fp16``/``bf16`` also cut into chunks.
     """
 
     name = "onebit-adam"

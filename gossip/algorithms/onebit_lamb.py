@@ -55,7 +55,8 @@ class OneBitLamb(AllReduceAlgorithm):
         max_coeff, min_coeff: bounds of the warm-up trust ratio.
         coeff_beta: EMA rate of the frozen trust ratio.
         factor_max, factor_min, factor_threshold: bounds of the compression-stage factor.
-        codec: the 1-bit scale (``sign_l2`` or ``sign_l1``), or ``none`` (full precision).
+        codec: the all-reduce's compressor, from the registry: ``sign_l2`` or ``sign_l1``
+            (1 bit per entry), or ``none`` (full precision); see :func:`check_codec`.
     """
 
     name = "onebit-lamb"

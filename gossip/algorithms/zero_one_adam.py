@@ -52,7 +52,8 @@ class ZeroOneAdam(AllReduceAlgorithm):
         local_step_scaler: rounds per local-step interval before it doubles.
         local_step_clipper: H, the largest local-step interval.
         beta1, beta2, eps: as Adam's.
-        codec: the 1-bit scale (``sign_l2`` or ``sign_l1``), or ``none`` (full precision).
+        codec: the all-reduce's compressor, from the registry: ``sign_l2`` or ``sign_l1``
+            (1 bit per entry), or ``none`` (full precision); see :func:`check_codec`.
     """
 
     name = "zero-one-adam"

@@ -22,6 +22,7 @@ spec                    what                                          constant
 ``sign``                (‖x‖₁/d)·sign(x), 1 bit per entry             δ ≥ 1/d
 ``sign_l1``             the same as ``sign`` (named beside ``sign_l2``)
 ``sign_l2``             (‖x‖₂/√d)·sign(x) (1-bit Adam's scale)        not contractive
+``vote[:ties]``         sign(x) unscaled; with :ties sign(0) = 0      error not bounded
 ``qsgd:BITS|s=LEVELS``  QSGD, s = 2^{BITS−1} levels of ‖x‖₂           ω = min(d/s², √d/s)
 ``qsgd:…:biased``       QSGD / (1 + ω)                                δ = 1/(1+ω)
 ``lead:BITS``           LEAD's ∞-norm quantizer, s = 2^{BITS−1}       ω ≤ min(d/4^b, √d/2^{b−1})
@@ -63,10 +64,11 @@ from gossip.compress.dense import Bf16, Fp16, Identity
 from gossip.compress.lowrank import LowRank
 from gossip.compress.pertensor import PerTensor
 from gossip.compress.quantize import QSGD, LeadQuantizer, Natural
-from gossip.compress.rows import pack_bits, unpack_bits
+from gossip.compress.rows import GRAIN_SIZE, pack_bits, unpack_bits
 from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
-from gossip.compress.wire import KINDS, PER_TENSOR
+from gossip.compress.vote import Vote
+from gossip.compress.wire import HEADER_NBYTES, KINDS, PER_TENSOR
 from gossip.errors import CompressionError, CompressorSpecError
 from gossip.layout import Layout
 from gossip.plugins import PluginError
@@ -78,6 +80,8 @@ __all__ = [
     "Codec",
     "Payload",
     "reference_kernels",
+    "HEADER_NBYTES",
+    "GRAIN_SIZE",
     "pack_bits",
     "unpack_bits",
     "make",
@@ -98,6 +102,7 @@ __all__ = [
     "Natural",
     "LowRank",
     "PerTensor",
+    "Vote",
 ]
 
 MAX_LEVELS = 1 << 16
@@ -330,6 +335,12 @@ def _lowrank(spec: str, *params: str) -> LowRank:
     return LowRank(spec, r)
 
 
+def _vote(spec: str, *params: str) -> Vote:
+    if params not in ((), ("ties",)):
+        raise _bad(spec, f"unknown vote option {':'.join(params)!r} (only ':ties')")
+    return Vote(spec, ties=bool(params))
+
+
 def _int(spec: str, text: str, what: str) -> int:
     try:
         return int(text)
@@ -374,6 +385,7 @@ _BUILTINS: dict[str, tuple[Builder, type[Codec]]] = {
     "lead": (_lead, LeadQuantizer),
     "natural": (_plain(Natural), Natural),
     "lowrank": (_lowrank, LowRank),
+    "vote": (_vote, Vote),
 }
 # names, spec forms and usage lines come from gossip.catalog (read by --help without torch)
 for _name, (_forms, _usage) in COMPRESSOR_SPECS.items():

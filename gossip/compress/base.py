@@ -135,6 +135,13 @@ class Compressor(ABC):
     """The message of a row is a header followed by the row's values as they are (``none``):
     :meth:`encode_rows` given ``X`` that already sits in its ``out`` rows only writes headers,
     so a model allocated in message rows is sent without a copy."""
+    splits: ClassVar[bool] = False
+    """A message cuts into the messages of its chunks: for ``x`` cut into ``n`` equal chunks
+    (at entries that keep its packed sections in whole bytes), chunk j of every section that
+    holds one value per entry, beside the sections the message holds once (a scale), is a
+    message of chunk j that decodes to chunk j of ``C(x)``. True of the entry-wise compressors
+    (``none``, ``fp16``, ``bf16``, ``sign``/``sign_l1``, ``sign_l2``, ``vote``): their chunks
+    are what the chunked all-reduce routes (:meth:`gossip.compress.Codec.split_rows`)."""
     ordered_rows: ClassVar[bool] = False
     """:meth:`decode_add_rows_` adds a target row that repeats in ``rows`` in row order, bit for
     bit as the per-row loop (on CPU), so a block may decode all its neighbors in one call."""

@@ -169,6 +169,7 @@ class Codec(Compressor):
         self.check_finite = True
         self._plans: dict[tuple[tuple[int, ...], torch.dtype], Sections] = {}
         self._pl: dict[tuple[Any, ...], Plan] = {}
+        self._chunk_plans: dict[tuple[Any, ...], Sections] = {}
         cls = type(self)
         # how the numpy path validates a body: 0 nothing to check, 1 _parse_host, 2 torch
         checks = cls._parse_body is not Codec._parse_body or cls._check_batch is not None
@@ -433,6 +434,146 @@ class Codec(Compressor):
             _rows.add_rows_(out, None if rows is None else tgt, tmp, None, fused=False)
         return out
 
+    # ------------------------------------------------------------ chunks of messages
+    #: fast kernels of the chunk methods (optional, for compressors that split): the contracts
+    #: of ``encode_split_rows`` / ``decode_bodies`` / ``decode_add_bodies_``, without the
+    #: whole-message buffer and the re-framing of their references
+    _fast_encode_split_rows: ClassVar[Any] = None
+    _fast_decode_bodies: ClassVar[Any] = None
+    _fast_decode_add_bodies: ClassVar[Any] = None
+
+    def chunk_sections(self, like: torch.Tensor, n: int) -> Sections:
+        """The body layout of the message of one of ``n`` equal chunks of tensors like
+        ``like``; raises :class:`CompressionError` for a compressor that does not split or a
+        size that does not cut (see :meth:`split_rows`)."""
+        d, n = like.numel(), int(n)
+        if not self.splits:
+            raise CompressionError(f"{self.spec}: its messages do not cut into the messages of "
+                                   "their chunks (only entry-wise compressors do: none, fp16, "
+                                   "bf16, sign, sign_l1, sign_l2, vote)")
+        if n < 1 or d % n:
+            raise CompressionError(f"{self.spec}: {d} entries do not cut into {n} equal chunks")
+        key = (like.shape, like.dtype, n)
+        part = self._chunk_plans.get(key)
+        if part is None:
+            whole = self.sections(tuple(like.shape), like.dtype)
+            part = self.sections((d // n,), like.dtype)
+            part8 = self.sections((8 * (d // n),), like.dtype)  # a cut section grows with the chunk
+            for i, name in enumerate(whole.names):
+                cnt, size = part.counts[i], part.counts[i] * part.dtypes[i].itemsize
+                nbytes = whole.counts[i] * whole.dtypes[i].itemsize
+                once = nbytes == size and part8.counts[i] == cnt
+                cut = nbytes == n * size and part8.counts[i] == 8 * cnt  # whole bytes per chunk
+                if not (once or cut):
+                    raise CompressionError(
+                        f"{self.spec}: its {name} section ({nbytes} bytes for {d} entries) does "
+                        f"not cut into {n} chunks of {size} bytes (bit planes need chunks of a "
+                        "multiple of 8 entries)")
+            self._chunk_plans[key] = part
+        return part
+
+    def split_rows(self, block: torch.Tensor, like: torch.Tensor, n: int, *,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+        """The bodies of the ``n`` chunks of every message of ``block`` ([m, nbytes] messages
+        of tensors like ``like``, ``d`` entries): a [m, n, ``body_nbytes((d/n,), dtype)``]
+        uint8 tensor whose ``[r, j]`` is the body (no header) of the message of chunk j of row
+        r, as :attr:`splits` defines it: a section with one value per entry is cut, a section
+        the message holds once (a scale) is repeated in every chunk. So a chunk costs its own
+        entries' bits plus the message's scalars, and :meth:`decode_bodies` decodes it to
+        chunk j of the row's ``C(x)``. ``out``: a reused [m, n, ≥body] uint8 tensor.
+        Raises :class:`CompressionError` for a compressor that does not split, or a ``d`` that
+        does not cut into whole sections (bit planes need chunks of a multiple of 8 entries)."""
+        part = self.chunk_sections(like, n)
+        whole = self.plan(like)
+        m = block.shape[0]
+        if block.dim() != 2 or block.shape[1] != whole.nbytes:
+            raise CompressionError(f"{self.spec}: split_rows needs [m, {whole.nbytes}] messages, "
+                                   f"got {tuple(block.shape)}")
+        res = _chunk_rows(out, m, n, part.nbytes, block.device)
+        for (_, a, b, _, dt), cnt, off in zip(whole.slots, part.counts, part.offsets, strict=True):
+            size = cnt * dt.itemsize
+            src, dst = block[:, a:b], res[:, :, off : off + size]
+            if b - a == size:  # once per message: in every chunk
+                dst.copy_(src.unsqueeze(1).expand(m, n, size))
+            else:  # one value per entry: cut
+                dst.copy_(src.reshape(m, n, size))
+        return res
+
+    def framed_rows(self, k: int, like: torch.Tensor, *,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+        """``k`` messages of tensors like ``like`` with their headers written and their bodies
+        (``block[:, HEADER_NBYTES:]``) left to fill, e.g. with the bodies of
+        :meth:`split_rows` that travelled without a header; :meth:`decode_add_rows_` and
+        :meth:`check_rows` then read them. ``out``: a reused block, as in :meth:`encode_rows`."""
+        plan = self.plan(like)
+        block = _row_block(out, int(k), plan.nbytes, like.device)
+        block[:, :HEADER_NBYTES].view(torch.int64).fill_(_rows.header_int64(plan))
+        return block
+
+    def encode_split_rows(self, X: torch.Tensor, n: int, *,
+                          out: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`split_rows` of :meth:`encode_rows` of ``X`` ([m, d]), byte for byte: the
+        bodies of the messages of the ``n`` chunks of every row, [m, n, body]. The fast kernels
+        write each chunk's body straight into its place in ``out`` (a reused [m, n, ≥body]
+        uint8 tensor, e.g. a sender's staging rows), with no whole message in between; the
+        reference encodes whole messages and cuts them."""
+        if self._fast_encode_split_rows is not None and not _reference:
+            return self._fast_encode_split_rows(X, n, out=out)
+        return self.split_rows(self.encode_rows(X), X[0], n, out=out)
+
+    def _split_out(self, X: torch.Tensor, n: int, out: torch.Tensor | None) -> torch.Tensor:
+        """The [m, n, body] rows a fast ``encode_split_rows`` of ``X`` writes (``out``'s when
+        it fits), after the checks of :meth:`chunk_sections` and of a row's plan."""
+        if not _rows.is_block(X):
+            raise CompressionError(f"{self.spec}: encode_split_rows needs an [m, d] block, got "
+                                   f"shape {tuple(X.shape)}")
+        self.plan(X[0])  # dtype checks of a single message
+        part = self.chunk_sections(X[0], n)
+        return _chunk_rows(out, X.shape[0], int(n), part.nbytes, X.device)
+
+    def decode_bodies(self, bodies: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``out[r] = decode`` of the message whose body is ``bodies[r]`` ([k, body] uint8, no
+        header, rows may be strided; ``out`` [k, c], e.g. the bodies of :meth:`split_rows` of
+        c-entry chunks): what a receiver that knows the header (a fixed routing) decodes.
+        The bodies are not validated (rows this process's routing carried between its own
+        encoders, as ``check=False``); the fast kernels read them where they lie, the
+        reference frames them again and decodes every row."""
+        if self._fast_decode_bodies is not None and not _reference:
+            return self._fast_decode_bodies(bodies, out)
+        msgs = self._framed_bodies(bodies, out)
+        for r in range(out.shape[0]):
+            self.decode(self.from_bytes(msgs[r], out[r]), out=out[r])
+        return out
+
+    def decode_add_bodies_(self, out: torch.Tensor, bodies: torch.Tensor) -> torch.Tensor:
+        """``out[r] += decode`` of the body ``bodies[r]``: :meth:`decode_bodies` added, bit for
+        bit ``decode_add_rows_`` of the framed messages (weight 1)."""
+        if self._fast_decode_add_bodies is not None and not _reference:
+            return self._fast_decode_add_bodies(out, bodies)
+        return self.decode_add_rows_(out, self._framed_bodies(bodies, out), check=False)
+
+    def body_views(self, bodies: torch.Tensor, out: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The typed [k, count] sections of bodies ([k, body] uint8) of messages of rows like
+        ``out[0]``; a section whose rows do not align to its dtype is copied (a scale in the
+        bodies of a chunked route)."""
+        sec = self.sections(tuple(out.shape[1:]), out.dtype)
+        if bodies.dim() != 2 or bodies.dtype != torch.uint8 or bodies.shape != (out.shape[0], sec.nbytes):
+            raise CompressionError(f"{self.spec}: bodies must be [{out.shape[0]}, {sec.nbytes}] "
+                                   f"uint8, got {tuple(bodies.shape)} {bodies.dtype}")
+        views = {}
+        for name, dt, cnt, off in zip(sec.names, sec.dtypes, sec.counts, sec.offsets, strict=True):
+            v = bodies[:, off : off + cnt * dt.itemsize]
+            if v.stride(0) % dt.itemsize or v.storage_offset() % dt.itemsize or v.stride(1) != 1:
+                v = torch.empty(v.shape, dtype=torch.uint8, device=v.device).copy_(v)
+            views[name] = v.view(dt)
+        return views
+
+    def _framed_bodies(self, bodies: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """The messages of ``bodies`` for rows like ``out[0]``: headers put back (references)."""
+        msgs = self.framed_rows(out.shape[0], out[0])
+        msgs[:, HEADER_NBYTES:].copy_(bodies)
+        return msgs
+
     def check_rows(self, block: torch.Tensor, like: torch.Tensor) -> None:
         if self._decode_batch is None or not (_rows.is_block(block) and block.dtype == torch.uint8):
             return super().check_rows(block, like)
@@ -613,6 +754,14 @@ class Codec(Compressor):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec!r})"
+
+
+def _chunk_rows(out: torch.Tensor | None, m: int, n: int, nbytes: int,
+                device: torch.device) -> torch.Tensor:
+    """[m, n, nbytes] uint8 rows for the bodies of chunks: ``out``'s when it fits, else new."""
+    if out is not None and out.dim() == 3 and out.shape[:2] == (m, n) and out.shape[2] >= nbytes:
+        return out[:, :, :nbytes]
+    return torch.zeros((m, n, nbytes), dtype=torch.uint8, device=device)
 
 
 def _refused(parse: Any, r: int) -> bool:

@@ -21,6 +21,7 @@ class Identity(Codec):
     The NaN/Inf check is a sum of the copied values (one read pass, no host sync on CPU).
     """
 
+    splits: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     sends_values_in_place: ClassVar[bool] = True
     kind: ClassVar[int] = 1
@@ -83,6 +84,31 @@ class Identity(Codec):
         _rows.add_rows_(out, None if rows is None else tgt, vals, w, fused=not host, tmp=tmp)
         return out
 
+    # ------------------------------------------------------------ chunks of messages
+    @no_grad
+    def _fast_encode_split_rows(self, X, n, *, out=None):
+        """Chunk j's values into body j: one copy, none when ``X`` already sits in ``out``'s
+        value rows (a vector allocated in the staging rows of a chunked route)."""
+        m, d = X.shape
+        res = self._split_out(X, n, out)
+        vals = res.view(X.dtype)  # [m, n, d/n]
+        src = X.detach().reshape(m, n, d // n)
+        if not (vals.data_ptr() == src.data_ptr() and vals.stride() == src.stride()):
+            vals.copy_(src)
+        if self.check_finite and not bool(torch.isfinite(X.sum(1)).all()):
+            _rows.encode_error(self, X, ~torch.isfinite(X).all(1), "NaN/Inf")
+        return res
+
+    def _fast_decode_bodies(self, bodies, out):
+        """A copy of the values where they lie."""
+        out.copy_(self.body_views(bodies, out)["values"])
+        return out
+
+    def _fast_decode_add_bodies(self, out, bodies):
+        """One add of the values where they lie (the plain add of weight 1)."""
+        out.add_(self.body_views(bodies, out)["values"])
+        return out
+
     # ------------------------------------------------------- numpy fast path (CPU)
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
         vals = v["values"]
@@ -117,6 +143,7 @@ class Cast(Codec):
     Bytes: ``8 + 2d``. The check is one ``aminmax`` (one host sync on CUDA).
     """
 
+    splits: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     unbiased: ClassVar[bool] = False
     wire: ClassVar[torch.dtype]
@@ -152,13 +179,18 @@ class Cast(Codec):
         if not _rows.batch_encode(X):
             return self._encode_rows_ref(X, rng, out)
         plan, X, block = _rows.start_encode(self, X, out)
+        self._check_range_rows(X)
+        _rows.section(block, plan, "values").copy_(X)
+        return block
+
+    def _check_range_rows(self, X: torch.Tensor) -> None:
+        """Refuse the first row (``encode``'s error) with NaN/Inf or an entry beyond the
+        range of the wire type, when ``check_finite``: one ``aminmax`` per row."""
         if self.check_finite:
             lo, hi = torch.aminmax(X, dim=1)
             big = torch.maximum(-lo, hi).double()  # compared in float64, as encode does
             bad = ~(torch.isfinite(lo) & torch.isfinite(hi)) | (big >= self.limit)
             _rows.encode_error(self, X, bad, f"NaN/Inf or beyond the range of {self.wire}")
-        _rows.section(block, plan, "values").copy_(X)
-        return block
 
     @no_grad
     def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
@@ -168,6 +200,27 @@ class Cast(Codec):
             return self._decode_add_rows_ref(out, block, weight, rows, check)
         block, tgt, w, vals = st
         _rows.add_rows_(out, None if rows is None else tgt, vals.to(out.dtype), w, fused=True)
+        return out
+
+    # ------------------------------------------------------------ chunks of messages
+    @no_grad
+    def _fast_encode_split_rows(self, X, n, *, out=None):
+        """Chunk j's values cast into body j (one cast-copy), the range checked per row."""
+        m, d = X.shape
+        X = X.detach()
+        self._check_range_rows(X)
+        res = self._split_out(X, n, out)
+        res.view(self.wire).copy_(X.reshape(m, n, d // n))
+        return res
+
+    def _fast_decode_bodies(self, bodies, out):
+        """The values upcast (exactly) where they lie."""
+        out.copy_(self.body_views(bodies, out)["values"])
+        return out
+
+    def _fast_decode_add_bodies(self, out, bodies):
+        """One add of the values upcast (exactly) where they lie."""
+        out.add_(self.body_views(bodies, out)["values"])
         return out
 
 

@@ -356,6 +356,23 @@ def unpack_rows(packed: torch.Tensor, d: int) -> torch.Tensor:
     return tab[packed.long()].view(torch.uint8).view(m, -1)[:, :d]
 
 
+def pm1_rows(packed: torch.Tensor, out: torch.Tensor, ws: Any) -> torch.Tensor:
+    """``out`` ([k, 8·nb], contiguous) = ±1 for every bit of ``packed`` ([k, nb] uint8, rows
+    may be strided; set bit -> −1): one table row per byte, one pass."""
+    k, nb = packed.shape
+    idx = ws.get("rows.pm1.idx", k * nb, torch.int32, packed.device)
+    idx.view(k, nb).copy_(packed)
+    torch.index_select(bits.pm1_table(out.dtype, out.device), 0, idx, out=out.view(k * nb, 8))
+    return out
+
+
+def chunk_rows(X: torch.Tensor, n: int) -> torch.Tensor:
+    """[m·n, d/n]: the ``n`` equal chunks of every row of ``X`` ([m, d]) as rows (a view of
+    contiguous rows, else a copy; for reading)."""
+    m, d = X.shape
+    return X.reshape(m * n, d // n)
+
+
 def popcount_rows(packed: torch.Tensor) -> torch.Tensor:
     """Set bits of every row of ``packed`` ([m, n] uint8): [m] int64."""
     return bits._table("popcount", torch.int64, packed.device)[packed.long()].sum(1)

@@ -31,6 +31,7 @@ class ScaledSign(Codec):
     check reads ‖x‖₁, which the scale needs anyway.
     """
 
+    splits: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     kind: ClassVar[int] = 6
     scale_sections: ClassVar[tuple[str, ...]] = ("scale",)
@@ -171,6 +172,47 @@ class ScaledSign(Codec):
         else:
             pm1.mul_(scale)
             _rows.add_rows_(out, t, pm1, w, fused=True)
+        return out
+
+    # ------------------------------------------------------------ chunks of messages
+    @no_grad
+    def _fast_encode_split_rows(self, X, n, *, out=None):
+        """The scale of the whole row (:meth:`_norm_rows`) in every chunk's body, and each
+        chunk's ``X < 0`` packed into its own body (chunks of a multiple of 8 entries pack
+        to the bytes of the whole row)."""
+        X = X.detach()
+        res = self._split_out(X, n, out)
+        m, d = X.shape
+        norms = self._norm_rows(X)
+        if self.check_finite:
+            _rows.encode_error(self, X, ~torch.isfinite(norms), f"{self.norm_name} is not finite")
+        part = self.chunk_sections(X[0], n)
+        scale = self._scale_of(norms, d).to(X.dtype).view(m, 1).view(torch.uint8)  # its bytes
+        at, size = part.offsets[0], scale.shape[1]
+        res[:, :, at : at + size].copy_(scale.unsqueeze(1).expand(m, n, size))
+        at, nb = part.offsets[1], part.counts[1]
+        _rows.pack_rows(_rows.chunk_rows(X, n) < 0, d // n, res[:, :, at : at + nb].view(m * n, nb))
+        return res
+
+    def _fast_decode_bodies(self, bodies, out):
+        """±1 from the table straight into ``out`` (when its rows are contiguous whole bytes),
+        times the scale: ``scale·(±1)``, exact."""
+        v = self.body_views(bodies, out)
+        k, d = out.shape
+        full = out if out.is_contiguous() and d % 8 == 0 else \
+            _rows.scratch(self, "pm1", (k, 8 * v["bits"].shape[1]), out.dtype, out.device)
+        _rows.pm1_rows(v["bits"], full, self.ws).mul_(v["scale"])
+        if full is not out:
+            out.copy_(full[:, :d])
+        return out
+
+    def _fast_decode_add_bodies(self, out, bodies):
+        """±1 from the table, added times the scale in one pass (``addcmul``: the product
+        ±scale is exact, so this rounds as ``out + C(x)`` does)."""
+        v = self.body_views(bodies, out)
+        k, d = out.shape
+        pm1 = _rows.scratch(self, "pm1", (k, 8 * v["bits"].shape[1]), out.dtype, out.device)
+        out.addcmul_(_rows.pm1_rows(v["bits"], pm1, self.ws)[:, :d], v["scale"])
         return out
 
     def _expand(self, parts, out: torch.Tensor, scale: torch.Tensor) -> None:

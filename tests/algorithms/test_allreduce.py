@@ -35,6 +35,63 @@ def test_onebit_adam_equals_reference(n, codec):
     assert eng.transport.bytes_sent[0] == 4 * per_fp + 8 * per_c
 
 
+def test_the_codec_is_a_registered_compressor():
+    """``sign`` is ``sign_l1`` (bit for bit, same bytes); ``fp16`` travels in chunks too,
+    with error feedback; the all-reduce holds the registry's compressors."""
+    from gossip.algorithms.allreduce import ChunkedAllReduce
+    from gossip.compress import ScaledSign, ScaledSignL2, Vote
+
+    n, d = 4, 37
+    data, _ = quadratic_problem(n, d, seed=3)
+    x0 = torch.zeros(n, d, dtype=torch.float64)
+    runs = {}
+    for codec in ("sign_l1", "sign", "fp16"):
+        eng, X = run_engine(make_algorithm("onebit-adam", codec=codec, eta=0.05, freeze_step=2),
+                            topologies.build("complete", n), x0, data, 6)
+        runs[codec] = (X, eng.transport.bytes_sent[0])
+        ar = eng.block.workspace["ar"]
+        assert ar.error_feedback and "ar_worker_error" in eng.block.state
+    assert torch.equal(runs["sign"][0], runs["sign_l1"][0]) and runs["sign"][1] == runs["sign_l1"][1]
+    assert float((runs["fp16"][0] - runs["sign_l1"][0]).abs().max()) > 0
+    assert isinstance(ChunkedAllReduce(n, d, "sign_l1").worker, ScaledSign)
+    assert isinstance(ChunkedAllReduce(n, d, "sign_l2").worker, ScaledSignL2)
+    even, odd = ChunkedAllReduce(4, d, "vote"), ChunkedAllReduce(5, d, "vote")
+    assert isinstance(even.server, Vote) and even.server.ties and not odd.server.ties
+    assert not even.error_feedback and not ChunkedAllReduce(n, d, "none").error_feedback
+
+
+@pytest.mark.parametrize(("codec", "n", "per_message"), [
+    # (bytes of the phase-1 message, of the phase-2 message) for chunks of c entries (float64)
+    ("none", 4, lambda c: (8 * c, 8 * c)),
+    ("sign_l2", 4, lambda c: (c // 8 + 8, c // 8 + 8)),
+    ("sign_l1", 3, lambda c: (c // 8 + 8, c // 8 + 8)),
+    ("vote", 4, lambda c: (c // 8, 2 * c // 8)),  # an even vote may tie: a zero plane back
+    ("vote", 5, lambda c: (c // 8, c // 8)),
+    ("fp16", 3, lambda c: (2 * c, 2 * c)),
+])
+def test_allreduce_messages_are_the_chunks_bodies(codec, n, per_message):
+    from gossip.algorithms.allreduce import ChunkedAllReduce
+
+    ar = ChunkedAllReduce(n, 37, codec)
+    one, two = per_message(ar.chunk)
+    assert (ar._phase_nbytes(torch.float64, 1), ar._phase_nbytes(torch.float64, 2)) == (one, two)
+    assert ar.nbytes(torch.float64) == (n - 1) * (one + two)
+
+
+@pytest.mark.parametrize(("make_it", "message"), [
+    (lambda: make_algorithm("onebit-adam", codec="vote"), "codec = 'vote': choose sign_l2.*not bounded"),
+    (lambda: make_algorithm("zero-one-adam", codec="topk:0.1"), "codec = 'topk:0.1'.*cannot travel in chunks"),
+    (lambda: make_algorithm("onebit-lamb", codec="bogus"), "codec = 'bogus'.*unknown compressor 'bogus'"),
+    (lambda: __import__("gossip.algorithms.allreduce", fromlist=["x"]).ChunkedAllReduce(4, 10, "qsgd:4"),
+     "all-reduce codec 'qsgd:4' cannot travel in chunks"),
+    (lambda: __import__("gossip.algorithms.allreduce", fromlist=["x"]).ChunkedAllReduce(4, 10, "sign_l3"),
+     "all-reduce codec 'sign_l3'.*unknown compressor"),
+])
+def test_bad_codecs_are_refused_with_the_reason(make_it, message):
+    with pytest.raises(ConfigError, match=message):
+        make_it()
+
+
 def test_allreduce_needs_complete_graph_and_no_gossip_compressor():
     data, _ = quadratic_problem(4, 5)
     x0 = torch.zeros(4, 5, dtype=torch.float64)

@@ -34,6 +34,8 @@ SPECS = [
     "lead:8",  # 9-bit codes
     "natural",
     "lowrank:2",
+    "vote",
+    "vote:ties",
 ]
 RANDOMIZED = {
     "randk:0.25",
@@ -95,6 +97,8 @@ def expected_nbytes(spec: str, shape: tuple[int, ...], dtype: torch.dtype) -> in
         return 8 + isz + width_of(s) * n8
     if name == "natural":
         return 8 + d + n8
+    if name == "vote":
+        return 8 + n8 * (2 if args else 1)
     if name == "lowrank":
         if len(shape) <= 1:
             return 8 + isz * d
@@ -129,7 +133,7 @@ def test_roundtrip_bytes_and_sizes(spec, dtype):
         for received in (buf.clone(), wide[3:]):
             y2 = c.decode(c.from_bytes(received, like=torch.empty_like(x)))
             assert torch.equal(y2, y), name
-        if name == "zeros":
+        if name == "zeros" and spec != "vote":  # vote: sgn(0) = +1
             assert torch.equal(y, torch.zeros_like(x)), name
 
 
@@ -389,6 +393,24 @@ def test_torch_path_matches_numpy_path(spec, monkeypatch):
     got = c.encode(x, gen())
     assert torch.equal(ref.to_bytes(), got.to_bytes())
     assert torch.equal(c.decode(c.from_bytes(ref.to_bytes(), x)), ref_y)
+
+
+def test_vote_values_zero_convention_and_corrupt_planes():
+    x = torch.tensor([0.0, -0.0, 2.0, -4.0, 0.0, 1e-40, -1e-40, -6.0, 3.0], dtype=torch.float64)
+    vote, ties = make("vote"), make("vote:ties")
+    assert vote.decode(vote.encode(x)).tolist() == [1, 1, 1, -1, 1, 1, -1, -1, 1]
+    y = ties.decode(ties.encode(x))
+    assert y.tolist() == [0, 0, 1, -1, 0, 1, -1, -1, 1]
+    assert not torch.signbit(y[:2]).any()  # a tie decodes to +0.0
+    assert not vote.bounded_variance and not vote.unbiased and vote.delta_for(9) is None
+    buf = ties.encode(x).to_bytes().clone()
+    buf[8] |= 0x01  # entry 0: negative and zero at once
+    with pytest.raises(CompressionError, match="both negative and zero"):
+        ties.from_bytes(buf, x)
+    with pytest.raises(CompressionError, match="zero plane flag"):  # the header tells them apart
+        vote.from_bytes(ties.encode(x).to_bytes(), x)
+    with pytest.raises(CompressionError, match="only ':ties'"):
+        make("vote:2")
 
 
 # ------------------------------------------------------------------------ quantizers

@@ -134,3 +134,103 @@ def test_single_message_kernels_match_the_reference(spec, seed, d, dtype):
     assert torch.equal(a[:HEADER_NBYTES], b[:HEADER_NBYTES])
     assert torch.equal(a, b), f"{spec}: bytes differ from the reference"
     assert torch.equal(fast.decode(fast.from_bytes(a, x)), vb)
+
+
+SPLITTING = [s for s in SPECS if make(s).splits]
+
+
+def test_the_entry_wise_compressors_split():
+    assert set(SPLITTING) >= {"none", "fp16", "bf16", "sign", "sign_l1", "sign_l2", "vote", "vote:ties"}
+    assert not any(make(s).splits for s in ("topk:0.1", "randk:0.1", "qsgd:4", "lowrank:2"))
+
+
+@pytest.mark.parametrize("spec", SPLITTING)
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31), m=st.integers(1, 4), n=st.integers(1, 6),
+       per=st.sampled_from([8, 16, 40, 800]), dtype=DTYPES)
+def test_a_split_message_is_the_messages_of_its_chunks(spec, seed, m, n, per, dtype):
+    """Chunk j of a row's message (``split_rows``), framed again, is a valid message that
+    decodes to chunk j of the row's decoded value, bit for bit, on either kernel path."""
+    c, d = per, per * n
+    X = draw_rows(seed, m, d, dtype)
+    for ref in (False, True):
+        comp = make(spec)
+        with reference_kernels() if ref else _nothing():
+            block = comp.encode_rows(X)
+            whole = torch.zeros(m, d, dtype=dtype)
+            comp.decode_add_rows_(whole, block)
+            bodies = comp.split_rows(block, X[0], n)
+            assert bodies.shape == (m, n, comp.body_nbytes((c,), dtype))
+            msgs = comp.framed_rows(m * n, X[0, :c])
+            msgs[:, HEADER_NBYTES:].copy_(bodies.reshape(m * n, -1))
+            comp.check_rows(msgs, X[0, :c])
+            parts = torch.zeros(m * n, c, dtype=dtype)
+            comp.decode_add_rows_(parts, msgs)
+        assert torch.equal(parts.view(m, d), whole), f"{spec}: chunks decode to the whole"
+
+
+@pytest.mark.parametrize("spec", SPLITTING)
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 2**31), m=st.integers(1, 4), n=st.integers(1, 6),
+       per=st.sampled_from([8, 16, 40, 800, 8000]), dtype=DTYPES)
+def test_the_chunk_kernels_match_their_references(spec, seed, m, n, per, dtype):
+    """``encode_split_rows`` writes the bytes of ``split_rows(encode_rows(X))`` into the
+    caller's rows, and ``decode_bodies`` / ``decode_add_bodies_`` give, bit for bit (signed
+    zeros included), what the framed messages decode to, from strided bodies into strided
+    rows as from contiguous ones."""
+    c = per
+    X = draw_rows(seed, m, c * n, dtype)
+    comp = make(spec)
+    with reference_kernels():
+        ref = comp.encode_split_rows(X, n)
+    nb = ref.shape[2]
+    pitch = -(-nb // 8) * 8 + 8  # staging rows: 8-aligned, wider than a body
+    rows = torch.zeros(m, n, pitch, dtype=torch.uint8)
+    fast = comp.encode_split_rows(X, n, out=rows)
+    assert fast.data_ptr() == rows.data_ptr() and torch.equal(fast, ref)
+    bodies = fast.reshape(m * n, nb)  # strided rows
+    base = torch.randn(m * n, c, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    for kernels in (reference_kernels, _nothing):
+        with kernels():
+            wide = torch.zeros(m * n, c + 3, dtype=dtype)
+            dec = comp.decode_bodies(bodies, wide[:, 1 : c + 1])
+            add = comp.decode_add_bodies_(base.clone(), bodies.contiguous())
+        if kernels is reference_kernels:
+            want_dec, want_add = dec.clone(), add
+        else:
+            assert torch.equal(dec, want_dec) and torch.equal(dec.signbit(), want_dec.signbit())
+            assert torch.equal(add, want_add), f"{spec}: decode_add_bodies_"
+    framed = comp.framed_rows(m * n, X[0, :c])
+    framed[:, HEADER_NBYTES:].copy_(bodies)
+    whole = torch.zeros(m * n, c, dtype=dtype)
+    comp.decode_add_rows_(whole, framed)
+    assert torch.equal(want_dec, whole)
+
+
+def test_values_sent_as_they_are_are_encoded_in_place():
+    """``none`` given staging rows that hold the vector already writes nothing (no copy)."""
+    Z = torch.randn(2, 48)
+    rows = Z.view(torch.uint8).view(2, 3, -1)
+    version = Z._version  # bumped by any write into Z or a view of it
+    out = make("none").encode_split_rows(Z, 3, out=rows)
+    assert out.data_ptr() == Z.data_ptr() and Z._version == version
+
+
+def _nothing():
+    from contextlib import nullcontext
+
+    return nullcontext()
+
+
+@pytest.mark.parametrize(("spec", "d", "n", "message"), [
+    ("topk:0.5", 16, 2, "do not cut into the messages of their chunks"),
+    ("topk:3", 16, 2, "do not cut"),
+    ("sign", 15, 2, "15 entries do not cut into 2 equal chunks"),
+    ("sign", 12, 3, "does not cut into 3 chunks"),  # 4-entry chunks: a bit plane of half bytes
+    ("vote:ties", 12, 2, "does not cut into 2 chunks"),
+])
+def test_split_rows_refuses_what_does_not_cut(spec, d, n, message):
+    c = make(spec)
+    x = torch.randn(1, d)
+    with pytest.raises(CompressionError, match=message):
+        c.split_rows(c.encode_rows(x), x[0], n)
