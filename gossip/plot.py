@@ -16,18 +16,20 @@ def plot_runs(
     logy: bool = True,
     flag: str | None = None,
 ) -> Path:
-    """One panel per x key, one curve per run label; writes a PNG and returns its path.
+    """One panel per x key, one curve per run label; writes the image to exactly ``path`` (in
+    the format of its suffix, PNG without one) and returns the path.
 
     A file that cannot be written (a directory that cannot be made or written, a full disk, a
-    format whose writer is missing) is a :class:`gossip.errors.ConfigError` naming the path, and
-    ``flag`` (e.g. ``"--plot"``) when given.
+    format whose writer is missing) is a :class:`gossip.errors.OutputError` naming the path, and
+    ``flag`` (e.g. ``"--plot"``) when given: the run it shows has happened, so a script exits
+    with status 1.
     """
-    from gossip.errors import ConfigError
+    from gossip.errors import OutputError
 
     try:
         import matplotlib
     except ImportError as exc:
-        raise ConfigError(f"cannot write the plot {path}{_given(flag)}: matplotlib cannot be "
+        raise OutputError(f"cannot write the plot {path}{_given(flag)}: matplotlib cannot be "
                           f"imported ({exc}); install it (pip install matplotlib)") from None
 
     matplotlib.use("Agg")
@@ -65,12 +67,14 @@ def plot_runs(
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        # an explicit format: without one matplotlib appends ".png" to a path with no suffix
+        # and writes a file the user did not name (/dev/full -> /dev/full.png)
+        fig.savefig(path, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
     except (OSError, ImportError, RuntimeError, ValueError) as exc:  # ValueError: a format it lacks
         from gossip.outputs import os_reason
 
         why = os_reason(exc) if isinstance(exc, OSError) else str(exc).strip().splitlines()[0]
-        raise ConfigError(f"cannot write the plot {path}{_given(flag)}: {why}; give "
+        raise OutputError(f"cannot write the plot {path}{_given(flag)}: {why}; give "
                           f"{flag or 'it'} a .png path in a directory you can write to") from None
     finally:
         plt.close(fig)
