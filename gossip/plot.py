@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,7 @@ def plot_runs(
         xs_all: list[float] = []
         for idx, (label, recs) in enumerate(runs.items()):
             pts = [(r[xk], r[metric]) for r in recs
-                   if r.get("type") == "round" and r.get(metric) is not None and xk in r
-                   and (xk != "bits_per_node" or r[xk] > 0)]  # log axis: no zero bits
+                   if r.get("type") == "round" and r.get(metric) is not None and xk in r]
             if not pts:
                 continue
             xs, ys = zip(*pts)
@@ -55,8 +55,16 @@ def plot_runs(
                     linestyle=styles[(idx // len(palette)) % len(styles)])
         if logy:
             ax.set_yscale("log")
-        if xk == "bits_per_node" and xs_all and max(xs_all) >= 10 * min(xs_all):
-            ax.set_xscale("log")  # within one decade a log axis only labels crowded minor ticks
+        positive = [x for x in xs_all if x > 0]
+        if xk == "bits_per_node" and positive and max(positive) >= 10 * min(positive):
+            # logarithmic from the first round's bits on and linear below them, so round 0
+            # (no bits sent yet) is drawn at x = 0, as on the rounds panel; within one decade
+            # a log axis only labels crowded minor ticks
+            low, high = min(positive), max(positive)
+            ax.set_xscale("symlog", linthresh=low, linscale=1.0)
+            ax.set_xlim(left=0)
+            decades = range(math.ceil(math.log10(low)), math.floor(math.log10(high)) + 1)
+            ax.set_xticks([0, *(10.0**k for k in decades)])  # none crowding 0 below the first
         ax.set_xlabel(labels.get(xk, xk))
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(True, which="both", alpha=0.3)
