@@ -189,6 +189,7 @@ def _settable(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return [
         a for a in parser._actions
         if a.option_strings and not isinstance(a, skip) and CONFIG_FLAG not in a.option_strings
+        and not getattr(a, "not_a_setting", False)  # --list
     ]
 
 
