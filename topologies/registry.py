@@ -80,11 +80,11 @@ def import_target(target: str | Target, *, error: type[Exception] = LookupError,
         raise error(f"expected {form!r} (e.g. 'mypkg.parts:{example}', or "
                     f"'path/to/file.py:{example}'), got {target!r}")
     module_name = parsed.module
+    path = Path(module_name).resolve() if module_name.endswith(".py") else None
+    if path is not None and not path.is_file():
+        raise error(f"{str(target)!r}: file {module_name!r} does not exist")
     try:
-        if module_name.endswith(".py"):
-            path = Path(module_name).resolve()
-            if not path.is_file():
-                raise error(f"{str(target)!r}: file {module_name!r} does not exist")
+        if path is not None:
             module = _FILES.get(str(path))
             if module is None:
                 spec = importlib.util.spec_from_file_location(f"_plugin_file_{path.stem}", path)
@@ -100,9 +100,9 @@ def import_target(target: str | Target, *, error: type[Exception] = LookupError,
             "PYTHONPATH or give the file's path (path/to/file.py:Name)"
         ) from exc
     except Exception as exc:  # the user's module itself failed (a syntax error, a raise)
-        if module_name.endswith(".py"):
-            sys.modules.pop(f"_plugin_file_{Path(module_name).resolve().stem}", None)
-        where = module_name if module_name.endswith(".py") else f"module {module_name!r}"
+        if path is not None:
+            sys.modules.pop(f"_plugin_file_{path.stem}", None)
+        where = module_name if path is not None else f"module {module_name!r}"
         line = " ".join(f"{type(exc).__name__}: {exc}".split())
         raise error(f"{str(target)!r}: importing {where} raised {line[:300]}; fix that file (run "
                     "it with python to see the traceback)") from exc
