@@ -220,7 +220,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_memory_argument(g)
     g.add_argument("--out", default=None, help="JSON-lines log file (default: none)")
     g.add_argument("--plot", default=None, help="write a PNG plot here")
-    g.add_argument("--progress", action="store_true", help="show a progress bar (rank 0)")
+    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar on rank 0's stderr, shown once a run has taken 2 s "
+                        "(default: on when stderr is a terminal, off when it is a file or a "
+                        "pipe); --no-progress turns it off")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     c = parser.add_argument_group("long runs")
     c.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="K",
@@ -244,6 +247,8 @@ def setup(args: argparse.Namespace, before_topology: Any = None) -> tuple[World,
 
     torch.set_num_threads(max(1, args.threads))
     world = World.detect(timeout=args.timeout)
+    if getattr(args, "progress", False) is None:  # neither --progress nor --no-progress
+        args.progress = sys.stderr.isatty()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else (logging.INFO if world.is_root else logging.WARNING),
         format=f"[rank {world.rank}] %(levelname)s %(name)s: %(message)s",
