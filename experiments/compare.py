@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # nothing here imports torch (--help answers at once); the scripts a sweep runs import it
-from gossip.cli import HelpFormatter, non_negative_int  # noqa: E402
+from gossip.cli import HelpFormatter, add_list_argument, non_negative_int  # noqa: E402
 from gossip.config import load_toml  # noqa: E402
 from gossip.errors import ConfigFileError  # noqa: E402
 
@@ -96,6 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     p.add_argument("--no-run", action="store_true",
                    help="only rebuild the table and plots from the logs already in the output")
+    add_list_argument(p)
     return p.parse_args(argv)
 
 

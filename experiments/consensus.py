@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gossip import catalog  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
+    add_list_argument,
     add_run_arguments,
     check_memory,
     checkpoint_options,
@@ -80,6 +81,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--target", type=float, default=1e-6,
                    help="consensus error, relative to the initial one, that counts as reached")
     add_run_arguments(p)
+    add_list_argument(p, algorithms=averaging)
     from gossip.config import parse_args_with_config
 
     return parse_args_with_config(p, argv)  # --config run.toml; flags override it

@@ -27,6 +27,7 @@ from gossip.catalog import DEFAULT_L1, ESTIMATORS  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_hparam_argument,
+    add_list_argument,
     add_run_arguments,
     checkpoint_options,
     exit_status,
@@ -99,6 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--target", type=float, default=1e-8,
                    help="distance to optimum counted as reached in the table")
     add_run_arguments(p)
+    add_list_argument(p, algorithms=lambda: trainable() + sorted(ALIASES))
     p.set_defaults(log_every=1, dtype="float64")
     from gossip.config import parse_args_with_config
 

@@ -33,6 +33,7 @@ from gossip.catalog import MODELS, NORMS, OPTIMIZERS, SCHEDULES  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_hparam_argument,
+    add_list_argument,
     add_run_arguments,
     checkpoint_options,
     exit_status,
@@ -164,6 +165,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument("--eval-every", type=float, default=1.0,
                    help="evaluate and log every this many epochs (--log-every K rounds overrides)")
     add_run_arguments(p)
+    add_list_argument(p, algorithms=lambda: catalog.algorithms(lambda t: t.trains))
     p.set_defaults(log_every=None)
     for action in p._actions:
         if action.dest == "log_every":

@@ -71,6 +71,7 @@ _EXPORTS: dict[str, str] = {
     "CommError": "gossip.errors",
     "CommTimeout": "gossip.errors",
     "CheckpointError": "gossip.errors",
+    "OutputError": "gossip.errors",
     "TuningError": "gossip.errors",
     "Interrupted": "gossip.errors",
 }

@@ -16,6 +16,7 @@ import os
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,6 +133,62 @@ def seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+LIST_KINDS = ("algorithms", "compressors", "topologies", "weights", "problems")
+"""What ``--list KIND`` prints (``--list`` alone: all of them)."""
+
+
+def listing(kind: str = "all", algorithms: Callable[[], list[str]] | None = None) -> str:
+    """The registered names of ``kind`` (one of :data:`LIST_KINDS`, or ``"all"``), as ``--list``
+    prints them; ``algorithms`` gives the names a script runs (default: every registered one).
+    Built from :mod:`gossip.catalog` and the topology tables: nothing imports torch."""
+    from gossip import catalog
+    from topologies.spec import spec_help
+
+    def section(name: str) -> str:
+        if name == "algorithms":
+            names = algorithms() if algorithms is not None else catalog.algorithms()
+            return f"algorithms (--algorithm): {', '.join(names)}; or module:Class"
+        if name == "compressors":
+            usage = catalog.compressor_usage().split("; ")
+            return "compressors (--compressor):\n" + "\n".join(f"  {u}" for u in usage)
+        if name == "topologies":
+            return f"topologies (--topology):\n{spec_help()}"
+        if name == "weights":
+            from topologies.mixing import RULES
+
+            return f"weights (--weights): {', '.join(RULES)}"
+        return f"problems (--problem, optimize.py): {', '.join(catalog.problems())}; or module:function"
+
+    return "\n".join(section(k) for k in (LIST_KINDS if kind == "all" else (kind,)))
+
+
+class ListAction(argparse.Action):
+    """``--list [KIND]``: print :func:`listing` and exit 0, as ``--help`` does (before the
+    other flags are checked, so it needs none of them). Not a run setting: a ``--config``
+    file cannot set it."""
+
+    not_a_setting = True
+
+    def __init__(self, option_strings: list[str], dest: str,
+                 algorithms: Callable[[], list[str]] | None = None, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs="?", const="all", default=argparse.SUPPRESS,
+                         choices=("all", *LIST_KINDS), metavar="KIND", **kwargs)
+        self.algorithms = algorithms
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        parser._print_message(listing(values, self.algorithms) + "\n", sys.stdout)  # rank 0 only
+        parser.exit(0)
+
+
+def add_list_argument(parser: argparse.ArgumentParser,
+                      algorithms: Callable[[], list[str]] | None = None) -> None:
+    """``--list [KIND]`` on ``parser``; ``algorithms``: the algorithm names this script runs."""
+    parser.add_argument("--list", action=ListAction, algorithms=algorithms,
+                        help=f"print the registered names of KIND ({', '.join(LIST_KINDS)}; "
+                             "default: all of them) and exit")
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every script (topology, seed, devices, MPI, logs, plots)."""
     g = parser.add_argument_group("run")
@@ -163,7 +220,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     add_memory_argument(g)
     g.add_argument("--out", default=None, help="JSON-lines log file (default: none)")
     g.add_argument("--plot", default=None, help="write a PNG plot here")
-    g.add_argument("--progress", action="store_true", help="show a progress bar (rank 0)")
+    g.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="a progress bar on rank 0's stderr, shown once a run has taken 2 s "
+                        "(default: on when stderr is a terminal, off when it is a file or a "
+                        "pipe); --no-progress turns it off")
     g.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     c = parser.add_argument_group("long runs")
     c.add_argument("--checkpoint-every", type=non_negative_int, default=0, metavar="K",
@@ -187,6 +247,8 @@ def setup(args: argparse.Namespace, before_topology: Any = None) -> tuple[World,
 
     torch.set_num_threads(max(1, args.threads))
     world = World.detect(timeout=args.timeout)
+    if getattr(args, "progress", False) is None:  # neither --progress nor --no-progress
+        args.progress = sys.stderr.isatty()
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else (logging.INFO if world.is_root else logging.WARNING),
         format=f"[rank {world.rank}] %(levelname)s %(name)s: %(message)s",

@@ -189,6 +189,7 @@ def _settable(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return [
         a for a in parser._actions
         if a.option_strings and not isinstance(a, skip) and CONFIG_FLAG not in a.option_strings
+        and not getattr(a, "not_a_setting", False)  # --list
     ]
 
 
@@ -247,7 +248,8 @@ def _convert(action: argparse.Action, key: str, value: Any, source: str) -> Any:
                            argparse.BooleanOptionalAction)):
         if not isinstance(value, bool):
             raise _wrong(source, key, "a boolean (true or false)", value)
-        if isinstance(action, argparse._StoreFalseAction) and _norm(key) != action.dest:
+        if isinstance(action, (argparse._StoreFalseAction, argparse.BooleanOptionalAction)) \
+                and _norm(key) != action.dest:
             return not value  # 'no-foo = true' means the flag --no-foo was given
         return value
     if isinstance(action, argparse._StoreConstAction):

@@ -32,6 +32,7 @@ The tree (builtin bases in brackets)::
     ├── CommError [RuntimeError]          a message could not be delivered
     │   └── CommTimeout                   ... a neighbor did not answer in time
     ├── CheckpointError [RuntimeError]    a checkpoint cannot be used
+    ├── OutputError [RuntimeError]        a log or plot could not be written once the run began
     ├── TuningError [RuntimeError]        no candidate of a grid gave a usable run
     ├── RunFailed [RuntimeError]          a script's run(s) did not finish (diverged, failed)
     └── Interrupted [RuntimeError]        stopped by a signal after a final checkpoint
@@ -155,6 +156,12 @@ class CheckpointError(GossipError, RuntimeError):
     """A checkpoint cannot be used (corrupt, incomplete, or made by a different run)."""
 
 
+class OutputError(GossipError, RuntimeError):
+    """The ``--out`` log or the ``--plot`` image could not be written after the run began (disk
+    full, a file-size limit): the paths were checked before the run, so this is a failed run
+    (exit status 1), not bad input; the records written before are kept whole."""
+
+
 class TuningError(GossipError, RuntimeError):
     """No candidate of the grid gave a usable run."""
 
@@ -198,6 +205,7 @@ __all__ = [
     "LibSVMFormatError",
     "MemoryLimitError",
     "NodeError",
+    "OutputError",
     "PluginError",
     "ProblemError",
     "RowsError",

@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import torch
 
-from gossip.errors import ConfigError
+from gossip.errors import OutputError
 from gossip.outputs import os_reason, write_all, write_fix
 
 
@@ -74,7 +74,8 @@ class JsonlLogger:
     a run refused before it starts (a resume of another run's checkpoint, a bad flag) leaves
     an existing log as it was. Each line is written whole or not at all: a file that cannot be
     opened or written (no permission, disk full, a file-size limit) is a
-    :class:`gossip.errors.ConfigError` naming it, and the lines before stay as they were.
+    :class:`gossip.errors.OutputError` naming it (the scripts checked the path before the run,
+    so this is a run that failed: exit status 1), and the lines before stay as they were.
     """
 
     def __init__(self, path: str | Path | None, enabled: bool = True, mode: str = "w"):
@@ -89,7 +90,7 @@ class JsonlLogger:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
                 self._fh = open(self._path, self._mode + "b", buffering=0)  # noqa: SIM115 (closed in close())
             except OSError as exc:
-                raise ConfigError(f"cannot write the log {self._path} (--out): {os_reason(exc)}; "
+                raise OutputError(f"cannot write the log {self._path} (--out): {os_reason(exc)}; "
                                   f"{write_fix(exc.errno)}, or give --out another file") from None
         if self._fh is not None:
             try:
@@ -97,7 +98,7 @@ class JsonlLogger:
             except OSError as exc:
                 kept = (f"; the run stops here, with the {self._lines} record(s) written before "
                         "kept whole in it" if self._lines else "")
-                raise ConfigError(f"cannot write the log {self._path} (--out): {os_reason(exc)}"
+                raise OutputError(f"cannot write the log {self._path} (--out): {os_reason(exc)}"
                                   f"{kept}; {write_fix(exc.errno)}, or give --out another file"
                                   ) from None
             self._lines += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,18 +17,20 @@ def plot_runs(
     logy: bool = True,
     flag: str | None = None,
 ) -> Path:
-    """One panel per x key, one curve per run label; writes a PNG and returns its path.
+    """One panel per x key, one curve per run label; writes the image to exactly ``path`` (in
+    the format of its suffix, PNG without one) and returns the path.
 
     A file that cannot be written (a directory that cannot be made or written, a full disk, a
-    format whose writer is missing) is a :class:`gossip.errors.ConfigError` naming the path, and
-    ``flag`` (e.g. ``"--plot"``) when given.
+    format whose writer is missing) is a :class:`gossip.errors.OutputError` naming the path, and
+    ``flag`` (e.g. ``"--plot"``) when given: the run it shows has happened, so a script exits
+    with status 1.
     """
-    from gossip.errors import ConfigError
+    from gossip.errors import OutputError
 
     try:
         import matplotlib
     except ImportError as exc:
-        raise ConfigError(f"cannot write the plot {path}{_given(flag)}: matplotlib cannot be "
+        raise OutputError(f"cannot write the plot {path}{_given(flag)}: matplotlib cannot be "
                           f"imported ({exc}); install it (pip install matplotlib)") from None
 
     matplotlib.use("Agg")
@@ -41,8 +44,7 @@ def plot_runs(
         xs_all: list[float] = []
         for idx, (label, recs) in enumerate(runs.items()):
             pts = [(r[xk], r[metric]) for r in recs
-                   if r.get("type") == "round" and r.get(metric) is not None and xk in r
-                   and (xk != "bits_per_node" or r[xk] > 0)]  # log axis: no zero bits
+                   if r.get("type") == "round" and r.get(metric) is not None and xk in r]
             if not pts:
                 continue
             xs, ys = zip(*pts)
@@ -53,8 +55,16 @@ def plot_runs(
                     linestyle=styles[(idx // len(palette)) % len(styles)])
         if logy:
             ax.set_yscale("log")
-        if xk == "bits_per_node" and xs_all and max(xs_all) >= 10 * min(xs_all):
-            ax.set_xscale("log")  # within one decade a log axis only labels crowded minor ticks
+        positive = [x for x in xs_all if x > 0]
+        if xk == "bits_per_node" and positive and max(positive) >= 10 * min(positive):
+            # logarithmic from the first round's bits on and linear below them, so round 0
+            # (no bits sent yet) is drawn at x = 0, as on the rounds panel; within one decade
+            # a log axis only labels crowded minor ticks
+            low, high = min(positive), max(positive)
+            ax.set_xscale("symlog", linthresh=low, linscale=1.0)
+            ax.set_xlim(left=0)
+            decades = range(math.ceil(math.log10(low)), math.floor(math.log10(high)) + 1)
+            ax.set_xticks([0, *(10.0**k for k in decades)])  # none crowding 0 below the first
         ax.set_xlabel(labels.get(xk, xk))
         ax.set_ylabel(metric.replace("_", " "))
         ax.grid(True, which="both", alpha=0.3)
@@ -65,12 +75,14 @@ def plot_runs(
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
+        # an explicit format: without one matplotlib appends ".png" to a path with no suffix
+        # and writes a file the user did not name (/dev/full -> /dev/full.png)
+        fig.savefig(path, dpi=120, format=path.suffix.lstrip(".").lower() or "png")
     except (OSError, ImportError, RuntimeError, ValueError) as exc:  # ValueError: a format it lacks
         from gossip.outputs import os_reason
 
         why = os_reason(exc) if isinstance(exc, OSError) else str(exc).strip().splitlines()[0]
-        raise ConfigError(f"cannot write the plot {path}{_given(flag)}: {why}; give "
+        raise OutputError(f"cannot write the plot {path}{_given(flag)}: {why}; give "
                           f"{flag or 'it'} a .png path in a directory you can write to") from None
     finally:
         plt.close(fig)

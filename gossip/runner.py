@@ -13,7 +13,7 @@ from typing import Any
 
 from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine, Metric
-from gossip.errors import CheckpointError, ConfigError, DivergenceError
+from gossip.errors import CheckpointError, DivergenceError, OutputError
 from gossip.metrics import JsonlLogger
 
 log = logging.getLogger(__name__)
@@ -127,11 +127,11 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
         result.records.append(rec)
         try:
             logger.write(rec)
-        except ConfigError as exc:  # the log cannot be written (disk full): say what is kept
+        except OutputError as exc:  # the log cannot be written (disk full): say what is kept
             note = ckpt.resume_note() if ckpt is not None else ""
             if not note:
                 raise
-            raise ConfigError(f"{exc}. {note}", round=rec.get("round")) from None
+            raise OutputError(f"{exc}. {note}", round=rec.get("round")) from None
         if ckpt is not None:
             ckpt.append_record(rec)
 

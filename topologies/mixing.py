@@ -32,6 +32,7 @@ Self weights always come from the rule: graphs with self-loops are rejected.  ``
 
 from __future__ import annotations
 
+import difflib
 import itertools
 
 import networkx as nx
@@ -82,7 +83,9 @@ def normalize_rule(rule: str) -> str:
     key = rule.strip().lower().replace("_", "-")
     key = _ALIASES.get(key, key)
     if key not in RULES:
-        raise WeightRuleError(f"unknown weight rule {rule!r}; valid rules: {', '.join(RULES)}")
+        close = difflib.get_close_matches(key, [*RULES, *_ALIASES], n=1)
+        hint = f" (did you mean {_ALIASES.get(close[0], close[0])!r}?)" if close else ""
+        raise WeightRuleError(f"unknown weight rule {rule!r}{hint}; valid rules: {', '.join(RULES)}")
     return key
 
 

@@ -14,6 +14,7 @@ nothing but the standard library (``topologies/__init__`` loads its names lazily
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.util
 import sys
@@ -79,11 +80,11 @@ def import_target(target: str | Target, *, error: type[Exception] = LookupError,
         raise error(f"expected {form!r} (e.g. 'mypkg.parts:{example}', or "
                     f"'path/to/file.py:{example}'), got {target!r}")
     module_name = parsed.module
+    path = Path(module_name).resolve() if module_name.endswith(".py") else None
+    if path is not None and not path.is_file():
+        raise error(f"{str(target)!r}: file {module_name!r} does not exist")
     try:
-        if module_name.endswith(".py"):
-            path = Path(module_name).resolve()
-            if not path.is_file():
-                raise error(f"{str(target)!r}: file {module_name!r} does not exist")
+        if path is not None:
             module = _FILES.get(str(path))
             if module is None:
                 spec = importlib.util.spec_from_file_location(f"_plugin_file_{path.stem}", path)
@@ -98,6 +99,13 @@ def import_target(target: str | Target, *, error: type[Exception] = LookupError,
             f"{str(target)!r}: cannot import module {module_name!r} ({exc}); put its folder on "
             "PYTHONPATH or give the file's path (path/to/file.py:Name)"
         ) from exc
+    except Exception as exc:  # the user's module itself failed (a syntax error, a raise)
+        if path is not None:
+            sys.modules.pop(f"_plugin_file_{path.stem}", None)
+        where = module_name if path is not None else f"module {module_name!r}"
+        line = " ".join(f"{type(exc).__name__}: {exc}".split())
+        raise error(f"{str(target)!r}: importing {where} raised {line[:300]}; fix that file (run "
+                    "it with python to see the traceback)") from exc
     obj: object = module
     for part in parsed.attr.split("."):
         if not hasattr(obj, part):
@@ -185,10 +193,17 @@ class Registry(Generic[T]):
         """The registered names, sorted."""
         return sorted(self.objects)
 
+    def suggest(self, spec: object) -> str:
+        """`` (did you mean 'choco'?)`` for a misspelt name close to a registered one, else ""."""
+        text = str(spec).strip()
+        head = text.partition(":")[0] if self.takes_params else text
+        close = difflib.get_close_matches(self.normalize(head), self.available(), n=1)
+        return f" (did you mean {close[0]!r}?)" if close else ""
+
     def unknown(self, spec: object) -> Exception:
         """The error for a spec that is neither a registered name nor a plug-in spec."""
-        return self.error(f"unknown {self.kind} {spec!r}; choose one of: {', '.join(self.available())}, "
-                          f"or give {self.form}")
+        return self.error(f"unknown {self.kind} {spec!r}{self.suggest(spec)}; choose one of: "
+                          f"{', '.join(self.available())}, or give {self.form}")
 
     def lookup(self, name: str) -> T | None:
         """The object registered under ``name`` (normalized), else None; no plug-ins."""

@@ -117,7 +117,8 @@ class _Compressors(Registry):
     an unknown spec's error lists every valid one."""
 
     def unknown(self, spec: object) -> CompressionError:
-        return _bad(spec, f"unknown compressor {str(spec).strip().split(':')[0]!r}")
+        return _bad(spec, f"unknown compressor {str(spec).strip().split(':')[0]!r}"
+                          f"{self.suggest(spec)}")
 
 
 COMPRESSORS = _Compressors("compressor", error=CompressionError, plugin_error=PluginError, normalize=str.lower,

@@ -450,7 +450,7 @@ def _progress(total: int, enabled: bool):
         return None
     from tqdm import tqdm
 
-    return tqdm(total=total, unit="round", dynamic_ncols=True)
+    return tqdm(total=total, unit="round", dynamic_ncols=True, delay=2.0)  # none for short runs
 
 
 def _load_node_state(node: Node, saved: Mapping[str, Any]) -> None:

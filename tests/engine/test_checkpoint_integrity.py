@@ -277,7 +277,7 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_last_good_one(tmp_path, m
 def test_a_log_line_that_does_not_fit_is_taken_back(tmp_path):
     import errno
 
-    from gossip.errors import ConfigError
+    from gossip.errors import OutputError
     from gossip.metrics import JsonlLogger
 
     log = JsonlLogger(tmp_path / "run.jsonl")
@@ -298,12 +298,12 @@ def test_a_log_line_that_does_not_fit_is_taken_back(tmp_path):
             return getattr(self.fh, name)
 
     log._fh = Half(log._fh)
-    with pytest.raises(ConfigError, match=r"run\.jsonl \(--out\): No space left on device \[ENOSPC\]; "
+    with pytest.raises(OutputError, match=r"run\.jsonl \(--out\): No space left on device \[ENOSPC\]; "
                                           r"the run stops here, with the 1 record\(s\)"):
         log.write({"type": "round", "round": 1, "pad": "x" * 100})
     log.close()
     assert (tmp_path / "run.jsonl").read_text() == '{"type": "config"}\n'
-    with JsonlLogger("/dev/full") as full, pytest.raises(ConfigError, match=r"cannot write the log "
+    with JsonlLogger("/dev/full") as full, pytest.raises(OutputError, match=r"cannot write the log "
                                                           r"/dev/full \(--out\): No space left"):
         full.write({"type": "config"})
 

@@ -77,6 +77,13 @@ def test_dev_full_stops_before_round_1():
     one_error(run(["--out", "/dev/full"]), "/dev/full (--out)", "No space left on device")
 
 
+def test_a_plot_that_cannot_be_written_after_the_run_is_status_1():
+    res = run(["--plot", "/dev/full"])
+    one_error(res, "cannot write the plot /dev/full (--plot)", "No space left on device [ENOSPC]")
+    assert res.returncode == 1 and "| choco none |" in res.stdout  # the run happened, its table too
+    assert not os.path.exists("/dev/full.png")  # the path given, never one with a suffix added
+
+
 def test_a_bad_plot_suffix_is_one_line(tmp_path):
     one_error(run(["--plot", str(tmp_path / "p.xyz")]), "--plot", "not an image format")
     assert not list(tmp_path.iterdir())
@@ -84,8 +91,9 @@ def test_a_bad_plot_suffix_is_one_line(tmp_path):
 
 def test_a_file_size_limit_mid_run_keeps_whole_records(tmp_path):
     log = tmp_path / "a.jsonl"
-    one_error(run(["--rounds", "30", "--log-every", "1", "--out", str(log)], fsize=3000),
-              "(--out): File too large [EFBIG]", "record(s) written before kept whole")
+    res = run(["--rounds", "30", "--log-every", "1", "--out", str(log)], fsize=3000)
+    one_error(res, "(--out): File too large [EFBIG]", "record(s) written before kept whole")
+    assert res.returncode == 1, "the run had started: a failed run, not bad input"
     text = log.read_text()
     assert text.endswith("\n") and all(line.startswith("{") for line in text.splitlines())
 

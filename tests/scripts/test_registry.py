@@ -150,7 +150,8 @@ def test_unknown_name_lists_the_names_and_the_plugin_form():
         reg.get("nope")
     with pytest.raises(KindError, match="unknown part 3"):
         reg.get(3)
-    with pytest.raises(ConfigError, match=r"unknown algorithm 'chocoo'; choose one of: .*choco.*module:Class"):
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'chocoo' \(did you mean 'choco'\?\); "
+                                          r"choose one of: .*choco.*module:Class"):
         make_algorithm("chocoo")
     with pytest.raises(ProblemError, match=r"unknown problem 'ridge'; choose one of: .*lasso.*module:function"):
         make_problem("ridge")

@@ -1,0 +1,42 @@
+"""The plots of a run: both panels start at round 0 and the image lands at the path given."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+from matplotlib.figure import Figure  # noqa: E402
+
+from gossip.plot import plot_runs  # noqa: E402
+
+
+def _records(rounds: int, bits_per_round: float) -> list[dict]:
+    return [{"type": "round", "round": t, "bits_per_node": t * bits_per_round,
+             "consensus_error": 2.0 ** -t} for t in range(rounds + 1)]
+
+
+def _drawn(monkeypatch, runs, path) -> list[list[tuple[float, float]]]:
+    """The (x, y) points of the first curve of each panel, captured as the figure is saved."""
+    seen: list[list[tuple[float, float]]] = []
+    save = Figure.savefig
+
+    def capture(fig, *args, **kwargs):
+        seen.extend([list(zip(*ax.get_lines()[0].get_data())) for ax in fig.axes if ax.get_lines()])
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", capture)
+    plot_runs(runs, path)
+    return seen
+
+
+def test_the_bits_panel_starts_at_round_0(tmp_path, monkeypatch):
+    rounds, bits = _drawn(monkeypatch, {"run": _records(100, 64.0)}, tmp_path / "p.png")
+    assert rounds[0] == (0, 1.0) and bits[0] == (0.0, 1.0)  # round 0: no bits sent yet
+    assert len(bits) == len(rounds) == 101
+
+
+def test_a_path_without_suffix_is_written_as_png_at_that_path(tmp_path):
+    out = plot_runs({"run": _records(3, 8.0)}, tmp_path / "plot")
+    assert out == tmp_path / "plot" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["plot"]
