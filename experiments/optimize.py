@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             return Engine(
                 make_algorithm(name, **kw), topology, lambda i: x0, compressor=comp,
                 seed=args.seed, world=world, timeout=args.timeout, device=args.device,
+                network=args.network,
                 dtype=dtype, watch=("distance_to_optimum",),
                 oracles=lambda i, gen: problem.oracle(i, gen, args.estimator, args.batch_size),
             )

@@ -287,6 +287,7 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
         per_tensor=not args.flat_compression,
         l2=args.weight_decay if opt_name is None else 0.0, seed=args.seed, world=world,
         device=args.device, dtype=torch_dtype(args.dtype), timeout=args.timeout,
+        network=args.network,
         eval_batch_size=args.eval_batch_size, node_eval_samples=args.node_eval_samples,
         eval_train=args.eval_train and evaluate,
     )

@@ -189,6 +189,17 @@ def add_list_argument(parser: argparse.ArgumentParser,
                              "default: all of them) and exit")
 
 
+def network_spec(text: str) -> str:
+    """a --network spec (gossip.network), returned in its canonical form"""
+    from gossip.errors import ConfigError
+    from gossip.network import parse_network
+
+    try:
+        return parse_network(text).spec()
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags shared by every script (topology, seed, devices, MPI, logs, plots)."""
     g = parser.add_argument_group("run")
@@ -214,6 +225,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--timeout", type=seconds, default=120.0,
                    help="seconds to wait for a neighbor before stopping with an error naming it "
                         "(default 120)")
+    g.add_argument("--network", type=network_spec, default="none", metavar="SPEC",
+                   help="what messages meet on the way (docs/network.md): none (default), "
+                        "loss=P (each message lost with probability P), loss=bernoulli:P, or "
+                        "loss=ge:p_gb=P,p_bg=P[,loss_good=P][,loss_bad=P] (Gilbert-Elliott "
+                        "bursts per arc). Lost messages move no bytes; the log gains "
+                        "messages_lost")
     g.add_argument("--log-every", type=positive_int, default=10, help="log every K rounds (default 10)")
     from gossip.memory import add_memory_argument
 

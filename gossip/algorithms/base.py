@@ -80,6 +80,13 @@ class Algorithm(ABC):
     base step times ``min(1, 0.9 (1 + λ_min))`` (½ without a topology); ``"tracking"`` —
     gradient tracking, a fifth of it. The default is the cautious ``"tracking"``, so a new
     algorithm that does not say otherwise still gets a step that converges."""
+    on_loss: ClassVar[str | None] = None
+    """What a lost message means to it (``--network loss=...``; docs/network.md): ``"renormalize"``
+    (its messages are values the receiver averages: a lost neighbor's weight goes to the
+    receiver's own term), ``"drop"`` (its messages are increments to copies the receiver
+    keeps: a lost one adds nothing, and the receiver's copy of the sender drifts), ``"keep-mass"``
+    (push-sum: the sender keeps the share it could not send). None (the default): not defined,
+    and a run that may lose messages is refused before it starts."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse the former need-flags, which nothing reads any more (a class declaring one
@@ -111,6 +118,16 @@ class Algorithm(ABC):
         accepted = set(inspect.signature(cls.__init__).parameters)
         eta = default_hparams(problem, estimator)["eta"] * _step_factor(cls.step_rule, topology)
         return {"eta": eta} if "eta" in accepted else {}
+
+    def loss_semantics(self, compressor: Compressor) -> str:
+        """:attr:`on_loss` for a run with ``compressor``, or :class:`ConfigError` when lost
+        messages have no meaning for this method (checked by the engine before any message)."""
+        if self.on_loss is None:
+            raise ConfigError(
+                f"--network: {self.name} has no defined meaning for a lost message yet; run it "
+                "without loss, or use one of the algorithms docs/network.md lists (gossip, dpsgd, "
+                "choco, lead, ...)")
+        return self.on_loss
 
     def state_dict(self) -> dict[str, Any]:
         """Run-wide state beyond ``node.state`` (none by default), saved by checkpoints."""

@@ -37,6 +37,7 @@ class BEER(Algorithm):
     trains = True
     requires = Requirements(gradients=True)
     step_rule = "tracking"
+    on_loss = "drop"  # both messages increment copies (h, g): a lost one is missed
 
     def __init__(self, eta: float = 0.05, gamma: float = 0.4):
         check_range("eta", eta, 0.0, float("inf"), "Try 0.2/L to 0.5/L.")

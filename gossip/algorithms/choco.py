@@ -55,6 +55,7 @@ class Choco(Algorithm):
     tunable = ("gamma",)
     step_schedule = True
     step_rule = "dgd"
+    on_loss = "drop"  # q_j increments the receiver's copy x̂_j: a lost one is missed
 
     def __init__(self, gamma: float = 0.05, eta: float | Callable[[int], float] = 0.0):
         check_range("gamma", gamma, 0.0, math.inf, "CHOCO's consensus step; tune it on a grid.",

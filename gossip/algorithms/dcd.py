@@ -36,6 +36,7 @@ class DCD(Algorithm):
     trains = True
     step_schedule = True
     step_rule = "dgd"
+    on_loss = "drop"  # z_j increments the replica s_i: a lost one is missed
 
     def __init__(self, eta: float | Callable[[int], float] = 0.0):
         self.eta = eta

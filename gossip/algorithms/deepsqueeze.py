@@ -33,6 +33,7 @@ class DeepSqueeze(Algorithm):
     tunable = ("gamma",)
     step_schedule = True
     step_rule = "dgd"
+    on_loss = "renormalize"  # c_j is a (compressed) model averaged in, not an increment
 
     def __init__(self, gamma: float = 0.2, eta: float | Callable[[int], float] = 0.0):
         check_range("gamma", gamma, 0.0, 1.0, "DeepSqueeze's consensus step; tune it.")

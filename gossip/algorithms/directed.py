@@ -88,6 +88,18 @@ class PushSum(Algorithm):
         """Copies kept per arc: a graph that changes every round, and compressed messages."""
         return bool(getattr(topology, "time_varying", False)) and not compressor.is_identity
 
+    on_loss = "keep-mass"
+
+    def loss_semantics(self, compressor: Any) -> str:
+        """Exact push-sum keeps a lost share at its sender (``c_ii += c_ji``), so ``Σ s`` and
+        ``Σ w`` stay exact; the compressed form mixes its copies ``ŝ`` incrementally with fixed
+        weights, which moving a share would break, so it is refused under loss for now."""
+        if not compressor.is_identity:
+            raise ConfigError(f"--network: {self.name} with compressor '{compressor.spec}' mixes "
+                              "public copies with fixed weights, which a lost message breaks; "
+                              "run it with --compressor none under loss")
+        return self.on_loss
+
     def validate(self, topology: Any, compressor: Any) -> None:
         check_column_stochastic(self.name, topology)
         if self._per_arc(topology, compressor):
@@ -108,11 +120,12 @@ class PushSum(Algorithm):
             ws["grad"] = torch.empty_like(x)
 
     def step(self, block: Any) -> Round:
-        st, ws, x, plan = block.state, block.workspace, block.x, block.plan
+        st, ws, x = block.state, block.workspace, block.x
         s, w, ss = st["s"], st["w"], ws["channel"]
         if block.has_oracle:
             s.sub_(block.gradients(ws["grad"]), alpha=scheduled(self.eta, block.round))
         qs, qw = yield ss.send(s), ss.rows_of(w.view(torch.uint8))  # ŝ's message, then w
+        plan = block.plan  # the weights of what was delivered
         s.add_(ss.gap(qs), alpha=self.gamma)  # s ← s + γ (Σ_j c_ij ŝ_j − ŝ_i)
         if ws["per_arc"]:
             # every in-arc's sender weight, sorted by (receiver, sender)

@@ -29,6 +29,7 @@ class Gossip(Algorithm):
     name = "gossip"
     state_copies = 3
     requires = Requirements(graph=Graph(static=False, symmetric=False))
+    on_loss = "renormalize"  # a value averaged in: a lost neighbor counts as the own value
 
     def __init__(self, gamma: float = 1.0):
         check_range("gamma", gamma, 0.0, 2.0, "Gossip is stable for 0 < gamma < 2/beta.")

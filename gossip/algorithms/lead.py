@@ -67,6 +67,7 @@ class LEAD(Algorithm):
     trains = True
     requires = Requirements(gradients=True, compressor="bounded-variance")
     step_rule = "exact"
+    on_loss = "drop"  # q_j increments the receiver's state hw: a lost one is missed
 
     def __init__(self, eta: float = 0.1, alpha: float | None = None, gamma_dual: float | None = None):
         check_range("eta", eta, 0.0, float("inf"), "Use eta = 1/L (the problem's smoothness).")

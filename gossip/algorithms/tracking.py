@@ -76,6 +76,7 @@ class CGT(Algorithm):
     arc_copies = True
     needs: tuple[str, ...] = ("double",)
     step_rule = "tracking"
+    on_loss = "drop"  # both messages increment copies (x̂, ŷ): a lost one is missed
 
     def __init__(self, eta: float = 0.05, gamma: float | None = None, alpha: float | None = None,
                  error_feedback: bool = False):

@@ -90,7 +90,8 @@ class Transport(ABC):
     def exchange_rows(self, rows, plan, seq: int, round_: int) -> None:
         """One phase of a block of nodes (:mod:`gossip.engine.block`): ``rows.mine()`` are the block's
         messages (row r sent by node ``plan.senders[r]``); the messages of remote senders land
-        in ``rows.recv`` (``plan.remote_in`` order). Local receivers read the senders' rows."""
+        in ``rows.recv`` at their staging rows (``plan.remote_in``; a plan without lost
+        messages fills every row). Local receivers read the senders' rows."""
         if not self._count_rows(rows, plan):
             return
         nbytes = rows.nbytes
@@ -98,12 +99,13 @@ class Transport(ABC):
         outgoing = {(plan.senders[r], j): own[r] for r, j in plan.remote_out}
         expected = {(j, i): nbytes for j, i, _ in plan.remote_in}
         received = self._exchange_remote(outgoing, expected, seq, round_)
-        for e, (j, i, _) in enumerate(plan.remote_in):
+        own_rows = len(plan.senders)  # staging row s is recv[s - own_rows]
+        for j, i, s in plan.remote_in:
             buf = received[(j, i)]
             if buf.numel() != nbytes:
                 raise CommError(f"round {round_}: node {j} sent {buf.numel()} bytes to node {i}, "
                                 f"expected {nbytes}", round=round_, sender=j, receiver=i)
-            recv[e].copy_(buf)
+            recv[s - own_rows].copy_(buf)
 
     def _count_rows(self, rows, plan) -> bool:
         """Count a block phase's bytes (each row ``nbytes`` times its out-degree, for its

@@ -171,8 +171,10 @@ class MPITransport(Transport):
             host_own, host_recv = own, recv
         on, rn = host_own.numpy(), host_recv.numpy()
         recv_edges = [(j, i) for j, i, _ in plan.remote_in]
-        recv_reqs = [self.comm.Irecv([rn[e], nbytes, MPI.BYTE], source=self.placement[j], tag=tag)
-                     for e, (j, _) in enumerate(recv_edges)]
+        own_rows = len(plan.senders)  # staging row s is recv[s - own_rows]
+        recv_reqs = [self.comm.Irecv([rn[s - own_rows], nbytes, MPI.BYTE],
+                                     source=self.placement[j], tag=tag)
+                     for j, _, s in plan.remote_in]
         send_edges = [(plan.senders[r], j) for r, j in plan.remote_out]
         send_reqs = [self.comm.Isend([on[r], nbytes, MPI.BYTE], dest=self.placement[j], tag=tag)
                      for r, j in plan.remote_out]

@@ -43,8 +43,10 @@ class Block:
     tensors with a row per arc of :meth:`arc_plan` (node i saves the rows of its out-arcs,
     sorted by receiver; an entry may be a list of tensors, and a key with ``{j}`` gives node i
     one entry per out-arc (i, j), named with j: per-neighbor state such as PowerGossip's
-    ``P{j}``). ``plan`` is the round's :class:`~gossip.engine.routing.MixPlan`, ``topology``
-    the run's graph, ``nodes`` the per-node objects (oracles, generators, ids).
+    ``P{j}``). ``plan`` is the round's :class:`~gossip.engine.routing.MixPlan` that mixing
+    reads (its weights; after an exchange with lost messages, the plan of what was delivered,
+    :mod:`gossip.engine.loss`), ``routing`` the round's whole plan that messages are encoded
+    for, ``topology`` the run's graph, ``nodes`` the per-node objects (oracles, generators, ids).
     """
 
     def __init__(self, nodes: list[Any], x: torch.Tensor | None, compressor: Compressor,
@@ -70,6 +72,7 @@ class Block:
         """The nodes' main random streams as one (row r draws node ``ids[r]``'s numbers)."""
         self.round = 0
         self.plan: MixPlan | None = None
+        self.routing: MixPlan | None = None
         self._new_compressor = new_compressor
         self._streams: dict[str, Compressor] = {}
         self._stream_rngs: dict[str, Stream] = {}
@@ -91,7 +94,7 @@ class Block:
 
     def begin_round(self, t: int, plan: MixPlan) -> None:
         self.round = t
-        self.plan = plan
+        self.plan = self.routing = plan
         self._calls = 0
         self.rng.begin_round(t)
         for rng in self._stream_rngs.values():  # callers keep these handles across rounds
@@ -133,7 +136,7 @@ class Block:
             return ArcPlan.build(chosen, self.ids, device)
 
         key = ("arc_plan", None if arcs is None else tuple(sorted(arcs)))
-        return self._cache.get(self.plan, build, key)
+        return self._cache.get(self.routing, build, key)
 
     def arc_rng(self, route: ArcPlan, stream: str = "arc", undirected: bool = False) -> Stream:
         """Random streams for ``route``'s own rows, keyed by the arc (placement-independent).
@@ -176,7 +179,7 @@ class Block:
         model as it is when they are decoded: decode (``decode_add``, ``mix_into``) before
         changing ``x``, as every algorithm here does."""
         comp = compressor or self.compressor
-        route = route or self.plan
+        route = route or self.routing
         rng = rng or self.rng
         rows = len(route.senders)
         if X.shape[0] != rows:
@@ -197,7 +200,7 @@ class Block:
         self._calls += 1
         mine = own[:, :nbytes]
         if comp.stateful:
-            if route is not self.plan:
+            if route is not self.routing:
                 raise CompressionError(f"'{comp.spec}' keeps state per node and cannot encode one "
                                        "message per arc: use a stateless compressor")
             self._encode_per_node(comp, X, mine, rng)
@@ -216,7 +219,7 @@ class Block:
         """Empty message rows of ``nbytes`` raw bytes each, to fill through ``rows.mine()`` and
         ``yield`` (values an algorithm lays out itself, e.g. exact float sketches); the
         transport checks only their length."""
-        route = route or self.plan
+        route = route or self.routing
         rows = len(route.senders)
         both = self._buffer((rows + len(route.remote_in), row_stride(nbytes)), self.x.device)
         self._calls += 1
@@ -433,8 +436,12 @@ class Block:
     def _check_received(self, rows: Rows) -> None:
         """The check of :meth:`check_received`, now: the first bad row raises, naming its sender."""
         remote = rows.route.remote_in
+        received = rows.received()
+        if len(remote) != received.shape[0]:  # messages were lost: the delivered rows only
+            own = len(rows.route.senders)
+            received = received[[s - own for _, _, s in remote]]
         try:
-            rows.compressor.check_rows(rows.received(), rows.like)
+            rows.compressor.check_rows(received, rows.like)
         except CompressionError as exc:
             sender, receiver, _ = remote[exc.row]
             raise RowsError(f"the message from node {sender} to node {receiver} was refused: "
@@ -535,7 +542,7 @@ class Block:
         ``packed.parts[k]`` as if that part had been sent alone. The parts share one route
         (that of the :class:`Rows` parts; the round's plan for raw tensors)."""
         sizes = [p.nbytes if isinstance(p, Rows) else int(p.shape[1]) for p in parts]
-        route = next((p.route for p in parts if isinstance(p, Rows)), self.plan)
+        route = next((p.route for p in parts if isinstance(p, Rows)), self.routing)
         header = pack_header(sizes)
         head = header.numel()
         nbytes = head + sum(sizes)

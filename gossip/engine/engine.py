@@ -23,12 +23,14 @@ from gossip.comm.world import World
 from gossip.compress import Compressor, factory_for
 from gossip.engine.block import Block
 from gossip.engine.cache import IdentityCache
+from gossip.engine.loss import Delivery
 from gossip.engine.nodes import Node
 from gossip.engine.routing import MixPlan
 from gossip.engine.staging import Rows
 from gossip.errors import CompressionError, ConfigError, DivergenceError, GossipError, NodeError, RowsError
 from gossip.layout import Layout
 from gossip.metrics import consensus_error
+from gossip.network import Network, parse_network
 from gossip.seeding import generator, node_seed
 from gossip.stateful import Stateful
 
@@ -57,6 +59,10 @@ class Engine:
         divergence_factor: a watched metric above this times its first positive value (or
             non-finite) stops the run with :class:`DivergenceError`.
         watch: metrics watched besides ``consensus_error`` (e.g. ``distance_to_optimum``).
+        network: what messages meet on their way (a :class:`~gossip.network.Network` or its
+            ``--network`` spec, e.g. ``"loss=0.1"``; default: an ideal network). Lost messages
+            are neither sent nor received and mix as the algorithm's
+            :attr:`~gossip.algorithms.Algorithm.on_loss` says (docs/network.md).
     """
 
     def __init__(
@@ -75,6 +81,7 @@ class Engine:
         dtype: torch.dtype = torch.float64,
         divergence_factor: float = 1e6,
         watch: tuple[str, ...] = (),
+        network: Network | str | None = None,
     ):
         self.algorithm = algorithm
         self.topology = topology
@@ -87,6 +94,7 @@ class Engine:
         self.compressor_spec = (compressor if isinstance(compressor, str)
                                 else getattr(compressor, "spec", type(compressor).__name__))
         self._new_compressor = factory_for(compressor, layout)
+        self.network = parse_network(network) if not isinstance(network, Network) else network
         self._check_config(oracles)
         self.local_ids = self.world.local_nodes(self.n)
         self.transport = self.world.transport(self.n, timeout=timeout)
@@ -127,10 +135,14 @@ class Engine:
         self._plans = IdentityCache()
         self.block = self._new_block()
         with torch.no_grad():
-            self.block.plan = self._plan(topology.at_round(1))  # setup may route (arc_plan)
+            self.block.begin_round(0, self._plan(topology.at_round(1)))  # setup may route (arc_plan)
             algorithm.setup(self.block)
             _check_state(algorithm, self.block)
             self.block.mirror_state()
+        self.delivery: Delivery | None = None
+        """Message loss (None on a network that loses nothing: the rounds are unchanged)."""
+        if self.network.lossy:
+            self.delivery = self._new_delivery()
 
     @property
     def hparams(self) -> dict[str, Any]:
@@ -173,6 +185,18 @@ class Engine:
                     f"the models are {want}: build the problem with {what}={want} or run the engine "
                     f"with {what}={have} (the scripts' --{what} sets both)", node=node.id)
 
+    def _new_delivery(self) -> Delivery:
+        """The run's message loss; refuses, before any message, an algorithm without loss
+        semantics or one that keeps per-arc state (arc phases have none yet)."""
+        policy = self.algorithm.loss_semantics(self._new_compressor())
+        if self.block.arc_state:
+            raise ConfigError(
+                f"--network {self.network.spec()}: {self.algorithm.name} keeps state per arc "
+                f"({', '.join(sorted(self.block.arc_state))}) and sends a message per arc; lost "
+                "messages have no defined meaning there yet: run it on a static graph or without "
+                "loss")
+        return Delivery(self.network, self.seed, policy, self.block.ids)
+
     def _check_config(self, oracles: Any) -> None:
         """Refuse, before any message, what this algorithm cannot run on: its
         :attr:`~gossip.algorithms.Algorithm.requires`, then its own ``validate``."""
@@ -194,21 +218,36 @@ class Engine:
             node.round = t
         block = self.block
         block.begin_round(t, self._plan(topo))
+        delivery = self.delivery
+        if delivery is not None:
+            delivery.begin_round()
         tic = time.perf_counter()
         gen = self.algorithm.step(block)
         msg = self._advance(gen, None)
         self.compute_s += time.perf_counter() - tic
+        phase_no = 0
         while msg is not None:
             tic = time.perf_counter()
             # several messages yielded together travel as one (their parts come back)
             phase = block.pack(list(msg)) if isinstance(msg, tuple | list) else msg
             self._seq += 1
+            if delivery is not None:  # the lost messages are neither sent nor mixed
+                self._deliver(phase, delivery.route(phase.route, topo, t, phase_no))
+            phase_no += 1
             self.transport.exchange_rows(phase, phase.route, self._seq, t)
             toc = time.perf_counter()
             self.comm_s += toc - tic
             msg = self._advance(gen, phase, phase.parts if phase is not msg else phase)
             self.compute_s += time.perf_counter() - toc
         self.round = t
+
+    def _deliver(self, phase: Rows, plan: MixPlan) -> None:
+        """Route ``phase`` (and the round's mixing, until the next phase) on the delivered
+        ``plan``: its transport skips the lost messages, its mix their terms."""
+        phase.route = plan
+        for part in getattr(phase, "parts", ()):
+            part.route = plan
+        self.block.plan = plan
 
     def _advance(self, gen, received: Rows | None, reply: Any = None) -> Any:
         """Run the round to its next phase (after checking the rows ``received`` from other
@@ -279,6 +318,11 @@ class Engine:
             "bits_per_node": float(bits.mean()),
             "bits_per_node_max": float(bits.max()),
         }
+        if self.delivery is not None:
+            lost = self.delivery
+            ids = self.block.ids
+            rec["messages_lost"] = int(self.node_values(dict(zip(ids, lost.lost_round.tolist()))).sum())
+            rec["messages_lost_total"] = int(self.node_values(dict(zip(ids, lost.lost_total.tolist()))).sum())
         for metric in metrics:
             rec.update(metric(self, xbar))
         rec.update(
@@ -369,6 +413,8 @@ class Engine:
                 "oracle": nd.oracle.state_dict() if isinstance(nd.oracle, Stateful) else None,
                 "bytes_sent": int(sent.get(i, 0)),
             }
+            if self.delivery is not None:
+                out[i]["messages_lost"] = int(self.delivery.lost_total[self.block.ids.index(i)])
         return out
 
     def run_state_dict(self) -> dict[str, Any]:
@@ -391,6 +437,8 @@ class Engine:
             if isinstance(nd.oracle, Stateful):
                 nd.oracle.load_state_dict(blob["oracle"])
             self.transport.bytes_sent[i] = int(blob["bytes_sent"])
+            if self.delivery is not None:
+                self.delivery.lost_total[self.block.ids.index(i)] = int(blob.get("messages_lost", 0))
         self.algorithm.load_state_dict(run.get("algorithm", {}))
         self.round = int(run["round"])
         self._seq = int(run["seq"])

@@ -1,0 +1,143 @@
+"""Lost messages in the engine: which of a phase's messages arrive, and the plan without the rest.
+
+Both ends of an arc draw its drop from the same key (:mod:`gossip.network`), so each process
+knows, before it moves a byte, which of its sends and receives of a phase are lost. The engine
+then hands the transport and the round a *delivered* :class:`~gossip.engine.routing.MixPlan`:
+the round's plan without the lost arcs (no send, no receive, no bytes counted for them; the
+receiver's mix skips them) and with the self weights the algorithm's semantics asks for
+(:attr:`gossip.algorithms.Algorithm.on_loss`, docs/network.md):
+
+* ``"renormalize"``: the lost neighbor's weight goes to the receiver's own term,
+  ``w_ii ← w_ii + Σ_{j lost} w_ij`` (the rows still sum to one; as if the receiver had heard
+  its own value instead). For methods whose message is a value the receiver averages in.
+* ``"drop"``: the message adds nothing and no weight moves. For methods whose message is an
+  increment to a copy the receiver keeps (CHOCO's ``x̂``, LEAD's ``h``, …): the receiver's copy
+  of the sender misses that increment while the sender's own copy has it.
+* ``"keep-mass"``: the sender keeps the share it could not send, ``w_ii ← w_ii + Σ_{j lost}
+  w_ji`` (the columns still sum to one: push-sum's mass ``Σ_i s_i`` and ``Σ_i w_i`` are kept).
+
+A phase without a lost message keeps the round's plan itself (nothing is built). Phases routed
+per arc (:class:`~gossip.engine.routing.ArcPlan`) have no loss semantics yet and are refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from gossip.engine.cache import IdentityCache
+from gossip.engine.routing import ArcPlan, MixPlan
+from gossip.errors import ConfigError
+from gossip.network import LossDraws, Network, arc_keys
+
+POLICIES = ("renormalize", "drop", "keep-mass")
+"""What a lost message means to an algorithm (module doc)."""
+
+
+class _PlanArcs:
+    """A round plan's arcs as index tables into one sorted list of every arc into or out of
+    the block (the rows of its :class:`~gossip.network.LossDraws`)."""
+
+    def __init__(self, plan: MixPlan, topology: Any, ids: list[int], network: Network, seed: int):
+        m = plan.m
+        device = plan.self_weight.device
+        self.every = torch.arange(m, device=device)
+        slot_arcs, ins = [], []  # ins: (receiver, sender, receiver's row, w_ij)
+        for src, dst, ws in plan.slots:
+            rows = range(m) if dst is None else dst.tolist()
+            entries = [(ids[r], plan.sender_of[s], r, w)
+                       for s, r, w in zip(src.tolist(), rows, ws.tolist())]
+            slot_arcs.append([(j, i) for i, j, _, _ in entries])
+            ins += entries
+        ins.sort(key=lambda e: (e[0], e[1]))
+        outs = []  # (sender, receiver, sender's row, w_ji)
+        for r, i in enumerate(ids):
+            view = topology.view(i)
+            outs += [(i, j, r, w) for j, w in zip(view.out_neighbors, view.out_weights)]
+        arcs = sorted({(j, i) for i, j, _, _ in ins} | {(i, j) for i, j, _, _ in outs})
+        index = {a: k for k, a in enumerate(arcs)}
+        self.draws = LossDraws(network.loss, seed, arc_keys(arcs))
+        self.slot_idx = [np.array([index[a] for a in sa], dtype=np.int64) for sa in slot_arcs]
+        # in-arcs sorted by (receiver, sender), out-arcs by (sender, receiver): the order in
+        # which a node's self weight adds the weights of its lost arcs, the same everywhere
+        self.in_idx = np.array([index[(j, i)] for i, j, _, _ in ins], dtype=np.int64)
+        self.in_row = np.array([r for _, _, r, _ in ins], dtype=np.int64)
+        self.in_w = [w for _, _, _, w in ins]
+        self.out_idx = np.array([index[(i, j)] for i, j, _, _ in outs], dtype=np.int64)
+        self.out_row = np.array([r for _, _, r, _ in outs], dtype=np.int64)
+        self.out_w = [w for _, _, _, w in outs]
+        self.remote_in_idx = np.array([index[(j, i)] for j, i, _ in plan.remote_in], dtype=np.int64)
+        self.remote_out_idx = np.array([index[(ids[r], j)] for r, j in plan.remote_out],
+                                       dtype=np.int64)
+
+    def delivered(self, plan: MixPlan, lost: np.ndarray, policy: str) -> MixPlan:
+        """``plan`` without the arcs ``lost`` marks, self weights moved per ``policy``."""
+        keep = ~lost
+        slots = []
+        for (src, dst, w), idx in zip(plan.slots, self.slot_idx):
+            k = keep[idx]
+            if k.all():
+                slots.append((src, dst, w))
+            elif k.any():
+                kt = torch.from_numpy(k).to(src.device)
+                slots.append((src[kt], (self.every if dst is None else dst)[kt], w[kt]))
+        self_weight = plan.self_weight
+        moved = {"renormalize": (self.in_idx, self.in_row, self.in_w),
+                 "keep-mass": (self.out_idx, self.out_row, self.out_w)}.get(policy)
+        if moved is not None:
+            idx, rows, weights = moved
+            hit = lost[idx].nonzero()[0]
+            if hit.size:
+                values = self_weight.tolist()
+                for e in hit.tolist():  # each node's lost arcs in neighbor order
+                    values[rows[e]] += weights[e]
+                self_weight = torch.tensor(values, dtype=torch.float64, device=self_weight.device)
+        degree = list(plan.out_degree)
+        for r in self.out_row[lost[self.out_idx]].tolist():
+            degree[r] -= 1
+        return MixPlan(
+            m=plan.m, self_weight=self_weight, slots=slots,
+            remote_in=[e for e, k in zip(plan.remote_in, keep[self.remote_in_idx]) if k],
+            remote_out=[e for e, k in zip(plan.remote_out, keep[self.remote_out_idx]) if k],
+            out_degree=degree, sender_of=plan.sender_of, senders=plan.senders,
+        )
+
+
+class Delivery:
+    """The engine's message loss: per phase, the delivered plan and the count of lost messages
+    per receiving node (module doc)."""
+
+    def __init__(self, network: Network, seed: int, policy: str, ids: list[int]):
+        if policy not in POLICIES:
+            raise ConfigError(f"on_loss = {policy!r} is not one of {', '.join(POLICIES)}")
+        self.network = network
+        self.seed = seed
+        self.policy = policy
+        self.ids = ids
+        self.lost_round = np.zeros(len(ids), dtype=np.int64)
+        """Messages lost this round, per local receiving node (rows of the block)."""
+        self.lost_total = np.zeros(len(ids), dtype=np.int64)
+        """Messages lost since round 1, per local receiving node."""
+        self._arcs = IdentityCache()
+
+    def begin_round(self) -> None:
+        self.lost_round[:] = 0
+
+    def route(self, plan: Any, topology: Any, t: int, phase: int) -> MixPlan:
+        """The plan phase ``phase`` (0, 1, …) of round ``t`` is delivered on (``plan`` itself
+        when none of its messages is lost)."""
+        if isinstance(plan, ArcPlan):
+            raise ConfigError("--network loss: this algorithm sends a message per arc (an arc "
+                              "phase), for which lost messages have no defined meaning yet; run "
+                              "it without loss, or on a static graph")
+        arcs = self._arcs.get(plan, lambda: _PlanArcs(plan, topology, self.ids, self.network,
+                                                      self.seed))
+        lost = arcs.draws.lost(t, phase)
+        if not lost.any():
+            return plan
+        rows = arcs.in_row[lost[arcs.in_idx]]
+        np.add.at(self.lost_round, rows, 1)
+        np.add.at(self.lost_total, rows, 1)
+        return arcs.delivered(plan, lost, self.policy)

@@ -1,0 +1,78 @@
+"""Message loss (gossip.network, gossip.engine.loss): spec parsing, drop frequencies, semantics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import topologies
+from gossip import Engine, make_algorithm
+from gossip.errors import ConfigError
+from gossip.network import GilbertElliott, LossDraws, arc_keys, parse_network
+
+ARCS = arc_keys([(i, j) for i in range(50) for j in range(50) if i != j])
+
+
+@pytest.mark.parametrize("spec", ["loss=1.5", "loss=-0.1", "loss=nan", "loss=ge:p_gb=0.1",
+                                  "loss=foo:0.1", "delay=2", "loss", "loss=0.1;loss=0.2"])
+def test_bad_specs_give_one_error_line(spec):
+    with pytest.raises(ConfigError) as err:
+        parse_network(spec)
+    assert "\n" not in str(err.value)
+
+
+def test_bernoulli_drops_within_binomial_bounds():
+    draws = LossDraws(parse_network("loss=0.1").loss, 7, ARCS)
+    k = sum(int(draws.lost(t, 0).sum()) for t in range(1, 41))
+    n = 40 * len(ARCS)
+    assert abs(k - 0.1 * n) < 5 * math.sqrt(n * 0.1 * 0.9)
+
+
+def test_gilbert_elliott_stationary_rate():
+    ge = parse_network("loss=ge:p_gb=0.05,p_bg=0.5,loss_bad=0.8").loss
+    assert isinstance(ge, GilbertElliott)
+    draws = LossDraws(ge, 7, ARCS)
+    k = sum(int(draws.lost(t, 0).sum()) for t in range(1, 201))
+    n = 200 * len(ARCS)
+    lam = 1 - ge.p_gb - ge.p_bg  # chain correlation inflates the variance by (1+λ)/(1−λ)
+    sigma = math.sqrt(n * ge.rate * (1 - ge.rate) * (1 + lam) / (1 - lam) * 2)
+    assert abs(k - ge.rate * n) < 5 * sigma
+    fresh = LossDraws(ge, 7, ARCS)  # replayed from round 0: the same drops
+    assert np.array_equal(fresh.lost(200, 0), draws.lost(200, 0))
+
+
+def test_no_loss_is_the_ideal_run():
+    topo = topologies.build("ring", 8)
+    x0 = lambda i: torch.arange(5, dtype=torch.float64) * i  # noqa: E731
+    runs = []
+    for net in (None, "none", "loss=0"):
+        e = Engine(make_algorithm("choco", gamma=0.5), topo, x0, compressor="topk:0.4", network=net)
+        assert e.delivery is None
+        e.run(10)
+        runs.append(torch.stack([nd.x for nd in e.nodes.values()]))
+    assert all(torch.equal(runs[0], r) for r in runs)
+
+
+def test_push_sum_keeps_mass_and_gossip_average_drifts():
+    topo = topologies.build("directed-random:p=0.3", 8, weights="push", seed=3)
+    x0 = lambda i: torch.full((4,), float(i), dtype=torch.float64)  # noqa: E731
+    e = Engine(make_algorithm("push-sum"), topo, x0, network="loss=0.3")
+    e.run(200)
+    st = e.block.state
+    assert abs(float(st["w"].sum()) - 8) < 1e-12
+    assert torch.allclose(e.block.x, torch.full_like(e.block.x, 3.5), atol=1e-8)
+    g = Engine(make_algorithm("gossip"), topologies.build("ring", 8), x0, network="loss=0.3")
+    g.run(200)
+    assert abs(float(g.mean_model()[0]) - 3.5) > 1e-3  # row- but not column-stochastic
+
+
+def test_refused_without_loss_semantics():
+    topo = topologies.build("ring", 8)
+    with pytest.raises(ConfigError):
+        Engine(make_algorithm("push-sum"), topologies.build("ring", 8, weights="push"),
+               lambda i: torch.zeros(4), compressor="topk:0.5", network="loss=0.1")
+    with pytest.raises(ConfigError):
+        Engine(make_algorithm("powergossip"), topo, lambda i: torch.zeros(16), network="loss=0.1")

@@ -1,0 +1,69 @@
+"""Algorithms under message loss (``--network``); every record goes to a JSON-lines file.
+Started in process and under ``mpiexec`` by tests/engine/test_network_mpi.py, which compares
+the files: the same seed must give the same drops, bytes and bits wherever the nodes sit.
+Usage: python tests/helpers/mpi_network_scenarios.py OUT.jsonl NODES [SCENARIO ...]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import topologies  # noqa: E402
+from gossip.algorithms import make_algorithm  # noqa: E402
+from gossip.comm.world import World  # noqa: E402
+from gossip.engine import Engine  # noqa: E402
+from gossip.metrics import JsonlLogger, squared_distance  # noqa: E402
+from gossip.problems import make_problem  # noqa: E402
+from tests.helpers.mpi_scenarios import log_run  # noqa: E402
+from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
+
+GE = "loss=ge:p_gb=0.1,p_bg=0.4,loss_good=0.02,loss_bad=0.9"
+# name -> (algorithm, hyper-parameters, compressor, topology spec, weights, network, gradients)
+SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
+    "gossip-exact": ("gossip", {}, "none", "ring", "metropolis", "loss=0.2", False),
+    "gossip-ge-qsgd": ("gossip", {"gamma": 0.5}, "qsgd:4bit", "exponential", "metropolis", GE, False),
+    "dpsgd-onepeer": ("dpsgd", {}, "none", "one-peer-exponential", "metropolis", "loss=0.2", True),
+    "deepsqueeze-sign": ("deepsqueeze", {"gamma": 0.2}, "sign", "ring", "metropolis", GE, False),
+    "choco-topk": ("choco", {"gamma": 0.3}, "topk:0.25", "ring", "metropolis", "loss=0.1", True),
+    "lead-qsgd": ("lead", {}, "qsgd:4bit", "erdos-renyi:p=0.4", "metropolis", GE, True),
+    "beer-topk": ("beer", {}, "topk:0.25", "ring", "metropolis", "loss=0.1", True),
+    "dcd-none": ("dcd", {}, "none", "ring", "metropolis", "loss=0.1", True),
+    "c-gt-lead2": ("c-gt", {}, "lead:2", "ring", "metropolis", "loss=0.1", True),
+    "push-sum-exact": ("push-sum", {}, "none", "directed-random:p=0.3", "push", "loss=0.3", True),
+}
+
+
+def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
+    """The scenario's engine and the keywords :func:`log_run` takes for it (consensus runs
+    start from distinct models, optimization runs from one and log the distance to x*)."""
+    alg_name, hp, spec, topo_spec, weights, network, trains = SCENARIOS[name]
+    topo = topologies.build(topo_spec, n, weights=weights, seed=3)
+    problem = make_problem("least-squares", n_nodes=n, dim=20, samples_per_node=15, seed=4,
+                           heterogeneity=2.0, dtype=torch.float64)
+    x_star, x0 = problem.solution(), problem.initial_point()
+    if trains:
+        hp = hp | {"eta": 0.2 / problem.smoothness().L}
+    engine = Engine(
+        make_algorithm(alg_name, **hp), topo, (lambda i: x0) if trains else (lambda i: x0 + 0.1 * i),
+        compressor=spec, seed=11, world=world, timeout=60, network=network,
+        oracles=(lambda i, gen: problem.oracle(i, gen, "full", 2)) if trains else None,
+    )
+
+    def metrics(eng, xbar):
+        return {"distance_to_optimum": squared_distance(eng, x_star, relative=True)}
+
+    return engine, {"metrics": [metrics] if trains else []}
+
+
+def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
+    engine, options = engine_for(name, n, world)
+    log_run(engine, name, logger, **options)
+
+
+if __name__ == "__main__":
+    scenario_main(run, SCENARIOS)
