@@ -205,8 +205,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("run")
     g.add_argument("--nodes", type=positive_int, default=None,
                    help="number of nodes. In process: required unless the topology is a file "
-                        "(default 8). Under mpiexec: defaults to the world size; a larger value "
-                        "hosts several nodes per rank")
+                        "(default 8). Under mpiexec or torchrun: defaults to the world size; a "
+                        "larger value hosts several nodes per rank")
     g.add_argument("--topology", default="ring",
                    help=f"graph spec: {topology_forms()}, a graph file (edge list, GraphML, GML, "
                         "JSON node-link) or module:function (default: ring)")
@@ -222,6 +222,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, default=1,
                    help="torch threads per process (default 1: fastest under MPI and needed for "
                         "in-process runs to equal MPI runs bit for bit)")
+    g.add_argument("--transport", default="auto",
+                   choices=("auto", "local", "mpi", "torch", "gloo", "nccl"),
+                   help="what carries messages between processes: auto (default: MPI under "
+                        "mpiexec, torch.distributed under torchrun, else in process), local (one "
+                        "process), mpi, torch (torchrun; NCCL for --device cuda, else gloo), "
+                        "gloo (CPU tensors) or nccl (CUDA tensors); docs/transports.md")
     g.add_argument("--timeout", type=seconds, default=120.0,
                    help="seconds to wait for a neighbor before stopping with an error naming it "
                         "(default 120)")
@@ -263,7 +269,13 @@ def setup(args: argparse.Namespace, before_topology: Any = None) -> tuple[World,
     from gossip.comm.world import World
 
     torch.set_num_threads(max(1, args.threads))
-    world = World.detect(timeout=args.timeout)
+    from gossip.errors import ConfigError
+
+    try:
+        world = World.detect(timeout=args.timeout, transport=getattr(args, "transport", "auto"),
+                             device=_device_of(args.device))
+    except ConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
     if getattr(args, "progress", False) is None:  # neither --progress nor --no-progress
         args.progress = sys.stderr.isatty()
     logging.basicConfig(
@@ -285,6 +297,13 @@ def setup(args: argparse.Namespace, before_topology: Any = None) -> tuple[World,
     if before_topology is not None:
         before_topology(world)
     return world, build_topology(args, world)
+
+
+def _device_of(spec: str) -> str | None:
+    """The device type ``spec`` names (``cuda`` for cuda:1), None when it names none; the
+    flag itself is validated after the world is known."""
+    kind = spec.split(":")[0]
+    return kind if kind in ("cpu", "cuda") else None
 
 
 def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms: list[Any],
@@ -426,27 +445,31 @@ def _build_topology(args: argparse.Namespace, world: World) -> Any:
             n = world.size
         elif not is_file:
             n = 8
+    from gossip.comm.world import MPI_HINT
+
+    kind, hint = getattr(world, "kind", "MPI world"), getattr(world, "launch_hint", MPI_HINT.format)
     if n is not None and n < world.size:
         raise SystemExit(
-            f"error: --nodes {n} is smaller than the MPI world ({world.size} ranks); every rank needs a "
-            f"node: run mpiexec -n {n} or pass --nodes >= {world.size}"
+            f"error: --nodes {n} is smaller than the {kind} ({world.size} ranks); every rank needs "
+            f"a node: run {hint(n)} or pass --nodes >= {world.size}"
         )
     if is_file:
         graph = topologies.load(spec)
         size = graph.number_of_nodes()
         if n is not None and size != n:
             if size < world.size:
-                fix = f"run at most mpiexec -n {size}"
-            elif args.nodes is None:  # under MPI, n is the world size
-                fix = f"run mpiexec -n {size}, or pass --nodes {size} to host several nodes per rank"
+                fix = f"run at most {hint(size)}"
+            elif args.nodes is None:  # under a launcher, n is the world size
+                fix = f"run {hint(size)}, or pass --nodes {size} to host several nodes per rank"
             else:
                 fix = f"pass --nodes {size}" + (" or leave --nodes out" if world.size == 1 else "")
-            where = f"the MPI world has {world.size} ranks" if args.nodes is None else f"--nodes is {n}"
+            where = f"the {kind} has {world.size} ranks" if args.nodes is None else f"--nodes is {n}"
             raise SystemExit(f"error: graph file {spec} has {size} nodes but {where}; {fix}")
         n = size
     topo = topologies.build(spec, n, weights=args.weights, lazy=args.lazy, seed=args.seed)
     if topo.n < world.size:
-        raise SystemExit(f"error: the topology has {topo.n} nodes, fewer than the {world.size} MPI ranks")
+        raise SystemExit(f"error: the topology has {topo.n} nodes, fewer than the {world.size} ranks "
+                         f"of the {kind}")
     return topo
 
 

@@ -1,4 +1,4 @@
-"""Transports: move byte buffers between node ids (in process, or over MPI point to point).
+"""Transports: move message rows between node ids (in process, or over MPI / torch.distributed).
 
 The names below load on first use, so ``gossip.comm.launch`` (asked by every script's parser)
 is importable without torch.
@@ -12,12 +12,14 @@ from typing import Any
 _EXPORTS = {
     "Transport": "gossip.comm.base",
     "LocalTransport": "gossip.comm.local",
-    "MPITransport": "gossip.comm.mpi",
+    "Link": "gossip.comm.link",
+    "MPILink": "gossip.comm.mpi",
+    "TorchLink": "gossip.comm.torch_dist",
     "CommError": "gossip.errors",
     "CommTimeout": "gossip.errors",
 }
 
-__all__ = ["CommError", "CommTimeout", "LocalTransport", "MPITransport", "Transport"]
+__all__ = ["CommError", "CommTimeout", "Link", "LocalTransport", "MPILink", "TorchLink", "Transport"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,23 +1,12 @@
-"""All nodes in one process: every message is a local hand-over."""
+"""All nodes in one process: every message is read in place from its sender's row."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-import torch
-
-from gossip.comm.base import Edge, Transport
-from gossip.errors import CommError
+from gossip.comm.base import Transport
 
 
 class LocalTransport(Transport):
-    """The embedded default: no MPI needed; same byte buffers as the MPI transport."""
+    """The embedded default: no MPI needed; the same byte rows as across processes."""
 
     def __init__(self, n: int):
-        super().__init__([0] * n, rank=0, world_size=1)
-
-    def _exchange_remote(
-        self, outgoing: Mapping[Edge, torch.Tensor], expected: Mapping[Edge, int], seq: int,
-        round_: int,
-    ) -> dict[Edge, torch.Tensor]:
-        raise CommError("LocalTransport hosts every node; there is no remote peer")
+        super().__init__([0] * n)

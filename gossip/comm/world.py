@@ -1,4 +1,4 @@
-"""Who runs where: the process group, node placement, and collective reductions for metrics.
+"""Who runs where: the process group (MPI or torch.distributed), node placement, and reductions.
 
 Reductions are written so that their floating-point results do not depend on how nodes are
 spread over processes: vectors are summed in node order along a chain of ranks (exactly the
@@ -12,36 +12,82 @@ like a silent neighbor does during an exchange, instead of hanging the job.
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 
 from gossip.comm.base import Transport, check_timeout
-from gossip.comm.launch import launched_by_mpi, launcher_rank  # noqa: F401 (also read from here)
+from gossip.comm.launch import launched_by_mpi, launched_by_torchrun, launcher_rank  # noqa: F401
+from gossip.comm.link import Link
 from gossip.errors import CommConfigError
 
 
 class World:
-    """This process's place among the processes of a run (a single process when ``comm`` is None)."""
+    """This process's place among the processes of a run (a single process when ``link`` is None)."""
 
-    def __init__(self, comm=None, timeout: float = 120.0):
-        self.comm = comm
-        self.rank = 0 if comm is None else comm.Get_rank()
-        self.size = 1 if comm is None else comm.Get_size()
+    def __init__(self, link: Link | None = None, timeout: float = 120.0):
+        self.link = link
+        self.rank = 0 if link is None else link.rank
+        self.size = 1 if link is None else link.size
         self.timeout = check_timeout(timeout)  # seconds any wait for another rank may take
 
     @classmethod
-    def detect(cls, timeout: float = 120.0) -> World:
-        """The MPI world when started under mpiexec with more than one rank, else in process."""
-        if not launched_by_mpi():
-            return cls(None, timeout)
-        from mpi4py import MPI
+    def detect(cls, timeout: float = 120.0, transport: str = "auto",
+               device: str | torch.device | None = None) -> World:
+        """The world this process was started in: ``transport`` ``mpi`` (mpiexec),
+        ``gloo``/``nccl``/``torch`` (torchrun; ``torch`` picks NCCL for a CUDA ``device``, else
+        gloo), ``local`` (in process), or ``auto``: whichever launcher started it.
 
-        comm = MPI.COMM_WORLD
-        return cls(comm if comm.Get_size() > 1 else None, timeout)
+        A world of one process is in process. A torch.distributed process group the script
+        initialised itself is used as it is."""
+        if transport not in TRANSPORTS:
+            raise CommConfigError(f"unknown transport {transport!r}; choose one of {', '.join(TRANSPORTS)}")
+        cuda = device is not None and torch.device(device).type == "cuda"
+        if transport == "auto":
+            transport = ("mpi" if launched_by_mpi() else
+                         "torch" if launched_by_torchrun() or _torch_initialized() else "local")
+        if transport == "local":
+            return cls(None, timeout)
+        if transport == "mpi":
+            from mpi4py import MPI
+
+            from gossip.comm.mpi import MPILink
+
+            comm = MPI.COMM_WORLD
+            return cls(MPILink(comm) if comm.Get_size() > 1 else None, timeout)
+        if not (launched_by_torchrun() or _torch_initialized()):
+            raise CommConfigError(
+                f"--transport {transport} needs a torch.distributed job: start the script with "
+                "torchrun (e.g. torchrun --nproc-per-node 4 script.py ...), or use --transport mpi "
+                "under mpiexec")
+        from gossip.comm import torch_dist
+
+        backend = ("nccl" if cuda else "gloo") if transport == "torch" else transport
+        if cuda and backend == "gloo":
+            raise CommConfigError(
+                "--transport gloo moves CPU tensors only and the run is on CUDA: use --transport "
+                "nccl (or torch) for GPUs, or --device cpu")
+        if not cuda and backend == "nccl":
+            raise CommConfigError(
+                "--transport nccl moves CUDA tensors only and the run is on the CPU: use "
+                "--transport gloo (or torch), or --device cuda")
+        torch_dist.init_process_group(backend, timeout)
+        link = torch_dist.TorchLink()
+        if cuda and not link.moves_cuda:
+            raise CommConfigError(
+                "the torch.distributed process group has no NCCL backend and the run is on CUDA: "
+                "initialise it with backend 'nccl' (or 'cpu:gloo,cuda:nccl'), or use --device cpu")
+        return cls(link if link.size > 1 else None, timeout)
+
+    @property
+    def kind(self) -> str:
+        """The world's name in messages: "MPI world", "torchrun world" (or "world" in process)."""
+        return "world" if self.link is None else self.link.kind
+
+    def launch_hint(self, n: int) -> str:
+        """How to start a world of ``n`` processes like this one."""
+        return (MPI_HINT if self.link is None else self.link.launcher).format(n=n)
 
     @property
     def is_root(self) -> bool:
@@ -51,8 +97,8 @@ class World:
         """Rank hosting each node: contiguous blocks, the first ``n % size`` ranks one larger."""
         if n < self.size:
             raise CommConfigError(
-                f"{n} nodes cannot fill {self.size} MPI ranks; run mpiexec -n {n} or pass --nodes "
-                f">= {self.size}", rank=self.rank,
+                f"{n} nodes cannot fill {self.size} ranks; run {self.launch_hint(n)} or pass "
+                f"--nodes >= {self.size}", rank=self.rank,
             )
         blocks = np.array_split(np.arange(n), self.size)
         out = [0] * n
@@ -71,17 +117,15 @@ class World:
 
         if timeout is not None:
             self.timeout = check_timeout(timeout)
-        if self.comm is None:
+        if self.link is None:
             return LocalTransport(n)
-        from gossip.comm.mpi import MPITransport
-
-        return MPITransport(self.comm, self.placement(n), timeout=self.timeout)
+        return Transport(self.placement(n), rank=self.rank, link=self.link, timeout=self.timeout)
 
     # -- collectives (point to point, every wait against the deadline) ---------------------
     def node_values(self, n: int, local: Mapping[int, float]) -> np.ndarray:
         """All nodes' scalars (float64, indexed by node) on every process."""
         mine = np.array([local[i] for i in sorted(local)], dtype=np.float64)
-        if self.comm is None:
+        if self.link is None:
             return mine
         placement = self.placement(n)
         sizes = [placement.count(r) * 8 for r in range(self.size)]
@@ -98,40 +142,37 @@ class World:
         """
         acc: torch.Tensor | None = None
         last = self.size - 1
-        if self.comm is not None:
+        if self.link is not None:
             # every rank answers first, so a rank already silent is named itself rather than
             # through the chain of ranks waiting for it
             self.barrier()
-        if self.comm is not None and self.rank > 0:
+        if self.link is not None and self.rank > 0:
             like = next(iter(local.values()))
             host = torch.empty(like.shape, dtype=like.dtype)
             before = tuple(range(self.rank))
-            self._wait([self.comm.Irecv([_bytes(host), self._mpi.BYTE], source=self.rank - 1,
-                                        tag=_TAG_CHAIN)], [(self.rank - 1, before)],
+            self._wait([(_bytes(host), self.rank - 1)], [], _TAG_CHAIN, [(self.rank - 1, before)],
                        "the running sum from")
             acc = host.to(like.device)
         for i in sorted(local):
             acc = local[i].clone() if acc is None else acc.add_(local[i])
         assert acc is not None
-        if self.comm is None:
+        if self.link is None:
             return acc
-        BYTE = self._mpi.BYTE
         host = acc.detach().cpu().contiguous()
         if self.rank < last:
-            send = self.comm.Isend([_bytes(host), BYTE], dest=self.rank + 1, tag=_TAG_CHAIN)
             total = torch.empty_like(host)
-            recv = self.comm.Irecv([_bytes(total), BYTE], source=last, tag=_TAG_SUM)
             after = tuple(range(self.rank + 1, self.size))
-            self._wait([send, recv], [(self.rank + 1, (self.rank + 1,)), (last, after)],
-                       "the running sum (passed from rank to rank) with")
+            self._wait([(_bytes(total), last)], [(_bytes(host), self.rank + 1)], _TAG_SUM,
+                       [(last, after), (self.rank + 1, (self.rank + 1,))],
+                       "the running sum (passed from rank to rank) with", send_tag=_TAG_CHAIN)
             return total.to(acc.device)
-        reqs = [self.comm.Isend([_bytes(host), BYTE], dest=r, tag=_TAG_SUM) for r in range(last)]
-        self._wait(reqs, list(range(last)), "the sum to be received by")
+        self._wait([], [(_bytes(host), r) for r in range(last)], _TAG_SUM, list(range(last)),
+                   "the sum to be received by")
         return acc
 
     def any(self, flag: bool) -> bool:
         """True on every process when ``flag`` is true on any."""
-        if self.comm is None:
+        if self.link is None:
             return flag
         out = np.empty(self.size, dtype=np.uint8)
         self._all_to_all(np.array([int(flag)], dtype=np.uint8), out, [1] * self.size, _TAG_ANY,
@@ -140,7 +181,7 @@ class World:
 
     def barrier(self) -> None:
         """Wait until every process got here (or the deadline passes)."""
-        if self.comm is not None:
+        if self.link is not None:
             out = np.empty(self.size, dtype=np.uint8)
             self._all_to_all(np.zeros(1, dtype=np.uint8), out, [1] * self.size, _TAG_BARRIER,
                              "a barrier with")
@@ -148,53 +189,48 @@ class World:
     def _all_to_all(self, mine: np.ndarray, out: np.ndarray, sizes: list[int], tag: int,
                     what: str) -> None:
         """Rank r's ``sizes[r]`` bytes land in ``out`` at offset ``sum(sizes[:r])`` everywhere."""
-        BYTE = self._mpi.BYTE
         offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
         out[offsets[self.rank]:offsets[self.rank + 1]] = mine
-        reqs, peers = [], []
-        for r in range(self.size):
-            if r != self.rank:
-                part = out[offsets[r]:offsets[r + 1]]
-                reqs.append(self.comm.Irecv([part, BYTE], source=r, tag=tag))
-                peers.append(r)
-        for r in range(self.size):
-            if r != self.rank:
-                reqs.append(self.comm.Isend([mine, BYTE], dest=r, tag=tag))
-                peers.append(r)
-        self._wait(reqs, peers, what)
+        others = [r for r in range(self.size) if r != self.rank]
+        recvs = [(torch.from_numpy(out[offsets[r]:offsets[r + 1]]), r) for r in others]
+        sends = [(torch.from_numpy(mine), r) for r in others]
+        self._wait(recvs, sends, tag, others + others, what)
 
-    def _wait(self, reqs: list, peers: list, what: str) -> None:
-        """``peers[k]``: the rank ``reqs[k]`` talks to, or (that rank, the ranks it waits on)."""
-        from gossip.comm.mpi import wait_requests
-
+    def _wait(self, recvs: list, sends: list, tag: int, peers: list, what: str,
+              send_tag: int | None = None) -> None:
+        """Post ``recvs``/``sends`` ((byte tensor, rank) pairs) and wait for them against the
+        deadline. ``peers[k]``: the rank the k-th message (receives first) talks to, or (that
+        rank, the ranks it waits on); ``send_tag``: the sends' tag, when not ``tag``."""
+        assert self.link is not None
+        if send_tag is None or not sends:
+            handles = self.link.exchange(recvs, sends, tag)
+        else:
+            handles = self.link.exchange(recvs, [], tag) + self.link.exchange([], sends, send_tag)
         peers = [p if isinstance(p, tuple) else (p, (p,)) for p in peers]
-        wait_requests(reqs, timeout=self.timeout, rank=self.rank,
-                      peers=[(f"rank {r}", blame) for r, blame in peers],
-                      what=f"metrics: rank {self.rank} waited {{timeout}} for {what}")
-
-    @property
-    def _mpi(self):
-        from mpi4py import MPI
-
-        return MPI
+        self.link.wait(handles, timeout=self.timeout,
+                       peers=[(f"rank {r}", blame) for r, blame in peers],
+                       what=f"metrics: rank {self.rank} waited {{timeout}} for {what}")
 
     def abort(self, code: int = 1) -> None:
-        """Stop every process of the job (after the caller logged why). Output is flushed and
-        forwarded first: ``mpiexec`` tears down the job's I/O at the abort, and a message
-        still in its pipes would be lost."""
-        if self.comm is not None:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            time.sleep(_FORWARD_S)
-            self.comm.Abort(code)
+        """Stop every process of the job (after the caller logged why)."""
+        if self.link is not None:
+            self.link.abort(code)
 
 
-_FORWARD_S = 1.0  # seconds mpiexec gets to forward a rank's last output before an abort
+def _torch_initialized() -> bool:
+    """A torch.distributed process group exists already (the script made it)."""
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+TRANSPORTS = ("auto", "local", "mpi", "torch", "gloo", "nccl")
+MPI_HINT = "mpiexec -n {n}"  # the launcher named to a run in process
 
 # Tags of the reductions: above every tag the transport uses (round tags are below TAG_SPACE).
 _TAG_VALUES, _TAG_CHAIN, _TAG_SUM, _TAG_ANY, _TAG_BARRIER = ((1 << 20) + k for k in range(5))
 
 
-def _bytes(t: torch.Tensor) -> np.ndarray:
-    """The bytes of a contiguous CPU tensor as a numpy array (shared memory, any dtype)."""
-    return t.reshape(-1).view(torch.uint8).numpy()
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """The bytes of a contiguous CPU tensor (shared memory, any dtype)."""
+    return t.reshape(-1).view(torch.uint8)

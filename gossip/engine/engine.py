@@ -87,7 +87,7 @@ class Engine:
         self.topology = topology
         self.n = topology.n
         self.seed = seed
-        self.world = world or World.detect()
+        self.world = world or World.detect(device=device)
         self.device = torch.device(device)
         self.dtype = dtype
         self.divergence_factor = divergence_factor

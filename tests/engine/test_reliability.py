@@ -158,7 +158,8 @@ def test_graph_file_size_mismatch_says_what_works(tmp_path, nodes, world_size, f
     path.write_text("0 1\n1 2\n2 3\n3 0\n")
     args = argparse.Namespace(topology=str(path), nodes=nodes, weights="metropolis", lazy=False, seed=0)
     with pytest.raises(SystemExit) as exc:
-        build_topology(args, types.SimpleNamespace(size=world_size))
+        world = types.SimpleNamespace(size=world_size, kind="MPI world", launch_hint="mpiexec -n {}".format)
+        build_topology(args, world)
     assert str(exc.value.code) == f"error: graph file {path} has 4 nodes but {fix}" + (
         " nodes per rank" if "several" in fix else "")
 

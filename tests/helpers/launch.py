@@ -33,21 +33,42 @@ def run_mpi(n: int, args: list[str], timeout: float = 180, env_extra: dict | Non
     )
 
 
+def torchrun() -> str | None:
+    """torchrun next to this interpreter (torch's wheel puts it in the venv), else on PATH."""
+    here = Path(sys.executable).parent / "torchrun"
+    return str(here) if here.exists() else shutil.which("torchrun")
+
+
+def run_torchrun(n: int, args: list[str], timeout: float = 180, env_extra: dict | None = None):
+    """Run ``torchrun --standalone --nproc-per-node n ARGS`` (a python script and its flags)
+    from the repository root; returns the CompletedProcess."""
+    exe = torchrun()
+    if exe is None:
+        pytest.skip("no torchrun available")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env.update(env_extra or {})
+    return subprocess.run(
+        [exe, "--standalone", "--nproc-per-node", str(n), *args], cwd=ROOT, env=env,
+        capture_output=True, text=True, timeout=timeout,
+    )
+
+
 def run_py(args: list[str], timeout: float = 180):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 
 
-def scenario_records(script: str, tmp_path: Path, ranks: int, nodes: int) -> tuple[list, list]:
+def scenario_records(script: str, tmp_path: Path, ranks: int, nodes: int,
+                     launch=run_mpi) -> tuple[list, list]:
     """Records of a scenario script (``OUT.jsonl NODES``) run in process and under
-    ``mpiexec -n ranks``, after checking both exited 0."""
+    ``launch(ranks, ...)`` (mpiexec, or :func:`run_torchrun`), after checking both exited 0."""
     from gossip.metrics import read_jsonl
 
-    local, remote = tmp_path / "local.jsonl", tmp_path / "mpi.jsonl"
+    local, remote = tmp_path / "local.jsonl", tmp_path / "remote.jsonl"
     res = run_py([script, str(local), str(nodes)])
     assert res.returncode == 0, res.stderr
-    res = run_mpi(ranks, [script, str(remote), str(nodes)])
+    res = launch(ranks, [script, str(remote), str(nodes)])
     assert res.returncode == 0, res.stdout + res.stderr
     return read_jsonl(local), read_jsonl(remote)
 

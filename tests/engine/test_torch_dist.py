@@ -1,0 +1,113 @@
+"""torch.distributed as the transport: torchrun runs equal in-process runs bit for bit; silent
+ranks, wrong backends and a missing launcher fail with one clear line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from gossip.metrics import read_jsonl
+from tests.helpers.launch import ROOT, run_py, run_torchrun, scenario_records, torchrun
+
+pytestmark = [pytest.mark.skipif(torchrun() is None, reason="no torchrun"), pytest.mark.slow]
+
+
+def test_gloo_equals_in_process(tmp_path):
+    """Two gloo ranks hosting four nodes: every record and final model equals the in-process run."""
+    a, b = scenario_records("tests/helpers/mpi_scenarios.py", tmp_path, 2, 4, launch=run_torchrun)
+    assert len(a) == len(b) > 0
+    for ra, rb in zip(a, b):
+        assert ra == rb, (ra.get("scenario"), ra.get("round"))
+    assert len({r["scenario"] for r in a}) >= 8
+
+
+def test_consensus_script_under_torchrun(tmp_path):
+    """The experiment script end to end (log, plot) under torchrun equals it in process."""
+    common = ["experiments/consensus.py", "--topology", "ring", "--dim", "64", "--rounds", "20",
+              "--log-every", "10", "--dtype", "float64", "--compressor", "none", "sign",
+              "--gamma", "1", "0.3"]
+    res = run_torchrun(2, [*common, "--transport", "gloo", "--out", str(tmp_path / "t.jsonl"),
+                           "--plot", str(tmp_path / "t.png")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    res2 = run_py([*common, "--nodes", "2", "--out", str(tmp_path / "l.jsonl")])
+    assert res2.returncode == 0, res2.stderr
+    strip = lambda recs: [  # noqa: E731
+        {k: v for k, v in r.items() if not k.endswith("_s") and k not in ("args", "world_size")}
+        for r in recs if r["type"] == "round"
+    ]
+    assert strip(read_jsonl(tmp_path / "t.jsonl")) == strip(read_jsonl(tmp_path / "l.jsonl"))
+    assert (tmp_path / "t.png").stat().st_size > 0
+
+
+def test_silent_rank_is_named(tmp_path):
+    """A rank that stops answering (SIGSTOP) ends the torchrun job: its neighbors' deadline
+    (5 s) fires and names it, and torchrun stops the rest instead of hanging."""
+    exe = torchrun()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    pidfile = tmp_path / "pids"
+    proc = subprocess.Popen([exe, "--standalone", "--nproc-per-node", "3",
+                             "tests/helpers/mpi_victim.py", str(pidfile)], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        if pidfile.exists() and len(pidfile.read_text().split()) >= 3:
+            break
+        time.sleep(0.2)
+    pids = dict(line.split(":") for line in pidfile.read_text().split())
+    time.sleep(2.0)
+    os.kill(int(pids["2"]), signal.SIGSTOP)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the torchrun job hung after a rank stopped")
+    finally:
+        try:
+            os.kill(int(pids["2"]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert proc.returncode != 0
+    assert "rank(s) [2] stopped answering" in out, out[-3000:]
+
+
+def test_bad_transport_choices_say_the_fix():
+    """gloo without torchrun, NCCL on the CPU and gloo with a CUDA run: one line each."""
+    res = run_py(["experiments/consensus.py", "--rounds", "2", "--transport", "gloo"])
+    assert res.returncode != 0
+    assert "error: --transport gloo needs a torch.distributed job: start the script with torchrun" \
+        in res.stderr
+    base = ["experiments/consensus.py", "--rounds", "2", "--dim", "8"]
+    res = run_torchrun(2, [*base, "--transport", "nccl"])
+    assert res.returncode != 0
+    assert "error: --transport nccl moves CUDA tensors only and the run is on the CPU: use " \
+        "--transport gloo" in res.stdout + res.stderr
+    res = run_torchrun(2, [*base, "--transport", "gloo", "--device", "cuda"])
+    assert res.returncode != 0
+    assert "--transport gloo moves CPU tensors only and the run is on CUDA: use --transport nccl" \
+        in res.stdout + res.stderr
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs two CUDA devices")
+def test_nccl_equals_in_process(tmp_path):
+    common = ["experiments/consensus.py", "--topology", "ring", "--dim", "64", "--rounds", "20",
+              "--log-every", "10", "--dtype", "float64", "--compressor", "none", "sign",
+              "--gamma", "1", "0.3"]
+    res = run_torchrun(2, [*common, "--device", "cuda", "--transport", "nccl",
+                           "--out", str(tmp_path / "n.jsonl")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    res2 = run_py([*common, "--device", "cuda", "--nodes", "2", "--out", str(tmp_path / "l.jsonl")])
+    assert res2.returncode == 0, res2.stderr
+    rounds = lambda p: [{k: v for k, v in r.items() if not k.endswith("_s") and k != "args"}  # noqa: E731
+                        for r in read_jsonl(p) if r["type"] == "round"]
+    assert [r["consensus_error"] for r in rounds(tmp_path / "n.jsonl")] == \
+        [r["consensus_error"] for r in rounds(tmp_path / "l.jsonl")]
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-q"]))
