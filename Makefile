@@ -42,6 +42,7 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_compress.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_engine.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_startup.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_transport.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

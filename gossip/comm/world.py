@@ -12,6 +12,7 @@ like a silent neighbor does during an exchange, instead of hanging the job.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import numpy as np
@@ -20,7 +21,7 @@ import torch
 from gossip.comm.base import Transport, check_timeout
 from gossip.comm.launch import launched_by_mpi, launched_by_torchrun, launcher_rank  # noqa: F401
 from gossip.comm.link import Link
-from gossip.errors import CommConfigError
+from gossip.errors import CommConfigError, CommTimeout
 
 
 class World:
@@ -207,9 +208,41 @@ class World:
         else:
             handles = self.link.exchange(recvs, [], tag) + self.link.exchange([], sends, send_tag)
         peers = [p if isinstance(p, tuple) else (p, (p,)) for p in peers]
-        self.link.wait(handles, timeout=self.timeout,
-                       peers=[(f"rank {r}", blame) for r, blame in peers],
-                       what=f"metrics: rank {self.rank} waited {{timeout}} for {what}")
+        text = f"metrics: rank {self.rank} waited {{timeout}} for {what}"
+        try:
+            self.link.wait(handles, timeout=self.timeout, what=text,
+                           peers=[(f"rank {r}", blame) for r, blame in peers])
+        except CommTimeout as exc:
+            if not any(len(blame) > 1 for _, blame in peers):
+                raise
+            silent = self._silent_ranks()  # a chain of ranks: ask every rank who is still there
+            if not silent:
+                raise
+            raise CommTimeout(
+                f"{text.format(timeout=f'{self.timeout:g} s')} rank {peers[0][0]}; rank(s) "
+                f"{silent} stopped answering (crashed, killed or stuck: the other ranks answered "
+                "a roll call). Raise --timeout if rounds are legitimately slower.",
+                round=exc.round, rank=self.rank) from None
+
+    def _silent_ranks(self) -> list[int]:
+        """The ranks that do not answer a roll call (a byte to and from every rank) within
+        ``min(timeout, 10 s)``: the ranks still alive all enter it when their own waits time
+        out, so what is left is the rank that stopped."""
+        assert self.link is not None
+        others = [r for r in range(self.size) if r != self.rank]
+        inbox = torch.empty(len(others), dtype=torch.uint8)
+        handles = self.link.exchange([(inbox[k:k + 1], r) for k, r in enumerate(others)],
+                                     [(torch.ones(1, dtype=torch.uint8), r) for r in others],
+                                     _TAG_ROLL)
+        deadline = time.monotonic() + min(self.timeout, 10.0)
+        silent = []
+        for r, handle in zip(others, handles):
+            try:
+                self.link.wait([handle], timeout=max(deadline - time.monotonic(), 1e-3),
+                               peers=[(f"rank {r}", r)], what="a roll call: {timeout} for")
+            except CommTimeout:
+                silent.append(r)
+        return silent
 
     def abort(self, code: int = 1) -> None:
         """Stop every process of the job (after the caller logged why)."""
@@ -228,7 +261,8 @@ TRANSPORTS = ("auto", "local", "mpi", "torch", "gloo", "nccl")
 MPI_HINT = "mpiexec -n {n}"  # the launcher named to a run in process
 
 # Tags of the reductions: above every tag the transport uses (round tags are below TAG_SPACE).
-_TAG_VALUES, _TAG_CHAIN, _TAG_SUM, _TAG_ANY, _TAG_BARRIER = ((1 << 20) + k for k in range(5))
+_TAG_VALUES, _TAG_CHAIN, _TAG_SUM, _TAG_ANY, _TAG_BARRIER, _TAG_ROLL = (
+    (1 << 20) + k for k in range(6))
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:

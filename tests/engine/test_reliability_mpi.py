@@ -15,9 +15,10 @@ from tests.helpers.launch import ROOT, mpiexec
 pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 
 
-@pytest.mark.parametrize("where", ["values", "sum"])
+@pytest.mark.parametrize("where", ["values", "sum", "chain"])
 def test_rank_stopped_inside_a_reduction_stops_the_job(tmp_path, where):
-    """Rank 2 SIGSTOPs itself inside the gather of per-node values / the ordered sum of x̄.
+    """Rank 2 SIGSTOPs itself inside the gather of per-node values / the ordered sum of x̄ /
+    that sum's chain of ranks (named by the roll call the waiting ranks then hold).
 
     Before, the other ranks waited in blocking MPI collectives forever (100% CPU); now their
     deadline (5 s) fires, the error names rank 2 and the job is aborted.
@@ -44,6 +45,7 @@ def test_rank_stopped_inside_a_reduction_stops_the_job(tmp_path, where):
     assert time.time() - start < 45
     assert "rank(s) [2] stopped answering" in out, out[-3000:]
     assert "metrics: rank" in out, out[-3000:]
+    assert ("answered a roll call" in out) == (where == "chain"), out[-3000:]
 
 
 def test_configuration_errors_under_mpi_are_printed_once():

@@ -2,7 +2,9 @@
 
 ``mpi_victim.py PIDFILE [where]``: with ``where`` = ``values`` or ``sum``, rank 2 stops itself
 (SIGSTOP) at round 5 inside a metric, just before the per-node value gather or the ordered sum
-of the mean model, while the other ranks enter that reduction (test_reliability_mpi.py).
+of the mean model, while the other ranks enter that reduction; with ``chain``, inside the
+ordered sum after its opening barrier, while the others wait along the chain of ranks
+(test_reliability_mpi.py).
 """
 
 from __future__ import annotations
@@ -32,8 +34,12 @@ where = sys.argv[2] if len(sys.argv) > 2 else None
 
 def stop_inside_reduction(eng, xbar):
     if eng.round == 5 and world.rank == 2:
-        os.kill(os.getpid(), signal.SIGSTOP)
-    if where == "sum":
+        if where == "chain":  # stop once the sum's opening barrier is passed
+            passed = world.barrier
+            world.barrier = lambda: (passed(), os.kill(os.getpid(), signal.SIGSTOP))
+        else:
+            os.kill(os.getpid(), signal.SIGSTOP)
+    if where in ("sum", "chain"):
         return {"norm_of_mean": float(eng.mean_model().norm())}
     return {"spread": float(eng.node_values({i: float(nd.x[0]) for i, nd in eng.nodes.items()}).std())}
 
