@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             return Engine(
                 make_algorithm(args.algorithm, **hp), topology, x0, compressor=spec,
                 layout=layout, seed=args.seed, world=world, timeout=args.timeout,
-                network=args.network,
+                network=args.network, link_latency=args.link_latency,
                 device=args.device, dtype=torch_dtype(args.dtype),
             )
 

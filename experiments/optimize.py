@@ -28,6 +28,7 @@ from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_hparam_argument,
     add_list_argument,
+    add_overlap_argument,
     add_run_arguments,
     checkpoint_options,
     exit_status,
@@ -100,6 +101,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--target", type=float, default=1e-8,
                    help="distance to optimum counted as reached in the table")
     add_run_arguments(p)
+    add_overlap_argument(p)
     add_list_argument(p, algorithms=lambda: trainable() + sorted(ALIASES))
     p.set_defaults(log_every=1, dtype="float64")
     from gossip.config import parse_args_with_config
@@ -210,7 +212,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             return Engine(
                 make_algorithm(name, **kw), topology, lambda i: x0, compressor=comp,
                 seed=args.seed, world=world, timeout=args.timeout, device=args.device,
-                network=args.network,
+                network=args.network, link_latency=args.link_latency, overlap=args.overlap,
                 dtype=dtype, watch=("distance_to_optimum",),
                 oracles=lambda i, gen: problem.oracle(i, gen, args.estimator, args.batch_size),
             )

@@ -34,6 +34,7 @@ from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_hparam_argument,
     add_list_argument,
+    add_overlap_argument,
     add_run_arguments,
     checkpoint_options,
     exit_status,
@@ -165,6 +166,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument("--eval-every", type=float, default=1.0,
                    help="evaluate and log every this many epochs (--log-every K rounds overrides)")
     add_run_arguments(p)
+    add_overlap_argument(p)
     add_list_argument(p, algorithms=lambda: catalog.algorithms(lambda t: t.trains))
     p.set_defaults(log_every=None)
     for action in p._actions:
@@ -287,7 +289,7 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
         per_tensor=not args.flat_compression,
         l2=args.weight_decay if opt_name is None else 0.0, seed=args.seed, world=world,
         device=args.device, dtype=torch_dtype(args.dtype), timeout=args.timeout,
-        network=args.network,
+        network=args.network, link_latency=args.link_latency, overlap=args.overlap,
         eval_batch_size=args.eval_batch_size, node_eval_samples=args.node_eval_samples,
         eval_train=args.eval_train and evaluate,
     )

@@ -348,6 +348,12 @@ class Checkpointer:
         return list(m["rounds"]) if m else []
 
     # -- save ------------------------------------------------------------------------------
+    def acts_at(self, round_: int) -> bool:
+        """Whether :meth:`after_round` may save or stop after ``round_`` (the engine then
+        leaves that round's state its own: no gradient of the next round drawn ahead)."""
+        return bool((self.every and round_ % self.every == 0)
+                    or (self._old_handlers and round_ % 10 == 0))
+
     def after_round(self, engine: Any) -> None:
         """Called by the engine after every round: periodic saves and signal stops."""
         if self.every and engine.round % self.every == 0:

@@ -237,6 +237,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "loss=ge:p_gb=P,p_bg=P[,loss_good=P][,loss_bad=P] (Gilbert-Elliott "
                         "bursts per arc). Lost messages move no bytes; the log gains "
                         "messages_lost")
+    g.add_argument("--link-latency", type=non_negative_float, default=0.0, metavar="SECONDS",
+                   help="simulate slow links: every round's messages arrive no earlier than "
+                        "SECONDS after they are sent, in process and across processes "
+                        "(default 0; e.g. 0.005 to measure what --overlap hides)")
     g.add_argument("--log-every", type=positive_int, default=10, help="log every K rounds (default 10)")
     from gossip.memory import add_memory_argument
 
@@ -304,6 +308,14 @@ def _device_of(spec: str) -> str | None:
     flag itself is validated after the world is known."""
     kind = spec.split(":")[0]
     return kind if kind in ("cpu", "cuda") else None
+
+
+def add_overlap_argument(parser: argparse.ArgumentParser) -> None:
+    """``--overlap``, for the scripts whose algorithms compute gradients."""
+    parser.add_argument("--overlap", action="store_true",
+                        help="compute the next gradients while a round's messages travel "
+                             "(choco, dpsgd, ecd, c-ecl, choco-amsgrad): the same numbers, less "
+                             "wall time when messages are slow (docs/overlap.md)")
 
 
 def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms: list[Any],

@@ -30,6 +30,7 @@ class DPSGD(Gossip):
     state_copies = 4
     trains = True
     takes_optimizer = True
+    overlaps = True
     requires = replace(Gossip.requires, gradients=True)
     step_schedule = True
     step_rule = "dgd"
@@ -43,6 +44,7 @@ class DPSGD(Gossip):
         block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        g = block.gradients(block.workspace["grad"])
-        yield from super().step(block)
+        inbox = yield block.workspace["channel"].send(block.x)  # x_i travels, while (--overlap)
+        g = block.gradients(block.workspace["grad"])  # ∇f_i is taken at that x_i, still unmixed
+        self.mix(block, inbox)  # x ← W x
         block.local_step(g, scheduled(self.eta, block.round))

@@ -40,9 +40,11 @@ class Gossip(Algorithm):
         block.workspace["mix"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
-        x, ch = block.x, block.workspace["channel"]
-        inbox = yield ch.send(x)
-        # Σ_j w_ij C(x_j) − C(x_i): the own message weighs w_ii − 1
-        _, mix = ch.mix(inbox, into=(None, block.workspace["mix"]), add=False,
-                        own_weight=block.self_weight - 1.0)
-        x.add_(mix, alpha=self.gamma)
+        inbox = yield block.workspace["channel"].send(block.x)
+        self.mix(block, inbox)
+
+    def mix(self, block: Block, inbox) -> None:
+        """``x ← x + γ (Σ_j w_ij C(x_j) − C(x_i))``: the own message weighs ``w_ii − 1``."""
+        _, mix = block.workspace["channel"].mix(inbox, into=(None, block.workspace["mix"]),
+                                                add=False, own_weight=block.self_weight - 1.0)
+        block.x.add_(mix, alpha=self.gamma)

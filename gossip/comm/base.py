@@ -9,6 +9,9 @@ torch.distributed), sent from the rows' own memory and received into their stagi
 from __future__ import annotations
 
 import math
+import time
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -32,6 +35,19 @@ def check_timeout(value: float) -> float:
     return seconds
 
 
+@dataclass(eq=False)
+class Pending:
+    """A phase in flight: posted by :meth:`Transport.start_rows`, ended by ``finish_rows``."""
+
+    rows: Any
+    plan: Any
+    round: int
+    posted: float | None  # when it was posted (None: the phase moved no message)
+    handles: list | None = None  # the link's, when messages cross processes
+    staged: bool = False  # CUDA rows travel through pinned host twins
+    host_recv: torch.Tensor | None = None
+
+
 class Transport:
     """Delivers the phases of a block of nodes.
 
@@ -47,6 +63,7 @@ class Transport:
         self.link = link
         self.timeout = check_timeout(timeout)
         self.bytes_sent: dict[int, int] = {}  # per sending node, counted at hand-over
+        self.latency = 0.0  # seconds a simulated link delays every phase (0: none)
         self._host: dict[str, torch.Tensor] = {}
 
     def is_local(self, node: int) -> bool:
@@ -59,33 +76,53 @@ class Transport:
         lost messages fills every row). Local receivers read the senders' rows.
 
         Each row counts ``nbytes`` times its out-degree for its sender, at hand-over."""
+        self.finish_rows(self.start_rows(rows, plan, seq, round_))
+
+    def start_rows(self, rows, plan, seq: int, round_: int) -> Pending:
+        """The first half of :meth:`exchange_rows`: count and post the phase's messages, and
+        return at once; the rows must stay untouched until :meth:`finish_rows`."""
         nbytes, sent = rows.nbytes, self.bytes_sent
+        moved = False
         for i, degree in zip(plan.senders, plan.out_degree):
             sent[i] = sent.get(i, 0) + nbytes * degree
+            moved = moved or degree > 0
+        pending = Pending(rows, plan, round_, time.perf_counter() if moved else None)
         if not (plan.remote_in or plan.remote_out):
-            return
+            return pending
         own, recv = rows.own, rows.recv
-        staged = own.device.type != "cpu" and not self.link.moves_cuda
-        if staged:  # through pinned host twins of the rows
-            host_own, host_recv = self._host_rows("own", own), self._host_rows("recv", recv)
+        pending.staged = own.device.type != "cpu" and not self.link.moves_cuda
+        if pending.staged:  # through pinned host twins of the rows
+            host_own, pending.host_recv = self._host_rows("own", own), self._host_rows("recv", recv)
             if plan.remote_out:
                 host_own.copy_(own)
         else:
-            host_own, host_recv = own, recv
+            host_own, pending.host_recv = own, recv
         own_rows = len(plan.senders)  # staging row s is recv[s - own_rows]
         where = self.placement
-        recvs = [(host_recv[s - own_rows, :nbytes], where[j]) for j, _, s in plan.remote_in]
+        recvs = [(pending.host_recv[s - own_rows, :nbytes], where[j]) for j, _, s in plan.remote_in]
         sends = [(host_own[r, :nbytes], where[j]) for r, j in plan.remote_out]
-        handles = self.link.exchange(recvs, sends, seq % TAG_SPACE)
-        n_in = len(recvs)
+        pending.handles = self.link.exchange(recvs, sends, seq % TAG_SPACE)
+        return pending
+
+    def finish_rows(self, pending: Pending) -> None:
+        """Wait for a phase posted by :meth:`start_rows` (no earlier than :attr:`latency`
+        seconds after it was posted, when a link delay is simulated)."""
+        if self.latency and pending.posted is not None:
+            left = pending.posted + self.latency - time.perf_counter()
+            if left > 0:
+                time.sleep(left)
+        if pending.handles is None:
+            return
+        plan, round_, nbytes = pending.plan, pending.round, pending.rows.nbytes
+        n_in = len(plan.remote_in)
         what = f"round {round_}: rank {self.rank} waited {{timeout}} for a "
-        self.link.wait(handles[:n_in], timeout=self.timeout, round=round_, sizes=[nbytes] * n_in,
-                       peers=[self._peer(j) for j, _, _ in plan.remote_in],
+        self.link.wait(pending.handles[:n_in], timeout=self.timeout, round=round_,
+                       sizes=[nbytes] * n_in, peers=[self._peer(j) for j, _, _ in plan.remote_in],
                        what=what + "message from")
-        self.link.wait(handles[n_in:], timeout=self.timeout, round=round_,
+        self.link.wait(pending.handles[n_in:], timeout=self.timeout, round=round_,
                        peers=[self._peer(j) for _, j in plan.remote_out], what=what + "send to")
-        if staged and plan.remote_in:
-            recv.copy_(host_recv)
+        if pending.staged and plan.remote_in:
+            pending.rows.recv.copy_(pending.host_recv)
 
     def _peer(self, node: int) -> tuple[str, int]:
         return f"node {node} (rank {self.placement[node]})", self.placement[node]

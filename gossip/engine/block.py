@@ -27,7 +27,7 @@ from gossip.compress.rows import LOOP_FROM, header_int64, host_decode, section
 from gossip.engine.cache import IdentityCache
 from gossip.engine.routing import ArcPlan, MixPlan
 from gossip.engine.staging import ALIGN, PackedParts, PackedRows, Rows, message_buffer, pack_header
-from gossip.errors import CompressionError, ConfigError, RowsError
+from gossip.errors import CompressionError, ConfigError, ContractError, RowsError
 from gossip.rng import Stream
 
 
@@ -80,6 +80,7 @@ class Block:
         self._staging: dict[tuple[int, bool], torch.Tensor] = {}
         self._message_rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._scratches: dict[Any, torch.Tensor] = {}
+        self._prefetched: tuple[torch.Tensor, int, str] | None = None  # (gradients, x's version, by)
         self._stacks: dict[int, torch.Tensor] = {}
         self._calls = 0
 
@@ -470,10 +471,29 @@ class Block:
     # -- local work ------------------------------------------------------------------------------
     def gradients(self, out: torch.Tensor) -> torch.Tensor:
         """Every node's gradient at its row of ``x``, into the rows of ``out`` (through
-        :meth:`oracle_call`: the bits do not depend on a row's place in the block)."""
+        :meth:`oracle_call`: the bits do not depend on a row's place in the block); the
+        prefetched ones when the last round computed them (:meth:`prefetch_gradients`)."""
+        ahead = self._prefetched
+        if ahead is not None:
+            self._prefetched = None
+            grads, version, name = ahead
+            if self.x._version != version:
+                raise ContractError(
+                    f"{name} declares overlaps = True but changed x after its round's messages "
+                    "were sent, so the gradients computed while they travelled are stale: set "
+                    "overlaps = False on it, or run without --overlap")
+            return out.copy_(grads)
         for r, nd in enumerate(self.nodes):
             self.oracle_call(nd.oracle.grad, self.x[r], out=out[r])
         return out
+
+    def prefetch_gradients(self, algorithm: str) -> None:
+        """The next round's gradients at ``x`` as it stands now, kept for the next call of
+        :meth:`gradients` (``--overlap``: computed while this round's messages travel). x's
+        version is noted, so a round that changes x after its send is caught, not mixed in."""
+        grads = self._scratch(self.x, "prefetched")
+        self.gradients(grads)
+        self._prefetched = (grads, self.x._version, algorithm)
 
     def oracle_call(self, fn: Callable[..., torch.Tensor], *rows: Any,
                     out: torch.Tensor) -> torch.Tensor:

@@ -63,6 +63,11 @@ class Engine:
             ``--network`` spec, e.g. ``"loss=0.1"``; default: an ideal network). Lost messages
             are neither sent nor received and mix as the algorithm's
             :attr:`~gossip.algorithms.Algorithm.on_loss` says (docs/network.md).
+        overlap: compute the next round's gradients while this round's messages travel
+            (algorithms whose :attr:`~gossip.algorithms.Algorithm.overlaps` is set; the same
+            numbers, less wall time when messages are slow; docs/overlap.md).
+        link_latency: seconds every phase's messages take to arrive, on top of the real
+            transfer (a simulated link delay, to measure what ``overlap`` hides); default 0.
     """
 
     def __init__(
@@ -82,6 +87,8 @@ class Engine:
         divergence_factor: float = 1e6,
         watch: tuple[str, ...] = (),
         network: Network | str | None = None,
+        overlap: bool = False,
+        link_latency: float = 0.0,
     ):
         self.algorithm = algorithm
         self.topology = topology
@@ -95,9 +102,11 @@ class Engine:
                                 else getattr(compressor, "spec", type(compressor).__name__))
         self._new_compressor = factory_for(compressor, layout)
         self.network = parse_network(network) if not isinstance(network, Network) else network
+        self.overlap = overlap
         self._check_config(oracles)
         self.local_ids = self.world.local_nodes(self.n)
         self.transport = self.world.transport(self.n, timeout=timeout)
+        self.transport.latency = _check_latency(link_latency)
         self.nodes: dict[int, Node] = {}
         for i in self.local_ids:
             x = (x0(i) if callable(x0) else x0[i]).detach().to(self.device, self.dtype)
@@ -203,11 +212,26 @@ class Engine:
         alg, topo, compressor = self.algorithm, self.topology, self._new_compressor()
         alg.requires.check(topo, compressor, oracles is not None, name=alg.name)
         alg.validate(topo, compressor)
+        if self.overlap and not (alg.overlaps and oracles is not None):
+            from gossip.algorithms import REGISTRY
+
+            able = sorted(name for name, cls in REGISTRY.items() if cls.overlaps)
+            raise ConfigError(
+                f"--overlap: {alg.name} " + ("has no gradients to compute while its messages "
+                                             "travel (no problem or model)" if alg.overlaps else
+                                             "changes x after its messages are sent, so the next "
+                                             "gradient cannot be computed while they travel")
+                + f"; it applies to {', '.join(able)} (docs/overlap.md)")
 
     # -- rounds ----------------------------------------------------------------------------
     @torch.no_grad()
-    def step(self) -> None:
-        """Run one round on every local node (under no_grad: oracles that need autograd enable it)."""
+    def step(self, prefetch: bool = False) -> None:
+        """Run one round on every local node (under no_grad: oracles that need autograd enable it).
+
+        ``prefetch``: while the round's first phase travels, compute the next round's
+        gradients at x as it then stands (``overlap``: :meth:`run` asks it for every round
+        but those that end in a log, a checkpoint or the run's end, where the next round's
+        mini-batches must not be drawn yet)."""
         t = self.round + 1
         topo = self.topology.at_round(t)
         if topo is not self._viewed:  # static graphs: the views of round 1 stay
@@ -234,7 +258,14 @@ class Engine:
             if delivery is not None:  # the lost messages are neither sent nor mixed
                 self._deliver(phase, delivery.route(phase.route, topo, t, phase_no))
             phase_no += 1
-            self.transport.exchange_rows(phase, phase.route, self._seq, t)
+            pending = self.transport.start_rows(phase, phase.route, self._seq, t)
+            if prefetch:  # the next round's gradients while the messages travel
+                hidden = time.perf_counter()
+                block.prefetch_gradients(self.algorithm.name)
+                prefetch, hidden = False, time.perf_counter() - hidden
+                tic += hidden
+                self.compute_s += hidden
+            self.transport.finish_rows(pending)
             toc = time.perf_counter()
             self.comm_s += toc - tic
             msg = self._advance(gen, phase, phase.parts if phase is not msg else phase)
@@ -382,8 +413,13 @@ class Engine:
             emit()
         bar = _progress(rounds, progress and self.world.is_root)
         last = self.round + rounds
+
+        def boundary(t: int) -> bool:  # a round after which the state must be the round's own
+            return (t % log_every == 0 or t == last
+                    or (checkpointer is not None and checkpointer.acts_at(t)))
+
         while self.round < last:
-            self.step()
+            self.step(prefetch=self.overlap and not boundary(self.round + 1))
             if self.round % log_every == 0 or self.round == last:
                 emit()
             if checkpointer is not None:
@@ -491,6 +527,14 @@ def _span(ids: list[int]) -> str:
     if ids and ids == list(range(ids[0], ids[-1] + 1)):
         return f"{ids[0]}..{ids[-1]}"
     return str(ids)
+
+
+def _check_latency(value: float) -> float:
+    """``value`` as seconds of a simulated link delay: finite and >= 0, else ConfigError."""
+    if not (isinstance(value, int | float) and 0 <= value < math.inf):
+        raise ConfigError(f"link_latency must be a number of seconds >= 0, got {value!r} "
+                          "(e.g. --link-latency 0.005 for 5 ms)")
+    return float(value)
 
 
 def _progress(total: int, enabled: bool):

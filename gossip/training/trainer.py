@@ -106,7 +106,8 @@ class DecentralizedTrainer:
             False compresses the flat vector as a whole.
         l2: weight decay added to the gradient for algorithms without an optimizer.
         seed: run seed (engine, partition, shuffling).
-        nodes, world, device, dtype, timeout, network: as for :class:`Engine`.
+        nodes, world, device, dtype, timeout, network, overlap, link_latency: as for
+            :class:`Engine`.
         divergence_factor: the run stops with :class:`~gossip.errors.DivergenceError` when the
             logged train loss exceeds this times its first logged value, or anything logged is
             NaN/Inf. (The engine's own consensus-error rule is off: all nodes start equal, so
@@ -140,6 +141,8 @@ class DecentralizedTrainer:
         dtype: torch.dtype = torch.float32,
         timeout: float = 120.0,
         network: str | None = None,
+        overlap: bool = False,
+        link_latency: float = 0.0,
         divergence_factor: float = 1e3,
         eval_batch_size: int = 1024,
         node_eval_samples: int | None = None,
@@ -176,6 +179,7 @@ class DecentralizedTrainer:
             self.algorithm, topology, lambda i: self.initial, compressor=compressor,
             layout=self.layout if (per_tensor or self.algorithm.needs_layout) else None,
             oracles=self._make_oracle, seed=seed, world=world, timeout=timeout, network=network,
+            overlap=overlap, link_latency=link_latency,
             device=self.device, dtype=dtype, divergence_factor=math.inf,
         )
         self.divergence_factor = divergence_factor

@@ -22,3 +22,10 @@ def test_mpi_equals_in_process(tmp_path):
     first = {r["scenario"]: r for r in a if r["type"] == "round" and r["round"] == 0}
     for name, r in finals.items():  # every run made progress toward x*
         assert r["distance_to_optimum"] < first[name]["distance_to_optimum"], name
+    for records in (a, b):  # --overlap moves gradients in time, never in value
+        by = {}
+        for r in records:
+            by.setdefault(r["scenario"], []).append({k: v for k, v in r.items() if k != "scenario"})
+        for name in SCENARIOS:
+            if name.endswith("-overlap"):
+                assert by[name] == by[name.removesuffix("-overlap")], name

@@ -42,6 +42,9 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     "lead-qsgd": ("lead", {}, "qsgd:4bit", "erdos-renyi:p=0.4", "metropolis", "sgd"),
     "dpsgd-sgd": ("dpsgd", {}, "none", "exponential", "metropolis", "sgd"),
     "choco-sgd-topk": ("choco", {"gamma": 0.3}, "topk:0.25", "ring", "metropolis", "sgd"),
+    # the same with the next gradients computed while the messages travel: the same records
+    "dpsgd-sgd-overlap": ("dpsgd", {}, "none", "exponential", "metropolis", "sgd"),
+    "choco-sgd-topk-overlap": ("choco", {"gamma": 0.3}, "topk:0.25", "ring", "metropolis", "sgd"),
 }
 
 
@@ -57,6 +60,7 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
     engine = Engine(
         make_algorithm(alg_name, eta=eta, **hp), topo, lambda i: x0, compressor=spec, seed=11,
         world=world, timeout=60, oracles=lambda i, gen: problem.oracle(i, gen, estimator, 2),
+        overlap=name.endswith("-overlap"),
     )
 
     def metrics(eng, xbar):
