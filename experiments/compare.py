@@ -97,6 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-run", action="store_true",
                    help="only rebuild the table and plots from the logs already in the output")
     add_list_argument(p)
+    from gossip.config import suggest_flags
+
+    suggest_flags(p)
     return p.parse_args(argv)
 
 

@@ -31,7 +31,7 @@ import difflib
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from gossip.errors import ConfigFileError
 
@@ -94,9 +94,37 @@ def parse_args_with_config(
             if action.dest in values and action.required:
                 action.required = False  # given by the file; the command line may still override
         parser.set_defaults(**values)
+    suggest_flags(parser)
     args = parser.parse_args(argv, namespace=ParsedArgs())
     args._gossip_flags = flags
     return args
+
+
+def suggest_flags(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` answer a mistyped flag with the closest ones it has
+    (``unrecognized arguments: --nodse 4 (did you mean --nodes?)``)."""
+    import difflib
+
+    error = parser.error
+
+    def error_with_suggestions(message: str) -> NoReturn:
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+            hints = []
+            for token in message[len(prefix):].split():
+                flag = token.split("=", 1)[0]
+                if flag.startswith("--"):
+                    close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+                    if close:
+                        hints.append((flag, f"did you mean {close[0]}?"))
+            if len(hints) == 1:
+                message += f" ({hints[0][1]})"
+            elif hints:
+                message += " (" + "; ".join(f"{flag}: {hint}" for flag, hint in hints) + ")"
+        error(message)
+
+    parser.error = error_with_suggestions  # type: ignore[method-assign]
 
 
 def user_file(path: str | Path, what: str, max_bytes: int | None = None) -> Path:

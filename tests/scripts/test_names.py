@@ -93,3 +93,20 @@ def test_a_plugin_that_raises_at_import_is_one_line_naming_the_file(tmp_path):
             build("broken:graph", 4)
     finally:
         sys.path.remove(str(tmp_path))
+
+
+@pytest.mark.parametrize("name, typo, flag", [("consensus", "--seedd", "--seed"),
+                                              ("optimize", "--iteratons", "--iterations"),
+                                              ("train", "--optimzer", "--optimizer"),
+                                              ("compare", "--dry-rum", "--dry-run")])
+def test_a_misspelt_flag_gets_a_suggestion(name, typo, flag, capsys):
+    """Every script answers a mistyped flag with exit status 2 and the closest flag it has;
+    a token close to no flag gets none."""
+    from tests.helpers.launch import script
+
+    argv = [typo, "--zzzzzzzz"] + (["sweep.toml"] if name == "compare" else [])
+    with pytest.raises(SystemExit) as exc:
+        script(name).main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"unrecognized arguments: {typo} --zzzzzzzz (did you mean {flag}?)" in err, err
