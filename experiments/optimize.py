@@ -30,6 +30,7 @@ from gossip.cli import (  # noqa: E402
     add_list_argument,
     add_overlap_argument,
     add_run_arguments,
+    check_memory,
     checkpoint_options,
     exit_status,
     gamma_value,
@@ -109,6 +110,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_args_with_config(p, argv)  # --config run.toml; flags override it
 
 
+MEMORY_FLAGS = ("--nodes, --dim or --samples-per-node (or run under mpiexec to spread the nodes "
+                "over ranks)")
+
+
+def problem_bytes(args: argparse.Namespace, n: int | None) -> dict[str, float]:
+    """What the problem allocates on every process besides the engine: the synthetic data of all
+    nodes (in the run's dtype and as the solver's float64 copy) and the solver's d x d matrix
+    (least squares, lasso, and logistic up to the dimension of its dense Newton steps)."""
+    if args.data is not None:  # the file's own size bounds it, checked by its loader
+        return {}
+    from gossip.problems.solvers import NEWTON_MAX_DIM
+
+    n = n or args.nodes or 8
+    entries = float(n) * args.samples_per_node * (args.dim + 1)
+    itemsize = 8 if args.dtype == "float64" else 4
+    out = {"problem data (all nodes' samples)": entries * (itemsize + 8)}
+    if "logistic" not in args.problem or args.dim <= NEWTON_MAX_DIM:
+        out["the optimum's solver (a dim x dim matrix)"] = 2.0 * args.dim * args.dim * 8
+    return out
+
+
 def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
     """(label, algorithm, hyper-parameters, compressor) for each run asked for."""
     from gossip.algorithms import algorithm_class
@@ -167,7 +189,7 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
-    from gossip.algorithms import make_algorithm
+    from gossip.algorithms import algorithm_class, make_algorithm
     from gossip.engine import Engine
     from gossip.errors import GossipError
     from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions
@@ -175,7 +197,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from gossip.runner import execute
     from gossip.tuning import tune_gamma
 
-    world, topology = setup(args)
+    specs = run_specs(args)
+
+    def memory(world, topology=None) -> None:
+        check_memory(args, world, numel=args.dim, algorithms=[algorithm_class(s[1]) for s in specs],
+                     compressors=[s[3] for s in specs], lower=MEMORY_FLAGS, topology=topology,
+                     nodes=args.nodes, extra=problem_bytes(args, topology.n if topology else None))
+
+    world, topology = setup(args, before_topology=memory)
+    memory(world, topology)
     dtype = torch_dtype(args.dtype)
     if args.data is not None:
         from gossip.config import user_file
@@ -204,7 +234,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     logger = JsonlLogger(args.out, enabled=world.is_root)
     rows, curves = [], {}
-    for index, (label, name, base_hp, comp) in enumerate(run_specs(args)):
+    for index, (label, name, base_hp, comp) in enumerate(specs):
         hp = hyperparameters(name, base_hp, args, problem, topology)
 
         def build(gamma, name=name, hp=hp, comp=comp) -> Engine:
