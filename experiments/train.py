@@ -36,6 +36,7 @@ from gossip.cli import (  # noqa: E402
     add_list_argument,
     add_overlap_argument,
     add_run_arguments,
+    check_memory,
     checkpoint_options,
     exit_status,
     guarded,
@@ -323,6 +324,24 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
                         score_name="train loss of the averaged model")
 
 
+def check_model_memory(args: argparse.Namespace, world: Any, topology: Any, model: Any) -> None:
+    """Refuse, before the nodes' copies are made, a run whose models, algorithm state and
+    optimizer state exceed the memory this process may use."""
+    from gossip import memory
+    from gossip.algorithms import algorithm_class
+
+    numel = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+    slots = {"adam": 2, "adamw": 2, "momentum": 1, "nesterov": 1}.get(args.optimizer or "momentum", 0)
+    local = memory.local_share(topology.n, world.size)
+    itemsize = 8 if args.dtype == "float64" else 4
+    check_memory(args, world, numel=numel, algorithms=[algorithm_class(args.algorithm)],
+                 compressors=[args.compressor], topology=topology,
+                 lower="--nodes, --hidden or --width (or run under mpiexec to spread the nodes "
+                       "over ranks)",
+                 extra={"optimizer state": float(local) * numel * itemsize * slots,
+                        "node modules": float(local) * numel * itemsize})
+
+
 # -- main ------------------------------------------------------------------------------------------
 
 
@@ -339,6 +358,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         train_set, test_set = load_data(args)
         shape, classes = input_shape(train_set), num_classes(train_set, test_set)
         model = build_model(args, shape, classes)
+        check_model_memory(args, world, topology, model)
         rpe = epoch_rounds(len(train_set), topology.n, args.batch_size)
         total = args.rounds if args.rounds is not None else max(1, math.ceil(args.epochs * rpe))
         log_every = args.log_every or max(1, round(args.eval_every * rpe))
