@@ -74,6 +74,9 @@ _EXPORTS: dict[str, str] = {
     "OutputError": "gossip.errors",
     "TuningError": "gossip.errors",
     "Interrupted": "gossip.errors",
+    "WrapError": "gossip.errors",
+    # your own training loop (a callable module: gossip.wrap(model, opt, ...), gossip.wrap.NodeSampler)
+    "wrap": "gossip.wrap",
 }
 _RENAMED = {"make_compressor": "make"}
 
@@ -98,7 +101,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'gossip' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    imported = importlib.import_module(module)
+    value = imported if name == module.rpartition(".")[2] else getattr(imported, _RENAMED.get(name, name))
     globals()[name] = value
     return value
 
