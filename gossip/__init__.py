@@ -9,6 +9,12 @@ The public API, importable from here (loaded on first use, so ``import gossip`` 
                            compressor="topk:0.1")
     engine.run(100)
 
+In your own training loop (``docs/wrap.md``), each process one node::
+
+    model, opt = gossip.wrap(model, torch.optim.AdamW(model.parameters()), algorithm="choco",
+                             compressor="topk:0.01", topology="ring")
+    ...; loss.backward(); opt.step()          # one round of CHOCO-SGD
+
 Extending it without editing the package (``docs/extending.md``): subclass :class:`Codec`
 and call :func:`register_compressor`, subclass :class:`Algorithm` and call
 :func:`register_algorithm`, or name either as ``module:Class`` on a script's command line.
