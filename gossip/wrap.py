@@ -60,9 +60,13 @@ SAME_START_FIX = ("build the model identically on every process: seed torch befo
                   "before gossip.wrap")
 
 
-class GossipOptimizer:
+class GossipOptimizer(torch.optim.Optimizer):
     """The optimizer :func:`wrap` returns: ``step()`` is one round of the algorithm for this
     process's nodes, with the gradients ``loss.backward()`` left in their models.
+
+    A ``torch.optim.Optimizer`` (so that ``torch.optim.lr_scheduler`` accepts it) whose
+    parameter groups are those of the nodes' own optimizers; it does not call
+    ``Optimizer.__init__``, which would make groups of its own.
 
     Attributes:
         engine: the :class:`~gossip.engine.Engine` that runs the rounds.
@@ -81,24 +85,27 @@ class GossipOptimizer:
         self.seed = seed
         self.gossip_buffers = gossip_buffers
         self._oracles = oracles
+        self.defaults = dict(optimizers[0].defaults) if optimizers else {}
+        self._groups = [{"params": flat.parameters(m)} for m in models]
         self._eval_module = copy.deepcopy(models[0])
         self._eval_flat = flat.flatten(models[0], gossip_buffers).clone()
         flat.bind(self._eval_module, self._eval_flat, gossip_buffers)
 
     # -- torch.optim's interface ---------------------------------------------------------------
     @property
-    def param_groups(self) -> list[dict[str, Any]]:
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
         """The local optimizers' parameter groups, node after node (a scheduler or a change of
         ``lr`` applies to every hosted node); without a local optimizer, one group of
-        parameters per node (the step size is then the algorithm's ``eta``)."""
+        parameters per node and no ``lr`` (the step size is the algorithm's ``eta``, a
+        schedule ``eta=lambda t: ...`` where the algorithm takes one)."""
         if self.optimizers:
             return [g for opt in self.optimizers for g in opt.param_groups]
-        return [{"params": flat.parameters(m)} for m in self.models]
+        return self._groups
 
     @property
-    def state(self) -> dict[Any, Any]:
-        """The first local optimizer's per-parameter state (as ``torch.optim`` has it)."""
-        return self.optimizers[0].state if self.optimizers else {}
+    def state(self) -> dict[Any, Any]:  # type: ignore[override]
+        """The local optimizers' per-parameter state, every hosted node's (as torch.optim's)."""
+        return {p: st for opt in self.optimizers for p, st in opt.state.items()}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients of every hosted node's model (as ``optimizer.zero_grad``)."""

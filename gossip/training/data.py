@@ -198,13 +198,36 @@ class NodeSampler(Sampler[int]):
         self.node, self.nodes = int(node), int(nodes)
         self.generator = generator(data_seed(seed, self.node))
         self.passes = 0
+        self._pass_start: torch.Tensor | None = None  # the generator when the current pass began
+        self._drawn = 0  # samples handed out of the current pass
+        self._skip = 0  # samples of the next pass already handed out before a checkpoint
 
     def __len__(self) -> int:
         return int(self.indices.size)
 
     def __iter__(self) -> Iterator[int]:
         gen = self.generator
+        self._pass_start, self._drawn = gen.get_state(), 0
+        skip, self._skip = self._skip, 0
         torch.empty((), dtype=torch.int64).random_(generator=gen)  # the loader's base seed
-        for k in RandomSampler(range(len(self)), generator=gen):
+        for pos, k in enumerate(RandomSampler(range(len(self)), generator=gen)):
+            if pos < skip:
+                continue
+            self._drawn = pos + 1
             yield int(self.indices[k])
         self.passes += 1
+        self._pass_start, self._drawn = None, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the sampler is: the generator at the start of the current pass and the samples
+        handed out of it, so that a resumed loader continues with the next batch (exact with
+        ``num_workers=0``, where a DataLoader draws indices as it is asked for batches)."""
+        start = self._pass_start if self._pass_start is not None else self.generator.get_state()
+        return {"generator": start.clone(), "drawn": self._drawn, "passes": self.passes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`: the next pass replays the saved one from where it was."""
+        self.generator.set_state(state["generator"])
+        self._skip = int(state["drawn"])
+        self.passes = int(state["passes"])
+        self._pass_start, self._drawn = None, 0

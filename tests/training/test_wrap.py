@@ -164,9 +164,11 @@ def test_helpers():
     assert opt.bits_per_node() == pytest.approx(opt.bits_sent / 4)
     assert opt.local_nodes == [0, 1, 2, 3] and opt.world_size == 1 and opt.is_root
     assert len(opt.param_groups) == 4
-    for group in opt.param_groups:  # a change of lr reaches every node's optimizer
-        group["lr"] = 0.0
-    assert all(o.param_groups[0]["lr"] == 0.0 for o in opt.optimizers)
+    schedule = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)  # a torch.optim.Optimizer
+    wrap_runs.wrap_losses("choco", 4, 2, opt=opt)
+    schedule.step()
+    assert [o.param_groups[0]["lr"] for o in opt.optimizers] == [0.05] * 4  # every node's
+    assert set(opt.state) == {p for m in opt.models for p in m.parameters()}  # momentum buffers
 
 
 def test_step_takes_a_closure_and_the_module_is_callable():
@@ -216,6 +218,25 @@ def test_node_sampler_reads_what_the_trainer_reads(plain, partition):
         for _ in range(2 * len(loader) + 3):  # past two passes
             (xa, ya), (xb, yb) = next(stream), next(mine)
             assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_node_sampler_resumes_its_order():
+    """A checkpoint of the sampler mid-pass: a fresh sampler and loader go on with the next
+    batch of the uninterrupted order (into the following passes)."""
+    train, _ = digits()
+    straight = wrap_runs.endless(DataLoader(train, batch_size=16, sampler=NodeSampler(train, 1, 4)))
+    want = [next(straight)[1] for _ in range(60)]
+    first = NodeSampler(train, 1, 4)
+    it = iter(DataLoader(train, batch_size=16, sampler=first))
+    got = [next(it)[1] for _ in range(10)]
+    state = first.state_dict()
+    assert state["drawn"] == 160
+    second = NodeSampler(train, 1, 4)
+    second.load_state_dict(state)
+    rest = wrap_runs.endless(DataLoader(train, batch_size=16, sampler=second))
+    got += [next(rest)[1] for _ in range(50)]
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert second.passes >= 2
 
 
 def test_node_sampler_refuses_a_bad_node():
