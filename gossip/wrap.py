@@ -107,6 +107,12 @@ class GossipOptimizer(torch.optim.Optimizer):
         """The local optimizers' per-parameter state, every hosted node's (as torch.optim's)."""
         return {p: st for opt in self.optimizers for p, st in opt.state.items()}
 
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Refused: the nodes' models are fixed when they are wrapped (a new tensor would not be
+        in the flat model the nodes gossip)."""
+        raise WrapError("a wrapped optimizer takes no new parameter group: add it to your optimizer "
+                        "and the parameters to your model before gossip.wrap")
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients of every hosted node's model (as ``optimizer.zero_grad``)."""
         for model in self.models:

@@ -1,6 +1,7 @@
 """Run under ``mpiexec -n 4`` by tests/training/test_wrap.py: one node per rank through
 gossip.wrap. Writes, into the folder given, each rank's losses and final model of the issue's
-four algorithms, the refusal of a model that differs on rank 1, and a checkpoint round trip."""
+four algorithms, a run of 8 nodes in blocks of 2, the refusal of a model that differs on
+rank 1, and a checkpoint round trip."""
 
 from __future__ import annotations
 
@@ -26,6 +27,10 @@ def main(out: Path) -> None:
         rank = opt.rank
         (out / f"{name}.{rank}.json").write_text(json.dumps({"losses": losses}))
         torch.save(x[0].clone(), out / f"{name}.{rank}.pt")
+
+    losses, x = wrap_runs.wrap_losses("choco", 8, 4)  # a block of 2 nodes per rank
+    (out / f"block.{rank}.json").write_text(json.dumps({"losses": losses}))
+    torch.save(x.clone(), out / f"block.{rank}.pt")
 
     model = wrap_runs.model()
     if rank == 1:

@@ -288,6 +288,12 @@ def test_a_launch_whose_processes_see_a_world_of_one(monkeypatch):
         wrap(wrap_runs.model(), None, algorithm="dpsgd", world=World(None))
 
 
+def test_a_new_parameter_group_is_refused():
+    _, opt = wrap_runs.wrapped("choco", None)
+    with pytest.raises(WrapError, match="before gossip.wrap"):
+        opt.add_param_group({"params": [nn.Parameter(torch.zeros(2))]})
+
+
 def test_a_step_without_backward():
     _, opt = wrap_runs.wrapped("dpsgd", None)
     with pytest.raises(WrapError, match=r"call loss.backward\(\) before opt.step\(\)"):
@@ -382,6 +388,11 @@ def test_mpi_ranks_equal_the_trainer_and_refuse_unequal_models(tmp_path):
             assert got["losses"] == want, (name, rank)
             x = torch.load(tmp_path / f"{name}.{rank}.pt", weights_only=True)
             assert torch.equal(x, x_want[rank]), (name, rank)
+    want, x_want = wrap_runs.trainer_losses("choco", 8, 4)
+    for rank in range(4):
+        assert json.loads((tmp_path / f"block.{rank}.json").read_text())["losses"] == want
+        x = torch.load(tmp_path / f"block.{rank}.pt", weights_only=True)
+        assert torch.equal(x, x_want[2 * rank : 2 * rank + 2]), rank
     for rank in range(4):
         msg = (tmp_path / f"unequal.{rank}.txt").read_text()
         assert "differs between MPI processes" in msg and "[1]" in msg and "manual_seed" in msg
