@@ -46,7 +46,7 @@ from gossip.comm.launch import launched_by_mpi
 from gossip.comm.world import World
 from gossip.compress import Compressor
 from gossip.engine import Engine
-from gossip.errors import CommConfigError, GossipError, NodeError, WrapError
+from gossip.errors import GossipError, NodeError, WrapError
 from gossip.metrics import consensus_error
 from gossip.training import flat
 from gossip.training.build import check_trainable, load_average, training_engine
@@ -138,6 +138,8 @@ class GossipOptimizer(torch.optim.Optimizer):
         except NodeError as exc:
             if isinstance(exc.__cause__, WrapError):  # the algorithm wanted another gradient
                 raise exc.__cause__ from None
+            if self.n == 1:
+                raise _alone(self.engine.algorithm.name, exc) from exc
             raise
         finally:
             for oracle in self._oracles:
@@ -259,7 +261,8 @@ def wrap(
         nodes: the number of nodes; None: one per process. More than the processes: each
             process hosts a block of them (``opt.models``, one gradient each per step).
         world: the process group (default: detected, ``World.detect()``).
-        gossip_buffers, per_tensor, l2, timeout, network: as for DecentralizedTrainer.
+        l2: weight decay added to the gradient, for algorithms without a local optimizer.
+        gossip_buffers, per_tensor, timeout, network: as for DecentralizedTrainer.
     """
     if not isinstance(model, nn.Module):
         raise WrapError(f"gossip.wrap takes an nn.Module, got {type(model).__name__}")
@@ -281,10 +284,10 @@ def wrap(
     topo = _topology(topology, n, seed, nodes is None, world)
     alg = make_algorithm(algorithm, **hparams)
     check_trainable(alg, optimizer)
-    try:
-        local = world.local_nodes(n)
-    except CommConfigError as exc:
-        raise WrapError(str(exc), rank=world.rank) from None
+    if l2 and optimizer is not None:
+        raise WrapError(f"l2={l2} is the weight decay of algorithms without a local optimizer; with "
+                        "one, give the optimizer weight_decay instead")
+    local = world.local_nodes(n)
     models, optimizers = _node_copies(model, optimizer, len(local))
     oracles: list[BackwardOracle | BackwardOptimizerOracle] = []
     for module, opt in zip(models, optimizers or [None] * len(models), strict=True):
@@ -304,6 +307,8 @@ def wrap(
     except GossipError as exc:
         if isinstance(exc.__cause__, WrapError):
             raise exc.__cause__ from None
+        if n == 1 and not isinstance(exc, WrapError):
+            raise _alone(alg.name, exc) from exc
         raise
     return models[0], GossipOptimizer(engine, models, optimizers, oracles, seed=seed,
                                       gossip_buffers=gossip_buffers)
@@ -366,6 +371,13 @@ def _topology(spec: Any, n: int, seed: int, per_process: bool, world: World) -> 
         raise WrapError(f"the topology has {have} nodes but nodes={n}: pass nodes={have}",
                         rank=world.rank)
     return spec
+
+
+def _alone(algorithm: str, exc: Exception) -> WrapError:
+    """The error of an algorithm that cannot run on one node without neighbors."""
+    return WrapError(f"{algorithm} cannot run on a single node (a plain process without mpiexec and "
+                     f"without nodes=), which has no neighbors: {exc}. Launch several processes "
+                     "(mpiexec -n 4 python ...) or pass nodes=N to host N nodes here")
 
 
 def _check_launch(world: World) -> None:

@@ -3,6 +3,7 @@ helpers and the sampler, the algorithms it refuses, bad input, the examples and 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import io
@@ -91,17 +92,18 @@ def test_the_model_is_the_nodes_row_of_x():
     assert all(p.grad is not None for p in model.parameters())  # backward's, as after optimizer.step()
 
 
-def test_one_node_alone_is_plain_training():
-    """A plain process without nodes=: one node, nothing to gossip; CHOCO-SGD's round is then
-    exactly the optimizer's step."""
+@pytest.mark.parametrize("name", ["choco", "dpsgd"])
+def test_one_node_alone_is_plain_training(name):
+    """A plain process without nodes=: one node, nothing to gossip; a round of CHOCO-SGD or
+    D-PSGD is then exactly the optimizer's step."""
     train, _ = digits()
     torch.manual_seed(0)
     plain = MLP(64, 10, (32,))
     sgd = torch.optim.SGD(plain.parameters(), lr=0.1, momentum=0.9)
     torch.manual_seed(0)
     net = MLP(64, 10, (32,))
-    net, opt = wrap(net, torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9), algorithm="choco",
-                    compressor="topk:0.1", gamma=0.5)
+    net, opt = wrap(net, torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9), algorithm=name,
+                    compressor="topk:0.1" if name == "choco" else None)
     batches = list(DataLoader(train, batch_size=32))[:5]
     for x, y in batches:
         for m, o in ((plain, sgd), (net, opt)):
@@ -110,6 +112,24 @@ def test_one_node_alone_is_plain_training():
             o.step()
     for a, b in zip(plain.parameters(), net.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+ALONE_REFUSED = ["c-ecl", "powergossip"]
+"""Algorithms that need a neighbor, refused on a single node."""
+
+
+@pytest.mark.parametrize("name", WORKS)
+def test_a_single_node_runs_or_is_refused_clearly(name):
+    train, _ = digits()
+    x, y = train.tensors[0][:16], train.tensors[1][:16]
+    with pytest.raises(WrapError, match=rf"^{name} cannot run on a single node .*mpiexec -n 4") \
+            if name in ALONE_REFUSED else contextlib.nullcontext():
+        model, opt = wrap_runs.wrapped(name, None)
+        for _ in range(2):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        assert opt.n == 1 and opt.round == 2
 
 
 def _saved(opt) -> dict:
@@ -269,6 +289,12 @@ def test_an_optimizer_for_an_algorithm_that_takes_none():
     with pytest.raises(ConfigError, match="pass no optimizer"):
         wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm="onebit-adam",
              topology="complete", nodes=4)
+
+
+def test_l2_with_an_optimizer_is_refused():
+    model = wrap_runs.model()
+    with pytest.raises(WrapError, match="weight_decay"):
+        wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), l2=1e-4)
 
 
 def test_a_topology_of_another_size():
