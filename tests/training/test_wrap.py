@@ -432,3 +432,26 @@ def test_the_gossip_example_under_mpiexec():
     res = run_mpi(4, ["examples/train_gossip.py", "--steps", "20"], timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert len(re.findall(r"test accuracy", res.stdout)) == 1, res.stdout  # rank 0 prints
+
+
+@pytest.mark.parametrize("gossip_buffers", [False, True])
+def test_batchnorm_buffers_local_or_gossiped(gossip_buffers):
+    """Local BatchNorm statistics are averaged by average_model; gossiped ones live in x."""
+    from gossip.training import SmallCNN
+
+    train, _ = digits(image=True)
+    torch.manual_seed(0)
+    net = SmallCNN(1, 10, (8, 8), width=4, norm="batch")
+    net, opt = wrap(net, torch.optim.SGD(net.parameters(), lr=0.1), algorithm="dpsgd", nodes=2,
+                    gossip_buffers=gossip_buffers)
+    for step in range(2):
+        opt.zero_grad()
+        for k, m in enumerate(opt.models):
+            lo = 16 * (2 * step + k)
+            nn.functional.cross_entropy(m(train.tensors[0][lo:lo + 16]), train.tensors[1][lo:lo + 16]).backward()
+        opt.step()
+    means = [dict(m.named_buffers())["features.1.running_mean"] for m in opt.models]
+    avg = dict(opt.average_model().named_buffers())["features.1.running_mean"]
+    assert torch.allclose(avg, (means[0] + means[1]) / 2, atol=1e-7)
+    in_x = means[0].data_ptr() - opt.engine.block.x[0].data_ptr()
+    assert (0 <= in_x < opt.engine.block.x[0].numel() * 4) == gossip_buffers
