@@ -275,7 +275,7 @@ def wrap(
         raise WrapError(f"the model mixes dtypes/devices {sorted(map(str, kinds))}: the flat model is "
                         "one tensor; move it first (model.to(dtype=..., device=...))")
     dtype, device = params[0].dtype, params[0].device
-    world = world or World.detect(timeout)
+    world = world or World.detect()  # the engine gives it the timeout
     _check_launch(world)
     n = world.size if nodes is None else int(nodes)
     if n < world.size:
