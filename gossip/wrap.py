@@ -34,12 +34,10 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import networkx as nx
 import numpy as np
 import torch
 from torch import nn
 
-import topologies
 from gossip.algorithms import make_algorithm
 from gossip.algorithms.base import Algorithm
 from gossip.comm.launch import launched_by_mpi
@@ -358,6 +356,10 @@ def _topology(spec: Any, n: int, seed: int, per_process: bool, world: World) -> 
     """The run's graph: the spec built for ``n`` nodes (a single node alone when ``n`` is 1),
     or the given topology, which must have ``n`` nodes."""
     if isinstance(spec, str):
+        import networkx as nx  # not at import: `import gossip` stays free of graph packages
+
+        import topologies
+
         if n == 1:
             graph = nx.empty_graph(1)
             return topologies.Topology(graph, np.ones((1, 1)), name="single node")
