@@ -9,6 +9,12 @@ The public API, importable from here (loaded on first use, so ``import gossip`` 
                            compressor="topk:0.1")
     engine.run(100)
 
+In your own training loop (``docs/wrap.md``), each process one node::
+
+    model, opt = gossip.wrap(model, torch.optim.AdamW(model.parameters()), algorithm="choco",
+                             compressor="topk:0.01", topology="ring")
+    ...; loss.backward(); opt.step()          # one round of CHOCO-SGD
+
 Extending it without editing the package (``docs/extending.md``): subclass :class:`Codec`
 and call :func:`register_compressor`, subclass :class:`Algorithm` and call
 :func:`register_algorithm`, or name either as ``module:Class`` on a script's command line.
@@ -74,6 +80,9 @@ _EXPORTS: dict[str, str] = {
     "OutputError": "gossip.errors",
     "TuningError": "gossip.errors",
     "Interrupted": "gossip.errors",
+    "WrapError": "gossip.errors",
+    # your own training loop (a callable module: gossip.wrap(model, opt, ...), gossip.wrap.NodeSampler)
+    "wrap": "gossip.wrap",
 }
 _RENAMED = {"make_compressor": "make"}
 
@@ -98,7 +107,8 @@ def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'gossip' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    imported = importlib.import_module(module)
+    value = imported if name == module.rpartition(".")[2] else getattr(imported, _RENAMED.get(name, name))
     globals()[name] = value
     return value
 

@@ -21,6 +21,7 @@ The tree (builtin bases in brackets)::
     │   ├── PluginError                   ... a module:Name spec that cannot be imported
     │   ├── ProblemError                  ... a problem, oracle or regularizer definition
     │   ├── MemoryLimitError              ... a run too large for the memory it may use
+    │   ├── WrapError                     ... what gossip.wrap cannot train (algorithm, model, launch)
     │   └── DatasetError                  ... data that cannot be loaded, made or split
     │       └── LibSVMFormatError         ... a malformed LibSVM file
     ├── CompressionError [ValueError]     bad input to a compressor, a malformed buffer
@@ -109,6 +110,12 @@ class MemoryLimitError(ConfigError):
     """The run would need more memory than the machine has available (or ``--max-memory``
     allows); the message gives both figures and the flag to lower. Raised before anything is
     allocated (:mod:`gossip.memory`), or when an allocation failed during the run."""
+
+
+class WrapError(ConfigError):
+    """What :func:`gossip.wrap` cannot work with: an algorithm that needs gradients at points
+    other than the user's model, a model or optimizer it cannot wrap, a launch whose processes
+    do not match the graph; the message names the fix (often: use ``DecentralizedTrainer``)."""
 
 
 # -- compression ----------------------------------------------------------------------------
@@ -211,4 +218,5 @@ __all__ = [
     "RowsError",
     "RunFailed",
     "TuningError",
+    "WrapError",
 ]

@@ -23,12 +23,15 @@ from torch.utils.data import (
     DataLoader,
     Dataset,
     RandomSampler,
+    Sampler,
     Subset,
     TensorDataset,
 )
 
 from gossip.errors import DatasetError
 from gossip.problems.data import partition
+from gossip.seeding import generator
+from gossip.training.seeds import data_seed, partition_seed
 
 
 def labels_of(dataset: Dataset) -> np.ndarray:
@@ -163,3 +166,68 @@ class BatchStream:
         for _ in range(int(state["drawn"])):
             next(self._it)
         self._drawn = int(state["drawn"])
+
+
+class NodeSampler(Sampler[int]):
+    """Node ``node``'s part of ``dataset``, reshuffled every pass by the node's own generator:
+    the samples, in the order, that :class:`~gossip.training.DecentralizedTrainer` (same
+    ``seed``, ``nodes`` and ``partition``) feeds that node. For your own loop::
+
+        loader = DataLoader(train_set, batch_size=32, sampler=NodeSampler(train_set, rank, 4))
+
+    The split is :func:`partition_indices` with the run's partition seed, so every process
+    computes the same one; an explicit ``partition`` (one index array per node) is used as is.
+    Each pass draws from the node's generator what the trainer's seeded ``DataLoader`` draws
+    (its base seed, then the permutation), which keeps the mini-batches equal.
+    """
+
+    def __init__(self, dataset: Dataset, node: int, nodes: int, *, seed: int = 0,
+                 partition: str | Sequence[Sequence[int]] = "iid"):
+        if not 0 <= int(node) < int(nodes):
+            raise DatasetError(f"node {node} is not one of the {nodes} nodes (0..{int(nodes) - 1})")
+        if isinstance(partition, str):
+            parts = partition_indices(dataset, int(nodes), partition, partition_seed(seed))
+        else:
+            parts = [np.sort(np.asarray(p, dtype=np.int64)) for p in partition]
+            if len(parts) != int(nodes):
+                raise DatasetError(f"an explicit partition needs {nodes} index arrays, got {len(parts)}")
+        self.indices = np.asarray(parts[int(node)], dtype=np.int64)
+        if self.indices.size == 0:
+            raise DatasetError(f"node {node} got no sample of the {len(dataset)} (partition "  # type: ignore[arg-type]
+                               f"{partition!r} over {nodes} nodes): use fewer nodes or an iid split")
+        self.node, self.nodes = int(node), int(nodes)
+        self.generator = generator(data_seed(seed, self.node))
+        self.passes = 0
+        self._pass_start: torch.Tensor | None = None  # the generator when the current pass began
+        self._drawn = 0  # samples handed out of the current pass
+        self._skip = 0  # samples of the next pass already handed out before a checkpoint
+
+    def __len__(self) -> int:
+        return int(self.indices.size)
+
+    def __iter__(self) -> Iterator[int]:
+        gen = self.generator
+        self._pass_start, self._drawn = gen.get_state(), 0
+        skip, self._skip = self._skip, 0
+        torch.empty((), dtype=torch.int64).random_(generator=gen)  # the loader's base seed
+        for pos, k in enumerate(RandomSampler(range(len(self)), generator=gen)):
+            if pos < skip:
+                continue
+            self._drawn = pos + 1
+            yield int(self.indices[k])
+        self.passes += 1
+        self._pass_start, self._drawn = None, 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the sampler is: the generator at the start of the current pass and the samples
+        handed out of it, so that a resumed loader continues with the next batch (exact with
+        ``num_workers=0``, where a DataLoader draws indices as it is asked for batches)."""
+        start = self._pass_start if self._pass_start is not None else self.generator.get_state()
+        return {"generator": start.clone(), "drawn": self._drawn, "passes": self.passes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`: the next pass replays the saved one from where it was."""
+        self.generator.set_state(state["generator"])
+        self._skip = int(state["drawn"])
+        self.passes = int(state["passes"])
+        self._pass_start, self._drawn = None, 0

@@ -10,7 +10,9 @@ local step — its ``torch.optim`` optimizer and scheduler built on those parame
 :class:`ModelOracle` has only ``grad`` (LEAD, BEER and the other algorithms that take the
 gradient directly, docs/algorithms/lead.md); :class:`OptimizerOracle` adds ``apply_step``, which
 D-PSGD, CHOCO-SGD, DeepSqueeze and PowerGossip call instead of ``x -= eta·g``
-(:func:`gossip.algorithms.base.local_step`).
+(:func:`gossip.algorithms.base.local_step`). :class:`BackwardOracle` and
+:class:`BackwardOptimizerOracle` are their twins for :func:`gossip.wrap`: no batches, the
+gradient is the one the user's ``loss.backward()`` left in ``.grad`` (docs/wrap.md).
 
 Randomness: mini-batches come from the node's own seeded loader, and each node keeps its own
 state of torch's global generator (swapped in around forward/backward), so a model with dropout
@@ -19,12 +21,13 @@ draws the same numbers in process and under MPI.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
+from gossip.errors import WrapError
 from gossip.training import flat
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -107,6 +110,17 @@ class ModelOracle:
         finally:
             self._rng = self._get_rng()
             self._set_rng(saved)
+        out = self._write(grads, x, out)
+        bs = int(targets.shape[0]) if targets.dim() else 1
+        self.samples += bs
+        self.loss_sum += loss.detach().to(torch.float64) * bs
+        self.loss_count += bs
+        return out
+
+    def _write(self, grads: Sequence[torch.Tensor | None], x: torch.Tensor,
+               out: torch.Tensor | None) -> torch.Tensor:
+        """The flat gradient: ``grads`` (one per trainable parameter, None for an unused one)
+        in flat order, 0 for the buffers and frozen parameters, plus ``l2·x``; into ``out``."""
         it = iter(grads)
         parts = []
         for t, has in zip(self._tensors, self._has_grad, strict=True):
@@ -117,10 +131,6 @@ class ModelOracle:
         torch.cat(parts, out=out)
         if self.l2:
             out[: self._n_params].add_(x[: self._n_params], alpha=self.l2)
-        bs = int(targets.shape[0]) if targets.dim() else 1
-        self.samples += bs
-        self.loss_sum += loss.detach().to(torch.float64) * bs
-        self.loss_count += bs
         return out
 
     # -- checkpoints -------------------------------------------------------------------------
@@ -231,6 +241,93 @@ class OptimizerOracle(ModelOracle):
     def lr(self) -> float:
         """The current learning rate of the first parameter group."""
         return float(self.optimizer.param_groups[0]["lr"])
+
+
+class _Handed:
+    """What :class:`BackwardOracle` and :class:`BackwardOptimizerOracle` share: the gradient of
+    a round is the one ``loss.backward()`` left in the module's ``.grad`` (:func:`gossip.wrap`).
+
+    :meth:`arm` (called by ``opt.step()``) keeps a copy of the node's row of ``x``, the point
+    the user's backward saw; :meth:`grad` hands the gradient over once, and only at that point:
+    an algorithm that asks for a gradient at setup, twice in a round or after it moved ``x``
+    would get the gradient of another point, and is refused with a
+    :class:`~gossip.errors.WrapError` naming the algorithm.
+    """
+
+    algorithm: str
+    trainable: list[nn.Parameter]
+    _bound: torch.Tensor | None
+    _armed: bool
+    _at: torch.Tensor | None
+    _handed: list[torch.Tensor | None] | None
+
+    def arm(self) -> None:
+        """A gradient is pending: ``loss.backward()`` was run at the current ``x``."""
+        row = self._bound
+        assert row is not None, "bind the oracle to its row of x first"
+        if self._at is None:
+            self._at = torch.empty_like(row)
+        self._at.copy_(row)
+        self._armed = True
+
+    def disarm(self) -> None:
+        """The round is over: a gradient it did not take is not handed to the next one."""
+        self._armed = False
+
+    def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The user's gradient in flat order into ``out`` (once per ``opt.step()``)."""
+        if not self._armed:
+            when = ("before the first opt.step() (at setup)" if self._handed is None
+                    else "a second time in one round")
+            raise WrapError(_refusal(self.algorithm, f"asks for a gradient {when}"))
+        if not torch.equal(x.view(torch.uint8), self._at.view(torch.uint8)):  # bits: NaN too
+            raise WrapError(_refusal(self.algorithm, "asks for the gradient at another point "
+                                     "than the model loss.backward() saw"))
+        self._armed = False
+        self._handed = [p.grad for p in self.trainable]
+        if self.trainable and all(g is None for g in self._handed):
+            raise WrapError("opt.step() found no gradient in the model: call loss.backward() "
+                            "before opt.step() (and opt.zero_grad() before the next backward)")
+        return self._write(self._handed, x, out)  # type: ignore[attr-defined]
+
+
+def _refusal(algorithm: str, what: str) -> str:
+    return (f"{algorithm} {what}, so it cannot use the gradient your loss.backward() computed: "
+            "train it with gossip.DecentralizedTrainer (which computes gradients where the "
+            "algorithm asks), or wrap one of the algorithms docs/wrap.md lists")
+
+
+class BackwardOracle(_Handed, ModelOracle):
+    """A node of :func:`gossip.wrap` without a local optimizer: the algorithm takes the
+    gradient ``loss.backward()`` left in ``module``'s ``.grad`` (plus ``l2·x``) directly."""
+
+    def __init__(self, module: nn.Module, *, algorithm: str, buffers: bool = False,
+                 l2: float = 0.0):
+        ModelOracle.__init__(self, module, iter(()), buffers=buffers, l2=l2)
+        self.algorithm = algorithm
+        self._armed, self._at, self._handed = False, None, None
+
+
+class BackwardOptimizerOracle(_Handed, OptimizerOracle):
+    """A node of :func:`gossip.wrap` whose local step is the user's ``torch.optim`` optimizer,
+    stepped on the gradient ``loss.backward()`` left in ``module``'s ``.grad``."""
+
+    def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, *, algorithm: str,
+                 buffers: bool = False):
+        OptimizerOracle.__init__(self, module, iter(()), optimizer, buffers=buffers)
+        self.algorithm = algorithm
+        self._armed, self._at, self._handed = False, None, None
+
+    def apply_step(self, x: torch.Tensor, g: torch.Tensor, t: int) -> None:
+        """The optimizer's step on ``g``; afterwards the parameters' ``.grad`` are again the
+        tensors ``loss.backward()`` wrote (as after a plain ``optimizer.step()``)."""
+        self._grad_src = None  # zero_grad() may have dropped the views set last round
+        try:
+            super().apply_step(x, g, t)
+        finally:
+            if self._handed is not None:
+                for p, handed in zip(self.trainable, self._handed, strict=True):
+                    p.grad = handed
 
 
 def _to(v: Any, device: torch.device, dtype: torch.dtype | None) -> Any:

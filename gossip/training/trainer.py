@@ -49,7 +49,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from gossip.algorithms import REGISTRY, make_algorithm
+from gossip.algorithms import make_algorithm
 from gossip.algorithms.base import Algorithm
 from gossip.comm.world import World
 from gossip.compress import Compressor
@@ -57,20 +57,20 @@ from gossip.engine import Engine
 from gossip.errors import ConfigError, DivergenceError
 from gossip.seeding import generator
 from gossip.training import flat
+from gossip.training.build import (  # the two listings are read from here too
+    check_trainable,
+    load_average,
+    optimizer_algorithms,  # noqa: F401
+    trainable_algorithms,  # noqa: F401
+    training_engine,
+)
 from gossip.training.data import BatchStream, node_loader, partition_indices
 from gossip.training.evaluate import Sums, evaluate, shard
 from gossip.training.oracle import LossFn, ModelOracle, OptimizerOracle
 from gossip.training.seeds import data_seed, derive, partition_seed
 
-
-def trainable_algorithms() -> list[str]:
-    """Registered algorithms that can train a model (``trains``), sorted."""
-    return sorted(name for name, cls in REGISTRY.items() if cls.trains)
-
-
-def optimizer_algorithms() -> list[str]:
-    """Registered algorithms whose local step goes through a ``torch.optim`` optimizer."""
-    return sorted(name for name, cls in REGISTRY.items() if cls.trains and cls.takes_optimizer)
+SAME_START_FIX = ("build it after seeding torch identically on every process (e.g. "
+                  "torch.manual_seed(seed) before the model)")
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
@@ -155,7 +155,7 @@ class DecentralizedTrainer:
         self.topology = topology
         self.n = topology.n
         self.algorithm = make_algorithm(algorithm)
-        self._check_algorithm(optimizer, scheduler)
+        check_trainable(self.algorithm, optimizer, scheduler)
         if batch_size < 1:
             raise ConfigError(f"batch_size = {batch_size}: give at least 1 sample per node")
         self.train_set, self.test_set = train_set, test_set
@@ -175,39 +175,19 @@ class DecentralizedTrainer:
         self.rounds_per_epoch = epoch_rounds(len(train_set), self.n, batch_size)  # type: ignore[arg-type]
         self._optimizer, self._scheduler, self._l2 = optimizer, scheduler, l2
 
-        self.engine = Engine(
-            self.algorithm, topology, lambda i: self.initial, compressor=compressor,
-            layout=self.layout if (per_tensor or self.algorithm.needs_layout) else None,
-            oracles=self._make_oracle, seed=seed, world=world, timeout=timeout, network=network,
+        self.engine = training_engine(
+            self.algorithm, topology, self.initial, self.layout, self._make_oracle,
+            per_tensor=per_tensor, compressor=compressor, seed=seed, world=world,
+            timeout=timeout, network=network, device=self.device, dtype=dtype, fix=SAME_START_FIX,
             overlap=overlap, link_latency=link_latency,
-            device=self.device, dtype=dtype, divergence_factor=math.inf,
         )
         self.divergence_factor = divergence_factor
         self._first_loss: float | None = None
-        for node in self.engine.nodes.values():
-            node.oracle.bind(node.x)
-        self._check_same_start()
         self._eval_module = copy.deepcopy(self.model)
         self._eval_flat = self.initial.clone()
         flat.bind(self._eval_module, self._eval_flat, gossip_buffers)
 
     # -- construction --------------------------------------------------------------------------
-    def _check_algorithm(self, optimizer: Any, scheduler: Any) -> None:
-        alg = self.algorithm
-        if not alg.trains:
-            raise ConfigError(
-                f"{alg.name} cannot train a model (it uses no gradients); use one of "
-                f"{', '.join(trainable_algorithms())}"
-            )
-        if optimizer is not None and not alg.takes_optimizer:
-            raise ConfigError(
-                f"{alg.name} takes the gradient directly with its own step size eta (its update "
-                "needs the raw gradient): pass no optimizer (set eta on the algorithm; weight "
-                f"decay via l2). Local optimizers work with {', '.join(optimizer_algorithms())}"
-            )
-        if scheduler is not None and optimizer is None:
-            raise ConfigError("a scheduler needs an optimizer to schedule")
-
     def _split(self, partition: str | Sequence[Sequence[int]]) -> list[np.ndarray]:
         if isinstance(partition, str):
             return partition_indices(self.train_set, self.n, partition, partition_seed(self.seed))
@@ -232,17 +212,6 @@ class DecentralizedTrainer:
         sched = self._scheduler(opt) if self._scheduler is not None else None
         return OptimizerOracle(module, stream, opt, sched, self.loss_fn,
                                buffers=self.gossip_buffers, rng_seed=rng)
-
-    def _check_same_start(self) -> None:
-        """Every process must start from the same model (decentralized runs start equal)."""
-        x = self.initial.detach().double().cpu()
-        w = torch.linspace(1.0, 2.0, x.numel(), dtype=torch.float64)
-        sums = self.engine.node_values({i: float((x * w).sum()) for i in self.engine.nodes})
-        if not np.all(sums == sums[0]):
-            raise ConfigError(
-                "the initial model differs between MPI processes; build it after seeding torch "
-                "identically on every process (e.g. torch.manual_seed(seed) before the model)"
-            )
 
     # -- running -------------------------------------------------------------------------------
     @property
@@ -367,16 +336,9 @@ class DecentralizedTrainer:
                              for i in self.engine.nodes}).mean_loss
 
     def _load_average(self, xbar: torch.Tensor) -> nn.Module:
-        self._eval_flat.copy_(xbar)
-        if not self.gossip_buffers and flat.float_buffers(self.model):
-            local = {i: torch.cat([b.reshape(-1) for b in flat.float_buffers(nd.oracle.module)])
-                     for i, nd in self.engine.nodes.items()}
-            mean = self.engine.world.ordered_sum(self.n, local).div_(self.n)
-            bufs = flat.float_buffers(self._eval_module)
-            with torch.no_grad():
-                for b, v in zip(bufs, flat.split(mean, bufs), strict=True):
-                    b.copy_(v)
-        return self._eval_module
+        modules = {i: nd.oracle.module for i, nd in self.engine.nodes.items()}
+        return load_average(self.engine, xbar, self._eval_module, self._eval_flat, modules,
+                            self.gossip_buffers)
 
     def _eval(self, module: nn.Module, dataset: Dataset, indices: np.ndarray) -> Sums:
         return evaluate(module, dataset, indices, loss_fn=self.loss_fn,

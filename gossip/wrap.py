@@ -1,0 +1,424 @@
+"""Decentralized training in your own loop: ``model, opt = gossip.wrap(model, optimizer, ...)``.
+
+::
+
+    model, opt = gossip.wrap(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
+                             algorithm="choco", compressor="topk:0.01", topology="ring")
+    loader = DataLoader(train_set, batch_size=32, sampler=opt.sampler(train_set))
+    for x, y in loader:                      # the loop stays yours
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()                           # one round of CHOCO-SGD with this gradient
+
+Each process is one node (under ``mpiexec -n 4`` or ``torchrun --nproc-per-node 4``: four
+nodes), or a block of nodes with ``nodes=N`` (then :attr:`GossipOptimizer.models` holds one
+copy of the model per hosted node, and the loop gives each its gradient). A plain ``python``
+process is one node alone: nothing to gossip with, the algorithm's round reduces to its local
+step (a quick check of the script before launching it on several processes).
+
+``opt.step()`` runs one round of the algorithm on the :class:`~gossip.engine.Engine`, exactly
+as :class:`~gossip.training.DecentralizedTrainer` does, except that the node's stochastic
+gradient is the one ``loss.backward()`` left in the parameters' ``.grad`` (a
+:class:`~gossip.training.oracle.BackwardOracle`). The model's parameters are views into the
+node's flat ``x``, so after ``opt.step()`` ``model`` holds the node's new parameters. Algorithms
+that want a gradient at another point or twice per round are refused with a
+:class:`~gossip.errors.WrapError`. See ``docs/wrap.md``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from gossip.algorithms import make_algorithm
+from gossip.algorithms.base import Algorithm
+from gossip.comm.launch import launched_by_mpi
+from gossip.comm.world import World
+from gossip.compress import Compressor
+from gossip.engine import Engine
+from gossip.errors import GossipError, NodeError, WrapError
+from gossip.metrics import consensus_error
+from gossip.training import flat
+from gossip.training.build import check_trainable, load_average, training_engine
+from gossip.training.data import NodeSampler
+from gossip.training.oracle import BackwardOptimizerOracle, BackwardOracle
+
+OptimizerLike = torch.optim.Optimizer | Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None
+
+SAME_START_FIX = ("build the model identically on every process: seed torch before creating it "
+                  "(torch.manual_seed(0); model = ...) or load the same weights on every rank "
+                  "before gossip.wrap")
+
+
+class GossipOptimizer(torch.optim.Optimizer):
+    """The optimizer :func:`wrap` returns: ``step()`` is one round of the algorithm for this
+    process's nodes, with the gradients ``loss.backward()`` left in their models.
+
+    A ``torch.optim.Optimizer`` (so that ``torch.optim.lr_scheduler`` accepts it) whose
+    parameter groups are those of the nodes' own optimizers; it does not call
+    ``Optimizer.__init__``, which would make groups of its own.
+
+    Attributes:
+        engine: the :class:`~gossip.engine.Engine` that runs the rounds.
+        models: one module per node hosted here (``models[0]`` is the model you wrapped).
+        optimizers: their local ``torch.optim`` optimizers (empty without one).
+        n: the number of nodes of the run.
+    """
+
+    def __init__(self, engine: Engine, models: list[nn.Module], optimizers: list[torch.optim.Optimizer],
+                 oracles: list[BackwardOracle | BackwardOptimizerOracle], *, seed: int,
+                 gossip_buffers: bool):
+        self.engine = engine
+        self.models = models
+        self.optimizers = optimizers
+        self.n = engine.n
+        self.seed = seed
+        self.gossip_buffers = gossip_buffers
+        self._oracles = oracles
+        self.defaults = dict(optimizers[0].defaults) if optimizers else {}
+        self._groups = [{"params": flat.parameters(m)} for m in models]
+        self._eval_module = copy.deepcopy(models[0])
+        self._eval_flat = flat.flatten(models[0], gossip_buffers).clone()
+        flat.bind(self._eval_module, self._eval_flat, gossip_buffers)
+
+    # -- torch.optim's interface ---------------------------------------------------------------
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
+        """The local optimizers' parameter groups, node after node (a scheduler or a change of
+        ``lr`` applies to every hosted node); without a local optimizer, one group of
+        parameters per node and no ``lr`` (the step size is the algorithm's ``eta``, a
+        schedule ``eta=lambda t: ...`` where the algorithm takes one)."""
+        if self.optimizers:
+            return [g for opt in self.optimizers for g in opt.param_groups]
+        return self._groups
+
+    @property
+    def state(self) -> dict[Any, Any]:  # type: ignore[override]
+        """The local optimizers' per-parameter state, every hosted node's (as torch.optim's)."""
+        return {p: st for opt in self.optimizers for p, st in opt.state.items()}
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Refused: the nodes' models are fixed when they are wrapped (a new tensor would not be
+        in the flat model the nodes gossip)."""
+        raise WrapError("a wrapped optimizer takes no new parameter group: add it to your optimizer "
+                        "and the parameters to your model before gossip.wrap")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients of every hosted node's model (as ``optimizer.zero_grad``)."""
+        for model in self.models:
+            for p in model.parameters():
+                if p.grad is None:
+                    continue
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.detach_().zero_()
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """One round of the algorithm on every hosted node (a collective under MPI: every process
+        steps together). ``closure`` (optional) recomputes the loss and its gradient first."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for oracle in self._oracles:
+            oracle.arm()
+        try:
+            self.engine.step()
+        except NodeError as exc:
+            if isinstance(exc.__cause__, WrapError):  # the algorithm wanted another gradient
+                raise exc.__cause__ from None
+            if self.n == 1:
+                raise _alone(self.engine.algorithm.name, exc) from exc
+            raise
+        finally:
+            for oracle in self._oracles:
+                oracle.disarm()
+        return loss
+
+    def state_dict(self) -> dict[str, Any]:
+        """What resumes this process's nodes exactly: models, algorithm state, compressors,
+        local optimizers, bytes sent, the round (each process saves its own nodes)."""
+        return {
+            "wrap": {"algorithm": self.engine.algorithm.name, "nodes": self.n,
+                     "ids": list(self.engine.nodes)},
+            "nodes": self.engine.node_state_dicts(),
+            "run": self.engine.run_state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the models, which are views, change in place)."""
+        saved = state.get("wrap") if isinstance(state, dict) else None
+        if saved is None:
+            raise WrapError("load_state_dict takes what GossipOptimizer.state_dict() returned "
+                            "(keys 'wrap', 'nodes', 'run'); got another object")
+        here = {"algorithm": self.engine.algorithm.name, "nodes": self.n, "ids": list(self.engine.nodes)}
+        if saved != here:
+            raise WrapError(f"the checkpoint was written by {saved}, this wrapper is {here}: load it "
+                            "into a wrapper of the same algorithm, number of nodes and process "
+                            "(each rank loads its own file)", rank=self.rank)
+        self.engine.load_state_dicts(state["nodes"], state["run"])
+
+    # -- what a training script needs --------------------------------------------------------
+    @property
+    def round(self) -> int:
+        """Rounds (``opt.step()`` calls) so far."""
+        return self.engine.round
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (0 in a single process)."""
+        return self.engine.world.rank
+
+    @property
+    def world_size(self) -> int:
+        """The number of processes."""
+        return self.engine.world.size
+
+    @property
+    def is_root(self) -> bool:
+        """True on the process that should print and write files (rank 0)."""
+        return self.engine.world.is_root
+
+    @property
+    def node(self) -> int:
+        """The id of this process's (first) node."""
+        return self.engine.block.ids[0]
+
+    @property
+    def local_nodes(self) -> list[int]:
+        """The ids of the nodes this process hosts, in the order of :attr:`models`."""
+        return list(self.engine.block.ids)
+
+    @property
+    def bits_sent(self) -> int:
+        """Bits this process's nodes have handed to the transport so far (local, no collective)."""
+        sent = self.engine.transport.bytes_sent
+        return 8 * sum(int(sent.get(i, 0)) for i in self.engine.nodes)
+
+    def bits_per_node(self) -> float:
+        """Mean bits sent per node of the run so far (collective: every process calls it)."""
+        return float(self.engine.bytes_sent().mean()) * 8
+
+    def average_model(self) -> nn.Module:
+        """A copy of the averaged model x̄ = (1/n) Σ_i x_i, for evaluation (with the nodes'
+        mean buffers unless they are gossiped). A collective: every process must call it."""
+        modules = dict(zip(self.engine.block.ids, self.models, strict=True))
+        load_average(self.engine, self.engine.mean_model(), self._eval_module, self._eval_flat,
+                     modules, self.gossip_buffers)
+        return copy.deepcopy(self._eval_module)
+
+    def consensus_distance(self) -> float:
+        """(1/n) Σ_i ‖x_i − x̄‖²: how far the nodes are apart (collective)."""
+        return consensus_error(self.engine, self.engine.mean_model())
+
+    def sampler(self, dataset: Any, partition: str | Sequence[Sequence[int]] = "iid",
+                node: int | None = None) -> NodeSampler:
+        """A torch ``Sampler`` over this process's node's part of ``dataset`` (``node``: another
+        hosted node), in the order DecentralizedTrainer's loader reads it for the same seed."""
+        return NodeSampler(dataset, self.node if node is None else node, self.n, seed=self.seed,
+                           partition=partition)
+
+
+def wrap(
+    model: nn.Module,
+    optimizer: OptimizerLike = None,
+    *,
+    algorithm: str | type[Algorithm] | Algorithm = "choco",
+    compressor: str | Compressor | None = None,
+    topology: Any = "ring",
+    seed: int = 0,
+    nodes: int | None = None,
+    world: World | None = None,
+    gossip_buffers: bool = False,
+    per_tensor: bool = True,
+    l2: float = 0.0,
+    timeout: float = 120.0,
+    network: str | None = None,
+    **hparams: Any,
+) -> tuple[nn.Module, GossipOptimizer]:
+    """Make ``model`` a node of a decentralized run; returns ``(model, opt)``.
+
+    Args:
+        model: the model, built identically on every process (seed torch first; checked).
+        optimizer: a ``torch.optim`` optimizer on ``model.parameters()``, or a factory
+            ``params -> optimizer``: the node's local step (algorithms with ``takes_optimizer``:
+            dpsgd, choco, deepsqueeze, powergossip). None: the algorithm's own step with ``eta``.
+        algorithm: a registry name, class or instance; ``**hparams`` go to its constructor.
+        compressor: a compressor spec (``"topk:0.01"``) or instance; None sends models exactly.
+        topology: a spec (``"ring"``, built for the number of nodes) or a topology.
+        seed: the run seed (compressors' randomness, the data partition of :meth:`sampler`).
+        nodes: the number of nodes; None: one per process. More than the processes: each
+            process hosts a block of them (``opt.models``, one gradient each per step).
+        world: the process group (default: detected, ``World.detect()``).
+        l2: weight decay added to the gradient, for algorithms without a local optimizer.
+        gossip_buffers, per_tensor, timeout, network: as for DecentralizedTrainer.
+    """
+    if not isinstance(model, nn.Module):
+        raise WrapError(f"gossip.wrap takes an nn.Module, got {type(model).__name__}")
+    params = flat.parameters(model)
+    if not params:
+        raise WrapError(f"the model ({type(model).__name__}) has no parameters: there is nothing to "
+                        "train or gossip; wrap the module that holds the weights")
+    kinds = {(p.dtype, p.device) for p in flat.tensors(model, gossip_buffers)}
+    if len(kinds) > 1:
+        raise WrapError(f"the model mixes dtypes/devices {sorted(map(str, kinds))}: the flat model is "
+                        "one tensor; move it first (model.to(dtype=..., device=...))")
+    dtype, device = params[0].dtype, params[0].device
+    world = world or World.detect()  # the engine gives it the timeout
+    _check_launch(world)
+    n = world.size if nodes is None else int(nodes)
+    if n < world.size:
+        raise WrapError(f"nodes={n} cannot fill {world.size} processes: pass nodes >= {world.size} "
+                        f"(or nodes=None, one node per process)", rank=world.rank)
+    topo = _topology(topology, n, seed, nodes is None, world)
+    alg = make_algorithm(algorithm, **hparams)
+    check_trainable(alg, optimizer)
+    if l2 and optimizer is not None:
+        raise WrapError(f"l2={l2} is the weight decay of algorithms without a local optimizer; with "
+                        "one, give the optimizer weight_decay instead")
+    local = world.local_nodes(n)
+    models, optimizers = _node_copies(model, optimizer, len(local))
+    oracles: list[BackwardOracle | BackwardOptimizerOracle] = []
+    for module, opt in zip(models, optimizers or [None] * len(models), strict=True):
+        if opt is None:
+            oracles.append(BackwardOracle(module, algorithm=alg.name, buffers=gossip_buffers, l2=l2))
+        else:
+            oracles.append(BackwardOptimizerOracle(module, opt, algorithm=alg.name,
+                                                   buffers=gossip_buffers))
+    by_id = dict(zip(local, oracles, strict=True))
+    try:
+        engine = training_engine(
+            alg, topo, flat.flatten(model, gossip_buffers), flat.layout_of(model, gossip_buffers),
+            lambda i, _gen: by_id[i], per_tensor=per_tensor,
+            compressor="none" if compressor is None else compressor, seed=seed, world=world,
+            timeout=timeout, network=network, device=device, dtype=dtype, fix=SAME_START_FIX,
+        )
+    except GossipError as exc:
+        if isinstance(exc.__cause__, WrapError):
+            raise exc.__cause__ from None
+        if n == 1 and not isinstance(exc, WrapError):
+            raise _alone(alg.name, exc) from exc
+        raise
+    return models[0], GossipOptimizer(engine, models, optimizers, oracles, seed=seed,
+                                      gossip_buffers=gossip_buffers)
+
+
+def _node_copies(model: nn.Module, optimizer: OptimizerLike,
+                 m: int) -> tuple[list[nn.Module], list[torch.optim.Optimizer]]:
+    """``m`` (model, optimizer) pairs: the given ones first, then deep copies of the pair (each
+    copied optimizer works on its copied model), or the factory called on each model."""
+    if optimizer is None:
+        return [model] + [copy.deepcopy(model) for _ in range(m - 1)], []
+    if isinstance(optimizer, torch.optim.Optimizer):
+        _check_optimizer(model, optimizer)
+        pairs = [(model, optimizer)] + [copy.deepcopy((model, optimizer)) for _ in range(m - 1)]
+        return [p[0] for p in pairs], [p[1] for p in pairs]
+    if callable(optimizer):
+        models = [model] + [copy.deepcopy(model) for _ in range(m - 1)]
+        opts = [optimizer(flat.parameters(mod)) for mod in models]
+        for mod, opt in zip(models, opts, strict=True):
+            if not isinstance(opt, torch.optim.Optimizer):
+                raise WrapError(f"the optimizer factory returned a {type(opt).__name__}, not a "
+                                "torch.optim.Optimizer")
+            _check_optimizer(mod, opt)
+        return models, opts
+    raise WrapError(f"optimizer must be a torch.optim.Optimizer on model.parameters(), a factory "
+                    f"params -> optimizer, or None; got {type(optimizer).__name__}")
+
+
+def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """The optimizer must step exactly the model's trainable parameters."""
+    held = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    ids = {id(p) for p in model.parameters()}
+    foreign = held - ids
+    if foreign:
+        raise WrapError(f"the optimizer holds {len(foreign)} tensor(s) that are not parameters of the "
+                        "model: build it on this model's parameters (model.parameters())")
+    missing = [name for name, p in model.named_parameters() if p.requires_grad and id(p) not in held]
+    if missing:
+        raise WrapError(f"the model's parameters {missing[:5]}{' ...' if len(missing) > 5 else ''} are "
+                        f"not in the optimizer ({len(missing)} of {len(trainable)} trainable): they "
+                        "would be gossiped but never trained; build the optimizer on "
+                        "model.parameters(), or set requires_grad=False on the frozen ones")
+
+
+def _topology(spec: Any, n: int, seed: int, per_process: bool, world: World) -> Any:
+    """The run's graph: the spec built for ``n`` nodes (a single node alone when ``n`` is 1),
+    or the given topology, which must have ``n`` nodes."""
+    if isinstance(spec, str):
+        import networkx as nx  # not at import: `import gossip` stays free of graph packages
+
+        import topologies
+
+        if n == 1:
+            graph = nx.empty_graph(1)
+            return topologies.Topology(graph, np.ones((1, 1)), name="single node")
+        return topologies.build(spec, n, seed=seed)
+    have = getattr(spec, "n", None)
+    if have != n:
+        if per_process:
+            raise WrapError(f"the topology has {have} nodes but {world.size} process(es) run one node "
+                            f"each: launch {have} processes (mpiexec -n {have}), or pass nodes={have} "
+                            "(each process then hosts a block of nodes)", rank=world.rank)
+        raise WrapError(f"the topology has {have} nodes but nodes={n}: pass nodes={have}",
+                        rank=world.rank)
+    return spec
+
+
+def _alone(algorithm: str, exc: Exception) -> WrapError:
+    """The error of an algorithm that cannot run on one node without neighbors."""
+    return WrapError(f"{algorithm} cannot run on a single node (a plain process without mpiexec and "
+                     f"without nodes=), which has no neighbors: {exc}. Launch several processes "
+                     "(mpiexec -n 4 python ...) or pass nodes=N to host N nodes here")
+
+
+def _check_launch(world: World) -> None:
+    """Refuse a process that its launcher started as one of several but that sees a world of
+    one (each would train alone without a word): MPI or the process group is not set up."""
+    if world.size > 1:
+        return
+    if launched_by_mpi():
+        size = _env_int("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
+        if size > 1:
+            raise WrapError(f"mpiexec started {size} processes but MPI (mpi4py) sees one: mpiexec and "
+                            "mpi4py come from different MPI installations; run the mpiexec of the "
+                            "MPI that mpi4py was built with (python -m mpi4py --mpi-library)")
+        return
+    size = _env_int("WORLD_SIZE")
+    if size > 1:
+        raise WrapError(f"this process was started as one of {size} (WORLD_SIZE={size}, torchrun) "
+                        "but gossip's World.detect() sees one process, so each would train alone: "
+                        "initialise the process group first (torch.distributed.init_process_group()) "
+                        f"with a gossip that has the torch.distributed transport, or launch with "
+                        f"mpiexec -n {size}")
+
+
+def _env_int(*names: str) -> int:
+    for name in names:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return int(value)
+    return 1
+
+
+class _CallableModule(types.ModuleType):
+    """``gossip.wrap`` is this module and, called, :func:`wrap` (``gossip.wrap(model, opt)``
+    as well as ``gossip.wrap.NodeSampler``)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> tuple[nn.Module, GossipOptimizer]:
+        return wrap(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
+
+__all__ = ["GossipOptimizer", "NodeSampler", "WrapError", "wrap"]

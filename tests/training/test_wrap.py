@@ -1,0 +1,457 @@
+"""gossip.wrap: a user's own loop gives DecentralizedTrainer's numbers, checkpoints resume, the
+helpers and the sampler, the algorithms it refuses, bad input, the examples and their diff."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import difflib
+import io
+import json
+import re
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+import gossip
+import topologies
+from gossip.algorithms import REGISTRY, Algorithm
+from gossip.comm.world import World
+from gossip.errors import ConfigError, WrapError
+from gossip.seeding import generator
+from gossip.training import MLP, BatchStream, digits, node_loader, partition_indices
+from gossip.training.seeds import data_seed, partition_seed
+from gossip.training.trainer import trainable_algorithms
+from gossip.wrap import NodeSampler, wrap
+from tests.helpers import wrap_runs
+from tests.helpers.launch import ROOT, mpiexec, run_mpi, run_py
+
+DOC = ROOT / "docs" / "wrap.md"
+
+
+def documented(kind: str) -> list[str]:
+    """The algorithms docs/wrap.md lists under ``- works:`` / ``- refused`` / ``- not for``."""
+    text = DOC.read_text()
+    item = re.search(rf"^- {kind}.*?(?=^- |^\n)", text, re.S | re.M)
+    assert item, f"docs/wrap.md has no '- {kind}' list"
+    return sorted(re.findall(r"`([a-z0-9-]+)`", item.group(0)))
+
+
+WORKS, REFUSED, NOT_FOR_MODELS = documented("works"), documented("refused"), documented("not for")
+BUILT_IN = [name for name in trainable_algorithms() if REGISTRY[name].__module__.startswith("gossip.")]
+"""The package's own trainable algorithms (other test modules register some of theirs)."""
+
+
+def test_the_docs_list_every_trainable_algorithm_once():
+    listed = WORKS + REFUSED + NOT_FOR_MODELS
+    assert sorted(listed) == BUILT_IN, "update the lists of docs/wrap.md"
+
+
+@pytest.mark.parametrize("name", sorted(wrap_runs.CONFIGS))
+def test_the_issues_four_equal_the_trainer(name):
+    """CHOCO (top-k), D-PSGD, 1-bit Adam (past its warm-up), DES-LOC (periodic mixes): the
+    same losses and models, bit for bit, over 8 rounds of 4 nodes in one process."""
+    want, x_want = wrap_runs.trainer_losses(name, 4, 8)
+    got, x_got = wrap_runs.wrap_losses(name, 4, 8)
+    assert got == want
+    assert torch.equal(x_got, x_want)
+    start = torch.cat([p.detach().reshape(-1) for p in wrap_runs.model().parameters()])
+    assert x_got.shape[0] == 4 and not torch.equal(x_got[0], start)  # it trained
+
+
+@pytest.mark.parametrize("name", BUILT_IN)
+def test_every_trainable_algorithm_works_as_documented(name):
+    if name in NOT_FOR_MODELS:
+        with pytest.raises(ConfigError):
+            wrap_runs.wrapped(name, 4)
+        with pytest.raises(ConfigError):
+            wrap_runs.trainer_losses(name, 4, 1)
+    elif name in REFUSED:
+        with pytest.raises(WrapError, match=rf"^{re.escape(name)} .*DecentralizedTrainer"):
+            wrap_runs.wrap_losses(name, 4, 2)
+    else:
+        want, x_want = wrap_runs.trainer_losses(name, 4, 3)
+        got, x_got = wrap_runs.wrap_losses(name, 4, 3)
+        assert got == want
+        assert torch.equal(x_got, x_want)
+
+
+def test_the_model_is_the_nodes_row_of_x():
+    model, opt = wrap_runs.wrapped("choco", None)
+    assert opt.n == 1 and opt.models[0] is model and opt.node == 0 and opt.rank == 0
+    train, _ = digits()
+    x, y = next(iter(DataLoader(train, batch_size=16, sampler=opt.sampler(train))))
+    nn.functional.cross_entropy(model(x), y).backward()
+    before = copy.deepcopy(model.state_dict())
+    opt.step()
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert torch.equal(flat, opt.engine.block.x[0])
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is not None for p in model.parameters())  # backward's, as after optimizer.step()
+
+
+@pytest.mark.parametrize("name", ["choco", "dpsgd"])
+def test_one_node_alone_is_plain_training(name):
+    """A plain process without nodes=: one node, nothing to gossip; a round of CHOCO-SGD or
+    D-PSGD is then exactly the optimizer's step."""
+    train, _ = digits()
+    torch.manual_seed(0)
+    plain = MLP(64, 10, (32,))
+    sgd = torch.optim.SGD(plain.parameters(), lr=0.1, momentum=0.9)
+    torch.manual_seed(0)
+    net = MLP(64, 10, (32,))
+    net, opt = wrap(net, torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9), algorithm=name,
+                    compressor="topk:0.1" if name == "choco" else None)
+    batches = list(DataLoader(train, batch_size=32))[:5]
+    for x, y in batches:
+        for m, o in ((plain, sgd), (net, opt)):
+            o.zero_grad()
+            nn.functional.cross_entropy(m(x), y).backward()
+            o.step()
+    for a, b in zip(plain.parameters(), net.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+ALONE_REFUSED = ["c-ecl", "powergossip"]
+"""Algorithms that need a neighbor, refused on a single node."""
+
+
+@pytest.mark.parametrize("name", WORKS)
+def test_a_single_node_runs_or_is_refused_clearly(name):
+    train, _ = digits()
+    x, y = train.tensors[0][:16], train.tensors[1][:16]
+    with pytest.raises(WrapError, match=rf"^{name} cannot run on a single node .*mpiexec -n 4") \
+            if name in ALONE_REFUSED else contextlib.nullcontext():
+        model, opt = wrap_runs.wrapped(name, None)
+        for _ in range(2):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+        assert opt.n == 1 and opt.round == 2
+
+
+def _saved(opt) -> dict:
+    buf = io.BytesIO()
+    torch.save(opt.state_dict(), buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+@pytest.mark.parametrize("name", ["choco", "onebit-adam"])
+def test_state_dict_round_trip_continues_exactly(name):
+    """Save after 3 steps, load into a fresh wrapper, run 4 more: the uninterrupted 7 steps."""
+    want, x_want = wrap_runs.wrap_losses(name, 4, 7)
+    _, first = wrap_runs.wrapped(name, 4)
+    train, _ = digits()
+    streams = [wrap_runs.endless(DataLoader(train, batch_size=wrap_runs.BATCH,
+                                            sampler=first.sampler(train, node=i)))
+               for i in first.local_nodes]
+    got, _ = wrap_runs.wrap_losses(name, 4, 3, opt=first, streams=streams)
+    state = _saved(first)
+    model, second = wrap_runs.wrapped(name, 4)
+    second.load_state_dict(state)
+    assert second.round == 3
+    assert torch.equal(torch.cat([p.detach().reshape(-1) for p in model.parameters()]),
+                       first.engine.block.x[0])
+    more, x_got = wrap_runs.wrap_losses(name, 4, 4, opt=second, streams=streams)
+    assert got + more == want
+    assert torch.equal(x_got, x_want)
+
+
+def test_a_checkpoint_of_another_run_is_refused():
+    _, a = wrap_runs.wrapped("choco", 4)
+    _, b = wrap_runs.wrapped("dpsgd", 4)
+    with pytest.raises(WrapError, match="same algorithm"):
+        b.load_state_dict(a.state_dict())
+    with pytest.raises(WrapError, match="state_dict"):
+        b.load_state_dict({"x": 1})
+
+
+def test_helpers():
+    """average_model is x̄, consensus_distance the engine's error, bits count what was sent."""
+    _, opt = wrap_runs.wrapped("choco", 4)
+    assert opt.consensus_distance() == 0.0 and opt.bits_sent == 0
+    wrap_runs.wrap_losses("choco", 4, 3, opt=opt)
+    avg = opt.average_model()
+    xbar = opt.engine.mean_model()
+    assert torch.equal(torch.cat([p.detach().reshape(-1) for p in avg.parameters()]), xbar)
+    want = sum(float(((r - xbar) ** 2).sum()) for r in opt.engine.block.x) / 4
+    assert opt.consensus_distance() == pytest.approx(want, rel=1e-12) and want > 0
+    sent = opt.engine.transport.bytes_sent
+    assert opt.bits_sent == 8 * sum(sent.values()) > 0
+    assert opt.bits_per_node() == pytest.approx(opt.bits_sent / 4)
+    assert opt.local_nodes == [0, 1, 2, 3] and opt.world_size == 1 and opt.is_root
+    assert len(opt.param_groups) == 4
+    schedule = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.5)  # a torch.optim.Optimizer
+    wrap_runs.wrap_losses("choco", 4, 2, opt=opt)
+    schedule.step()
+    assert [o.param_groups[0]["lr"] for o in opt.optimizers] == [0.05] * 4  # every node's
+    assert set(opt.state) == {p for m in opt.models for p in m.parameters()}  # momentum buffers
+
+
+def test_step_takes_a_closure_and_the_module_is_callable():
+    assert callable(gossip.wrap) and gossip.wrap.NodeSampler is NodeSampler
+    model, opt = gossip.wrap(wrap_runs.model(), None, algorithm="dpsgd", eta=0.1, nodes=2)
+    train, _ = digits()
+    x, y = train.tensors[0][:8], train.tensors[1][:8]
+
+    def closure():
+        opt.zero_grad()
+        for m in opt.models:
+            loss = nn.functional.cross_entropy(m(x), y)
+            loss.backward()
+        return loss
+
+    assert isinstance(opt.step(closure), torch.Tensor)
+    assert opt.round == 1
+
+
+# -- the sampler ------------------------------------------------------------------------------------
+
+
+class _Plain(Dataset):
+    """The digits as a map-style data set that is not a TensorDataset (the loader's slow path)."""
+
+    def __init__(self, base):
+        self.x, self.y = base.tensors
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i):
+        return self.x[i], self.y[i]
+
+
+@pytest.mark.parametrize("plain", [False, True])
+@pytest.mark.parametrize("partition", ["iid", "dirichlet:0.5"])
+def test_node_sampler_reads_what_the_trainer_reads(plain, partition):
+    train, _ = digits()
+    data = _Plain(train) if plain else train
+    for node in (0, 3):
+        parts = partition_indices(data, 5, partition, partition_seed(7))
+        stream = BatchStream(node_loader(data, parts[node], 16, generator(data_seed(7, node))))
+        loader = DataLoader(data, batch_size=16, sampler=NodeSampler(data, node, 5, seed=7,
+                                                                    partition=partition))
+        mine = wrap_runs.endless(loader)
+        for _ in range(2 * len(loader) + 3):  # past two passes
+            (xa, ya), (xb, yb) = next(stream), next(mine)
+            assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_node_sampler_resumes_its_order():
+    """A checkpoint of the sampler mid-pass: a fresh sampler and loader go on with the next
+    batch of the uninterrupted order (into the following passes)."""
+    train, _ = digits()
+    straight = wrap_runs.endless(DataLoader(train, batch_size=16, sampler=NodeSampler(train, 1, 4)))
+    want = [next(straight)[1] for _ in range(60)]
+    first = NodeSampler(train, 1, 4)
+    it = iter(DataLoader(train, batch_size=16, sampler=first))
+    got = [next(it)[1] for _ in range(10)]
+    state = first.state_dict()
+    assert state["drawn"] == 160
+    second = NodeSampler(train, 1, 4)
+    second.load_state_dict(state)
+    rest = wrap_runs.endless(DataLoader(train, batch_size=16, sampler=second))
+    got += [next(rest)[1] for _ in range(50)]
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    assert second.passes >= 2
+
+
+def test_node_sampler_refuses_a_bad_node():
+    train, _ = digits()
+    with pytest.raises(ConfigError, match="not one of the 4 nodes"):
+        NodeSampler(train, 4, 4)
+
+
+# -- bad input -------------------------------------------------------------------------------------
+
+
+def test_a_model_without_parameters():
+    with pytest.raises(WrapError, match="no parameters"):
+        wrap(nn.ReLU(), None, algorithm="dpsgd")
+
+
+def test_parameters_not_in_the_optimizer():
+    model = wrap_runs.model()
+    first = model[1]
+    with pytest.raises(WrapError, match=r"not in the optimizer .*model.parameters\(\)"):
+        wrap(model, torch.optim.SGD(first.parameters(), lr=0.1))
+    with pytest.raises(WrapError, match="not parameters of the model"):
+        wrap(model, torch.optim.SGD(wrap_runs.model().parameters(), lr=0.1))
+    with pytest.raises(WrapError, match="factory returned"):
+        wrap(model, lambda params: None)
+
+
+def test_an_optimizer_for_an_algorithm_that_takes_none():
+    model = wrap_runs.model()
+    with pytest.raises(ConfigError, match="pass no optimizer"):
+        wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm="onebit-adam",
+             topology="complete", nodes=4)
+
+
+def test_l2_with_an_optimizer_is_refused():
+    model = wrap_runs.model()
+    with pytest.raises(WrapError, match="weight_decay"):
+        wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), l2=1e-4)
+
+
+def test_a_topology_of_another_size():
+    with pytest.raises(WrapError, match=r"5 nodes but 1 process.*mpiexec -n 5.*nodes=5"):
+        wrap(wrap_runs.model(), None, algorithm="dpsgd", topology=topologies.build("ring", 5))
+    with pytest.raises(WrapError, match="pass nodes=5"):
+        wrap(wrap_runs.model(), None, algorithm="dpsgd", topology=topologies.build("ring", 5), nodes=4)
+
+
+def test_a_launch_whose_processes_see_a_world_of_one(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(WrapError, match=r"one of 4 .*init_process_group"):
+        wrap(wrap_runs.model(), None, algorithm="dpsgd", world=World(None))
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setenv("PMI_SIZE", "4")
+    with pytest.raises(WrapError, match="mpiexec started 4 processes but MPI"):
+        wrap(wrap_runs.model(), None, algorithm="dpsgd", world=World(None))
+
+
+def test_a_new_parameter_group_is_refused():
+    _, opt = wrap_runs.wrapped("choco", None)
+    with pytest.raises(WrapError, match="before gossip.wrap"):
+        opt.add_param_group({"params": [nn.Parameter(torch.zeros(2))]})
+
+
+def test_a_step_without_backward():
+    _, opt = wrap_runs.wrapped("dpsgd", None)
+    with pytest.raises(WrapError, match=r"call loss.backward\(\) before opt.step\(\)"):
+        opt.step()
+
+
+class _TwoGradients(Algorithm):
+    """A round that asks for the gradient twice (a probe of the wrapper's check)."""
+
+    name = "two-gradients"
+    trains = True
+
+    def setup(self, block):
+        block.workspace["g"] = torch.empty_like(block.x)
+
+    def step(self, block):
+        g = block.gradients(block.workspace["g"])
+        block.x.sub_(g, alpha=0.1)
+        block.gradients(block.workspace["g"])
+        yield from ()
+
+
+class _GradientElsewhere(_TwoGradients):
+    """A round that moves x, then asks for the gradient (extragradient-like)."""
+
+    name = "gradient-elsewhere"
+
+    def step(self, block):
+        block.x.mul_(0.5)
+        block.gradients(block.workspace["g"])
+        yield from ()
+
+
+@pytest.mark.parametrize(("cls", "why"), [(_TwoGradients, "a second time in one round"),
+                                          (_GradientElsewhere, "at another point")])
+def test_an_algorithm_that_wants_another_gradient(cls, why):
+    model, opt = wrap(wrap_runs.model(), None, algorithm=cls(), nodes=2)
+    train, _ = digits()
+    for m in opt.models:
+        nn.functional.cross_entropy(m(train.tensors[0][:8]), train.tensors[1][:8]).backward()
+    with pytest.raises(WrapError, match=rf"^{cls.name} asks for .*{why}.*DecentralizedTrainer"):
+        opt.step()
+
+
+# -- the examples ----------------------------------------------------------------------------------
+
+
+def _body(path) -> list[str]:
+    """An example's lines after its module docstring."""
+    text = path.read_text()
+    return text[text.index('"""', 3) + 4:].splitlines(keepends=True)
+
+
+def example_diff() -> str:
+    """The unified diff from train_plain.py to train_gossip.py, docstrings left out."""
+    plain, wrapped = ROOT / "examples" / "train_plain.py", ROOT / "examples" / "train_gossip.py"
+    lines = difflib.unified_diff(_body(plain), _body(wrapped), "train_plain.py", "train_gossip.py", n=1)
+    return "".join(re.sub(r"^(@@ [^@]* @@).*", r"\1", line) for line in lines)
+
+
+def test_the_docs_show_the_examples_diff():
+    text = DOC.read_text()
+    block = re.search(r"```diff\n(.*?)```", text, re.S)
+    assert block, "docs/wrap.md has no ```diff block"
+    assert block.group(1) == example_diff(), "regenerate the diff in docs/wrap.md (example_diff())"
+    changed = [ln for ln in example_diff().splitlines()[2:] if ln[:1] in "+-"]
+    assert 0 < len(changed) <= 8, changed  # "a few lines different"
+
+
+@pytest.mark.slow
+def test_the_examples_run():
+    plain = run_py(["examples/train_plain.py", "--steps", "20"], timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    one = run_py(["examples/train_gossip.py", "--steps", "20"], timeout=120)
+    assert one.returncode == 0, one.stderr
+    for res in (plain, one):
+        assert re.search(r"steps 20 .*test accuracy 0\.\d+", res.stdout), res.stdout
+
+
+# -- under MPI ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
+def test_mpi_ranks_equal_the_trainer_and_refuse_unequal_models(tmp_path):
+    res = run_mpi(4, ["tests/helpers/mpi_wrap.py", str(tmp_path)], timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    for name in wrap_runs.CONFIGS:
+        want, x_want = wrap_runs.trainer_losses(name, 4, 8)
+        for rank in range(4):
+            got = json.loads((tmp_path / f"{name}.{rank}.json").read_text())
+            assert got["losses"] == want, (name, rank)
+            x = torch.load(tmp_path / f"{name}.{rank}.pt", weights_only=True)
+            assert torch.equal(x, x_want[rank]), (name, rank)
+    want, x_want = wrap_runs.trainer_losses("choco", 8, 4)
+    for rank in range(4):
+        assert json.loads((tmp_path / f"block.{rank}.json").read_text())["losses"] == want
+        x = torch.load(tmp_path / f"block.{rank}.pt", weights_only=True)
+        assert torch.equal(x, x_want[2 * rank : 2 * rank + 2]), rank
+    for rank in range(4):
+        msg = (tmp_path / f"unequal.{rank}.txt").read_text()
+        assert "differs between MPI processes" in msg and "[1]" in msg and "manual_seed" in msg
+        resumed = json.loads((tmp_path / f"resume.{rank}.json").read_text())
+        assert resumed["resumed"] == resumed["straight"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
+def test_the_gossip_example_under_mpiexec():
+    res = run_mpi(4, ["examples/train_gossip.py", "--steps", "20"], timeout=180)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert len(re.findall(r"test accuracy", res.stdout)) == 1, res.stdout  # rank 0 prints
+
+
+@pytest.mark.parametrize("gossip_buffers", [False, True])
+def test_batchnorm_buffers_local_or_gossiped(gossip_buffers):
+    """Local BatchNorm statistics are averaged by average_model; gossiped ones live in x."""
+    from gossip.training import SmallCNN
+
+    train, _ = digits(image=True)
+    torch.manual_seed(0)
+    net = SmallCNN(1, 10, (8, 8), width=4, norm="batch")
+    net, opt = wrap(net, torch.optim.SGD(net.parameters(), lr=0.1), algorithm="dpsgd", nodes=2,
+                    gossip_buffers=gossip_buffers)
+    for step in range(2):
+        opt.zero_grad()
+        for k, m in enumerate(opt.models):
+            lo = 16 * (2 * step + k)
+            nn.functional.cross_entropy(m(train.tensors[0][lo:lo + 16]), train.tensors[1][lo:lo + 16]).backward()
+        opt.step()
+    means = [dict(m.named_buffers())["features.1.running_mean"] for m in opt.models]
+    avg = dict(opt.average_model().named_buffers())["features.1.running_mean"]
+    assert torch.allclose(avg, (means[0] + means[1]) / 2, atol=1e-7)
+    in_x = means[0].data_ptr() - opt.engine.block.x[0].data_ptr()
+    assert (0 <= in_x < opt.engine.block.x[0].numel() * 4) == gossip_buffers
