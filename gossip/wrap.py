@@ -44,7 +44,7 @@ from gossip.comm.launch import launched_by_mpi
 from gossip.comm.world import World
 from gossip.compress import Compressor
 from gossip.engine import Engine
-from gossip.errors import GossipError, NodeError, WrapError
+from gossip.errors import ConfigError, GossipError, NodeError, WrapError
 from gossip.metrics import consensus_error
 from gossip.training import flat
 from gossip.training.build import check_trainable, load_average, training_engine
@@ -243,6 +243,7 @@ def wrap(
     l2: float = 0.0,
     timeout: float = 120.0,
     network: str | None = None,
+    transport: str = "auto",
     **hparams: Any,
 ) -> tuple[nn.Module, GossipOptimizer]:
     """Make ``model`` a node of a decentralized run; returns ``(model, opt)``.
@@ -258,7 +259,10 @@ def wrap(
         seed: the run seed (compressors' randomness, the data partition of :meth:`sampler`).
         nodes: the number of nodes; None: one per process. More than the processes: each
             process hosts a block of them (``opt.models``, one gradient each per step).
-        world: the process group (default: detected, ``World.detect()``).
+        world: the process group (default: detected, ``World.detect()``: MPI under mpiexec,
+            torch.distributed under torchrun, NCCL for a CUDA model).
+        transport: what the detected world uses: ``auto``, ``mpi``, ``torch``, ``gloo``,
+            ``nccl`` or ``local`` (docs/transports.md).
         l2: weight decay added to the gradient, for algorithms without a local optimizer.
         gossip_buffers, per_tensor, timeout, network: as for DecentralizedTrainer.
     """
@@ -273,7 +277,11 @@ def wrap(
         raise WrapError(f"the model mixes dtypes/devices {sorted(map(str, kinds))}: the flat model is "
                         "one tensor; move it first (model.to(dtype=..., device=...))")
     dtype, device = params[0].dtype, params[0].device
-    world = world or World.detect()  # the engine gives it the timeout
+    if world is None:  # the engine gives it the timeout
+        try:
+            world = World.detect(transport=transport, device=device)
+        except ConfigError as exc:
+            raise WrapError(f"transport={transport!r}: {exc}") from None
     _check_launch(world)
     n = world.size if nodes is None else int(nodes)
     if n < world.size:
@@ -368,7 +376,7 @@ def _topology(spec: Any, n: int, seed: int, per_process: bool, world: World) -> 
     if have != n:
         if per_process:
             raise WrapError(f"the topology has {have} nodes but {world.size} process(es) run one node "
-                            f"each: launch {have} processes (mpiexec -n {have}), or pass nodes={have} "
+                            f"each: launch {have} processes ({world.launch_hint(have)}), or pass nodes={have} "
                             "(each process then hosts a block of nodes)", rank=world.rank)
         raise WrapError(f"the topology has {have} nodes but nodes={n}: pass nodes={have}",
                         rank=world.rank)
@@ -397,10 +405,9 @@ def _check_launch(world: World) -> None:
     size = _env_int("WORLD_SIZE")
     if size > 1:
         raise WrapError(f"this process was started as one of {size} (WORLD_SIZE={size}, torchrun) "
-                        "but gossip's World.detect() sees one process, so each would train alone: "
-                        "initialise the process group first (torch.distributed.init_process_group()) "
-                        f"with a gossip that has the torch.distributed transport, or launch with "
-                        f"mpiexec -n {size}")
+                        "but its world is a single process, so each would train alone: leave "
+                        "world= and transport= out under torchrun (the process group is then "
+                        f"joined), or launch with mpiexec -n {size}")
 
 
 def _env_int(*names: str) -> int:

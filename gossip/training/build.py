@@ -90,7 +90,7 @@ def check_same_start(engine: Engine, initial: torch.Tensor, fix: str) -> None:
         placement = engine.world.placement(engine.n)
         ranks = sorted({placement[i] for i in np.flatnonzero(hashes != hashes[0]).tolist()})
         raise ConfigError(
-            f"the initial model differs between MPI processes (rank(s) {ranks} hold another model "
+            f"the initial model differs between processes (rank(s) {ranks} hold another model "
             f"than rank {placement[0]}, by a hash of the flat parameters); {fix}",
             rank=engine.world.rank,
         )

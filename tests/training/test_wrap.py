@@ -26,7 +26,7 @@ from gossip.training.seeds import data_seed, partition_seed
 from gossip.training.trainer import trainable_algorithms
 from gossip.wrap import NodeSampler, wrap
 from tests.helpers import wrap_runs
-from tests.helpers.launch import ROOT, mpiexec, run_mpi, run_py
+from tests.helpers.launch import ROOT, mpiexec, run_mpi, run_py, run_torchrun, torchrun
 
 DOC = ROOT / "docs" / "wrap.md"
 
@@ -402,10 +402,17 @@ def test_the_examples_run():
 # -- under MPI ---------------------------------------------------------------------------------------
 
 
+LAUNCHERS = [pytest.param(run_mpi, id="mpiexec",
+                          marks=pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")),
+             pytest.param(run_torchrun, id="torchrun",
+                          marks=pytest.mark.skipif(torchrun() is None, reason="no torchrun"))]
+
+
 @pytest.mark.slow
-@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
-def test_mpi_ranks_equal_the_trainer_and_refuse_unequal_models(tmp_path):
-    res = run_mpi(4, ["tests/helpers/mpi_wrap.py", str(tmp_path)], timeout=300)
+@pytest.mark.parametrize("launch", LAUNCHERS)
+def test_ranks_equal_the_trainer_and_refuse_unequal_models(tmp_path, launch):
+    """One node per process under mpiexec -n 4 and torchrun --nproc-per-node 4 (gloo)."""
+    res = launch(4, ["tests/helpers/mpi_wrap.py", str(tmp_path)], timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     for name in wrap_runs.CONFIGS:
         want, x_want = wrap_runs.trainer_losses(name, 4, 8)
@@ -421,15 +428,15 @@ def test_mpi_ranks_equal_the_trainer_and_refuse_unequal_models(tmp_path):
         assert torch.equal(x, x_want[2 * rank : 2 * rank + 2]), rank
     for rank in range(4):
         msg = (tmp_path / f"unequal.{rank}.txt").read_text()
-        assert "differs between MPI processes" in msg and "[1]" in msg and "manual_seed" in msg
+        assert "differs between processes" in msg and "[1]" in msg and "manual_seed" in msg
         resumed = json.loads((tmp_path / f"resume.{rank}.json").read_text())
         assert resumed["resumed"] == resumed["straight"]
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
-def test_the_gossip_example_under_mpiexec():
-    res = run_mpi(4, ["examples/train_gossip.py", "--steps", "20"], timeout=180)
+@pytest.mark.parametrize("launch", LAUNCHERS)
+def test_the_gossip_example_under_a_launcher(launch):
+    res = launch(4, ["examples/train_gossip.py", "--steps", "20"], timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert len(re.findall(r"test accuracy", res.stdout)) == 1, res.stdout  # rank 0 prints
 
