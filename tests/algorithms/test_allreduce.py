@@ -193,13 +193,13 @@ def test_adasum_sends_to_its_partner_only():
                  lambda i: torch.zeros(d, dtype=torch.float64),
                  oracles=lambda i, gen: QuadraticOracle(data, i))
     phases = []
-    inner = eng.transport.exchange_rows
+    inner = eng.transport.start_rows
 
     def spy(rows, plan, seq, round_):
         phases.append((list(plan.senders), list(plan.arcs), rows.nbytes))
         return inner(rows, plan, seq, round_)
 
-    eng.transport.exchange_rows = spy
+    eng.transport.start_rows = spy
     eng.run(2)
     assert len(phases) == 2 * 3
     for k, (senders, arcs, nbytes) in enumerate(phases):

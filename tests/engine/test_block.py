@@ -93,13 +93,13 @@ def test_models_go_out_with_none_from_their_own_memory():
     topo = topologies.build("ring", 4)
     eng = Engine(make_algorithm("gossip"), topo, lambda i: torch.arange(6.0) + i, compressor="none")
     seen = []
-    original = eng.transport.exchange_rows
+    original = eng.transport.start_rows
 
     def capture(rows, plan, seq, round_):
         seen.append((rows.own.data_ptr(), rows.mine().clone(), eng.block.x.clone()))
         return original(rows, plan, seq, round_)
 
-    eng.transport.exchange_rows = capture
+    eng.transport.start_rows = capture
     eng.step()
     own_ptr, sent, x = seen[0]
     assert own_ptr + 8 == eng.block.x.data_ptr()  # the header bytes, then the model itself

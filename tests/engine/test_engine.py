@@ -93,7 +93,7 @@ def test_bits_in_log_equal_bytes_handed_to_the_transport():
     topo = topologies.build("erdos-renyi:p=0.4", 9, seed=4)
     eng = Engine(make_algorithm("choco", gamma=0.3), topo, gaussian(101), compressor="sign")
     counted = {i: 0 for i in range(9)}
-    original = eng.transport.exchange_rows
+    original = eng.transport.start_rows
 
     def counting(rows, plan, seq, round_):
         # every message a receiver decodes: the sender's row, nbytes long (one per edge)
@@ -102,7 +102,7 @@ def test_bits_in_log_equal_bytes_handed_to_the_transport():
                 counted[plan.sender_of[row]] += rows.both()[row, : rows.nbytes].numel()
         return original(rows, plan, seq, round_)
 
-    eng.transport.exchange_rows = counting
+    eng.transport.start_rows = counting
     recs = eng.run(12, log_every=4)
     bits = np.array([counted[i] * 8 for i in range(9)], dtype=float)
     assert recs[-1]["bits_per_node"] == pytest.approx(bits.mean(), rel=0, abs=0)
