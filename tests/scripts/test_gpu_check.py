@@ -57,3 +57,15 @@ def test_gpu_check_specs_cover_the_registry():
     assert {"none", "topk", "randk", "sign", "qsgd", "lead", "natural", "lowrank"} <= names
     assert all(not any(c.isupper() for c in s) for s in gc.specs())  # placeholders filled in
     assert gc.expectation("topk:0.1") == "exact" and gc.expectation("qsgd:4") == "reduction"
+
+
+def test_gpu_sh_runs_the_check():
+    """benchmarks/gpu.sh, the command the docs give, runs the check with its flags."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([str(ROOT / "benchmarks" / "gpu.sh"), "--device", "cpu", "--quick",
+                          "--skip-timing"], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable})
+    assert res.returncode == 0, res.stderr
+    assert "all required equalities hold" in res.stdout
