@@ -43,6 +43,7 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_engine.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_startup.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_transport.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_overlap.py
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

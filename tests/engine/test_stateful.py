@@ -165,10 +165,10 @@ def test_script_resume_after_a_crash_equals_uninterrupted(tmp_path, monkeypatch,
     main([*args, *length, "--out", str(full)])
     original = Engine.step
 
-    def crash_after_round_20(self):
+    def crash_after_round_20(self, **kw):
         if self.round == 20:
             raise KeyboardInterrupt
-        original(self)
+        original(self, **kw)
 
     monkeypatch.setattr(Engine, "step", crash_after_round_20)
     with pytest.raises(KeyboardInterrupt):
