@@ -38,7 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from gossip.algorithms import make_algorithm
+from gossip.algorithms import REGISTRY, make_algorithm
 from gossip.algorithms.base import Algorithm
 from gossip.comm.launch import launched_by_mpi
 from gossip.comm.world import World
@@ -75,13 +75,14 @@ class GossipOptimizer(torch.optim.Optimizer):
 
     def __init__(self, engine: Engine, models: list[nn.Module], optimizers: list[torch.optim.Optimizer],
                  oracles: list[BackwardOracle | BackwardOptimizerOracle], *, seed: int,
-                 gossip_buffers: bool):
+                 gossip_buffers: bool, overlap: bool = False):
         self.engine = engine
         self.models = models
         self.optimizers = optimizers
         self.n = engine.n
         self.seed = seed
         self.gossip_buffers = gossip_buffers
+        self.overlap = overlap
         self._oracles = oracles
         self.defaults = dict(optimizers[0].defaults) if optimizers else {}
         self._groups = [{"params": flat.parameters(m)} for m in models]
@@ -132,7 +133,16 @@ class GossipOptimizer(torch.optim.Optimizer):
         for oracle in self._oracles:
             oracle.arm()
         try:
-            self.engine.step()
+            if self.overlap:  # last round's messages arrived while this gradient was computed
+                self.engine.end_round()
+                self.engine.begin_round()
+                if any(oracle.armed for oracle in self._oracles):
+                    raise WrapError(f"overlap=True: {self.engine.algorithm.name} takes its "
+                                    "gradient after sending its messages, so the next backward "
+                                    "would run at a model still to be mixed; use overlap=False "
+                                    f"(overlap works with {', '.join(wrap_overlapping())})")
+            else:
+                self.engine.step()
         except NodeError as exc:
             if isinstance(exc.__cause__, WrapError):  # the algorithm wanted another gradient
                 raise exc.__cause__ from None
@@ -144,9 +154,16 @@ class GossipOptimizer(torch.optim.Optimizer):
                 oracle.disarm()
         return loss
 
+    def synchronize(self) -> None:
+        """With ``overlap=True``: wait for the round in flight and mix it in (the helpers below
+        and :meth:`state_dict` do it first; call it after the last step before using the
+        model). Without overlap there is never one."""
+        self.engine.end_round()
+
     def state_dict(self) -> dict[str, Any]:
         """What resumes this process's nodes exactly: models, algorithm state, compressors,
         local optimizers, bytes sent, the round (each process saves its own nodes)."""
+        self.synchronize()
         return {
             "wrap": {"algorithm": self.engine.algorithm.name, "nodes": self.n,
                      "ids": list(self.engine.nodes)},
@@ -160,6 +177,7 @@ class GossipOptimizer(torch.optim.Optimizer):
         if saved is None:
             raise WrapError("load_state_dict takes what GossipOptimizer.state_dict() returned "
                             "(keys 'wrap', 'nodes', 'run'); got another object")
+        self.synchronize()
         here = {"algorithm": self.engine.algorithm.name, "nodes": self.n, "ids": list(self.engine.nodes)}
         if saved != here:
             raise WrapError(f"the checkpoint was written by {saved}, this wrapper is {here}: load it "
@@ -170,8 +188,8 @@ class GossipOptimizer(torch.optim.Optimizer):
     # -- what a training script needs --------------------------------------------------------
     @property
     def round(self) -> int:
-        """Rounds (``opt.step()`` calls) so far."""
-        return self.engine.round
+        """Rounds (``opt.step()`` calls) so far (with ``overlap``, the one in flight too)."""
+        return self.engine.round + int(self.engine.in_round)
 
     @property
     def rank(self) -> int:
@@ -206,11 +224,13 @@ class GossipOptimizer(torch.optim.Optimizer):
 
     def bits_per_node(self) -> float:
         """Mean bits sent per node of the run so far (collective: every process calls it)."""
+        self.synchronize()
         return float(self.engine.bytes_sent().mean()) * 8
 
     def average_model(self) -> nn.Module:
         """A copy of the averaged model x̄ = (1/n) Σ_i x_i, for evaluation (with the nodes'
         mean buffers unless they are gossiped). A collective: every process must call it."""
+        self.synchronize()
         modules = dict(zip(self.engine.block.ids, self.models, strict=True))
         load_average(self.engine, self.engine.mean_model(), self._eval_module, self._eval_flat,
                      modules, self.gossip_buffers)
@@ -218,6 +238,7 @@ class GossipOptimizer(torch.optim.Optimizer):
 
     def consensus_distance(self) -> float:
         """(1/n) Σ_i ‖x_i − x̄‖²: how far the nodes are apart (collective)."""
+        self.synchronize()
         return consensus_error(self.engine, self.engine.mean_model())
 
     def sampler(self, dataset: Any, partition: str | Sequence[Sequence[int]] = "iid",
@@ -226,6 +247,12 @@ class GossipOptimizer(torch.optim.Optimizer):
         hosted node), in the order DecentralizedTrainer's loader reads it for the same seed."""
         return NodeSampler(dataset, self.node if node is None else node, self.n, seed=self.seed,
                            partition=partition)
+
+
+def wrap_overlapping() -> list[str]:
+    """Algorithms that ``wrap(..., overlap=True)`` runs with the same numbers: their round takes
+    the gradient before sending and leaves the model alone after (``overlaps == "next"``)."""
+    return sorted(name for name, cls in REGISTRY.items() if cls.overlaps == "next")
 
 
 def wrap(
@@ -244,6 +271,8 @@ def wrap(
     timeout: float = 120.0,
     network: str | None = None,
     transport: str = "auto",
+    overlap: bool = False,
+    link_latency: float = 0.0,
     **hparams: Any,
 ) -> tuple[nn.Module, GossipOptimizer]:
     """Make ``model`` a node of a decentralized run; returns ``(model, opt)``.
@@ -263,6 +292,13 @@ def wrap(
             torch.distributed under torchrun, NCCL for a CUDA model).
         transport: what the detected world uses: ``auto``, ``mpi``, ``torch``, ``gloo``,
             ``nccl`` or ``local`` (docs/transports.md).
+        overlap: ``opt.step()`` posts the round's messages and returns; they are mixed in at
+            the next ``step()`` (or :meth:`GossipOptimizer.synchronize`), so they travel while
+            your next forward and backward run. The same numbers as without it, for the
+            algorithms whose round takes its gradient before sending and leaves the model
+            alone after (:func:`wrap_overlapping`; docs/wrap.md).
+        link_latency: seconds every round's messages take to arrive on top of the transfer
+            (a simulated link delay, to measure ``overlap``).
         l2: weight decay added to the gradient, for algorithms without a local optimizer.
         gossip_buffers, per_tensor, timeout, network: as for DecentralizedTrainer.
     """
@@ -290,6 +326,11 @@ def wrap(
     topo = _topology(topology, n, seed, nodes is None, world)
     alg = make_algorithm(algorithm, **hparams)
     check_trainable(alg, optimizer)
+    if overlap and alg.overlaps != "next":
+        raise WrapError(f"overlap=True: {alg.name} " + (
+            "takes its gradient after sending its messages, so the next backward would run at a "
+            "model still to be mixed" if alg.overlaps else "changes the model after sending its "
+            "messages") + f"; overlap works with {', '.join(wrap_overlapping())}")
     if l2 and optimizer is not None:
         raise WrapError(f"l2={l2} is the weight decay of algorithms without a local optimizer; with "
                         "one, give the optimizer weight_decay instead")
@@ -309,6 +350,7 @@ def wrap(
             lambda i, _gen: by_id[i], per_tensor=per_tensor,
             compressor="none" if compressor is None else compressor, seed=seed, world=world,
             timeout=timeout, network=network, device=device, dtype=dtype, fix=SAME_START_FIX,
+            link_latency=link_latency,
         )
     except GossipError as exc:
         if isinstance(exc.__cause__, WrapError):
@@ -317,7 +359,7 @@ def wrap(
             raise _alone(alg.name, exc) from exc
         raise
     return models[0], GossipOptimizer(engine, models, optimizers, oracles, seed=seed,
-                                      gossip_buffers=gossip_buffers)
+                                      gossip_buffers=gossip_buffers, overlap=overlap)
 
 
 def _node_copies(model: nn.Module, optimizer: OptimizerLike,

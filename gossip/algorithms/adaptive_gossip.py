@@ -257,7 +257,7 @@ class ChocoAMSGrad(TrackedAMSGrad):
 
     name = "choco-amsgrad"
     state_copies = 15
-    overlaps = True  # the mixes change only the copies
+    overlaps = "next"  # the mixes change only the copies
     requires = replace(AdaptiveGossip.requires, compressor="any", compressor_message="")
     """Any compressor: the copies make biased ones safe (as in CHOCO-SGD)."""
     tunable = ("gamma",)

@@ -55,10 +55,13 @@ class Algorithm(ABC):
     compressor). A subclass changes it with ``dataclasses.replace(Parent.requires, ...)``."""
     trains: ClassVar[bool] = False
     """Uses gradients when the node has an oracle, so it can train a model or solve a problem."""
-    overlaps: ClassVar[bool] = False
+    overlaps: ClassVar[str | None] = None
     """Its round leaves ``x`` alone once its first phase is sent (only copies and sums change
-    after), so ``--overlap`` may compute the next round's gradients while those messages travel
-    (docs/overlap.md); a round that breaks this is caught, not mixed in."""
+    after), so ``--overlap`` may compute gradients while those messages travel
+    (docs/overlap.md): ``"next"`` when the round takes its gradient before sending (the next
+    round's is computed ahead; :func:`gossip.wrap` can overlap it too), ``"within"`` when it
+    takes it after sending, at the model it sent (D-PSGD). A round that breaks this is caught,
+    not mixed in."""
     takes_optimizer: ClassVar[bool] = False
     """Its local step goes through :func:`local_step`, so a node's ``torch.optim`` optimizer
     (momentum, Adam, weight decay) applies; otherwise it uses the plain gradient with ``eta``."""

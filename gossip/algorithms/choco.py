@@ -52,7 +52,7 @@ class Choco(Algorithm):
     state_copies = 6
     trains = True
     takes_optimizer = True
-    overlaps = True  # the mix changes only x̂ and s
+    overlaps = "next"  # the mix changes only x̂ and s
     tunable = ("gamma",)
     step_schedule = True
     step_rule = "dgd"

@@ -30,7 +30,7 @@ class DPSGD(Gossip):
     state_copies = 4
     trains = True
     takes_optimizer = True
-    overlaps = True
+    overlaps = "within"  # its gradient is taken after the send, at the model sent
     requires = replace(Gossip.requires, gradients=True)
     step_schedule = True
     step_rule = "dgd"

@@ -34,7 +34,7 @@ class ECD(Algorithm):
     name = "ecd"
     state_copies = 5
     trains = True
-    overlaps = True  # x is set before the send; the mix updates the estimates
+    overlaps = "next"  # x is set before the send; the mix updates the estimates
     step_schedule = True
     step_rule = "dgd"
 

@@ -58,7 +58,7 @@ class CECL(Algorithm):
     state_copies = 4
     neighbor_copies = 3
     trains = True
-    overlaps = True  # the duals change after the send, x does not
+    overlaps = "next"  # the duals change after the send, x does not
     requires = Requirements(
         gradients=True, compressor="stateless",
         compressor_message="{name} sends one stream per edge; '{spec}' keeps state per stream: use a "

@@ -479,9 +479,9 @@ class Block:
             grads, version, name = ahead
             if self.x._version != version:
                 raise ContractError(
-                    f"{name} declares overlaps = True but changed x after its round's messages "
+                    f"{name} declares overlaps but changed x after its round's messages "
                     "were sent, so the gradients computed while they travelled are stale: set "
-                    "overlaps = False on it, or run without --overlap")
+                    "overlaps = None on it, or run without --overlap")
             return out.copy_(grads)
         for r, nd in enumerate(self.nodes):
             self.oracle_call(nd.oracle.grad, self.x[r], out=out[r])

@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,7 +28,15 @@ from gossip.engine.loss import Delivery
 from gossip.engine.nodes import Node
 from gossip.engine.routing import MixPlan
 from gossip.engine.staging import Rows
-from gossip.errors import CompressionError, ConfigError, DivergenceError, GossipError, NodeError, RowsError
+from gossip.errors import (
+    CompressionError,
+    ConfigError,
+    ContractError,
+    DivergenceError,
+    GossipError,
+    NodeError,
+    RowsError,
+)
 from gossip.layout import Layout
 from gossip.metrics import consensus_error
 from gossip.network import Network, parse_network
@@ -134,6 +143,7 @@ class Engine:
                 raise ConfigError(f"compressor '{compressor}' cannot compress node {i}'s model of "
                                   f"{x.numel()} entries: {exc}", node=i) from None
         self.round = 0
+        self._open: _Round | None = None  # the round in flight (begin_round .. end_round)
         self._seq = 0
         self.compute_s = 0.0
         self.comm_s = 0.0
@@ -232,6 +242,21 @@ class Engine:
         gradients at x as it then stands (``overlap``: :meth:`run` asks it for every round
         but those that end in a log, a checkpoint or the run's end, where the next round's
         mini-batches must not be drawn yet)."""
+        self.begin_round()
+        if prefetch and self._open is not None:  # the next round's gradients while they travel
+            tic = time.perf_counter()
+            self.block.prefetch_gradients(self.algorithm.name)
+            self.compute_s += time.perf_counter() - tic
+        self.end_round()
+
+    @torch.no_grad()
+    def begin_round(self) -> None:
+        """Run the next round up to its first phase's messages being posted, and return while
+        they travel: work done before :meth:`end_round` overlaps them (for algorithms with
+        :attr:`~gossip.algorithms.Algorithm.overlaps`, x is then final for the round). A
+        round without messages ends here."""
+        if self._open is not None:
+            raise ContractError(f"round {self.round + 1} is in flight: end_round() it first")
         t = self.round + 1
         topo = self.topology.at_round(t)
         if topo is not self._viewed:  # static graphs: the views of round 1 stay
@@ -242,35 +267,55 @@ class Engine:
             node.round = t
         block = self.block
         block.begin_round(t, self._plan(topo))
-        delivery = self.delivery
-        if delivery is not None:
-            delivery.begin_round()
+        if self.delivery is not None:
+            self.delivery.begin_round()
         tic = time.perf_counter()
         gen = self.algorithm.step(block)
         msg = self._advance(gen, None)
         self.compute_s += time.perf_counter() - tic
-        phase_no = 0
-        while msg is not None:
+        self._open = _Round(t, topo, gen)
+        self._post(msg)
+
+    @torch.no_grad()
+    def end_round(self) -> None:
+        """Wait for the messages :meth:`begin_round` posted and finish the round (its later
+        phases included); nothing when no round is in flight."""
+        rnd = self._open
+        if rnd is None:
+            return
+        while rnd.pending is not None:
             tic = time.perf_counter()
-            # several messages yielded together travel as one (their parts come back)
-            phase = block.pack(list(msg)) if isinstance(msg, tuple | list) else msg
-            self._seq += 1
-            if delivery is not None:  # the lost messages are neither sent nor mixed
-                self._deliver(phase, delivery.route(phase.route, topo, t, phase_no))
-            phase_no += 1
-            pending = self.transport.start_rows(phase, phase.route, self._seq, t)
-            if prefetch:  # the next round's gradients while the messages travel
-                hidden = time.perf_counter()
-                block.prefetch_gradients(self.algorithm.name)
-                prefetch, hidden = False, time.perf_counter() - hidden
-                tic += hidden
-                self.compute_s += hidden
-            self.transport.finish_rows(pending)
+            self.transport.finish_rows(rnd.pending)
             toc = time.perf_counter()
             self.comm_s += toc - tic
-            msg = self._advance(gen, phase, phase.parts if phase is not msg else phase)
+            phase, msg = rnd.phase, rnd.msg
+            msg = self._advance(rnd.gen, phase, phase.parts if phase is not msg else phase)
             self.compute_s += time.perf_counter() - toc
-        self.round = t
+            self._post(msg)
+        self._open = None
+        self.round = rnd.t
+
+    @property
+    def in_round(self) -> bool:
+        """A round's messages are in flight (between :meth:`begin_round` and :meth:`end_round`)."""
+        return self._open is not None
+
+    def _post(self, msg: Any) -> None:
+        """Post the phase the round yielded (``None``: the round has no more phases)."""
+        rnd = self._open
+        if msg is None:
+            rnd.pending = None
+            return
+        tic = time.perf_counter()
+        # several messages yielded together travel as one (their parts come back)
+        phase = self.block.pack(list(msg)) if isinstance(msg, tuple | list) else msg
+        self._seq += 1
+        if self.delivery is not None:  # the lost messages are neither sent nor mixed
+            self._deliver(phase, self.delivery.route(phase.route, rnd.topo, rnd.t, rnd.phases))
+        rnd.phases += 1
+        rnd.phase, rnd.msg = phase, msg
+        rnd.pending = self.transport.start_rows(phase, phase.route, self._seq, rnd.t)
+        self.comm_s += time.perf_counter() - tic
 
     def _deliver(self, phase: Rows, plan: MixPlan) -> None:
         """Route ``phase`` (and the round's mixing, until the next phase) on the delivered
@@ -527,6 +572,19 @@ def _span(ids: list[int]) -> str:
     if ids and ids == list(range(ids[0], ids[-1] + 1)):
         return f"{ids[0]}..{ids[-1]}"
     return str(ids)
+
+
+@dataclass(eq=False)
+class _Round:
+    """The round in flight between :meth:`Engine.begin_round` and :meth:`Engine.end_round`."""
+
+    t: int
+    topo: Any
+    gen: Any
+    phases: int = 0  # phases posted so far
+    phase: Any = None  # the phase in flight and what the round yielded for it
+    msg: Any = None
+    pending: Any = None  # the transport's handle of the phase in flight (None: no more phases)
 
 
 def _check_latency(value: float) -> float:

@@ -270,6 +270,11 @@ class _Handed:
         self._at.copy_(row)
         self._armed = True
 
+    @property
+    def armed(self) -> bool:
+        """A gradient is pending that no round has taken yet."""
+        return self._armed
+
     def disarm(self) -> None:
         """The round is over: a gradient it did not take is not handed to the next one."""
         self._armed = False

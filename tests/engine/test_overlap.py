@@ -96,7 +96,7 @@ class _Lying(Gossip):
 
     name = "lying"
     trains = True
-    overlaps = True
+    overlaps = "next"
 
     def setup(self, block):
         super().setup(block)
@@ -115,7 +115,7 @@ def test_an_algorithm_that_changes_x_after_sending_is_caught():
     with pytest.raises(NodeError) as exc:
         eng.run(3, log_every=10)
     assert isinstance(exc.value.__cause__, ContractError)
-    assert "lying declares overlaps = True but changed x after its round's messages" in str(exc.value)
+    assert "lying declares overlaps but changed x after its round's messages" in str(exc.value)
 
 
 def test_link_latency_holds_every_phase_back():

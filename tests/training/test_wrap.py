@@ -462,3 +462,45 @@ def test_batchnorm_buffers_local_or_gossiped(gossip_buffers):
     assert torch.allclose(avg, (means[0] + means[1]) / 2, atol=1e-7)
     in_x = means[0].data_ptr() - opt.engine.block.x[0].data_ptr()
     assert (0 <= in_x < opt.engine.block.x[0].numel() * 4) == gossip_buffers
+
+
+# -- overlap -----------------------------------------------------------------------------------------
+
+
+def test_overlap_is_offered_where_it_changes_no_number():
+    from gossip.wrap import wrap_overlapping
+
+    assert wrap_overlapping() == ["c-ecl", "choco", "choco-amsgrad", "ecd"]
+    with pytest.raises(WrapError, match="overlap=True: dpsgd takes its gradient after sending"):
+        wrap(wrap_runs.model(), None, algorithm="dpsgd", nodes=4, overlap=True)
+    with pytest.raises(WrapError, match="overlap=True: lead changes the model after sending"):
+        wrap(wrap_runs.model(), None, algorithm="lead", nodes=4, overlap=True)
+
+
+def test_overlapped_steps_equal_plain_steps():
+    """CHOCO through the wrapper with overlap: each step's messages are mixed in at the next
+    step; the losses, the consensus distance and the final models equal the plain run's."""
+    runs = []
+    for overlap in (False, True):
+        torch.manual_seed(0)
+        model = wrap_runs.model()
+        model, opt = wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm="choco",
+                          compressor="topk:0.2", gamma=0.3, nodes=4, overlap=overlap)
+        train, _ = digits()
+        xs, ys = train.tensors
+        losses = []
+        for step in range(6):
+            for k, m in enumerate(opt.models):
+                batch = slice(32 * (4 * step + k), 32 * (4 * step + k + 1))
+                loss = torch.nn.functional.cross_entropy(m(xs[batch]), ys[batch])
+                loss.backward()
+                losses.append(loss.item())
+            opt.step()
+            opt.zero_grad()
+            assert opt.round == step + 1
+        runs.append((losses, opt.consensus_distance(), torch.stack(
+            [opt.engine.nodes[i].x.clone() for i in opt.local_nodes])))
+        if overlap:
+            assert not opt.engine.in_round  # consensus_distance mixed the last round in
+    assert runs[0][0] == runs[1][0] and runs[0][1] == runs[1][1]
+    assert torch.equal(runs[0][2], runs[1][2])
