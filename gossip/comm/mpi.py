@@ -52,11 +52,23 @@ def wait_requests(
     while True:
         try:
             done = test(reqs, statuses) if statuses is not None else test(reqs)
-        except MPI.Exception as exc:  # e.g. MPI_ERR_TRUNCATE
+        except MPI.Exception as exc:  # e.g. MPI_ERR_TRUNCATE, at once (no deadline passed)
+            errors = [MPI.Get_error_class(st.Get_error()) for st in statuses or ()]
+            failed = [p for p, e in zip(peers, errors) if e not in (MPI.SUCCESS, MPI.ERR_PENDING)]
+            truncated = exc.Get_error_class() == MPI.ERR_TRUNCATE or MPI.ERR_TRUNCATE in errors
+            if exc.Get_error_class() == MPI.ERR_TRUNCATE and not failed:
+                failed = peers
+            head = what.split(" waited ")[0]  # "round t: rank r" without the wait
+            if truncated:
+                raise CommError(
+                    f"{head}: {', '.join(p[0] for p in failed)} sent a message larger than the "
+                    "receive buffer its settings announce (the ranks run different settings, or a "
+                    "rank is faulty); start every rank with the same flags and files",
+                    round=round, rank=rank,
+                ) from exc
             raise CommError(
-                f"{what.format(timeout=f'{timeout:g} s')} {', '.join(p[0] for p in peers)}: MPI "
-                f"error on rank {rank}: {exc.Get_error_string()} (a neighbor sent more bytes "
-                "than it announced, or a peer died)",
+                f"{head}: MPI error with {', '.join(p[0] for p in (failed or peers))}: "
+                f"{exc.Get_error_string().split(', error stack')[0]} (a peer died?)",
                 round=round, rank=rank,
             ) from exc
         if done:
@@ -101,16 +113,16 @@ class MPILink(Link):
     def wait(self, handles: list, *, timeout: float, peers: Sequence[Peer], what: str,
              round: int | None = None, sizes: Sequence[int] | None = None) -> None:
         MPI = self._mpi
-        statuses = None if sizes is None else [MPI.Status() for _ in handles]
+        statuses = [MPI.Status() for _ in handles]  # a failed request's error is in its status
         wait_requests(handles, timeout=timeout, rank=self.rank, peers=list(peers), what=what,
                       statuses=statuses, spin=self.spin, yield_cpu=self.yield_cpu, round=round)
         for k, size in enumerate(sizes or ()):
             count = statuses[k].Get_count(MPI.BYTE)
             if statuses[k].Get_error() != MPI.SUCCESS or count != size:
                 raise CommError(
-                    f"{what.format(timeout=f'{timeout:g} s')} {peers[k][0]}: the message has "
-                    f"{count} bytes, expected {size} (the ranks run different settings?)",
-                    round=round, rank=self.rank,
+                    f"{what.split(' waited ')[0]}: {peers[k][0]} sent a message of {count} bytes, "
+                    f"expected {size} (the ranks run different settings? start every rank with "
+                    "the same flags and files)", round=round, rank=self.rank,
                 )
 
     def abort(self, code: int) -> None:

@@ -132,7 +132,7 @@ class World:
         sizes = [placement.count(r) * 8 for r in range(self.size)]
         out = np.empty(n, dtype=np.float64)
         self._all_to_all(mine.view(np.uint8), out.view(np.uint8), sizes, _TAG_VALUES,
-                         "the per-node metric values of")
+                         "metrics: the per-node values of")
         return out
 
     def ordered_sum(self, n: int, local: Mapping[int, torch.Tensor]) -> torch.Tensor:
@@ -152,7 +152,7 @@ class World:
             host = torch.empty(like.shape, dtype=like.dtype)
             before = tuple(range(self.rank))
             self._wait([(_bytes(host), self.rank - 1)], [], _TAG_CHAIN, [(self.rank - 1, before)],
-                       "the running sum from")
+                       "metrics: the running sum from")
             acc = host.to(like.device)
         for i in sorted(local):
             acc = local[i].clone() if acc is None else acc.add_(local[i])
@@ -165,10 +165,11 @@ class World:
             after = tuple(range(self.rank + 1, self.size))
             self._wait([(_bytes(total), last)], [(_bytes(host), self.rank + 1)], _TAG_SUM,
                        [(last, after), (self.rank + 1, (self.rank + 1,))],
-                       "the running sum (passed from rank to rank) with", send_tag=_TAG_CHAIN)
+                       "metrics: the running sum (passed from rank to rank) with",
+                       send_tag=_TAG_CHAIN)
             return total.to(acc.device)
         self._wait([], [(_bytes(host), r) for r in range(last)], _TAG_SUM, list(range(last)),
-                   "the sum to be received by")
+                   "metrics: the sum to be received by")
         return acc
 
     def any(self, flag: bool) -> bool:
@@ -208,7 +209,8 @@ class World:
         else:
             handles = self.link.exchange(recvs, [], tag) + self.link.exchange([], sends, send_tag)
         peers = [p if isinstance(p, tuple) else (p, (p,)) for p in peers]
-        text = f"metrics: rank {self.rank} waited {{timeout}} for {what}"
+        purpose = "metrics: " if what.startswith("metrics: ") else ""  # else a barrier or a vote
+        text = f"{purpose}rank {self.rank} waited {{timeout}} for {what.removeprefix(purpose)}"
         try:
             self.link.wait(handles, timeout=self.timeout, what=text,
                            peers=[(f"rank {r}", blame) for r, blame in peers])

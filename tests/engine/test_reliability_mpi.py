@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -59,3 +60,20 @@ def test_configuration_errors_under_mpi_are_printed_once():
     out = res.stdout + res.stderr
     assert res.returncode != 0
     assert out.count("is not a torch device") == 1 and "Traceback" not in out, out
+
+
+@pytest.mark.parametrize("first", ["record", "step"])
+def test_an_oversized_message_names_its_sender(first):
+    """Rank 1 sends 1 MB more than rank 0's settings announce, in a metric reduction or in a
+    round: rank 0 names rank 1 at once (no deadline waited out, no MPI error stack)."""
+    from tests.helpers.launch import run_mpi
+
+    start = time.time()
+    res = run_mpi(2, ["tests/helpers/mpi_rogue.py", first], timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert time.time() - start < 30, out
+    assert re.search(r"rank 0: (node 1 \()?rank 1\)? sent a message larger than the receive "
+                     "buffer its settings announce", out), out[-3000:]
+    assert "waited" not in out.split("sent a message larger")[0].splitlines()[-1], out[-3000:]
+    assert "error stack" not in out and "MPI_ERROR" not in out, out[-3000:]
