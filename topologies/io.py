@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 
 from .errors import GraphFileError, SelfLoopError, SpecError
 from .registry import import_target
@@ -31,6 +32,10 @@ logger = logging.getLogger(__name__)
 
 EDGELIST_SUFFIXES = (".edgelist", ".txt", ".csv", ".tsv")
 GRAPH_SUFFIXES = EDGELIST_SUFFIXES + (".graphml", ".gml", ".json")
+
+MAX_EDGELIST_BYTES = 64 << 20
+"""An edge list larger than this is refused unread (about 4·10^6 edges, a minute and GBs of
+networkx objects to load)."""
 
 _INT = re.compile(r"[+-]?\d+")
 _HEADER_WORDS = {"source", "target", "src", "dst", "from", "to", "u", "v", "node1", "node2",
@@ -53,7 +58,15 @@ def _ordered(labels: Iterable[object]) -> list[object]:
 
 
 def relabel(graph: nx.Graph, source: str | None = None) -> nx.Graph:
-    """Copy of graph with nodes 0..n-1 (deterministic order); graph.graph["labels"] maps back."""
+    """Copy of graph with nodes 0..n-1 (deterministic order); graph.graph["labels"] maps back.
+    A graph a reader relabeled already (nodes 0..n-1 in order, its "labels" set) is returned."""
+    labels = graph.graph.get("labels")
+    if isinstance(labels, dict) and len(labels) == graph.number_of_nodes() and all(
+            a == b for a, b in zip(graph.nodes, range(len(labels)))):
+        if any(label != i for i, label in labels.items()):
+            logger.info("relabeled %d nodes%s to 0..%d (mapping in graph.graph['labels'])",
+                        len(labels), f" of {source}" if source else "", len(labels) - 1)
+        return graph
     order = _ordered(graph.nodes)
     index = {label: i for i, label in enumerate(order)}
     out = graph.__class__()
@@ -120,12 +133,43 @@ def _clean(graph: nx.Graph, source: str) -> nx.Graph:
 # readers
 
 
+def _integer_pairs(text: str) -> nx.Graph | None:
+    """The common file at speed: every line "u v", two integers, no comment, header or weight;
+    None otherwise (the line-by-line parser then reads it, with its line-numbered errors)."""
+    if "#" in text or "," in text:
+        return None
+    try:
+        ids = np.array(text.split(), dtype=np.int64)
+    except (ValueError, OverflowError):
+        return None
+    lines = text.splitlines()
+    if ids.size != 2 * (len(lines) - lines.count("")) or ids.size == 0:
+        return None  # a line with one label or a weight, or blank lines with spaces
+    if (ids[0::2] == ids[1::2]).any():
+        return None  # a self-loop: named with its line number by the general parser
+    labels, new = np.unique(ids, return_inverse=True)  # numeric order, as relabel() sorts them
+    graph = nx.Graph()
+    graph.add_nodes_from(range(labels.size))
+    graph.add_edges_from(zip(new[0::2].tolist(), new[1::2].tolist()))
+    graph.graph["labels"] = dict(enumerate(labels.tolist()))  # relabeled already
+    return graph
+
+
 def _read_edgelist(path: Path) -> nx.Graph:
     """Parse "u v [weight]" lines ('#' comments, optional header, commas or whitespace)."""
+    size = path.stat().st_size
+    if size > MAX_EDGELIST_BYTES:
+        raise GraphFileError(
+            f"{path}: {size / 2**20:.0f} MiB, more than the {MAX_EDGELIST_BYTES >> 20} MiB an edge "
+            "list may have (its graph would take several GB as networkx objects): build graphs "
+            "this large from a spec or a module:function (docs/topologies.md)")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise GraphFileError(f"{path}: not a UTF-8 text edge list ({exc})") from None
+    fast = _integer_pairs(text)
+    if fast is not None:
+        return fast
     rows: list[tuple[int, list[str]]] = []
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()

@@ -181,3 +181,29 @@ def test_load_callable_errors(user_module):
         T.load_callable("user_graphs_mod:VALUE", 6)
     with pytest.raises(SpecError, match="module:function"):
         T.load_callable("no_colon", 6)
+
+
+def test_integer_pairs_read_fast_as_the_general_parser_does(tmp_path):
+    """A plain "u v" file takes the vectorized path; the same file with a comment (the line-by-
+    line parser) gives the same graph, labels and all."""
+    pairs = "10 20\n20 35\n35 10\n35 7\n"
+    fast, slow = tmp_path / "fast.edgelist", tmp_path / "slow.edgelist"
+    fast.write_text(pairs)
+    slow.write_text("# the same edges\n" + pairs)
+    a, b = T.load(fast), T.load(slow)
+    assert sorted(a.edges) == sorted(b.edges) and a.graph["labels"] == b.graph["labels"]
+    assert a.graph["labels"] == {0: 7, 1: 10, 2: 20, 3: 35}
+    loop = tmp_path / "loop.edgelist"
+    loop.write_text("1 2\n2 2\n")
+    with pytest.raises(SelfLoopError, match="loop.edgelist:2: self-loop on node 2"):
+        T.load(loop)
+
+
+def test_an_oversized_edge_list_is_refused_unread(tmp_path, monkeypatch):
+    from topologies import io
+
+    path = tmp_path / "big.edgelist"
+    path.write_text("0 1\n1 2\n" * 100)
+    monkeypatch.setattr(io, "MAX_EDGELIST_BYTES", 100)
+    with pytest.raises(GraphFileError, match=r"more than the 0 MiB an edge list may have.*module:function"):
+        T.load(path)
