@@ -37,7 +37,14 @@ def init_process_group(backend: str, timeout: float) -> None:
             "or run on GPU machines")
     spec = "cpu:gloo,cuda:nccl" if backend == "nccl" else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        local, gpus = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), torch.cuda.device_count()
+        if local > gpus:
+            raise CommConfigError(
+                f"--transport nccl needs a GPU per process: this machine runs {local} processes on "
+                f"{gpus} GPU(s); start at most {gpus} per machine (torchrun --nproc-per-node "
+                f"{gpus}, with --nodes N to host several nodes per process), or use --transport "
+                "mpi, whose CUDA messages go through host memory")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % gpus)
     dist.init_process_group(spec, timeout=datetime.timedelta(seconds=timeout))
 
 
