@@ -21,6 +21,7 @@ from gossip.algorithms import Algorithm, Round, register_algorithm
 from gossip.algorithms.base import check_range, scheduled
 from gossip.compress import Codec, register_compressor
 from gossip.compress.wire import Sections, numel_of
+from gossip.engine.channel import Channel
 from gossip.errors import CompressionError
 
 
@@ -91,20 +92,20 @@ class LocalGossip(Algorithm):
         self.gamma, self.eta, self.period = gamma, eta, int(period)
 
     def setup(self, block) -> None:
-        x_hat, s = block.stacked(2)  # one decode updates both (mix_into's copy=)
-        block.state.update(x_hat=x_hat, s=s)  # checkpointed
-        block.workspace.update(diff=torch.empty_like(block.x), grad=torch.empty_like(block.x))
+        # x̂ and s live in block.state (checkpointed); one decode of the messages updates both
+        block.workspace["channel"] = Channel(block, "x", memory="choco", keys=("x_hat", "s"))
+        block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block) -> Round:
-        x, st, ws = block.x, block.state, block.workspace
+        x, ws = block.x, block.workspace
+        ch = ws["channel"]
         if block.has_oracle:
             block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
         if block.round % self.period:
             return  # no exchange this round (the same on every node)
-        x.add_(torch.sub(st["s"], st["x_hat"], out=ws["diff"]), alpha=self.gamma)
-        q = block.encode(torch.sub(x, st["x_hat"], out=ws["diff"]))
-        inbox = yield q
-        block.mix_into(st["s"], q, inbox, copy=st["x_hat"])  # s += W q, x_hat += q
+        x.add_(ch.gap(), alpha=self.gamma)  # x ← x + γ (s − x̂)
+        inbox = yield ch.send(x)  # q = C(x − x̂)
+        ch.mix(inbox)  # x̂ += q;  s += Σ_j w_ij q_j
 
 
 register_compressor("int8", StochasticInt8)
