@@ -60,6 +60,7 @@ from gossip.training import flat
 from gossip.training.data import BatchStream, node_loader, partition_indices
 from gossip.training.evaluate import Sums, evaluate, shard
 from gossip.training.oracle import LossFn, ModelOracle, OptimizerOracle
+from gossip.training.precision import autocast_dtype
 from gossip.training.seeds import data_seed, derive, partition_seed
 
 
@@ -114,6 +115,11 @@ class DecentralizedTrainer:
         eval_batch_size: batch size of evaluations.
         node_eval_samples: test samples each node's own model is evaluated on (None: all).
         eval_train: also evaluate the averaged model on the training set at every log.
+        autocast: ``"bf16"`` or ``"fp16"``: mixed precision, each node's forward and backward
+            under ``torch.autocast`` in that type while ``x`` (the float32 master weights
+            every compressor sends) and the optimizer state stay float32; fp16 with a dynamic
+            loss scale (:mod:`gossip.training.precision`, docs/low-precision.md). Needs
+            ``dtype=torch.float32``. Evaluations run in float32. None: off.
     """
 
     def __init__(
@@ -144,6 +150,7 @@ class DecentralizedTrainer:
         eval_batch_size: int = 1024,
         node_eval_samples: int | None = None,
         eval_train: bool = False,
+        autocast: str | None = None,
     ):
         if isinstance(topology, str):
             import topologies
@@ -161,6 +168,8 @@ class DecentralizedTrainer:
         self.gossip_buffers = gossip_buffers
         self.seed = seed
         self.device, self.dtype = torch.device(device), dtype
+        autocast_dtype(autocast, dtype, self.device)  # refuse a bad combination before any work
+        self.autocast = None if autocast == "none" else autocast
         self.eval_batch_size = eval_batch_size
         self.node_eval_samples = node_eval_samples
         self.eval_train = eval_train
@@ -223,11 +232,11 @@ class DecentralizedTrainer:
         rng = derive(self.seed, _RNG, i)
         if self._optimizer is None:
             return ModelOracle(module, stream, self.loss_fn, buffers=self.gossip_buffers,
-                               l2=self._l2, rng_seed=rng)
+                               l2=self._l2, rng_seed=rng, autocast=self.autocast)
         opt = self._optimizer(flat.parameters(module))
         sched = self._scheduler(opt) if self._scheduler is not None else None
         return OptimizerOracle(module, stream, opt, sched, self.loss_fn,
-                               buffers=self.gossip_buffers, rng_seed=rng)
+                               buffers=self.gossip_buffers, rng_seed=rng, autocast=self.autocast)
 
     def _check_same_start(self) -> None:
         """Every process must start from the same model (decentralized runs start equal)."""
