@@ -11,8 +11,14 @@ points, the mean test loss, bits sent per node, their ratio to the reference, an
 time per epoch (wall time of the whole run over its epochs; the settings run interleaved, seed
 by seed, so a busy machine slows them alike).
 
-    python benchmarks/bench_low_precision.py                      # ~2 min on one CPU core
+A second table times the parts a round is made of, in this process, best of ``--repeat``:
+one node's gradient (``ModelOracle.grad``: a batch of 32 through forward and backward, float32
+or under autocast) and one message of the model (``encode_rows`` then ``decode_add_rows_`` of the
+whole per-tensor message, ``none`` / ``bf16`` / ``fp16``), in µs per call.
+
+    python benchmarks/bench_low_precision.py                      # ~3 min on one CPU core
     python benchmarks/bench_low_precision.py --epochs 5 --seeds 0 # a quick look
+    python benchmarks/bench_low_precision.py --parts-only --device cuda
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import importlib.util
 import io
 import statistics
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +54,7 @@ def run(train: Any, args: argparse.Namespace, algorithm: str, autocast: str, com
     argv = ["--data", "digits", "--model", "mlp", "--hidden", "128", "--nodes", str(args.nodes),
             "--topology", "ring", "--algorithm", algorithm, "--compressor", compressor,
             "--autocast", autocast, "--epochs", str(args.epochs), "--eval-every", str(args.epochs),
-            "--lr", "0.1", "--optimizer", "momentum", "--seed", str(seed)]
+            "--lr", "0.1", "--optimizer", "momentum", "--seed", str(seed), "--device", args.device]
     if algorithm == "choco":
         argv += ["--gamma", str(args.gamma)]
     with contextlib.redirect_stdout(io.StringIO()):
@@ -75,6 +82,58 @@ def table(results: dict[tuple[str, str, str], list[dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def best_us(fn: Any, calls: int, repeat: int, sync: Any) -> float:
+    """Best over ``repeat`` of the mean time of ``calls`` calls of ``fn``, in µs."""
+    fn()  # warm-up: allocations, autocast caches, kernels
+    best = float("inf")
+    for _ in range(repeat):
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e6
+
+
+def parts(device: str, calls: int, repeat: int) -> str:
+    """The markdown table of one node's gradient and one message's encode + decode."""
+    import numpy as np
+    import torch
+
+    from gossip.compress import make
+    from gossip.seeding import generator
+    from gossip.training import MLP, BatchStream, ModelOracle, digits, flat, node_loader
+
+    dev = torch.device(device)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    train, _ = digits()
+    torch.manual_seed(0)
+    model = MLP(64, 10, (128,)).to(dev)
+    x = flat.flatten(model).clone()
+    g = torch.empty_like(x)
+    layout = flat.layout_of(model)
+    lines = [f"| part ({device}) | float32 / none | bf16 | fp16 |", "|---|---|---|---|"]
+    grad = []
+    for autocast in (None, "bf16", "fp16"):
+        stream = BatchStream(node_loader(train, np.arange(len(train)), 32, generator(1)))
+        oracle = ModelOracle(model, stream, autocast=autocast)
+        # the batch moves to the device inside grad(), as in training
+        grad.append(best_us(lambda o=oracle: o.grad(x, g), calls, repeat, sync))
+    lines.append("| gradient of one node (batch 32) | " + " | ".join(f"{t:.0f} µs" for t in grad) + " |")
+    msg = []
+    for spec in ("none", "bf16", "fp16"):
+        c = make(spec, layout)
+        X, out = x[None].clone(), torch.zeros(1, x.numel(), device=dev)
+
+        def roundtrip(c=c, X=X, out=out) -> None:  # the engine's block calls, one node
+            c.decode_add_rows_(out, c.encode_rows(X), 0.5)
+
+        msg.append(best_us(roundtrip, calls, repeat, sync))
+    lines.append("| encode + decode-add of one message | " + " | ".join(f"{t:.0f} µs" for t in msg) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> str:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--algorithms", nargs="+", default=["dpsgd", "choco"], help="train.py algorithms")
@@ -82,7 +141,15 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds")
     p.add_argument("--nodes", type=int, default=8, help="nodes on the ring")
     p.add_argument("--gamma", type=float, default=0.5, help="CHOCO-SGD's consensus step")
+    p.add_argument("--device", default="cpu", help="torch device of the runs and the part timings")
+    p.add_argument("--parts-only", action="store_true", help="only the table of part timings")
+    p.add_argument("--calls", type=int, default=200, help="calls per timing of a part")
+    p.add_argument("--repeat", type=int, default=5, help="timings per part (the best is shown)")
     args = p.parse_args(argv)
+    part_table = parts(args.device, args.calls, args.repeat)
+    if args.parts_only:
+        print(part_table)
+        return part_table
     train = train_script()
     results: dict[tuple[str, str, str], list[dict[str, Any]]] = {
         (alg, *setting): [] for alg in args.algorithms for setting in SETTINGS}
@@ -94,7 +161,9 @@ def main(argv: list[str] | None = None) -> str:
     print(f"digits, MLP 64-128-10, {args.nodes} nodes on a ring, {args.epochs} epochs, "
           f"seeds {' '.join(map(str, args.seeds))}\n")
     print(out)
-    return out
+    print()
+    print(part_table)
+    return out + "\n\n" + part_table
 
 
 if __name__ == "__main__":

@@ -152,3 +152,34 @@ def test_train_script_refuses_autocast_without_float32_in_one_line():
     msg = str(info.value.code)
     assert msg.startswith("error: autocast='fp16' keeps float32 master weights") and "\n" not in msg
     assert "--dtype float32" in msg
+
+
+def test_fp16_run_resumes_bit_for_bit(tmp_path, monkeypatch):
+    """A train.py run with --autocast fp16 and fp16 messages, stopped and resumed from its
+    checkpoint, logs what the uninterrupted run logs (the scaler's state is checkpointable)."""
+    from tests.helpers.train_runs import interrupted_and_resumed
+
+    args = ["--algorithm", "choco", "--gamma", "0.5", "--compressor", "fp16", "--autocast", "fp16",
+            "--nodes", "4", "--hidden", "16", "--rounds", "12", "--log-every", "3"]
+    full, resumed = interrupted_and_resumed(tmp_path, monkeypatch, args)
+    assert full == resumed and len(full) >= 4
+
+
+def test_benchmark_table_is_the_one_in_the_docs():
+    """docs/low-precision.md shows the table benchmarks/bench_low_precision.py prints (same
+    columns, every setting), not a hand-made one."""
+    import importlib.util
+
+    from tests.helpers.launch import ROOT
+
+    spec = importlib.util.spec_from_file_location("_bench_lp", ROOT / "benchmarks" / "bench_low_precision.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    row = {"test_accuracy": 0.9, "test_loss": 0.1, "bits_per_node": 8.0, "seconds_per_epoch": 0.1}
+    header = bench.table({("dpsgd", *s): [row] for s in bench.SETTINGS}).splitlines()[0]
+    doc = (ROOT / "docs" / "low-precision.md").read_text()
+    assert header in doc
+    for autocast, comp in bench.SETTINGS:
+        for alg in ("dpsgd", "choco"):
+            assert f"| {alg} | {autocast} | {comp} | " in doc
+    assert "| part (cpu) | float32 / none | bf16 | fp16 |" in doc
