@@ -2,7 +2,7 @@
 matching 16-bit message (issue 25's check; the table of docs/low-precision.md).
 
 Every run is ``experiments/train.py`` in this process: scikit-learn's digits, an MLP 64-128-10,
-8 nodes on a ring, iid split, batch 32 per node, SGD with momentum 0.9 at lr 0.1, evaluated
+8 nodes on a ring, iid split (``--partition``), batch 32 per node, SGD with momentum 0.9 at lr 0.1, evaluated
 once at the end. Per algorithm four settings: float32 with ``none`` (the reference), float32
 with the ``bf16`` message (the message's effect alone), ``--autocast bf16`` with ``bf16``, and
 ``--autocast fp16`` with ``fp16``. Each over ``--seeds``: the table gives the mean final test
@@ -52,7 +52,7 @@ def run(train: Any, args: argparse.Namespace, algorithm: str, autocast: str, com
         seed: int) -> dict[str, Any]:
     """One training run's table row (its own printout silenced)."""
     argv = ["--data", "digits", "--model", "mlp", "--hidden", "128", "--nodes", str(args.nodes),
-            "--topology", "ring", "--algorithm", algorithm, "--compressor", compressor,
+            "--topology", "ring", "--partition", args.partition, "--algorithm", algorithm, "--compressor", compressor,
             "--autocast", autocast, "--epochs", str(args.epochs), "--eval-every", str(args.epochs),
             "--lr", "0.1", "--optimizer", "momentum", "--seed", str(seed), "--device", args.device]
     if algorithm == "choco":
@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds")
     p.add_argument("--nodes", type=int, default=8, help="nodes on the ring")
     p.add_argument("--gamma", type=float, default=0.5, help="CHOCO-SGD's consensus step")
+    p.add_argument("--partition", default="iid", help="train.py's split: iid, sorted, dirichlet:ALPHA")
     p.add_argument("--device", default="cpu", help="torch device of the runs and the part timings")
     p.add_argument("--parts-only", action="store_true", help="only the table of part timings")
     p.add_argument("--calls", type=int, default=200, help="calls per timing of a part")
@@ -158,8 +159,8 @@ def main(argv: list[str] | None = None) -> str:
             results[(alg, autocast, comp)].append(run(train, args, alg, autocast, comp, seed))
         print(f"done: seed {seed}", file=sys.stderr, flush=True)
     out = table(results)
-    print(f"digits, MLP 64-128-10, {args.nodes} nodes on a ring, {args.epochs} epochs, "
-          f"seeds {' '.join(map(str, args.seeds))}\n")
+    print(f"digits, MLP 64-128-10, {args.nodes} nodes on a ring, {args.partition} split, "
+          f"{args.epochs} epochs, seeds {' '.join(map(str, args.seeds))}\n")
     print(out)
     print()
     print(part_table)

@@ -107,10 +107,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "default they stay local and the averaged model uses their node average")
     m.add_argument("--autocast", choices=("none", "bf16", "fp16"), default="none",
                    help="mixed precision: each node's forward and backward under torch.autocast "
-                        "in bf16 or fp16 (fp16 with a dynamic loss scale) while the model x, "
-                        "its messages and the optimizer state stay float32 (needs --dtype "
-                        "float32); pair it with --compressor bf16 to send half the bits. "
-                        "docs/low-precision.md")
+                        "in bf16 or fp16 (fp16 with a dynamic loss scale) while the model x "
+                        "(the float32 master weights the compressor sends) and the optimizer "
+                        "state stay float32 (needs --dtype float32); pair it with --compressor "
+                        "bf16 to send half the bits. docs/low-precision.md")
     a = p.add_argument_group("algorithm")
     a.add_argument("--algorithm", default="dpsgd",
                    help=f"{', '.join(optimizer_algorithms)} (local optimizer step), or "
