@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from gossip.errors import DivergenceError
 from gossip.training import flat
 from gossip.training.precision import LossScaler, autocast_dtype
 
@@ -152,11 +153,15 @@ class ModelOracle:
     def _unscale(self, loss: torch.Tensor, out: torch.Tensor) -> bool:
         """Divide the fp16-scaled gradient in ``out`` by the scale (a power of two: exact);
         False when it overflowed and must be recomputed at the halved scale. A loss that is
-        itself NaN/Inf is kept: the trainer reports the divergence."""
+        itself NaN/Inf (no scale helps) raises :class:`DivergenceError` saying so."""
         assert self.scaler is not None
+        if not bool(torch.isfinite(loss.detach()).all()):
+            raise DivergenceError(
+                "autocast='fp16': the loss of this mini-batch is NaN/Inf: the activations "
+                "exceed fp16's range (±65504) or the run diverged; use autocast='bf16' or "
+                "lower the learning rate")
         out.mul_(1.0 / self.scaler.scale)
-        finite = bool(torch.isfinite(out).all()) or not bool(torch.isfinite(loss.detach()).all())
-        return self.scaler.update(finite)
+        return self.scaler.update(bool(torch.isfinite(out).all()))
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

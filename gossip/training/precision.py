@@ -11,7 +11,8 @@ scale the loss by a **dynamic** factor (:class:`LossScaler`, torch's ``GradScale
 start at 2¹⁶, halve it and recompute the gradient on the same mini-batch (with the same random
 draws) whenever the scaled gradient has a NaN/Inf, double it after ``GROWTH_INTERVAL``
 finite gradients in a row. The oracle therefore always returns a finite gradient of the
-batch (unless the loss itself is not finite, which the trainer's divergence check reports).
+batch; a loss that is itself NaN/Inf (fp16 activations beyond ±65504, or a diverged run)
+raises :class:`gossip.errors.DivergenceError`, since no scale helps.
 bf16 has float32's exponent range and needs no scale.
 """
 

@@ -183,3 +183,20 @@ def test_benchmark_table_is_the_one_in_the_docs():
         for alg in ("dpsgd", "choco"):
             assert f"| {alg} | {autocast} | {comp} | " in doc
     assert "| part (cpu) | float32 / none | bf16 | fp16 |" in doc
+
+
+def test_fp16_activation_overflow_names_the_cause(data):
+    """Logits beyond fp16's range make the loss itself Inf/NaN: one clear error pointing to
+    bf16, where float32 and bf16 compute a finite gradient of the same model."""
+    from gossip.errors import DivergenceError
+
+    train, _ = data
+    model = mlp()
+    with torch.no_grad():
+        model[1].weight.fill_(1e4)  # pixels in [0, 1], 64 of them: hidden units ~2e5 > 65504
+    x = flat.flatten(model).clone()
+    for autocast in (None, "bf16"):
+        assert bool(torch.isfinite(oracle(train, copy.deepcopy(model), autocast).grad(x.clone())).all())
+    with pytest.raises(DivergenceError, match="autocast='fp16': the loss of this mini-batch is "
+                                              "NaN/Inf.*use autocast='bf16'"):
+        oracle(train, copy.deepcopy(model), "fp16").grad(x.clone())
