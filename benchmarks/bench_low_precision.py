@@ -2,8 +2,8 @@
 matching 16-bit message (issue 25's check; the table of docs/low-precision.md).
 
 Every run is ``experiments/train.py`` in this process: scikit-learn's digits, an MLP 64-128-10,
-8 nodes on a ring, iid split (``--partition``), batch 32 per node, SGD with momentum 0.9 at lr 0.1, evaluated
-once at the end. Per algorithm four settings: float32 with ``none`` (the reference), float32
+8 nodes on a ring, iid split (``--partition``), batch 32 per node, SGD with momentum 0.9 at
+lr 0.1, evaluated once at the end. Per algorithm four settings: float32 with ``none`` (the reference), float32
 with the ``bf16`` message (the message's effect alone), ``--autocast bf16`` with ``bf16``, and
 ``--autocast fp16`` with ``fp16``. Each over ``--seeds``: the table gives the mean final test
 accuracy of the averaged model (min–max over seeds), its difference to the reference in
@@ -52,9 +52,10 @@ def run(train: Any, args: argparse.Namespace, algorithm: str, autocast: str, com
         seed: int) -> dict[str, Any]:
     """One training run's table row (its own printout silenced)."""
     argv = ["--data", "digits", "--model", "mlp", "--hidden", "128", "--nodes", str(args.nodes),
-            "--topology", "ring", "--partition", args.partition, "--algorithm", algorithm, "--compressor", compressor,
-            "--autocast", autocast, "--epochs", str(args.epochs), "--eval-every", str(args.epochs),
-            "--lr", "0.1", "--optimizer", "momentum", "--seed", str(seed), "--device", args.device]
+            "--topology", "ring", "--partition", args.partition, "--algorithm", algorithm,
+            "--compressor", compressor, "--autocast", autocast, "--epochs", str(args.epochs),
+            "--eval-every", str(args.epochs), "--lr", "0.1", "--optimizer", "momentum",
+            "--seed", str(seed), "--device", args.device]
     if algorithm == "choco":
         argv += ["--gamma", str(args.gamma)]
     with contextlib.redirect_stdout(io.StringIO()):
