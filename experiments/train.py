@@ -107,6 +107,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     m.add_argument("--gossip-buffers", action="store_true",
                    help="gossip float buffers (BatchNorm statistics) with the parameters; by "
                         "default they stay local and the averaged model uses their node average")
+    m.add_argument("--autocast", choices=("none", "bf16", "fp16"), default="none",
+                   help="mixed precision: each node's forward and backward under torch.autocast "
+                        "in bf16 or fp16 (fp16 with a dynamic loss scale) while the model x "
+                        "(the float32 master weights the compressor sends) and the optimizer "
+                        "state stay float32 (needs --dtype float32); pair it with --compressor "
+                        "bf16 to send half the bits. docs/low-precision.md")
     a = p.add_argument_group("algorithm")
     a.add_argument("--algorithm", default="dpsgd",
                    help=f"{', '.join(optimizer_algorithms)} (local optimizer step), or "
@@ -293,6 +299,7 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
         network=args.network, link_latency=args.link_latency, overlap=args.overlap,
         eval_batch_size=args.eval_batch_size, node_eval_samples=args.node_eval_samples,
         eval_train=args.eval_train and evaluate,
+        autocast=None if args.autocast == "none" else args.autocast,
     )
 
 
@@ -377,7 +384,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     # all-reduce methods compress inside their collective: name their codec, not --compressor
     wire = getattr(trainer.engine.algorithm, "codec", None) or args.compressor
     label = run_label(args.algorithm, wire, parse_hparams(args.hparam), sep=" ") + (
-        f" γ={gamma:g}" if gamma is not None else "")
+        f" γ={gamma:g}" if gamma is not None else "") + (
+        f" autocast={args.autocast}" if args.autocast != "none" else "")
     logger = JsonlLogger(args.out, enabled=world.is_root)
     config = {
         "script": "train", "args": vars(args), "algorithm": args.algorithm,

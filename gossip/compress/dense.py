@@ -141,11 +141,14 @@ class Cast(Codec):
     normal; bf16 shares float32's range); fp16 flushes |x_i| < 2⁻²⁵ to 0. Entries beyond the
     type's range raise :class:`CompressionError` instead of becoming Inf.
     Bytes: ``8 + 2d``. The check is one ``aminmax`` (one host sync on CUDA).
+    Models in float16/bfloat16 are taken too (a bf16 model's ``bf16`` message is exact: the
+    values as they are; a cast between the two half types rounds or range-checks as above).
     """
 
     splits: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     unbiased: ClassVar[bool] = False
+    dtypes = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
     wire: ClassVar[torch.dtype]
     limit: ClassVar[float]  # smallest magnitude that rounds to Inf
 
@@ -194,11 +197,17 @@ class Cast(Codec):
 
     @no_grad
     def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
-        """Vectorized: the fused add of the single-message path (values upcast exactly)."""
+        """Vectorized: the fused add of the single-message path (values upcast exactly); half
+        models add row by row, as ``none``'s (torch's vector and scalar loops round their
+        fused add differently)."""
         st = _rows.start_values_decode(self, out, block, weight, rows, check)
         if st is None:
             return self._decode_add_rows_ref(out, block, weight, rows, check)
         block, tgt, w, vals = st
+        if out.dtype not in (torch.float32, torch.float64):
+            for r, t in enumerate(tgt.tolist()):
+                out[t].add_(vals[r], alpha=1.0 if w is None else float(w[r, 0]))
+            return out
         _rows.add_rows_(out, None if rows is None else tgt, vals.to(out.dtype), w, fused=True)
         return out
 

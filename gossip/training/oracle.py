@@ -21,14 +21,16 @@ draws the same numbers in process and under MPI.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 
-from gossip.errors import WrapError
+from gossip.errors import DivergenceError, WrapError
 from gossip.training import flat
+from gossip.training.precision import LossScaler, autocast_dtype
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -44,6 +46,9 @@ class ModelOracle:
         l2: add ``l2·x`` to the gradient of every parameter (weight decay for algorithms
             without an optimizer).
         rng_seed: seed of the node's private state of torch's global generator.
+        autocast: ``"bf16"`` / ``"fp16"``: forward and backward under ``torch.autocast`` in that
+            type, ``x`` and the gradient float32 (fp16 with a dynamic loss scale,
+            :mod:`gossip.training.precision`); None: in the model's dtype.
 
     Attributes:
         samples: samples seen so far; ``loss_sum`` / ``loss_count``: running sums since the last
@@ -61,6 +66,7 @@ class ModelOracle:
         buffers: bool = False,
         l2: float = 0.0,
         rng_seed: int = 0,
+        autocast: str | None = None,
     ):
         self.module = module
         self.batches = batches
@@ -73,6 +79,8 @@ class ModelOracle:
         self._n_params = sum(p.numel() for p in self.params)
         ref = self.params[0] if self.params else self._tensors[0]
         self.device, self.dtype = ref.device, ref.dtype
+        self.autocast = autocast_dtype(autocast, self.dtype, self.device)
+        self.scaler = LossScaler() if self.autocast == torch.float16 else None
         param_ids = {id(p) for p in self.params}
         self._has_grad = [id(t) in param_ids and t.requires_grad for t in self._tensors]
         self._zeros = {id(t): torch.zeros_like(t).reshape(-1)
@@ -101,16 +109,20 @@ class ModelOracle:
         inputs = _to(inputs, self.device, self.dtype)
         targets = _to(targets, self.device, None)
         self.module.train()
+        if out is None:
+            out = torch.empty_like(x)
         saved = self._get_rng()
-        self._set_rng(self._rng)
         try:
-            with torch.enable_grad():
-                loss = self.loss_fn(self.module(inputs), targets)
-                grads = torch.autograd.grad(loss, self.trainable, allow_unused=True)
+            while True:  # once, unless an fp16 gradient overflowed its loss scale
+                self._set_rng(self._rng)  # a recomputed batch draws the same numbers
+                loss, grads = self._forward_backward(inputs, targets)
+                self._flatten(grads, out)
+                if self.scaler is None or self._unscale(loss, out):
+                    break
         finally:
             self._rng = self._get_rng()
             self._set_rng(saved)
-        out = self._write(grads, x, out)
+        self._add_l2(x, out)
         bs = int(targets.shape[0]) if targets.dim() else 1
         self.samples += bs
         self.loss_sum += loss.detach().to(torch.float64) * bs
@@ -121,23 +133,58 @@ class ModelOracle:
                out: torch.Tensor | None) -> torch.Tensor:
         """The flat gradient: ``grads`` (one per trainable parameter, None for an unused one)
         in flat order, 0 for the buffers and frozen parameters, plus ``l2·x``; into ``out``."""
+        if out is None:
+            out = torch.empty_like(x)
+        self._flatten(grads, out)
+        self._add_l2(x, out)
+        return out
+
+    def _add_l2(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        """``out += l2·x`` on the parameters (weight decay of an oracle without an optimizer)."""
+        if self.l2:
+            out[: self._n_params].add_(x[: self._n_params], alpha=self.l2)
+
+    def _forward_backward(self, inputs: Any, targets: Any) -> tuple[torch.Tensor, tuple[Any, ...]]:
+        """The batch's loss and the gradients of the trainable tensors (under autocast, of
+        the loss times the fp16 scale, when the oracle has one)."""
+        cast = (contextlib.nullcontext() if self.autocast is None
+                else torch.autocast(self.device.type, dtype=self.autocast))
+        with torch.enable_grad():
+            with cast:
+                loss = self.loss_fn(self.module(inputs), targets)
+            scaled = loss if self.scaler is None else loss.float() * self.scaler.scale
+            grads = torch.autograd.grad(scaled, self.trainable, allow_unused=True)
+        return loss, grads
+
+    def _flatten(self, grads: tuple[Any, ...], out: torch.Tensor) -> None:
+        """Concatenate the gradients into ``out`` in the flat model's order (0 for tensors
+        without one)."""
         it = iter(grads)
         parts = []
         for t, has in zip(self._tensors, self._has_grad, strict=True):
             g = next(it) if has else None
             parts.append(g.reshape(-1) if g is not None else self._zero(t))
-        if out is None:
-            out = torch.empty_like(x)
         torch.cat(parts, out=out)
-        if self.l2:
-            out[: self._n_params].add_(x[: self._n_params], alpha=self.l2)
-        return out
+
+    def _unscale(self, loss: torch.Tensor, out: torch.Tensor) -> bool:
+        """Divide the fp16-scaled gradient in ``out`` by the scale (a power of two: exact);
+        False when it overflowed and must be recomputed at the halved scale. A loss that is
+        itself NaN/Inf (no scale helps) raises :class:`DivergenceError` saying so."""
+        assert self.scaler is not None
+        if not bool(torch.isfinite(loss.detach()).all()):
+            raise DivergenceError(
+                "autocast='fp16': the loss of this mini-batch is NaN/Inf: the activations "
+                "exceed fp16's range (±65504) or the run diverged; use autocast='bf16' or "
+                "lower the learning rate")
+        out.mul_(1.0 / self.scaler.scale)
+        return self.scaler.update(bool(torch.isfinite(out).all()))
 
     # -- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs besides ``x``: the batch stream's position, the
-        node's generator state, the loss sums since the last log and the buffers that are not
-        in ``x`` (local BatchNorm statistics). Tensors, numbers, lists and dicts only."""
+        node's generator state, the loss sums since the last log, the buffers that are not
+        in ``x`` (local BatchNorm statistics) and the fp16 loss scale. Tensors, numbers, lists
+        and dicts only."""
         stream = getattr(self.batches, "state_dict", None)
         return {
             "stream": stream() if stream is not None else None,
@@ -147,6 +194,7 @@ class ModelOracle:
             "loss_count": self.loss_count,
             "loss_reference": self.loss_reference,
             "local_buffers": [b.detach().clone() for b in self._local_buffers()],
+            "loss_scale": self.scaler.state_dict() if self.scaler is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -158,6 +206,8 @@ class ModelOracle:
         self.loss_sum.copy_(state["loss_sum"])
         self.loss_count = int(state["loss_count"])
         self.loss_reference = state.get("loss_reference")
+        if self.scaler is not None and state.get("loss_scale") is not None:
+            self.scaler.load_state_dict(state["loss_scale"])
         with torch.no_grad():
             for b, saved in zip(self._local_buffers(), state["local_buffers"], strict=True):
                 b.copy_(saved)
@@ -205,8 +255,9 @@ class OptimizerOracle(ModelOracle):
 
     def __init__(self, module: nn.Module, batches: Iterator[Any], optimizer: torch.optim.Optimizer,
                  scheduler: Any = None, loss_fn: LossFn | None = None, *, buffers: bool = False,
-                 rng_seed: int = 0):
-        super().__init__(module, batches, loss_fn, buffers=buffers, rng_seed=rng_seed)
+                 rng_seed: int = 0, autocast: str | None = None):
+        super().__init__(module, batches, loss_fn, buffers=buffers, rng_seed=rng_seed,
+                         autocast=autocast)
         self.optimizer = optimizer
         self.scheduler = scheduler
         self._grad_src: torch.Tensor | None = None

@@ -67,6 +67,7 @@ from gossip.training.build import (  # the two listings are read from here too
 from gossip.training.data import BatchStream, node_loader, partition_indices
 from gossip.training.evaluate import Sums, evaluate, shard
 from gossip.training.oracle import LossFn, ModelOracle, OptimizerOracle
+from gossip.training.precision import autocast_dtype
 from gossip.training.seeds import data_seed, derive, partition_seed
 
 SAME_START_FIX = ("build it after seeding torch identically on every process (e.g. "
@@ -115,6 +116,11 @@ class DecentralizedTrainer:
         eval_batch_size: batch size of evaluations.
         node_eval_samples: test samples each node's own model is evaluated on (None: all).
         eval_train: also evaluate the averaged model on the training set at every log.
+        autocast: ``"bf16"`` or ``"fp16"``: mixed precision, each node's forward and backward
+            under ``torch.autocast`` in that type while ``x`` (the float32 master weights
+            every compressor sends) and the optimizer state stay float32; fp16 with a dynamic
+            loss scale (:mod:`gossip.training.precision`, docs/low-precision.md). Needs
+            ``dtype=torch.float32``. Evaluations run in float32. None: off.
     """
 
     def __init__(
@@ -147,6 +153,7 @@ class DecentralizedTrainer:
         eval_batch_size: int = 1024,
         node_eval_samples: int | None = None,
         eval_train: bool = False,
+        autocast: str | None = None,
     ):
         if isinstance(topology, str):
             import topologies
@@ -164,6 +171,8 @@ class DecentralizedTrainer:
         self.gossip_buffers = gossip_buffers
         self.seed = seed
         self.device, self.dtype = torch.device(device), dtype
+        autocast_dtype(autocast, dtype, self.device)  # refuse a bad combination before any work
+        self.autocast = None if autocast == "none" else autocast
         self.eval_batch_size = eval_batch_size
         self.node_eval_samples = node_eval_samples
         self.eval_train = eval_train
@@ -207,11 +216,11 @@ class DecentralizedTrainer:
         rng = derive(self.seed, _RNG, i)
         if self._optimizer is None:
             return ModelOracle(module, stream, self.loss_fn, buffers=self.gossip_buffers,
-                               l2=self._l2, rng_seed=rng)
+                               l2=self._l2, rng_seed=rng, autocast=self.autocast)
         opt = self._optimizer(flat.parameters(module))
         sched = self._scheduler(opt) if self._scheduler is not None else None
         return OptimizerOracle(module, stream, opt, sched, self.loss_fn,
-                               buffers=self.gossip_buffers, rng_seed=rng)
+                               buffers=self.gossip_buffers, rng_seed=rng, autocast=self.autocast)
 
     # -- running -------------------------------------------------------------------------------
     @property

@@ -1,0 +1,173 @@
+"""Low-precision decentralized training on digits: float32 against autocast bf16/fp16 with the
+matching 16-bit message (issue 25's check; the table of docs/low-precision.md).
+
+Every run is ``experiments/train.py`` in this process: scikit-learn's digits, an MLP 64-128-10,
+8 nodes on a ring, iid split (``--partition``), batch 32 per node, SGD with momentum 0.9 at
+lr 0.1, evaluated once at the end. Per algorithm four settings: float32 with ``none`` (the reference), float32
+with the ``bf16`` message (the message's effect alone), ``--autocast bf16`` with ``bf16``, and
+``--autocast fp16`` with ``fp16``. Each over ``--seeds``: the table gives the mean final test
+accuracy of the averaged model (min–max over seeds), its difference to the reference in
+points, the mean test loss, bits sent per node, their ratio to the reference, and the median
+time per epoch (wall time of the whole run over its epochs; the settings run interleaved, seed
+by seed, so a busy machine slows them alike).
+
+A second table times the parts a round is made of, in this process, best of ``--repeat``:
+one node's gradient (``ModelOracle.grad``: a batch of 32 through forward and backward, float32
+or under autocast) and one message of the model (``encode_rows`` then ``decode_add_rows_`` of the
+whole per-tensor message, ``none`` / ``bf16`` / ``fp16``), in µs per call.
+
+    python benchmarks/bench_low_precision.py                      # ~3 min on one CPU core
+    python benchmarks/bench_low_precision.py --epochs 5 --seeds 0 # a quick look
+    python benchmarks/bench_low_precision.py --parts-only --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SETTINGS = (("none", "none"), ("none", "bf16"), ("bf16", "bf16"), ("fp16", "fp16"))
+"""(autocast, compressor) per row; the first is the reference."""
+
+
+def train_script() -> Any:
+    """experiments/train.py as a module (the scripts are files, not a package)."""
+    spec = importlib.util.spec_from_file_location("_bench_train", ROOT / "experiments" / "train.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(train: Any, args: argparse.Namespace, algorithm: str, autocast: str, compressor: str,
+        seed: int) -> dict[str, Any]:
+    """One training run's table row (its own printout silenced)."""
+    argv = ["--data", "digits", "--model", "mlp", "--hidden", "128", "--nodes", str(args.nodes),
+            "--topology", "ring", "--partition", args.partition, "--algorithm", algorithm,
+            "--compressor", compressor, "--autocast", autocast, "--epochs", str(args.epochs),
+            "--eval-every", str(args.epochs), "--lr", "0.1", "--optimizer", "momentum",
+            "--seed", str(seed), "--device", args.device]
+    if algorithm == "choco":
+        argv += ["--gamma", str(args.gamma)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        row = train.main(argv)
+    if row["status"] != "ok":
+        raise SystemExit(f"{algorithm} autocast={autocast} {compressor} seed {seed}: {row['status']}")
+    return row
+
+
+def table(results: dict[tuple[str, str, str], list[dict[str, Any]]]) -> str:
+    """The markdown table of docs/low-precision.md."""
+    lines = ["| algorithm | autocast | message | test accuracy (min–max) | Δ vs fp32 (points) "
+             "| test loss | bits/node | bits vs fp32 | s/epoch |", "|---|---|---|---|---|---|---|---|---|"]
+    for (alg, autocast, comp), rows in results.items():
+        ref = results[(alg, *SETTINGS[0])]
+        acc = [r["test_accuracy"] for r in rows]
+        mean = statistics.fmean(acc)
+        delta = 100 * (mean - statistics.fmean(r["test_accuracy"] for r in ref))
+        bits = statistics.fmean(r["bits_per_node"] for r in rows)
+        ratio = bits / statistics.fmean(r["bits_per_node"] for r in ref)
+        sec = statistics.median(r["seconds_per_epoch"] for r in rows)
+        loss = statistics.fmean(r["test_loss"] for r in rows)
+        lines.append(f"| {alg} | {autocast} | {comp} | {mean:.2%} ({min(acc):.2%}–{max(acc):.2%}) "
+                     f"| {delta:+.2f} | {loss:.4f} | {bits:.4g} | {ratio:.3f} | {sec:.3f} |")
+    return "\n".join(lines)
+
+
+def best_us(fn: Any, calls: int, repeat: int, sync: Any) -> float:
+    """Best over ``repeat`` of the mean time of ``calls`` calls of ``fn``, in µs."""
+    fn()  # warm-up: allocations, autocast caches, kernels
+    best = float("inf")
+    for _ in range(repeat):
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best * 1e6
+
+
+def parts(device: str, calls: int, repeat: int) -> str:
+    """The markdown table of one node's gradient and one message's encode + decode."""
+    import numpy as np
+    import torch
+
+    from gossip.compress import make
+    from gossip.seeding import generator
+    from gossip.training import MLP, BatchStream, ModelOracle, digits, flat, node_loader
+
+    dev = torch.device(device)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
+    train, _ = digits()
+    torch.manual_seed(0)
+    model = MLP(64, 10, (128,)).to(dev)
+    x = flat.flatten(model).clone()
+    g = torch.empty_like(x)
+    layout = flat.layout_of(model)
+    lines = [f"| part ({device}) | float32 / none | bf16 | fp16 |", "|---|---|---|---|"]
+    grad = []
+    for autocast in (None, "bf16", "fp16"):
+        stream = BatchStream(node_loader(train, np.arange(len(train)), 32, generator(1)))
+        oracle = ModelOracle(model, stream, autocast=autocast)
+        # the batch moves to the device inside grad(), as in training
+        grad.append(best_us(lambda o=oracle: o.grad(x, g), calls, repeat, sync))
+    lines.append("| gradient of one node (batch 32) | " + " | ".join(f"{t:.0f} µs" for t in grad) + " |")
+    msg = []
+    for spec in ("none", "bf16", "fp16"):
+        c = make(spec, layout)
+        X, out = x[None].clone(), torch.zeros(1, x.numel(), device=dev)
+
+        def roundtrip(c=c, X=X, out=out) -> None:  # the engine's block calls, one node
+            c.decode_add_rows_(out, c.encode_rows(X), 0.5)
+
+        msg.append(best_us(roundtrip, calls, repeat, sync))
+    lines.append("| encode + decode-add of one message | " + " | ".join(f"{t:.0f} µs" for t in msg) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> str:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--algorithms", nargs="+", default=["dpsgd", "choco"], help="train.py algorithms")
+    p.add_argument("--epochs", type=int, default=20, help="epochs per run")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds")
+    p.add_argument("--nodes", type=int, default=8, help="nodes on the ring")
+    p.add_argument("--gamma", type=float, default=0.5, help="CHOCO-SGD's consensus step")
+    p.add_argument("--partition", default="iid", help="train.py's split: iid, sorted, dirichlet:ALPHA")
+    p.add_argument("--device", default="cpu", help="torch device of the runs and the part timings")
+    p.add_argument("--parts-only", action="store_true", help="only the table of part timings")
+    p.add_argument("--calls", type=int, default=200, help="calls per timing of a part")
+    p.add_argument("--repeat", type=int, default=5, help="timings per part (the best is shown)")
+    args = p.parse_args(argv)
+    part_table = parts(args.device, args.calls, args.repeat)
+    if args.parts_only:
+        print(part_table)
+        return part_table
+    train = train_script()
+    results: dict[tuple[str, str, str], list[dict[str, Any]]] = {
+        (alg, *setting): [] for alg in args.algorithms for setting in SETTINGS}
+    for seed in args.seeds:  # settings interleaved: a busy machine slows them all alike
+        for alg, autocast, comp in results:
+            results[(alg, autocast, comp)].append(run(train, args, alg, autocast, comp, seed))
+        print(f"done: seed {seed}", file=sys.stderr, flush=True)
+    out = table(results)
+    print(f"digits, MLP 64-128-10, {args.nodes} nodes on a ring, {args.partition} split, "
+          f"{args.epochs} epochs, seeds {' '.join(map(str, args.seeds))}\n")
+    print(out)
+    print()
+    print(part_table)
+    return out + "\n\n" + part_table
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()

@@ -1,0 +1,101 @@
+"""Mixed precision for a training node: autocast forward/backward over float32 master weights.
+
+With ``autocast="bf16"`` or ``"fp16"`` a node's forward and backward run under
+``torch.autocast(device_type, dtype)`` (matrix products and convolutions in the low type,
+reductions and the loss in float32), while its flat model ``x`` — the master weights the
+optimizer steps and the compressor sends — and the optimizer's state stay float32. The
+gradient autograd returns is float32 (the gradient of the casts). docs/low-precision.md.
+
+fp16 has 5 exponent bits: small gradients underflow to 0 and large ones overflow, so fp16 runs
+scale the loss by a **dynamic** factor (:class:`LossScaler`, torch's ``GradScaler`` rule):
+start at 2¹⁶, halve it and recompute the gradient on the same mini-batch (with the same random
+draws) whenever the scaled gradient has a NaN/Inf, double it after ``GROWTH_INTERVAL``
+finite gradients in a row. The oracle therefore always returns a finite gradient of the
+batch; a loss that is itself NaN/Inf (fp16 activations beyond ±65504, or a diverged run)
+raises :class:`gossip.errors.DivergenceError`, since no scale helps.
+bf16 has float32's exponent range and needs no scale.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gossip.errors import ConfigError
+
+AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
+"""The ``autocast`` names and the dtype their forward and backward run in."""
+
+INITIAL_SCALE = 2.0**16
+GROWTH_INTERVAL = 200
+MIN_SCALE = 2.0**-24  # below this even a gradient of 1 underflows: the scale is not the problem
+
+
+def autocast_dtype(autocast: str | None, dtype: torch.dtype, device: torch.device) -> torch.dtype | None:
+    """The low dtype of ``autocast`` (None: off) for a model of ``dtype`` on ``device``.
+
+    Raises :class:`ConfigError` naming the fix when autocast cannot apply: an unknown name, a
+    model that is not float32 (the master weights are float32 by definition; a float64 or half
+    model has nothing to gain), or a device without autocast.
+    """
+    if autocast is None or autocast == "none":
+        return None
+    if autocast not in AUTOCAST_DTYPES:
+        raise ConfigError(f"autocast={autocast!r}: use one of none, {', '.join(AUTOCAST_DTYPES)}")
+    if dtype != torch.float32:
+        raise ConfigError(
+            f"autocast={autocast!r} keeps float32 master weights, but the model is {dtype}: "
+            "train in float32 (--dtype float32) or turn autocast off"
+        )
+    if not torch.amp.is_autocast_available(device.type):
+        raise ConfigError(f"autocast={autocast!r}: torch has no autocast on device {device.type!r}; "
+                          "use cpu or cuda, or turn autocast off")
+    return AUTOCAST_DTYPES[autocast]
+
+
+class LossScaler:
+    """The dynamic loss scale of one fp16 node (see the module docstring).
+
+    Attributes:
+        scale: the current factor the loss is multiplied by before backward.
+        good: finite gradients in a row since the last change of the scale.
+        overflows: gradients recomputed because of a NaN/Inf (all since the start).
+    """
+
+    def __init__(self, scale: float = INITIAL_SCALE, growth_interval: int = GROWTH_INTERVAL):
+        self.scale = float(scale)
+        self.growth_interval = int(growth_interval)
+        self.good = 0
+        self.overflows = 0
+
+    def update(self, finite: bool) -> bool:
+        """Record one scaled gradient; True when it is finite (keep it), False when it must be
+        recomputed at the halved scale. Raises :class:`ConfigError` once the scale falls below
+        2⁻²⁴, where the overflow cannot come from the scale (a gradient beyond fp16's range)."""
+        if finite:
+            self.good += 1
+            if self.good >= self.growth_interval:
+                self.scale *= 2.0
+                self.good = 0
+            return True
+        self.overflows += 1
+        self.good = 0
+        self.scale /= 2.0
+        if self.scale < MIN_SCALE:
+            raise ConfigError(
+                "autocast='fp16': the gradient overflows fp16 even with the loss scaled by "
+                f"{self.scale * 2:.3g}; the model's activations exceed fp16's range (65504): "
+                "use autocast='bf16'"
+            )
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        """The scale and its counters (a resumed run continues with the same scale)."""
+        return {"scale": self.scale, "good": self.good, "overflows": self.overflows}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.scale = float(state["scale"])
+        self.good = int(state["good"])
+        self.overflows = int(state["overflows"])
