@@ -113,6 +113,10 @@ def synthetic(
 # ---- LibSVM ---------------------------------------------------------------------------------
 
 
+MAX_DENSE_BYTES = float(16 << 30)
+"""The largest dense float64 matrix a LibSVM file may become (the problems are dense)."""
+
+
 def load_libsvm(
     path: str | os.PathLike,
     n_features: int | None = None,
@@ -139,6 +143,7 @@ def load_libsvm(
     opener = gzip.open if path.endswith(".gz") else open
     labels: list[float] = []
     rows: list[int] = []
+    row_lines: list[int] = []  # the file's line of each sample
     cols: list[int] = []
     vals: list[float] = []
 
@@ -158,6 +163,7 @@ def load_libsvm(
             if not math.isfinite(label):
                 raise fail(lineno, f"label {tokens[0]!r} is not a finite number")
             row = len(labels)
+            row_lines.append(lineno)
             seen: set[int] = set()
             for tok in tokens[1:]:
                 key, sep, value = tok.partition(":")
@@ -191,6 +197,14 @@ def load_libsvm(
     if not labels:
         raise LibSVMFormatError(f"{path}: no samples (empty file or only comments)")
     d = n_features if n_features is not None else (max(cols) + 1 if cols else 0)
+    dense = 8.0 * len(labels) * d
+    if dense > MAX_DENSE_BYTES:
+        widest = max(range(len(cols)), key=cols.__getitem__) if cols else 0
+        raise LibSVMFormatError(
+            f"{path}: {len(labels)} samples x {d} features (the largest index, {cols[widest] + 1}, "
+            f"on line {row_lines[rows[widest]]}) would be a {dense / 2**30:.3g} GiB dense matrix, "
+            f"more than the {MAX_DENSE_BYTES / 2**30:.0f} GiB the problems hold: renumber the "
+            "features 1..d (an index is a column of the dense matrix)")
     X = np.zeros((len(labels), d))
     X[np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)] = vals
     y = np.asarray(labels, dtype=np.float64)

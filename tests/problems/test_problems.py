@@ -525,6 +525,15 @@ def test_load_libsvm_errors_name_the_line(tmp_path, line, match):
         load_libsvm(p, n_features=4)
 
 
+def test_load_libsvm_refuses_a_huge_index_before_allocating(tmp_path):
+    """Feature index 10^12: a 14.6 TiB dense matrix, refused with the line, not attempted."""
+    p = tmp_path / "huge.svm"
+    p.write_text("1 1:0.5\n# fine\n-1 2:1 1000000000000:1\n")
+    with pytest.raises(LibSVMFormatError, match=r"huge.svm: 2 samples x 1000000000000 features "
+                                                r"\(the largest index, 1000000000000, on line 3\)"):
+        load_libsvm(p)
+
+
 def test_load_libsvm_empty(tmp_path):
     p = tmp_path / "empty.svm"
     p.write_text("# nothing\n\n")
