@@ -573,9 +573,11 @@ def guarded(main_fn, world_of=None, memory_hint: str = DEFAULT_MEMORY_HINT):
 
     Under MPI the job is then aborted, since the other ranks would otherwise wait for the failed
     one until their timeout. An error every rank meets alike (a configuration error) is printed
-    by rank 0 only: the other ranks wait a moment before printing, and rank 0's abort ends them
-    first. A silent neighbor (:class:`CommError`), memory exhausted or an internal error is
-    reported at once by every rank that saw it.
+    by rank 0 only: when every rank reaches it within a few seconds they all exit with its
+    status, without an abort (no launcher noise after the line); otherwise the other ranks wait
+    a moment before printing, and rank 0's abort ends them first. A silent neighbor
+    (:class:`CommError`), memory exhausted or an internal error is reported at once by every
+    rank that saw it.
     SIGINT/SIGTERM during a checkpointed run end with exit status 128 + signal, after the
     final checkpoint (every rank stops at the same round, so nothing is aborted).
     ``world_of`` gives the world (default :meth:`World.detect`, imported only on an error).
@@ -652,11 +654,19 @@ def _fail(world: World, text: str, code: int, at_once: bool):
     raise SystemExit(code) from None
 
 
+AGREE_S = 3.0  # seconds the ranks take to find that all of them met the same error
+
+
 def _stop_job(world: World, text: str, code: int, at_once: bool) -> bool:
-    """Under MPI: print ``text`` with the rank, abort every process and return True (in
-    process: False, the caller prints)."""
+    """Across processes: print ``text`` with the rank and end every process (all exit when all
+    met a configuration error, else an abort), returning True; in process: False, the caller
+    prints."""
     if world.size <= 1:
         return False
+    if not at_once and world.all_stop(AGREE_S):  # every rank met it: rank 0 says it, all exit
+        if world.is_root:
+            print(f"[rank {world.rank}] {text}", file=sys.stderr, flush=True)
+        return True
     if not at_once and not world.is_root:
         time.sleep(1.5)  # rank 0 meets the same error and aborts the job before this prints
     print(f"[rank {world.rank}] {text}", file=sys.stderr, flush=True)

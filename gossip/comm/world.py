@@ -181,6 +181,22 @@ class World:
                          "a vote (stop signal or unreadable checkpoint) of")
         return bool(out.any())
 
+    def all_stop(self, within: float) -> bool:
+        """True when every process calls this within ``within`` seconds (they all met the same
+        error and may exit together, with no abort); False when one does not answer."""
+        if self.link is None:
+            return True
+        saved, self.timeout = self.timeout, min(self.timeout, within)
+        try:
+            out = np.empty(self.size, dtype=np.uint8)
+            self._all_to_all(np.ones(1, dtype=np.uint8), out, [1] * self.size, _TAG_STOP,
+                             "a vote to stop with")
+            return True
+        except CommTimeout:
+            return False
+        finally:
+            self.timeout = saved
+
     def barrier(self) -> None:
         """Wait until every process got here (or the deadline passes)."""
         if self.link is not None:
@@ -263,8 +279,8 @@ TRANSPORTS = ("auto", "local", "mpi", "torch", "gloo", "nccl")
 MPI_HINT = "mpiexec -n {n}"  # the launcher named to a run in process
 
 # Tags of the reductions: above every tag the transport uses (round tags are below TAG_SPACE).
-_TAG_VALUES, _TAG_CHAIN, _TAG_SUM, _TAG_ANY, _TAG_BARRIER, _TAG_ROLL = (
-    (1 << 20) + k for k in range(6))
+_TAG_VALUES, _TAG_CHAIN, _TAG_SUM, _TAG_ANY, _TAG_BARRIER, _TAG_ROLL, _TAG_STOP = (
+    (1 << 20) + k for k in range(7))
 
 
 def _bytes(t: torch.Tensor) -> torch.Tensor:

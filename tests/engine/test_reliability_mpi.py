@@ -60,6 +60,7 @@ def test_configuration_errors_under_mpi_are_printed_once():
     out = res.stdout + res.stderr
     assert res.returncode != 0
     assert out.count("is not a torch device") == 1 and "Traceback" not in out, out
+    assert "Abort(" not in out and res.returncode == 2, out  # all ranks exit: no MPI_Abort
 
 
 @pytest.mark.parametrize("first", ["record", "step"])
