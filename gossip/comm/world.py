@@ -146,7 +146,7 @@ class World:
         if self.link is not None:
             # every rank answers first, so a rank already silent is named itself rather than
             # through the chain of ranks waiting for it
-            self.barrier()
+            self.barrier("metrics: the barrier before the running sum with")
         if self.link is not None and self.rank > 0:
             like = next(iter(local.values()))
             host = torch.empty(like.shape, dtype=like.dtype)
@@ -197,12 +197,13 @@ class World:
         finally:
             self.timeout = saved
 
-    def barrier(self) -> None:
-        """Wait until every process got here (or the deadline passes)."""
+    def barrier(self, what: str = "a barrier with") -> None:
+        """Wait until every process got here (or the deadline passes); ``what`` names it in
+        the timeout's message."""
         if self.link is not None:
             out = np.empty(self.size, dtype=np.uint8)
             self._all_to_all(np.zeros(1, dtype=np.uint8), out, [1] * self.size, _TAG_BARRIER,
-                             "a barrier with")
+                             what)
 
     def _all_to_all(self, mine: np.ndarray, out: np.ndarray, sizes: list[int], tag: int,
                     what: str) -> None:
