@@ -86,7 +86,8 @@ class Block:
 
     @property
     def has_oracle(self) -> bool:
-        return self.m > 0 and self.nodes[0].oracle is not None
+        """Whether the block's nodes have gradients (a federated server has none, its clients do)."""
+        return any(nd.oracle is not None for nd in self.nodes)
 
     @property
     def self_weight(self) -> torch.Tensor:
@@ -186,7 +187,7 @@ class Block:
         if X.shape[0] != rows:
             raise ConfigError(f"{X.shape[0]} rows to encode for a phase of {rows} messages: "
                               "encode one row per node (or per arc of the route)")
-        like = X[0] if rows else X[:1].reshape(X.shape[1:])
+        like = X[0] if rows else X.new_empty(X.shape[1:])  # a phase this block sends nothing in
         nbytes = comp.nbytes_rows(like)
         pitch = row_stride(nbytes)
         remote = len(route.remote_in)
@@ -469,10 +470,16 @@ class Block:
                             f"{exc}", sender=sender, receiver=receiver) from exc
 
     # -- local work ------------------------------------------------------------------------------
-    def gradients(self, out: torch.Tensor) -> torch.Tensor:
+    def gradients(self, out: torch.Tensor, rows: list[int] | None = None) -> torch.Tensor:
         """Every node's gradient at its row of ``x``, into the rows of ``out`` (through
         :meth:`oracle_call`: the bits do not depend on a row's place in the block); the
-        prefetched ones when the last round computed them (:meth:`prefetch_gradients`)."""
+        prefetched ones when the last round computed them (:meth:`prefetch_gradients`).
+        ``rows``: only those rows' nodes compute (a federated round's sampled clients); the
+        other rows of ``out`` are left as they are."""
+        if rows is not None:
+            for r in rows:
+                self.oracle_call(self.nodes[r].oracle.grad, self.x[r], out=out[r])
+            return out
         ahead = self._prefetched
         if ahead is not None:
             self._prefetched = None
@@ -517,8 +524,17 @@ class Block:
             t = self._scratches[key] = torch.empty_like(like, memory_format=torch.contiguous_format)
         return t
 
-    def local_step(self, grad: torch.Tensor, eta: float) -> None:
-        """``x ← x − η g`` for every row, or each node's own optimizer step when it has one."""
+    def local_step(self, grad: torch.Tensor, eta: float, rows: list[int] | None = None) -> None:
+        """``x ← x − η g`` for every row, or each node's own optimizer step when it has one;
+        ``rows``: only those rows step (a federated round's sampled clients)."""
+        if rows is not None:
+            for r in rows:
+                apply = getattr(self.nodes[r].oracle, "apply_step", None)
+                if apply is not None:
+                    apply(self.x[r], grad[r], self.round)
+                else:
+                    self.x[r].add_(grad[r], alpha=-eta)
+            return
         apply = [getattr(nd.oracle, "apply_step", None) for nd in self.nodes]
         if all(a is None for a in apply):
             self.x.add_(grad, alpha=-eta)

@@ -1,0 +1,197 @@
+"""The server–clients phases of a federated round on a star: node 0 the server, 1..n−1 clients.
+
+A federated algorithm is an ordinary :class:`~gossip.algorithms.Algorithm` on the star graph:
+its round has two phases routed by arcs (:meth:`~gossip.engine.block.Block.arc_plan`), so the
+engine, the transports, byte counts, logs and checkpoints serve it unchanged::
+
+    S = link.begin()                         # this round's clients, the same on every process
+    inbox = yield link.broadcast(v)          # downlink: the server's v to every client of S
+    link.receive(inbox, out)                 # out[r] = v for the block's sampled clients
+    ... local work on the rows link.rows ...
+    inbox = yield link.upload(U)             # uplink: C(u_i − h_i) from every client of S
+    u_bar = link.average(inbox)              # on the server: (1/|S|) Σ_{i∈S} û_i
+
+Only the arcs of sampled clients carry a message, so an unsampled client sends nothing and
+its bits do not grow; the server sends |S| downlink messages. The sample comes from a
+counter-based stream keyed by (seed, round) (:class:`ClientSampler`), so every process draws the
+same clients without a message. The downlink is exact (the ``none`` compressor); the uplink
+uses the run's compressor, with an EF21 memory per client (``memory="ef21"``): client i keeps
+``h_i``, sends ``c_i = C(u_i − h_i)`` and sets ``h_i ← h_i + c_i``; the server keeps the same
+``h_i`` of every client (per arc, ``block.arc_state``) and averages the new ``h_i`` of the
+sampled ones, so what the compressor dropped goes out in a later round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from gossip.compress import make
+from gossip.errors import ConfigError
+from gossip.rng import Stream
+
+SAMPLINGS = ("uniform", "replacement")
+"""``uniform``: k distinct clients, every k-subset equally likely; ``replacement``: k draws,
+uniform and independent (a client drawn twice counts twice in the average)."""
+
+
+class ClientSampler:
+    """The clients of round t, from a stream keyed by (seed, round): identical on every process.
+
+    Args:
+        seed: the run seed.
+        clients: number of clients N (nodes 1..N).
+        per_round: clients drawn per round k (1 <= k <= N).
+        sampling: ``"uniform"`` (without replacement) or ``"replacement"``.
+        availability: probability that a client is online in a round (an independent
+            Bernoulli trace per client and round); the k are drawn among the online ones (all
+            of them when fewer are online).
+    """
+
+    def __init__(self, seed: int, clients: int, per_round: int, sampling: str = "uniform",
+                 availability: float = 1.0):
+        if sampling not in SAMPLINGS:
+            raise ConfigError(f"sampling {sampling!r} is not one of {', '.join(SAMPLINGS)}")
+        if not 1 <= per_round <= clients:
+            raise ConfigError(f"clients_per_round = {per_round} but the star has {clients} "
+                              f"clients: give 1..{clients} (or more nodes)")
+        self.clients, self.per_round, self.sampling = clients, per_round, sampling
+        self.availability = availability
+        self.stream = Stream(seed, [0], "clients")
+
+    def sample(self, t: int) -> list[int]:
+        """Round ``t``'s clients (ids 1..N, sorted, repeated when drawn twice)."""
+        s = self.stream
+        s.begin_round(t)
+        online = np.arange(1, self.clients + 1)
+        if self.availability < 1.0:
+            up = s.uniform(self.clients, dtype=torch.float64).numpy()[0] < self.availability
+            online = online[up]
+        if online.size == 0:
+            return []
+        k = min(self.per_round, online.size)
+        if self.sampling == "uniform":
+            keys = s.uniform(online.size, dtype=torch.float64).numpy()[0]
+            chosen = online[np.argsort(keys, kind="stable")[:k]]
+        else:
+            u = s.uniform(k, dtype=torch.float64).numpy()[0]
+            chosen = online[np.minimum((u * online.size).astype(np.int64), online.size - 1)]
+        return sorted(int(i) for i in chosen)
+
+
+class StarLink:
+    """The two phases of a federated round for one block (module docstring).
+
+    Build it in ``setup`` and keep it in ``block.workspace``.
+
+    Args:
+        block: the block (:class:`~gossip.engine.block.Block`) of a star run.
+        name: prefix of its state keys and random streams.
+        sampler: the round's clients.
+        up_dim, down_dim: entries of the uplink and downlink vectors.
+        memory: ``None`` (``û_i = C(u_i)``) or ``"ef21"`` (the client memories above).
+    """
+
+    def __init__(self, block: Any, name: str, sampler: ClientSampler, up_dim: int, down_dim: int,
+                 memory: str | None = None):
+        if memory not in (None, "ef21"):
+            raise ConfigError(f"uplink memory {memory!r} is not None or 'ef21'")
+        self.block, self.name, self.sampler = block, name, sampler
+        self.up_dim, self.down_dim, self.memory = up_dim, down_dim, memory
+        self.exact = make("none")
+        self.row_of = {i: r for r, i in enumerate(block.ids)}
+        self.server_row: int | None = self.row_of.get(0)
+        self.sample: list[int] = []
+        self.rows: list[int] = []
+        """The block's rows of this round's (distinct) sampled clients, in id order."""
+        self._bufs: dict[str, torch.Tensor] = {}
+        x = block.x
+        if memory is not None:
+            every = block.arc_plan([(i, 0) for i in range(1, sampler.clients + 1)])
+            self._every = every
+            self._own_arc = {i: a for a, (i, _) in enumerate(every.arcs)}
+            for key, arcs, incoming in ((f"{name}.h", every.arcs, False),
+                                        (f"{name}.h_server", every.incoming, True)):
+                block.arc_state[key] = x.new_zeros((len(arcs), up_dim))
+                block.arc_routes[key] = (every, incoming)
+
+    def begin(self) -> list[int]:
+        """Draw this round's clients (with repetition under ``replacement``)."""
+        self.sample = self.sampler.sample(self.block.round)
+        chosen = sorted(set(self.sample))
+        self.distinct = chosen
+        self.rows = [self.row_of[i] for i in chosen if i in self.row_of]
+        return self.sample
+
+    def _buf(self, key: str, rows: int, cols: int) -> torch.Tensor:
+        x = self.block.x
+        t = self._bufs.get(key)
+        if t is None or t.shape != (rows, cols):
+            t = self._bufs[key] = x.new_empty((rows, cols))
+        return t
+
+    # -- downlink ------------------------------------------------------------------------------
+    def broadcast(self, v: torch.Tensor | None) -> Any:
+        """The downlink rows: the server's ``v`` ([down_dim]; None where the block has no
+        server) to every sampled client, exact."""
+        route = self.block.arc_plan([(0, i) for i in self.distinct])
+        V = self._buf("down", len(route.arcs), self.down_dim)
+        if len(route.arcs):
+            V.copy_(v.expand(len(route.arcs), -1))
+        return self.block.encode(V, self.exact, route=route)
+
+    def receive(self, inbox: Any, out: torch.Tensor) -> None:
+        """``out[r] = v`` for every row of a sampled client of the block."""
+        route = inbox.route
+        if not route.incoming:
+            return
+        got = self._buf("got_down", len(route.incoming), self.down_dim).zero_()
+        self.block.decode_received(got, inbox)
+        out.index_copy_(0, route.in_dst, got)
+
+    # -- uplink --------------------------------------------------------------------------------
+    def upload(self, U: torch.Tensor) -> Any:
+        """The uplink rows: ``C(u_i − h_i)`` (``C(u_i)`` without memory) for every sampled
+        client of the block (``U`` is [m, up_dim]; only those rows are read)."""
+        block = self.block
+        route = block.arc_plan([(i, 0) for i in self.distinct])
+        idx = torch.tensor([self.row_of[i] for i, _ in route.arcs], dtype=torch.int64,
+                           device=U.device)
+        Z = self._buf("up", len(route.arcs), self.up_dim)
+        torch.index_select(U, 0, idx, out=Z)
+        if self.memory is not None:
+            H, sel = block.arc_state[f"{self.name}.h"], self._arcs(route.arcs)
+            Z.sub_(H.index_select(0, sel))
+        rows = block.encode(Z, block.compressor, block.arc_rng(route, f"{self.name}.up"),
+                            route=route)
+        if self.memory is not None and len(route.arcs):  # h_i ← h_i + c_i, what the server adds
+            moved = H.index_select(0, sel)
+            block.decode_add(moved, rows)
+            H.index_copy_(0, sel, moved)
+        return rows
+
+    def _arcs(self, arcs: list[tuple[int, int]]) -> torch.Tensor:
+        return torch.tensor([self._own_arc[i] for i, _ in arcs], dtype=torch.int64,
+                            device=self.block.x.device)
+
+    def average(self, inbox: Any) -> torch.Tensor | None:
+        """On the server: ``(1/|S|) Σ_{i∈S} û_i``, clients in id order, each as often as drawn
+        (``û_i = h_i`` after the update with memory); None elsewhere or for an empty sample."""
+        if self.server_row is None or not self.sample:
+            return None
+        route = inbox.route
+        got = self._buf("got_up", len(route.incoming), self.up_dim).zero_()
+        self.block.decode_received(got, inbox)
+        senders = [i for i, _ in route.incoming]
+        if self.memory is not None:  # the server's copies of the senders' h_i
+            Hs = self.block.arc_state[f"{self.name}.h_server"]
+            sel = torch.tensor([i - 1 for i in senders], dtype=torch.int64, device=got.device)
+            got.add_(Hs.index_select(0, sel))
+            Hs.index_copy_(0, sel, got)
+        acc = self._buf("avg", 1, self.up_dim).zero_()[0]
+        count = {i: self.sample.count(i) for i in senders}
+        for e, i in enumerate(senders):
+            acc.add_(got[e], alpha=float(count[i]))
+        return acc.div_(len(self.sample))
