@@ -33,6 +33,23 @@ SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad", "adamw")
 """Server updates of Reddi et al. (ICLR'21, Algorithm 2), and Adam with decoupled weight decay."""
 
 
+_ARGS = """
+    Args:
+        clients_per_round: clients drawn per round k (None: all clients).
+        local_steps: local steps K per round (>= 1).
+        eta: the clients' step size η.
+        sampling: ``"uniform"`` (k distinct clients) or ``"replacement"``.
+        availability: probability a client is online in a round (1: always).
+        server_optimizer: ``"sgd"``, ``"adam"``, ``"yogi"``, ``"adagrad"`` or ``"adamw"``.
+        server_lr: the server step η_s (default 1 for sgd, 0.01 for the adaptive ones).
+        beta1, beta2: the server moments' decay rates.
+        tau: the server's adaptivity τ (added to √v; v starts at τ²).
+        weight_decay: decoupled weight decay λ of ``adamw``.
+        uplink_memory: ``"ef21"``, ``None`` (no memory) or ``"auto"`` (EF21 for a lossy
+            compressor, none for ``none``).
+"""
+
+
 class ServerOptimizer:
     """``x ← x + η_s Δ`` (sgd) or the adaptive updates of Reddi et al. on the pseudo-gradient
     ``−Δ`` (docs/algorithms/fedadam.md)::
@@ -79,28 +96,14 @@ class ServerOptimizer:
 
 
 class FedAvg(Algorithm):
-    """FedAvg (McMahan et al. 2017) with a server optimizer (Reddi et al. 2021).
+    __doc__ = """FedAvg (McMahan et al. 2017) with a server optimizer (Reddi et al. 2021).
 
     One round: the server sends ``x`` to the sampled clients S; each runs K local steps
     ``y_i ← y_i − η ∇f_i(y_i)`` from ``y_i = x`` and sends ``Δ_i = y_i − x`` (compressed with
     the run's compressor, EF21 memory when it is lossy); the server averages
     ``Δ = (1/|S|) Σ_{i∈S} Δ_i`` and steps ``x ← x + η_s Δ`` (``server_optimizer="sgd"``, η_s = 1:
     plain FedAvg) or adaptively. See docs/algorithms/fedavg.md.
-
-    Args:
-        clients_per_round: clients drawn per round k (None: all clients).
-        local_steps: local steps K per round (>= 1).
-        eta: the clients' step size η.
-        sampling: ``"uniform"`` (k distinct clients) or ``"replacement"``.
-        availability: probability a client is online in a round (1: always).
-        server_optimizer: ``"sgd"``, ``"adam"``, ``"yogi"``, ``"adagrad"`` or ``"adamw"``.
-        server_lr: the server step η_s.
-        beta1, beta2: the server moments' decay rates.
-        tau: the server's adaptivity τ (added to √v; v starts at τ²).
-        weight_decay: decoupled weight decay λ of ``adamw``.
-        uplink_memory: ``"ef21"``, ``None`` (no memory) or ``"auto"`` (EF21 for a lossy
-            compressor, none for ``none``).
-    """
+""" + _ARGS
 
     name = "fedavg"
     trains = True
@@ -110,7 +113,7 @@ class FedAvg(Algorithm):
         compressor_message="{name} compresses each sampled client's uplink on its own arc, which "
                            "a compressor that keeps state per node ('{spec}') cannot do: use a "
                            "stateless one (topk, randk, qsgd, sign, lead:BITS, none)")
-    state_copies = 6
+    state_copies = 12  # x, the down/up/gradient rows, m and v, the EF21 copies, k-row buffers
     step_rule = "exact"
     default_server: ClassVar[str] = "sgd"
 
@@ -227,31 +230,31 @@ class FedAvg(Algorithm):
 
 
 class FedAdam(FedAvg):
-    """FedAdam (Reddi et al. ICLR'21): FedAvg whose server steps with Adam on ``−Δ``.
+    __doc__ = """FedAdam (Reddi et al. ICLR'21): FedAvg whose server steps with Adam on ``−Δ``.
 
     ``m ← β1 m + (1 − β1) Δ``, ``v ← β2 v + (1 − β2) Δ²``, ``x ← x + η_s m / (√v + τ)``.
-    See docs/algorithms/fedadam.md; Args as :class:`FedAvg` (server_optimizer "adam").
-    """
+    See docs/algorithms/fedadam.md (server_optimizer "adam" by default).
+""" + _ARGS
 
     name = "fedadam"
     default_server = "adam"
 
 
 class FedYogi(FedAvg):
-    """FedYogi (Reddi et al. ICLR'21): FedAdam with ``v ← v − (1 − β2) Δ² sign(v − Δ²)``.
+    __doc__ = """FedYogi (Reddi et al. ICLR'21): FedAdam with ``v ← v − (1 − β2) Δ² sign(v − Δ²)``.
 
-    See docs/algorithms/fedyogi.md; Args as :class:`FedAvg` (server_optimizer "yogi").
-    """
+    See docs/algorithms/fedyogi.md (server_optimizer "yogi" by default).
+""" + _ARGS
 
     name = "fedyogi"
     default_server = "yogi"
 
 
 class FedAdagrad(FedAvg):
-    """FedAdagrad (Reddi et al. ICLR'21): FedAdam with ``v ← v + Δ²``.
+    __doc__ = """FedAdagrad (Reddi et al. ICLR'21): FedAdam with ``v ← v + Δ²``.
 
-    See docs/algorithms/fedadagrad.md; Args as :class:`FedAvg` (server_optimizer "adagrad").
-    """
+    See docs/algorithms/fedadagrad.md (server_optimizer "adagrad" by default).
+""" + _ARGS
 
     name = "fedadagrad"
     default_server = "adagrad"
@@ -290,20 +293,17 @@ class FedProx(FedAvg):
 
 
 class Scaffold(FedAvg):
-    """SCAFFOLD (Karimireddy et al. ICML'20), control variates with option II.
+    __doc__ = """SCAFFOLD (Karimireddy et al. ICML'20), control variates with option II.
 
     The server sends ``(x, c)``; client i runs K steps ``y_i ← y_i − η (∇f_i(y_i) − c_i + c)``,
     sets ``c_i⁺ = c_i − c + (x − y_i)/(K η)`` and sends ``(Δy_i, Δc_i) = (y_i − x, c_i⁺ − c_i)``;
     ``c_i ← c_i⁺``. The server steps ``x ← x + η_g (1/|S|) Σ Δy_i`` (its optimizer, η_g =
     ``server_lr``) and ``c ← c + (1/N) Σ_{i∈S} Δc_i``. See docs/algorithms/scaffold.md.
 
-    Args:
-        as :class:`FedAvg` (clients_per_round, local_steps, eta, sampling, availability,
-        server_optimizer, server_lr, beta1, beta2, tau, weight_decay, uplink_memory).
-    """
+""" + _ARGS
 
     name = "scaffold"
-    state_copies = 9
+    state_copies = 20  # FedAvg's with 2d-entry messages, and the control variates
 
     def up_dim(self, d: int) -> int:
         return 2 * d

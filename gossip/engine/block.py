@@ -268,11 +268,13 @@ class Block:
         route = rows.route
         return rows.gather(route.in_src, route.in_span)
 
-    def decode_received(self, out: torch.Tensor, rows: Rows, weight: Any = 1.0) -> torch.Tensor:
-        """``out[e] += weight·C(q_e)`` for every arc e of ``rows.route.incoming``."""
+    def decode_received(self, out: torch.Tensor, rows: Rows, weight: Any = 1.0,
+                        dst: torch.Tensor | None = None) -> torch.Tensor:
+        """``out[e] += weight·C(q_e)`` for every arc e of ``rows.route.incoming``; with ``dst``
+        (e.g. ``route.in_dst``, the receivers' rows) into row ``dst[e]`` of ``out`` instead."""
         route = rows.route
         w = weight if isinstance(weight, torch.Tensor) else float(weight)
-        self._decode_add(rows.compressor, out, self.received_arcs(rows), w, None, None,
+        self._decode_add(rows.compressor, out, self.received_arcs(rows), w, dst, None,
                          route.incoming)
         return out
 

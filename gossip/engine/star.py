@@ -147,9 +147,8 @@ class StarLink:
         route = inbox.route
         if not route.incoming:
             return
-        got = self._buf("got_down", len(route.incoming), self.down_dim).zero_()
-        self.block.decode_received(got, inbox)
-        out.index_copy_(0, route.in_dst, got)
+        out.index_fill_(0, route.in_dst, 0.0)
+        self.block.decode_received(out, inbox, dst=route.in_dst)
 
     # -- uplink --------------------------------------------------------------------------------
     def upload(self, U: torch.Tensor) -> Any:
