@@ -94,6 +94,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
     a.add_argument("--rank", type=positive_int, default=None, help="PowerGossip's rank")
+    f = p.add_argument_group("federated (fedavg, fedprox, fedadam, fedyogi, fedadagrad, scaffold: "
+                             "node 0 of a star is the server, the other --nodes the clients)")
+    f.add_argument("--clients-per-round", type=positive_int, default=None,
+                   help="clients sampled per round (default: all)")
+    f.add_argument("--local-steps", type=int, default=None,
+                   help="local steps K per round (>= 1; default 5)")
+    f.add_argument("--server-optimizer", default=None,
+                   help="sgd (default for fedavg), adam, yogi, adagrad or adamw")
+    f.add_argument("--server-lr", type=positive_float, default=None,
+                   help="server step (default 1 with sgd, 0.01 adaptive)")
+    f.add_argument("--sampling", default=None,
+                   help="uniform (k distinct clients, default) or replacement")
+    f.add_argument("--availability", type=float, default=None,
+                   help="probability a client is online in a round (default 1)")
+    f.add_argument("--mu", type=float, default=None, help="FedProx's proximal weight")
     a.add_argument("--estimator", choices=ESTIMATORS, default="full",
                    help="gradient estimator (sampled ones need a finite-sum problem)")
     a.add_argument("--batch-size", type=positive_int, default=1, help="samples per sampled gradient")
@@ -103,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_run_arguments(p)
     add_overlap_argument(p)
     add_list_argument(p, algorithms=lambda: trainable() + sorted(ALIASES))
-    p.set_defaults(log_every=1, dtype="float64")
+    p.set_defaults(log_every=1, dtype="float64", topology=None)  # ring, or star when federated
     from gossip.config import parse_args_with_config
 
     return parse_args_with_config(p, argv)  # --config run.toml; flags override it
@@ -156,7 +171,12 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
     hp = cls.suggest_hparams(problem, args.estimator, topology) | base
     accepted = accepted_hparams(cls)
     for key, value in (("eta", args.eta), ("gamma", args.gamma), ("alpha", args.alpha),
-                       ("gamma_dual", args.gamma_dual), ("rank", args.rank)):
+                       ("gamma_dual", args.gamma_dual), ("rank", args.rank),
+                       ("clients_per_round", args.clients_per_round),
+                       ("local_steps", args.local_steps),
+                       ("server_optimizer", args.server_optimizer), ("server_lr", args.server_lr),
+                       ("sampling", args.sampling), ("availability", args.availability),
+                       ("mu", args.mu)):
         if key in accepted and key not in base and value is not None:
             hp[key] = value
     extra = parse_hparams(args.hparam)
@@ -165,8 +185,24 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
     return hp | {k: v for k, v in extra.items() if k in accepted}
 
 
+def federated_runs(args: argparse.Namespace) -> bool:
+    """Whether the runs asked for are federated (all of them: a star with node 0 the server)
+    or none; the default topology follows (star or ring)."""
+    specs = run_specs(args)
+    from gossip.algorithms import algorithm_class
+
+    kinds = {algorithm_class(name).federated for _, name, _, _ in specs}
+    if len(kinds) > 1:
+        raise SystemExit("error: --compare mixes federated algorithms (on the star) with "
+                         "decentralized ones (on --topology); compare each family in its own run")
+    return kinds == {True}
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
+    federated = federated_runs(args)
+    if args.topology is None:
+        args.topology = "star" if federated else "ring"
     from gossip.algorithms import make_algorithm
     from gossip.engine import Engine
     from gossip.errors import GossipError
@@ -186,8 +222,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         except ConfigFileError as exc:
             raise SystemExit(f"error: {exc}") from None
     try:
-        problem = make_problem(
-            args.problem, n_nodes=topology.n, dim=args.dim, samples_per_node=args.samples_per_node,
+        problem = make_problem(  # federated: the clients hold the data, node i client i − 1
+            args.problem, n_nodes=topology.n - federated, dim=args.dim, samples_per_node=args.samples_per_node,
             heterogeneity=args.heterogeneity, seed=args.seed, data=args.data,
             partition_scheme=args.partition, l1=args.l1, l2=args.l2, dtype=dtype, device=args.device,
         )
@@ -214,7 +250,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 seed=args.seed, world=world, timeout=args.timeout, device=args.device,
                 network=args.network, link_latency=args.link_latency, overlap=args.overlap,
                 dtype=dtype, watch=("distance_to_optimum",),
-                oracles=lambda i, gen: problem.oracle(i, gen, args.estimator, args.batch_size),
+                oracles=lambda i, gen: (None if federated and i == 0 else problem.oracle(
+                    i - federated, gen, args.estimator, args.batch_size)),
             )
 
         search = None

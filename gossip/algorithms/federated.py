@@ -124,7 +124,8 @@ class FedAvg(Algorithm):
                  weight_decay: float = 0.0, uplink_memory: str | None = "auto"):
         server_optimizer = server_optimizer or self.default_server
         if server_optimizer not in SERVER_OPTIMIZERS:
-            raise ConfigError(f"server_optimizer {server_optimizer!r} does not exist: use one of "
+            raise ConfigError(f"server_optimizer {server_optimizer!r} (--server-optimizer) does not "
+                              "exist: use one of "
                               f"{', '.join(SERVER_OPTIMIZERS)}")
         if not isinstance(local_steps, int) or local_steps < 1:
             raise ConfigError(f"local_steps = {local_steps}: a client takes at least one local "
@@ -158,7 +159,8 @@ class FedAvg(Algorithm):
             raise ConfigError(f"{self.name} runs on a star whose node 0 is the server "
                               f"(--topology star), not on {getattr(topology, 'name', topology)}")
         if self.clients_per_round is not None and self.clients_per_round > n - 1:
-            raise ConfigError(f"clients_per_round = {self.clients_per_round} but the star has "
+            raise ConfigError(f"clients_per_round = {self.clients_per_round} "
+                              f"(--clients-per-round) but the star has "
                               f"{n - 1} clients: give at most {n - 1} (or more nodes)")
 
     # -- what each method changes -----------------------------------------------------------
@@ -184,6 +186,9 @@ class FedAvg(Algorithm):
         d = block.x.shape[1]
         for r in rows:
             torch.sub(block.x[r], down[r, :d], out=up[r, :d])
+
+    def after_upload(self, block: Block, link: StarLink, rows: list[int]) -> None:
+        """The clients' own use of what they sent (FedAvg: none)."""
 
     def server_update(self, block: Block, r: int, avg: torch.Tensor) -> None:
         """The server's step with the averaged uplink."""
@@ -223,7 +228,9 @@ class FedAvg(Algorithm):
             self.correction(block, rows, x, ws["down"], g)
             block.local_step(g, self.eta, rows)
         self.finish_local(block, rows, ws["down"], ws["up"])
-        inbox = yield link.upload(ws["up"])
+        sent = link.upload(ws["up"])
+        self.after_upload(block, link, rows)
+        inbox = yield sent
         avg = link.average(inbox)
         if avg is not None:
             self.server_update(block, server, avg)
@@ -297,9 +304,9 @@ class Scaffold(FedAvg):
 
     The server sends ``(x, c)``; client i runs K steps ``y_i ← y_i − η (∇f_i(y_i) − c_i + c)``,
     sets ``c_i⁺ = c_i − c + (x − y_i)/(K η)`` and sends ``(Δy_i, Δc_i) = (y_i − x, c_i⁺ − c_i)``;
-    ``c_i ← c_i⁺``. The server steps ``x ← x + η_g (1/|S|) Σ Δy_i`` (its optimizer, η_g =
-    ``server_lr``) and ``c ← c + (1/N) Σ_{i∈S} Δc_i``. See docs/algorithms/scaffold.md.
-
+    ``c_i ← c_i + Δĉ_i``, what the server receives of Δc_i (``c_i⁺`` when exact). The server
+    steps ``x ← x + η_g (1/|S|) Σ Δŷ_i`` (its optimizer, η_g = ``server_lr``) and
+    ``c ← c + (1/N) Σ_{i∈S} Δĉ_i``. See docs/algorithms/scaffold.md.
 """ + _ARGS
 
     name = "scaffold"
@@ -327,11 +334,17 @@ class Scaffold(FedAvg):
     def finish_local(self, block: Block, rows: list[int], down: torch.Tensor,
                      up: torch.Tensor) -> None:
         super().finish_local(block, rows, down, up)
-        d, c, scale = block.x.shape[1], block.state["scaffold.c"], 1.0 / (self.local_steps * self.eta)
+        d, scale = block.x.shape[1], 1.0 / (self.local_steps * self.eta)
         for r in rows:  # c_i⁺ = c_i − c + (x − y_i)/(Kη);  Δc_i = c_i⁺ − c_i = −c − Δy_i/(Kη)
-            dc = up[r, d:]
-            torch.mul(up[r, :d], -scale, out=dc).sub_(down[r, d:])
-            c[r].add_(dc)
+            torch.mul(up[r, :d], -scale, out=up[r, d:]).sub_(down[r, d:])
+
+    def after_upload(self, block: Block, link: StarLink, rows: list[int]) -> None:
+        """``c_i ← c_i + Δĉ_i``, by what the server adds (Δc_i itself when exact), so the
+        server's ``c`` stays the clients' mean under compression too."""
+        d, c, up = block.x.shape[1], block.state["scaffold.c"], block.workspace["up"]
+        link.delivered(up)
+        for r in rows:
+            c[r].add_(up[r, d:])
 
     def server_update(self, block: Block, r: int, avg: torch.Tensor) -> None:
         d = block.x.shape[1]

@@ -201,7 +201,9 @@ class Block:
             own, recv = both[:rows], both[rows:]
         self._calls += 1
         mine = own[:, :nbytes]
-        if comp.stateful:
+        if rows == 0:  # this block sends nothing in the phase (e.g. no sampled client here)
+            pass
+        elif comp.stateful:
             if route is not self.routing:
                 raise CompressionError(f"'{comp.spec}' keeps state per node and cannot encode one "
                                        "message per arc: use a stateless compressor")

@@ -169,7 +169,21 @@ class StarLink:
             moved = H.index_select(0, sel)
             block.decode_add(moved, rows)
             H.index_copy_(0, sel, moved)
+        self._sent = (rows, idx)
         return rows
+
+    def delivered(self, out: torch.Tensor) -> None:
+        """``out[r] = û_r``, what the server adds for each of the block's sampled clients (its
+        new ``h_i`` with memory, else ``C(u_i)``), after :meth:`upload`: SCAFFOLD's clients
+        move their control variates by it, so the server's ``c`` stays their mean."""
+        rows, idx = self._sent
+        if not idx.numel():
+            return
+        if self.memory is not None:
+            got = self.block.arc_state[f"{self.name}.h"].index_select(0, self._arcs(rows.route.arcs))
+        else:
+            got = self.block.decode(rows, self._buf("own_up", idx.numel(), self.up_dim))
+        out.index_copy_(0, idx, got)
 
     def _arcs(self, arcs: list[tuple[int, int]]) -> torch.Tensor:
         return torch.tensor([self._own_arc[i] for i, _ in arcs], dtype=torch.int64,

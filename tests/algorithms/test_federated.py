@@ -4,6 +4,7 @@ sampler, bits up and down, resume, and the refusals before round 1."""
 from __future__ import annotations
 
 import io
+import re
 
 import numpy as np
 import pytest
@@ -198,14 +199,54 @@ def test_resume_equals_uninterrupted_run_with_sampling():
 
 
 @pytest.mark.parametrize("hp,spec,topo,says", [
-    ({"clients_per_round": 8}, "none", STAR, "clients_per_round = 8 but the star has 7 clients"),
+    ({"clients_per_round": 8}, "none", STAR, "clients_per_round = 8 (--clients-per-round) but the star has 7 clients"),
     ({"local_steps": 0}, "none", STAR, "local_steps = 0"),
-    ({"server_optimizer": "adamax"}, "none", STAR, "server_optimizer 'adamax' does not exist"),
+    ({"server_optimizer": "adamax"}, "none", STAR, "server_optimizer 'adamax' (--server-optimizer) does not exist"),
     ({}, "lowrank:1", STAR, "cannot do: use a stateless one"),
     ({}, "none", topologies.build("ring", N), "runs on a star whose node 0 is the server"),
     ({"sampling": "weighted"}, "none", STAR, "sampling 'weighted' is not one of"),
 ])
 def test_bad_input_is_one_clear_error(hp, spec, topo, says):
-    with pytest.raises(ConfigError, match=says.replace("(", r"\(")):
+    with pytest.raises(ConfigError, match=re.escape(says)):
         Engine(make_algorithm("fedavg", **hp), topo, lambda i: torch.from_numpy(X0),
                compressor=spec, oracles=lambda i, gen: PROBLEM.oracle(i - 1, gen) if i else None)
+
+
+def test_scaffold_server_c_stays_the_clients_mean_under_compression():
+    eng = engine("scaffold", "topk:0.5", clients_per_round=3, local_steps=2, eta=0.05)
+    eng.run(10, log_every=10)
+    c = eng.block.state["scaffold.c"]
+    assert float(c[0].abs().max()) > 1e-3
+    np.testing.assert_allclose(c[0], c[1:].mean(0), atol=1e-12, rtol=0)
+
+
+# ---- the script -------------------------------------------------------------------------------
+
+
+def test_optimize_script_runs_federated_on_the_star(tmp_path):
+    from gossip.metrics import read_jsonl
+    from tests.helpers.launch import script
+
+    out = tmp_path / "fed.jsonl"
+    rows = script("optimize").main([
+        "--algorithm", "scaffold", "--nodes", "6", "--clients-per-round", "3", "--local-steps",
+        "3", "--compressor", "none", "--iterations", "40", "--log-every", "20", "--dim", "8",
+        "--samples-per-node", "20", "--out", str(out)])
+    assert rows[0]["status"] == "ok" and rows[0]["final"] < 1e-3
+    recs = [r for r in read_jsonl(out) if r["type"] == "round"]
+    config = read_jsonl(out)[0]
+    assert config["topology"]["name"] == "star" and config["hparams"]["clients_per_round"] == 3
+    msg = 8 * (8 + 2 * 8 * 8)  # (x, c) or (Δy, Δc) in float64, with the header
+    assert recs[-1]["bits_up_per_client"] == 40 * 3 * msg / 5
+    assert recs[-1]["bits_down_per_client"] == 40 * 3 * msg / 5
+
+
+def test_optimize_script_refuses_bad_federated_input_in_one_line():
+    from tests.helpers.launch import run_py
+
+    res = run_py(["experiments/optimize.py", "--algorithm", "fedavg", "--nodes", "5",
+                  "--clients-per-round", "5", "--iterations", "2", "--out", "/dev/null"])
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert lines == ["error: clients_per_round = 5 (--clients-per-round) but the star has 4 "
+                     "clients: give at most 4 (or more nodes)"], res.stderr

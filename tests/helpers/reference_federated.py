@@ -47,7 +47,6 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
             if scaffold:
                 ci_new = ci[i] - c + (x - y) / (local_steps * eta)
                 u = np.concatenate((u, ci_new - ci[i]))
-                ci[i] = ci_new
             if compress is None:
                 sent[i] = u
             elif ef21:
@@ -55,6 +54,8 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
                 sent[i] = h[i].copy()
             else:
                 sent[i] = compress(u)
+            if scaffold:  # c_i moves by what the server receives (c_i⁺ when exact)
+                ci[i] = ci[i] + sent[i][d:]
         if not S:
             out.append(x.copy())
             continue
