@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.algorithms.requirements import Requirements
+from gossip.algorithms.requirements import Graph, Requirements
 from gossip.engine.block import Block
 from gossip.engine.star import SAMPLINGS, ClientSampler, StarLink
 from gossip.errors import ConfigError
@@ -109,7 +109,7 @@ class FedAvg(Algorithm):
     trains = True
     federated = True
     requires = Requirements(
-        gradients=True, compressor="stateless",
+        graph=Graph(star=True), gradients=True, compressor="stateless",
         compressor_message="{name} compresses each sampled client's uplink on its own arc, which "
                            "a compressor that keeps state per node ('{spec}') cannot do: use a "
                            "stateless one (topk, randk, qsgd, sign, lead:BITS, none)")
@@ -151,13 +151,27 @@ class FedAvg(Algorithm):
         self.beta1, self.beta2, self.tau, self.weight_decay = beta1, beta2, tau, weight_decay
         self.uplink_memory = uplink_memory
 
+    @classmethod
+    def suggest_hparams(cls, problem: Any, estimator: str = "full",
+                        topology: Any = None) -> dict[str, Any]:
+        """The clients' ``eta`` by the ``"exact"`` rule (1/L with full gradients: each local
+        step is a safe gradient step); for an adaptive server ``server_lr = RMS(∇f(x0))/L``,
+        one local step's per-coordinate size (Adam-like steps move each coordinate by about
+        ``server_lr``)."""
+        hp = super().suggest_hparams(problem, estimator, topology)
+        if cls.default_server == "sgd":
+            return hp
+        x0 = problem.initial_point()
+        grad = sum(problem.grad_full(i, x0) for i in range(problem.n_nodes)) / problem.n_nodes
+        rms = float(grad.square().mean().sqrt())
+        if 0.0 < rms < math.inf:
+            hp["server_lr"] = rms / problem.smoothness().L
+        return hp
+
     def validate(self, topology: Any, compressor: Any) -> None:
-        """A star with node 0 as its hub, and at most as many clients per round as clients."""
+        """At most as many clients per round as the star has clients (the star itself is
+        ``requires.graph.star``)."""
         n = topology.n
-        hub = n >= 2 and list(topology.view(0).in_neighbors) == list(range(1, n))
-        if not hub or any(list(topology.view(i).in_neighbors) != [0] for i in range(1, n)):
-            raise ConfigError(f"{self.name} runs on a star whose node 0 is the server "
-                              f"(--topology star), not on {getattr(topology, 'name', topology)}")
         if self.clients_per_round is not None and self.clients_per_round > n - 1:
             raise ConfigError(f"clients_per_round = {self.clients_per_round} "
                               f"(--clients-per-round) but the star has "

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 
 from gossip.compress import make
-from gossip.errors import ConfigError
+from gossip.errors import ConfigError, GossipError
+from gossip.layout import Layout
 from gossip.rng import Stream
 
 SAMPLINGS = ("uniform", "replacement")
@@ -101,6 +102,7 @@ class StarLink:
         self.block, self.name, self.sampler = block, name, sampler
         self.up_dim, self.down_dim, self.memory = up_dim, down_dim, memory
         self.exact = make("none")
+        self.uplink = self._uplink_compressor(block, up_dim)
         self.row_of = {i: r for r, i in enumerate(block.ids)}
         self.server_row: int | None = self.row_of.get(0)
         self.sample: list[int] = []
@@ -116,6 +118,22 @@ class StarLink:
                                         (f"{name}.h_server", every.incoming, True)):
                 block.arc_state[key] = x.new_zeros((len(arcs), up_dim))
                 block.arc_routes[key] = (every, incoming)
+
+    @staticmethod
+    def _uplink_compressor(block: Any, up_dim: int) -> Any:
+        """The run's compressor, for an uplink of ``up_dim`` entries: per tensor of the model's
+        layout repeated (SCAFFOLD's (Δy, Δc) is two models) when it works per tensor."""
+        comp, d = block.compressor, block.x.shape[1]
+        layout = block.nodes[0].layout if block.nodes else None
+        if up_dim == d or layout is None or len(layout.shapes) == 1 and len(layout.shapes[0]) == 1:
+            return comp
+        if up_dim % d:
+            raise ConfigError(f"an uplink of {up_dim} entries is not a whole number of models of {d}")
+        try:
+            return make(comp.spec, Layout(list(layout.shapes) * (up_dim // d)))
+        except GossipError as exc:
+            raise ConfigError(f"the uplink of {up_dim // d} models per message needs the compressor "
+                              f"'{comp.spec}' per tensor of the doubled layout: {exc}") from None
 
     def begin(self) -> list[int]:
         """Draw this round's clients (with repetition under ``replacement``)."""
@@ -163,7 +181,7 @@ class StarLink:
         if self.memory is not None:
             H, sel = block.arc_state[f"{self.name}.h"], self._arcs(route.arcs)
             Z.sub_(H.index_select(0, sel))
-        rows = block.encode(Z, block.compressor, block.arc_rng(route, f"{self.name}.up"),
+        rows = block.encode(Z, self.uplink, block.arc_rng(route, f"{self.name}.up"),
                             route=route)
         if self.memory is not None and len(route.arcs):  # h_i ← h_i + c_i, what the server adds
             moved = H.index_select(0, sel)
