@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import re
 
+import networkx as nx
 import numpy as np
 import pytest
 import torch
@@ -205,6 +206,8 @@ def test_resume_equals_uninterrupted_run_with_sampling():
     ({}, "lowrank:1", STAR, "cannot do: use a stateless one"),
     ({}, "none", topologies.build("ring", N), "runs on a star whose node 0 is the server"),
     ({"sampling": "weighted"}, "none", STAR, "sampling 'weighted' is not one of"),
+    ({}, "none", topologies.Topology(nx.relabel_nodes(nx.star_graph(N - 1), {0: 3, 3: 0}),
+                                     name="star-hub-3"), "not on 'star-hub-3'"),
 ])
 def test_bad_input_is_one_clear_error(hp, spec, topo, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
