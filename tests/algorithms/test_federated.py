@@ -253,3 +253,39 @@ def test_optimize_script_refuses_bad_federated_input_in_one_line():
     lines = res.stderr.strip().splitlines()
     assert lines == ["error: clients_per_round = 5 (--clients-per-round) but the star has 4 "
                      "clients: give at most 4 (or more nodes)"], res.stderr
+
+
+def test_optimize_resume_after_a_crash_equals_uninterrupted_with_sampling(tmp_path, monkeypatch):
+    """20 rounds, a crash, --resume for 20 more: the log of 40 rounds in one go (the sample of
+    every round, the EF21 memories, the server's moments)."""
+    import json
+
+    from tests.helpers.launch import script
+
+    def records(path) -> list[dict]:
+        recs = [json.loads(line) for line in open(path)]
+        return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in recs
+                if r["type"] == "round"]
+
+    args = ["--algorithm", "fedadam", "--compressor", "topk:0.3", "--nodes", "7", "--dim", "10",
+            "--samples-per-node", "20", "--clients-per-round", "3", "--sampling", "replacement",
+            "--availability", "0.8", "--local-steps", "2", "--estimator", "sgd", "--batch-size",
+            "2", "--iterations", "40", "--log-every", "5"]
+    main = script("optimize").main
+    full, cut, ck = tmp_path / "full.jsonl", tmp_path / "cut.jsonl", tmp_path / "ck"
+    main([*args, "--out", str(full)])
+    original = Engine.step
+
+    def crash_after_round_20(self, *a, **kw):
+        if self.round == 20:
+            raise KeyboardInterrupt
+        original(self, *a, **kw)
+
+    monkeypatch.setattr(Engine, "step", crash_after_round_20)
+    with pytest.raises(KeyboardInterrupt):
+        main([*args, "--out", str(cut), "--checkpoint-dir", str(ck), "--checkpoint-every", "10"])
+    monkeypatch.undo()
+    main([*args, "--out", str(cut), "--resume", str(ck)])
+    ours, whole = records(cut), records(full)
+    assert len(whole) == 9 and whole[-1]["bits_up_per_client"] > 0
+    assert ours == whole
