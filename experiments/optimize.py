@@ -26,12 +26,14 @@ from gossip import catalog  # noqa: E402
 from gossip.catalog import DEFAULT_L1, ESTIMATORS  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
+    add_federated_arguments,
     add_hparam_argument,
     add_list_argument,
     add_overlap_argument,
     add_run_arguments,
     checkpoint_options,
     exit_status,
+    federated_hparams,
     gamma_value,
     guarded,
     parse_hparams,
@@ -94,27 +96,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--alpha", type=float, default=None, help="LEAD's state momentum α")
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
     a.add_argument("--rank", type=positive_int, default=None, help="PowerGossip's rank")
-    f = p.add_argument_group("federated (fedavg, fedprox, fedadam, fedyogi, fedadagrad, scaffold: "
-                             "node 0 of a star is the server, the other --nodes the clients)")
-    f.add_argument("--clients-per-round", type=positive_int, default=None,
-                   help="clients sampled per round (default: all)")
-    f.add_argument("--local-steps", type=int, default=None,
-                   help="local steps K per round (>= 1; default 5)")
-    f.add_argument("--server-optimizer", default=None,
-                   help="sgd (default for fedavg), adam, yogi, adagrad or adamw")
-    f.add_argument("--server-lr", type=positive_float, default=None,
-                   help="server step (default 1 with sgd, 0.01 adaptive)")
-    f.add_argument("--sampling", default=None,
-                   help="uniform (k distinct clients, default) or replacement")
-    f.add_argument("--availability", type=float, default=None,
-                   help="probability a client is online in a round (default 1)")
-    f.add_argument("--mu", type=float, default=None, help="FedProx's proximal weight")
     a.add_argument("--estimator", choices=ESTIMATORS, default="full",
                    help="gradient estimator (sampled ones need a finite-sum problem)")
     a.add_argument("--batch-size", type=positive_int, default=1, help="samples per sampled gradient")
     a.add_argument("--iterations", type=positive_int, default=300, help="rounds per run")
     a.add_argument("--target", type=float, default=1e-8,
                    help="distance to optimum counted as reached in the table")
+    add_federated_arguments(p)
     add_run_arguments(p)
     add_overlap_argument(p)
     add_list_argument(p, algorithms=lambda: trainable() + sorted(ALIASES))
@@ -166,19 +154,17 @@ def default_compressor(name: str) -> str:
 def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, topology=None) -> dict:
     """Keyword hyper-parameters for ``name``: flags first, then the problem's recommendations."""
     from gossip.algorithms import accepted_hparams, algorithm_class
+    from gossip.cli import FEDERATED_FLAGS
 
     cls = algorithm_class(name)
     hp = cls.suggest_hparams(problem, args.estimator, topology) | base
     accepted = accepted_hparams(cls)
     for key, value in (("eta", args.eta), ("gamma", args.gamma), ("alpha", args.alpha),
-                       ("gamma_dual", args.gamma_dual), ("rank", args.rank),
-                       ("clients_per_round", args.clients_per_round),
-                       ("local_steps", args.local_steps),
-                       ("server_optimizer", args.server_optimizer), ("server_lr", args.server_lr),
-                       ("sampling", args.sampling), ("availability", args.availability),
-                       ("mu", args.mu)):
+                       ("gamma_dual", args.gamma_dual), ("rank", args.rank)):
         if key in accepted and key not in base and value is not None:
             hp[key] = value
+    given = federated_hparams(args, accepted if not args.compare else set(FEDERATED_FLAGS), name)
+    hp |= {k: v for k, v in given.items() if k in accepted}  # --compare: to the runs taking it
     extra = parse_hparams(args.hparam)
     if not args.compare:
         return hp | extra  # one algorithm: a key it does not take is refused by name

@@ -32,12 +32,14 @@ from gossip import catalog  # noqa: E402
 from gossip.catalog import MODELS, NORMS, OPTIMIZERS, SCHEDULES  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
+    add_federated_arguments,
     add_hparam_argument,
     add_list_argument,
     add_overlap_argument,
     add_run_arguments,
     checkpoint_options,
     exit_status,
+    federated_hparams,
     guarded,
     non_negative_float,
     parse_hparams,
@@ -165,10 +167,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training length in rounds (overrides --epochs)")
     r.add_argument("--eval-every", type=float, default=1.0,
                    help="evaluate and log every this many epochs (--log-every K rounds overrides)")
+    add_federated_arguments(p)
     add_run_arguments(p)
     add_overlap_argument(p)
     add_list_argument(p, algorithms=lambda: catalog.algorithms(lambda t: t.trains))
-    p.set_defaults(log_every=None)
+    p.set_defaults(log_every=None, topology=None)  # ring, or star for a federated algorithm
     for action in p._actions:
         if action.dest == "log_every":
             action.help = "log every K rounds (default: every --eval-every epochs)"
@@ -226,6 +229,7 @@ def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_round
             if key not in accepted:
                 raise SystemExit(f"--{key.replace('_', '-')} does not apply to {name}")
             hp[key] = value
+    hp.update(federated_hparams(args, accepted, name))
     hp.update(parse_hparams(args.hparam))
     return hp
 
@@ -328,18 +332,27 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    from gossip.algorithms import accepted_hparams, algorithm_class, make_algorithm
     from gossip.errors import ConfigError, DatasetError, TuningError
     from gossip.metrics import JsonlLogger, versions
     from gossip.runner import execute
-    from gossip.training import epoch_rounds
+    from gossip.training import batches_per_round, epoch_rounds
     from gossip.training.datasets import input_shape, num_classes
 
+    federated = algorithm_class(args.algorithm).federated
+    if args.topology is None:
+        args.topology = "star" if federated else "ring"
     world, topology = setup(args)
     try:
         train_set, test_set = load_data(args)
         shape, classes = input_shape(train_set), num_classes(train_set, test_set)
         model = build_model(args, shape, classes)
-        rpe = epoch_rounds(len(train_set), topology.n, args.batch_size)
+        per_round = topology.n
+        if federated:  # the batches a round draws: clients per round × local steps
+            probe = make_algorithm(args.algorithm, **federated_hparams(
+                args, accepted_hparams(args.algorithm), args.algorithm))
+            per_round = batches_per_round(probe, topology.n)
+        rpe = epoch_rounds(len(train_set), per_round, args.batch_size)
         total = args.rounds if args.rounds is not None else max(1, math.ceil(args.epochs * rpe))
         log_every = args.log_every or max(1, round(args.eval_every * rpe))
         search = None

@@ -289,3 +289,20 @@ def test_optimize_resume_after_a_crash_equals_uninterrupted_with_sampling(tmp_pa
     ours, whole = records(cut), records(full)
     assert len(whole) == 9 and whole[-1]["bits_up_per_client"] > 0
     assert ours == whole
+
+
+def test_train_script_trains_federated_with_the_server_holding_no_data(tmp_path):
+    from gossip.metrics import read_jsonl
+    from tests.helpers.launch import script
+
+    out = tmp_path / "train.jsonl"
+    script("train").main(["--algorithm", "fedavg", "--data", "digits", "--nodes", "5",
+                          "--clients-per-round", "2", "--local-steps", "3", "--lr", "0.1",
+                          "--rounds", "30", "--log-every", "15", "--hidden", "32",
+                          "--out", str(out)])
+    config, *recs = read_jsonl(out)
+    sizes = config["partition_sizes"]
+    assert sizes[0] == 0 and min(sizes[1:]) > 0  # the clients hold the data, the server none
+    rounds = [r for r in recs if r["type"] == "round"]
+    assert rounds[-1]["test_accuracy"] > 0.6 > rounds[0]["test_accuracy"]
+    assert rounds[-1]["bits_up_per_client"] > 0 and rounds[-1]["bits_down_per_client"] > 0
