@@ -167,8 +167,12 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
     hp |= {k: v for k, v in given.items() if k in accepted}  # --compare: to the runs taking it
     extra = parse_hparams(args.hparam)
     if not args.compare:
-        return hp | extra  # one algorithm: a key it does not take is refused by name
-    return hp | {k: v for k, v in extra.items() if k in accepted}
+        hp = hp | extra  # one algorithm: a key it does not take is refused by name
+    else:
+        hp = hp | {k: v for k, v in extra.items() if k in accepted}
+    if hp.get("sampling") == "weighted" and hp.get("client_weights") is None:
+        hp["client_weights"] = [problem.n_samples(i) for i in range(problem.n_nodes)]  # data sizes
+    return hp
 
 
 def federated_runs(args: argparse.Namespace) -> bool:

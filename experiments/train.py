@@ -275,7 +275,15 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
     from gossip.training import DecentralizedTrainer, make_optimizer
 
     name = args.algorithm
-    algorithm = make_algorithm(name, **algorithm_hparams(args, gamma, total_rounds, rpe))
+    hp = algorithm_hparams(args, gamma, total_rounds, rpe)
+    if hp.get("sampling") == "weighted" and hp.get("client_weights") is None:
+        from gossip.training.data import partition_indices
+        from gossip.training.seeds import partition_seed
+
+        parts = partition_indices(train_set, topology.n - 1, args.partition,
+                                  partition_seed(args.seed))  # the trainer's split of the clients
+        hp["client_weights"] = [float(p.size) for p in parts]
+    algorithm = make_algorithm(name, **hp)
     opt_name = check_optimizer(args)
     optimizer = scheduler = None
     if opt_name is not None:

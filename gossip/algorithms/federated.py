@@ -38,7 +38,10 @@ _ARGS = """
         clients_per_round: clients drawn per round k (None: all clients).
         local_steps: local steps K per round (>= 1).
         eta: the clients' step size η.
-        sampling: ``"uniform"`` (k distinct clients) or ``"replacement"``.
+        sampling: ``"uniform"`` (k distinct clients), ``"replacement"`` (k uniform draws) or
+            ``"weighted"`` (k draws with probability ∝ ``client_weights``).
+        client_weights: the clients' weights for ``"weighted"`` (their data sizes; the
+            scripts fill them in).
         availability: probability a client is online in a round (1: always).
         server_optimizer: ``"sgd"``, ``"adam"``, ``"yogi"``, ``"adagrad"`` or ``"adamw"``.
         server_lr: the server step η_s (default 1 for sgd, 0.01 for the adaptive ones).
@@ -121,7 +124,8 @@ class FedAvg(Algorithm):
                  eta: float = 0.01, sampling: str = "uniform", availability: float = 1.0,
                  server_optimizer: str | None = None, server_lr: float | None = None,
                  beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
-                 weight_decay: float = 0.0, uplink_memory: str | None = "auto"):
+                 weight_decay: float = 0.0, uplink_memory: str | None = "auto",
+                 client_weights: list[float] | None = None):
         server_optimizer = server_optimizer or self.default_server
         if server_optimizer not in SERVER_OPTIMIZERS:
             raise ConfigError(f"server_optimizer {server_optimizer!r} (--server-optimizer) does not "
@@ -150,6 +154,7 @@ class FedAvg(Algorithm):
         self.server_optimizer, self.server_lr = server_optimizer, server_lr
         self.beta1, self.beta2, self.tau, self.weight_decay = beta1, beta2, tau, weight_decay
         self.uplink_memory = uplink_memory
+        self.client_weights = None if client_weights is None else [float(w) for w in client_weights]
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -176,6 +181,8 @@ class FedAvg(Algorithm):
             raise ConfigError(f"clients_per_round = {self.clients_per_round} "
                               f"(--clients-per-round) but the star has "
                               f"{n - 1} clients: give at most {n - 1} (or more nodes)")
+        ClientSampler(0, n - 1, self.clients_per_round or n - 1, self.sampling, self.availability,
+                      self.client_weights)  # refuses weights that do not fit the clients
 
     # -- what each method changes -----------------------------------------------------------
     def up_dim(self, d: int) -> int:
@@ -216,7 +223,8 @@ class FedAvg(Algorithm):
         if memory == "auto":
             memory = None if block.compressor.is_identity else "ef21"
         block.hparams.update(clients_per_round=k, uplink_memory=memory)
-        sampler = ClientSampler(block.seed, n - 1, k, self.sampling, self.availability)
+        sampler = ClientSampler(block.seed, n - 1, k, self.sampling, self.availability,
+                                self.client_weights)
         ws = block.workspace
         ws["link"] = StarLink(block, "fed", sampler, self.up_dim(d), self.down_dim(d), memory)
         ws["down"] = block.x.new_zeros((block.m, self.down_dim(d)))
@@ -290,7 +298,7 @@ class FedProx(FedAvg):
     Args:
         mu: the proximal weight μ >= 0 (0: FedAvg). clients_per_round, local_steps, eta,
             sampling, availability, server_optimizer, server_lr, beta1, beta2, tau,
-            weight_decay, uplink_memory: as :class:`FedAvg`.
+            weight_decay, uplink_memory, client_weights: as :class:`FedAvg`.
     """
 
     name = "fedprox"
@@ -299,11 +307,12 @@ class FedProx(FedAvg):
                  local_steps: int = 5, eta: float = 0.01, sampling: str = "uniform",
                  availability: float = 1.0, server_optimizer: str | None = None,
                  server_lr: float | None = None, beta1: float = 0.9, beta2: float = 0.99,
-                 tau: float = 1e-3, weight_decay: float = 0.0, uplink_memory: str | None = "auto"):
+                 tau: float = 1e-3, weight_decay: float = 0.0, uplink_memory: str | None = "auto",
+                 client_weights: list[float] | None = None):
         check_range("mu", mu, 0.0, math.inf, "FedProx's proximal weight", include_low=True)
         super().__init__(clients_per_round, local_steps, eta, sampling, availability,
                          server_optimizer, server_lr, beta1, beta2, tau, weight_decay,
-                         uplink_memory)
+                         uplink_memory, client_weights)
         self.mu = mu
 
     def correction(self, block: Block, rows: list[int], y: torch.Tensor,

@@ -33,9 +33,11 @@ from gossip.errors import ConfigError, GossipError
 from gossip.layout import Layout
 from gossip.rng import Stream
 
-SAMPLINGS = ("uniform", "replacement")
+SAMPLINGS = ("uniform", "replacement", "weighted")
 """``uniform``: k distinct clients, every k-subset equally likely; ``replacement``: k draws,
-uniform and independent (a client drawn twice counts twice in the average)."""
+uniform and independent (a client drawn twice counts twice in the average); ``weighted``: k
+independent draws with probability proportional to the client's weight (its data size: Li et
+al.'s scheme, with the plain average of the draws an unbiased estimate of the weighted one)."""
 
 
 class ClientSampler:
@@ -49,15 +51,23 @@ class ClientSampler:
         availability: probability that a client is online in a round (an independent
             Bernoulli trace per client and round); the k are drawn among the online ones (all
             of them when fewer are online).
+        weights: one positive weight per client (``weighted`` only; its data size).
     """
 
     def __init__(self, seed: int, clients: int, per_round: int, sampling: str = "uniform",
-                 availability: float = 1.0):
+                 availability: float = 1.0, weights: Any = None):
         if sampling not in SAMPLINGS:
             raise ConfigError(f"sampling {sampling!r} is not one of {', '.join(SAMPLINGS)}")
         if not 1 <= per_round <= clients:
             raise ConfigError(f"clients_per_round = {per_round} but the star has {clients} "
                               f"clients: give 1..{clients} (or more nodes)")
+        self.weights = None
+        if sampling == "weighted":
+            w = np.asarray(weights if weights is not None else [], dtype=np.float64).reshape(-1)
+            if w.size != clients or not (np.all(np.isfinite(w)) and np.all(w > 0)):
+                raise ConfigError(f"sampling 'weighted' needs client_weights: {clients} positive "
+                                  f"numbers (the clients' data sizes), got {w.size}")
+            self.weights = w
         self.clients, self.per_round, self.sampling = clients, per_round, sampling
         self.availability = availability
         self.stream = Stream(seed, [0], "clients")
@@ -76,9 +86,14 @@ class ClientSampler:
         if self.sampling == "uniform":
             keys = s.uniform(online.size, dtype=torch.float64).numpy()[0]
             chosen = online[np.argsort(keys, kind="stable")[:k]]
-        else:
+        elif self.sampling == "replacement":
             u = s.uniform(k, dtype=torch.float64).numpy()[0]
             chosen = online[np.minimum((u * online.size).astype(np.int64), online.size - 1)]
+        else:  # inverse CDF of the online clients' weights, summed in id order
+            u = s.uniform(k, dtype=torch.float64).numpy()[0]
+            cdf = np.cumsum(self.weights[online - 1])
+            at = np.searchsorted(cdf, u * cdf[-1], side="right")
+            chosen = online[np.minimum(at, online.size - 1)]
         return sorted(int(i) for i in chosen)
 
 

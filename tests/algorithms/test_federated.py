@@ -70,6 +70,11 @@ def test_fedavg_server_lr_and_replacement_and_availability():
           sampling="replacement", availability=0.6)
 
 
+def test_fedavg_with_weighted_sampling_matches_reference():
+    check("fedavg", clients_per_round=3, local_steps=2, eta=0.05, sampling="weighted",
+          client_weights=[1.0, 5.0, 1.0, 2.0, 8.0, 1.0, 3.0])
+
+
 def test_fedprox_matches_reference():
     check("fedprox", clients_per_round=3, local_steps=4, eta=0.05, mu=0.5)
 
@@ -145,6 +150,11 @@ def test_sampler_is_keyed_by_seed_and_round():
     assert all(len(s) == 6 for s in draws) and any(len(set(s)) < 6 for s in draws)
     off = [ClientSampler(5, 20, 20, availability=0.3).sample(t) for t in range(1, 200)]
     assert 0.2 < np.mean([len(s) for s in off]) / 20 < 0.4
+    w = np.arange(1.0, 21.0)  # client i weighs i: drawn i times as often as client 1
+    heavy = ClientSampler(5, 20, 4, "weighted", weights=w)
+    counts = np.bincount(np.concatenate([heavy.sample(t) for t in range(1, 2001)]), minlength=21)[1:]
+    expected = 2000 * 4 * w / w.sum()
+    assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected) + 1), counts
 
 
 def test_only_sampled_clients_send_and_bits_are_split():
@@ -205,7 +215,9 @@ def test_resume_equals_uninterrupted_run_with_sampling():
     ({"server_optimizer": "adamax"}, "none", STAR, "server_optimizer 'adamax' (--server-optimizer) does not exist"),
     ({}, "lowrank:1", STAR, "cannot do: use a stateless one"),
     ({}, "none", topologies.build("ring", N), "runs on a star whose node 0 is the server"),
-    ({"sampling": "weighted"}, "none", STAR, "sampling 'weighted' is not one of"),
+    ({"sampling": "importance"}, "none", STAR, "sampling 'importance' is not one of"),
+    ({"sampling": "weighted"}, "none", STAR, "sampling 'weighted' needs client_weights: 7 positive"),
+    ({"sampling": "weighted", "client_weights": [1.0] * 6}, "none", STAR, "got 6"),
     ({}, "none", topologies.Topology(nx.relabel_nodes(nx.star_graph(N - 1), {0: 3, 3: 0}),
                                      name="star-hub-3"), "not on 'star-hub-3'"),
 ])

@@ -25,7 +25,9 @@ from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
 # name -> (algorithm, hyper-parameters, compressor, estimator)
 SCENARIOS: dict[str, tuple[str, dict, str, str]] = {
     "fedavg": ("fedavg", {"clients_per_round": 3}, "none", "full"),
-    "fedprox-sgd": ("fedprox", {"clients_per_round": 4, "mu": 0.1}, "none", "sgd"),
+    "fedprox-sgd-weighted": ("fedprox", {"clients_per_round": 4, "mu": 0.1, "sampling": "weighted",
+                                         "client_weights": [3.0, 1.0, 1.0, 2.0, 5.0, 1.0, 1.0, 4.0]},
+                             "none", "sgd"),
     "fedadam-topk-replacement": ("fedadam", {"clients_per_round": 4, "sampling": "replacement",
                                              "availability": 0.7, "server_lr": 0.05},
                                  "topk:0.25", "full"),
