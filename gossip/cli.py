@@ -311,7 +311,7 @@ def _device_of(spec: str) -> str | None:
 
 
 FEDERATED_FLAGS = ("clients_per_round", "local_steps", "server_optimizer", "server_lr",
-                   "sampling", "availability", "mu")
+                   "sampling", "availability", "mu", "downlink_compressor")
 """The federated methods' flags (``--clients-per-round`` ...), each a constructor keyword."""
 
 
@@ -329,7 +329,11 @@ def add_federated_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--server-lr", type=positive_float, default=None,
                    help="server step (default 1 with sgd, 0.01 adaptive)")
     f.add_argument("--sampling", default=None,
-                   help="uniform (k distinct clients, default) or replacement")
+                   help="uniform (k distinct clients, default), replacement, or weighted (k "
+                        "draws with probability proportional to a client's data size)")
+    f.add_argument("--downlink-compressor", default=None,
+                   help="compressor of the server's messages (default: exact; --compressor is "
+                        "the uplink's), against an EF21 copy per client")
     f.add_argument("--availability", type=float, default=None,
                    help="probability a client is online in a round (default 1)")
     f.add_argument("--mu", type=float, default=None, help="FedProx's proximal weight")

@@ -25,9 +25,10 @@ import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.requirements import Graph, Requirements
+from gossip.compress import make as make_compressor
 from gossip.engine.block import Block
 from gossip.engine.star import SAMPLINGS, ClientSampler, StarLink
-from gossip.errors import ConfigError
+from gossip.errors import ConfigError, GossipError
 
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad", "adamw")
 """Server updates of Reddi et al. (ICLR'21, Algorithm 2), and Adam with decoupled weight decay."""
@@ -42,6 +43,8 @@ _ARGS = """
             ``"weighted"`` (k draws with probability ∝ ``client_weights``).
         client_weights: the clients' weights for ``"weighted"`` (their data sizes; the
             scripts fill them in).
+        downlink_compressor: a compressor spec for the downlink (None or ``"none"``: exact),
+            sent against an EF21 copy per client of what it knows.
         availability: probability a client is online in a round (1: always).
         server_optimizer: ``"sgd"``, ``"adam"``, ``"yogi"``, ``"adagrad"`` or ``"adamw"``.
         server_lr: the server step η_s (default 1 for sgd, 0.01 for the adaptive ones).
@@ -125,7 +128,8 @@ class FedAvg(Algorithm):
                  server_optimizer: str | None = None, server_lr: float | None = None,
                  beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
                  weight_decay: float = 0.0, uplink_memory: str | None = "auto",
-                 client_weights: list[float] | None = None):
+                 client_weights: list[float] | None = None,
+                 downlink_compressor: str | None = None):
         server_optimizer = server_optimizer or self.default_server
         if server_optimizer not in SERVER_OPTIMIZERS:
             raise ConfigError(f"server_optimizer {server_optimizer!r} (--server-optimizer) does not "
@@ -155,6 +159,16 @@ class FedAvg(Algorithm):
         self.beta1, self.beta2, self.tau, self.weight_decay = beta1, beta2, tau, weight_decay
         self.uplink_memory = uplink_memory
         self.client_weights = None if client_weights is None else [float(w) for w in client_weights]
+        if downlink_compressor is not None:
+            try:
+                down = make_compressor(downlink_compressor)
+            except GossipError as exc:
+                raise ConfigError(f"downlink_compressor: {exc}") from None
+            if down.stateful:
+                raise ConfigError(f"downlink_compressor '{downlink_compressor}' keeps state per "
+                                  "node and cannot compress one message per client: use a "
+                                  "stateless one (topk, randk, qsgd, sign, lead:BITS)")
+        self.downlink_compressor = downlink_compressor
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -226,7 +240,11 @@ class FedAvg(Algorithm):
         sampler = ClientSampler(block.seed, n - 1, k, self.sampling, self.availability,
                                 self.client_weights)
         ws = block.workspace
-        ws["link"] = StarLink(block, "fed", sampler, self.up_dim(d), self.down_dim(d), memory)
+        start = None
+        if self.downlink_compressor is not None:  # every node's downlink vector: one for all
+            start = torch.stack([self.down_vector(block, r) for r in range(block.m)])
+        ws["link"] = StarLink(block, "fed", sampler, self.up_dim(d), self.down_dim(d), memory,
+                              self.downlink_compressor, start)
         ws["down"] = block.x.new_zeros((block.m, self.down_dim(d)))
         ws["up"] = block.x.new_zeros((block.m, self.up_dim(d)))
         ws["grad"] = torch.zeros_like(block.x)
@@ -298,7 +316,8 @@ class FedProx(FedAvg):
     Args:
         mu: the proximal weight μ >= 0 (0: FedAvg). clients_per_round, local_steps, eta,
             sampling, availability, server_optimizer, server_lr, beta1, beta2, tau,
-            weight_decay, uplink_memory, client_weights: as :class:`FedAvg`.
+            weight_decay, uplink_memory, client_weights, downlink_compressor: as
+            :class:`FedAvg`.
     """
 
     name = "fedprox"
@@ -308,11 +327,12 @@ class FedProx(FedAvg):
                  availability: float = 1.0, server_optimizer: str | None = None,
                  server_lr: float | None = None, beta1: float = 0.9, beta2: float = 0.99,
                  tau: float = 1e-3, weight_decay: float = 0.0, uplink_memory: str | None = "auto",
-                 client_weights: list[float] | None = None):
+                 client_weights: list[float] | None = None,
+                 downlink_compressor: str | None = None):
         check_range("mu", mu, 0.0, math.inf, "FedProx's proximal weight", include_low=True)
         super().__init__(clients_per_round, local_steps, eta, sampling, availability,
                          server_optimizer, server_lr, beta1, beta2, tau, weight_decay,
-                         uplink_memory, client_weights)
+                         uplink_memory, client_weights, downlink_compressor)
         self.mu = mu
 
     def correction(self, block: Block, rows: list[int], y: torch.Tensor,

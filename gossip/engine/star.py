@@ -14,7 +14,10 @@ engine, the transports, byte counts, logs and checkpoints serve it unchanged::
 Only the arcs of sampled clients carry a message, so an unsampled client sends nothing and
 its bits do not grow; the server sends |S| downlink messages. The sample comes from a
 counter-based stream keyed by (seed, round) (:class:`ClientSampler`), so every process draws the
-same clients without a message. The downlink is exact (the ``none`` compressor); the uplink
+same clients without a message. The downlink is exact (the ``none`` compressor), or compressed
+against an EF21 copy per client (``downlink``: the server keeps ``ĥ_i``, what client i knows,
+sends ``C(v − ĥ_i)`` and both add it: what a compressor drops is sent in a later round, and a
+client sampled after a long absence starts from its copy, not the model); the uplink
 uses the run's compressor, with an EF21 memory per client (``memory="ef21"``): client i keeps
 ``h_i``, sends ``c_i = C(u_i − h_i)`` and sets ``h_i ← h_i + c_i``; the server keeps the same
 ``h_i`` of every client (per arc, ``block.arc_state``) and averages the new ``h_i`` of the
@@ -111,15 +114,20 @@ class StarLink:
     """
 
     def __init__(self, block: Any, name: str, sampler: ClientSampler, up_dim: int, down_dim: int,
-                 memory: str | None = None):
+                 memory: str | None = None, downlink: str | None = None,
+                 down_start: torch.Tensor | None = None):
         if memory not in (None, "ef21"):
             raise ConfigError(f"uplink memory {memory!r} is not None or 'ef21'")
         self.block, self.name, self.sampler = block, name, sampler
         self.up_dim, self.down_dim, self.memory = up_dim, down_dim, memory
         self.exact = make("none")
-        self.uplink = self._uplink_compressor(block, up_dim)
+        self.uplink = self._compressor(block, block.compressor, up_dim)
         self.row_of = {i: r for r, i in enumerate(block.ids)}
         self.server_row: int | None = self.row_of.get(0)
+        self.downlink = None
+        if downlink is not None and not make(downlink).is_identity:
+            self.downlink = self._compressor(block, make(downlink), down_dim)
+            self._down_copies(down_start)
         self.sample: list[int] = []
         self.rows: list[int] = []
         """The block's rows of this round's (distinct) sampled clients, in id order."""
@@ -135,20 +143,40 @@ class StarLink:
                 block.arc_routes[key] = (every, incoming)
 
     @staticmethod
-    def _uplink_compressor(block: Any, up_dim: int) -> Any:
-        """The run's compressor, for an uplink of ``up_dim`` entries: per tensor of the model's
-        layout repeated (SCAFFOLD's (Δy, Δc) is two models) when it works per tensor."""
-        comp, d = block.compressor, block.x.shape[1]
+    def _compressor(block: Any, comp: Any, dim: int) -> Any:
+        """``comp`` for a message of ``dim`` entries: per tensor of the model's layout, repeated
+        when a message holds several models (SCAFFOLD's (Δy, Δc)), when the run compresses
+        per tensor; ``comp`` itself for a flat model."""
+        d = block.x.shape[1]
         layout = block.nodes[0].layout if block.nodes else None
-        if up_dim == d or layout is None or len(layout.shapes) == 1 and len(layout.shapes[0]) == 1:
+        flat = layout is None or len(layout.shapes) == 1 and len(layout.shapes[0]) == 1
+        if comp is block.compressor and (flat or dim == d):
             return comp
-        if up_dim % d:
-            raise ConfigError(f"an uplink of {up_dim} entries is not a whole number of models of {d}")
+        if dim % d:
+            raise ConfigError(f"a message of {dim} entries is not a whole number of models of {d}")
         try:
-            return make(comp.spec, Layout(list(layout.shapes) * (up_dim // d)))
+            return make(comp.spec, None if flat else Layout(list(layout.shapes) * (dim // d)))
         except GossipError as exc:
-            raise ConfigError(f"the uplink of {up_dim // d} models per message needs the compressor "
-                              f"'{comp.spec}' per tensor of the doubled layout: {exc}") from None
+            raise ConfigError(f"a message of {dim // d} models needs the compressor "
+                              f"'{comp.spec}' per tensor of the repeated layout: {exc}") from None
+
+    def _down_copies(self, start: torch.Tensor | None) -> None:
+        """The downlink's EF21 copies, per arc ``0 → i``: the server's of what client i knows
+        (``{name}.down``) and client i's own (``{name}.down_client``), both starting at
+        ``start`` (every node's downlink vector before round 1: one model for all)."""
+        block, name = self.block, self.name
+        every = block.arc_plan([(0, i) for i in range(1, self.sampler.clients + 1)])
+        self._every_down = every
+        self._down_in = {i: e for e, (_, i) in enumerate(every.incoming)}
+        for key, arcs, incoming, rows in (
+                (f"{name}.down", every.arcs, False, [self.server_row] * len(every.arcs)),
+                (f"{name}.down_client", every.incoming, True,
+                 [self.row_of[i] for _, i in every.incoming])):
+            copies = block.x.new_zeros((len(arcs), self.down_dim))
+            if start is not None and rows:
+                copies.copy_(start[torch.tensor(rows, dtype=torch.int64, device=copies.device)])
+            block.arc_state[key] = copies
+            block.arc_routes[key] = (every, incoming)
 
     def begin(self) -> list[int]:
         """Draw this round's clients (with repetition under ``replacement``)."""
@@ -168,20 +196,43 @@ class StarLink:
     # -- downlink ------------------------------------------------------------------------------
     def broadcast(self, v: torch.Tensor | None) -> Any:
         """The downlink rows: the server's ``v`` ([down_dim]; None where the block has no
-        server) to every sampled client, exact."""
-        route = self.block.arc_plan([(0, i) for i in self.distinct])
-        V = self._buf("down", len(route.arcs), self.down_dim)
-        if len(route.arcs):
-            V.copy_(v.expand(len(route.arcs), -1))
-        return self.block.encode(V, self.exact, route=route)
+        server) to every sampled client, exact; with a downlink compressor ``C(v − ĥ_i)``
+        against the server's copy ``ĥ_i`` of what client i knows, and ``ĥ_i += C(v − ĥ_i)``."""
+        block = self.block
+        route = block.arc_plan([(0, i) for i in self.distinct])
+        E = len(route.arcs)
+        V = self._buf("down", E, self.down_dim)
+        if E:
+            V.copy_(v.expand(E, -1))
+        if self.downlink is None:
+            return block.encode(V, self.exact, route=route)
+        H = block.arc_state[f"{self.name}.down"]
+        sel = torch.tensor([i - 1 for _, i in route.arcs], dtype=torch.int64, device=V.device)
+        if E:
+            V.sub_(H.index_select(0, sel))
+        rows = block.encode(V, self.downlink, block.arc_rng(route, f"{self.name}.down"),
+                            route=route)
+        if E:
+            moved = H.index_select(0, sel)
+            block.decode_add(moved, rows)
+            H.index_copy_(0, sel, moved)
+        return rows
 
     def receive(self, inbox: Any, out: torch.Tensor) -> None:
-        """``out[r] = v`` for every row of a sampled client of the block."""
+        """``out[r] = v`` for every row of a sampled client of the block (with a downlink
+        compressor: the client's copy ``ĥ_i += C(v − ĥ_i)``, what it knows of ``v``)."""
         route = inbox.route
         if not route.incoming:
             return
-        out.index_fill_(0, route.in_dst, 0.0)
-        self.block.decode_received(out, inbox, dst=route.in_dst)
+        if self.downlink is None:
+            out.index_fill_(0, route.in_dst, 0.0)
+            self.block.decode_received(out, inbox, dst=route.in_dst)
+            return
+        H = self.block.arc_state[f"{self.name}.down_client"]
+        sel = torch.tensor([self._down_in[i] for _, i in route.incoming], dtype=torch.int64,
+                           device=H.device)
+        self.block.decode_received(H, inbox, dst=sel)
+        out.index_copy_(0, route.in_dst, H.index_select(0, sel))
 
     # -- uplink --------------------------------------------------------------------------------
     def upload(self, U: torch.Tensor) -> Any:

@@ -121,6 +121,28 @@ def test_compressed_scaffold_with_adam_matches_reference():
           ref={"server": "adam", "scaffold": True, "compress": lambda v: comp(0, v), "ef21": True})
 
 
+@pytest.mark.parametrize("name,ref", [("fedavg", {}), ("scaffold", {"scaffold": True})])
+def test_compressed_downlink_matches_reference(name, ref):
+    down, up = row_compressor("topk:0.5"), row_compressor("sign")
+    check(name, spec="sign", clients_per_round=3, local_steps=2, eta=0.05,
+          downlink_compressor="topk:0.5",
+          ref=ref | {"compress": lambda v: up(0, v), "ef21": True,
+                     "down_compress": lambda v: down(0, v)})
+
+
+def test_compressed_downlink_counts_its_bits():
+    exact = engine("fedavg", clients_per_round=3, local_steps=1, eta=0.05)
+    small = engine("fedavg", clients_per_round=3, local_steps=1, eta=0.05,
+                   downlink_compressor="topk:0.5")
+    for eng in (exact, small):
+        eng.run(4, log_every=4)
+    a, b = exact.record(), small.record()
+    assert a["bits_up_per_client"] == b["bits_up_per_client"]
+    nbytes = small.block.workspace["link"].downlink.nbytes_rows(torch.zeros(D, dtype=torch.float64))
+    assert b["bits_down_per_client"] == 4 * 3 * 8 * nbytes / (N - 1)
+    assert b["bits_down_per_client"] < a["bits_down_per_client"]
+
+
 def test_ef21_memory_beats_plain_compression():
     """With top-k at 1/6 of the entries, the EF21 memories reach the full-participation fixed
     point of exact FedAvg; the memoryless uplink drops most of every delta and stays away."""
@@ -189,7 +211,8 @@ def test_metrics_read_the_server_model():
 
 def test_resume_equals_uninterrupted_run_with_sampling():
     hp = dict(clients_per_round=3, local_steps=2, eta=0.05, server_optimizer="adam",
-              server_lr=0.05, sampling="replacement", availability=0.8)
+              server_lr=0.05, sampling="replacement", availability=0.8,
+              downlink_compressor="qsgd:4bit")
     whole = engine("scaffold", "topk:0.5", **hp)
     whole.run(10, log_every=10)
     first = engine("scaffold", "topk:0.5", **hp)
@@ -218,6 +241,8 @@ def test_resume_equals_uninterrupted_run_with_sampling():
     ({"sampling": "importance"}, "none", STAR, "sampling 'importance' is not one of"),
     ({"sampling": "weighted"}, "none", STAR, "sampling 'weighted' needs client_weights: 7 positive"),
     ({"sampling": "weighted", "client_weights": [1.0] * 6}, "none", STAR, "got 6"),
+    ({"downlink_compressor": "topq:3"}, "none", STAR, "downlink_compressor: "),
+    ({"downlink_compressor": "lowrank:1"}, "none", STAR, "keeps state per node"),
     ({}, "none", topologies.Topology(nx.relabel_nodes(nx.star_graph(N - 1), {0: 3, 3: 0}),
                                      name="star-hub-3"), "not on 'star-hub-3'"),
 ])

@@ -32,6 +32,8 @@ SCENARIOS: dict[str, tuple[str, dict, str, str]] = {
                                              "availability": 0.7, "server_lr": 0.05},
                                  "topk:0.25", "full"),
     "scaffold-qsgd": ("scaffold", {"clients_per_round": 5}, "qsgd:4bit", "full"),
+    "fedavg-down-randk": ("fedavg", {"clients_per_round": 4, "downlink_compressor": "randk:0.5"},
+                          "sign", "full"),
 }
 
 

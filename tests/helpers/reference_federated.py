@@ -21,31 +21,39 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
               server: str = "sgd", server_lr: float = 1.0, beta1: float = 0.9,
               beta2: float = 0.99, tau: float = 1e-3, weight_decay: float = 0.0,
               mu: float = 0.0, scaffold: bool = False,
-              compress: Callable[[Array], Array] | None = None, ef21: bool = False) -> list[Array]:
+              compress: Callable[[Array], Array] | None = None, ef21: bool = False,
+              down_compress: Callable[[Array], Array] | None = None) -> list[Array]:
     """FedAvg / FedProx (``mu``) / SCAFFOLD (option II) with the server optimizers of Reddi et
-    al. (``server``) and an uplink ``compress`` with EF21 memories (``ef21``)."""
+    al. (``server``), an uplink ``compress`` with EF21 memories (``ef21``) and a downlink
+    ``down_compress`` against a copy per client of what it knows (both ends keep it)."""
     N, d = len(grads) - 1, x0.size
     x = x0.astype(np.float64).copy()
     m, v = np.zeros(d), np.full(d, tau**2)
     c, ci = np.zeros(d), np.zeros((N + 1, d))
     up = 2 * d if scaffold else d
     h = np.zeros((N + 1, up))
+    known = np.tile(np.concatenate((x, c)) if scaffold else x, (N + 1, 1))  # the downlink copies
     out = [x.copy()]
     for t in range(1, rounds + 1):
         S = sample(t)
         sent = {}
         for i in sorted(set(S)):
-            y = x.copy()
+            sent_down = np.concatenate((x, c)) if scaffold else x
+            if down_compress is not None:
+                known[i] = known[i] + down_compress(sent_down - known[i])
+                sent_down = known[i]
+            xi, cv = sent_down[:d], sent_down[d:]
+            y = xi.copy()
             for _ in range(local_steps):
                 g = grads[i](y)
                 if mu:
-                    g = g + mu * (y - x)
+                    g = g + mu * (y - xi)
                 if scaffold:
-                    g = g - ci[i] + c
+                    g = g - ci[i] + cv
                 y = y - eta * g
-            u = y - x
+            u = y - xi
             if scaffold:
-                ci_new = ci[i] - c + (x - y) / (local_steps * eta)
+                ci_new = ci[i] - cv + (xi - y) / (local_steps * eta)
                 u = np.concatenate((u, ci_new - ci[i]))
             if compress is None:
                 sent[i] = u
