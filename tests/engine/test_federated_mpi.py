@@ -23,3 +23,16 @@ def test_mpi_equals_in_process(tmp_path):
     for name, r in finals.items():  # every run moved toward x*, and bits went both ways
         assert r["distance_to_optimum"] < first[name]["distance_to_optimum"], name
         assert r["bits_up_per_client"] > 0 and r["bits_down_per_client"] > 0, name
+
+
+def test_gloo_equals_in_process(tmp_path):
+    """The same scenarios over torch.distributed (gloo), 3 ranks."""
+    from tests.helpers.launch import run_torchrun, torchrun
+
+    if torchrun() is None:
+        pytest.skip("no torchrun")
+    a, b = scenario_records("tests/helpers/mpi_federated_scenarios.py", tmp_path, 3, 9,
+                            launch=run_torchrun)
+    assert len(a) == len(b) == len(SCENARIOS) * 6
+    for ra, rb in zip(a, b):
+        assert ra == rb, (ra.get("scenario"), ra.get("round"))
