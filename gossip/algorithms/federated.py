@@ -4,7 +4,7 @@ Node 0 is the server, holding the global model ``x`` (its row of ``block.x``) an
 optimizer's state; nodes 1..n−1 are the clients, holding the data (docs/algorithms/fedavg.md).
 One round, for the clients S drawn this round (:class:`~gossip.engine.star.ClientSampler`)::
 
-    server → i ∈ S:   x                                    (SCAFFOLD: x and c)
+    server → i ∈ S:   x, exact or C(x − x̂_i)              (SCAFFOLD: x and c)
     client i ∈ S:     y_i ← x;  K times  y_i ← y_i − η g_i(y_i)
                       g_i = ∇f_i(y_i)                           FedAvg, FedAdam, ...
                           = ∇f_i(y_i) + μ (y_i − x)             FedProx
@@ -12,8 +12,9 @@ One round, for the clients S drawn this round (:class:`~gossip.engine.star.Clien
     i ∈ S → server:   Δ_i = y_i − x  (compressed, EF21 memory when lossy)
     server:           Δ = (1/|S|) Σ_{i∈S} Δ_i;  x ← ServerOpt(x, Δ)
 
-The phases and the uplink memory are :class:`~gossip.engine.star.StarLink`'s; what is left here
-is each paper's update. A client's ``x`` row holds its last local model ``y_i``.
+(with a compressed downlink the client starts from its copy ``x̂_i`` and ``x`` above is it).
+The phases and their memories are :class:`~gossip.engine.star.StarLink`'s; what is left here is
+each paper's update. A client's ``x`` row holds its last local model ``y_i``.
 """
 
 from __future__ import annotations
@@ -231,6 +232,8 @@ class FedAvg(Algorithm):
 
     # -- the round ----------------------------------------------------------------------------
     def setup(self, block: Block) -> None:
+        """The sampler, the two phases (:class:`StarLink`, with the uplink memory resolved
+        from the compressor), the local buffers and the server optimizer's state."""
         n, d = block.topology.n, block.x.shape[1]
         k = self.clients_per_round or n - 1
         memory = self.uplink_memory
@@ -254,6 +257,8 @@ class FedAvg(Algorithm):
         ws["server_opt"] = opt
 
     def step(self, block: Block) -> Round:
+        """One round: the downlink to the sampled clients, their K local steps, the uplink of
+        their deltas, the server's step (module docstring)."""
         ws, x, d = block.workspace, block.x, block.x.shape[1]
         link: StarLink = ws["link"]
         link.begin()

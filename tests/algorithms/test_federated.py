@@ -343,3 +343,14 @@ def test_train_script_trains_federated_with_the_server_holding_no_data(tmp_path)
     rounds = [r for r in recs if r["type"] == "round"]
     assert rounds[-1]["test_accuracy"] > 0.6 > rounds[0]["test_accuracy"]
     assert rounds[-1]["bits_up_per_client"] > 0 and rounds[-1]["bits_down_per_client"] > 0
+
+
+def test_optimize_compare_refuses_mixing_the_star_with_a_decentralized_graph():
+    from tests.helpers.launch import script
+
+    with pytest.raises(SystemExit, match="mixes federated algorithms"):
+        script("optimize").main(["--compare", "fedavg@none", "dpsgd@none", "--iterations", "1",
+                                 "--out", "/dev/null"])
+    with pytest.raises(SystemExit, match="--local-steps does not apply to choco"):
+        script("optimize").main(["--algorithm", "choco", "--local-steps", "3", "--iterations",
+                                 "1", "--out", "/dev/null"])
