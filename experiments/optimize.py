@@ -170,7 +170,8 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
         hp = hp | extra  # one algorithm: a key it does not take is refused by name
     else:
         hp = hp | {k: v for k, v in extra.items() if k in accepted}
-    if hp.get("sampling") == "weighted" and hp.get("client_weights") is None:
+    if (hp.get("sampling") == "weighted" or hp.get("aggregation") == "data") \
+            and hp.get("client_weights") is None:  # by the clients' data sizes
         hp["client_weights"] = [problem.n_samples(i) for i in range(problem.n_nodes)]  # data sizes
     return hp
 

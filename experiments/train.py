@@ -276,7 +276,8 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
 
     name = args.algorithm
     hp = algorithm_hparams(args, gamma, total_rounds, rpe)
-    if hp.get("sampling") == "weighted" and hp.get("client_weights") is None:
+    if (hp.get("sampling") == "weighted" or hp.get("aggregation") == "data") \
+            and hp.get("client_weights") is None:  # by the clients' data sizes
         from gossip.training.data import partition_indices
         from gossip.training.seeds import partition_seed
 

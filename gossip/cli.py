@@ -311,7 +311,7 @@ def _device_of(spec: str) -> str | None:
 
 
 FEDERATED_FLAGS = ("clients_per_round", "local_steps", "server_optimizer", "server_lr",
-                   "sampling", "availability", "mu", "downlink_compressor")
+                   "sampling", "availability", "mu", "downlink_compressor", "aggregation")
 """The federated methods' flags (``--clients-per-round`` ...), each a constructor keyword."""
 
 
@@ -331,6 +331,9 @@ def add_federated_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--sampling", default=None,
                    help="uniform (k distinct clients, default), replacement, or weighted (k "
                         "draws with probability proportional to a client's data size)")
+    f.add_argument("--aggregation", default=None,
+                   help="mean (default) or data: the sampled deltas weighted by the clients' "
+                        "data sizes (McMahan et al.)")
     f.add_argument("--downlink-compressor", default=None,
                    help="compressor of the server's messages (default: exact; --compressor is "
                         "the uplink's), against an EF21 copy per client")

@@ -46,6 +46,9 @@ _ARGS = """
             scripts fill them in).
         downlink_compressor: a compressor spec for the downlink (None or ``"none"``: exact),
             sent against an EF21 copy per client of what it knows.
+        aggregation: ``"mean"`` (the plain average of the sampled deltas) or ``"data"``
+            (weighted by ``client_weights``, the data sizes: McMahan et al.'s
+            ``Σ n_i Δ_i / Σ n_i``; with ``sampling="uniform"`` only).
         availability: probability a client is online in a round (1: always).
         server_optimizer: ``"sgd"``, ``"adam"``, ``"yogi"``, ``"adagrad"`` or ``"adamw"``.
         server_lr: the server step η_s (default 1 for sgd, 0.01 for the adaptive ones).
@@ -130,7 +133,7 @@ class FedAvg(Algorithm):
                  beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
                  weight_decay: float = 0.0, uplink_memory: str | None = "auto",
                  client_weights: list[float] | None = None,
-                 downlink_compressor: str | None = None):
+                 downlink_compressor: str | None = None, aggregation: str = "mean"):
         server_optimizer = server_optimizer or self.default_server
         if server_optimizer not in SERVER_OPTIMIZERS:
             raise ConfigError(f"server_optimizer {server_optimizer!r} (--server-optimizer) does not "
@@ -170,6 +173,13 @@ class FedAvg(Algorithm):
                                   "node and cannot compress one message per client: use a "
                                   "stateless one (topk, randk, qsgd, sign, lead:BITS)")
         self.downlink_compressor = downlink_compressor
+        if aggregation not in ("mean", "data"):
+            raise ConfigError(f"aggregation {aggregation!r} is not 'mean' or 'data'")
+        if aggregation == "data" and sampling != "uniform":
+            raise ConfigError(f"aggregation 'data' weights k distinct clients by their data; "
+                              f"with sampling {sampling!r} the draws already follow the "
+                              "weights or repeat clients: use aggregation 'mean'")
+        self.aggregation = aggregation
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -198,6 +208,11 @@ class FedAvg(Algorithm):
                               f"{n - 1} clients: give at most {n - 1} (or more nodes)")
         ClientSampler(0, n - 1, self.clients_per_round or n - 1, self.sampling, self.availability,
                       self.client_weights)  # refuses weights that do not fit the clients
+        w = self.client_weights
+        if self.aggregation == "data" and (w is None or len(w) != n - 1
+                                           or not all(0 < v < math.inf for v in w)):
+            raise ConfigError(f"aggregation 'data' needs client_weights: {n - 1} positive numbers "
+                              f"(the clients' data sizes), got {None if w is None else len(w)}")
 
     # -- what each method changes -----------------------------------------------------------
     def up_dim(self, d: int) -> int:
@@ -276,7 +291,7 @@ class FedAvg(Algorithm):
         sent = link.upload(ws["up"])
         self.after_upload(block, link, rows)
         inbox = yield sent
-        avg = link.average(inbox)
+        avg = link.average(inbox, self.client_weights if self.aggregation == "data" else None)
         if avg is not None:
             self.server_update(block, server, avg)
 
@@ -321,7 +336,7 @@ class FedProx(FedAvg):
     Args:
         mu: the proximal weight μ >= 0 (0: FedAvg). clients_per_round, local_steps, eta,
             sampling, availability, server_optimizer, server_lr, beta1, beta2, tau,
-            weight_decay, uplink_memory, client_weights, downlink_compressor: as
+            weight_decay, uplink_memory, client_weights, downlink_compressor, aggregation: as
             :class:`FedAvg`.
     """
 
@@ -333,11 +348,11 @@ class FedProx(FedAvg):
                  server_lr: float | None = None, beta1: float = 0.9, beta2: float = 0.99,
                  tau: float = 1e-3, weight_decay: float = 0.0, uplink_memory: str | None = "auto",
                  client_weights: list[float] | None = None,
-                 downlink_compressor: str | None = None):
+                 downlink_compressor: str | None = None, aggregation: str = "mean"):
         check_range("mu", mu, 0.0, math.inf, "FedProx's proximal weight", include_low=True)
         super().__init__(clients_per_round, local_steps, eta, sampling, availability,
                          server_optimizer, server_lr, beta1, beta2, tau, weight_decay,
-                         uplink_memory, client_weights, downlink_compressor)
+                         uplink_memory, client_weights, downlink_compressor, aggregation)
         self.mu = mu
 
     def correction(self, block: Block, rows: list[int], y: torch.Tensor,
@@ -359,6 +374,13 @@ class Scaffold(FedAvg):
 
     name = "scaffold"
     state_copies = 20  # FedAvg's with 2d-entry messages, and the control variates
+
+    def validate(self, topology: Any, compressor: Any) -> None:
+        """FedAvg's checks; the plain average only (``c`` is the clients' plain mean)."""
+        super().validate(topology, compressor)
+        if self.aggregation != "mean":
+            raise ConfigError("scaffold averages its clients plainly (its c is their mean): "
+                              "use aggregation 'mean'")
 
     def up_dim(self, d: int) -> int:
         return 2 * d

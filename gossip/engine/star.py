@@ -26,6 +26,7 @@ sampled ones, so what the compressor dropped goes out in a later round.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -273,9 +274,11 @@ class StarLink:
         return torch.tensor([self._own_arc[i] for i, _ in arcs], dtype=torch.int64,
                             device=self.block.x.device)
 
-    def average(self, inbox: Any) -> torch.Tensor | None:
+    def average(self, inbox: Any, weights: Any = None) -> torch.Tensor | None:
         """On the server: ``(1/|S|) Σ_{i∈S} û_i``, clients in id order, each as often as drawn
-        (``û_i = h_i`` after the update with memory); None elsewhere or for an empty sample."""
+        (``û_i = h_i`` after the update with memory); with ``weights`` (one per client, e.g.
+        its data size n_i) ``Σ_{i∈S} n_i û_i / Σ_{i∈S} n_i`` instead (McMahan et al.'s
+        average). None elsewhere or for an empty sample."""
         if self.server_row is None or not self.sample:
             return None
         route = inbox.route
@@ -288,7 +291,9 @@ class StarLink:
             got.add_(Hs.index_select(0, sel))
             Hs.index_copy_(0, sel, got)
         acc = self._buf("avg", 1, self.up_dim).zero_()[0]
-        count = {i: self.sample.count(i) for i in senders}
+        count = {i: float(self.sample.count(i)) for i in senders}
+        if weights is not None:
+            count = {i: c * float(weights[i - 1]) for i, c in count.items()}
         for e, i in enumerate(senders):
-            acc.add_(got[e], alpha=float(count[i]))
-        return acc.div_(len(self.sample))
+            acc.add_(got[e], alpha=count[i])
+        return acc.div_(len(self.sample) if weights is None else math.fsum(count.values()))

@@ -75,6 +75,12 @@ def test_fedavg_with_weighted_sampling_matches_reference():
           client_weights=[1.0, 5.0, 1.0, 2.0, 8.0, 1.0, 3.0])
 
 
+def test_fedavg_data_weighted_average_matches_reference():
+    sizes = [20.0, 5.0, 40.0, 10.0, 20.0, 80.0, 15.0]
+    check("fedavg", clients_per_round=3, local_steps=2, eta=0.05, aggregation="data",
+          client_weights=sizes, ref={"data_weights": sizes})
+
+
 def test_fedprox_matches_reference():
     check("fedprox", clients_per_round=3, local_steps=4, eta=0.05, mu=0.5)
 
@@ -232,6 +238,11 @@ def test_resume_equals_uninterrupted_run_with_sampling():
 # ---- refused before round 1 --------------------------------------------------------------------
 
 
+def test_scaffold_refuses_the_data_weighted_average():
+    with pytest.raises(ConfigError, match="scaffold averages its clients plainly"):
+        engine("scaffold", aggregation="data", client_weights=[1.0] * 7)
+
+
 @pytest.mark.parametrize("hp,spec,topo,says", [
     ({"clients_per_round": 8}, "none", STAR, "clients_per_round = 8 (--clients-per-round) but the star has 7 clients"),
     ({"local_steps": 0}, "none", STAR, "local_steps = 0"),
@@ -242,6 +253,8 @@ def test_resume_equals_uninterrupted_run_with_sampling():
     ({"sampling": "weighted"}, "none", STAR, "sampling 'weighted' needs client_weights: 7 positive"),
     ({"sampling": "weighted", "client_weights": [1.0] * 6}, "none", STAR, "got 6"),
     ({"downlink_compressor": "topq:3"}, "none", STAR, "downlink_compressor: "),
+    ({"aggregation": "data"}, "none", STAR, "aggregation 'data' needs client_weights: 7 positive"),
+    ({"aggregation": "data", "sampling": "replacement"}, "none", STAR, "use aggregation 'mean'"),
     ({"downlink_compressor": "lowrank:1"}, "none", STAR, "keeps state per node"),
     ({}, "none", topologies.Topology(nx.relabel_nodes(nx.star_graph(N - 1), {0: 3, 3: 0}),
                                      name="star-hub-3"), "not on 'star-hub-3'"),

@@ -22,10 +22,12 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
               beta2: float = 0.99, tau: float = 1e-3, weight_decay: float = 0.0,
               mu: float = 0.0, scaffold: bool = False,
               compress: Callable[[Array], Array] | None = None, ef21: bool = False,
-              down_compress: Callable[[Array], Array] | None = None) -> list[Array]:
+              down_compress: Callable[[Array], Array] | None = None,
+              data_weights: Sequence[float] | None = None) -> list[Array]:
     """FedAvg / FedProx (``mu``) / SCAFFOLD (option II) with the server optimizers of Reddi et
     al. (``server``), an uplink ``compress`` with EF21 memories (``ef21``) and a downlink
-    ``down_compress`` against a copy per client of what it knows (both ends keep it)."""
+    ``down_compress`` against a copy per client of what it knows (both ends keep it);
+    ``data_weights`` (client i's at index i − 1) average the sampled clients by their data."""
     N, d = len(grads) - 1, x0.size
     x = x0.astype(np.float64).copy()
     m, v = np.zeros(d), np.full(d, tau**2)
@@ -67,7 +69,11 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
         if not S:
             out.append(x.copy())
             continue
-        avg = sum(sent[i] for i in S) / len(S)
+        if data_weights is None:
+            avg = sum(sent[i] for i in S) / len(S)
+        else:
+            w = {i: data_weights[i - 1] for i in S}
+            avg = sum(w[i] * sent[i] for i in S) / sum(w[i] for i in S)
         delta = avg[:d]
         if server == "sgd":
             x_new = x + server_lr * delta
