@@ -123,7 +123,7 @@ class FedAvg(Algorithm):
         compressor_message="{name} compresses each sampled client's uplink on its own arc, which "
                            "a compressor that keeps state per node ('{spec}') cannot do: use a "
                            "stateless one (topk, randk, qsgd, sign, lead:BITS, none)")
-    state_copies = 12  # x, the down/up/gradient rows, m and v, the EF21 copies, k-row buffers
+    state_copies = 14  # x, down/up/gradient rows, m and v, the up- and downlink copies, buffers
     step_rule = "exact"
     default_server: ClassVar[str] = "sgd"
 
@@ -373,7 +373,7 @@ class Scaffold(FedAvg):
 """ + _ARGS
 
     name = "scaffold"
-    state_copies = 20  # FedAvg's with 2d-entry messages, and the control variates
+    state_copies = 24  # FedAvg's with 2d-entry messages, and the control variates
 
     def validate(self, topology: Any, compressor: Any) -> None:
         """FedAvg's checks; the plain average only (``c`` is the clients' plain mean)."""
