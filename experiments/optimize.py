@@ -26,6 +26,7 @@ from gossip import catalog  # noqa: E402
 from gossip.catalog import DEFAULT_L1, ESTIMATORS  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
+    add_federated_arguments,
     add_hparam_argument,
     add_list_argument,
     add_overlap_argument,
@@ -33,6 +34,7 @@ from gossip.cli import (  # noqa: E402
     check_memory,
     checkpoint_options,
     exit_status,
+    federated_hparams,
     gamma_value,
     guarded,
     parse_hparams,
@@ -101,10 +103,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--iterations", type=positive_int, default=300, help="rounds per run")
     a.add_argument("--target", type=float, default=1e-8,
                    help="distance to optimum counted as reached in the table")
+    add_federated_arguments(p)
     add_run_arguments(p)
     add_overlap_argument(p)
     add_list_argument(p, algorithms=lambda: trainable() + sorted(ALIASES))
-    p.set_defaults(log_every=1, dtype="float64")
+    p.set_defaults(log_every=1, dtype="float64", topology=None)  # ring, or star when federated
     from gossip.config import parse_args_with_config
 
     return parse_args_with_config(p, argv)  # --config run.toml; flags override it
@@ -173,6 +176,7 @@ def default_compressor(name: str) -> str:
 def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, topology=None) -> dict:
     """Keyword hyper-parameters for ``name``: flags first, then the problem's recommendations."""
     from gossip.algorithms import accepted_hparams, algorithm_class
+    from gossip.cli import FEDERATED_FLAGS
 
     cls = algorithm_class(name)
     hp = cls.suggest_hparams(problem, args.estimator, topology) | base
@@ -181,14 +185,37 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
                        ("gamma_dual", args.gamma_dual), ("rank", args.rank)):
         if key in accepted and key not in base and value is not None:
             hp[key] = value
+    given = federated_hparams(args, accepted if not args.compare else set(FEDERATED_FLAGS), name)
+    hp |= {k: v for k, v in given.items() if k in accepted}  # --compare: to the runs taking it
     extra = parse_hparams(args.hparam)
     if not args.compare:
-        return hp | extra  # one algorithm: a key it does not take is refused by name
-    return hp | {k: v for k, v in extra.items() if k in accepted}
+        hp = hp | extra  # one algorithm: a key it does not take is refused by name
+    else:
+        hp = hp | {k: v for k, v in extra.items() if k in accepted}
+    if (hp.get("sampling") == "weighted" or hp.get("aggregation") == "data") \
+            and hp.get("client_weights") is None:  # by the clients' data sizes
+        hp["client_weights"] = [problem.n_samples(i) for i in range(problem.n_nodes)]  # data sizes
+    return hp
+
+
+def federated_runs(args: argparse.Namespace) -> bool:
+    """Whether the runs asked for are federated (all of them: a star with node 0 the server)
+    or none; the default topology follows (star or ring)."""
+    specs = run_specs(args)
+    from gossip.algorithms import algorithm_class
+
+    kinds = {algorithm_class(name).federated for _, name, _, _ in specs}
+    if len(kinds) > 1:
+        raise SystemExit("error: --compare mixes federated algorithms (on the star) with "
+                         "decentralized ones (on --topology); compare each family in its own run")
+    return kinds == {True}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     args = parse_args(argv)
+    federated = federated_runs(args)
+    if args.topology is None:
+        args.topology = "star" if federated else "ring"
     from gossip.algorithms import algorithm_class, make_algorithm
     from gossip.engine import Engine
     from gossip.errors import GossipError
@@ -216,8 +243,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         except ConfigFileError as exc:
             raise SystemExit(f"error: {exc}") from None
     try:
-        problem = make_problem(
-            args.problem, n_nodes=topology.n, dim=args.dim, samples_per_node=args.samples_per_node,
+        problem = make_problem(  # federated: the clients hold the data, node i client i − 1
+            args.problem, n_nodes=topology.n - federated, dim=args.dim, samples_per_node=args.samples_per_node,
             heterogeneity=args.heterogeneity, seed=args.seed, data=args.data,
             partition_scheme=args.partition, l1=args.l1, l2=args.l2, dtype=dtype, device=args.device,
         )
@@ -244,7 +271,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 seed=args.seed, world=world, timeout=args.timeout, device=args.device,
                 network=args.network, link_latency=args.link_latency, overlap=args.overlap,
                 dtype=dtype, watch=("distance_to_optimum",),
-                oracles=lambda i, gen: problem.oracle(i, gen, args.estimator, args.batch_size),
+                oracles=lambda i, gen: (None if federated and i == 0 else problem.oracle(
+                    i - federated, gen, args.estimator, args.batch_size)),
             )
 
         search = None

@@ -32,6 +32,7 @@ from gossip import catalog  # noqa: E402
 from gossip.catalog import MODELS, NORMS, OPTIMIZERS, SCHEDULES  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
+    add_federated_arguments,
     add_hparam_argument,
     add_list_argument,
     add_overlap_argument,
@@ -39,6 +40,7 @@ from gossip.cli import (  # noqa: E402
     check_memory,
     checkpoint_options,
     exit_status,
+    federated_hparams,
     guarded,
     non_negative_float,
     parse_hparams,
@@ -172,10 +174,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training length in rounds (overrides --epochs)")
     r.add_argument("--eval-every", type=float, default=1.0,
                    help="evaluate and log every this many epochs (--log-every K rounds overrides)")
+    add_federated_arguments(p)
     add_run_arguments(p)
     add_overlap_argument(p)
     add_list_argument(p, algorithms=lambda: catalog.algorithms(lambda t: t.trains))
-    p.set_defaults(log_every=None)
+    p.set_defaults(log_every=None, topology=None)  # ring, or star for a federated algorithm
     for action in p._actions:
         if action.dest == "log_every":
             action.help = "log every K rounds (default: every --eval-every epochs)"
@@ -233,6 +236,7 @@ def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_round
             if key not in accepted:
                 raise SystemExit(f"--{key.replace('_', '-')} does not apply to {name}")
             hp[key] = value
+    hp.update(federated_hparams(args, accepted, name))
     hp.update(parse_hparams(args.hparam))
     return hp
 
@@ -278,7 +282,16 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
     from gossip.training import DecentralizedTrainer, make_optimizer
 
     name = args.algorithm
-    algorithm = make_algorithm(name, **algorithm_hparams(args, gamma, total_rounds, rpe))
+    hp = algorithm_hparams(args, gamma, total_rounds, rpe)
+    if (hp.get("sampling") == "weighted" or hp.get("aggregation") == "data") \
+            and hp.get("client_weights") is None:  # by the clients' data sizes
+        from gossip.training.data import partition_indices
+        from gossip.training.seeds import partition_seed
+
+        parts = partition_indices(train_set, topology.n - 1, args.partition,
+                                  partition_seed(args.seed))  # the trainer's split of the clients
+        hp["client_weights"] = [float(p.size) for p in parts]
+    algorithm = make_algorithm(name, **hp)
     opt_name = check_optimizer(args)
     optimizer = scheduler = None
     if opt_name is not None:
@@ -354,19 +367,28 @@ def check_model_memory(args: argparse.Namespace, world: Any, topology: Any, mode
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    from gossip.algorithms import accepted_hparams, algorithm_class, make_algorithm
     from gossip.errors import ConfigError, DatasetError, TuningError
     from gossip.metrics import JsonlLogger, versions
     from gossip.runner import execute
-    from gossip.training import epoch_rounds
+    from gossip.training import batches_per_round, epoch_rounds
     from gossip.training.datasets import input_shape, num_classes
 
+    federated = algorithm_class(args.algorithm).federated
+    if args.topology is None:
+        args.topology = "star" if federated else "ring"
     world, topology = setup(args)
     try:
         train_set, test_set = load_data(args)
         shape, classes = input_shape(train_set), num_classes(train_set, test_set)
         model = build_model(args, shape, classes)
         check_model_memory(args, world, topology, model)
-        rpe = epoch_rounds(len(train_set), topology.n, args.batch_size)
+        per_round = topology.n
+        if federated:  # the batches a round draws: clients per round × local steps
+            probe = make_algorithm(args.algorithm, **federated_hparams(
+                args, accepted_hparams(args.algorithm), args.algorithm))
+            per_round = batches_per_round(probe, topology.n)
+        rpe = epoch_rounds(len(train_set), per_round, args.batch_size)
         total = args.rounds if args.rounds is not None else max(1, math.ceil(args.epochs * rpe))
         log_every = args.log_every or max(1, round(args.eval_every * rpe))
         search = None

@@ -141,6 +141,12 @@ ALGORITHMS: dict[str, Traits] = {
     "tracked-amsgrad": Traits(compressor="identity", state_copies=15),
     "choco-amsgrad": Traits(tunable=("gamma",), state_copies=15),
     "desloc": Traits(compressor="identity", state_copies=6),
+    "fedavg": Traits(compressor="stateless", state_copies=14),
+    "fedprox": Traits(compressor="stateless", state_copies=14),
+    "fedadam": Traits(compressor="stateless", state_copies=14),
+    "fedyogi": Traits(compressor="stateless", state_copies=14),
+    "fedadagrad": Traits(compressor="stateless", state_copies=14),
+    "scaffold": Traits(compressor="stateless", state_copies=24),
 }
 """The built-in algorithms' :class:`Traits`, in registration order (a copy of what their classes
 declare; a test compares it with :func:`traits_of` of each registered class)."""

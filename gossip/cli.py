@@ -310,6 +310,52 @@ def _device_of(spec: str) -> str | None:
     return kind if kind in ("cpu", "cuda") else None
 
 
+FEDERATED_FLAGS = ("clients_per_round", "local_steps", "server_optimizer", "server_lr",
+                   "sampling", "availability", "mu", "downlink_compressor", "aggregation")
+"""The federated methods' flags (``--clients-per-round`` ...), each a constructor keyword."""
+
+
+def add_federated_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of the federated methods (docs/algorithms/fedavg.md), for optimize.py and train.py."""
+    f = parser.add_argument_group(
+        "federated (fedavg, fedprox, fedadam, fedyogi, fedadagrad, scaffold: node 0 of a star is "
+        "the server, the other --nodes the clients; the default topology is then star)")
+    f.add_argument("--clients-per-round", type=positive_int, default=None,
+                   help="clients sampled per round (default: all)")
+    f.add_argument("--local-steps", type=int, default=None,
+                   help="local steps K per round (>= 1; default 5)")
+    f.add_argument("--server-optimizer", default=None,
+                   help="sgd (fedavg's default), adam, yogi, adagrad or adamw")
+    f.add_argument("--server-lr", type=positive_float, default=None,
+                   help="server step (default 1 with sgd, 0.01 adaptive)")
+    f.add_argument("--sampling", default=None,
+                   help="uniform (k distinct clients, default), replacement, or weighted (k "
+                        "draws with probability proportional to a client's data size)")
+    f.add_argument("--aggregation", default=None,
+                   help="mean (default) or data: the sampled deltas weighted by the clients' "
+                        "data sizes (McMahan et al.)")
+    f.add_argument("--downlink-compressor", default=None,
+                   help="compressor of the server's messages (default: exact; --compressor is "
+                        "the uplink's), against an EF21 copy per client")
+    f.add_argument("--availability", type=float, default=None,
+                   help="probability a client is online in a round (default 1)")
+    f.add_argument("--mu", type=float, default=None, help="FedProx's proximal weight")
+
+
+def federated_hparams(args: argparse.Namespace, accepted: set[str], name: str) -> dict[str, Any]:
+    """The federated flags given, as keywords; one the algorithm does not take is refused."""
+    out = {}
+    for key in FEDERATED_FLAGS:
+        value = getattr(args, key, None)
+        if value is None:
+            continue
+        if key not in accepted:
+            raise SystemExit(f"error: --{key.replace('_', '-')} does not apply to {name} (the "
+                             "federated methods take it: fedavg, fedprox, fedadam, ...)")
+        out[key] = value
+    return out
+
+
 def add_overlap_argument(parser: argparse.ArgumentParser) -> None:
     """``--overlap``, for the scripts whose algorithms compute gradients."""
     parser.add_argument("--overlap", action="store_true",

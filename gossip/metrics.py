@@ -35,11 +35,14 @@ def consensus_error(engine: Any, xbar: torch.Tensor) -> float:
 
 
 def squared_distance(engine: Any, target: torch.Tensor, relative: bool = True) -> float:
-    """(1/n) Σ_i ‖x_i − target‖² (divided by ‖target‖² when ``relative``) (collective)."""
+    """(1/n) Σ_i ‖x_i − target‖² (divided by ‖target‖² when ``relative``) (collective); for a
+    federated algorithm ‖x_0 − target‖², the server's model being the run's."""
     terms = engine.node_values(
         {i: float(torch.sum((nd.x - target) ** 2)) for i, nd in engine.nodes.items()}
     )
-    value = math.fsum(terms.tolist()) / engine.n
+    if getattr(engine.algorithm, "federated", False):
+        terms = terms[:1]
+    value = math.fsum(terms.tolist()) / len(terms)
     if relative:
         norm = float(torch.sum(target**2))
         value = value / norm if norm > 0 else value

@@ -20,6 +20,7 @@ from gossip.algorithms.directed import CPP, PushSum
 from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
 from gossip.algorithms.ecl import CECL
+from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi, Scaffold
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.lead import LEAD
 from gossip.algorithms.momentum import DoCoM, MoTEF
@@ -39,7 +40,7 @@ ALGORITHMS = registry("algorithm", error=ConfigError, form="module:Class")
 for _cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
              DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
              OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
-             ChocoAMSGrad, DESLOC):
+             ChocoAMSGrad, DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold):
     ALGORITHMS.register(_cls.name, _cls)
 
 REGISTRY: dict[str, type[Algorithm]] = ALGORITHMS.objects

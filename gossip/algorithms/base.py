@@ -87,6 +87,11 @@ class Algorithm(ABC):
     base step times ``min(1, 0.9 (1 + λ_min))`` (½ without a topology); ``"tracking"`` —
     gradient tracking, a fifth of it. The default is the cautious ``"tracking"``, so a new
     algorithm that does not say otherwise still gets a step that converges."""
+    federated: ClassVar[bool] = False
+    """A server–clients method on a star (node 0 the server, holding the run's model; nodes
+    1..n−1 the clients, holding the data; docs/algorithms/fedavg.md): the run's model is the
+    server's ``x``, so metrics read it instead of the nodes' average, and the log splits the
+    bits into ``bits_up_per_client`` and ``bits_down_per_client``."""
     on_loss: ClassVar[str | None] = None
     """What a lost message means to it (``--network loss=...``; docs/network.md): ``"renormalize"``
     (its messages are values the receiver averages: a lost neighbor's weight goes to the

@@ -37,11 +37,15 @@ class Graph:
         complete: an all-reduce in which every node talks to every other one: only the static
             complete graph (``--topology complete``) is accepted, and tests and tools that pick
             a graph pick that one for it.
+        star: a federated method (server node 0, clients 1..n−1): only a static star whose
+            hub is node 0 (``--topology star``) is accepted, and tests and tools that pick a
+            graph pick that one for it.
     """
 
     static: bool = True
     symmetric: bool = True
     complete: bool = False
+    star: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ class Requirements:
         g = self.graph
         if g.complete:  # its message first: a complete graph is static and undirected too
             check_complete(name, topology)
+        if g.star:
+            check_star(name, topology)
         if g.static and getattr(topology, "time_varying", False):
             raise ConfigError(
                 f"{name} keeps per-neighbor state and needs a static topology, but "
@@ -134,3 +140,15 @@ def check_complete(name: str, topology: Any, hint: str = "use --topology complet
                 f"{i} of '{topology.name}' has {len(view_of(i).out_neighbors)} of "
                 f"{topology.n - 1} neighbors; {hint}"
             )
+
+
+def check_star(name: str, topology: Any) -> None:
+    """Refuse any graph but a static star whose hub is node 0 (the federated server)."""
+    n = topology.n
+    ok = (n >= 2 and not getattr(topology, "time_varying", False)
+          and not getattr(topology, "directed", False))
+    ok = ok and list(topology.view(0).in_neighbors) == list(range(1, n))
+    ok = ok and all(list(topology.view(i).in_neighbors) == [0] for i in range(1, n))
+    if not ok:
+        raise ConfigError(f"{name} runs on a star whose node 0 is the server (--topology star), "
+                          f"not on '{getattr(topology, 'name', topology)}'")

@@ -86,7 +86,8 @@ class Block:
 
     @property
     def has_oracle(self) -> bool:
-        return self.m > 0 and self.nodes[0].oracle is not None
+        """Whether the block's nodes have gradients (a federated server has none, its clients do)."""
+        return any(nd.oracle is not None for nd in self.nodes)
 
     @property
     def self_weight(self) -> torch.Tensor:
@@ -186,7 +187,7 @@ class Block:
         if X.shape[0] != rows:
             raise ConfigError(f"{X.shape[0]} rows to encode for a phase of {rows} messages: "
                               "encode one row per node (or per arc of the route)")
-        like = X[0] if rows else X[:1].reshape(X.shape[1:])
+        like = X[0] if rows else X.new_empty(X.shape[1:])  # a phase this block sends nothing in
         nbytes = comp.nbytes_rows(like)
         pitch = row_stride(nbytes)
         remote = len(route.remote_in)
@@ -200,7 +201,9 @@ class Block:
             own, recv = both[:rows], both[rows:]
         self._calls += 1
         mine = own[:, :nbytes]
-        if comp.stateful:
+        if rows == 0:  # this block sends nothing in the phase (e.g. no sampled client here)
+            pass
+        elif comp.stateful:
             if route is not self.routing:
                 raise CompressionError(f"'{comp.spec}' keeps state per node and cannot encode one "
                                        "message per arc: use a stateless compressor")
@@ -267,11 +270,13 @@ class Block:
         route = rows.route
         return rows.gather(route.in_src, route.in_span)
 
-    def decode_received(self, out: torch.Tensor, rows: Rows, weight: Any = 1.0) -> torch.Tensor:
-        """``out[e] += weight·C(q_e)`` for every arc e of ``rows.route.incoming``."""
+    def decode_received(self, out: torch.Tensor, rows: Rows, weight: Any = 1.0,
+                        dst: torch.Tensor | None = None) -> torch.Tensor:
+        """``out[e] += weight·C(q_e)`` for every arc e of ``rows.route.incoming``; with ``dst``
+        (e.g. ``route.in_dst``, the receivers' rows) into row ``dst[e]`` of ``out`` instead."""
         route = rows.route
         w = weight if isinstance(weight, torch.Tensor) else float(weight)
-        self._decode_add(rows.compressor, out, self.received_arcs(rows), w, None, None,
+        self._decode_add(rows.compressor, out, self.received_arcs(rows), w, dst, None,
                          route.incoming)
         return out
 
@@ -469,10 +474,16 @@ class Block:
                             f"{exc}", sender=sender, receiver=receiver) from exc
 
     # -- local work ------------------------------------------------------------------------------
-    def gradients(self, out: torch.Tensor) -> torch.Tensor:
+    def gradients(self, out: torch.Tensor, rows: list[int] | None = None) -> torch.Tensor:
         """Every node's gradient at its row of ``x``, into the rows of ``out`` (through
         :meth:`oracle_call`: the bits do not depend on a row's place in the block); the
-        prefetched ones when the last round computed them (:meth:`prefetch_gradients`)."""
+        prefetched ones when the last round computed them (:meth:`prefetch_gradients`).
+        ``rows``: only those rows' nodes compute (a federated round's sampled clients); the
+        other rows of ``out`` are left as they are."""
+        if rows is not None:
+            for r in rows:
+                self.oracle_call(self.nodes[r].oracle.grad, self.x[r], out=out[r])
+            return out
         ahead = self._prefetched
         if ahead is not None:
             self._prefetched = None
@@ -517,8 +528,17 @@ class Block:
             t = self._scratches[key] = torch.empty_like(like, memory_format=torch.contiguous_format)
         return t
 
-    def local_step(self, grad: torch.Tensor, eta: float) -> None:
-        """``x ← x − η g`` for every row, or each node's own optimizer step when it has one."""
+    def local_step(self, grad: torch.Tensor, eta: float, rows: list[int] | None = None) -> None:
+        """``x ← x − η g`` for every row, or each node's own optimizer step when it has one;
+        ``rows``: only those rows step (a federated round's sampled clients)."""
+        if rows is not None:
+            for r in rows:
+                apply = getattr(self.nodes[r].oracle, "apply_step", None)
+                if apply is not None:
+                    apply(self.x[r], grad[r], self.round)
+                else:
+                    self.x[r].add_(grad[r], alpha=-eta)
+            return
         apply = [getattr(nd.oracle, "apply_step", None) for nd in self.nodes]
         if all(a is None for a in apply):
             self.x.add_(grad, alpha=-eta)

@@ -370,7 +370,11 @@ class Engine:
 
     # -- metrics ---------------------------------------------------------------------------
     def mean_model(self) -> torch.Tensor:
-        """x̄ = (1/n) Σ_i x_i, summed in node order (identical on every process)."""
+        """x̄ = (1/n) Σ_i x_i, summed in node order (identical on every process); for a
+        federated algorithm the server's (node 0's) model, the run's model."""
+        if self.algorithm.federated:  # node 0's x plus zeros: exactly x_0 on every process
+            return self.world.ordered_sum(
+                self.n, {i: nd.x if i == 0 else torch.zeros_like(nd.x) for i, nd in self.nodes.items()})
         return self.world.ordered_sum(self.n, {i: nd.x for i, nd in self.nodes.items()}).div_(self.n)
 
     def node_values(self, local: Mapping[int, float]) -> Any:
@@ -394,6 +398,9 @@ class Engine:
             "bits_per_node": float(bits.mean()),
             "bits_per_node_max": float(bits.max()),
         }
+        if self.algorithm.federated:  # the server sends only downlinks, the clients only uplinks
+            rec["bits_up_per_client"] = float(bits[1:].mean())
+            rec["bits_down_per_client"] = float(bits[0]) / (self.n - 1)
         if self.delivery is not None:
             lost = self.delivery
             ids = self.block.ids

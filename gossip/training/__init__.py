@@ -42,6 +42,7 @@ from gossip.training.optim import OPTIMIZERS, SCHEDULES, lr_multiplier, make_opt
 from gossip.training.oracle import ModelOracle, OptimizerOracle
 from gossip.training.trainer import (
     DecentralizedTrainer,
+    batches_per_round,
     epoch_rounds,
     optimizer_algorithms,
     trainable_algorithms,
@@ -61,6 +62,7 @@ __all__ = [
     "SmallCNN",
     "Sums",
     "digits",
+    "batches_per_round",
     "epoch_rounds",
     "evaluate",
     "image_folder",

@@ -80,8 +80,28 @@ _RNG = 15  # seed purpose: a node's private state of torch's global generator
 
 
 def epoch_rounds(train_size: int, nodes: int, batch_size: int) -> int:
-    """Rounds per epoch: ``ceil(train_size / (nodes · batch_size))`` (at least 1)."""
+    """Rounds per epoch: ``ceil(train_size / (nodes · batch_size))`` (at least 1); for a
+    federated run ``nodes`` is clients per round × local steps (the batches a round draws)."""
     return max(1, math.ceil(train_size / (nodes * batch_size)))
+
+
+def batches_per_round(algorithm: Any, n: int) -> int:
+    """Mini-batches one round draws: one per node, or for a federated method (node 0 the
+    server, no data) ``clients_per_round × local_steps``."""
+    if not getattr(algorithm, "federated", False):
+        return n
+    return (algorithm.clients_per_round or n - 1) * algorithm.local_steps
+
+
+class _NoData:
+    """The batches of a federated server, which holds no data: drawing one is a bug."""
+
+    def __iter__(self) -> _NoData:
+        return self
+
+    def __next__(self) -> Any:
+        raise ConfigError("the federated server (node 0) holds no data: only the clients compute "
+                          "gradients")
 
 
 class DecentralizedTrainer:
@@ -180,8 +200,10 @@ class DecentralizedTrainer:
         self.model = copy.deepcopy(model).to(device=self.device, dtype=dtype)
         self.layout = flat.layout_of(self.model, gossip_buffers)
         self.initial = flat.flatten(self.model, gossip_buffers)
+        self.federated = bool(self.algorithm.federated)  # node 0 the server: it holds no data
         self.partition = self._split(partition)
-        self.rounds_per_epoch = epoch_rounds(len(train_set), self.n, batch_size)  # type: ignore[arg-type]
+        self.rounds_per_epoch = epoch_rounds(len(train_set),  # type: ignore[arg-type]
+                                             batches_per_round(self.algorithm, self.n), batch_size)
         self._optimizer, self._scheduler, self._l2 = optimizer, scheduler, l2
 
         self.engine = training_engine(
@@ -198,18 +220,24 @@ class DecentralizedTrainer:
 
     # -- construction --------------------------------------------------------------------------
     def _split(self, partition: str | Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """One index array per node; federated: the data split over the clients 1..n−1 and
+        none for the server."""
+        holders = self.n - self.federated
         if isinstance(partition, str):
-            return partition_indices(self.train_set, self.n, partition, partition_seed(self.seed))
-        parts = [np.sort(np.asarray(p, dtype=np.int64)) for p in partition]
-        if len(parts) != self.n or any(p.size == 0 for p in parts):
-            raise ConfigError(
-                f"an explicit partition needs {self.n} non-empty index arrays, got "
-                f"{[p.size for p in parts]}"
-            )
-        return parts
+            parts = partition_indices(self.train_set, holders, partition, partition_seed(self.seed))
+        else:
+            parts = [np.sort(np.asarray(p, dtype=np.int64)) for p in partition]
+            if len(parts) != holders or any(p.size == 0 for p in parts):
+                raise ConfigError(
+                    f"an explicit partition needs {holders} non-empty index arrays"
+                    + (" (one per client)" if self.federated else "")
+                    + f", got {[p.size for p in parts]}")
+        return [np.empty(0, dtype=np.int64), *parts] if self.federated else parts
 
     def _make_oracle(self, i: int, _gen: torch.Generator) -> ModelOracle:
         module = copy.deepcopy(self.model)
+        if self.federated and i == 0:  # the server's module (evaluated), never a gradient
+            return ModelOracle(module, _NoData(), self.loss_fn, buffers=self.gossip_buffers)
         loader = node_loader(self.train_set, self.partition[i], self.batch_size,
                              generator(data_seed(self.seed, i)), dtype=self.dtype)
         stream = BatchStream(loader)

@@ -15,7 +15,8 @@ from gossip.problems import make_problem
 
 def _engine(alg, compressor: str = "none", problem: str = "least-squares") -> Engine:
     cls = type(alg)
-    topo = topologies.build("complete" if cls.requires.graph.complete else "ring", 4)
+    graph = cls.requires.graph
+    topo = topologies.build("complete" if graph.complete else "star" if graph.star else "ring", 4)
     kw = {}
     if cls.trains:
         pb = make_problem(problem, n_nodes=4, dim=12, samples_per_node=10, seed=1,

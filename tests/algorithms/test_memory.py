@@ -51,7 +51,7 @@ def test_declared_copies_bound_the_allocated_state(name):
     cls = REGISTRY[name]
     req = cls.requires
     graph = "complete" if req.graph.complete else "directed-exponential" if name == "push-sum" \
-        else "ring"
+        else "star" if req.graph.star else "ring"
     topo = topologies.build(graph, M, **({"weights": "push"} if name == "push-sum" else {}))
     comp = {"identity": "none", "bounded-variance": "lead:2"}.get(req.compressor, "topk:0.1")
     kw, hp, problem = {}, {}, None

@@ -150,10 +150,10 @@ def test_the_former_need_flags_are_refused_with_what_to_declare():
 
 
 def test_every_registered_algorithm_declares_a_requirements_value_and_takes_none():
-    complete = topologies.build("complete", N)
+    complete, star = topologies.build("complete", N), topologies.build("star", N)
     for name, cls in REGISTRY.items():
         assert isinstance(cls.requires, Requirements), name
-        topo = complete if cls.requires.graph.complete else RING
+        topo = complete if cls.requires.graph.complete else star if cls.requires.graph.star else RING
         cls.requires.check(topo, make("none"), True, name=name)
 
 

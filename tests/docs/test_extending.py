@@ -164,16 +164,19 @@ def test_suggested_steps_converge(name):
         pytest.skip(f"{name} uses no gradients")
     # an all-reduce gets the complete graph, on 8 nodes (a power of two, for adasum's tree)
     n = 8 if cls.requires.graph.complete else 6
-    problem = make_problem("lasso" if name == "prox-lead" else "least-squares", n_nodes=n, dim=15,
-                           samples_per_node=30, seed=2, dtype=torch.float64)
+    star = cls.requires.graph.star  # federated: node 0 the server, the data on the n − 1 clients
+    problem = make_problem("lasso" if name == "prox-lead" else "least-squares", n_nodes=n - star,
+                           dim=15, samples_per_node=30, seed=2, dtype=torch.float64)
     x_star = torch.as_tensor(problem.solution(), dtype=torch.float64)
-    topo = topologies.build("complete" if cls.requires.graph.complete else "ring", n)
+    graph = "complete" if cls.requires.graph.complete else "star" if star else "ring"
+    topo = topologies.build(graph, n)
     hp = cls.suggest_hparams(problem, "full", topo)
     engine = Engine(make_algorithm(name, **hp), topo, lambda i: problem.initial_point(), compressor="none",
-                    oracles=lambda i, gen: problem.oracle(i, gen, "full", 1))
+                    oracles=lambda i, gen: None if star and i == 0 else problem.oracle(i - star, gen, "full", 1))
 
-    def dist() -> float:
-        return sum(float((nd.x - x_star).square().sum()) for nd in engine.nodes.values())
+    def dist() -> float:  # federated: the server's model is the run's
+        nodes = [engine.nodes[0]] if star else engine.nodes.values()
+        return sum(float((nd.x - x_star).square().sum()) for nd in nodes)
 
     start = dist()
     for _ in range(300):

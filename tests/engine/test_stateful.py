@@ -52,7 +52,8 @@ def build(name: str, spec: str, per_tensor: bool, problem_name: str = "least-squ
 
 def _build(name: str, spec: str, per_tensor: bool, problem_name: str) -> Engine:
     cls = REGISTRY[name]
-    topo = topologies.build("complete" if cls.requires.graph.complete else "ring", 4)
+    graph = cls.requires.graph
+    topo = topologies.build("complete" if graph.complete else "star" if graph.star else "ring", 4)
     layout = Layout(SHAPES) if per_tensor else None
     kw: dict = {}
     if cls.trains:
