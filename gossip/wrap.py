@@ -325,6 +325,11 @@ def wrap(
                         f"(or nodes=None, one node per process)", rank=world.rank)
     topo = _topology(topology, n, seed, nodes is None, world)
     alg = make_algorithm(algorithm, **hparams)
+    if alg.federated:
+        raise WrapError(f"{alg.name} is federated: a server without data and sampled clients taking "
+                        "several local steps, each a gradient the wrapper cannot hand over from "
+                        "one backward; train it with gossip.DecentralizedTrainer (or "
+                        "experiments/train.py --algorithm " + alg.name + ")")
     check_trainable(alg, optimizer)
     if overlap and alg.overlaps != "next":
         raise WrapError(f"overlap=True: {alg.name} " + (

@@ -40,13 +40,15 @@ def documented(kind: str) -> list[str]:
 
 
 WORKS, REFUSED, NOT_FOR_MODELS = documented("works"), documented("refused"), documented("not for")
+FEDERATED = documented("federated")
 BUILT_IN = [name for name in trainable_algorithms() if REGISTRY[name].__module__.startswith("gossip.")]
 """The package's own trainable algorithms (other test modules register some of theirs)."""
 
 
 def test_the_docs_list_every_trainable_algorithm_once():
-    listed = WORKS + REFUSED + NOT_FOR_MODELS
+    listed = WORKS + REFUSED + NOT_FOR_MODELS + FEDERATED
     assert sorted(listed) == BUILT_IN, "update the lists of docs/wrap.md"
+    assert FEDERATED == sorted(n for n in BUILT_IN if REGISTRY[n].federated)
 
 
 @pytest.mark.parametrize("name", sorted(wrap_runs.CONFIGS))
@@ -68,6 +70,9 @@ def test_every_trainable_algorithm_works_as_documented(name):
             wrap_runs.wrapped(name, 4)
         with pytest.raises(ConfigError):
             wrap_runs.trainer_losses(name, 4, 1)
+    elif name in FEDERATED:
+        with pytest.raises(WrapError, match=rf"^{re.escape(name)} is federated: .*DecentralizedTrainer"):
+            wrap_runs.wrapped(name, 4)
     elif name in REFUSED:
         with pytest.raises(WrapError, match=rf"^{re.escape(name)} .*DecentralizedTrainer"):
             wrap_runs.wrap_losses(name, 4, 2)
