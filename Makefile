@@ -23,7 +23,7 @@ $(STAMP): setup.cfg pyproject.toml
 test: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
 
-# the quick loop while editing: skips tests marked slow (MPI launches, long runs); ~2.5 min on 2 cores
+# the quick loop while editing: skips tests marked slow (MPI launches, long runs); ~5 min on 2 cores
 test-fast: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow"
 
