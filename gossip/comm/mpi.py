@@ -1,4 +1,4 @@
-"""The MPI link: buffer-based ``Isend``/``Irecv`` of raw byte buffers (never pickle).
+"""The MPI link: buffer-based ``Isend``/``Irecv`` of raw byte buffers (no object serialization).
 
 Buffers are handed to MPI as numpy views of the tensors' memory; CUDA tensors are staged
 through pinned host memory by the transport. Every wait busy-polls against a deadline: a

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 from gossip.metrics import read_jsonl
-from tests.helpers.launch import ROOT, mpiexec, run_mpi, run_py, scenario_records
+from tests.helpers.launch import mpiexec, run_mpi, run_py, scenario_records, stop_a_rank
 
 pytestmark = [pytest.mark.skipif(mpiexec() is None, reason="no mpiexec"), pytest.mark.slow]
 
@@ -65,33 +61,9 @@ def test_dead_or_silent_rank_stops_the_job(tmp_path, sig):
     neighbors' deadline (5 s here) fires, their error names rank 2, and the job is aborted.
     Either way every process exits non-zero instead of hanging.
     """
-    exe = mpiexec()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    pidfile = tmp_path / "pids"
-    cmd = [exe, "-n", "4", sys.executable, "tests/helpers/mpi_victim.py", str(pidfile)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if pidfile.exists() and len(pidfile.read_text().split()) >= 4:
-            break
-        time.sleep(0.2)
-    pids = dict(line.split(":") for line in pidfile.read_text().split())
-    time.sleep(1.0)
-    os.kill(int(pids["2"]), sig)
-    start = time.time()
-    try:
-        out, _ = proc.communicate(timeout=40)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("the job hung after a rank stopped")
-    finally:
-        try:
-            os.kill(int(pids["2"]), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert proc.returncode != 0
-    assert time.time() - start < 40
+    code, out, seconds = stop_a_rank("mpiexec", 4, ["tests/helpers/mpi_victim.py"], tmp_path, sig)
+    assert code != 0
+    assert seconds < 40
     if sig == signal.SIGKILL:
         assert "BAD TERMINATION" in out and "signal 9" in out, out[-3000:]
     else:

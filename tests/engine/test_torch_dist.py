@@ -3,17 +3,14 @@ ranks, wrong backends and a missing launcher fail with one clear line."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
 import sys
-import time
 
 import pytest
 import torch
 
 from gossip.metrics import read_jsonl
-from tests.helpers.launch import ROOT, run_py, run_torchrun, scenario_records, torchrun
+from tests.helpers.launch import run_py, run_torchrun, scenario_records, stop_a_rank, torchrun
 
 pytestmark = [pytest.mark.skipif(torchrun() is None, reason="no torchrun"), pytest.mark.slow]
 
@@ -48,31 +45,9 @@ def test_consensus_script_under_torchrun(tmp_path):
 def test_silent_rank_is_named(tmp_path):
     """A rank that stops answering (SIGSTOP) ends the torchrun job: its neighbors' deadline
     (5 s) fires and names it, and torchrun stops the rest instead of hanging."""
-    exe = torchrun()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    pidfile = tmp_path / "pids"
-    proc = subprocess.Popen([exe, "--standalone", "--nproc-per-node", "3",
-                             "tests/helpers/mpi_victim.py", str(pidfile)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        if pidfile.exists() and len(pidfile.read_text().split()) >= 3:
-            break
-        time.sleep(0.2)
-    pids = dict(line.split(":") for line in pidfile.read_text().split())
-    time.sleep(2.0)
-    os.kill(int(pids["2"]), signal.SIGSTOP)
-    try:
-        out, _ = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        pytest.fail("the torchrun job hung after a rank stopped")
-    finally:
-        try:
-            os.kill(int(pids["2"]), signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert proc.returncode != 0
+    code, out, _ = stop_a_rank("torchrun", 3, ["tests/helpers/mpi_victim.py"], tmp_path,
+                               signal.SIGSTOP, settle=2.0, timeout=60)
+    assert code != 0
     assert "rank(s) [2] stopped answering" in out, out[-3000:]
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,17 +22,27 @@ def mpiexec() -> str | None:
     return str(here) if here.exists() else shutil.which("mpiexec")
 
 
-def run_mpi(n: int, args: list[str], timeout: float = 180, env_extra: dict | None = None):
-    """Run ``mpiexec -n n python ARGS`` from the repository root; returns the CompletedProcess."""
-    exe = mpiexec()
+def launch_command(launcher: str, n: int) -> list[str]:
+    """The command that starts ``n`` processes of a python script: ``mpiexec -n n python`` or
+    ``torchrun --standalone --nproc-per-node n`` (skips the test when the launcher is missing)."""
+    exe = mpiexec() if launcher == "mpiexec" else torchrun()
     if exe is None:
-        pytest.skip("no mpiexec available")
+        pytest.skip(f"no {launcher} available")
+    if launcher == "mpiexec":
+        return [exe, "-n", str(n), sys.executable]
+    return [exe, "--standalone", "--nproc-per-node", str(n)]
+
+
+def _launch(launcher: str, n: int, args: list[str], timeout: float, env_extra: dict | None):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     env.update(env_extra or {})
-    return subprocess.run(
-        [exe, "-n", str(n), sys.executable, *args], cwd=ROOT, env=env, capture_output=True,
-        text=True, timeout=timeout,
-    )
+    return subprocess.run([*launch_command(launcher, n), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def run_mpi(n: int, args: list[str], timeout: float = 180, env_extra: dict | None = None):
+    """Run ``mpiexec -n n python ARGS`` from the repository root; returns the CompletedProcess."""
+    return _launch("mpiexec", n, args, timeout, env_extra)
 
 
 def torchrun() -> str | None:
@@ -42,15 +54,39 @@ def torchrun() -> str | None:
 def run_torchrun(n: int, args: list[str], timeout: float = 180, env_extra: dict | None = None):
     """Run ``torchrun --standalone --nproc-per-node n ARGS`` (a python script and its flags)
     from the repository root; returns the CompletedProcess."""
-    exe = torchrun()
-    if exe is None:
-        pytest.skip("no torchrun available")
+    return _launch("torchrun", n, args, timeout, env_extra)
+
+
+def stop_a_rank(launcher: str, n: int, script: list[str], tmp_path: Path, sig: int,
+                rank: int = 2, settle: float = 1.0, timeout: float = 40) -> tuple[int, str, float]:
+    """Start ``script PIDFILE`` on ``n`` processes (each writes ``rank:pid`` to PIDFILE), send
+    ``sig`` to ``rank`` once all are up (after ``settle`` seconds) and return the job's exit
+    status, output and seconds from the signal to its end; fails the test when the job hangs
+    past ``timeout`` seconds."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    env.update(env_extra or {})
-    return subprocess.run(
-        [exe, "--standalone", "--nproc-per-node", str(n), *args], cwd=ROOT, env=env,
-        capture_output=True, text=True, timeout=timeout,
-    )
+    pidfile = tmp_path / "pids"
+    proc = subprocess.Popen([*launch_command(launcher, n), *script, str(pidfile)], cwd=ROOT,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        if pidfile.exists() and len(pidfile.read_text().split()) >= n:
+            break
+        time.sleep(0.2)
+    pids = dict(line.split(":") for line in pidfile.read_text().split())
+    time.sleep(settle)
+    os.kill(int(pids[str(rank)]), sig)
+    start = time.time()
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"the {launcher} job hung after rank {rank} was stopped")
+    finally:
+        try:
+            os.kill(int(pids[str(rank)]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return proc.returncode, out, time.time() - start
 
 
 def run_py(args: list[str], timeout: float = 180):

@@ -18,8 +18,6 @@ from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
-from gossip.metrics import JsonlLogger  # noqa: E402
-from tests.helpers.mpi_scenarios import log_run  # noqa: E402
 from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
 from tests.helpers.reference_adaptive import QuadraticOracle, quadratic_problem  # noqa: E402
 
@@ -58,11 +56,5 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict] | None:
     return engine, {"rounds": 12, "log_every": 4}
 
 
-def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
-    built = engine_for(name, n, world)
-    if built is not None:
-        log_run(built[0], name, logger, **built[1])
-
-
 if __name__ == "__main__":
-    scenario_main(run, SCENARIOS)
+    scenario_main(engine_for, SCENARIOS)

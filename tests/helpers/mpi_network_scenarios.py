@@ -17,9 +17,8 @@ import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
-from gossip.metrics import JsonlLogger, squared_distance  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
-from tests.helpers.mpi_scenarios import log_run  # noqa: E402
+from tests.helpers.mpi_scenarios import distance_metric  # noqa: E402
 from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
 
 GE = "loss=ge:p_gb=0.1,p_bg=0.4,loss_good=0.02,loss_bad=0.9"
@@ -54,16 +53,8 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
         oracles=(lambda i, gen: problem.oracle(i, gen, "full", 2)) if trains else None,
     )
 
-    def metrics(eng, xbar):
-        return {"distance_to_optimum": squared_distance(eng, x_star, relative=True)}
-
-    return engine, {"metrics": [metrics] if trains else []}
-
-
-def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
-    engine, options = engine_for(name, n, world)
-    log_run(engine, name, logger, **options)
+    return engine, {"metrics": [distance_metric(x_star)] if trains else []}
 
 
 if __name__ == "__main__":
-    scenario_main(run, SCENARIOS)
+    scenario_main(engine_for, SCENARIOS)

@@ -59,11 +59,6 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
     return engine, {}
 
 
-def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
-    engine, options = engine_for(name, n, world)
-    log_run(engine, name, logger, **options)
-
-
 def log_run(engine: Engine, name: str, logger: JsonlLogger, rounds: int = 20, log_every: int = 5,
             metrics: list = ()) -> None:
     """Run ``engine`` and write its records, then every node's final model sum and x̄ exactly."""
@@ -74,15 +69,25 @@ def log_run(engine: Engine, name: str, logger: JsonlLogger, rounds: int = 20, lo
                   "xbar": engine.mean_model().tolist()})
 
 
-def main(run=run, scenarios=SCENARIOS) -> None:
-    """``OUT.jsonl NODES [SCENARIO ...]``: ``run(name, n, world, logger)`` for each scenario."""
+def distance_metric(x_star: torch.Tensor):
+    """The metric the problem scenarios log: x̄'s relative squared distance to ``x_star``."""
+    from gossip.metrics import squared_distance
+
+    return lambda eng, xbar: {"distance_to_optimum": squared_distance(eng, x_star, relative=True)}
+
+
+def main(engine_for=engine_for, scenarios=SCENARIOS) -> None:
+    """``OUT.jsonl NODES [SCENARIO ...]``: each scenario's ``engine_for(name, n, world)``
+    (an engine and :func:`log_run`'s keywords, or None to skip it) run and logged."""
     torch.set_num_threads(1)
     out, n = sys.argv[1], int(sys.argv[2])
     names = sys.argv[3:] or list(scenarios)
     world = World.detect()
     with JsonlLogger(out, enabled=world.is_root) as logger:
         for name in names:
-            run(name, n, world, logger)
+            built = engine_for(name, n, world)
+            if built is not None:
+                log_run(built[0], name, logger, **built[1])
 
 
 if __name__ == "__main__":

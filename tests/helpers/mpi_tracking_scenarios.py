@@ -17,9 +17,8 @@ import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
-from gossip.metrics import JsonlLogger, squared_distance  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
-from tests.helpers.mpi_scenarios import log_run  # noqa: E402
+from tests.helpers.mpi_scenarios import distance_metric  # noqa: E402
 from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
 
 # name -> (algorithm, hyper-parameters, compressor, topology spec, weights, estimator)
@@ -63,16 +62,8 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
         overlap=name.endswith("-overlap"),
     )
 
-    def metrics(eng, xbar):
-        return {"distance_to_optimum": squared_distance(eng, x_star, relative=True)}
-
-    return engine, {"metrics": [metrics]}
-
-
-def run(name: str, n: int, world: World, logger: JsonlLogger) -> None:
-    engine, options = engine_for(name, n, world)
-    log_run(engine, name, logger, **options)
+    return engine, {"metrics": [distance_metric(x_star)]}
 
 
 if __name__ == "__main__":
-    scenario_main(run, SCENARIOS)
+    scenario_main(engine_for, SCENARIOS)
