@@ -20,9 +20,11 @@ step (a quick check of the script before launching it on several processes).
 as :class:`~gossip.training.DecentralizedTrainer` does, except that the node's stochastic
 gradient is the one ``loss.backward()`` left in the parameters' ``.grad`` (a
 :class:`~gossip.training.oracle.BackwardOracle`). The model's parameters are views into the
-node's flat ``x``, so after ``opt.step()`` ``model`` holds the node's new parameters. Algorithms
-that want a gradient at another point or twice per round are refused with a
-:class:`~gossip.errors.WrapError`. See ``docs/wrap.md``.
+node's flat ``x``, so after ``opt.step()`` ``model`` holds the node's new parameters. An
+algorithm whose setup starts from a gradient (LEAD, BEER, MoTEF, DoCoM) spends the first step
+on its setup, as the trainer spends its first mini-batch. Algorithms that want a gradient at
+another point or twice per round are refused with a :class:`~gossip.errors.WrapError`. See
+``docs/wrap.md``.
 """
 
 from __future__ import annotations
@@ -133,6 +135,10 @@ class GossipOptimizer(torch.optim.Optimizer):
         for oracle in self._oracles:
             oracle.arm()
         try:
+            if not self.engine.is_set_up:
+                self.engine.setup()
+                if not any(oracle.armed for oracle in self._oracles):
+                    return loss  # the setup took this step's gradients (round 0, no messages)
             if self.overlap:  # last round's messages arrived while this gradient was computed
                 self.engine.end_round()
                 self.engine.begin_round()
@@ -188,7 +194,8 @@ class GossipOptimizer(torch.optim.Optimizer):
     # -- what a training script needs --------------------------------------------------------
     @property
     def round(self) -> int:
-        """Rounds (``opt.step()`` calls) so far (with ``overlap``, the one in flight too)."""
+        """Rounds so far (with ``overlap``, the one in flight too): one per ``opt.step()``,
+        but for the first step of an algorithm whose setup takes a gradient (round 0)."""
         return self.engine.round + int(self.engine.in_round)
 
     @property
@@ -355,7 +362,7 @@ def wrap(
             lambda i, _gen: by_id[i], per_tensor=per_tensor,
             compressor="none" if compressor is None else compressor, seed=seed, world=world,
             timeout=timeout, network=network, device=device, dtype=dtype, fix=SAME_START_FIX,
-            link_latency=link_latency,
+            link_latency=link_latency, defer_setup=True,
         )
     except GossipError as exc:
         if isinstance(exc.__cause__, WrapError):

@@ -156,6 +156,12 @@ class Algorithm(ABC):
         against the graph); called by the engine after ``requires.check``, before any node
         exists. It must not change the algorithm."""
 
+    def validate_block(self, block: Block) -> None:
+        """Raise :class:`ConfigError` for what this process's nodes cannot run with beyond
+        :meth:`validate` (their oracles, their model size against a hyper-parameter); called by
+        the engine once the block exists, before :meth:`setup` (which :func:`gossip.wrap` runs
+        at the first step), so a bad run is refused when it is built."""
+
     def setup(self, block: Block) -> None:
         """Allocate ``block.state`` ([m, ...] tensors, row r = node r; checkpointed) and
         ``block.workspace`` (scratch), fill derived defaults into ``block.hparams``, before

@@ -4,12 +4,16 @@ Both the model and the gradient tracker travel as compressed differences against
 ``h`` (for x) and ``g`` (for v) that neighbors rebuild; ``sh = Σ_j w_ij h_j`` and
 ``sg = Σ_j w_ij g_j``. One round (one message carrying both differences)::
 
-    x_i += γ (sh_i − h_i) − η v_i;            qh_i = C(x_i − h_i)
-    gn = ∇f_i(x_i);  v_i += γ (sg_i − g_i) + gn − grad_prev_i;  grad_prev_i = gn;  qg_i = C(v_i − g_i)
-    send [qh_i, qg_i];  h_i += qh_i;  sh_i += Σ_{j∈N_i⁺} w_ij qh_j;  same for g, sg
+    gn = ∇f_i(x_i);  v_i += γ (sg_i − g_i) + gn − grad_prev_i;  grad_prev_i = gn
+    send [qh_i = C(x_i − h_i), qg_i = C(v_i − g_i)];  h_i += qh_i;  sh_i += Σ_{j∈N_i⁺} w_ij qh_j;
+        same for g, sg
+    x_i += γ (sh_i − h_i) − η v_i
 
-Init: h = g = 0, v = grad_prev = ∇f_i(x⁰). Contractive compressors; the mean of v tracks the
-mean of the last gradients exactly (needs a doubly stochastic W).
+Setup: h = g = 0, v = grad_prev = ∇f_i(x⁰), then the model's first step x¹ = x⁰ − η v. The
+paper's iteration starts with the model's step; a round here ends with it, so that it starts
+with the gradient at the model it holds (what :func:`gossip.wrap` hands over): the same
+iterates, the model after round t being the paper's x^{t+1}. Contractive compressors; the mean
+of v tracks the mean of the last gradients exactly (needs a doubly stochastic W).
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from gossip.engine.channel import Channel
 class BEER(Algorithm):
     """BEER: gradient tracking with compressed, EF21-style states for the model and tracker.
 
-    ``x_i += γ (sh_i − h_i) − η v_i``; ``v_i += γ (sg_i − g_i) + ∇f_i(x_i) − ∇f_i(x_i^prev)``;
-    one message carries ``C(x_i − h_i)`` and ``C(v_i − g_i)``. See docs/algorithms/beer.md.
+    ``v_i += γ (sg_i − g_i) + ∇f_i(x_i) − ∇f_i(x_i^prev)``; one message carries
+    ``C(x_i − h_i)`` and ``C(v_i − g_i)``; then ``x_i += γ (sh_i − h_i) − η v_i``. See
+    docs/algorithms/beer.md.
 
     Args:
         eta: step size (constant); ``0.2/L`` converges. Default 0.05.
@@ -56,6 +61,12 @@ class BEER(Algorithm):
         block.workspace["grad"] = torch.empty_like(x)
         block.gradients(block.state["v"])
         block.state["grad_prev"].copy_(block.state["v"])
+        self.move(block)  # x¹ = x⁰ − η v (the states are still zero)
+
+    def move(self, block: Block) -> None:
+        """The model's step ``x += γ (sh − h) − η v``, with the states the last messages built."""
+        cx, _ = block.workspace["channels"]
+        block.x.add_(cx.gap(), alpha=self.gamma).sub_(block.state["v"], alpha=self.eta)
 
     def estimate(self, block: Block, grad: torch.Tensor, prev: torch.Tensor) -> None:
         """Turn the fresh gradients (rows) into the tracked quantity, in place (BEER: the gradients)."""
@@ -64,7 +75,6 @@ class BEER(Algorithm):
         x, st, gamma = block.x, block.state, self.gamma
         v, gn, gp = st["v"], block.workspace["grad"], st["grad_prev"]
         cx, cv = block.workspace["channels"]
-        x.add_(cx.gap(), alpha=gamma).sub_(v, alpha=self.eta)  # x += γ (sh − h) − η v
         self.estimate(block, block.gradients(gn), gp)
         v.add_(cv.gap(), alpha=gamma).add_(gn).sub_(gp)  # v += γ (sg − g) + gn − grad_prev
         gp.copy_(gn)
@@ -72,3 +82,4 @@ class BEER(Algorithm):
         qh, qg = yield cx.send(x), cv.send(v)
         cx.mix(qh)  # h += qh;  sh += Σ_j w_ij qh_j
         cv.mix(qg)
+        self.move(block)

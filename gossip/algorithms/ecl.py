@@ -101,11 +101,13 @@ class CECL(Algorithm):
         d = block.x.shape[1]
         return min(1.0, k_for(d) / d) if k_for is not None else 1.0
 
-    def setup(self, block: Block) -> None:
+    def validate_block(self, block: Block) -> None:
         for nd in block.nodes:
             if not nd.view.neighbors:
                 raise ConfigError(f"node {nd.id} has no neighbors; c-ecl needs a connected graph")
         self._check_rho(self.kept_fraction(block))
+
+    def setup(self, block: Block) -> None:
         work = block.workspace["arcs"] = _Arcs(block, self)
         x = block.x
         block.arc_state["z"] = x.new_zeros(len(work.arcs.route.arcs), x.shape[1])  # row per arc (i, j)

@@ -68,8 +68,6 @@ class DoCoM(Algorithm):
         x, st = block.x, block.state
         if block.hparams["gamma"] is None:
             block.hparams["gamma"] = compression_defaults(block.compressor)
-        for nd in block.nodes:
-            self._sampled(nd.oracle)  # refuse oracles it cannot use, before any message
         # the public copies sx.h, sx.hm, sy.h, sy.hm (in block.state)
         block.workspace["channels"] = (Channel(block, "sx", memory="choco"),
                                        Channel(block, "sy", memory="choco", own_compressor=True))
@@ -112,6 +110,10 @@ class DoCoM(Algorithm):
         sx.mix(qx)  # x̂ += C(x − x̂) on every copy
         sy.mix(qy)
 
+    def validate_block(self, block: Any) -> None:
+        for nd in block.nodes:
+            self._sampled(nd.oracle)
+
     @staticmethod
     def _sampled(oracle: Any) -> bool:
         from gossip.problems.oracles import SGD
@@ -134,11 +136,12 @@ class MoTEF(BEER):
     ``m_i ← (1 − λ) m_i + λ ∇f_i(x_i; ξ)`` instead of the gradients; the rest is BEER's round
     (model and tracker sent as compressed differences against EF21-style states)::
 
-        x_i += γ (sh_i − h_i) − η v_i;   qh_i = C(x_i − h_i)
         m_new = (1 − λ) m_i + λ ∇f_i(x_i);   v_i += γ (sg_i − g_i) + m_new − m_i;   m_i = m_new
-        qg_i = C(v_i − g_i);   send [qh_i, qg_i];   h, sh, g, sg as in BEER
+        send [qh_i = C(x_i − h_i), qg_i = C(v_i − g_i)];   h, sh, g, sg as in BEER
+        x_i += γ (sh_i − h_i) − η v_i
 
-    Setup ``v_i = m_i = ∇f_i(x_i⁰)``, so the mean of ``v`` equals the mean of ``m`` at every
+    Setup ``v_i = m_i = ∇f_i(x_i⁰)`` and the first model step ``x¹ = x⁰ − η v`` (the round ends
+    with the model's step, as BEER's), so the mean of ``v`` equals the mean of ``m`` at every
     round and full-gradient runs reach the exact optimum. (The authors' code starts ``m`` at 0,
     which shifts the tracker by the mean initial gradient.) λ = 1 is BEER.
 

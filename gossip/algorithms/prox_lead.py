@@ -23,13 +23,12 @@ class ProxLEAD(LEAD):
     name = "prox-lead"
     state_copies = 10
 
-    def setup(self, block: Block) -> None:
+    def validate_block(self, block: Block) -> None:
         if not all(getattr(nd.oracle, "has_prox", False) for nd in block.nodes):
             raise ConfigError(
                 "prox-lead needs a problem with a regularizer (e.g. lasso, l1-logistic); "
                 "use lead for smooth problems"
             )
-        super().setup(block)
 
     def finish(self, block: Block) -> None:
         for r, nd in enumerate(block.nodes):

@@ -47,10 +47,15 @@ class CGT(Algorithm):
         x_i ← x_i − γ (x̂_i − x̂_w,i) − η y_i
         g_new = ∇f_i(x_i);   y_i ← y_i − γ (ŷ_i − ŷ_w,i) + g_new − g_i;   g_i ← g_new
 
-    Setup: ``y_i = g_i = ∇f_i(x_i⁰)``, copies zero. The mean of ``y`` equals the mean of ``g``
+    Start: ``y_i = g_i = ∇f_i(x_i⁰)``, copies zero. The mean of ``y`` equals the mean of ``g``
     at every round (W doubly stochastic), which is why the fixed point is the exact optimum.
     With the identity compressor and γ = 1 this is DIGing, ``x ← W x − η y``,
     ``y ← W y + Δg``.
+
+    A round here begins with the gradient at the model it starts from: it ends the last
+    round's tracker update with ``g_new − g_i`` (round 1: ``y = g = ∇f(x⁰)``), then sends and
+    moves ``x`` and ``y`` by their gaps. The iterates are the ones above, each gradient taken
+    at the model a round starts from, as :func:`gossip.wrap` hands them over.
 
     On a time-varying graph (one-peer exponential, matchings) the copies cannot be mixed with a
     fixed W; each node then keeps one copy per arc (a channel with ``route="arcs"``)
@@ -147,20 +152,23 @@ class CGT(Algorithm):
         block.workspace["per_arc"] = self._per_arc(block.topology, hp["alpha"])
         # the copies go to block.state (or block.arc_state)
         block.workspace["channels"] = self._channels(block, hp["alpha"])
-        st["g"] = block.gradients(torch.empty_like(x))
-        st["y"] = st["g"].clone()
+        st["g"] = torch.zeros_like(x)
+        st["y"] = torch.zeros_like(x)  # round 1 sets both to ∇f(x⁰)
         block.workspace["g_new"] = torch.empty_like(x)
 
     def step(self, block: Any) -> Round:
         x, st, ws, gamma = block.x, block.state, block.workspace, block.hparams["gamma"]
         sx, sy = ws["channels"]
         y, g, g_new = st["y"], st["g"], ws["g_new"]
+        if block.round == 1:
+            y.copy_(block.gradients(g))
+        else:  # y ← y + γ (ŷ_w − ŷ) + g_new − g, the first term added last round
+            y.add_(block.gradients(g_new)).sub_(g)
+            g.copy_(g_new)
         qx, qy = yield sx.send(x), sy.send(y)
         dx, dy = sx.gap(qx), sy.gap(qy)  # x̂_w − x̂, ŷ_w − ŷ: the compressed (W − I)x, (W − I)y
         x.add_(dx, alpha=gamma).sub_(y, alpha=self.eta)
-        block.gradients(g_new)
-        y.add_(dy, alpha=gamma).add_(g_new).sub_(g)
-        g.copy_(g_new)
+        y.add_(dy, alpha=gamma)
 
 
 class DIGing(CGT):

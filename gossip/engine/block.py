@@ -15,7 +15,8 @@ with the ``none`` compressor without an encode's copy: only the 8-byte headers a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -81,6 +82,7 @@ class Block:
         self._message_rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._scratches: dict[Any, torch.Tensor] = {}
         self._prefetched: tuple[torch.Tensor, int, str] | None = None  # (gradients, x's version, by)
+        self._stand_in = False
         self._stacks: dict[int, torch.Tensor] = {}
         self._calls = 0
 
@@ -480,6 +482,10 @@ class Block:
         prefetched ones when the last round computed them (:meth:`prefetch_gradients`).
         ``rows``: only those rows' nodes compute (a federated round's sampled clients); the
         other rows of ``out`` are left as they are."""
+        if self._stand_in:
+            for r in range(self.m) if rows is None else rows:
+                out[r].zero_()
+            return out
         if rows is not None:
             for r in rows:
                 self.oracle_call(self.nodes[r].oracle.grad, self.x[r], out=out[r])
@@ -497,6 +503,16 @@ class Block:
         for r, nd in enumerate(self.nodes):
             self.oracle_call(nd.oracle.grad, self.x[r], out=out[r])
         return out
+
+    @contextlib.contextmanager
+    def stand_in_gradients(self, on: bool = True) -> Iterator[None]:
+        """While on, :meth:`gradients` gives zeros and asks no oracle (a setup whose state a
+        checkpoint overwrites next: the oracles must not draw a batch for it)."""
+        self._stand_in = on
+        try:
+            yield
+        finally:
+            self._stand_in = False
 
     def prefetch_gradients(self, algorithm: str) -> None:
         """The next round's gradients at ``x`` as it stands now, kept for the next call of

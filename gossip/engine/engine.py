@@ -98,6 +98,7 @@ class Engine:
         network: Network | str | None = None,
         overlap: bool = False,
         link_latency: float = 0.0,
+        defer_setup: bool = False,
     ):
         self.algorithm = algorithm
         self.topology = topology
@@ -153,15 +154,31 @@ class Engine:
         self._viewed: Any = None  # the topology whose views the nodes hold
         self._plans = IdentityCache()
         self.block = self._new_block()
-        with torch.no_grad():
-            self.block.begin_round(0, self._plan(topology.at_round(1)))  # setup may route (arc_plan)
-            algorithm.setup(self.block)
-            _check_state(algorithm, self.block)
-            self.block.mirror_state()
+        algorithm.validate_block(self.block)
         self.delivery: Delivery | None = None
         """Message loss (None on a network that loses nothing: the rounds are unchanged)."""
+        self.is_set_up = False
+        if not defer_setup:
+            self.setup()
+
+    @torch.no_grad()
+    def setup(self, stand_in: bool = False) -> None:
+        """The algorithm's setup (its state; some take the nodes' first gradients here), once
+        before round 1: at construction, or with ``defer_setup`` when :func:`gossip.wrap`'s first
+        ``opt.step()`` has the gradients (:meth:`begin_round` calls it if nobody did).
+        ``stand_in``: zeros instead of gradients, for a setup whose state a checkpoint is about
+        to overwrite."""
+        if self.is_set_up:
+            return
+        block = self.block
+        block.begin_round(0, self._plan(self.topology.at_round(1)))  # setup may route (arc_plan)
+        with block.stand_in_gradients(stand_in):
+            self.algorithm.setup(block)
+        _check_state(self.algorithm, block)
+        block.mirror_state()
         if self.network.lossy:
             self.delivery = self._new_delivery()
+        self.is_set_up = True
 
     @property
     def hparams(self) -> dict[str, Any]:
@@ -257,6 +274,7 @@ class Engine:
         round without messages ends here."""
         if self._open is not None:
             raise ContractError(f"round {self.round + 1} is in flight: end_round() it first")
+        self.setup()
         t = self.round + 1
         topo = self.topology.at_round(t)
         if topo is not self._viewed:  # static graphs: the views of round 1 stay
@@ -507,13 +525,19 @@ class Engine:
 
     def run_state_dict(self) -> dict[str, Any]:
         """The engine's own counters (identical on every process)."""
-        return {"round": self.round, "seq": self._seq, "reference": dict(self._reference),
+        return {"round": self.round, "set_up": self.is_set_up, "seq": self._seq,
+                "reference": dict(self._reference),
                 "algorithm": self.algorithm.state_dict(),
                 "compute_s": self.compute_s, "comm_s": self.comm_s,
                 "elapsed_s": time.perf_counter() - self._start}
 
     def load_state_dicts(self, nodes: Mapping[int, dict[str, Any]], run: dict[str, Any]) -> None:
         """Restore what :meth:`node_state_dicts` and :meth:`run_state_dict` returned."""
+        if run.get("set_up", True):
+            self.setup(stand_in=True)  # allocates the state the checkpoint fills
+        elif self.is_set_up:
+            raise ConfigError("the checkpoint was saved before the algorithm's setup (before the "
+                              "first step), this run is past it: load it into a new run")
         for i, blob in nodes.items():
             nd = self.nodes[i]
             nd.x.copy_(blob["x"])

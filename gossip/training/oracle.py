@@ -299,10 +299,10 @@ class _Handed:
     a round is the one ``loss.backward()`` left in the module's ``.grad`` (:func:`gossip.wrap`).
 
     :meth:`arm` (called by ``opt.step()``) keeps a copy of the node's row of ``x``, the point
-    the user's backward saw; :meth:`grad` hands the gradient over once, and only at that point:
-    an algorithm that asks for a gradient at setup, twice in a round or after it moved ``x``
-    would get the gradient of another point, and is refused with a
-    :class:`~gossip.errors.WrapError` naming the algorithm.
+    the user's backward saw; :meth:`grad` hands the gradient over once, and only at that point
+    (to the algorithm's setup at the first step when it asks, else to the round): an algorithm
+    that asks for a gradient twice in a round or after it moved ``x`` would get the gradient of
+    another point, and is refused with a :class:`~gossip.errors.WrapError` naming the algorithm.
     """
 
     algorithm: str
@@ -333,8 +333,7 @@ class _Handed:
     def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """The user's gradient in flat order into ``out`` (once per ``opt.step()``)."""
         if not self._armed:
-            when = ("before the first opt.step() (at setup)" if self._handed is None
-                    else "a second time in one round")
+            when = "outside opt.step()" if self._handed is None else "a second time in one round"
             raise WrapError(_refusal(self.algorithm, f"asks for a gradient {when}"))
         if not torch.equal(x.view(torch.uint8), self._at.view(torch.uint8)):  # bits: NaN too
             raise WrapError(_refusal(self.algorithm, "asks for the gradient at another point "

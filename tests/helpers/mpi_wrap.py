@@ -1,7 +1,7 @@
 """Run under ``mpiexec -n 4`` by tests/training/test_wrap.py: one node per rank through
-gossip.wrap. Writes, into the folder given, each rank's losses and final model of the issue's
-four algorithms, a run of 8 nodes in blocks of 2, the refusal of a model that differs on
-rank 1, and a checkpoint round trip."""
+gossip.wrap. Writes, into the folder given, each rank's losses and final model of the
+algorithms of ``wrap_runs.LAUNCHED``, a run of 8 nodes in blocks of 2, the refusal of a model
+that differs on rank 1, and a checkpoint round trip."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from tests.helpers import wrap_runs
 
 def main(out: Path) -> None:
     rank = 0
-    for name in wrap_runs.CONFIGS:
+    for name in wrap_runs.LAUNCHED:
         losses, x = wrap_runs.wrap_losses(name, None, 8)
         _, opt = wrap_runs.wrapped(name, None)
         rank = opt.rank

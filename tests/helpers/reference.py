@@ -376,11 +376,12 @@ def beer(
     trace: Trace = None,
     init_grad: Grad | None = None,
 ) -> list[Array]:
-    """docs/algorithms/beer.md BEER. Setup ``H = G = 0``, ``V = ∇F(X^0)``, ``grad_prev = V``; round ``t``::
+    """docs/algorithms/beer.md BEER. Setup ``H = G = 0``, ``V = ∇F(X^0)``, ``grad_prev = V``,
+    ``X = X − η V``; round ``t``::
 
-        X = X + γ (W − I) H − η V;   H = H + C(X − H)
         g = grad(X);   V = V + γ (W − I) G + g − grad_prev;   grad_prev = g
-        G = G + C(V − G)
+        H = H + C(X − H);   G = G + C(V − G)
+        X = X + γ (W − I) H − η V
 
     ``compress`` is called for all rows of ``X − H``, then for all rows of ``V − G`` (per node:
     the H message first). ``V^0`` comes from ``init_grad(X^0)`` when given (e.g. full gradients
@@ -392,16 +393,17 @@ def beer(
     Gc = np.zeros_like(X)
     V = (grad if init_grad is None else init_grad)(X)
     g_prev = V.copy()
+    X = X - eta * V
     out = [X.copy()]
     if trace:
         trace(0, {"X": X, "H": H, "V": V, "G": Gc, "grad_prev": g_prev})
     for t in range(T):
-        X = X + gamma * (W @ H - H) - eta * V
-        H = H + _rows(compress, X - H)
         g = grad(X)
         V = V + gamma * (W @ Gc - Gc) + g - g_prev
         g_prev = g
+        H = H + _rows(compress, X - H)
         Gc = Gc + _rows(compress, V - Gc)
+        X = X + gamma * (W @ H - H) - eta * V
         out.append(X.copy())
         if trace:
             trace(t + 1, {"X": X, "H": H, "V": V, "G": Gc, "grad_prev": g_prev})

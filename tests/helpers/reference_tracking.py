@@ -161,23 +161,25 @@ def docom(X0: Array, W: Array, grad: Grad, eta: float, gamma: float, beta: float
 
 def motef(X0: Array, W: Array, grad: Grad, eta: float, gamma: float, lam: float, T: int,
           compress: Compress) -> list[Array]:
-    """MoTEF (BEER tracking a momentum), with ``M⁰ = V⁰ = ∇F(X⁰)``, ``H = G = 0``::
+    """MoTEF (BEER tracking a momentum), with ``M⁰ = V⁰ = ∇F(X⁰)``, ``H = G = 0``,
+    ``X¹ = X⁰ − ηV⁰``; a round::
 
-        X += γ(W − I)H − ηV;  H += C(X − H);  M' = (1−λ)M + λ∇F(X)
-        V += γ(W − I)G + M' − M;  M = M';  G += C(V − G)
+        M' = (1−λ)M + λ∇F(X);  V += γ(W − I)G + M' − M;  M = M'
+        H += C(X − H);  G += C(V − G);  X += γ(W − I)H − ηV
     """
     X = np.array(X0, dtype=np.float64)
     H, Gc = np.zeros_like(X), np.zeros_like(X)
     V = grad(X)
     M = V.copy()
+    X = X - eta * V
     out = [X.copy()]
     for _ in range(T):
-        X = X + gamma * (W @ H - H) - eta * V
-        H = H + _rows(compress, X - H)
         Mn = (1 - lam) * M + lam * grad(X)
         V = V + gamma * (W @ Gc - Gc) + Mn - M
         M = Mn
+        H = H + _rows(compress, X - H)
         Gc = Gc + _rows(compress, V - Gc)
+        X = X + gamma * (W @ H - H) - eta * V
         out.append(X.copy())
     return out
 

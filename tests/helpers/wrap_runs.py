@@ -29,6 +29,9 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 """The algorithms checked against the trainer (the issue's four), each with a setting that
 exercises its compressed or periodic phases within a few rounds."""
+LAUNCHED = (*CONFIGS, "lead", "beer", "c-gt")
+"""Checked one node per process under the launchers too: the four, one whose first step is its
+setup (LEAD), one whose round ends with the model's step (BEER), gradient tracking (C-GT)."""
 
 
 def model(seed: int = 0) -> nn.Module:
@@ -80,8 +83,9 @@ def wrap_losses(name: str, nodes: int | None, rounds: int, seed: int = 0,
                 opt: GossipOptimizer | None = None, streams: list | None = None,
                 ) -> tuple[list[float], torch.Tensor]:
     """The same run as :func:`trainer_losses` in a user's loop: every hosted node's gradient by
-    ``loss.backward()``, then ``opt.step()``; the loss is reduced over the nodes as the trainer
-    does (collective under MPI)."""
+    ``loss.backward()``, then ``opt.step()``, until ``rounds`` rounds ran (one step more when
+    the first is the algorithm's setup); the loss of each round is reduced over the nodes as
+    the trainer does (collective under MPI)."""
     if opt is None:
         _, opt = wrapped(name, nodes, seed)
     train, _ = digits()
@@ -89,7 +93,9 @@ def wrap_losses(name: str, nodes: int | None, rounds: int, seed: int = 0,
         streams = [endless(DataLoader(train, batch_size=BATCH, sampler=opt.sampler(train, node=i)))
                    for i in opt.local_nodes]
     losses = []
-    for _ in range(rounds):
+    last = opt.round + rounds
+    while opt.round < last:
+        before = opt.round
         opt.zero_grad()
         sums, counts = {}, {}
         for i, net, batches in zip(opt.local_nodes, opt.models, streams, strict=True):
@@ -100,5 +106,6 @@ def wrap_losses(name: str, nodes: int | None, rounds: int, seed: int = 0,
             counts[i] = float(y.shape[0])
         opt.step()
         total = math.fsum(opt.engine.node_values(counts).tolist())
-        losses.append(math.fsum(opt.engine.node_values(sums).tolist()) / total)
+        if opt.round > before:  # a round, not the setup (the trainer logs that loss at round 0)
+            losses.append(math.fsum(opt.engine.node_values(sums).tolist()) / total)
     return losses, opt.engine.block.x.clone()
