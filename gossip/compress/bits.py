@@ -121,14 +121,15 @@ def rows(packed: torch.Tensor, table: torch.Tensor, idx: torch.Tensor, out: torc
     torch.index_select(table, 0, idx, out=out)
 
 
-def numpy_path(device: torch.device) -> bool:
-    """Whether the numpy fast path serves tensors on ``device``."""
-    return USE_NUMPY and device.type == "cpu"
+def numpy_path(device: torch.device, dtype: torch.dtype | None = None) -> bool:
+    """Whether the numpy fast path serves tensors on ``device`` (of ``dtype``: numpy has no
+    bfloat16)."""
+    return USE_NUMPY and device.type == "cpu" and dtype is not torch.bfloat16
 
 
 def cast_into(dst: torch.Tensor, src: torch.Tensor) -> None:
     """``dst.copy_(src)`` with C casting (floats truncate, ints keep their low bits)."""
-    if numpy_path(dst.device):  # numpy's float->uint8 cast beats torch's on the CPU
+    if numpy_path(dst.device, src.dtype):  # numpy's float->uint8 cast beats torch's on the CPU
         np.copyto(dst.numpy(), src.numpy(), casting="unsafe")
     else:
         dst.copy_(src)
@@ -147,7 +148,7 @@ def pack_negative(x: torch.Tensor, out: torch.Tensor, ws) -> None:
     """Bit i of ``out`` = ``x_i < 0`` (so −0.0 and +0.0 give 0); ``x`` 1-D, ⌈d/8⌉ bytes out."""
     d = x.numel()
     flags = ws.get("flags", padded(d), torch.bool, x.device)
-    if numpy_path(x.device):
+    if numpy_path(x.device, x.dtype):
         np.less(x.numpy(), 0, out=flags.numpy()[:d])
     else:
         torch.lt(x, 0, out=flags[:d])

@@ -18,7 +18,10 @@ import torch
 
 from gossip.errors import CompressionError
 
-FLOAT_DTYPES = (torch.float32, torch.float64)
+FAST_DTYPES = (torch.float32, torch.float64)
+"""The dtypes the numpy and numba fast paths serve; the half types take the torch path."""
+FLOAT_DTYPES = (*FAST_DTYPES, torch.bfloat16, torch.float16)
+"""The model dtypes a compressor accepts (values travel in the model's dtype)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 

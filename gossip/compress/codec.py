@@ -50,6 +50,7 @@ from gossip.compress import bits
 from gossip.compress import rows as _rows
 from gossip.compress.base import Compressor, Payload, _row_block
 from gossip.compress.checks import (
+    FAST_DTYPES,
     FLOAT_DTYPES,
     Workspace,
     all_finite,
@@ -119,6 +120,8 @@ class Codec(Compressor):
     kind: ClassVar[int] = 0
     param_name: ClassVar[str] = "parameter"
     dtypes: ClassVar[tuple[torch.dtype, ...]] = FLOAT_DTYPES
+    #: the dtypes ``_fast_encode_rows`` / ``_fast_decode_add_rows`` serve (others: the reference)
+    fast_dtypes: ClassVar[tuple[torch.dtype, ...]] = FAST_DTYPES
 
     #: ``_encode_body`` draws from a :class:`gossip.rng.Stream` (the built-in randomized
     #: compressors); False (a user's codec written against ``torch.Generator``): a Stream the
@@ -319,6 +322,7 @@ class Codec(Compressor):
                 buf = new_buffer(plan.nbytes, x.device, out, self.spec)
                 arr = buf.numpy()
                 arr[:HEADER_NBYTES] = plan.header_np
+                plan.zero_gaps(arr)
             xn = x.numpy()
             if xn.ndim != 1:
                 xn = xn.reshape(-1)
@@ -339,6 +343,7 @@ class Codec(Compressor):
                 buf.numpy()[:HEADER_NBYTES] = plan.header_np
             else:
                 plan.write_header(buf)
+            plan.zero_gaps(buf)
         parts = self._encode_body(x, generator, plan.torch_views(buf, host))
         return Payload(buf, x.shape, x.dtype, parts)
 
@@ -351,7 +356,7 @@ class Codec(Compressor):
                     out: torch.Tensor | None = None) -> torch.Tensor:
         """The block version (contract in :meth:`Compressor.encode_rows`): the fast kernel
         when one is registered, else the reference (:meth:`_encode_rows_ref`)."""
-        if self._fast_encode_rows is not None and not _reference:
+        if self._fast_encode_rows is not None and not _reference and X.dtype in self.fast_dtypes:
             return self._fast_encode_rows(X, rng, out=out)
         return self._encode_rows_ref(X, rng, out)
 
@@ -407,7 +412,7 @@ class Codec(Compressor):
                          rows: torch.Tensor | None = None, check: bool = True) -> torch.Tensor:
         """The block version (contract in :meth:`Compressor.decode_add_rows_`): the fast kernel
         when one is registered, else the reference (:meth:`_decode_add_rows_ref`)."""
-        if self._fast_decode_add_rows is not None and not _reference:
+        if self._fast_decode_add_rows is not None and not _reference and out.dtype in self.fast_dtypes:
             return self._fast_decode_add_rows(out, block, weight, rows=rows, check=check)
         return self._decode_add_rows_ref(out, block, weight, rows, check)
 
@@ -609,6 +614,7 @@ class Codec(Compressor):
         if (
             isinstance(out, torch.Tensor)
             and out.dtype == payload.dtype
+            and out.dtype in FAST_DTYPES
             and out.is_cpu
             and not out.requires_grad
             and out.is_contiguous()
@@ -620,7 +626,7 @@ class Codec(Compressor):
         return None
 
     def decode(self, payload: Payload, out: torch.Tensor | None = None) -> torch.Tensor:
-        if payload.host is not None and self._decode_host is not None:
+        if payload.host is not None and self._decode_host is not None and payload.dtype in FAST_DTYPES:
             if out is None:
                 res = torch.empty(payload.shape, dtype=payload.dtype)
                 self._decode_host(payload.host, res.numpy().reshape(-1))
@@ -684,11 +690,11 @@ class Codec(Compressor):
             views = plan.host_views(bn)
             self._check_received(views, plan.numel)
             mode = self._parse_mode
-            if mode == 1:
+            if mode == 1 and plan.host:
                 return Payload(buf, like.shape, like.dtype, None, self._parse_host(views, plan.numel))
-            if mode == 2 or not plan.host:
+            if mode or not plan.host:  # the torch parse (half-precision models: no numpy twin)
                 parts = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in views.items()}
-                if mode == 2:
+                if mode:
                     parts = self._parse_body(parts, tuple(like.shape), like.dtype)
                 return Payload(buf, like.shape, like.dtype, parts)
             return Payload(buf, like.shape, like.dtype, None, views)

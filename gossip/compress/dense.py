@@ -30,7 +30,7 @@ class Identity(Codec):
     omega_exact: ClassVar[bool] = True
     omega = 0.0
     delta = 1.0
-    dtypes = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+    dtypes = fast_dtypes = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
     def _sections(self, shape, dtype) -> Sections:
         return Sections.build(("values", dtype, numel_of(shape)))
@@ -148,7 +148,7 @@ class Cast(Codec):
     splits: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     unbiased: ClassVar[bool] = False
-    dtypes = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+    dtypes = fast_dtypes = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
     wire: ClassVar[torch.dtype]
     limit: ClassVar[float]  # smallest magnitude that rounds to Inf
 

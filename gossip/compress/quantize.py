@@ -440,7 +440,9 @@ class Natural(Codec):
         d, dev = xf.numel(), xf.device
         if self.check_finite:
             lo, hi = torch.aminmax(xf)
-            self._check_range(float(lo), float(hi))  # host sync on CUDA
+            self._check_range(float(lo), float(hi), xf.dtype)  # host sync on CUDA
+        if xf.dtype in (torch.float16, torch.bfloat16):  # exact in float32, whose bits we round
+            xf = self.ws.get("wide", d, torch.float32, dev).copy_(xf)
         if xf.dtype == torch.float32:
             ibits, itype, mant = xf.view(torch.int32), torch.int32, 23
         else:
@@ -512,7 +514,7 @@ class Natural(Codec):
         _rows.add_rows_(out, None if rows is None else tgt, vals, w, fused=True)
         return out
 
-    def _check_range(self, lo: float, hi: float) -> None:
+    def _check_range(self, lo: float, hi: float, dtype: torch.dtype = torch.float32) -> None:
         big = max(-lo, hi)
         if not math.isfinite(big):
             raise nonfinite(self.spec)
@@ -520,6 +522,11 @@ class Natural(Codec):
             raise CompressionError(
                 f"{self.spec}: |x_i| up to {big:.4g} exceeds 2^127, the largest power of "
                 "two the 8-bit exponent code holds; the model diverged"
+            )
+        if dtype == torch.float16 and big > 2.0**15:
+            raise CompressionError(
+                f"{self.spec}: |x_i| up to {big:.4g} may round up to 2^16, beyond float16's "
+                "largest value 65504; use bfloat16 or float32 models"
             )
 
     def _parse_host(self, v, d: int) -> dict[str, Any]:

@@ -58,6 +58,7 @@ def start_encode(comp: Any, X: torch.Tensor, out: torch.Tensor | None) -> tuple[
         X = X.detach()
     block = _row_block(out, X.shape[0], plan.nbytes, X.device)
     block[:, :HEADER_NBYTES].view(torch.int64).fill_(header_int64(plan))
+    plan.zero_gaps(block)
     return plan, X, block
 
 

@@ -46,8 +46,9 @@ class ScaledSign(Codec):
     norm_name: ClassVar[str] = "‖x‖₁"
 
     def _norm(self, xf: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
-        """The norm the scale is made of (0-dim, in the input dtype): here ‖x‖₁."""
-        return torch.abs(xf, out=scratch).sum()
+        """The norm the scale is made of (0-dim, in the input dtype, float32 for a half one,
+        whose sum overflows long before its mean): here ‖x‖₁."""
+        return torch.abs(xf, out=scratch).sum(dtype=_accumulator(xf.dtype))
 
     def _scale_of(self, norm, d: int):
         """The scale from the norm (tensor or host scalar): here ‖x‖₁/d."""
@@ -246,13 +247,18 @@ class ScaledSignL2(ScaledSign):
         return None
 
     def _norm(self, xf: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
-        return torch.linalg.vector_norm(xf)
+        return torch.linalg.vector_norm(xf, dtype=_accumulator(xf.dtype))
 
     def _norm_dim1(self, X: torch.Tensor) -> torch.Tensor:
         return torch.linalg.vector_norm(X, dim=1)
 
     def _scale_of(self, norm, d: int):
         return norm / math.sqrt(d)
+
+
+def _accumulator(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a norm of ``dtype`` entries is summed in: float32 for the half types."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def _expand_host(packed: np.ndarray, scale, out: np.ndarray) -> None:

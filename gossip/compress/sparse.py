@@ -216,7 +216,7 @@ class TopK(_KSparse):
     def _indices_ge(self, a: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Increasing int64 indices of ``a >= t`` (host sync on CUDA: variable size)."""
         mask = self.ws.get("mask", a.numel(), torch.bool, a.device)
-        if bits.numpy_path(a.device):  # numpy's greater_equal/flatnonzero beat torch's on CPU
+        if bits.numpy_path(a.device, a.dtype):  # numpy's greater_equal/flatnonzero beat torch's
             np.greater_equal(a.numpy(), float(t), out=mask.numpy())
             return torch.from_numpy(np.flatnonzero(mask.numpy()))
         torch.ge(a, t, out=mask)
@@ -542,6 +542,10 @@ class RandK(_KSparse):
         torch.index_select(xf, 0, idx, out=v["values"])
         if self.rescale:
             v["values"].mul_(d / k)
+            if self.check_finite and xf.dtype == torch.float16 and not bool(v["values"].isfinite().all()):
+                raise CompressionError(
+                    f"{self.spec}: the kept entries times d/k = {d / k:.4g} overflow float16 "
+                    "(largest value 65504); use bfloat16 models, or randk without :unbiased")
         return dict(v, sel=idx)
 
     # ------------------------------------------------------- numpy fast path (CPU)

@@ -110,7 +110,7 @@ class Plan:
 
     __slots__ = (
         "sec", "nbytes", "header", "header_np", "param", "numel", "device", "cpu", "host",
-        "slots", "extra", "_header_t", "_template",
+        "slots", "gaps", "extra", "_header_t", "_template",
     )  # fmt: skip
 
     def __init__(
@@ -129,6 +129,7 @@ class Plan:
             (name, HEADER_NBYTES + off, HEADER_NBYTES + off + count * dt.itemsize, NP_DTYPES.get(dt), dt)
             for name, dt, count, off in zip(sec.names, sec.dtypes, sec.counts, sec.offsets, strict=True)
         )  # fmt: skip
+        self.gaps = _gaps(self.slots, self.nbytes)
         self.extra: dict[str, Any] = {}  # per-plan constants a compressor caches
         self._header_t: torch.Tensor | None = None
         self._template: np.ndarray | None = None
@@ -143,7 +144,15 @@ class Plan:
             return t.copy()
         arr = np.empty(self.nbytes, dtype=np.uint8)
         arr[:HEADER_NBYTES] = self.header_np
+        self.zero_gaps(arr)
         return arr
+
+    def zero_gaps(self, buf: Any) -> None:
+        """Zero the alignment padding between sections (``gaps``) of a message ``buf`` (numpy
+        or torch), or of every row of a block ([m, nbytes]): no byte on the wire is left
+        uninitialised, so the same model gives the same bytes by every path."""
+        for a, b in self.gaps:
+            buf[..., a:b] = 0
 
     def host_views(self, arr: np.ndarray) -> dict[str, Any]:
         """Section views of a whole message ``arr`` (numpy uint8; torch for bfloat16)."""
@@ -182,6 +191,18 @@ class Plan:
         if h is None:
             h = self._header_t = torch.from_numpy(self.header_np.copy()).to(self.device)
         buf[:HEADER_NBYTES].copy_(h)
+
+
+def _gaps(slots: tuple[Any, ...], nbytes: int) -> tuple[tuple[int, int], ...]:
+    """The byte ranges of a message that neither the header nor a section covers."""
+    gaps, pos = [], HEADER_NBYTES
+    for _, a, b, _, _ in sorted(slots, key=lambda s: s[1]):
+        if a > pos:
+            gaps.append((pos, a))
+        pos = max(pos, b)
+    if nbytes > pos:
+        gaps.append((pos, nbytes))
+    return tuple(gaps)
 
 
 def header_bytes(kind: int, dtype: torch.dtype, param: int, numel: int) -> bytes:

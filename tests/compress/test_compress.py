@@ -50,7 +50,7 @@ RANDOMIZED = {
     "natural",
 }
 SUMMED = {"sign", "lowrank:2"}  # a floating sum (‖x‖₁) or product on the wire
-DTYPES = [torch.float32, torch.float64]
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 
 
 def gen(seed: int = SEED) -> torch.Generator:
@@ -90,7 +90,9 @@ def expected_nbytes(spec: str, shape: tuple[int, ...], dtype: torch.dtype) -> in
         k = int(a) if a.isdigit() else max(1, int(float(a) * d))
         if name == "randk":
             return 8 + 8 + isz * k  # seed + values
-        return 8 + isz * k + (n8 if n8 < 4 * k else 4 * k)  # bitmap if smaller
+        if n8 < 4 * k:  # a bitmap when smaller than the indices
+            return 8 + isz * k + n8
+        return 8 + -(-isz * k // 4) * 4 + 4 * k  # int32 indices start 4-byte aligned
     if name == "sign":
         return 8 + isz + n8
     if name in ("qsgd", "lead"):
@@ -219,7 +221,13 @@ def test_dtype_and_empty_errors():
     with pytest.raises(CompressionError, match="dtypes"):
         make("sign").encode(torch.arange(5))
     with pytest.raises(CompressionError, match="dtypes"):
-        make("natural").encode(torch.ones(4, dtype=torch.float16), gen())
+        make("natural").encode(torch.ones(4, dtype=torch.int32), gen())
+    with pytest.raises(CompressionError, match="beyond float16's largest value"):
+        make("natural").encode(torch.tensor([40000.0], dtype=torch.float16), gen())
+    with pytest.raises(CompressionError, match="d/k = 1000 overflow float16 .*bfloat16"):
+        make("randk:1:unbiased").encode(torch.full((1000,), 100.0, dtype=torch.float16), gen())
+    big = torch.full((1000,), 100.0, dtype=torch.bfloat16)  # bfloat16 has float32's range
+    assert make("randk:1:unbiased").decode(make("randk:1:unbiased").encode(big, gen())).max() == 1e5
     with pytest.raises(CompressionError, match="empty"):
         make("none").encode(torch.empty(0))
     half = torch.randn(10, generator=gen()).half()
@@ -437,11 +445,15 @@ def test_natural_powers_of_two():
         * 10.0 ** torch.randint(-30, 30, (2000,), generator=gen()).double()
     )
     x[:5] = torch.tensor([0.0, -0.0, 1.0, -(2.0**-130), 2.0**-126], dtype=torch.float64)
+    half = torch.randn(2000, generator=gen(), dtype=torch.float64) * 10.0 ** torch.randint(
+        -3, 4, (2000,), generator=gen()).double()  # float16's normal range
+    half[:3] = x[:3]
     for dtype in DTYPES:
-        xd = x.to(dtype)
+        xd = (x if dtype.itemsize > 2 else half).to(dtype)
         y = make("natural").decode(make("natural").encode(xd, gen()))
+        assert y.dtype == dtype
         nz = xd != 0
-        lo = torch.exp2(torch.floor(torch.log2(xd[nz].abs())))
+        lo = torch.exp2(torch.floor(torch.log2(xd[nz].double().abs()))).to(dtype)
         ok = (y[nz].abs() == lo) | (y[nz].abs() == 2 * lo)
         tiny = xd[nz].abs() < 2.0**-126  # unbiased rounding to 0 or 2^-126 down there
         assert bool((ok | tiny).all())
