@@ -1,11 +1,14 @@
 """Low-precision decentralized training on digits: float32 against autocast bf16/fp16 with the
-matching 16-bit message (issue 25's check; the table of docs/low-precision.md).
+matching 16-bit message, and bfloat16/float16 models with float32 master weights (issue 25's
+check; the table of docs/low-precision.md).
 
 Every run is ``experiments/train.py`` in this process: scikit-learn's digits, an MLP 64-128-10,
 8 nodes on a ring, iid split (``--partition``), batch 32 per node, SGD with momentum 0.9 at
-lr 0.1, evaluated once at the end. Per algorithm four settings: float32 with ``none`` (the reference), float32
-with the ``bf16`` message (the message's effect alone), ``--autocast bf16`` with ``bf16``, and
-``--autocast fp16`` with ``fp16``. Each over ``--seeds``: the table gives the mean final test
+lr 0.1, evaluated once at the end. Per algorithm six settings: float32 with ``none`` (the
+reference), float32 with the ``bf16`` message (the message's effect alone), ``--autocast bf16``
+with ``bf16``, ``--autocast fp16`` with ``fp16``, and ``--dtype bfloat16`` / ``--dtype float16``
+with ``none`` (the models stored, sent and mixed in 16 bits, the optimizer stepping float32
+master weights). Each over ``--seeds``: the table gives the mean final test
 accuracy of the averaged model (min–max over seeds), its difference to the reference in
 points, the mean test loss, bits sent per node, their ratio to the reference, and the median
 time per epoch (wall time of the whole run over its epochs; the settings run interleaved, seed
@@ -35,8 +38,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SETTINGS = (("none", "none"), ("none", "bf16"), ("bf16", "bf16"), ("fp16", "fp16"))
-"""(autocast, compressor) per row; the first is the reference."""
+SETTINGS = (("float32", "none", "none"), ("float32", "none", "bf16"), ("float32", "bf16", "bf16"),
+            ("float32", "fp16", "fp16"), ("bfloat16", "none", "none"), ("float16", "none", "none"))
+"""(model dtype, autocast, compressor) per row; the first is the reference."""
 
 
 def train_script() -> Any:
@@ -48,28 +52,29 @@ def train_script() -> Any:
     return module
 
 
-def run(train: Any, args: argparse.Namespace, algorithm: str, autocast: str, compressor: str,
-        seed: int) -> dict[str, Any]:
+def run(train: Any, args: argparse.Namespace, algorithm: str, dtype: str, autocast: str,
+        compressor: str, seed: int) -> dict[str, Any]:
     """One training run's table row (its own printout silenced)."""
     argv = ["--data", "digits", "--model", "mlp", "--hidden", "128", "--nodes", str(args.nodes),
             "--topology", "ring", "--partition", args.partition, "--algorithm", algorithm,
             "--compressor", compressor, "--autocast", autocast, "--epochs", str(args.epochs),
             "--eval-every", str(args.epochs), "--lr", "0.1", "--optimizer", "momentum",
-            "--seed", str(seed), "--device", args.device]
+            "--seed", str(seed), "--device", args.device, "--dtype", dtype]
     if algorithm == "choco":
         argv += ["--gamma", str(args.gamma)]
     with contextlib.redirect_stdout(io.StringIO()):
         row = train.main(argv)
     if row["status"] != "ok":
-        raise SystemExit(f"{algorithm} autocast={autocast} {compressor} seed {seed}: {row['status']}")
+        raise SystemExit(f"{algorithm} {dtype} autocast={autocast} {compressor} seed {seed}: "
+                         f"{row['status']}")
     return row
 
 
-def table(results: dict[tuple[str, str, str], list[dict[str, Any]]]) -> str:
+def table(results: dict[tuple[str, str, str, str], list[dict[str, Any]]]) -> str:
     """The markdown table of docs/low-precision.md."""
-    lines = ["| algorithm | autocast | message | test accuracy (min–max) | Δ vs fp32 (points) "
-             "| test loss | bits/node | bits vs fp32 | s/epoch |", "|---|---|---|---|---|---|---|---|---|"]
-    for (alg, autocast, comp), rows in results.items():
+    lines = ["| algorithm | model | autocast | message | test accuracy (min–max) | Δ vs fp32 (points) "
+             "| test loss | bits/node | bits vs fp32 | s/epoch |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for (alg, dtype, autocast, comp), rows in results.items():
         ref = results[(alg, *SETTINGS[0])]
         acc = [r["test_accuracy"] for r in rows]
         mean = statistics.fmean(acc)
@@ -78,7 +83,7 @@ def table(results: dict[tuple[str, str, str], list[dict[str, Any]]]) -> str:
         ratio = bits / statistics.fmean(r["bits_per_node"] for r in ref)
         sec = statistics.median(r["seconds_per_epoch"] for r in rows)
         loss = statistics.fmean(r["test_loss"] for r in rows)
-        lines.append(f"| {alg} | {autocast} | {comp} | {mean:.2%} ({min(acc):.2%}–{max(acc):.2%}) "
+        lines.append(f"| {alg} | {dtype} | {autocast} | {comp} | {mean:.2%} ({min(acc):.2%}–{max(acc):.2%}) "
                      f"| {delta:+.2f} | {loss:.4f} | {bits:.4g} | {ratio:.3f} | {sec:.3f} |")
     return "\n".join(lines)
 
@@ -153,11 +158,11 @@ def main(argv: list[str] | None = None) -> str:
         print(part_table)
         return part_table
     train = train_script()
-    results: dict[tuple[str, str, str], list[dict[str, Any]]] = {
+    results: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {
         (alg, *setting): [] for alg in args.algorithms for setting in SETTINGS}
     for seed in args.seeds:  # settings interleaved: a busy machine slows them all alike
-        for alg, autocast, comp in results:
-            results[(alg, autocast, comp)].append(run(train, args, alg, autocast, comp, seed))
+        for key in results:
+            results[key].append(run(train, args, *key, seed))
         print(f"done: seed {seed}", file=sys.stderr, flush=True)
     out = table(results)
     print(f"digits, MLP 64-128-10, {args.nodes} nodes on a ring, {args.partition} split, "

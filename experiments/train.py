@@ -115,6 +115,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(the float32 master weights the compressor sends) and the optimizer "
                         "state stay float32 (needs --dtype float32); pair it with --compressor "
                         "bf16 to send half the bits. docs/low-precision.md")
+    m.add_argument("--master-weights", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --dtype bfloat16/float16 (models stored, sent and mixed in 16 "
+                        "bits): each node's optimizer steps a float32 copy of its parameters, "
+                        "the model following it rounded (default: on with a local optimizer; "
+                        "--no-master-weights steps the half parameters)")
     a = p.add_argument_group("algorithm")
     a.add_argument("--algorithm", default="dpsgd",
                    help=f"{', '.join(optimizer_algorithms)} (local optimizer step), or "
@@ -313,6 +318,7 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
         eval_batch_size=args.eval_batch_size, node_eval_samples=args.node_eval_samples,
         eval_train=args.eval_train and evaluate,
         autocast=None if args.autocast == "none" else args.autocast,
+        master_weights=args.master_weights,
     )
 
 
@@ -353,7 +359,7 @@ def check_model_memory(args: argparse.Namespace, world: Any, topology: Any, mode
     numel = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
     slots = {"adam": 2, "adamw": 2, "momentum": 1, "nesterov": 1}.get(args.optimizer or "momentum", 0)
     local = memory.local_share(topology.n, world.size)
-    itemsize = 8 if args.dtype == "float64" else 4
+    itemsize = {"float64": 8, "float32": 4}.get(args.dtype, 2)
     check_memory(args, world, numel=numel, algorithms=[algorithm_class(args.algorithm)],
                  compressors=[args.compressor], topology=topology,
                  lower="--nodes, --hidden or --width (or run under mpiexec to spread the nodes "
@@ -407,7 +413,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     wire = getattr(trainer.engine.algorithm, "codec", None) or args.compressor
     label = run_label(args.algorithm, wire, parse_hparams(args.hparam), sep=" ") + (
         f" γ={gamma:g}" if gamma is not None else "") + (
-        f" autocast={args.autocast}" if args.autocast != "none" else "")
+        f" autocast={args.autocast}" if args.autocast != "none" else "") + (
+        f" {args.dtype}" if args.dtype != "float32" else "") + (
+        " no-master" if args.master_weights is False else "")
     logger = JsonlLogger(args.out, enabled=world.is_root)
     config = {
         "script": "train", "args": vars(args), "algorithm": args.algorithm,

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gossip")
 
-DTYPE_NAMES = ("float32", "float64")
+DTYPE_NAMES = ("float32", "float64", "bfloat16", "float16")
 """The ``--dtype`` choices; :func:`torch_dtype` gives the torch dtype of one."""
 
 
@@ -36,7 +36,7 @@ def torch_dtype(name: str) -> torch.dtype:
     """The torch dtype of a ``--dtype`` name (``"float32"`` -> ``torch.float32``)."""
     import torch
 
-    return {"float32": torch.float32, "float64": torch.float64}[name]
+    return getattr(torch, name) if name in DTYPE_NAMES else {}[name]
 
 
 def __getattr__(name: str) -> Any:
@@ -217,7 +217,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--lazy", action="store_true", help="use the lazy matrix (I + W)/2")
     g.add_argument("--seed", type=non_negative_int, default=0, help="run seed; same seed, same numbers (default 0)")
     g.add_argument("--dtype", choices=DTYPE_NAMES, default="float32",
-                   help="floating-point type of the models (default float32)")
+                   help="floating-point type of the models: what is stored, sent and mixed "
+                        "(bfloat16/float16: half the bytes; docs/low-precision.md) (default "
+                        "float32)")
     g.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
     g.add_argument("--threads", type=int, default=1,
                    help="torch threads per process (default 1: fastest under MPI and needed for "

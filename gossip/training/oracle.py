@@ -30,7 +30,7 @@ from torch import nn
 
 from gossip.errors import DivergenceError, WrapError
 from gossip.training import flat
-from gossip.training.precision import LossScaler, autocast_dtype
+from gossip.training.precision import LossScaler, MasterWeights, autocast_dtype
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -80,7 +80,8 @@ class ModelOracle:
         ref = self.params[0] if self.params else self._tensors[0]
         self.device, self.dtype = ref.device, ref.dtype
         self.autocast = autocast_dtype(autocast, self.dtype, self.device)
-        self.scaler = LossScaler() if self.autocast == torch.float16 else None
+        fp16 = self.autocast == torch.float16 or (self.autocast is None and self.dtype == torch.float16)
+        self.scaler = LossScaler() if fp16 else None  # float16's gradients need a loss scale
         param_ids = {id(p) for p in self.params}
         self._has_grad = [id(t) in param_ids and t.requires_grad for t in self._tensors]
         self._zeros = {id(t): torch.zeros_like(t).reshape(-1)
@@ -172,10 +173,11 @@ class ModelOracle:
         itself NaN/Inf (no scale helps) raises :class:`DivergenceError` saying so."""
         assert self.scaler is not None
         if not bool(torch.isfinite(loss.detach()).all()):
+            how = "autocast='fp16'" if self.autocast is not None else "a float16 model"
+            fix = "autocast='bf16'" if self.autocast is not None else "a bfloat16 model"
             raise DivergenceError(
-                "autocast='fp16': the loss of this mini-batch is NaN/Inf: the activations "
-                "exceed fp16's range (±65504) or the run diverged; use autocast='bf16' or "
-                "lower the learning rate")
+                f"{how}: the loss of this mini-batch is NaN/Inf: the activations exceed fp16's "
+                f"range (±65504) or the run diverged; use {fix} or lower the learning rate")
         out.mul_(1.0 / self.scaler.scale)
         return self.scaler.update(bool(torch.isfinite(out).all()))
 
@@ -255,23 +257,31 @@ class OptimizerOracle(ModelOracle):
 
     def __init__(self, module: nn.Module, batches: Iterator[Any], optimizer: torch.optim.Optimizer,
                  scheduler: Any = None, loss_fn: LossFn | None = None, *, buffers: bool = False,
-                 rng_seed: int = 0, autocast: str | None = None):
+                 rng_seed: int = 0, autocast: str | None = None,
+                 master: MasterWeights | None = None):
         super().__init__(module, batches, loss_fn, buffers=buffers, rng_seed=rng_seed,
                          autocast=autocast)
         self.optimizer = optimizer
         self.scheduler = scheduler
+        self.master = master
+        """float32 master weights the optimizer steps (a half-precision model), or None."""
         self._grad_src: torch.Tensor | None = None
 
     def apply_step(self, x: torch.Tensor, g: torch.Tensor, t: int) -> None:
-        """``optimizer.step()`` on ``x`` with gradient ``g`` (round ``t``), then the scheduler."""
+        """``optimizer.step()`` on ``x`` with gradient ``g`` (round ``t``; through the master
+        weights when the node has them), then the scheduler."""
         self.bind(x)
-        if g is not self._grad_src:
+        if self.master is not None:
+            n = self.master.numel
+            self.master.step(x[:n], g[:n], self.optimizer)
+        elif g is not self._grad_src:
             views = flat.split(g, self._tensors)
             for p, view, has in zip(self._tensors, views, self._has_grad, strict=True):
                 if has:
                     p.grad = view
             self._grad_src = g
-        self.optimizer.step()
+        if self.master is None:
+            self.optimizer.step()
         if self.scheduler is not None:
             self.scheduler.step()
 
@@ -280,6 +290,7 @@ class OptimizerOracle(ModelOracle):
         state = super().state_dict()
         state["optimizer"] = self.optimizer.state_dict()
         state["scheduler"] = self.scheduler.state_dict() if self.scheduler is not None else None
+        state["master"] = self.master.state_dict() if self.master is not None else None
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -287,6 +298,8 @@ class OptimizerOracle(ModelOracle):
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scheduler is not None and state.get("scheduler") is not None:
             self.scheduler.load_state_dict(state["scheduler"])
+        if self.master is not None:
+            self.master.load_state_dict(state["master"])
 
     @property
     def lr(self) -> float:

@@ -99,3 +99,59 @@ class LossScaler:
         self.scale = float(state["scale"])
         self.good = int(state["good"])
         self.overflows = int(state["overflows"])
+
+
+HALF_DTYPES = (torch.bfloat16, torch.float16)
+"""Model dtypes stored in 16 bits, whose nodes step float32 :class:`MasterWeights`."""
+
+
+class MasterWeights:
+    """The float32 copy of a half-precision node's parameters that its optimizer steps.
+
+    The node's ``x`` (what it sends and mixes) is bfloat16 or float16; an optimizer step of
+    ``lr·g`` is often below half a unit of its last place and would round away. So the
+    optimizer steps float32 parameters (:attr:`params`, views of :attr:`x`; its momentum and
+    Adam moments are float32 too), and the node's row follows them, rounded::
+
+        master += x − written          (what the gossip added since the last step, in float32)
+        optimizer.step() on master     (the gradient upcast to float32)
+        x = round(master);  written = x
+
+    ``written`` is what the last step wrote into ``x``, so the mixing of the algorithm reaches
+    the master weights exactly and nothing the optimizer did is lost to rounding.
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter]):
+        if not params:
+            raise ConfigError("master weights need a model with parameters")
+        flat = torch.cat([p.detach().reshape(-1) for p in params])
+        self.written = flat.clone()
+        self.x = flat.to(torch.float32)
+        self.g = torch.zeros_like(self.x)
+        self._delta = torch.empty_like(self.x)
+        self.params: list[torch.nn.Parameter] = []
+        pos = 0
+        for p in params:
+            view = self.x[pos:pos + p.numel()].view(p.shape)
+            master = torch.nn.Parameter(view, requires_grad=p.requires_grad)
+            if p.requires_grad:
+                master.grad = self.g[pos:pos + p.numel()].view(p.shape)
+            self.params.append(master)
+            pos += p.numel()
+        self.numel = pos
+
+    def step(self, row: torch.Tensor, grad: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+        """One optimizer step of the node whose parameters are ``row`` (its first entries of
+        ``x``), with the gradient ``grad`` (the same entries of the flat gradient)."""
+        self.x.add_(self._delta.copy_(row).sub_(self.written))
+        self.g.copy_(grad)
+        optimizer.step()
+        row.copy_(self.x)
+        self.written.copy_(row)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"x": self.x.clone(), "written": self.written.clone()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.x.copy_(state["x"])
+        self.written.copy_(state["written"])

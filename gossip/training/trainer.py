@@ -40,6 +40,7 @@ The initial model is the one given, identical on every node: build it from a see
 from __future__ import annotations
 
 import copy
+import logging
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -67,7 +68,7 @@ from gossip.training.build import (  # the two listings are read from here too
 from gossip.training.data import BatchStream, node_loader, partition_indices
 from gossip.training.evaluate import Sums, evaluate, shard
 from gossip.training.oracle import LossFn, ModelOracle, OptimizerOracle
-from gossip.training.precision import autocast_dtype
+from gossip.training.precision import HALF_DTYPES, MasterWeights, autocast_dtype
 from gossip.training.seeds import data_seed, derive, partition_seed
 
 SAME_START_FIX = ("build it after seeding torch identically on every process (e.g. "
@@ -75,6 +76,8 @@ SAME_START_FIX = ("build it after seeding torch identically on every process (e.
 
 OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
+
+log = logging.getLogger("gossip")
 
 _RNG = 15  # seed purpose: a node's private state of torch's global generator
 
@@ -141,6 +144,11 @@ class DecentralizedTrainer:
             every compressor sends) and the optimizer state stay float32; fp16 with a dynamic
             loss scale (:mod:`gossip.training.precision`, docs/low-precision.md). Needs
             ``dtype=torch.float32``. Evaluations run in float32. None: off.
+        master_weights: with a half-precision ``dtype`` (bfloat16, float16: the models are
+            sent, mixed and run in it), each node's optimizer steps a float32 copy of its
+            parameters (:class:`~gossip.training.precision.MasterWeights`; its state float32
+            too) and the model follows it, rounded. None (default): on for half models with an
+            optimizer; False: the optimizer steps the half parameters themselves.
     """
 
     def __init__(
@@ -174,6 +182,7 @@ class DecentralizedTrainer:
         node_eval_samples: int | None = None,
         eval_train: bool = False,
         autocast: str | None = None,
+        master_weights: bool | None = None,
     ):
         if isinstance(topology, str):
             import topologies
@@ -193,6 +202,18 @@ class DecentralizedTrainer:
         self.device, self.dtype = torch.device(device), dtype
         autocast_dtype(autocast, dtype, self.device)  # refuse a bad combination before any work
         self.autocast = None if autocast == "none" else autocast
+        half = dtype in HALF_DTYPES
+        if master_weights and not (half and optimizer is not None):
+            raise ConfigError(
+                "master_weights=True keeps float32 copies of half-precision parameters for a "
+                f"local optimizer: it needs dtype bfloat16 or float16 (got {dtype}) and an "
+                "optimizer" + ("" if optimizer is not None else f" ({self.algorithm.name} steps "
+                               "with its own eta; use dpsgd, choco, deepsqueeze or powergossip)"))
+        self.master_weights = half and optimizer is not None and master_weights is not False
+        if half and optimizer is None:
+            log.warning("%s steps the %s model itself (no local optimizer, so no float32 master "
+                        "weights): steps below half a unit of its last place round away",
+                        self.algorithm.name, dtype)
         self.eval_batch_size = eval_batch_size
         self.node_eval_samples = node_eval_samples
         self.eval_train = eval_train
@@ -245,10 +266,12 @@ class DecentralizedTrainer:
         if self._optimizer is None:
             return ModelOracle(module, stream, self.loss_fn, buffers=self.gossip_buffers,
                                l2=self._l2, rng_seed=rng, autocast=self.autocast)
-        opt = self._optimizer(flat.parameters(module))
+        master = MasterWeights(flat.parameters(module)) if self.master_weights else None
+        opt = self._optimizer(master.params if master is not None else flat.parameters(module))
         sched = self._scheduler(opt) if self._scheduler is not None else None
         return OptimizerOracle(module, stream, opt, sched, self.loss_fn,
-                               buffers=self.gossip_buffers, rng_seed=rng, autocast=self.autocast)
+                               buffers=self.gossip_buffers, rng_seed=rng, autocast=self.autocast,
+                               master=master)
 
     # -- running -------------------------------------------------------------------------------
     @property
