@@ -142,7 +142,8 @@ class CADA(Algorithm):
         raise ConfigError(
             f"{self.name} rule {self.rule} evaluates one mini-batch at two points, which the "
             f"'{getattr(oracle, 'estimator', type(oracle).__name__)}' oracle cannot do: use "
-            "--estimator sgd or full, or g-cada (one gradient a round)")
+            "an sgd or full estimator (optimize.py --estimator), or g-cada (one gradient a "
+            "round; it trains models)")
 
     # -- the round ------------------------------------------------------------------------------
     def step(self, block: Block) -> Round:

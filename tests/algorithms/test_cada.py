@@ -183,3 +183,43 @@ def test_cada_refuses_a_graph_other_than_the_star():
     with pytest.raises(ConfigError, match="star"):
         Engine(make_algorithm("cada"), topologies.build("ring", N), lambda i: torch.from_numpy(X0),
                oracles=lambda i, gen: PROBLEM.oracle(i - 1, gen) if i else None)
+
+
+# ---- the scripts ----------------------------------------------------------------------------------
+
+
+def test_optimize_script_logs_the_skips(tmp_path):
+    from gossip.metrics import read_jsonl
+    from tests.helpers.launch import script
+
+    out = tmp_path / "cada.jsonl"
+    script("optimize").main([
+        "--algorithm", "cada", "--hparam", "rule=cada1", "c=0.5", "max_delay=5", "--nodes", "6",
+        "--compressor", "none", "--estimator", "sgd", "--batch-size", "4", "--server-lr", "0.02",
+        "--iterations", "40", "--log-every", "20", "--dim", "8", "--samples-per-node", "20",
+        "--out", str(out)])
+    config, *recs = read_jsonl(out)
+    assert config["topology"]["name"] == "star" and config["hparams"]["rule"] == "cada1"
+    last = [r for r in recs if r["type"] == "round"][-1]
+    assert last["uploads"] + last["uploads_skipped"] == 40 * 5 and last["uploads_skipped"] > 0
+    assert last["skip_rate"] == last["uploads_skipped"] / 200
+
+
+def test_train_script_trains_g_cada_and_refuses_cada_in_one_line(tmp_path):
+    from gossip.metrics import read_jsonl
+    from tests.helpers.launch import run_py, script
+
+    out = tmp_path / "train.jsonl"
+    script("train").main(["--algorithm", "g-cada", "--data", "digits", "--nodes", "5",
+                          "--server-lr", "0.01", "--rounds", "30", "--log-every", "30",
+                          "--hidden", "32", "--out", str(out)])
+    rounds = [r for r in read_jsonl(out) if r["type"] == "round"]
+    assert rounds[-1]["test_accuracy"] > 0.6 > rounds[0]["test_accuracy"]
+    assert "skip_rate" in rounds[-1]
+    res = run_py(["experiments/train.py", "--algorithm", "cada", "--data", "digits", "--nodes",
+                  "5", "--rounds", "2", "--hidden", "32", "--out", "/dev/null"])
+    assert res.returncode != 0
+    assert res.stderr.strip().splitlines() == [
+        "error: cada rule cada2 evaluates one mini-batch at two points, which the 'ModelOracle' "
+        "oracle cannot do: use an sgd or full estimator (optimize.py --estimator), or g-cada "
+        "(one gradient a round; it trains models)"], res.stderr
