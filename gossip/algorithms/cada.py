@@ -71,7 +71,7 @@ class CADA(Algorithm):
     counts = ("cada.uploads", "cada.uploads_skipped")
     rules: ClassVar[tuple[str, ...]] = RULES
 
-    def __init__(self, rule: str = "cada2", c: float = 1.0, d_max: int = 10,
+    def __init__(self, rule: str = "cada2", c: float = 0.1, d_max: int = 10,
                  max_delay: int = 50, server_lr: float = 0.01, beta1: float = 0.9,
                  beta2: float = 0.99, tau: float = 1e-3):
         if rule not in self.rules:
@@ -186,7 +186,7 @@ class CADA(Algorithm):
         ws, st, x = block.workspace, block.state, block.x
         g, other = ws["grad"][r], ws["other"][r]
         refresh = self.rule == "cada1" and (block.round - 1) % self.max_delay == 0
-        forced = refresh or st["cada.run"][r] >= self.max_delay - 1
+        forced = refresh or bool(st["cada.run"][r] >= self.max_delay - 1)
         if refresh:
             st["cada.anchor"][r].copy_(x[r])  # θ̃ ← θ^k
         if self.rule not in RULES or forced:  # g-cada, or an upload the rule cannot stop
@@ -238,7 +238,7 @@ class GCADA(CADA):
     state_copies = 14
     rules = ("g-cada",)
 
-    def __init__(self, c: float = 1.0, d_max: int = 10, max_delay: int = 50,
+    def __init__(self, c: float = 0.1, d_max: int = 10, max_delay: int = 50,
                  server_lr: float = 0.01, beta1: float = 0.9, beta2: float = 0.99,
                  tau: float = 1e-3):
         super().__init__("g-cada", c, d_max, max_delay, server_lr, beta1, beta2, tau)
