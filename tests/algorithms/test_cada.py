@@ -123,7 +123,8 @@ def test_stochastic_cada_skips_and_reaches_adams_loss():
     for key, name, hp in (("cada1", "cada", {"rule": "cada1", "max_delay": 10}),
                           ("cada2", "cada", {"rule": "cada2"}), ("g-cada", "g-cada", {}),
                           ("fedadam", "fedadam", {"local_steps": 1, "eta": 1.0})):
-        eng = engine(name, estimator="sgd", server_lr=0.02, **hp)
+        eng = engine(name, estimator="sgd", server_lr=0.02,
+                     **({"c": 1.0} if "cada" in name else {}), **hp)
         rec = eng.run(300, log_every=300)[-1]
         dist[key] = float(((eng.nodes[0].x.numpy() - x_star) ** 2).sum() / (x_star**2).sum())
         skip[key] = rec.get("skip_rate", 0.0)
