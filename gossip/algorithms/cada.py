@@ -185,10 +185,12 @@ class CADA(Algorithm):
         """Worker r's gradient ∇ℓ(θ^k; ξ) into ``grad[r]``, and whether it uploads it."""
         ws, st, x = block.workspace, block.state, block.x
         g, other = ws["grad"][r], ws["other"][r]
-        refresh = self.rule == "cada1" and (block.round - 1) % self.max_delay == 0
-        forced = refresh or bool(st["cada.run"][r] >= self.max_delay - 1)
-        if refresh:
-            st["cada.anchor"][r].copy_(x[r])  # θ̃ ← θ^k
+        if self.rule == "cada1":  # every D rounds a new snapshot, and everyone uploads
+            forced = (block.round - 1) % self.max_delay == 0
+            if forced:
+                st["cada.anchor"][r].copy_(x[r])  # θ̃ ← θ^k
+        else:  # the D-th round after an upload
+            forced = bool(st["cada.run"][r] >= self.max_delay - 1)
         if self.rule not in RULES or forced:  # g-cada, or an upload the rule cannot stop
             block.gradients(ws["grad"], [r])
         else:
