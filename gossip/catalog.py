@@ -147,6 +147,8 @@ ALGORITHMS: dict[str, Traits] = {
     "fedyogi": Traits(compressor="stateless", state_copies=14),
     "fedadagrad": Traits(compressor="stateless", state_copies=14),
     "scaffold": Traits(compressor="stateless", state_copies=24),
+    "cada": Traits(compressor="stateless", state_copies=16),
+    "g-cada": Traits(compressor="stateless", state_copies=14),
 }
 """The built-in algorithms' :class:`Traits`, in registration order (a copy of what their classes
 declare; a test compares it with :func:`traits_of` of each registered class)."""

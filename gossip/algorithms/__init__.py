@@ -13,6 +13,7 @@ from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, Track
 from gossip.algorithms.adasum import Adasum
 from gossip.algorithms.base import Algorithm, Round
 from gossip.algorithms.beer import BEER
+from gossip.algorithms.cada import CADA, GCADA
 from gossip.algorithms.choco import Choco
 from gossip.algorithms.dcd import DCD
 from gossip.algorithms.deepsqueeze import DeepSqueeze
@@ -40,7 +41,8 @@ ALGORITHMS = registry("algorithm", error=ConfigError, form="module:Class")
 for _cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
              DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
              OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
-             ChocoAMSGrad, DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold):
+             ChocoAMSGrad, DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold,
+             CADA, GCADA):
     ALGORITHMS.register(_cls.name, _cls)
 
 REGISTRY: dict[str, type[Algorithm]] = ALGORITHMS.objects

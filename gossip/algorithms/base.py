@@ -92,6 +92,10 @@ class Algorithm(ABC):
     1..n−1 the clients, holding the data; docs/algorithms/fedavg.md): the run's model is the
     server's ``x``, so metrics read it instead of the nodes' average, and the log splits the
     bits into ``bits_up_per_client`` and ``bits_down_per_client``."""
+    counts: ClassVar[tuple[str, ...]] = ()
+    """``block.state`` keys holding one count per node ([m] tensors, e.g. CADA's
+    ``cada.uploads_skipped``): every log record sums each over the nodes, under the key's part
+    after its last dot, and adds :meth:`log_fields` of the sums (what happened, not a model of it)."""
     on_loss: ClassVar[str | None] = None
     """What a lost message means to it (``--network loss=...``; docs/network.md): ``"renormalize"``
     (its messages are values the receiver averages: a lost neighbor's weight goes to the
@@ -172,6 +176,11 @@ class Algorithm(ABC):
         """One round for every node of ``block``: tensor ops over its rows, ``yield`` of each
         phase's messages (``block.encode(...)``; the yield gives them back, exchanged), and
         ``block.mix_into`` / ``block.decode_add`` to use them."""
+
+    def log_fields(self, totals: dict[str, float]) -> dict[str, Any]:
+        """The log record's fields from the sums of :attr:`counts` over the nodes (by default
+        the sums themselves; a method adds the rates it derives from them)."""
+        return dict(totals)
 
     def hparams(self) -> dict[str, Any]:
         """The constructor's hyper-parameters (the log's config record; ``block.hparams``

@@ -419,6 +419,12 @@ class Engine:
         if self.algorithm.federated:  # the server sends only downlinks, the clients only uplinks
             rec["bits_up_per_client"] = float(bits[1:].mean())
             rec["bits_down_per_client"] = float(bits[0]) / (self.n - 1)
+        if self.algorithm.counts:  # the algorithm's per-node counters, summed over the nodes
+            ids, state = self.block.ids, self.block.state
+            rec.update(self.algorithm.log_fields({
+                key.rsplit(".", 1)[-1]: float(self.node_values(
+                    {i: float(state[key][r]) for r, i in enumerate(ids)}).sum())
+                for key in self.algorithm.counts}))
         if self.delivery is not None:
             lost = self.delivery
             ids = self.block.ids

@@ -236,11 +236,13 @@ class StarLink:
         out.index_copy_(0, route.in_dst, H.index_select(0, sel))
 
     # -- uplink --------------------------------------------------------------------------------
-    def upload(self, U: torch.Tensor) -> Any:
+    def upload(self, U: torch.Tensor, senders: list[int] | None = None) -> Any:
         """The uplink rows: ``C(u_i − h_i)`` (``C(u_i)`` without memory) for every sampled
-        client of the block (``U`` is [m, up_dim]; only those rows are read)."""
+        client of the block (``U`` is [m, up_dim]; only those rows are read). ``senders``: the
+        sampled clients that send this round (default all; a lazily aggregated method's
+        uploaders, known on the server and on each sender's own process)."""
         block = self.block
-        route = block.arc_plan([(i, 0) for i in self.distinct])
+        route = block.arc_plan([(i, 0) for i in (self.distinct if senders is None else senders)])
         idx = torch.tensor([self.row_of[i] for i, _ in route.arcs], dtype=torch.int64,
                            device=U.device)
         Z = self._buf("up", len(route.arcs), self.up_dim)
@@ -269,6 +271,16 @@ class StarLink:
         else:
             got = self.block.decode(rows, self._buf("own_up", idx.numel(), self.up_dim))
         out.index_copy_(0, idx, got)
+
+    def client_memory(self, i: int) -> torch.Tensor:
+        """Client i's uplink memory ``h_i`` (on its own process; ``memory="ef21"``): what the
+        server holds of it."""
+        return self.block.arc_state[f"{self.name}.h"][self._own_arc[i]]
+
+    def server_memories(self) -> torch.Tensor:
+        """On the server: every client's ``h_i`` as the server holds it ([N, up_dim], client
+        1 first; ``memory="ef21"``)."""
+        return self.block.arc_state[f"{self.name}.h_server"]
 
     def _arcs(self, arcs: list[tuple[int, int]]) -> torch.Tensor:
         return torch.tensor([self._own_arc[i] for i, _ in arcs], dtype=torch.int64,

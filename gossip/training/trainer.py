@@ -90,10 +90,12 @@ def epoch_rounds(train_size: int, nodes: int, batch_size: int) -> int:
 
 def batches_per_round(algorithm: Any, n: int) -> int:
     """Mini-batches one round draws: one per node, or for a federated method (node 0 the
-    server, no data) ``clients_per_round × local_steps``."""
+    server, no data) ``clients_per_round × local_steps`` (every client and one step for a
+    method without them: CADA's workers each take one gradient a round)."""
     if not getattr(algorithm, "federated", False):
         return n
-    return (algorithm.clients_per_round or n - 1) * algorithm.local_steps
+    return ((getattr(algorithm, "clients_per_round", None) or n - 1)
+            * getattr(algorithm, "local_steps", 1))
 
 
 class _NoData:

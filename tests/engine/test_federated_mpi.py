@@ -23,6 +23,8 @@ def test_mpi_equals_in_process(tmp_path):
     for name, r in finals.items():  # every run moved toward x*, and bits went both ways
         assert r["distance_to_optimum"] < first[name]["distance_to_optimum"], name
         assert r["bits_up_per_client"] > 0 and r["bits_down_per_client"] > 0, name
+        if "cada" in name:  # workers skipped: the server learned whose upload comes across ranks
+            assert 0.1 < r["skip_rate"] < 1, name
 
 
 def test_gloo_equals_in_process(tmp_path):

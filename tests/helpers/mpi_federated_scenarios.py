@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import topologies  # noqa: E402
-from gossip.algorithms import make_algorithm  # noqa: E402
+from gossip.algorithms import accepted_hparams, make_algorithm  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
@@ -33,6 +33,10 @@ SCENARIOS: dict[str, tuple[str, dict, str, str]] = {
     "scaffold-qsgd": ("scaffold", {"clients_per_round": 5}, "qsgd:4bit", "full"),
     "fedavg-down-randk": ("fedavg", {"clients_per_round": 4, "downlink_compressor": "randk:0.5"},
                           "sign", "full"),
+    "cada1-sgd": ("cada", {"rule": "cada1", "c": 20.0, "max_delay": 6, "server_lr": 0.05},
+                  "none", "sgd"),
+    "cada2-topk": ("cada", {"rule": "cada2", "c": 20.0, "server_lr": 0.05}, "topk:0.25", "sgd"),
+    "g-cada": ("g-cada", {"c": 20.0, "server_lr": 0.05}, "none", "full"),
 }
 
 
@@ -44,8 +48,10 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
     eta = 0.2 / problem.smoothness().L
     x_star = problem.solution()
     x0 = problem.initial_point()
+    local = {k: v for k, v in {"eta": eta, "local_steps": 3}.items()
+             if k in accepted_hparams(alg_name)}  # CADA takes one gradient a round, no η
     engine = Engine(
-        make_algorithm(alg_name, eta=eta, local_steps=3, **hp), topologies.build("star", n),
+        make_algorithm(alg_name, **local, **hp), topologies.build("star", n),
         lambda i: x0, compressor=spec, seed=11, world=world, timeout=60,
         oracles=lambda i, gen: problem.oracle(i - 1, gen, estimator, 2) if i else None,
     )

@@ -94,3 +94,59 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
         x = x_new
         out.append(x.copy())
     return out
+
+
+def cada(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int, *, rule: str,
+         c: float, d_max: int, max_delay: int, server_lr: float, beta1: float = 0.9,
+         beta2: float = 0.99, tau: float = 1e-3,
+         compress: Callable[[Array], Array] | None = None) -> tuple[list[Array], list[set[int]]]:
+    """CADA (``rule`` "cada1" / "cada2") and G-CADA (``rule`` "g-cada") of Chen et al. with
+    deterministic gradients (docs/algorithms/cada.md): every worker's rule against
+    ``(c/d_max) Σ_{d=1}^{d_max} ‖θ^{k+1−d} − θ^{k−d}‖²``, an upload at least every
+    ``max_delay`` rounds (cada1: its snapshot then), the server's copies ``ĝ_m`` of the
+    uploads (EF21 with ``compress``), ``∇ = mean_m ĝ_m`` and Adam in FedAdam's form on ``−∇``.
+    Returns the server models ``[θ^0, ..., θ^T]`` and each round's uploaders."""
+    N, d = len(grads) - 1, x0.size
+    x = x0.astype(np.float64).copy()
+    m, v = np.zeros(d), np.full(d, tau**2)
+    held = np.zeros((N + 1, d))  # ĝ_m, on both ends
+    anchor = np.tile(x, (N + 1, 1))  # cada1: snapshot θ̃; cada2: θ at the last upload
+    delta = np.zeros((N + 1, d))  # cada1: δ of the last upload
+    run = np.full(N + 1, max_delay - 1)  # skips in a row (the first round uploads)
+    moves: list[float] = []  # ‖θ^k − θ^{k−1}‖², newest first
+    out, uploads = [x.copy()], []
+    for t in range(1, rounds + 1):
+        rhs = c / d_max * sum(moves[:d_max])
+        refresh = rule == "cada1" and (t - 1) % max_delay == 0
+        up = set()
+        for i in range(1, N + 1):
+            g = grads[i](x)
+            forced = refresh or run[i] >= max_delay - 1
+            if refresh:
+                anchor[i], delta[i] = x, 0.0
+            if forced:
+                send = True
+            elif rule == "cada1":
+                dk = g - grads[i](anchor[i])
+                send = float(np.sum((dk - delta[i]) ** 2)) > rhs
+                if send:
+                    delta[i] = dk
+            elif rule == "cada2":
+                send = float(np.sum((g - grads[i](anchor[i])) ** 2)) > rhs
+            else:
+                send = float(np.sum((g - held[i]) ** 2)) > rhs
+            if send and rule == "cada2":
+                anchor[i] = x
+            run[i] = 0 if send else run[i] + 1
+            if send:
+                up.add(i)
+                held[i] = held[i] + (g - held[i] if compress is None else compress(g - held[i]))
+        grad = held[1:].sum(0) / N
+        m = beta1 * m + (1 - beta1) * -grad
+        v = beta2 * v + (1 - beta2) * grad**2
+        x_new = x + server_lr * m / (np.sqrt(v) + tau)
+        moves.insert(0, float(np.sum((x_new - x) ** 2)))
+        x = x_new
+        out.append(x.copy())
+        uploads.append(up)
+    return out, uploads
