@@ -52,6 +52,7 @@ from gossip.training import flat
 from gossip.training.build import check_trainable, load_average, training_engine
 from gossip.training.data import NodeSampler
 from gossip.training.oracle import BackwardOptimizerOracle, BackwardOracle
+from gossip.training.precision import HALF_DTYPES, MasterWeights
 
 OptimizerLike = torch.optim.Optimizer | Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None
 
@@ -280,6 +281,7 @@ def wrap(
     transport: str = "auto",
     overlap: bool = False,
     link_latency: float = 0.0,
+    master_weights: bool | None = None,
     **hparams: Any,
 ) -> tuple[nn.Module, GossipOptimizer]:
     """Make ``model`` a node of a decentralized run; returns ``(model, opt)``.
@@ -306,6 +308,10 @@ def wrap(
             alone after (:func:`wrap_overlapping`; docs/wrap.md).
         link_latency: seconds every round's messages take to arrive on top of the transfer
             (a simulated link delay, to measure ``overlap``).
+        master_weights: for a bfloat16/float16 model, the optimizer steps float32 copies of
+            the parameters (its ``param_groups`` are moved onto them; docs/low-precision.md)
+            and the model follows, rounded. None (default): on for half models with an
+            optimizer; False: the optimizer steps the half parameters.
         l2: weight decay added to the gradient, for algorithms without a local optimizer.
         gossip_buffers, per_tensor, timeout, network: as for DecentralizedTrainer.
     """
@@ -346,6 +352,12 @@ def wrap(
     if l2 and optimizer is not None:
         raise WrapError(f"l2={l2} is the weight decay of algorithms without a local optimizer; with "
                         "one, give the optimizer weight_decay instead")
+    half = dtype in HALF_DTYPES
+    if master_weights and not (half and optimizer is not None):
+        raise WrapError(f"master_weights=True keeps float32 copies of a half-precision model for its "
+                        f"optimizer: the model is {dtype}" + ("" if optimizer is not None else
+                                                             " and there is no optimizer"))
+    masters = half and optimizer is not None and master_weights is not False
     local = world.local_nodes(n)
     models, optimizers = _node_copies(model, optimizer, len(local))
     oracles: list[BackwardOracle | BackwardOptimizerOracle] = []
@@ -353,8 +365,9 @@ def wrap(
         if opt is None:
             oracles.append(BackwardOracle(module, algorithm=alg.name, buffers=gossip_buffers, l2=l2))
         else:
+            master = _master_weights(module, opt) if masters else None
             oracles.append(BackwardOptimizerOracle(module, opt, algorithm=alg.name,
-                                                   buffers=gossip_buffers))
+                                                   buffers=gossip_buffers, master=master))
     by_id = dict(zip(local, oracles, strict=True))
     try:
         engine = training_engine(
@@ -395,6 +408,21 @@ def _node_copies(model: nn.Module, optimizer: OptimizerLike,
         return models, opts
     raise WrapError(f"optimizer must be a torch.optim.Optimizer on model.parameters(), a factory "
                     f"params -> optimizer, or None; got {type(optimizer).__name__}")
+
+
+def _master_weights(module: nn.Module, optimizer: torch.optim.Optimizer) -> MasterWeights:
+    """Float32 master weights of ``module``'s parameters, ``optimizer`` moved onto them (its
+    groups and hyper-parameters kept; it must not have stepped yet)."""
+    if optimizer.state:
+        raise WrapError("master weights: the optimizer has state already (it stepped): build it "
+                        "fresh on model.parameters() before gossip.wrap, or pass "
+                        "master_weights=False")
+    params = flat.parameters(module)
+    master = MasterWeights(params)
+    by_id = {id(p): m for p, m in zip(params, master.params, strict=True)}
+    for group in optimizer.param_groups:
+        group["params"] = [by_id[id(p)] for p in group["params"]]
+    return master
 
 
 def _check_optimizer(model: nn.Module, optimizer: torch.optim.Optimizer) -> None:

@@ -381,8 +381,8 @@ class BackwardOptimizerOracle(_Handed, OptimizerOracle):
     stepped on the gradient ``loss.backward()`` left in ``module``'s ``.grad``."""
 
     def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, *, algorithm: str,
-                 buffers: bool = False):
-        OptimizerOracle.__init__(self, module, iter(()), optimizer, buffers=buffers)
+                 buffers: bool = False, master: MasterWeights | None = None):
+        OptimizerOracle.__init__(self, module, iter(()), optimizer, buffers=buffers, master=master)
         self.algorithm = algorithm
         self._armed, self._at, self._handed = False, None, None
 

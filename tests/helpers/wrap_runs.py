@@ -34,10 +34,10 @@ LAUNCHED = (*CONFIGS, "lead", "beer", "c-gt")
 setup (LEAD), one whose round ends with the model's step (BEER), gradient tracking (C-GT)."""
 
 
-def model(seed: int = 0) -> nn.Module:
+def model(seed: int = 0, dtype: torch.dtype = torch.float32) -> nn.Module:
     """The digits MLP, built from a seeded generator (identical on every process)."""
     torch.manual_seed(seed)
-    return MLP(64, 10, (32,))
+    return MLP(64, 10, (32,)).to(dtype)
 
 
 def config(name: str) -> dict[str, Any]:
@@ -49,7 +49,8 @@ def config(name: str) -> dict[str, Any]:
             "sgd": (0.1, 0.0) if cls.takes_optimizer else None, "hparams": {}}
 
 
-def trainer_losses(name: str, n: int, rounds: int, seed: int = 0) -> tuple[list[float], torch.Tensor]:
+def trainer_losses(name: str, n: int, rounds: int, seed: int = 0,
+                   dtype: torch.dtype = torch.float32) -> tuple[list[float], torch.Tensor]:
     """Per-round mean train loss of all nodes and the final block of models, by the trainer."""
     cfg = config(name)
     train, _ = digits()
@@ -58,15 +59,16 @@ def trainer_losses(name: str, n: int, rounds: int, seed: int = 0) -> tuple[list[
     trainer = DecentralizedTrainer(
         model(), train, topology=topologies.build(cfg["topology"], n, seed=seed),
         algorithm=make_algorithm(name, **cfg["hparams"]), compressor=cfg["compressor"],
-        optimizer=opt, batch_size=BATCH, seed=seed)
+        optimizer=opt, batch_size=BATCH, seed=seed, dtype=dtype)
     records = trainer.fit(rounds=rounds, log_every=1)
     return [r["train_loss"] for r in records[1:]], trainer.engine.block.x.clone()
 
 
-def wrapped(name: str, nodes: int | None, seed: int = 0) -> tuple[nn.Module, GossipOptimizer]:
+def wrapped(name: str, nodes: int | None, seed: int = 0,
+            dtype: torch.dtype = torch.float32) -> tuple[nn.Module, GossipOptimizer]:
     """``gossip.wrap`` of the digits MLP for ``name``'s setting."""
     cfg = config(name)
-    net = model()
+    net = model(dtype=dtype)
     lr = cfg["sgd"]
     opt = None if lr is None else torch.optim.SGD(net.parameters(), lr=lr[0], momentum=lr[1])
     return wrap(net, opt, algorithm=name, compressor=cfg["compressor"], topology=cfg["topology"],
@@ -100,7 +102,7 @@ def wrap_losses(name: str, nodes: int | None, rounds: int, seed: int = 0,
         sums, counts = {}, {}
         for i, net, batches in zip(opt.local_nodes, opt.models, streams, strict=True):
             x, y = next(batches)
-            loss = nn.functional.cross_entropy(net(x), y)
+            loss = nn.functional.cross_entropy(net(x.to(next(net.parameters()).dtype)), y)
             loss.backward()
             sums[i] = float(loss.detach().to(torch.float64) * y.shape[0])
             counts[i] = float(y.shape[0])

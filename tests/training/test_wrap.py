@@ -181,6 +181,31 @@ def test_state_dict_round_trip_continues_exactly(name):
     assert torch.equal(x_got, x_want)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16])
+def test_half_models_with_master_weights_equal_the_trainer(dtype):
+    """A bfloat16 model wrapped with its SGD: the optimizer is moved onto float32 master
+    weights, and the run is the trainer's with ``dtype``, bit for bit. (float16: the trainer
+    scales the loss, your backward does not, so their gradients differ.)"""
+    want, x_want = wrap_runs.trainer_losses("choco", 4, 6, dtype=dtype)
+    _, opt = wrap_runs.wrapped("choco", 4, dtype=dtype)
+    assert all(o.master is not None for o in opt._oracles)
+    assert all(p.dtype == torch.float32 for g in opt.param_groups for p in g["params"])
+    got, x_got = wrap_runs.wrap_losses("choco", 4, 6, opt=opt)
+    assert x_got.dtype == dtype and got == want and torch.equal(x_got, x_want)
+
+
+def test_master_weights_refusals():
+    net = wrap_runs.model()
+    with pytest.raises(WrapError, match="master_weights=True .* the model is torch.float32"):
+        wrap(net, torch.optim.SGD(net.parameters(), lr=0.1), master_weights=True, nodes=2)
+    half = wrap_runs.model(dtype=torch.bfloat16)
+    sgd = torch.optim.SGD(half.parameters(), lr=0.1, momentum=0.9)
+    half(torch.zeros(2, 64, dtype=torch.bfloat16)).sum().backward()
+    sgd.step()
+    with pytest.raises(WrapError, match="optimizer has state already"):
+        wrap(half, sgd, nodes=2)
+
+
 def test_a_checkpoint_from_before_the_setup_step():
     """LEAD saved before its first step resumes into a new wrapper (which then takes the setup
     step) and equals the uninterrupted run; a wrapper past its setup refuses it."""
