@@ -152,7 +152,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--gamma-dual", type=float, default=None, help="LEAD's dual step γ_dual")
     o = p.add_argument_group("local optimizer")
     o.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help=f"{', '.join(OPTIMIZERS)} (default momentum; algorithms other than "
+                   help=f"{', '.join(OPTIMIZERS)} (default momentum, sgd for the federated "
+                        f"clients' local steps; algorithms other than "
                         f"{', '.join(optimizer_algorithms)} take the plain gradient: sgd only)")
     o.add_argument("--lr", type=positive_float, default=0.1,
                    help="learning rate (the step eta of algorithms without a local optimizer)")
@@ -266,8 +267,8 @@ def check_optimizer(args: argparse.Namespace) -> str | None:
     from gossip.training import optimizer_algorithms
 
     cls = algorithm_class(args.algorithm)
-    if cls.takes_optimizer:
-        return args.optimizer or "momentum"
+    if cls.takes_optimizer:  # federated clients: plain SGD local steps unless asked otherwise
+        return args.optimizer or ("sgd" if cls.federated else "momentum")
     if args.optimizer not in (None, "sgd"):
         raise SystemExit(
             f"{args.algorithm} takes the plain gradient with step --lr (its update needs the raw "

@@ -118,6 +118,7 @@ class FedAvg(Algorithm):
     name = "fedavg"
     trains = True
     federated = True
+    takes_optimizer = True  # a client's local steps: its torch.optim optimizer when it has one
     requires = Requirements(
         graph=Graph(star=True), gradients=True, compressor="stateless",
         compressor_message="{name} compresses each sampled client's uplink on its own arc, which "
@@ -373,6 +374,7 @@ class Scaffold(FedAvg):
 """ + _ARGS
 
     name = "scaffold"
+    takes_optimizer = False  # its control variates take the plain steps of size eta
     state_copies = 24  # FedAvg's with 2d-entry messages, and the control variates
 
     def validate(self, topology: Any, compressor: Any) -> None:

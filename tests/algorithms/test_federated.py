@@ -367,3 +367,31 @@ def test_optimize_compare_refuses_mixing_the_star_with_a_decentralized_graph():
     with pytest.raises(SystemExit, match="--local-steps does not apply to choco"):
         script("optimize").main(["--algorithm", "choco", "--local-steps", "3", "--iterations",
                                  "1", "--out", "/dev/null"])
+
+
+def test_clients_step_with_their_torch_optimizer():
+    """A client's local steps go through its own torch.optim optimizer: plain SGD at lr gives
+    the bits of the algorithm's own step eta = lr, momentum (kept by the client from round to
+    round) another run; SCAFFOLD, whose control variates assume plain steps, refuses one."""
+    import torch
+
+    import topologies
+    from gossip.errors import ConfigError
+    from gossip.training import MLP, DecentralizedTrainer, digits
+
+    train, _ = digits()
+
+    def run(optimizer, name="fedavg", **hp):
+        torch.manual_seed(0)
+        trainer = DecentralizedTrainer(
+            MLP(64, 10, (16,)), train, topology=topologies.build("star", 5),
+            algorithm=make_algorithm(name, clients_per_round=2, local_steps=3, **hp),
+            optimizer=optimizer, batch_size=16, seed=1)
+        trainer.fit(rounds=4, log_every=4)
+        return trainer.engine.block.x.clone()
+
+    plain = run(None, eta=0.1)
+    assert torch.equal(run(lambda p: torch.optim.SGD(p, lr=0.1)), plain)
+    assert not torch.equal(run(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)), plain)
+    with pytest.raises(ConfigError, match="scaffold takes the gradient directly"):
+        run(lambda p: torch.optim.SGD(p, lr=0.1), name="scaffold")
