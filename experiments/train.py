@@ -181,6 +181,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     r.add_argument("--eval-every", type=float, default=1.0,
                    help="evaluate and log every this many epochs (--log-every K rounds overrides)")
     add_federated_arguments(p)
+    fed = next(g for g in p._action_groups if g.title and g.title.startswith("federated"))
+    fed.add_argument("--local-epochs", type=positive_float, default=None, metavar="E",
+                     help="E passes over its data per round for each client instead of "
+                          "--local-steps: client i takes ceil(E * n_i / --batch-size) steps "
+                          "(McMahan et al.'s u_i)")
     add_run_arguments(p)
     add_overlap_argument(p)
     add_list_argument(p, algorithms=lambda: catalog.algorithms(lambda t: t.trains))
@@ -369,6 +374,22 @@ def check_model_memory(args: argparse.Namespace, world: Any, topology: Any, mode
                         "node modules": float(local) * numel * itemsize})
 
 
+def local_epoch_steps(args: argparse.Namespace, train_set: Any, n: int) -> list[int]:
+    """--local-epochs E as one K per client: ``⌈E·n_i/B⌉`` over the trainer's split of the data
+    among the n − 1 clients."""
+    from gossip.algorithms import accepted_hparams
+    from gossip.training.data import partition_indices
+    from gossip.training.seeds import partition_seed
+
+    if "local_steps" not in accepted_hparams(args.algorithm):
+        raise SystemExit(f"error: --local-epochs does not apply to {args.algorithm} (the federated "
+                         "methods with local steps take it: fedavg, fedprox, fedadam, ...)")
+    if args.local_steps is not None:
+        raise SystemExit("error: give --local-steps K or --local-epochs E, not both")
+    parts = partition_indices(train_set, n - 1, args.partition, partition_seed(args.seed))
+    return [max(1, math.ceil(args.local_epochs * p.size / args.batch_size)) for p in parts]
+
+
 # -- main ------------------------------------------------------------------------------------------
 
 
@@ -390,6 +411,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         shape, classes = input_shape(train_set), num_classes(train_set, test_set)
         model = build_model(args, shape, classes)
         check_model_memory(args, world, topology, model)
+        if args.local_epochs is not None:
+            args.local_steps = local_epoch_steps(args, train_set, topology.n)
         per_round = topology.n
         if federated:  # the batches a round draws: clients per round × local steps
             probe = make_algorithm(args.algorithm, **federated_hparams(

@@ -38,7 +38,8 @@ SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad", "adamw")
 _ARGS = """
     Args:
         clients_per_round: clients drawn per round k (None: all clients).
-        local_steps: local steps K per round (>= 1).
+        local_steps: local steps K per round (>= 1), or one K per client (client i's at
+            index i − 1: E local epochs are ``⌈E·n_i/B⌉`` steps, as McMahan et al.'s u_i).
         eta: the clients' step size η.
         sampling: ``"uniform"`` (k distinct clients), ``"replacement"`` (k uniform draws) or
             ``"weighted"`` (k draws with probability ∝ ``client_weights``).
@@ -128,7 +129,7 @@ class FedAvg(Algorithm):
     step_rule = "exact"
     default_server: ClassVar[str] = "sgd"
 
-    def __init__(self, clients_per_round: int | None = None, local_steps: int = 5,
+    def __init__(self, clients_per_round: int | None = None, local_steps: int | list[int] = 5,
                  eta: float = 0.01, sampling: str = "uniform", availability: float = 1.0,
                  server_optimizer: str | None = None, server_lr: float | None = None,
                  beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
@@ -140,9 +141,11 @@ class FedAvg(Algorithm):
             raise ConfigError(f"server_optimizer {server_optimizer!r} (--server-optimizer) does not "
                               "exist: use one of "
                               f"{', '.join(SERVER_OPTIMIZERS)}")
-        if not isinstance(local_steps, int) or local_steps < 1:
+        steps = [local_steps] if isinstance(local_steps, int) else list(local_steps)
+        if not steps or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1
+                                for k in steps):
             raise ConfigError(f"local_steps = {local_steps}: a client takes at least one local "
-                              "step a round (--local-steps K, K >= 1)")
+                              "step a round (--local-steps K, K >= 1, or one K per client)")
         if clients_per_round is not None and (not isinstance(clients_per_round, int)
                                               or clients_per_round < 1):
             raise ConfigError(f"clients_per_round = {clients_per_round}: give a whole number >= 1")
@@ -158,7 +161,8 @@ class FedAvg(Algorithm):
         check_range("beta2", beta2, 0.0, 1.0, include_low=True, include_high=False)
         check_range("tau", tau, 0.0, math.inf, "the adaptivity τ of Reddi et al. (e.g. 1e-3)")
         check_range("weight_decay", weight_decay, 0.0, math.inf, include_low=True)
-        self.clients_per_round, self.local_steps, self.eta = clients_per_round, local_steps, eta
+        self.local_steps = local_steps if isinstance(local_steps, int) else steps
+        self.clients_per_round, self.eta = clients_per_round, eta
         self.sampling, self.availability = sampling, availability
         self.server_optimizer, self.server_lr = server_optimizer, server_lr
         self.beta1, self.beta2, self.tau, self.weight_decay = beta1, beta2, tau, weight_decay
@@ -209,6 +213,9 @@ class FedAvg(Algorithm):
                               f"{n - 1} clients: give at most {n - 1} (or more nodes)")
         ClientSampler(0, n - 1, self.clients_per_round or n - 1, self.sampling, self.availability,
                       self.client_weights)  # refuses weights that do not fit the clients
+        if not isinstance(self.local_steps, int) and len(self.local_steps) != n - 1:
+            raise ConfigError(f"local_steps gives {len(self.local_steps)} clients their K, the "
+                              f"star has {n - 1} clients: give one K per client (or one K)")
         w = self.client_weights
         if self.aggregation == "data" and (w is None or len(w) != n - 1
                                            or not all(0 < v < math.inf for v in w)):
@@ -241,6 +248,12 @@ class FedAvg(Algorithm):
 
     def after_upload(self, block: Block, link: StarLink, rows: list[int]) -> None:
         """The clients' own use of what they sent (FedAvg: none)."""
+
+    def steps_of(self, client: int) -> int:
+        """Client ``client``'s local steps K_i per round."""
+        if isinstance(self.local_steps, int):
+            return self.local_steps
+        return self.local_steps[client - 1]
 
     def server_update(self, block: Block, r: int, avg: torch.Tensor) -> None:
         """The server's step with the averaged uplink."""
@@ -284,10 +297,12 @@ class FedAvg(Algorithm):
         rows, g = link.rows, ws["grad"]
         for r in rows:
             x[r].copy_(ws["down"][r, :d])  # y_i ← x
-        for _ in range(self.local_steps):
-            block.gradients(g, rows)
-            self.correction(block, rows, x, ws["down"], g)
-            block.local_step(g, self.eta, rows)
+        steps = [self.steps_of(block.ids[r]) for r in rows]
+        for s in range(max(steps, default=0)):  # a client stops after its K_i steps
+            active = [r for r, k in zip(rows, steps, strict=True) if k > s]
+            block.gradients(g, active)
+            self.correction(block, active, x, ws["down"], g)
+            block.local_step(g, self.eta, active)
         self.finish_local(block, rows, ws["down"], ws["up"])
         sent = link.upload(ws["up"])
         self.after_upload(block, link, rows)
@@ -406,8 +421,9 @@ class Scaffold(FedAvg):
     def finish_local(self, block: Block, rows: list[int], down: torch.Tensor,
                      up: torch.Tensor) -> None:
         super().finish_local(block, rows, down, up)
-        d, scale = block.x.shape[1], 1.0 / (self.local_steps * self.eta)
+        d = block.x.shape[1]
         for r in rows:  # c_i⁺ = c_i − c + (x − y_i)/(Kη);  Δc_i = c_i⁺ − c_i = −c − Δy_i/(Kη)
+            scale = 1.0 / (self.steps_of(block.ids[r]) * self.eta)
             torch.mul(up[r, :d], -scale, out=up[r, d:]).sub_(down[r, d:])
 
     def after_upload(self, block: Block, link: StarLink, rows: list[int]) -> None:

@@ -94,8 +94,10 @@ def batches_per_round(algorithm: Any, n: int) -> int:
     method without them: CADA's workers each take one gradient a round)."""
     if not getattr(algorithm, "federated", False):
         return n
-    return ((getattr(algorithm, "clients_per_round", None) or n - 1)
-            * getattr(algorithm, "local_steps", 1))
+    steps = getattr(algorithm, "local_steps", 1)
+    if not isinstance(steps, int):  # one K per client: their mean
+        steps = sum(steps) / len(steps)
+    return math.ceil((getattr(algorithm, "clients_per_round", None) or n - 1) * steps)
 
 
 class _NoData:

@@ -65,6 +65,16 @@ def test_fedavg_matches_reference():
     check("fedavg", clients_per_round=3, local_steps=3, eta=0.05)
 
 
+@pytest.mark.parametrize("name, ref", [("fedavg", {}), ("scaffold", {"scaffold": True})])
+def test_one_local_step_count_per_client_matches_reference(name, ref):
+    """Clients with K_i = 1..7 local steps (E epochs over unequal data: ⌈E·n_i/B⌉ each)."""
+    check(name, clients_per_round=4, local_steps=[1, 2, 3, 4, 5, 6, 7], eta=0.05, ref=ref)
+    with pytest.raises(ConfigError, match="gives 3 clients their K, the star has 7"):
+        engine("fedavg", local_steps=[1, 2, 3])
+    with pytest.raises(ConfigError, match="at least one local step"):
+        make_algorithm("fedavg", local_steps=[2, 0, 1])
+
+
 def test_fedavg_server_lr_and_replacement_and_availability():
     check("fedavg", clients_per_round=4, local_steps=2, eta=0.05, server_lr=0.7,
           sampling="replacement", availability=0.6)
@@ -395,3 +405,24 @@ def test_clients_step_with_their_torch_optimizer():
     assert not torch.equal(run(lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9)), plain)
     with pytest.raises(ConfigError, match="scaffold takes the gradient directly"):
         run(lambda p: torch.optim.SGD(p, lr=0.1), name="scaffold")
+
+
+def test_train_script_local_epochs_give_each_client_its_steps(tmp_path):
+    """--local-epochs E: client i takes ⌈E·n_i/B⌉ local steps over its share of the data."""
+    import math
+
+    from gossip.metrics import read_jsonl
+    from tests.helpers.launch import script
+
+    out = tmp_path / "train.jsonl"
+    script("train").main(["--algorithm", "fedavg", "--data", "digits", "--nodes", "5",
+                          "--partition", "dirichlet:0.3", "--local-epochs", "0.5",
+                          "--batch-size", "16", "--rounds", "2", "--hidden", "16",
+                          "--out", str(out)])
+    config = read_jsonl(out)[0]
+    sizes = config["partition_sizes"][1:]
+    want = [max(1, math.ceil(0.5 * n / 16)) for n in sizes]
+    assert config["hparams"]["local_steps"] == want and len(set(want)) > 1
+    with pytest.raises(SystemExit, match="not both"):
+        script("train").main(["--algorithm", "fedavg", "--nodes", "5", "--local-epochs", "1",
+                              "--local-steps", "2", "--rounds", "1"])

@@ -17,7 +17,7 @@ Array = np.ndarray
 
 
 def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
-              sample: Callable[[int], list[int]], *, local_steps: int, eta: float,
+              sample: Callable[[int], list[int]], *, local_steps: int | Sequence[int], eta: float,
               server: str = "sgd", server_lr: float = 1.0, beta1: float = 0.9,
               beta2: float = 0.99, tau: float = 1e-3, weight_decay: float = 0.0,
               mu: float = 0.0, scaffold: bool = False,
@@ -46,7 +46,8 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
                 sent_down = known[i]
             xi, cv = sent_down[:d], sent_down[d:]
             y = xi.copy()
-            for _ in range(local_steps):
+            K = local_steps if isinstance(local_steps, int) else local_steps[i - 1]
+            for _ in range(K):
                 g = grads[i](y)
                 if mu:
                     g = g + mu * (y - xi)
@@ -55,7 +56,7 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
                 y = y - eta * g
             u = y - xi
             if scaffold:
-                ci_new = ci[i] - cv + (xi - y) / (local_steps * eta)
+                ci_new = ci[i] - cv + (xi - y) / (K * eta)
                 u = np.concatenate((u, ci_new - ci[i]))
             if compress is None:
                 sent[i] = u
