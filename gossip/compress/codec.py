@@ -435,7 +435,7 @@ class Codec(Compressor):
             tmp = _rows.scratch(self, "decode_batch", (m, d), out.dtype, out.device)
             self._decode_batch(views, tmp)
             if w is not None:
-                tmp.mul_(w.to(out.dtype))
+                tmp.mul_(w.to(_rows.product_dtype(out.dtype)))
             _rows.add_rows_(out, None if rows is None else tgt, tmp, None, fused=False)
         return out
 

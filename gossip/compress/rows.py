@@ -256,12 +256,10 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
         elif fused:
             cur.addcmul_(vals, w.to(out.dtype))  # as add_ casts alpha to out's dtype
         else:
-            cur.add_(torch.mul(vals, w.to(out.dtype), out=tmp) if tmp is not None
-                     else vals * w.to(out.dtype))
+            cur.add_(_product(vals, w, out.dtype, tmp))
         return
     if w is None or not fused:
-        prod = vals if w is None else (
-            torch.mul(vals, w.to(out.dtype), out=tmp) if tmp is not None else vals * w.to(out.dtype))
+        prod = vals if w is None else _product(vals, w, out.dtype, tmp)
         out.index_add_(0, tgt, prod)  # row after row (a repeated target adds in order)
         return
     if vals.shape[1] >= LOOP_FROM:  # long rows: in place, one row after another (no copies)
@@ -275,6 +273,24 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
         cur.addcmul_(vals if level is None else vals[level],
                      (w if level is None else w[level]).to(out.dtype))
         out.index_copy_(0, t, cur)
+
+
+def product_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype of the weights a ``dtype`` block is multiplied by, as torch takes a Python
+    float in ``mul_``: the block's own, float32 for the half types."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def _product(vals: torch.Tensor, w: torch.Tensor, dtype: torch.dtype,
+             tmp: torch.Tensor | None) -> torch.Tensor:
+    """``w·vals`` rounded to ``dtype``, as ``vals.mul_(w)`` with a Python float rounds it: the
+    weight in ``dtype``, but float32 for the half types, whose products torch takes in float32
+    (``add_``'s ``alpha``, by contrast, is cast to the half type: the fused paths do that)."""
+    wd = w.to(product_dtype(dtype))
+    if tmp is not None:
+        return torch.mul(vals, wd, out=tmp)
+    prod = vals * wd
+    return prod if prod.dtype == dtype else prod.to(dtype)
 
 
 _CHUNKED_FROM = 1 << 15
