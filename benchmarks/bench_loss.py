@@ -8,8 +8,9 @@ state, none in the good one: stationary loss rate 0.02 / (0.02 + 0.18) = 0.1, bu
 ``--seed``: it draws the data, the initial vectors and the losses), and the table gives the
 median over the seeds of every column.
 
-Averaging (what ``experiments/consensus.py --nodes 16 --dim 100 --rounds T --network N --seed S
---dtype float64`` runs; x_i⁰ ~ N(0, I) in d = 100):
+Averaging (what ``experiments/consensus.py --algorithm A --compressor none --nodes 16 --dim 100
+--rounds T --network N --seed S --dtype float64`` runs, push-sum with ``--weights push``;
+x_i⁰ ~ N(0, I) in d = 100):
 
 * ``gossip`` with Metropolis weights (1/3 on the ring; a lost message renormalizes: its weight
   goes to the receiver's own value);
