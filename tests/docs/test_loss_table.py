@@ -31,8 +31,9 @@ def fake(methods, keys: tuple[str, ...], networks) -> dict:
 def rounds_in_doc(text: str) -> int:
     """The ``--rounds`` of the command the docs' table was made with (the benchmark's default
     when the command gives none)."""
-    command = next(line for line in text.splitlines() if "benchmarks/bench_loss.py" in line)
-    words = command.split()
+    command = next(line for line in text.splitlines()
+                   if line.strip().startswith("python benchmarks/bench_loss.py"))
+    words = command.split("#")[0].split()
     return int(words[words.index("--rounds") + 1]) if "--rounds" in words else 1000
 
 
