@@ -1,0 +1,204 @@
+"""What lost messages do to each method: the loss-rate table of docs/network.md (issue 23).
+
+Every run is 16 nodes on a ring, in this process, float64, for ``--rounds`` rounds, on each
+network of ``NETWORKS``: no loss, Bernoulli loss ``p`` in {0.01, 0.1, 0.3} (``--network
+loss=p``) and Gilbert-Elliott bursts ``loss=ge:p_gb=0.02,p_bg=0.18`` (a lost message in the bad
+state, none in the good one: stationary loss rate 0.02 / (0.02 + 0.18) = 0.1, bursts of
+1 / 0.18 ≈ 5.6 rounds on average). Each setting runs once per ``--seeds`` seed (the scripts'
+``--seed``: it draws the data, the initial vectors and the losses), and the table gives the
+median over the seeds of every column.
+
+Averaging (what ``experiments/consensus.py --algorithm A --compressor none --nodes 16 --dim 100
+--rounds T --network N --seed S --dtype float64`` runs, push-sum with ``--weights push``;
+x_i⁰ ~ N(0, I) in d = 100):
+
+* ``gossip`` with Metropolis weights (1/3 on the ring; a lost message renormalizes: its weight
+  goes to the receiver's own value);
+* ``push-sum`` with ``--compressor none`` on the same ring built with ``--weights push`` (each
+  node splits its mass equally over itself and its out-neighbors: column-stochastic, here the
+  same matrix as gossip's; push-sum needs a column-stochastic matrix, and a ring's is the
+  simplest; a lost share stays at its sender, so Σ s and Σ w are kept).
+
+Columns: the consensus error (1/n) Σ‖x_i − x̄‖² relative to its round-0 value, the drift of
+the average ‖x̄_T − x̄_0‖ / ‖x̄_0‖, the worst node's error to the exact average
+max_i ‖x_i − x̄_0‖ / ‖x̄_0‖, the messages lost in all, the bits each node sent (delivered
+messages only: a lost message moves no bytes) and their ratio to the same method without loss.
+
+Optimization (what ``experiments/optimize.py --nodes 16 --dim 50 --samples-per-node 50
+--heterogeneity 1 --iterations T --algorithm A --compressor C --network N --seed S --dtype
+float64`` runs: heterogeneous least squares, full gradients, x⁰ = 0, each method's own
+suggested step sizes): D-PSGD (``dpsgd``, exact messages), CHOCO-SGD with ``topk:0.1`` and with
+``none``, LEAD with its own ``lead:2`` quantizer, C-GT with ``none`` (exact messages, so every
+error beyond the no-loss run is the loss's). Columns: the distance to the optimum
+(1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at round T/2 (a value still growing from T/2 to T is
+a run drifting away), the consensus error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost, the
+bits per node and their ratio to the method's no-loss run.
+
+    python benchmarks/bench_loss.py                    # the docs' table, ~3 min on one core
+    python benchmarks/bench_loss.py --rounds 5 --seeds 0   # does it run
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import topologies  # noqa: E402
+from gossip import Engine, make_algorithm  # noqa: E402
+from gossip.algorithms import algorithm_class  # noqa: E402
+from gossip.metrics import squared_distance  # noqa: E402
+from gossip.problems import make_problem  # noqa: E402
+from gossip.seeding import generator, init_seed  # noqa: E402
+
+NODES = 16
+NETWORKS = ("none", "loss=0.01", "loss=0.1", "loss=0.3", "loss=ge:p_gb=0.02,p_bg=0.18")
+"""The ``--network`` specs, the first the reference (no loss)."""
+AVERAGING = (("gossip", "none"), ("push-sum", "none"))
+"""(algorithm, compressor) of the consensus runs."""
+OPTIMIZERS = (("dpsgd", "none"), ("choco", "topk:0.1"), ("choco", "none"), ("lead", "lead:2"),
+              ("c-gt", "none"))
+"""(algorithm, compressor) of the least-squares runs."""
+CONSENSUS_DIM = 100
+LSQ_DIM, LSQ_SAMPLES, LSQ_HETEROGENEITY = 50, 50, 1.0
+
+Row = dict[str, float]
+Results = dict[tuple[str, str, str], list[Row]]
+"""(algorithm, compressor, network) -> one row per seed."""
+
+
+def _norm(x: torch.Tensor) -> float:
+    return float(torch.linalg.vector_norm(x))
+
+
+def _losses(engine: Engine) -> dict[str, float]:
+    rec = engine.record()
+    return {"lost": float(rec.get("messages_lost_total", 0)), "bits": rec["bits_per_node"]}
+
+
+def averaging_run(algorithm: str, compressor: str, network: str, seed: int, rounds: int) -> Row:
+    """One consensus run (the scripts' Gaussian x_i⁰ of ``seed``): its row of the table."""
+    weights = "push" if algorithm == "push-sum" else "metropolis"
+    topo = topologies.build("ring", NODES, weights=weights)
+
+    def x0(i: int) -> torch.Tensor:
+        return torch.randn(CONSENSUS_DIM, generator=generator(init_seed(seed, i)),
+                           dtype=torch.float64)
+
+    engine = Engine(make_algorithm(algorithm), topo, x0, compressor=compressor, seed=seed,
+                    network=network, dtype=torch.float64)
+    start = torch.stack([x0(i) for i in range(NODES)])
+    mean0 = start.mean(0)
+    error0 = float(((start - mean0) ** 2).sum(1).mean())
+    engine.run(rounds, log_every=max(rounds, 1))
+    x = engine.block.x
+    mean = engine.mean_model()
+    return {"consensus": float(((x - mean) ** 2).sum(1).mean()) / error0,
+            "drift": _norm(mean - mean0) / _norm(mean0),
+            "exact": max(_norm(row - mean0) for row in x) / _norm(mean0),
+            **_losses(engine)}
+
+
+def optimization_run(algorithm: str, compressor: str, network: str, seed: int, rounds: int) -> Row:
+    """One least-squares run, as experiments/optimize.py builds it: its row of the table."""
+    topo = topologies.build("ring", NODES)
+    problem = make_problem("least-squares", n_nodes=NODES, dim=LSQ_DIM,
+                           samples_per_node=LSQ_SAMPLES, heterogeneity=LSQ_HETEROGENEITY,
+                           seed=seed, dtype=torch.float64)
+    x_star, x0 = problem.solution(), problem.initial_point()
+    hp = algorithm_class(algorithm).suggest_hparams(problem, "full", topo)
+    engine = Engine(make_algorithm(algorithm, **hp), topo, lambda i: x0, compressor=compressor,
+                    seed=seed, network=network, dtype=torch.float64,
+                    watch=("distance_to_optimum",),
+                    oracles=lambda i, gen: problem.oracle(i, gen, "full", 1))
+    half = rounds // 2
+    engine.run(half, log_every=max(half, 1))
+    mid = squared_distance(engine, x_star, relative=True)
+    engine.run(rounds - half, log_every=max(rounds - half, 1))
+    x = engine.block.x
+    return {"distance": squared_distance(engine, x_star, relative=True), "distance_half": mid,
+            "consensus": float(((x - engine.mean_model()) ** 2).sum(1).mean()) / _norm(x_star) ** 2,
+            **_losses(engine)}
+
+
+def _median(rows: list[Row], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def _ratio(results: Results, key: tuple[str, str, str], rows: list[Row]) -> str:
+    ref = _median(results[(key[0], key[1], NETWORKS[0])], "bits")
+    return f"{_median(rows, 'bits') / ref:.3f}" if ref > 0 else "—"
+
+
+def averaging_table(results: Results) -> str:
+    """The averaging table of docs/network.md (medians over the seeds)."""
+    lines = ["| method | compressor | network | consensus error (rel.) | drift of the average "
+             "| error to the exact average (worst node) | messages lost | bits/node "
+             "| bits vs no loss |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, rows in results.items():
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {_median(rows, 'consensus'):.3g} "
+                     f"| {_median(rows, 'drift'):.3g} | {_median(rows, 'exact'):.3g} "
+                     f"| {_median(rows, 'lost'):.0f} | {_median(rows, 'bits'):.4g} "
+                     f"| {_ratio(results, key, rows)} |")
+    return "\n".join(lines)
+
+
+def optimization_table(results: Results, rounds: int) -> str:
+    """The least-squares table of docs/network.md (medians over the seeds)."""
+    lines = [f"| method | compressor | network | distance to x* (rel.), round {rounds} "
+             f"| at round {rounds // 2} | consensus error (rel.) | messages lost | bits/node "
+             "| bits vs no loss |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, rows in results.items():
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {_median(rows, 'distance'):.3g} "
+                     f"| {_median(rows, 'distance_half'):.3g} | {_median(rows, 'consensus'):.3g} "
+                     f"| {_median(rows, 'lost'):.0f} | {_median(rows, 'bits'):.4g} "
+                     f"| {_ratio(results, key, rows)} |")
+    return "\n".join(lines)
+
+
+def measure(run: Callable[[str, str, str, int, int], Row], methods: Iterable[tuple[str, str]],
+            seeds: list[int], rounds: int) -> Results:
+    """Every (method, network) setting over every seed."""
+    results: Results = {}
+    for algorithm, compressor in methods:
+        for network in NETWORKS:
+            rows = [run(algorithm, compressor, network, seed, rounds) for seed in seeds]
+            if not all(math.isfinite(v) for r in rows for v in r.values()):
+                raise SystemExit(f"{algorithm} {compressor} {network}: a non-finite result")
+            results[(algorithm, compressor, network)] = rows
+        print(f"done: {algorithm} {compressor}", file=sys.stderr, flush=True)
+    return results
+
+
+def main(argv: list[str] | None = None) -> str:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=1000, help="rounds per run")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds (median)")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    averaging = averaging_table(measure(averaging_run, AVERAGING, args.seeds, args.rounds))
+    optimization = optimization_table(measure(optimization_run, OPTIMIZERS, args.seeds,
+                                              args.rounds), args.rounds)
+    seeds = " ".join(map(str, args.seeds))
+    out = (f"Averaging: {NODES} nodes on a ring, d = {CONSENSUS_DIM}, {args.rounds} rounds, "
+           f"median over seeds {seeds}\n\n{averaging}\n\n"
+           f"Least squares: {NODES} nodes on a ring, d = {LSQ_DIM}, {LSQ_SAMPLES} samples per "
+           f"node, heterogeneity {LSQ_HETEROGENEITY:g}, {args.rounds} rounds, median over seeds "
+           f"{seeds}\n\n{optimization}")
+    print(out)
+    print(f"\n({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    return out
+
+
+if __name__ == "__main__":
+    main()

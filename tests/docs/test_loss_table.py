@@ -1,0 +1,69 @@
+"""docs/network.md's loss-rate table is the one benchmarks/bench_loss.py prints, and the
+benchmark runs end to end (on a tiny round budget: the real one takes minutes)."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+from types import ModuleType
+
+from tests.helpers.launch import ROOT
+
+DOC = ROOT / "docs" / "network.md"
+SECTION = "## Measured: what loss does to each method"
+
+
+def bench() -> ModuleType:
+    """benchmarks/bench_loss.py as a module (the benchmarks are files, not a package)."""
+    spec = importlib.util.spec_from_file_location("_bench_loss", ROOT / "benchmarks" / "bench_loss.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def fake(methods, keys: tuple[str, ...], networks) -> dict:
+    row = dict.fromkeys(keys, 0.5) | {"bits": 8.0}
+    return {(alg, comp, net): [row] for alg, comp in methods for net in networks}
+
+
+def rounds_in_doc(text: str) -> int:
+    """The ``--rounds`` of the command the docs' table was made with (the benchmark's default
+    when the command gives none)."""
+    command = next(line for line in text.splitlines()
+                   if line.strip().startswith("python benchmarks/bench_loss.py"))
+    words = command.split("#")[0].split()
+    return int(words[words.index("--rounds") + 1]) if "--rounds" in words else 1000
+
+
+def test_docs_table_is_the_benchmarks():
+    b = bench()
+    text = DOC.read_text()
+    assert SECTION in text
+    measured = text[text.index(SECTION):]
+    averaging = b.averaging_table(fake(b.AVERAGING, ("consensus", "drift", "exact", "lost"),
+                                       b.NETWORKS))
+    optimization = b.optimization_table(
+        fake(b.OPTIMIZERS, ("distance", "distance_half", "consensus", "lost"), b.NETWORKS),
+        rounds_in_doc(measured))
+    for table, methods in ((averaging, b.AVERAGING), (optimization, b.OPTIMIZERS)):
+        assert table.splitlines()[0] in measured  # the same columns
+        for alg, comp in methods:
+            for net in b.NETWORKS:  # one row per (method, network)
+                assert measured.count(f"| {alg} | {comp} | {net} | ") == 1, (alg, comp, net)
+
+
+def test_benchmark_runs_end_to_end():
+    b = bench()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        out = b.main(["--rounds", "4", "--seeds", "0"])
+    lines = out.splitlines()
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| method")]
+    assert len(rows) == (len(b.AVERAGING) + len(b.OPTIMIZERS)) * len(b.NETWORKS)
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in rows]
+    ideal = [c for c in cells if c[2] == "none"]
+    assert len(ideal) == len(b.AVERAGING) + len(b.OPTIMIZERS)
+    assert all(c[-3] == "0" and c[-1] == "1.000" for c in ideal)  # nothing lost, every bit sent
+    lossy = [c for c in cells if c[2] == "loss=0.3"]
+    assert all(int(c[-3]) > 0 and float(c[-1]) < 1 for c in lossy)  # a lost message sends no bits
