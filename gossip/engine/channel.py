@@ -106,6 +106,9 @@ class Channel:
         self.compressor = block.stream_compressor(name) if own_compressor else block.compressor
         self.rng = block.stream_rng(name) if own_compressor else block.rng
         self.arcs: _ArcCopies | None = None
+        self.wide = block.x.dtype in (torch.float16, torch.bfloat16)
+        """Half-precision models keep the copies in float32: a copy is a running sum of small
+        increments, which 16 bits round away (CHOCO-SGD's ``s`` drifted on bfloat16 models)."""
         self.copy: torch.Tensor | None = None
         """``h``, the public copies ([m, d], in ``block.state``; None without memory)."""
         self.mixed: torch.Tensor | None = None
@@ -122,6 +125,7 @@ class Channel:
         self._send: torch.Tensor | None = None  # the rows a message is built in
         self._in_flight = False  # sent, not yet mixed: the send rows hold the message
         self._pair: list[torch.Tensor] | None = None  # ẑ, ẑm when they are not the copies
+        self._wide_pair: tuple[torch.Tensor, torch.Tensor] | None = None  # float32 ẑ, ẑm
         self._gap: torch.Tensor | None = None
         self._own: torch.Tensor | None = None
         self._plans = IdentityCache(limit=4)  # the weighted plan per round plan
@@ -132,7 +136,10 @@ class Channel:
         and one decode updates both in place."""
         st = self.block.state
         if keys[0] not in st or keys[1] not in st:
-            if self.alpha == 1.0:
+            if self.wide:
+                st[keys[0]], st[keys[1]] = (torch.zeros_like(self.block.x, dtype=torch.float32)
+                                            for _ in range(2))
+            elif self.alpha == 1.0:
                 st[keys[0]], st[keys[1]] = self.block.stacked(2)
             else:
                 st[keys[0]], st[keys[1]] = (torch.zeros_like(self.block.x) for _ in range(2))
@@ -211,6 +218,8 @@ class Channel:
             return a, b
         if scale != 1.0 or own_weight is not None or not add:
             raise ConfigError("scale, own_weight and add go with into=")
+        if self.wide and self.copy is not None:
+            return self._mix_wide(inbox, plan)
         if self.alpha == 1.0:  # ẑ, ẑm are the new copies: decode into them
             block.mix_into(self.mixed, inbox, inbox, copy=self.copy, plan=plan)
             self._in_flight = False
@@ -230,6 +239,32 @@ class Channel:
             a = self.alpha
             self.copy.mul_(1.0 - a).add_(z_hat, alpha=a)
             self.mixed.mul_(1.0 - a).add_(z_mix, alpha=a)
+        return z_hat, z_mix
+
+    def _mix_wide(self, inbox: Any, plan: MixPlan) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`mix` with float32 copies (a half-precision model): the messages are decoded
+        and mixed in the model's dtype, ``C(q_i)`` and ``Σ_j m_ij C(q_j)``, then added to the
+        copies in float32 (the increments keep their 16-bit relative precision, the sums lose
+        nothing). α = 1 returns the copies; otherwise ``ẑ = h + C(q)``, ``ẑm = hm + ΣmC(q)``
+        in float32 buffers, and the copies move by α of the increments."""
+        if self._pair is None:
+            self._pair = self.block.stacked(2)
+        d_hat, d_mix = self._pair
+        d_hat.zero_()
+        d_mix.zero_()
+        self.block.mix_into(d_mix, inbox, inbox, copy=d_hat, plan=plan)
+        self._in_flight = False
+        if self.alpha == 1.0:
+            self.copy.add_(d_hat)
+            self.mixed.add_(d_mix)
+            return self.copy, self.mixed
+        if self._wide_pair is None:
+            self._wide_pair = (torch.empty_like(self.copy), torch.empty_like(self.mixed))
+        z_hat, z_mix = self._wide_pair
+        torch.add(self.copy, d_hat, out=z_hat)
+        torch.add(self.mixed, d_mix, out=z_mix)
+        self.copy.add_(d_hat, alpha=self.alpha)
+        self.mixed.add_(d_mix, alpha=self.alpha)
         return z_hat, z_mix
 
     def gap(self, inbox: Any = None) -> torch.Tensor:
