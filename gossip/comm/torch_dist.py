@@ -9,6 +9,7 @@ rank ends the run with :class:`CommTimeout` naming it, as under MPI.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
 import sys
@@ -28,7 +29,9 @@ def init_process_group(backend: str, timeout: float) -> None:
     """Join the process group of a ``torchrun`` job (unless the script already did).
 
     ``nccl`` also gets gloo for CPU tensors (``cpu:gloo,cuda:nccl``); ``timeout`` bounds the
-    rendezvous."""
+    rendezvous. A group joined here is destroyed when the interpreter exits
+    (:func:`destroy_process_group`), so torch does not warn that it was left alive; one the
+    script initialised itself stays the script's to destroy."""
     if dist.is_initialized():
         return
     if backend == "nccl" and not torch.cuda.is_available():
@@ -46,6 +49,17 @@ def init_process_group(backend: str, timeout: float) -> None:
                 "mpi, whose CUDA messages go through host memory")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % gpus)
     dist.init_process_group(spec, timeout=datetime.timedelta(seconds=timeout))
+    atexit.register(destroy_process_group)
+
+
+def destroy_process_group() -> None:
+    """Tear the default process group (and the groups made beside it) down, if still alive.
+
+    Registered with :mod:`atexit` by :func:`init_process_group`: every rank of a finished run
+    reaches it, after its last message. An exit by :meth:`TorchLink.abort` (``os._exit``)
+    skips it, as it should: a rank ending a failed job must not wait on its peers."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class TorchLink(Link):

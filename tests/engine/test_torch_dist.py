@@ -42,6 +42,20 @@ def test_consensus_script_under_torchrun(tmp_path):
     assert (tmp_path / "t.png").stat().st_size > 0
 
 
+def test_a_finished_run_destroys_its_process_group(tmp_path):
+    """A torchrun run that ends normally tears its process group down before the interpreter
+    exits (NCCL otherwise warns that destroy_process_group() was not called): the check's exit
+    hook, which runs after the run's, finds no group alive on either rank, and stderr has no
+    such warning."""
+    res = run_torchrun(2, ["tests/helpers/torch_exit_check.py", "experiments/consensus.py",
+                           "--transport", "gloo", "--nodes", "4", "--dim", "8", "--rounds", "3",
+                           "--out", str(tmp_path / "r.jsonl")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("process group alive at exit: False") == 2, res.stdout
+    assert "alive at exit: True" not in res.stdout
+    assert "destroy_process_group" not in res.stderr, res.stderr
+
+
 def test_silent_rank_is_named(tmp_path):
     """A rank that stops answering (SIGSTOP) ends the torchrun job: its neighbors' deadline
     (5 s) fires and names it, and torchrun stops the rest instead of hanging."""
