@@ -42,6 +42,7 @@ from gossip.cli import (  # noqa: E402
     positive_int,
     run_label,
     setup,
+    target_note,
     torch_dtype,
 )
 
@@ -304,15 +305,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows.append({"run": label, "final": result.records[-1]["distance_to_optimum"],
                      "rounds": reached["round"] if reached else None,
                      "bits": reached["bits_per_node"] if reached else None,
-                     "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status})
+                     "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status,
+                     "last_round": result.records[-1].get("round") if result.records else None})
     logger.close()
     if world.is_root:
         print(f"| run | final distance to x* | rounds to {args.target:g} | bits/node to "
               f"{args.target:g} | ms/round | status |\n|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['run']} | {r['final']:.3g} | {r['rounds'] if r['rounds'] is not None else 'not reached'}"
-                  f" | {'—' if r['bits'] is None else format(r['bits'], '.3g')} | {r['ms']:.3f} "
+            missed = r["rounds"] is None
+            print(f"| {r['run']} | {r['final']:.3g} | {'not reached' if missed else r['rounds']}"
+                  f" | {'not reached' if missed else format(r['bits'], '.3g')} | {r['ms']:.3f} "
                   f"| {r['status']} |")
+        note = target_note([(r["run"], r["last_round"]) for r in rows if r["rounds"] is None],
+                           args.target, "distance to x*", "--iterations")
+        if note:
+            print(note)
         if args.plot:
             from gossip.plot import plot_runs
 
