@@ -471,6 +471,9 @@ class Checkpointer:
             now = ours.get(k, _MISSING)
             if default is not _MISSING and now == default:
                 left_out.append(f"{flag} (checkpoint {shown(k)}, default {_show(now)})")
+            elif default is not _MISSING and theirs.get(k, _MISSING) == default:
+                changed.append(f"{flag}: checkpoint left it out (default {shown(k)}), "
+                               f"now {_show(now)}")
             else:
                 changed.append(f"{flag}: checkpoint {shown(k)}, now {_show(now)}")
             then = theirs.get(k, _MISSING)

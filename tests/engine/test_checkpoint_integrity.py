@@ -71,6 +71,16 @@ def test_refused_resume_leaves_the_log_and_names_only_the_differing_keys(finishe
     assert "changed:" not in res.stderr and log.read_bytes() == before
 
 
+def test_a_flag_given_only_now_says_the_checkpoint_left_it_out(finished, tmp_path):
+    """A flag the checkpointed run left at its default and this one gives reads as such, not
+    as a raw "checkpoint None"."""
+    res = run_py([*ARGS, "--rounds", "12", "--shape", "4x4", "--out", str(tmp_path / "s.jsonl"),
+                  "--resume", str(copy_of(finished, tmp_path))])
+    err = clean_error(res, "changed: --shape: checkpoint left it out (default None), now '4x4'",
+                      "(without --shape)")
+    assert "checkpoint None" not in err
+
+
 def test_a_flipped_bit_falls_back_to_the_older_round(finished, tmp_path):
     ck = copy_of(finished, tmp_path)
     node = ck / "run00" / "round-000012" / "node-0001.pt"
