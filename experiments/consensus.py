@@ -32,6 +32,7 @@ from gossip.cli import (  # noqa: E402
     exit_status,
     gamma_value,
     guarded,
+    positive_float,
     positive_int,
     read_npy,
     setup,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gossip.consensus")
 
-MEMORY_FLAGS = "--nodes, --dim or --shape (or run under mpiexec to spread the nodes over ranks)"
+MEMORY_FLAGS = "--nodes, --dim or --shape"
 
 
 def averaging() -> list[str]:
@@ -78,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="'gaussian' (x_i ~ N(0, I), seeded per node) or a .npy file of shape "
                         "(n, d) or (n, m, k); d or (m, k) are then read from the file")
     g.add_argument("--rounds", type=positive_int, default=1000, help="rounds per run")
-    g.add_argument("--target", type=float, default=1e-6,
+    g.add_argument("--target", type=positive_float, default=1e-6,
                    help="consensus error, relative to the initial one, that counts as reached")
     add_run_arguments(p)
     add_list_argument(p, algorithms=averaging)

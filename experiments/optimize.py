@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="gradient estimator (sampled ones need a finite-sum problem)")
     a.add_argument("--batch-size", type=positive_int, default=1, help="samples per sampled gradient")
     a.add_argument("--iterations", type=positive_int, default=300, help="rounds per run")
-    a.add_argument("--target", type=float, default=1e-8,
+    a.add_argument("--target", type=positive_float, default=1e-8,
                    help="distance to optimum counted as reached in the table")
     add_federated_arguments(p)
     add_run_arguments(p)
@@ -114,8 +114,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_args_with_config(p, argv)  # --config run.toml; flags override it
 
 
-MEMORY_FLAGS = ("--nodes, --dim or --samples-per-node (or run under mpiexec to spread the nodes "
-                "over ranks)")
+MEMORY_FLAGS = "--nodes, --dim or --samples-per-node"
 
 
 def problem_bytes(args: argparse.Namespace, n: int | None) -> dict[str, float]:
@@ -329,4 +328,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    guarded(lambda: exit_status(main()))
+    guarded(lambda: exit_status(main()), memory_hint=MEMORY_FLAGS)

@@ -375,7 +375,8 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
     of ``compressors`` and, under MPI, one received per remote neighbor; ``extra`` adds the
     script's own allocations (a problem's data). Without a ``topology`` (the check before it is
     built, from ``nodes``) the graph is counted at its smallest. Under MPI the share of the rank
-    with the most nodes is checked. ``lower``: the flags named in the refusal.
+    with the most nodes is checked. ``lower``: the flags named in the refusal (which adds how
+    more processes would help, :func:`spread_hint`).
     """
     from gossip import memory
 
@@ -398,7 +399,19 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
     for name, nbytes in (extra or {}).items():
         fp.add(name, nbytes)
     where = f"rank {world.rank}'s share: {local} of {n} nodes" if world.size > 1 else ""
-    memory.check(fp, lower=lower, limit=getattr(args, "max_memory", None), where=where)
+    memory.check(fp, lower=lower + spread_hint(world.size, local), where=where,
+                 limit=getattr(args, "max_memory", None))
+
+
+def spread_hint(size: int, local: int) -> str:
+    """How more processes would shrink each one's share of the nodes, for a memory refusal of
+    a world of ``size`` processes whose largest share is ``local`` nodes ("" when every
+    process already hosts one node)."""
+    if local <= 1:
+        return ""
+    if size <= 1:
+        return " (or start it on several processes, e.g. mpiexec -n 4, to spread the nodes over them)"
+    return f" (or start more than {size} processes, up to one per node, to spread the nodes further)"
 
 
 def check_outputs(args: argparse.Namespace, root: bool = True) -> None:

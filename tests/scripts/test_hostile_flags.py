@@ -40,6 +40,9 @@ CASES = [
     (C, "--nodse 4"),
     (T, "--model nosuchnet"), (T, "--lr nan"), (T, "--epochs -1"), (T, "--batch-size 0"),
     (T, "--dataset nosuchdata"), (T, "--algorithm chocolate"),
+    (T, "--hidden 1000000000"), (T, "--model cnn --width 100000"), (T, "--nodes 100000000"),
+    (T, "--eval-every inf"), (T, "--warmup-epochs -3"), (T, "--milestones 1 nan"),
+    (T, "--lr-decay 0"), (T, "--tune-fraction nan"), (C, "--target nan"), (O, "--target -1"),
     (P, "/nonexistent.toml"), (P, "--only x"),
 ]
 
@@ -68,3 +71,23 @@ def test_hostile_flags_end_in_one_error_line_with_status_2():
         if res.returncode != 2 or "Traceback" in res.stderr or not lines:
             bad.append(f"{script} {flags}: exit {res.returncode}: {res.stderr.strip()[-300:]}")
     assert not bad, "\n".join(bad)
+
+
+def test_a_memory_refusal_says_how_more_processes_would_help():
+    """In process: start it on several; under a world: more processes than it has, up to one
+    per node; a world of one node per process is told nothing about spreading."""
+    from gossip.cli import spread_hint
+
+    assert "mpiexec -n 4" in spread_hint(1, 8)
+    assert spread_hint(2, 4) == (" (or start more than 2 processes, up to one per node, to "
+                                 "spread the nodes further)")
+    assert spread_hint(8, 1) == ""
+
+
+def test_train_refuses_a_huge_model_before_building_it():
+    """The model is counted on the meta device: a 10^9-wide hidden layer is refused at once,
+    under a 3 GiB address space, with the flags that shrink it."""
+    (_, _), res = _run((T, "--hidden 1000000000 --rounds 1"))
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("error: this run needs about ") and "Traceback" not in res.stderr
+    assert "lower --nodes, --hidden or --width" in res.stderr
