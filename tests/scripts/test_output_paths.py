@@ -108,3 +108,20 @@ def test_a_file_size_limit_on_the_checkpoint_keeps_the_last_good_round(tmp_path)
                str(tmp_path / "r.jsonl")])
     assert res.returncode == 0, res.stderr
     assert "resumed from the checkpoint of round" in res.stderr
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--out", "/dev/full"], "error: --out /dev/full is not a directory"),
+    (["--plot", "digits.zzz"], "'.zzz' is not an image format matplotlib writes"),
+])
+def test_federated_digits_checks_its_paths_before_the_first_run(tmp_path, flags, needle):
+    """federated_digits.py's --out is a folder of logs and --plot an image: a path that cannot
+    be either is one error: line, status 2, before any training (no log folder made)."""
+    logs = tmp_path / "logs"
+    args = ["--out", str(logs), *(str(tmp_path / f) if f.endswith(".zzz") else f for f in flags)]
+    res = subprocess.run([sys.executable, "experiments/federated_digits.py", "--only", "FedAvg",
+                          "--rounds", "1", *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)))
+    assert res.returncode == 2, res.stderr
+    one_error(res, needle)
+    assert not logs.exists()
