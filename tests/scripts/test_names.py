@@ -110,3 +110,23 @@ def test_a_misspelt_flag_gets_a_suggestion(name, typo, flag, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert f"unrecognized arguments: {typo} --zzzzzzzz (did you mean {flag}?)" in err, err
+
+
+def test_python_m_gossip_list_prints_what_list_prints():
+    """``python -m gossip list [KIND]``: the same listing as a script's --list, no torch; an
+    unknown kind is argparse's one line and status 2."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    code = ("import runpy, sys; sys.argv = ['gossip', *sys.argv[1:]]\n"
+            "try:\n    runpy.run_module('gossip', run_name='__main__')\n"
+            "finally:\n    print('torch imported' if 'torch' in sys.modules else 'no torch', file=sys.stderr)")
+    run = lambda *a: subprocess.run([sys.executable, "-c", code, *a], cwd=ROOT, env=env,  # noqa: E731
+                                    capture_output=True, text=True, timeout=120)
+    res = run("list")
+    assert res.returncode == 0 and res.stderr.strip() == "no torch", res.stderr
+    from gossip.cli import listing
+
+    assert res.stdout == listing() + "\n" and "topologies (--topology):" in res.stdout
+    res = run("list", "weights")
+    assert res.stdout.startswith("weights (--weights): metropolis") and res.returncode == 0
+    res = run("list", "bogus")
+    assert res.returncode == 2 and "invalid choice: 'bogus'" in res.stderr
