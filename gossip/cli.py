@@ -722,9 +722,32 @@ def out_of_memory(exc: BaseException) -> str | None:
 def _fail(world: World, text: str, code: int, at_once: bool):
     """End the job with ``text`` as one ``error:`` line and exit status ``code``."""
     text = text if text.startswith("error:") else f"error: {text}"
+    tell_torchrun(text)
     if not _stop_job(world, text, code, at_once=at_once):
         print(text, file=sys.stderr, flush=True)
     raise SystemExit(code) from None
+
+
+TORCHRUN_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+"""Where torchrun asks each worker to leave its error (the path, in the worker's environment)."""
+
+
+def tell_torchrun(text: str) -> None:
+    """Under torchrun, leave ``text`` in the worker's error file: torchrun's failure summary
+    (the ``ChildFailedError`` report it prints after any worker fails) then shows this line as
+    the root cause instead of "traceback: To enable traceback see ...". Elsewhere nothing."""
+    import json
+
+    path = os.environ.get(TORCHRUN_ERROR_FILE)
+    if not path:
+        return
+    data = {"message": {"message": text, "extraInfo": {"py_callstack": text,
+                                                       "timestamp": str(int(time.time()))}}}
+    try:
+        with open(path, "w") as fh:
+            json.dump(data, fh)
+    except OSError:  # torchrun then reports the exit status alone, as before
+        pass
 
 
 AGREE_S = 3.0  # seconds the ranks take to find that all of them met the same error

@@ -191,3 +191,22 @@ def test_a_problem_in_another_dtype_is_refused_before_round_1(problem_dtype):
         Engine(make_algorithm("dpsgd", eta=0.01), topologies.build("ring", 4),
                lambda i: torch.zeros(10, dtype=engine_dtype),
                oracles=lambda i, gen: problem.oracle(i, gen), dtype=engine_dtype)
+
+
+def test_an_error_line_is_left_for_torchrun(tmp_path, monkeypatch):
+    """gossip.cli.tell_torchrun writes the worker's error file torchrun names (its failure
+    summary reads the line from it), and does nothing outside torchrun."""
+    import json
+
+    from gossip.cli import TORCHRUN_ERROR_FILE, tell_torchrun
+
+    monkeypatch.delenv(TORCHRUN_ERROR_FILE, raising=False)
+    tell_torchrun("error: x")  # no file named: nothing written, no error
+    path = tmp_path / "error.json"
+    monkeypatch.setenv(TORCHRUN_ERROR_FILE, str(path))
+    tell_torchrun("error: --rounds: bad")
+    message = json.loads(path.read_text())["message"]
+    assert message["message"] == message["extraInfo"]["py_callstack"] == "error: --rounds: bad"
+    assert int(message["extraInfo"]["timestamp"]) > 0
+    monkeypatch.setenv(TORCHRUN_ERROR_FILE, str(tmp_path / "missing" / "error.json"))
+    tell_torchrun("error: y")  # an unwritable path is ignored

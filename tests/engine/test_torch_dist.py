@@ -56,6 +56,19 @@ def test_a_finished_run_destroys_its_process_group(tmp_path):
     assert "destroy_process_group" not in res.stderr, res.stderr
 
 
+def test_torchruns_failure_summary_shows_the_error_line():
+    """A configuration error under torchrun: the one error: line, and torchrun's own failure
+    report (printed after any worker fails) names that line as the root cause instead of
+    "To enable traceback see ..."."""
+    res = run_torchrun(2, ["experiments/consensus.py", "--transport", "gloo", "--nodes", "4",
+                           "--dim", "8", "--rounds", "3", "--algorithm", "chocoo"])
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert out.count("[rank 0] error: --algorithm: unknown algorithm 'chocoo'") == 1, out
+    assert "traceback : error: --algorithm: unknown algorithm 'chocoo'" in out, out
+    assert "To enable traceback see" not in out, out
+
+
 def test_silent_rank_is_named(tmp_path):
     """A rank that stops answering (SIGSTOP) ends the torchrun job: its neighbors' deadline
     (5 s) fires and names it, and torchrun stops the rest instead of hanging."""
