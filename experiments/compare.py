@@ -363,6 +363,20 @@ def table(rows: list[tuple[str, list[dict], dict, str]], metric: str, columns: l
     return "\n".join(lines)
 
 
+def check_out(out: Path, where: str, no_run: bool) -> None:
+    """Before any run: the sweep's output folder can be made and written (``where`` names the
+    flag or key that gave it); with ``--no-run`` it must exist, since the logs are read from it."""
+    from gossip.outputs import check_writable
+
+    if no_run and not out.is_dir():
+        what = "is not a directory" if out.exists() else "does not exist"
+        raise SystemExit(f"error: --no-run reads the logs in {out}, which {what}; "
+                         f"run the sweep first (without --no-run) or give --out the folder of its logs")
+    problem = check_writable(out, where, directory=True)
+    if problem:
+        raise SystemExit(problem)
+
+
 def main(argv: list[str] | None = None) -> str:
     args = parse_args(argv)
     source = args.sweep
@@ -389,6 +403,8 @@ def main(argv: list[str] | None = None) -> str:
                     validate(run, source)
     except (SweepError, ConfigFileError) as exc:
         raise SystemExit(f"error: {exc}") from None
+    if not args.dry_run:
+        check_out(out, "--out" if args.out else f"{source}'s 'out'", args.no_run)
     if args.dry_run and any(r.script not in SCRIPTS for r in runs):
         print("note: --dry-run does not import the sweep's own script, so its flags are not "
               "checked", file=sys.stderr)
@@ -415,8 +431,15 @@ def main(argv: list[str] | None = None) -> str:
     text = table(rows, metric, list(columns), relative)
     out.mkdir(parents=True, exist_ok=True)
     commands = "\n".join(f"    {command_line(r, source)}" for r in runs)
-    (out / "table.md").write_text(f"# {title}\n\n{text}\n\nCommands:\n\n{commands}\n",
-                                  encoding="utf-8")
+    try:
+        (out / "table.md").write_text(f"# {title}\n\n{text}\n\nCommands:\n\n{commands}\n",
+                                      encoding="utf-8")
+    except OSError as exc:
+        from gossip.errors import OutputError
+        from gossip.outputs import os_reason, write_fix
+
+        raise OutputError(f"cannot write the table {out / 'table.md'}: {os_reason(exc)}; "
+                          f"{write_fix(exc.errno)}") from None
     print(text)
     from gossip.plot import plot_runs
 
