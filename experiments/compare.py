@@ -238,6 +238,8 @@ def validate(run: Run, source: str) -> None:
     if parse is None:
         return
     err = io.StringIO()
+    argv0 = sys.argv[0]
+    sys.argv[0] = str(script_path(run.script, source))  # argparse names the run's script
     try:
         with contextlib.redirect_stderr(err):
             parse(run.argv)
@@ -245,6 +247,8 @@ def validate(run: Run, source: str) -> None:
         if exc.code not in (0, None):
             msg = err.getvalue().strip().splitlines()
             raise SweepError(f"{source}: run '{run.label}': {msg[-1] if msg else exc}") from None
+    finally:
+        sys.argv[0] = argv0
 
 
 def execute(run: Run, source: str) -> None:

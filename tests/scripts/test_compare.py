@@ -115,3 +115,11 @@ def test_no_run_without_the_logs_folder_says_so(tmp_path):
                               "not exist; run the sweep first (without --no-run) or give --out the "
                               "folder of its logs")
     assert not (tmp_path / "never").exists()
+
+
+def test_a_mistyped_set_names_the_runs_script_and_the_flag_meant():
+    compare = script("compare")
+    with pytest.raises(SystemExit) as exc:
+        compare.main([str(CONFIGS / "sweep_consensus.toml"), "--set", "rouns=5", "--dry-run"])
+    assert str(exc.value).endswith("run 'exact gossip': consensus.py: error: unrecognized "
+                                   "arguments: --rouns=5 (did you mean --rounds?)")
