@@ -14,8 +14,9 @@ import pytest
 
 from tests.helpers.launch import ROOT
 
-C, O, T, P = ("experiments/consensus.py", "experiments/optimize.py", "experiments/train.py",
-              "experiments/compare.py")
+C, O, T, P, F = ("experiments/consensus.py", "experiments/optimize.py", "experiments/train.py",
+                 "experiments/compare.py", "experiments/federated_digits.py")
+SWEEP = "experiments/configs/sweep_consensus.toml"
 CASES = [
     (C, "--nodes 0"), (C, "--nodes -3"), (C, "--nodes 1000000 --dim 1000000"),
     (C, "--dim 1000000000000"), (C, "--shape 100000000x100000000"), (C, "--shape 3xq"),
@@ -43,7 +44,9 @@ CASES = [
     (T, "--hidden 1000000000"), (T, "--model cnn --width 100000"), (T, "--nodes 100000000"),
     (T, "--eval-every inf"), (T, "--warmup-epochs -3"), (T, "--milestones 1 nan"),
     (T, "--lr-decay 0"), (T, "--tune-fraction nan"), (C, "--target nan"), (O, "--target -1"),
-    (P, "/nonexistent.toml"), (P, "--only x"),
+    (P, "/nonexistent.toml"), (P, "--only x"), (P, f"{SWEEP} --out /dev/full"),
+    (P, f"{SWEEP} --no-run --out /nonexistent/logs"), (P, f"{SWEEP} --set rouns=5"),
+    (F, "--rounds 0"), (F, "--only nosuch"), (F, "--out /dev/full"), (F, "--plot fd.zzz"),
 ]
 
 
