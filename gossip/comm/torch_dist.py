@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import datetime
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -108,10 +109,8 @@ class TorchLink(Link):
                 finished = handle.wait_until(deadline)
             except RuntimeError as exc:
                 if "Timed out" not in str(exc):
-                    raise CommError(
-                        f"{what.format(timeout=f'{timeout:g} s')} {peers[k][0]}: "
-                        f"torch.distributed error on rank {self.rank}: {' '.join(str(exc).split())}"
-                        " (a peer died?)", round=round, rank=self.rank) from exc
+                    raise CommError(_broken(what, peers[k][0], exc), round=round,
+                                    rank=self.rank) from exc
                 finished = False
             if not finished:
                 pending = [p for h, p in zip(handles, peers) if h is handle]
@@ -128,6 +127,19 @@ class TorchLink(Link):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _broken(what: str, peer: str, exc: BaseException) -> str:
+    """The line for a wait that failed at once (a peer's connection reset: it died or was
+    killed), from the wait's ``what`` ("round t: rank r waited {timeout} for a message from")
+    without the wait it did not do, and the library's reason without its source location."""
+    head, _, rest = what.partition(" waited {timeout} ")
+    text = " ".join(str(exc).split())
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text)  # gloo's "[.../pair.cc:537] "
+    reason = text.split(". ")[0].rstrip(".")
+    return (f"{head}: the connection broke while it waited {rest or 'for'} {peer} "
+            f"(torch.distributed: {reason}); did that rank die or get killed? its own output, "
+            "above, may say why")
 
 
 class _Handle:

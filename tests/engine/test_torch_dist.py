@@ -3,6 +3,7 @@ ranks, wrong backends and a missing launcher fail with one clear line."""
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 
@@ -76,6 +77,20 @@ def test_silent_rank_is_named(tmp_path):
                                signal.SIGSTOP, settle=2.0, timeout=60)
     assert code != 0
     assert "rank(s) [2] stopped answering" in out, out[-3000:]
+
+
+def test_a_killed_rank_is_named_without_a_wait_it_did_not_do(tmp_path):
+    """SIGKILL: the neighbors' connections reset at once; the line names the killed rank and
+    gloo's reason (no "waited 5 s", no source path of gloo), and the job ends."""
+    code, out, seconds = stop_a_rank("torchrun", 3, ["tests/helpers/mpi_victim.py"], tmp_path,
+                                     signal.SIGKILL, settle=2.0, timeout=60)
+    assert code != 0 and seconds < 30
+    lines = [ln for ln in out.splitlines() if "the connection broke while it waited for" in ln]
+    # a neighbor of the killed rank names it; a rank further off may name the neighbor that
+    # exited after it (its connection closes too), so not every line names rank 2
+    assert any(re.search(r"for [^(]*\(?rank 2\)? \(torch.distributed: ", ln) for ln in lines), out
+    assert all("did that rank die or get killed?" in ln for ln in lines), out[-3000:]
+    assert not any("waited 5 s" in ln or "pair.cc" in ln for ln in lines), out[-3000:]
 
 
 def test_bad_transport_choices_say_the_fix():
