@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     p.add_argument("--out", default="results/federated_digits", help="folder of the logs")
     p.add_argument("--plot", default=None, help="image of accuracy vs rounds and vs bits")
     p.add_argument("--only", nargs="+", default=None, choices=sorted(RUNS), help="runs to make")
+    from gossip.config import suggest_flags
+
+    suggest_flags(p)
     args = p.parse_args(argv)
     check_paths(args)
     import importlib.util
