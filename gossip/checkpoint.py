@@ -428,7 +428,9 @@ class Checkpointer:
         and, if one did, all stop with the same error after the root removed ``rdir`` (the
         round being written, which the manifest does not list)."""
         code = 0 if failure is None else (failure[1].errno or -1)
-        codes = [int(c) for c in engine.node_values({i: float(code) for i in engine.nodes})]
+        codes = [int(c) for c in engine.world.node_values(
+            engine.n, {i: float(code) for i in engine.nodes},
+            what=f"the write status of round {engine.round}'s checkpoint from")]
         if not any(codes):
             return
         round_ = engine.round

@@ -123,16 +123,17 @@ class World:
         return Transport(self.placement(n), rank=self.rank, link=self.link, timeout=self.timeout)
 
     # -- collectives (point to point, every wait against the deadline) ---------------------
-    def node_values(self, n: int, local: Mapping[int, float]) -> np.ndarray:
-        """All nodes' scalars (float64, indexed by node) on every process."""
+    def node_values(self, n: int, local: Mapping[int, float],
+                    what: str = "metrics: the per-node values of") -> np.ndarray:
+        """All nodes' scalars (float64, indexed by node) on every process; ``what`` names the
+        exchange in a timeout ("metrics: ..." for the metrics, else what it is for)."""
         mine = np.array([local[i] for i in sorted(local)], dtype=np.float64)
         if self.link is None:
             return mine
         placement = self.placement(n)
         sizes = [placement.count(r) * 8 for r in range(self.size)]
         out = np.empty(n, dtype=np.float64)
-        self._all_to_all(mine.view(np.uint8), out.view(np.uint8), sizes, _TAG_VALUES,
-                         "metrics: the per-node values of")
+        self._all_to_all(mine.view(np.uint8), out.view(np.uint8), sizes, _TAG_VALUES, what)
         return out
 
     def ordered_sum(self, n: int, local: Mapping[int, torch.Tensor]) -> torch.Tensor:
