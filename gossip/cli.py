@@ -429,11 +429,10 @@ def check_outputs(args: argparse.Namespace, root: bool = True) -> None:
         problem = None if path is None else check_writable(path, flag, directory)
         if problem:
             raise SystemExit(problem)
+    check_no_overlap(args, [(flag, path) for flag, path, _ in paths
+                            if path is not None and flag != "--resume"])
     if plot is None or not root:
         return
-    if out is not None and Path(out).resolve() == Path(plot).resolve():
-        raise SystemExit(f"error: --plot and --out are the same file ({plot}); the plot would "
-                         "overwrite the log: give the plot its own name, e.g. run.png")
     suffix = Path(plot).suffix.lower().lstrip(".")
     if suffix:
         try:
@@ -447,6 +446,35 @@ def check_outputs(args: argparse.Namespace, root: bool = True) -> None:
         if suffix not in formats:
             raise SystemExit(f"error: --plot {plot}: '.{suffix}' is not an image format matplotlib "
                              f"writes; use one of {', '.join('.' + f for f in sorted(formats))}")
+
+
+INPUT_FLAGS = (("config", "--config"), ("init", "--init"), ("data", "--data"),
+               ("topology", "--topology"))
+"""The flags that may name a file a run reads, which no output may overwrite."""
+
+
+def check_no_overlap(args: argparse.Namespace, outputs: list[tuple[str, str]]) -> None:
+    """Refuse outputs (``(flag, path)``: --out, --plot, --checkpoint-dir) that name the same
+    path as each other, or as a file the run reads (:data:`INPUT_FLAGS`): the run would write
+    over its own input (a --config or --init file) or its log over its checkpoints."""
+    seen: dict[Path, str] = {}
+    for flag, path in outputs:
+        where = Path(path).resolve()
+        if where in seen:
+            if {flag, seen[where]} == {"--out", "--plot"}:
+                raise SystemExit(f"error: --plot and --out are the same file ({path}); the plot "
+                                 "would overwrite the log: give the plot its own name, e.g. run.png")
+            raise SystemExit(f"error: {seen[where]} and {flag} are the same path ({path}); give "
+                             "each its own name")
+        seen[where] = flag
+    for dest, flag in INPUT_FLAGS:
+        value = getattr(args, dest, None)
+        if not isinstance(value, str) or not Path(value).is_file():
+            continue
+        used = seen.get(Path(value).resolve())
+        if used:
+            raise SystemExit(f"error: {used} {value} is the {flag} file this run reads; writing "
+                             f"there would destroy it: give {used} another path")
 
 
 def read_npy(path: str, flag: str) -> np.ndarray:

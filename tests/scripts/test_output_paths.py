@@ -125,3 +125,27 @@ def test_federated_digits_checks_its_paths_before_the_first_run(tmp_path, flags,
     assert res.returncode == 2, res.stderr
     one_error(res, needle)
     assert not logs.exists()
+
+
+def test_an_output_over_an_input_file_is_refused_and_the_input_kept(tmp_path):
+    """--out naming the --config file (or --plot the --init file) would destroy the input the
+    run reads: refused before the run, the file untouched."""
+    import numpy as np
+
+    config = tmp_path / "run.toml"
+    config.write_text("nodes = 4\ndim = 8\nrounds = 3\n")
+    res = run(["--config", str(config), "--out", str(config)])
+    one_error(res, f"--out {config} is the --config file this run reads", "another path")
+    assert config.read_text() == "nodes = 4\ndim = 8\nrounds = 3\n"
+    init = tmp_path / "x0.npy"
+    np.save(init, np.ones((4, 8)))
+    before = init.read_bytes()
+    res = run(["--init", str(init), "--plot", str(init)])
+    one_error(res, f"--plot {init} is the --init file this run reads")
+    assert init.read_bytes() == before
+
+
+def test_a_log_and_checkpoints_at_one_path_are_refused(tmp_path):
+    res = run(["--out", str(tmp_path / "a"), "--checkpoint-dir", str(tmp_path / "a")])
+    one_error(res, f"--out and --checkpoint-dir are the same path ({tmp_path / 'a'})")
+    assert res.returncode == 2 and not (tmp_path / "a").exists()
