@@ -18,7 +18,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     import numpy as np
@@ -701,7 +701,9 @@ def guarded(main_fn, world_of=None, memory_hint: str = DEFAULT_MEMORY_HINT):
             raise
         _fail(world_of(), str(exc.code), BAD_INPUT, at_once=False)
     except KeyboardInterrupt:
-        raise
+        if os.environ.get(DEBUG_VAR, "") not in ("", "0"):
+            raise
+        _interrupted()
     except Exception as exc:
         oom = out_of_memory(exc)
         if oom is not None:
@@ -718,6 +720,24 @@ def guarded(main_fn, world_of=None, memory_hint: str = DEFAULT_MEMORY_HINT):
             raise
         _fail(world_of(), f"internal error: {type(exc).__name__}: {one_line(str(exc))}; run with "
               f"{DEBUG_VAR}=1 for the traceback", FAILED, at_once=True)
+
+
+INTERRUPTED = 130
+"""Exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it)."""
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C outside a checkpointed run: one line (from the first rank alone; a launcher
+    hands the signal to every rank) instead of the traceback of wherever the run was."""
+    from gossip.comm.launch import launcher_rank
+
+    if launcher_rank() == 0:
+        if sys.stderr.isatty():
+            print(file=sys.stderr)  # below a progress bar's line
+        print("error: interrupted (Ctrl-C): the log (--out) keeps every record written so far, "
+              "without the run's summary; with --checkpoint-every K a run stopped so can be "
+              "continued with --resume", file=sys.stderr, flush=True)
+    raise SystemExit(INTERRUPTED) from None
 
 
 def one_line(text: str, limit: int = 400) -> str:

@@ -210,3 +210,35 @@ def test_an_error_line_is_left_for_torchrun(tmp_path, monkeypatch):
     assert int(message["extraInfo"]["timestamp"]) > 0
     monkeypatch.setenv(TORCHRUN_ERROR_FILE, str(tmp_path / "missing" / "error.json"))
     tell_torchrun("error: y")  # an unwritable path is ignored
+
+
+def test_ctrl_c_is_one_line_and_keeps_the_log(tmp_path):
+    """SIGINT (Ctrl-C) during a run without checkpoints: exit status 130, one error: line
+    instead of the traceback of wherever the run was, and every record written so far kept."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers.launch import ROOT
+
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.Popen([sys.executable, "experiments/consensus.py", "--nodes", "8", "--dim",
+                             "16", "--rounds", "10000000", "--log-every", "10", "--out", str(log)],
+                            cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and (not log.exists() or log.read_text().count('"round"') < 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert [ln for ln in err.splitlines() if ln.startswith("error:")] == [
+        "error: interrupted (Ctrl-C): the log (--out) keeps every record written so far, without "
+        "the run's summary; with --checkpoint-every K a run stopped so can be continued with "
+        "--resume"], err
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sum(r["type"] == "round" for r in records) >= 3
