@@ -84,7 +84,21 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
-positive_int.toml_type = non_negative_int.toml_type = int  # type: ignore[attr-defined]
+MAX_THREADS = 1024
+"""The most torch threads a process may ask for (torch crashes on 10^5)."""
+
+
+def thread_count(text: str) -> int:
+    """a thread count, 1 to MAX_THREADS"""
+    value = _int_at_least(text, 1)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_THREADS} threads, got {text!r} (this machine has "
+            f"{os.cpu_count() or 1} CPUs; more threads than CPUs only slow a run down)")
+    return value
+
+
+positive_int.toml_type = non_negative_int.toml_type = thread_count.toml_type = int  # type: ignore[attr-defined]
 
 
 def _int_at_least(text: str, low: int) -> int:
@@ -219,7 +233,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", choices=DTYPE_NAMES, default="float32",
                    help="floating-point type of the models (default float32)")
     g.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
-    g.add_argument("--threads", type=int, default=1,
+    g.add_argument("--threads", type=thread_count, default=1,
                    help="torch threads per process (default 1: fastest under MPI and needed for "
                         "in-process runs to equal MPI runs bit for bit)")
     g.add_argument("--transport", default="auto",
@@ -273,6 +287,11 @@ def setup(args: argparse.Namespace, before_topology: Any = None) -> tuple[World,
     from gossip.comm.world import World
 
     torch.set_num_threads(max(1, args.threads))
+    latency, timeout = getattr(args, "link_latency", 0.0) or 0.0, getattr(args, "timeout", None)
+    if timeout is not None and latency >= timeout:
+        raise SystemExit(f"error: --link-latency {latency:g} s is not shorter than --timeout "
+                         f"{timeout:g} s: each message would take longer than the wait for it; give a "
+                         "latency of a few milliseconds (e.g. 0.005), or raise --timeout above it")
     from gossip.errors import ConfigError
 
     try:
