@@ -347,6 +347,14 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
 MEMORY_FLAGS = "--nodes, --hidden or --width"
 
 
+def unused_model_flags(args: argparse.Namespace) -> list[str]:
+    """The model flags given that the chosen --model does not read: --width and --norm shape
+    the conv nets only, --hidden the MLP only (each would otherwise be dropped silently)."""
+    if args.model == "mlp":
+        return [f for f, v in (("--width", args.width), ("--norm", args.norm)) if v is not None]
+    return ["--hidden"] if list(args.hidden) != [128] else []
+
+
 def model_numel(args: argparse.Namespace, shape: tuple[int, ...], classes: int) -> int:
     """Entries of the model's parameters and buffers, counted on torch's meta device: the
     model is described, not allocated (a --hidden of 10^9 costs nothing here)."""
@@ -400,6 +408,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     try:
         train_set, test_set = load_data(args)
         shape, classes = input_shape(train_set), num_classes(train_set, test_set)
+        unused = unused_model_flags(args)
+        if unused and world.is_root:
+            log.warning("--model %s does not use %s; %s no effect on this run", args.model,
+                        " or ".join(unused), "it has" if len(unused) == 1 else "they have")
         check_model_memory(args, world, topology, model_numel(args, shape, classes))
         model = build_model(args, shape, classes)
         per_round = topology.n
