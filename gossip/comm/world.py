@@ -19,7 +19,12 @@ import numpy as np
 import torch
 
 from gossip.comm.base import Transport, check_timeout
-from gossip.comm.launch import launched_by_mpi, launched_by_torchrun, launcher_rank  # noqa: F401
+from gossip.comm.launch import (  # noqa: F401
+    launched_by_mpi,
+    launched_by_torchrun,
+    launcher_rank,
+    launcher_size,
+)
 from gossip.comm.link import Link
 from gossip.errors import CommConfigError, CommTimeout
 
@@ -49,6 +54,7 @@ class World:
             transport = ("mpi" if launched_by_mpi() else
                          "torch" if launched_by_torchrun() or _torch_initialized() else "local")
         if transport == "local":
+            _alone_or_refuse("--transport local runs every node in this process")
             return cls(None, timeout)
         if transport == "mpi":
             from mpi4py import MPI
@@ -56,6 +62,8 @@ class World:
             from gossip.comm.mpi import MPILink
 
             comm = MPI.COMM_WORLD
+            if comm.Get_size() == 1:
+                _alone_or_refuse("--transport mpi found no MPI job (a world of one process)")
             return cls(MPILink(comm) if comm.Get_size() > 1 else None, timeout)
         if not (launched_by_torchrun() or _torch_initialized()):
             raise CommConfigError(
@@ -268,6 +276,18 @@ class World:
         """Stop every process of the job (after the caller logged why)."""
         if self.link is not None:
             self.link.abort(code)
+
+
+def _alone_or_refuse(what: str) -> None:
+    """Refuse a world of one process where the launcher started several: each process would
+    run the whole job by itself, writing the same log and checkpoints at once."""
+    size = launcher_size()
+    if size > 1:
+        launcher = "torchrun" if launched_by_torchrun() else "mpiexec"
+        raise CommConfigError(
+            f"{what}, but {launcher} started {size} processes: each would run the whole job and "
+            f"write the same files; leave --transport out (auto) to join them, or start the "
+            "script without a launcher")
 
 
 def _torch_initialized() -> bool:

@@ -242,3 +242,26 @@ def test_ctrl_c_is_one_line_and_keeps_the_log(tmp_path):
         "--resume"], err
     records = [json.loads(line) for line in log.read_text().splitlines()]
     assert sum(r["type"] == "round" for r in records) >= 3
+
+
+@pytest.mark.parametrize("env, launcher", [({"PMI_SIZE": "3", "PMI_RANK": "1"}, "mpiexec"),
+                                           ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "x",
+                                             "MASTER_PORT": "1"}, "torchrun")])
+def test_a_world_of_one_under_a_launcher_of_several_is_refused(monkeypatch, env, launcher):
+    """--transport local under a launcher that started several processes: each would run the
+    whole job and write the same log, so it is refused, naming the launcher and the count."""
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(CommConfigError) as info:
+        World.detect(transport="local")
+    size = env.get("PMI_SIZE") or env["WORLD_SIZE"]
+    assert str(info.value) == (
+        f"--transport local runs every node in this process, but {launcher} started {size} "
+        "processes: each would run the whole job and write the same files; leave --transport "
+        "out (auto) to join them, or start the script without a launcher")
+
+
+def test_a_world_of_one_without_a_launcher_is_fine(monkeypatch):
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    assert World.detect(transport="local").size == 1

@@ -78,6 +78,19 @@ def test_an_error_one_rank_meets_ends_the_job_with_its_line_alone():
     assert "Abort(" not in out and "MPI_Abort" not in out, out
 
 
+def test_transport_local_under_mpiexec_is_refused_before_any_file_is_written(tmp_path):
+    """Two processes each running the whole job in process would write one log at once."""
+    from tests.helpers.launch import run_mpi
+
+    res = run_mpi(2, ["experiments/consensus.py", "--transport", "local", "--dim", "8",
+                      "--rounds", "3", "--out", str(tmp_path / "r.jsonl")], timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 2, out
+    assert out.count("error: --transport local runs every node in this process, but mpiexec "
+                     "started 2 processes") == 1, out
+    assert not (tmp_path / "r.jsonl").exists() and "Abort(" not in out
+
+
 @pytest.mark.parametrize("first", ["record", "step"])
 def test_an_oversized_message_names_its_sender(first):
     """Rank 1 sends 1 MB more than rank 0's settings announce, in a metric reduction or in a
