@@ -31,6 +31,7 @@ from gossip.cli import (  # noqa: E402
     add_list_argument,
     add_overlap_argument,
     add_run_arguments,
+    check_hparam_types,
     check_memory,
     checkpoint_options,
     exit_status,
@@ -188,6 +189,7 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
     given = federated_hparams(args, accepted if not args.compare else set(FEDERATED_FLAGS), name)
     hp |= {k: v for k, v in given.items() if k in accepted}  # --compare: to the runs taking it
     extra = parse_hparams(args.hparam)
+    check_hparam_types(name, {k: v for k, v in extra.items() if k in accepted})
     if not args.compare:
         hp = hp | extra  # one algorithm: a key it does not take is refused by name
     else:
@@ -301,11 +303,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
                          progress=args.progress, **checkpoint_options(args, index))
         curves[label] = result.records
         reached = first_reach(result.records, "distance_to_optimum", args.target)
-        rows.append({"run": label, "final": result.records[-1]["distance_to_optimum"],
+        last = result.records[-1] if result.records else {}  # none: diverged before round 0's
+        rows.append({"run": label, "final": last.get("distance_to_optimum", float("nan")),
                      "rounds": reached["round"] if reached else None,
                      "bits": reached["bits_per_node"] if reached else None,
                      "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status,
-                     "last_round": result.records[-1].get("round") if result.records else None})
+                     "last_round": last.get("round")})
     logger.close()
     if world.is_root:
         print(f"| run | final distance to x* | rounds to {args.target:g} | bits/node to "

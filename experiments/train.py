@@ -37,6 +37,7 @@ from gossip.cli import (  # noqa: E402
     add_list_argument,
     add_overlap_argument,
     add_run_arguments,
+    check_hparam_types,
     check_memory,
     checkpoint_options,
     exit_status,
@@ -237,7 +238,9 @@ def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_round
                 raise SystemExit(f"--{key.replace('_', '-')} does not apply to {name}")
             hp[key] = value
     hp.update(federated_hparams(args, accepted, name))
-    hp.update(parse_hparams(args.hparam))
+    extra = parse_hparams(args.hparam)
+    check_hparam_types(name, {k: v for k, v in extra.items() if k in accepted})
+    hp.update(extra)
     return hp
 
 

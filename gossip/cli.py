@@ -855,6 +855,30 @@ def parse_hparams(items: list[str]) -> dict[str, Any]:
     return out
 
 
+def check_hparam_types(name: str, given: dict[str, Any]) -> None:
+    """Refuse an ``--hparam`` value of another kind than the algorithm's default for that key
+    (text or a list where it takes a number, a number where it takes true/false), with the
+    default as the example: the algorithm's own checks then meet only values of its kinds."""
+    import inspect
+
+    from gossip.algorithms import algorithm_class
+
+    params = inspect.signature(algorithm_class(name).__init__).parameters
+    for key, value in given.items():
+        default = params[key].default if key in params else inspect.Parameter.empty
+        if isinstance(default, bool):
+            ok, kind = isinstance(value, bool), "true or false"
+        elif isinstance(default, (int, float)):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            kind = "a number"
+        else:
+            continue
+        if not ok:
+            example = str(default).lower() if isinstance(default, bool) else f"{default:g}"
+            raise SystemExit(f"error: --hparam {key}={_label_value(value)}: {name}'s {key} is "
+                             f"{kind} (default {example}); give one, e.g. --hparam {key}={example}")
+
+
 def run_label(head: str, wire: str | None, hparams: dict[str, Any], sep: str = "@") -> str:
     """A run's label: what differs between runs, the algorithm, what it sends (its compressor or,
     for an all-reduce method, its codec) and every ``--hparam`` it was given, e.g.

@@ -39,7 +39,8 @@ CASES = [
     (O, "--nodes 1000 --samples-per-node 100000000"), (O, "--overlap --algorithm lead"),
     (O, "--link-latency -1"), (C, "--transport gloo"), (C, "--transport carrier-pigeon"),
     (C, "--nodse 4"), (C, "--threads 100000"), (C, "--threads 0"), (C, "--link-latency 1e9"),
-    (O, "--link-latency 500"),
+    (O, "--link-latency 500"), (O, "--algorithm choco --hparam gamma=[1,2]"),
+    (T, "--algorithm choco --compressor sign --hparam gamma=abc"),
     (T, "--model nosuchnet"), (T, "--lr nan"), (T, "--epochs -1"), (T, "--batch-size 0"),
     (T, "--dataset nosuchdata"), (T, "--algorithm chocolate"),
     (T, "--hidden 1000000000"), (T, "--model cnn --width 100000"), (T, "--nodes 100000000"),
@@ -95,3 +96,13 @@ def test_train_refuses_a_huge_model_before_building_it():
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith("error: this run needs about ") and "Traceback" not in res.stderr
     assert "lower --nodes, --hidden or --width" in res.stderr
+
+
+def test_an_hparam_of_the_wrong_kind_names_the_kind_and_an_example():
+    from gossip.cli import check_hparam_types
+
+    with pytest.raises(SystemExit) as info:
+        check_hparam_types("choco", {"gamma": "[1,2]"})
+    assert str(info.value) == ("error: --hparam gamma=[1,2]: choco's gamma is a number (default "
+                               "0.05); give one, e.g. --hparam gamma=0.05")
+    check_hparam_types("choco", {"gamma": 0.5, "eta": 1})  # numbers pass, ints for floats too

@@ -37,3 +37,16 @@ def test_optimize_prints_the_note(capsys, tmp_path):
     assert rows[0]["rounds"] is None
     assert f"| {rows[0]['run']} | " in out and "| not reached | not reached |" in out
     assert "(lead@lead:2 after 4 rounds); raise --iterations or --target" in out
+
+
+def test_a_run_that_diverges_before_its_first_record_is_a_failed_row(tmp_path):
+    """--eta 1e300 diverges at round 0, before any record: the table row says so (the row
+    building met an empty record list, an IndexError) and the script fails with status 1."""
+    import pytest
+
+    from gossip.errors import RunFailed
+
+    optimize = script("optimize")
+    with pytest.raises(RunFailed, match="diverged at round 0"):
+        optimize.exit_status(optimize.main(["--iterations", "3", "--nodes", "4", "--dim", "4",
+                                            "--eta", "1e300", "--out", str(tmp_path / "o.jsonl")]))
