@@ -238,6 +238,8 @@ def validate(run: Run, source: str) -> None:
     if parse is None:
         return
     err = io.StringIO()
+    argv0 = sys.argv[0]
+    sys.argv[0] = str(script_path(run.script, source))  # argparse names the run's script
     try:
         with contextlib.redirect_stderr(err):
             parse(run.argv)
@@ -245,6 +247,8 @@ def validate(run: Run, source: str) -> None:
         if exc.code not in (0, None):
             msg = err.getvalue().strip().splitlines()
             raise SweepError(f"{source}: run '{run.label}': {msg[-1] if msg else exc}") from None
+    finally:
+        sys.argv[0] = argv0
 
 
 def execute(run: Run, source: str) -> None:
@@ -363,6 +367,20 @@ def table(rows: list[tuple[str, list[dict], dict, str]], metric: str, columns: l
     return "\n".join(lines)
 
 
+def check_out(out: Path, where: str, no_run: bool) -> None:
+    """Before any run: the sweep's output folder can be made and written (``where`` names the
+    flag or key that gave it); with ``--no-run`` it must exist, since the logs are read from it."""
+    from gossip.outputs import check_writable
+
+    if no_run and not out.is_dir():
+        what = "is not a directory" if out.exists() else "does not exist"
+        raise SystemExit(f"error: --no-run reads the logs in {out}, which {what}; "
+                         f"run the sweep first (without --no-run) or give --out the folder of its logs")
+    problem = check_writable(out, where, directory=True)
+    if problem:
+        raise SystemExit(problem)
+
+
 def main(argv: list[str] | None = None) -> str:
     args = parse_args(argv)
     source = args.sweep
@@ -389,6 +407,8 @@ def main(argv: list[str] | None = None) -> str:
                     validate(run, source)
     except (SweepError, ConfigFileError) as exc:
         raise SystemExit(f"error: {exc}") from None
+    if not args.dry_run:
+        check_out(out, "--out" if args.out else f"{source}'s 'out'", args.no_run)
     if args.dry_run and any(r.script not in SCRIPTS for r in runs):
         print("note: --dry-run does not import the sweep's own script, so its flags are not "
               "checked", file=sys.stderr)
@@ -415,8 +435,15 @@ def main(argv: list[str] | None = None) -> str:
     text = table(rows, metric, list(columns), relative)
     out.mkdir(parents=True, exist_ok=True)
     commands = "\n".join(f"    {command_line(r, source)}" for r in runs)
-    (out / "table.md").write_text(f"# {title}\n\n{text}\n\nCommands:\n\n{commands}\n",
-                                  encoding="utf-8")
+    try:
+        (out / "table.md").write_text(f"# {title}\n\n{text}\n\nCommands:\n\n{commands}\n",
+                                      encoding="utf-8")
+    except OSError as exc:
+        from gossip.errors import OutputError
+        from gossip.outputs import os_reason, write_fix
+
+        raise OutputError(f"cannot write the table {out / 'table.md'}: {os_reason(exc)}; "
+                          f"{write_fix(exc.errno)}") from None
     print(text)
     from gossip.plot import plot_runs
 

@@ -32,6 +32,7 @@ from gossip.cli import (  # noqa: E402
     exit_status,
     gamma_value,
     guarded,
+    positive_float,
     positive_int,
     read_npy,
     setup,
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gossip.consensus")
 
-MEMORY_FLAGS = "--nodes, --dim or --shape (or run under mpiexec to spread the nodes over ranks)"
+MEMORY_FLAGS = "--nodes, --dim or --shape"
 
 
 def averaging() -> list[str]:
@@ -78,7 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="'gaussian' (x_i ~ N(0, I), seeded per node) or a .npy file of shape "
                         "(n, d) or (n, m, k); d or (m, k) are then read from the file")
     g.add_argument("--rounds", type=positive_int, default=1000, help="rounds per run")
-    g.add_argument("--target", type=float, default=1e-6,
+    g.add_argument("--target", type=positive_float, default=1e-6,
                    help="consensus error, relative to the initial one, that counts as reached")
     add_run_arguments(p)
     add_list_argument(p, algorithms=averaging)
@@ -236,19 +237,27 @@ def table_row(label: str, records: list[dict], summary: dict, target_rel: float)
         "bits_to_target": reached["bits_per_node"] if reached else None,
         "ms_per_round": 1e3 * summary["seconds_per_round"],
         "status": summary["status"],
+        "rounds_run": final.get("round"),
     }
 
 
 def format_table(rows: list[dict], target: float) -> str:
+    """The markdown table of the runs; a run whose error never fell to ``target`` says "not
+    reached" in both to-target columns, and a note under the table says when it ended."""
+    from gossip.cli import target_note
+
     head = (f"| run | final error (rel.) | rounds to {target:g} | bits/node to {target:g} "
             "| ms/round | status |")
     lines = [head, "|---|---|---|---|---|---|"]
     for r in rows:
-        rounds = "not reached" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
-        bits = "—" if r["bits_to_target"] is None else f"{r['bits_to_target']:.3g}"
+        missed = r["rounds_to_target"] is None
+        rounds = "not reached" if missed else str(r["rounds_to_target"])
+        bits = "not reached" if missed else f"{r['bits_to_target']:.3g}"
         lines.append(f"| {r['run']} | {r['final_rel_error']:.3g} | {rounds} | {bits} "
                      f"| {r['ms_per_round']:.3f} | {r['status']} |")
-    return "\n".join(lines)
+    note = target_note([(r["run"], r.get("rounds_run")) for r in rows if r["rounds_to_target"] is None],
+                       target, "relative consensus error", "--rounds")
+    return "\n".join(lines + ([note] if note else []))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gossip.cli import HelpFormatter, positive_int  # noqa: E402
+from gossip.cli import HelpFormatter, guarded, positive_int  # noqa: E402
 
 COMMON = ["--data", "digits", "--model", "mlp", "--hidden", "128", "--partition", "dirichlet:0.1",
           "--batch-size", "32", "--seed", "0"]
@@ -45,6 +45,18 @@ def exchanged_bits(rec: dict[str, Any]) -> float:
     return 2.0 * rec["bits_per_node"]
 
 
+def check_paths(args: argparse.Namespace) -> None:
+    """Before the first run: --out can be made a folder of logs and --plot written in a format
+    matplotlib has (one ``error:`` line naming the path otherwise)."""
+    from gossip.cli import check_outputs
+    from gossip.outputs import check_writable
+
+    problem = check_writable(args.out, "--out", directory=True)
+    if problem:
+        raise SystemExit(problem)
+    check_outputs(argparse.Namespace(plot=args.plot))
+
+
 def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
     p.add_argument("--rounds", type=positive_int, default=300, help="rounds per run")
@@ -52,7 +64,11 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     p.add_argument("--out", default="results/federated_digits", help="folder of the logs")
     p.add_argument("--plot", default=None, help="image of accuracy vs rounds and vs bits")
     p.add_argument("--only", nargs="+", default=None, choices=sorted(RUNS), help="runs to make")
+    from gossip.config import suggest_flags
+
+    suggest_flags(p)
     args = p.parse_args(argv)
+    check_paths(args)
     import importlib.util
 
     from gossip.metrics import read_jsonl
@@ -87,4 +103,4 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
 
 
 if __name__ == "__main__":
-    main()
+    guarded(main, memory_hint="--rounds or the runs (--only)")

@@ -31,6 +31,7 @@ from gossip.cli import (  # noqa: E402
     add_list_argument,
     add_overlap_argument,
     add_run_arguments,
+    check_hparam_types,
     check_memory,
     checkpoint_options,
     exit_status,
@@ -42,6 +43,7 @@ from gossip.cli import (  # noqa: E402
     positive_int,
     run_label,
     setup,
+    target_note,
     torch_dtype,
 )
 
@@ -101,7 +103,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="gradient estimator (sampled ones need a finite-sum problem)")
     a.add_argument("--batch-size", type=positive_int, default=1, help="samples per sampled gradient")
     a.add_argument("--iterations", type=positive_int, default=300, help="rounds per run")
-    a.add_argument("--target", type=float, default=1e-8,
+    a.add_argument("--target", type=positive_float, default=1e-8,
                    help="distance to optimum counted as reached in the table")
     add_federated_arguments(p)
     add_run_arguments(p)
@@ -113,8 +115,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parse_args_with_config(p, argv)  # --config run.toml; flags override it
 
 
-MEMORY_FLAGS = ("--nodes, --dim or --samples-per-node (or run under mpiexec to spread the nodes "
-                "over ranks)")
+MEMORY_FLAGS = "--nodes, --dim or --samples-per-node"
 
 
 def problem_bytes(args: argparse.Namespace, n: int | None) -> dict[str, float]:
@@ -188,6 +189,7 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
     given = federated_hparams(args, accepted if not args.compare else set(FEDERATED_FLAGS), name)
     hp |= {k: v for k, v in given.items() if k in accepted}  # --compare: to the runs taking it
     extra = parse_hparams(args.hparam)
+    check_hparam_types(name, {k: v for k, v in extra.items() if k in accepted})
     if not args.compare:
         hp = hp | extra  # one algorithm: a key it does not take is refused by name
     else:
@@ -301,18 +303,25 @@ def main(argv: list[str] | None = None) -> list[dict]:
                          progress=args.progress, **checkpoint_options(args, index))
         curves[label] = result.records
         reached = first_reach(result.records, "distance_to_optimum", args.target)
-        rows.append({"run": label, "final": result.records[-1]["distance_to_optimum"],
+        last = result.records[-1] if result.records else {}  # none: diverged before round 0's
+        rows.append({"run": label, "final": last.get("distance_to_optimum", float("nan")),
                      "rounds": reached["round"] if reached else None,
                      "bits": reached["bits_per_node"] if reached else None,
-                     "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status})
+                     "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status,
+                     "last_round": last.get("round")})
     logger.close()
     if world.is_root:
         print(f"| run | final distance to x* | rounds to {args.target:g} | bits/node to "
               f"{args.target:g} | ms/round | status |\n|---|---|---|---|---|---|")
         for r in rows:
-            print(f"| {r['run']} | {r['final']:.3g} | {r['rounds'] if r['rounds'] is not None else 'not reached'}"
-                  f" | {'—' if r['bits'] is None else format(r['bits'], '.3g')} | {r['ms']:.3f} "
+            missed = r["rounds"] is None
+            print(f"| {r['run']} | {r['final']:.3g} | {'not reached' if missed else r['rounds']}"
+                  f" | {'not reached' if missed else format(r['bits'], '.3g')} | {r['ms']:.3f} "
                   f"| {r['status']} |")
+        note = target_note([(r["run"], r["last_round"]) for r in rows if r["rounds"] is None],
+                           args.target, "distance to x*", "--iterations")
+        if note:
+            print(note)
         if args.plot:
             from gossip.plot import plot_runs
 
@@ -322,4 +331,4 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    guarded(lambda: exit_status(main()))
+    guarded(lambda: exit_status(main()), memory_hint=MEMORY_FLAGS)

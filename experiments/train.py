@@ -37,6 +37,7 @@ from gossip.cli import (  # noqa: E402
     add_list_argument,
     add_overlap_argument,
     add_run_arguments,
+    check_hparam_types,
     check_memory,
     checkpoint_options,
     exit_status,
@@ -86,7 +87,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d.add_argument("--synthetic-samples", type=positive_int, default=2000, help="samples (synthetic data)")
     d.add_argument("--synthetic-features", type=positive_int, default=32, help="features (synthetic data)")
     d.add_argument("--synthetic-classes", type=positive_int, default=10, help="classes (synthetic data)")
-    d.add_argument("--synthetic-separation", type=float, default=1.0,
+    d.add_argument("--synthetic-separation", type=non_negative_float, default=1.0,
                    help="spread of the class means (synthetic data; larger is easier)")
     d.add_argument("--partition", default="iid",
                    help="split of the training set over the nodes: iid, sorted (by label), "
@@ -139,9 +140,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "rounds with the same seed; the lowest final training loss of the "
                         "averaged model among those that did not diverge wins (default: the "
                         "algorithm's own)")
-    a.add_argument("--gamma-grid", type=float, nargs="+", default=None,
+    a.add_argument("--gamma-grid", type=positive_float, nargs="+", default=None,
                    help="candidates of --gamma auto (default 1 0.5 0.2 0.1 0.05 0.02 0.01)")
-    a.add_argument("--tune-fraction", type=float, default=0.1,
+    a.add_argument("--tune-fraction", type=positive_float, default=0.1,
                    help="share of the run's rounds each --gamma auto candidate runs")
     a.add_argument("--rank", type=positive_int, default=None, help="PowerGossip's rank (default 1)")
     a.add_argument("--power-iterations", type=positive_int, default=None,
@@ -166,19 +167,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     s = p.add_argument_group("learning-rate schedule (counted in epochs, applied per round)")
     s.add_argument("--schedule", choices=SCHEDULES, default="constant",
                    help="after warm-up: constant, step (x --lr-decay at each milestone), cosine")
-    s.add_argument("--warmup-epochs", type=float, default=0.0, help="linear warm-up length")
-    s.add_argument("--warmup-start", type=float, default=0.1,
+    s.add_argument("--warmup-epochs", type=non_negative_float, default=0.0, help="linear warm-up length")
+    s.add_argument("--warmup-start", type=non_negative_float, default=0.1,
                    help="learning-rate multiplier at the start of the warm-up")
-    s.add_argument("--milestones", type=float, nargs="*", default=[],
+    s.add_argument("--milestones", type=non_negative_float, nargs="*", default=[],
                    help="epochs at which the step schedule multiplies the rate by --lr-decay")
-    s.add_argument("--lr-decay", type=float, default=0.1, help="factor of the step schedule")
-    s.add_argument("--min-lr-factor", type=float, default=0.0,
+    s.add_argument("--lr-decay", type=positive_float, default=0.1, help="factor of the step schedule")
+    s.add_argument("--min-lr-factor", type=non_negative_float, default=0.0,
                    help="final multiplier of the cosine schedule")
     r = p.add_argument_group("length and evaluation")
     r.add_argument("--epochs", type=positive_float, default=20.0, help="training length in epochs")
     r.add_argument("--rounds", type=positive_int, default=None,
                    help="training length in rounds (overrides --epochs)")
-    r.add_argument("--eval-every", type=float, default=1.0,
+    r.add_argument("--eval-every", type=positive_float, default=1.0,
                    help="evaluate and log every this many epochs (--log-every K rounds overrides)")
     add_federated_arguments(p)
     fed = next(g for g in p._action_groups if g.title and g.title.startswith("federated"))
@@ -248,7 +249,9 @@ def algorithm_hparams(args: argparse.Namespace, gamma: float | None, total_round
                 raise SystemExit(f"--{key.replace('_', '-')} does not apply to {name}")
             hp[key] = value
     hp.update(federated_hparams(args, accepted, name))
-    hp.update(parse_hparams(args.hparam))
+    extra = parse_hparams(args.hparam)
+    check_hparam_types(name, {k: v for k, v in extra.items() if k in accepted})
+    hp.update(extra)
     return hp
 
 
@@ -356,20 +359,43 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
                         score_name="train loss of the averaged model")
 
 
-def check_model_memory(args: argparse.Namespace, world: Any, topology: Any, model: Any) -> None:
-    """Refuse, before the nodes' copies are made, a run whose models, algorithm state and
-    optimizer state exceed the memory this process may use."""
+MEMORY_FLAGS = "--nodes, --hidden or --width"
+
+
+def unused_model_flags(args: argparse.Namespace) -> list[str]:
+    """The model flags given that the chosen --model does not read: --width and --norm shape
+    the conv nets only, --hidden the MLP only (each would otherwise be dropped silently)."""
+    if args.model == "mlp":
+        return [f for f, v in (("--width", args.width), ("--norm", args.norm)) if v is not None]
+    return ["--hidden"] if list(args.hidden) != [128] else []
+
+
+def model_numel(args: argparse.Namespace, shape: tuple[int, ...], classes: int) -> int:
+    """Entries of the model's parameters and buffers, counted on torch's meta device: the
+    model is described, not allocated (a --hidden of 10^9 costs nothing here)."""
+    import torch
+
+    from gossip.training import make_model
+
+    with torch.device("meta"):
+        model = make_model(args.model, shape, classes, hidden=args.hidden, width=args.width,
+                           norm=args.norm)
+    return sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+
+
+def check_model_memory(args: argparse.Namespace, world: Any, topology: Any, numel: int) -> None:
+    """Refuse, before the model or the nodes' copies are made, a run whose models (``numel``
+    entries each, :func:`model_numel`), algorithm state and optimizer state exceed the memory
+    this process may use."""
     from gossip import memory
     from gossip.algorithms import algorithm_class
 
-    numel = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
     slots = {"adam": 2, "adamw": 2, "momentum": 1, "nesterov": 1}.get(args.optimizer or "momentum", 0)
     local = memory.local_share(topology.n, world.size)
     itemsize = {"float64": 8, "float32": 4}.get(args.dtype, 2)
     check_memory(args, world, numel=numel, algorithms=[algorithm_class(args.algorithm)],
                  compressors=[args.compressor], topology=topology,
-                 lower="--nodes, --hidden or --width (or run under mpiexec to spread the nodes "
-                       "over ranks)",
+                 lower=MEMORY_FLAGS,
                  extra={"optimizer state": float(local) * numel * itemsize * slots,
                         "node modules": float(local) * numel * itemsize})
 
@@ -405,12 +431,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     federated = algorithm_class(args.algorithm).federated
     if args.topology is None:
         args.topology = "star" if federated else "ring"
-    world, topology = setup(args)
+    def nodes_memory(world: Any) -> None:  # before the graph: its nodes alone, the model unknown
+        check_memory(args, world, numel=1, algorithms=[algorithm_class(args.algorithm)],
+                     compressors=[args.compressor], lower=MEMORY_FLAGS, nodes=args.nodes)
+
+    world, topology = setup(args, before_topology=nodes_memory)
     try:
         train_set, test_set = load_data(args)
         shape, classes = input_shape(train_set), num_classes(train_set, test_set)
+        unused = unused_model_flags(args)
+        if unused and world.is_root:
+            log.warning("--model %s does not use %s; %s no effect on this run", args.model,
+                        " or ".join(unused), "it has" if len(unused) == 1 else "they have")
+        check_model_memory(args, world, topology, model_numel(args, shape, classes))
         model = build_model(args, shape, classes)
-        check_model_memory(args, world, topology, model)
         if args.local_epochs is not None:
             args.local_steps = local_epoch_steps(args, train_set, topology.n)
         per_round = topology.n

@@ -428,7 +428,9 @@ class Checkpointer:
         and, if one did, all stop with the same error after the root removed ``rdir`` (the
         round being written, which the manifest does not list)."""
         code = 0 if failure is None else (failure[1].errno or -1)
-        codes = [int(c) for c in engine.node_values({i: float(code) for i in engine.nodes})]
+        codes = [int(c) for c in engine.world.node_values(
+            engine.n, {i: float(code) for i in engine.nodes},
+            what=f"the write status of round {engine.round}'s checkpoint from")]
         if not any(codes):
             return
         round_ = engine.round
@@ -471,6 +473,9 @@ class Checkpointer:
             now = ours.get(k, _MISSING)
             if default is not _MISSING and now == default:
                 left_out.append(f"{flag} (checkpoint {shown(k)}, default {_show(now)})")
+            elif default is not _MISSING and theirs.get(k, _MISSING) == default:
+                changed.append(f"{flag}: checkpoint left it out (default {shown(k)}), "
+                               f"now {_show(now)}")
             else:
                 changed.append(f"{flag}: checkpoint {shown(k)}, now {_show(now)}")
             then = theirs.get(k, _MISSING)

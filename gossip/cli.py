@@ -18,7 +18,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     import numpy as np
@@ -84,7 +84,21 @@ def non_negative_int(text: str) -> int:
     return _int_at_least(text, 0)
 
 
-positive_int.toml_type = non_negative_int.toml_type = int  # type: ignore[attr-defined]
+MAX_THREADS = 1024
+"""The most torch threads a process may ask for (torch crashes on 10^5)."""
+
+
+def thread_count(text: str) -> int:
+    """a thread count, 1 to MAX_THREADS"""
+    value = _int_at_least(text, 1)
+    if value > MAX_THREADS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_THREADS} threads, got {text!r} (this machine has "
+            f"{os.cpu_count() or 1} CPUs; more threads than CPUs only slow a run down)")
+    return value
+
+
+positive_int.toml_type = non_negative_int.toml_type = thread_count.toml_type = int  # type: ignore[attr-defined]
 
 
 def _int_at_least(text: str, low: int) -> int:
@@ -221,7 +235,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "(bfloat16/float16: half the bytes; docs/low-precision.md) (default "
                         "float32)")
     g.add_argument("--device", default="cpu", help="torch device: cpu or cuda (default cpu)")
-    g.add_argument("--threads", type=int, default=1,
+    g.add_argument("--threads", type=thread_count, default=1,
                    help="torch threads per process (default 1: fastest under MPI and needed for "
                         "in-process runs to equal MPI runs bit for bit)")
     g.add_argument("--transport", default="auto",
@@ -275,6 +289,11 @@ def setup(args: argparse.Namespace, before_topology: Any = None) -> tuple[World,
     from gossip.comm.world import World
 
     torch.set_num_threads(max(1, args.threads))
+    latency, timeout = getattr(args, "link_latency", 0.0) or 0.0, getattr(args, "timeout", None)
+    if timeout is not None and latency >= timeout:
+        raise SystemExit(f"error: --link-latency {latency:g} s is not shorter than --timeout "
+                         f"{timeout:g} s: each message would take longer than the wait for it; give a "
+                         "latency of a few milliseconds (e.g. 0.005), or raise --timeout above it")
     from gossip.errors import ConfigError
 
     try:
@@ -377,7 +396,8 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
     of ``compressors`` and, under MPI, one received per remote neighbor; ``extra`` adds the
     script's own allocations (a problem's data). Without a ``topology`` (the check before it is
     built, from ``nodes``) the graph is counted at its smallest. Under MPI the share of the rank
-    with the most nodes is checked. ``lower``: the flags named in the refusal.
+    with the most nodes is checked. ``lower``: the flags named in the refusal (which adds how
+    more processes would help, :func:`spread_hint`).
     """
     from gossip import memory
 
@@ -400,7 +420,19 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
     for name, nbytes in (extra or {}).items():
         fp.add(name, nbytes)
     where = f"rank {world.rank}'s share: {local} of {n} nodes" if world.size > 1 else ""
-    memory.check(fp, lower=lower, limit=getattr(args, "max_memory", None), where=where)
+    memory.check(fp, lower=lower + spread_hint(world.size, local), where=where,
+                 limit=getattr(args, "max_memory", None))
+
+
+def spread_hint(size: int, local: int) -> str:
+    """How more processes would shrink each one's share of the nodes, for a memory refusal of
+    a world of ``size`` processes whose largest share is ``local`` nodes ("" when every
+    process already hosts one node)."""
+    if local <= 1:
+        return ""
+    if size <= 1:
+        return " (or start it on several processes, e.g. mpiexec -n 4, to spread the nodes over them)"
+    return f" (or start more than {size} processes, up to one per node, to spread the nodes further)"
 
 
 def check_outputs(args: argparse.Namespace, root: bool = True) -> None:
@@ -418,11 +450,10 @@ def check_outputs(args: argparse.Namespace, root: bool = True) -> None:
         problem = None if path is None else check_writable(path, flag, directory)
         if problem:
             raise SystemExit(problem)
+    check_no_overlap(args, [(flag, path) for flag, path, _ in paths
+                            if path is not None and flag != "--resume"])
     if plot is None or not root:
         return
-    if out is not None and Path(out).resolve() == Path(plot).resolve():
-        raise SystemExit(f"error: --plot and --out are the same file ({plot}); the plot would "
-                         "overwrite the log: give the plot its own name, e.g. run.png")
     suffix = Path(plot).suffix.lower().lstrip(".")
     if suffix:
         try:
@@ -436,6 +467,35 @@ def check_outputs(args: argparse.Namespace, root: bool = True) -> None:
         if suffix not in formats:
             raise SystemExit(f"error: --plot {plot}: '.{suffix}' is not an image format matplotlib "
                              f"writes; use one of {', '.join('.' + f for f in sorted(formats))}")
+
+
+INPUT_FLAGS = (("config", "--config"), ("init", "--init"), ("data", "--data"),
+               ("topology", "--topology"))
+"""The flags that may name a file a run reads, which no output may overwrite."""
+
+
+def check_no_overlap(args: argparse.Namespace, outputs: list[tuple[str, str]]) -> None:
+    """Refuse outputs (``(flag, path)``: --out, --plot, --checkpoint-dir) that name the same
+    path as each other, or as a file the run reads (:data:`INPUT_FLAGS`): the run would write
+    over its own input (a --config or --init file) or its log over its checkpoints."""
+    seen: dict[Path, str] = {}
+    for flag, path in outputs:
+        where = Path(path).resolve()
+        if where in seen:
+            if {flag, seen[where]} == {"--out", "--plot"}:
+                raise SystemExit(f"error: --plot and --out are the same file ({path}); the plot "
+                                 "would overwrite the log: give the plot its own name, e.g. run.png")
+            raise SystemExit(f"error: {seen[where]} and {flag} are the same path ({path}); give "
+                             "each its own name")
+        seen[where] = flag
+    for dest, flag in INPUT_FLAGS:
+        value = getattr(args, dest, None)
+        if not isinstance(value, str) or not Path(value).is_file():
+            continue
+        used = seen.get(Path(value).resolve())
+        if used:
+            raise SystemExit(f"error: {used} {value} is the {flag} file this run reads; writing "
+                             f"there would destroy it: give {used} another path")
 
 
 def read_npy(path: str, flag: str) -> np.ndarray:
@@ -572,6 +632,20 @@ def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
         raise RunFailed(f"{len(bad)} of {len(rows)} run(s) did not finish ({'; '.join(bad)}){hint}")
 
 
+def target_note(missed: list[tuple[str, int | None]], target: float, metric: str,
+                rounds_flag: str) -> str | None:
+    """The note printed under a table whose runs did not all reach ``--target``: which ran out
+    of rounds (``missed``: each run's label and the last round it logged) before ``metric``
+    fell to ``target``, and the flags that give them the chance; None when every run reached
+    it."""
+    if not missed:
+        return None
+    ended = "; ".join(f"{label} after {last} rounds" if last is not None else label
+                      for label, last in missed)
+    return (f"not reached: {len(missed)} run(s) ended before the {metric} fell to --target "
+            f"{target:g} ({ended}); raise {rounds_flag} or --target to see it reached")
+
+
 def gamma_value(text: str) -> float | str:
     """A consensus step, or 'auto' for a short grid search."""
     if text == "auto":
@@ -648,7 +722,9 @@ def guarded(main_fn, world_of=None, memory_hint: str = DEFAULT_MEMORY_HINT):
             raise
         _fail(world_of(), str(exc.code), BAD_INPUT, at_once=False)
     except KeyboardInterrupt:
-        raise
+        if os.environ.get(DEBUG_VAR, "") not in ("", "0"):
+            raise
+        _interrupted()
     except Exception as exc:
         oom = out_of_memory(exc)
         if oom is not None:
@@ -665,6 +741,24 @@ def guarded(main_fn, world_of=None, memory_hint: str = DEFAULT_MEMORY_HINT):
             raise
         _fail(world_of(), f"internal error: {type(exc).__name__}: {one_line(str(exc))}; run with "
               f"{DEBUG_VAR}=1 for the traceback", FAILED, at_once=True)
+
+
+INTERRUPTED = 130
+"""Exit status of a run stopped by Ctrl-C (128 + SIGINT, as a shell reports it)."""
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C outside a checkpointed run: one line (from the first rank alone; a launcher
+    hands the signal to every rank) instead of the traceback of wherever the run was."""
+    from gossip.comm.launch import launcher_rank
+
+    if launcher_rank() == 0:
+        if sys.stderr.isatty():
+            print(file=sys.stderr)  # below a progress bar's line
+        print("error: interrupted (Ctrl-C): the log (--out) keeps every record written so far, "
+              "without the run's summary; with --checkpoint-every K a run stopped so can be "
+              "continued with --resume", file=sys.stderr, flush=True)
+    raise SystemExit(INTERRUPTED) from None
 
 
 def one_line(text: str, limit: int = 400) -> str:
@@ -697,9 +791,32 @@ def out_of_memory(exc: BaseException) -> str | None:
 def _fail(world: World, text: str, code: int, at_once: bool):
     """End the job with ``text`` as one ``error:`` line and exit status ``code``."""
     text = text if text.startswith("error:") else f"error: {text}"
+    tell_torchrun(text)
     if not _stop_job(world, text, code, at_once=at_once):
         print(text, file=sys.stderr, flush=True)
     raise SystemExit(code) from None
+
+
+TORCHRUN_ERROR_FILE = "TORCHELASTIC_ERROR_FILE"
+"""Where torchrun asks each worker to leave its error (the path, in the worker's environment)."""
+
+
+def tell_torchrun(text: str) -> None:
+    """Under torchrun, leave ``text`` in the worker's error file: torchrun's failure summary
+    (the ``ChildFailedError`` report it prints after any worker fails) then shows this line as
+    the root cause instead of "traceback: To enable traceback see ...". Elsewhere nothing."""
+    import json
+
+    path = os.environ.get(TORCHRUN_ERROR_FILE)
+    if not path:
+        return
+    data = {"message": {"message": text, "extraInfo": {"py_callstack": text,
+                                                       "timestamp": str(int(time.time()))}}}
+    try:
+        with open(path, "w") as fh:
+            json.dump(data, fh)
+    except OSError:  # torchrun then reports the exit status alone, as before
+        pass
 
 
 AGREE_S = 3.0  # seconds the ranks take to find that all of them met the same error
@@ -738,6 +855,30 @@ def parse_hparams(items: list[str]) -> dict[str, Any]:
             raise SystemExit(f"--hparam {item!r}: expected KEY=VALUE")
         out[key.strip().replace("-", "_")] = hparam_value(text.strip())
     return out
+
+
+def check_hparam_types(name: str, given: dict[str, Any]) -> None:
+    """Refuse an ``--hparam`` value of another kind than the algorithm's default for that key
+    (text or a list where it takes a number, a number where it takes true/false), with the
+    default as the example: the algorithm's own checks then meet only values of its kinds."""
+    import inspect
+
+    from gossip.algorithms import algorithm_class
+
+    params = inspect.signature(algorithm_class(name).__init__).parameters
+    for key, value in given.items():
+        default = params[key].default if key in params else inspect.Parameter.empty
+        if isinstance(default, bool):
+            ok, kind = isinstance(value, bool), "true or false"
+        elif isinstance(default, (int, float)):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            kind = "a number"
+        else:
+            continue
+        if not ok:
+            example = str(default).lower() if isinstance(default, bool) else f"{default:g}"
+            raise SystemExit(f"error: --hparam {key}={_label_value(value)}: {name}'s {key} is "
+                             f"{kind} (default {example}); give one, e.g. --hparam {key}={example}")
 
 
 def run_label(head: str, wire: str | None, hparams: dict[str, Any], sep: str = "@") -> str:

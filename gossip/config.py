@@ -102,12 +102,23 @@ def parse_args_with_config(
 
 def suggest_flags(parser: argparse.ArgumentParser) -> None:
     """Make ``parser`` answer a mistyped flag with the closest ones it has
-    (``unrecognized arguments: --nodse 4 (did you mean --nodes?)``)."""
+    (``unrecognized arguments: --nodse 4 (did you mean --nodes?)``), and a mistyped choice
+    with the closest choice (``invalid choice: 'adamm' (did you mean 'adam'?); choose from
+    ...``)."""
     import difflib
+    import re
 
     error = parser.error
 
     def error_with_suggestions(message: str) -> NoReturn:
+        choice = re.match(r"(argument [^:]+: invalid choice: )'([^']*)' \(choose from (.*)\)$",
+                          message)
+        if choice:
+            head, given, listed = choice.groups()
+            close = difflib.get_close_matches(given, re.findall(r"'([^']*)'", listed), n=1,
+                                              cutoff=0.6)
+            if close:
+                message = f"{head}'{given}' (did you mean '{close[0]}'?); choose from {listed}"
         prefix = "unrecognized arguments: "
         if message.startswith(prefix):
             known = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]

@@ -18,7 +18,8 @@ def plot_runs(
     flag: str | None = None,
 ) -> Path:
     """One panel per x key, one curve per run label; writes the image to exactly ``path`` (in
-    the format of its suffix, PNG without one) and returns the path.
+    the format of its suffix, PNG without one) and returns the path. A bits axis (an x key
+    starting with ``bits``) spanning decades is symlog, so round 0's zero bits stay drawn.
 
     A file that cannot be written (a directory that cannot be made or written, a full disk, a
     format whose writer is missing) is a :class:`gossip.errors.OutputError` naming the path, and
@@ -36,7 +37,8 @@ def plot_runs(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = {"round": "round", "bits_per_node": "bits sent per node", "epoch": "epoch"}
+    labels = {"round": "round", "bits_per_node": "bits sent per node", "epoch": "epoch",
+              "bits_exchanged": "bits sent and received per participant"}
     fig, axes = plt.subplots(1, len(x_keys), figsize=(6 * len(x_keys), 4.2), squeeze=False)
     palette = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors
     styles = ["-", "--", ":", "-."]
@@ -56,7 +58,7 @@ def plot_runs(
         if logy:
             ax.set_yscale("log")
         positive = [x for x in xs_all if x > 0]
-        if xk == "bits_per_node" and positive and max(positive) >= 10 * min(positive):
+        if xk.startswith("bits") and positive and max(positive) >= 10 * min(positive):
             # logarithmic from the first round's bits on and linear below them, so round 0
             # (no bits sent yet) is drawn at x = 0, as on the rounds panel; within one decade
             # a log axis only labels crowded minor ticks

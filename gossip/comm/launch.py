@@ -27,3 +27,12 @@ def launcher_rank() -> int:
         if os.environ.get(var, "").isdigit():
             return int(os.environ[var])
     return 0
+
+
+def launcher_size() -> int:
+    """How many processes the launcher started (1 when not under a launcher)."""
+    names = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE") + (("WORLD_SIZE",) if launched_by_torchrun() else ())
+    for var in names:
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 1

@@ -127,11 +127,27 @@ class MPILink(Link):
 
     def abort(self, code: int) -> None:
         """``MPI_Abort``: mpiexec ends every rank. Output is flushed and given a moment to be
-        forwarded first: mpiexec tears down the job's I/O at the abort."""
+        forwarded first: mpiexec tears down the job's I/O at the abort.
+
+        The library's own report of the abort (MPICH: ``Abort(1) on node 0 (rank 0 in comm
+        0): application called MPI_Abort(...)``) would follow the caller's one-line reason and
+        say nothing more, so this rank's stderr is closed to it: the exit status still
+        reaches mpiexec."""
         sys.stdout.flush()
         sys.stderr.flush()
         time.sleep(FORWARD_S)
+        _silence_stderr()
         self.comm.Abort(code)
+
+
+def _silence_stderr() -> None:
+    """Point file descriptor 2 at the null device (what is written after this is dropped)."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+    except OSError:  # no null device: the abort's line shows, which is harmless
+        pass
 
 
 FORWARD_S = 1.0  # seconds the launcher gets to forward a rank's last output before an abort

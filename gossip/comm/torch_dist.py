@@ -9,8 +9,10 @@ rank ends the run with :class:`CommTimeout` naming it, as under MPI.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -28,7 +30,9 @@ def init_process_group(backend: str, timeout: float) -> None:
     """Join the process group of a ``torchrun`` job (unless the script already did).
 
     ``nccl`` also gets gloo for CPU tensors (``cpu:gloo,cuda:nccl``); ``timeout`` bounds the
-    rendezvous."""
+    rendezvous. A group joined here is destroyed when the interpreter exits
+    (:func:`destroy_process_group`), so torch does not warn that it was left alive; one the
+    script initialised itself stays the script's to destroy."""
     if dist.is_initialized():
         return
     if backend == "nccl" and not torch.cuda.is_available():
@@ -46,6 +50,17 @@ def init_process_group(backend: str, timeout: float) -> None:
                 "mpi, whose CUDA messages go through host memory")
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % gpus)
     dist.init_process_group(spec, timeout=datetime.timedelta(seconds=timeout))
+    atexit.register(destroy_process_group)
+
+
+def destroy_process_group() -> None:
+    """Tear the default process group (and the groups made beside it) down, if still alive.
+
+    Registered with :mod:`atexit` by :func:`init_process_group`: every rank of a finished run
+    reaches it, after its last message. An exit by :meth:`TorchLink.abort` (``os._exit``)
+    skips it, as it should: a rank ending a failed job must not wait on its peers."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class TorchLink(Link):
@@ -94,10 +109,8 @@ class TorchLink(Link):
                 finished = handle.wait_until(deadline)
             except RuntimeError as exc:
                 if "Timed out" not in str(exc):
-                    raise CommError(
-                        f"{what.format(timeout=f'{timeout:g} s')} {peers[k][0]}: "
-                        f"torch.distributed error on rank {self.rank}: {' '.join(str(exc).split())}"
-                        " (a peer died?)", round=round, rank=self.rank) from exc
+                    raise CommError(_broken(what, peers[k][0], exc), round=round,
+                                    rank=self.rank) from exc
                 finished = False
             if not finished:
                 pending = [p for h, p in zip(handles, peers) if h is handle]
@@ -114,6 +127,19 @@ class TorchLink(Link):
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def _broken(what: str, peer: str, exc: BaseException) -> str:
+    """The line for a wait that failed at once (a peer's connection reset: it died or was
+    killed), from the wait's ``what`` ("round t: rank r waited {timeout} for a message from")
+    without the wait it did not do, and the library's reason without its source location."""
+    head, _, rest = what.partition(" waited {timeout} ")
+    text = " ".join(str(exc).split())
+    text = re.sub(r"^\[[^\]]*\]\s*", "", text)  # gloo's "[.../pair.cc:537] "
+    reason = text.split(". ")[0].rstrip(".")
+    return (f"{head}: the connection broke while it waited {rest or 'for'} {peer} "
+            f"(torch.distributed: {reason}); did that rank die or get killed? its own output, "
+            "above, may say why")
 
 
 class _Handle:

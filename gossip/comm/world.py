@@ -19,7 +19,12 @@ import numpy as np
 import torch
 
 from gossip.comm.base import Transport, check_timeout
-from gossip.comm.launch import launched_by_mpi, launched_by_torchrun, launcher_rank  # noqa: F401
+from gossip.comm.launch import (  # noqa: F401
+    launched_by_mpi,
+    launched_by_torchrun,
+    launcher_rank,
+    launcher_size,
+)
 from gossip.comm.link import Link
 from gossip.errors import CommConfigError, CommTimeout
 
@@ -49,6 +54,7 @@ class World:
             transport = ("mpi" if launched_by_mpi() else
                          "torch" if launched_by_torchrun() or _torch_initialized() else "local")
         if transport == "local":
+            _alone_or_refuse("--transport local runs every node in this process")
             return cls(None, timeout)
         if transport == "mpi":
             from mpi4py import MPI
@@ -56,6 +62,8 @@ class World:
             from gossip.comm.mpi import MPILink
 
             comm = MPI.COMM_WORLD
+            if comm.Get_size() == 1:
+                _alone_or_refuse("--transport mpi found no MPI job (a world of one process)")
             return cls(MPILink(comm) if comm.Get_size() > 1 else None, timeout)
         if not (launched_by_torchrun() or _torch_initialized()):
             raise CommConfigError(
@@ -123,16 +131,17 @@ class World:
         return Transport(self.placement(n), rank=self.rank, link=self.link, timeout=self.timeout)
 
     # -- collectives (point to point, every wait against the deadline) ---------------------
-    def node_values(self, n: int, local: Mapping[int, float]) -> np.ndarray:
-        """All nodes' scalars (float64, indexed by node) on every process."""
+    def node_values(self, n: int, local: Mapping[int, float],
+                    what: str = "metrics: the per-node values of") -> np.ndarray:
+        """All nodes' scalars (float64, indexed by node) on every process; ``what`` names the
+        exchange in a timeout ("metrics: ..." for the metrics, else what it is for)."""
         mine = np.array([local[i] for i in sorted(local)], dtype=np.float64)
         if self.link is None:
             return mine
         placement = self.placement(n)
         sizes = [placement.count(r) * 8 for r in range(self.size)]
         out = np.empty(n, dtype=np.float64)
-        self._all_to_all(mine.view(np.uint8), out.view(np.uint8), sizes, _TAG_VALUES,
-                         "metrics: the per-node values of")
+        self._all_to_all(mine.view(np.uint8), out.view(np.uint8), sizes, _TAG_VALUES, what)
         return out
 
     def ordered_sum(self, n: int, local: Mapping[int, torch.Tensor]) -> torch.Tensor:
@@ -267,6 +276,18 @@ class World:
         """Stop every process of the job (after the caller logged why)."""
         if self.link is not None:
             self.link.abort(code)
+
+
+def _alone_or_refuse(what: str) -> None:
+    """Refuse a world of one process where the launcher started several: each process would
+    run the whole job by itself, writing the same log and checkpoints at once."""
+    size = launcher_size()
+    if size > 1:
+        launcher = "torchrun" if launched_by_torchrun() else "mpiexec"
+        raise CommConfigError(
+            f"{what}, but {launcher} started {size} processes: each would run the whole job and "
+            f"write the same files; leave --transport out (auto) to join them, or start the "
+            "script without a launcher")
 
 
 def _torch_initialized() -> bool:

@@ -71,6 +71,16 @@ def test_refused_resume_leaves_the_log_and_names_only_the_differing_keys(finishe
     assert "changed:" not in res.stderr and log.read_bytes() == before
 
 
+def test_a_flag_given_only_now_says_the_checkpoint_left_it_out(finished, tmp_path):
+    """A flag the checkpointed run left at its default and this one gives reads as such, not
+    as a raw "checkpoint None"."""
+    res = run_py([*ARGS, "--rounds", "12", "--shape", "4x4", "--out", str(tmp_path / "s.jsonl"),
+                  "--resume", str(copy_of(finished, tmp_path))])
+    err = clean_error(res, "changed: --shape: checkpoint left it out (default None), now '4x4'",
+                      "(without --shape)")
+    assert "checkpoint None" not in err
+
+
 def test_a_flipped_bit_falls_back_to_the_older_round(finished, tmp_path):
     ck = copy_of(finished, tmp_path)
     node = ck / "run00" / "round-000012" / "node-0001.pt"
@@ -313,3 +323,23 @@ def test_a_checkpoint_directory_that_cannot_be_made_is_one_error(tmp_path):
     with pytest.raises(CheckpointError, match=r"cannot create the checkpoint directory .*file/ck/run00: "
                                               r"Not a directory \[ENOTDIR\]; give --checkpoint-dir"):
         Checkpointer(tmp_path / "file" / "ck" / "run00", {"test": 1})
+
+
+def test_the_checkpoints_agreement_is_not_labelled_metrics(tmp_path, monkeypatch):
+    """The vote on every node's write status after a save names the checkpoint in a timeout
+    (it was "metrics: the per-node values of", as if a metric had stalled)."""
+    from gossip.comm.world import World
+
+    labels: list[str] = []
+    real = World.node_values
+
+    def spy(self, n, local, what="metrics: the per-node values of"):
+        labels.append(what)
+        return real(self, n, local, what=what)
+
+    monkeypatch.setattr(World, "node_values", spy)
+    eng, ck = saved(tmp_path)
+    ck.close()
+    votes = [w for w in labels if "checkpoint" in w]
+    assert votes and set(votes) == {"the write status of round 3's checkpoint from",
+                                    "the write status of round 6's checkpoint from"}, labels

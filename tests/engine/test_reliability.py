@@ -191,3 +191,77 @@ def test_a_problem_in_another_dtype_is_refused_before_round_1(problem_dtype):
         Engine(make_algorithm("dpsgd", eta=0.01), topologies.build("ring", 4),
                lambda i: torch.zeros(10, dtype=engine_dtype),
                oracles=lambda i, gen: problem.oracle(i, gen), dtype=engine_dtype)
+
+
+def test_an_error_line_is_left_for_torchrun(tmp_path, monkeypatch):
+    """gossip.cli.tell_torchrun writes the worker's error file torchrun names (its failure
+    summary reads the line from it), and does nothing outside torchrun."""
+    import json
+
+    from gossip.cli import TORCHRUN_ERROR_FILE, tell_torchrun
+
+    monkeypatch.delenv(TORCHRUN_ERROR_FILE, raising=False)
+    tell_torchrun("error: x")  # no file named: nothing written, no error
+    path = tmp_path / "error.json"
+    monkeypatch.setenv(TORCHRUN_ERROR_FILE, str(path))
+    tell_torchrun("error: --rounds: bad")
+    message = json.loads(path.read_text())["message"]
+    assert message["message"] == message["extraInfo"]["py_callstack"] == "error: --rounds: bad"
+    assert int(message["extraInfo"]["timestamp"]) > 0
+    monkeypatch.setenv(TORCHRUN_ERROR_FILE, str(tmp_path / "missing" / "error.json"))
+    tell_torchrun("error: y")  # an unwritable path is ignored
+
+
+def test_ctrl_c_is_one_line_and_keeps_the_log(tmp_path):
+    """SIGINT (Ctrl-C) during a run without checkpoints: exit status 130, one error: line
+    instead of the traceback of wherever the run was, and every record written so far kept."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.helpers.launch import ROOT
+
+    log = tmp_path / "run.jsonl"
+    proc = subprocess.Popen([sys.executable, "experiments/consensus.py", "--nodes", "8", "--dim",
+                             "16", "--rounds", "10000000", "--log-every", "10", "--out", str(log)],
+                            cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and (not log.exists() or log.read_text().count('"round"') < 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert [ln for ln in err.splitlines() if ln.startswith("error:")] == [
+        "error: interrupted (Ctrl-C): the log (--out) keeps every record written so far, without "
+        "the run's summary; with --checkpoint-every K a run stopped so can be continued with "
+        "--resume"], err
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert sum(r["type"] == "round" for r in records) >= 3
+
+
+@pytest.mark.parametrize("env, launcher", [({"PMI_SIZE": "3", "PMI_RANK": "1"}, "mpiexec"),
+                                           ({"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "x",
+                                             "MASTER_PORT": "1"}, "torchrun")])
+def test_a_world_of_one_under_a_launcher_of_several_is_refused(monkeypatch, env, launcher):
+    """--transport local under a launcher that started several processes: each would run the
+    whole job and write the same log, so it is refused, naming the launcher and the count."""
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    with pytest.raises(CommConfigError) as info:
+        World.detect(transport="local")
+    size = env.get("PMI_SIZE") or env["WORLD_SIZE"]
+    assert str(info.value) == (
+        f"--transport local runs every node in this process, but {launcher} started {size} "
+        "processes: each would run the whole job and write the same files; leave --transport "
+        "out (auto) to join them, or start the script without a launcher")
+
+
+def test_a_world_of_one_without_a_launcher_is_fine(monkeypatch):
+    for var in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    assert World.detect(transport="local").size == 1

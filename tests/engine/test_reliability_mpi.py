@@ -63,6 +63,34 @@ def test_configuration_errors_under_mpi_are_printed_once():
     assert "Abort(" not in out and res.returncode == 2, out  # all ranks exit: no MPI_Abort
 
 
+def test_an_error_one_rank_meets_ends_the_job_with_its_line_alone():
+    """Only rank 0 writes the log, so only it meets a full disk: it aborts the job, and its
+    one error: line is the last word (no MPICH "Abort(1) on node 0 ..." report after it)."""
+    from tests.helpers.launch import run_mpi
+
+    res = run_mpi(2, ["experiments/consensus.py", "--dim", "8", "--rounds", "3", "--out",
+                      "/dev/full"], timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    assert res.stderr.strip().splitlines() == [
+        "[rank 0] error: cannot write the log /dev/full (--out): No space left on device "
+        "[ENOSPC]; free disk space (or quota) where it is written, or give --out another file"], out
+    assert "Abort(" not in out and "MPI_Abort" not in out, out
+
+
+def test_transport_local_under_mpiexec_is_refused_before_any_file_is_written(tmp_path):
+    """Two processes each running the whole job in process would write one log at once."""
+    from tests.helpers.launch import run_mpi
+
+    res = run_mpi(2, ["experiments/consensus.py", "--transport", "local", "--dim", "8",
+                      "--rounds", "3", "--out", str(tmp_path / "r.jsonl")], timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 2, out
+    assert out.count("error: --transport local runs every node in this process, but mpiexec "
+                     "started 2 processes") == 1, out
+    assert not (tmp_path / "r.jsonl").exists() and "Abort(" not in out
+
+
 @pytest.mark.parametrize("first", ["record", "step"])
 def test_an_oversized_message_names_its_sender(first):
     """Rank 1 sends 1 MB more than rank 0's settings announce, in a metric reduction or in a

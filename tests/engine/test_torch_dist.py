@@ -3,6 +3,7 @@ ranks, wrong backends and a missing launcher fail with one clear line."""
 
 from __future__ import annotations
 
+import re
 import signal
 import sys
 
@@ -42,6 +43,33 @@ def test_consensus_script_under_torchrun(tmp_path):
     assert (tmp_path / "t.png").stat().st_size > 0
 
 
+def test_a_finished_run_destroys_its_process_group(tmp_path):
+    """A torchrun run that ends normally tears its process group down before the interpreter
+    exits (NCCL otherwise warns that destroy_process_group() was not called): the check's exit
+    hook, which runs after the run's, finds no group alive on either rank, and stderr has no
+    such warning."""
+    res = run_torchrun(2, ["tests/helpers/torch_exit_check.py", "experiments/consensus.py",
+                           "--transport", "gloo", "--nodes", "4", "--dim", "8", "--rounds", "3",
+                           "--out", str(tmp_path / "r.jsonl")])
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert res.stdout.count("process group alive at exit: False") == 2, res.stdout
+    assert "alive at exit: True" not in res.stdout
+    assert "destroy_process_group" not in res.stderr, res.stderr
+
+
+def test_torchruns_failure_summary_shows_the_error_line():
+    """A configuration error under torchrun: the one error: line, and torchrun's own failure
+    report (printed after any worker fails) names that line as the root cause instead of
+    "To enable traceback see ..."."""
+    res = run_torchrun(2, ["experiments/consensus.py", "--transport", "gloo", "--nodes", "4",
+                           "--dim", "8", "--rounds", "3", "--algorithm", "chocoo"])
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    assert out.count("[rank 0] error: --algorithm: unknown algorithm 'chocoo'") == 1, out
+    assert "traceback : error: --algorithm: unknown algorithm 'chocoo'" in out, out
+    assert "To enable traceback see" not in out, out
+
+
 def test_silent_rank_is_named(tmp_path):
     """A rank that stops answering (SIGSTOP) ends the torchrun job: its neighbors' deadline
     (5 s) fires and names it, and torchrun stops the rest instead of hanging."""
@@ -49,6 +77,20 @@ def test_silent_rank_is_named(tmp_path):
                                signal.SIGSTOP, settle=2.0, timeout=60)
     assert code != 0
     assert "rank(s) [2] stopped answering" in out, out[-3000:]
+
+
+def test_a_killed_rank_is_named_without_a_wait_it_did_not_do(tmp_path):
+    """SIGKILL: the neighbors' connections reset at once; the line names the killed rank and
+    gloo's reason (no "waited 5 s", no source path of gloo), and the job ends."""
+    code, out, seconds = stop_a_rank("torchrun", 3, ["tests/helpers/mpi_victim.py"], tmp_path,
+                                     signal.SIGKILL, settle=2.0, timeout=60)
+    assert code != 0 and seconds < 30
+    lines = [ln for ln in out.splitlines() if "the connection broke while it waited for" in ln]
+    # a neighbor of the killed rank names it; a rank further off may name the neighbor that
+    # exited after it (its connection closes too), so not every line names rank 2
+    assert any(re.search(r"for [^(]*\(?rank 2\)? \(torch.distributed: ", ln) for ln in lines), out
+    assert all("did that rank die or get killed?" in ln for ln in lines), out[-3000:]
+    assert not any("waited 5 s" in ln or "pair.cc" in ln for ln in lines), out[-3000:]
 
 
 def test_bad_transport_choices_say_the_fix():

@@ -91,3 +91,35 @@ def test_consensus_sweep_relative_errors(tmp_path):
     exact = next(line for line in text.splitlines() if line.startswith("| exact gossip"))
     assert 0 < float(exact.split(" | ")[1]) < 0.5
     assert (tmp_path / "consensus_error.png").exists()
+
+
+@pytest.mark.parametrize("out, message", [
+    ("/dev/full", "error: --out /dev/full is not a directory"),
+    ("{tmp}/file/logs", "is not a directory, so the directory cannot be created there"),
+])
+def test_an_output_folder_that_cannot_be_made_is_refused_before_any_run(tmp_path, out, message):
+    compare = script("compare")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(SystemExit) as exc:
+        compare.main([str(CONFIGS / "sweep_consensus.toml"), "--out", out.format(tmp=tmp_path),
+                      "--set", "rounds=2"])
+    assert message in str(exc.value)
+
+
+def test_no_run_without_the_logs_folder_says_so(tmp_path):
+    compare = script("compare")
+    with pytest.raises(SystemExit) as exc:
+        compare.main([str(CONFIGS / "sweep_consensus.toml"), "--no-run", "--out",
+                      str(tmp_path / "never")])
+    assert str(exc.value) == (f"error: --no-run reads the logs in {tmp_path / 'never'}, which does "
+                              "not exist; run the sweep first (without --no-run) or give --out the "
+                              "folder of its logs")
+    assert not (tmp_path / "never").exists()
+
+
+def test_a_mistyped_set_names_the_runs_script_and_the_flag_meant():
+    compare = script("compare")
+    with pytest.raises(SystemExit) as exc:
+        compare.main([str(CONFIGS / "sweep_consensus.toml"), "--set", "rouns=5", "--dry-run"])
+    assert str(exc.value).endswith("run 'exact gossip': consensus.py: error: unrecognized "
+                                   "arguments: --rouns=5 (did you mean --rounds?)")

@@ -14,8 +14,9 @@ import pytest
 
 from tests.helpers.launch import ROOT
 
-C, O, T, P = ("experiments/consensus.py", "experiments/optimize.py", "experiments/train.py",
-              "experiments/compare.py")
+C, O, T, P, F = ("experiments/consensus.py", "experiments/optimize.py", "experiments/train.py",
+                 "experiments/compare.py", "experiments/federated_digits.py")
+SWEEP = "experiments/configs/sweep_consensus.toml"
 CASES = [
     (C, "--nodes 0"), (C, "--nodes -3"), (C, "--nodes 1000000 --dim 1000000"),
     (C, "--dim 1000000000000"), (C, "--shape 100000000x100000000"), (C, "--shape 3xq"),
@@ -37,10 +38,17 @@ CASES = [
     (O, "--nodes 100000 --dim 1000000"), (O, "--dim 200000"),
     (O, "--nodes 1000 --samples-per-node 100000000"), (O, "--overlap --algorithm lead"),
     (O, "--link-latency -1"), (C, "--transport gloo"), (C, "--transport carrier-pigeon"),
-    (C, "--nodse 4"),
+    (C, "--nodse 4"), (C, "--threads 100000"), (C, "--threads 0"), (C, "--link-latency 1e9"),
+    (O, "--link-latency 500"), (O, "--algorithm choco --hparam gamma=[1,2]"),
+    (T, "--algorithm choco --compressor sign --hparam gamma=abc"),
     (T, "--model nosuchnet"), (T, "--lr nan"), (T, "--epochs -1"), (T, "--batch-size 0"),
     (T, "--dataset nosuchdata"), (T, "--algorithm chocolate"),
-    (P, "/nonexistent.toml"), (P, "--only x"),
+    (T, "--hidden 1000000000"), (T, "--model cnn --width 100000"), (T, "--nodes 100000000"),
+    (T, "--eval-every inf"), (T, "--warmup-epochs -3"), (T, "--milestones 1 nan"),
+    (T, "--lr-decay 0"), (T, "--tune-fraction nan"), (C, "--target nan"), (O, "--target -1"),
+    (P, "/nonexistent.toml"), (P, "--only x"), (P, f"{SWEEP} --out /dev/full"),
+    (P, f"{SWEEP} --no-run --out /nonexistent/logs"), (P, f"{SWEEP} --set rouns=5"),
+    (F, "--rounds 0"), (F, "--only nosuch"), (F, "--out /dev/full"), (F, "--plot fd.zzz"),
 ]
 
 
@@ -68,3 +76,33 @@ def test_hostile_flags_end_in_one_error_line_with_status_2():
         if res.returncode != 2 or "Traceback" in res.stderr or not lines:
             bad.append(f"{script} {flags}: exit {res.returncode}: {res.stderr.strip()[-300:]}")
     assert not bad, "\n".join(bad)
+
+
+def test_a_memory_refusal_says_how_more_processes_would_help():
+    """In process: start it on several; under a world: more processes than it has, up to one
+    per node; a world of one node per process is told nothing about spreading."""
+    from gossip.cli import spread_hint
+
+    assert "mpiexec -n 4" in spread_hint(1, 8)
+    assert spread_hint(2, 4) == (" (or start more than 2 processes, up to one per node, to "
+                                 "spread the nodes further)")
+    assert spread_hint(8, 1) == ""
+
+
+def test_train_refuses_a_huge_model_before_building_it():
+    """The model is counted on the meta device: a 10^9-wide hidden layer is refused at once,
+    under a 3 GiB address space, with the flags that shrink it."""
+    (_, _), res = _run((T, "--hidden 1000000000 --rounds 1"))
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith("error: this run needs about ") and "Traceback" not in res.stderr
+    assert "lower --nodes, --hidden or --width" in res.stderr
+
+
+def test_an_hparam_of_the_wrong_kind_names_the_kind_and_an_example():
+    from gossip.cli import check_hparam_types
+
+    with pytest.raises(SystemExit) as info:
+        check_hparam_types("choco", {"gamma": "[1,2]"})
+    assert str(info.value) == ("error: --hparam gamma=[1,2]: choco's gamma is a number (default "
+                               "0.05); give one, e.g. --hparam gamma=0.05")
+    check_hparam_types("choco", {"gamma": 0.5, "eta": 1})  # numbers pass, ints for floats too

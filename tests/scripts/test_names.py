@@ -110,3 +110,53 @@ def test_a_misspelt_flag_gets_a_suggestion(name, typo, flag, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert f"unrecognized arguments: {typo} --zzzzzzzz (did you mean {flag}?)" in err, err
+
+
+def test_python_m_gossip_list_prints_what_list_prints():
+    """``python -m gossip list [KIND]``: the same listing as a script's --list, no torch; an
+    unknown kind is argparse's one line and status 2."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    code = ("import runpy, sys; sys.argv = ['gossip', *sys.argv[1:]]\n"
+            "try:\n    runpy.run_module('gossip', run_name='__main__')\n"
+            "finally:\n    print('torch imported' if 'torch' in sys.modules else 'no torch', file=sys.stderr)")
+    run = lambda *a: subprocess.run([sys.executable, "-c", code, *a], cwd=ROOT, env=env,  # noqa: E731
+                                    capture_output=True, text=True, timeout=120)
+    res = run("list")
+    assert res.returncode == 0 and res.stderr.strip() == "no torch", res.stderr
+    from gossip.cli import listing
+
+    assert res.stdout == listing() + "\n" and "topologies (--topology):" in res.stdout
+    res = run("list", "weights")
+    assert res.stdout.startswith("weights (--weights): metropolis") and res.returncode == 0
+    res = run("list", "bogus")
+    assert res.returncode == 2 and "invalid choice: 'bogus'" in res.stderr
+
+
+def test_a_mistyped_choice_gets_the_closest_one():
+    """argparse's choices (--optimizer, --dtype, ...) answer a typo with the closest choice
+    and still list them all; a choice close to nothing is listed without a suggestion."""
+    import argparse
+
+    from gossip.config import suggest_flags
+
+    parser = argparse.ArgumentParser(prog="p")
+    parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"])
+    suggest_flags(parser)
+    messages = []
+    parser.exit = lambda status=0, message=None: messages.append((status, message))  # type: ignore
+    parser.error("argument --optimizer: invalid choice: 'adamm' (choose from 'sgd', 'momentum', "
+                 "'adam', 'adamw')")
+    parser.error("argument --optimizer: invalid choice: 'zzzz' (choose from 'sgd', 'adam')")
+    assert messages[0] == (2, "p: error: argument --optimizer: invalid choice: 'adamm' (did you "
+                              "mean 'adam'?); choose from 'sgd', 'momentum', 'adam', 'adamw'\n")
+    assert messages[1][1] == "p: error: argument --optimizer: invalid choice: 'zzzz' (choose " \
+                             "from 'sgd', 'adam')\n"
+
+
+@pytest.mark.parametrize("args, hint", [
+    (["--rouns", "3"], "unrecognized arguments: --rouns 3 (did you mean --rounds?)"),
+    (["--only", "FedAvgg"], "invalid choice: 'FedAvgg' (did you mean 'FedAvg'?)"),
+])
+def test_federated_digits_suggests_too(args, hint):
+    res = _script("federated_digits.py", *args)
+    assert res.returncode == 2 and hint in res.stderr, res.stderr

@@ -108,3 +108,44 @@ def test_a_file_size_limit_on_the_checkpoint_keeps_the_last_good_round(tmp_path)
                str(tmp_path / "r.jsonl")])
     assert res.returncode == 0, res.stderr
     assert "resumed from the checkpoint of round" in res.stderr
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--out", "/dev/full"], "error: --out /dev/full is not a directory"),
+    (["--plot", "digits.zzz"], "'.zzz' is not an image format matplotlib writes"),
+])
+def test_federated_digits_checks_its_paths_before_the_first_run(tmp_path, flags, needle):
+    """federated_digits.py's --out is a folder of logs and --plot an image: a path that cannot
+    be either is one error: line, status 2, before any training (no log folder made)."""
+    logs = tmp_path / "logs"
+    args = ["--out", str(logs), *(str(tmp_path / f) if f.endswith(".zzz") else f for f in flags)]
+    res = subprocess.run([sys.executable, "experiments/federated_digits.py", "--only", "FedAvg",
+                          "--rounds", "1", *args], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)))
+    assert res.returncode == 2, res.stderr
+    one_error(res, needle)
+    assert not logs.exists()
+
+
+def test_an_output_over_an_input_file_is_refused_and_the_input_kept(tmp_path):
+    """--out naming the --config file (or --plot the --init file) would destroy the input the
+    run reads: refused before the run, the file untouched."""
+    import numpy as np
+
+    config = tmp_path / "run.toml"
+    config.write_text("nodes = 4\ndim = 8\nrounds = 3\n")
+    res = run(["--config", str(config), "--out", str(config)])
+    one_error(res, f"--out {config} is the --config file this run reads", "another path")
+    assert config.read_text() == "nodes = 4\ndim = 8\nrounds = 3\n"
+    init = tmp_path / "x0.npy"
+    np.save(init, np.ones((4, 8)))
+    before = init.read_bytes()
+    res = run(["--init", str(init), "--plot", str(init)])
+    one_error(res, f"--plot {init} is the --init file this run reads")
+    assert init.read_bytes() == before
+
+
+def test_a_log_and_checkpoints_at_one_path_are_refused(tmp_path):
+    res = run(["--out", str(tmp_path / "a"), "--checkpoint-dir", str(tmp_path / "a")])
+    one_error(res, f"--out and --checkpoint-dir are the same path ({tmp_path / 'a'})")
+    assert res.returncode == 2 and not (tmp_path / "a").exists()

@@ -40,3 +40,37 @@ def test_a_path_without_suffix_is_written_as_png_at_that_path(tmp_path):
     out = plot_runs({"run": _records(3, 8.0)}, tmp_path / "plot")
     assert out == tmp_path / "plot" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["plot"]
+
+
+def _bits_axis(monkeypatch, runs, path, x_keys=("round", "bits_per_node")):
+    """(x scale, x limits, first drawn point) of the bits panel, read as the figure is saved."""
+    seen = []
+    save = Figure.savefig
+
+    def capture(fig, *args, **kwargs):
+        ax = fig.axes[1]
+        seen.append((ax.get_xscale(), ax.get_xlim(), tuple(ax.get_lines()[0].get_xydata()[0])))
+        return save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", capture)
+    plot_runs(runs, path, x_keys=x_keys)
+    return seen[0]
+
+
+def test_round_0_lies_inside_the_bits_panel(tmp_path, monkeypatch):
+    """Round 0 (0 bits) is inside the drawn x range, on a symlog axis over several decades and
+    on a linear one within a decade (a log axis would clip it)."""
+    for rounds, scale in ((1000, "symlog"), (5, "linear")):
+        got, (left, right), first = _bits_axis(monkeypatch, {"run": _records(rounds, 64.0)},
+                                               tmp_path / f"b{rounds}.png")
+        monkeypatch.undo()
+        assert got == scale and first == (0.0, 1.0)
+        assert left <= 0.0 < right, (scale, left, right)
+
+
+def test_any_bits_key_gets_the_same_axis(tmp_path, monkeypatch):
+    """federated_digits.py's bits_exchanged panel: symlog from 0, as bits_per_node."""
+    recs = [r | {"bits_exchanged": 2 * r["bits_per_node"]} for r in _records(1000, 64.0)]
+    scale, (left, _), first = _bits_axis(monkeypatch, {"run": recs}, tmp_path / "x.png",
+                                         x_keys=("round", "bits_exchanged"))
+    assert scale == "symlog" and left <= 0.0 and first == (0.0, 1.0)

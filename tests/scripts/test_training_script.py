@@ -72,3 +72,13 @@ def test_resume_from_checkpoint_equals_uninterrupted_run(tmp_path, monkeypatch):
             "3", "--nodes", "4", "--dtype", "float64", "--batch-size", "16"]
     a, b = interrupted_and_resumed(tmp_path, monkeypatch, args)
     assert [r["round"] for r in a] == [0, 3, 6, 9, 12] and a == b
+
+
+@pytest.mark.parametrize("flags, unused", [
+    (["--width", "8"], ["--width"]), (["--norm", "batch", "--width", "8"], ["--width", "--norm"]),
+    (["--model", "cnn", "--hidden", "64"], ["--hidden"]), (["--model", "cnn", "--width", "8"], []),
+    ([], []),
+])
+def test_model_flags_the_model_ignores_are_named(flags, unused):
+    train = script("train")
+    assert train.unused_model_flags(train.parse_args(flags)) == unused
