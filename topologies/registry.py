@@ -43,6 +43,12 @@ class Target:
         return ":".join((self.module, self.attr, *self.params))
 
 
+def did_you_mean(word: str, choices: list[str] | tuple[str, ...]) -> str:
+    """`` (did you mean 'digits'?)`` when ``word`` is close to one of ``choices``, else ""."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def parse_target(spec: str) -> Target | None:
     """The :class:`Target` that ``spec`` reads as, or None when it is no plug-in spec.
 
@@ -197,8 +203,7 @@ class Registry(Generic[T]):
         """`` (did you mean 'choco'?)`` for a misspelt name close to a registered one, else ""."""
         text = str(spec).strip()
         head = text.partition(":")[0] if self.takes_params else text
-        close = difflib.get_close_matches(self.normalize(head), self.available(), n=1)
-        return f" (did you mean {close[0]!r}?)" if close else ""
+        return did_you_mean(self.normalize(head), self.available())
 
     def unknown(self, spec: object) -> Exception:
         """The error for a spec that is neither a registered name nor a plug-in spec."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gossip.errors import DatasetError, LibSVMFormatError
+from topologies.registry import did_you_mean
 
 KINDS = ("least-squares", "lasso", "logistic", "l1-logistic")
 
@@ -275,8 +276,9 @@ def partition(
             raise DatasetError("the 'dirichlet' partition needs the labels, not just a sample count")
         parts = _dirichlet(y, n_nodes, alpha, rng)
     else:
+        hint = did_you_mean(name, ("iid", "sorted", "dirichlet"))
         raise DatasetError(
-            f"unknown partition {scheme!r}; use 'iid', 'sorted' or 'dirichlet:ALPHA'"
+            f"unknown partition {scheme!r}{hint}; use 'iid', 'sorted' or 'dirichlet:ALPHA'"
         )
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
 

@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 
 from gossip.errors import DatasetError
+from topologies.registry import did_you_mean
 
 BUILTIN = ("digits", "synthetic")
 
@@ -198,8 +199,8 @@ def load_dataset(
     if path.is_file():
         return load_tensor_file(path, test_fraction, seed)
     raise DatasetError(
-        f"--data {name!r}: not a built-in data set ({', '.join(BUILTIN)}) and no such file or "
-        "directory; nothing is downloaded at run time"
+        f"--data {name!r}{did_you_mean(name, BUILTIN)}: not a built-in data set "
+        f"({', '.join(BUILTIN)}) and no such file or directory; nothing is downloaded at run time"
     )
 
 

@@ -11,8 +11,10 @@ import pytest
 
 from gossip.algorithms import make_algorithm
 from gossip.compress import make
-from gossip.errors import CompressionError, ConfigError, ProblemError
+from gossip.errors import CompressionError, ConfigError, DatasetError, ProblemError
 from gossip.problems import make_problem
+from gossip.problems.data import partition
+from gossip.training.datasets import load_dataset
 from tests.helpers.launch import ROOT
 from topologies import build
 from topologies.errors import TopologyError
@@ -26,6 +28,8 @@ from topologies.errors import TopologyError
     (lambda: make_problem("lasoo"), ProblemError, "'lasso'"),
     (lambda: build("rign", 4), TopologyError, "'ring'"),
     (lambda: build("ring", 4, weights="metropolsi"), TopologyError, "'metropolis'"),
+    (lambda: load_dataset("digitz"), DatasetError, "'digits'"),
+    (lambda: partition(list(range(20)), 4, "dirichlt:0.5"), DatasetError, "'dirichlet'"),
 ])
 def test_a_misspelt_name_gets_a_suggestion(call, error, suggestion):
     with pytest.raises(error, match=f"did you mean {suggestion}\\?"):
