@@ -76,7 +76,7 @@ class Adasum(AllReduceAlgorithm):
 
     def setup(self, block: Block) -> None:
         z = torch.zeros_like(block.x)
-        block.state.update(grad=z, delta=z.clone())
+        block.workspace.update(grad=z, delta=z.clone())  # scratch, never checkpointed
         if self.local == "adam":
             block.state.update(m=z.clone(), v=z.clone())
         n = node_count(block)
@@ -91,8 +91,8 @@ class Adasum(AllReduceAlgorithm):
 
     def step(self, block: Block) -> Round:
         st, x = block.state, block.x
-        g = block.gradients(st["grad"])
-        delta = st["delta"]
+        g = block.gradients(block.workspace["grad"])
+        delta = block.workspace["delta"]
         if self.local == "adam":
             adam_moments_(st["m"], st["v"], g, self.beta1, self.beta2)
             preconditioned(st["m"], st["v"], self.eps, delta)

@@ -64,12 +64,13 @@ class OneBitAdam(AllReduceAlgorithm):
     def setup(self, block: Block) -> None:
         self.setup_collectives(block)
         z = torch.zeros_like(block.x)
-        block.state.update(m=z, v=z.clone(), grad=z.clone(), step=z.clone())
+        block.state.update(m=z, v=z.clone())
+        block.workspace.update(grad=z.clone(), step=z.clone())  # scratch, never checkpointed
 
     def step(self, block: Block) -> Round:
         st = block.state
         m, v = st["m"], st["v"]
-        g = block.gradients(st["grad"])
+        g = block.gradients(block.workspace["grad"])
         if block.round <= self.freeze_step:
             yield from block.workspace["fp"].reduce_block(block, g, g)
             adam_moments_(m, v, g, self.beta1, self.beta2)
@@ -77,4 +78,4 @@ class OneBitAdam(AllReduceAlgorithm):
             adam_moments_(m, None, g, self.beta1, self.beta2)
             yield from block.workspace["ar"].reduce_block(block, m, m)
             m.masked_fill_(v == 0, 0.0)  # coordinates that never had a gradient stay put
-        block.x.sub_(preconditioned(m, v, self.eps, st["step"]), alpha=scheduled(self.eta, block.round))
+        block.x.sub_(preconditioned(m, v, self.eps, block.workspace["step"]), alpha=scheduled(self.eta, block.round))

@@ -95,17 +95,18 @@ class OneBitLamb(AllReduceAlgorithm):
     def setup(self, block: Block) -> None:
         self.setup_collectives(block)
         z, k, n = torch.zeros_like(block.x), len(block.nodes[0].layout), block.m
-        # per node and tensor of the layout, float64 on the host (as Python floats)
-        block.state.update(m=z, v=z.clone(), v_fresh=z.clone(), m_old=z.clone(), grad=z.clone(),
-                           upd=z.clone(), tmp=z.clone(), trust=torch.zeros(n, k, dtype=torch.float64),
+        block.workspace.update(grad=z.clone(), upd=z.clone(), tmp=z.clone())  # scratch
+        # trust, scaling, last_factor: per node and tensor of the layout, float64 on the host
+        block.state.update(m=z, v=z.clone(), v_fresh=z.clone(), m_old=z.clone(),
+                           trust=torch.zeros(n, k, dtype=torch.float64),
                            scaling=torch.ones(n, k, dtype=torch.float64),
                            last_factor=torch.ones(n, k, dtype=torch.float64))
 
     def step(self, block: Block) -> Round:
         st, t, x = block.state, block.round, block.x
-        m, v, upd = st["m"], st["v"], st["upd"]
+        m, v, upd = st["m"], st["v"], block.workspace["upd"]
         eta = scheduled(self.eta, t)
-        g = block.gradients(st["grad"])
+        g = block.gradients(block.workspace["grad"])
         layout = block.nodes[0].layout
         parts = [slice(o, o + s) for o, s in zip(layout.offsets, layout.sizes)]
         # the per-tensor scalars of every node as [m] float64 host tensors: the float64 ops
@@ -142,7 +143,7 @@ class OneBitLamb(AllReduceAlgorithm):
         for k, p in enumerate(parts):
             m[:, p].div_(_col(scaling[:, k], m))
         m.masked_fill_(v == 0, 0.0)
-        g_rec = torch.sub(m, st["m_old"], alpha=self.beta1, out=st["tmp"]).div_(1 - self.beta1)
+        g_rec = torch.sub(m, st["m_old"], alpha=self.beta1, out=block.workspace["tmp"]).div_(1 - self.beta1)
         st["v_fresh"].mul_(self.beta2).addcmul_(g_rec, g_rec, value=1 - self.beta2)
         preconditioned(m, v, self.eps, upd)
         for k, p in enumerate(parts):

@@ -51,14 +51,15 @@ class SignumVote(AllReduceAlgorithm):
         ws["vote"] = ChunkedAllReduce(node_count(block), block.x.shape[1], "vote", key="vote")
         ws["vote"].setup(block)
         z = torch.zeros_like(block.x)
-        block.state.update(m=z, grad=z.clone(), s=z.clone())
+        block.state["m"] = z
+        block.workspace.update(grad=z.clone(), s=z.clone())  # scratch, never checkpointed
         rows = [r for r, i in enumerate(block.ids) if i in self.byzantine]
         ws["byzantine"] = torch.tensor(rows, dtype=torch.int64, device=z.device) if rows else None
 
     def step(self, block: Block) -> Round:
         st = block.state
-        m, s = st["m"], st["s"]
-        adam_moments_(m, None, block.gradients(st["grad"]), self.beta, 0.0)
+        m, s = st["m"], block.workspace["s"]
+        adam_moments_(m, None, block.gradients(block.workspace["grad"]), self.beta, 0.0)
         s.copy_(m)
         bad = block.workspace["byzantine"]
         if bad is not None:  # they send −m

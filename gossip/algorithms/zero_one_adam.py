@@ -80,8 +80,8 @@ class ZeroOneAdam(AllReduceAlgorithm):
     def setup(self, block: Block) -> None:
         self.setup_collectives(block)
         z = torch.zeros_like(block.x)
-        block.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone(), grad=z.clone(),
-                           step=z.clone(), denom=z.clone())
+        block.state.update(m=z, v=z.clone(), u=z.clone(), x_sync=z.clone())
+        block.workspace.update(grad=z.clone(), step=z.clone(), denom=z.clone())  # scratch
         # the schedules' counters and Σ_η, one per node: host tensors (checkpointed in place, read
         # without a device sync); eta_sum in float64 sums exactly as a Python float. They are
         # the same on every node, so the block reads row 0's.
@@ -92,9 +92,9 @@ class ZeroOneAdam(AllReduceAlgorithm):
 
     def step(self, block: Block) -> Round:
         st, t, x = block.state, block.round, block.x
-        m, v, u, step = st["m"], st["v"], st["u"], st["step"]
+        m, v, u, step = st["m"], st["v"], st["u"], block.workspace["step"]
         eta = scheduled(self.eta, t)
-        g = block.gradients(st["grad"])
+        g = block.gradients(block.workspace["grad"])
         if t <= self.var_freeze_step:
             refresh = t % int(st["var_interval"][0]) == 0
             if refresh:
@@ -120,7 +120,7 @@ class ZeroOneAdam(AllReduceAlgorithm):
         x.sub_(step)
         u.sub_(step)
         if t % int(st["ls_interval"][0]) == 0:
-            denom = torch.sqrt(v, out=st["denom"]).add_(self.eps)
+            denom = torch.sqrt(v, out=block.workspace["denom"]).add_(self.eps)
             u.mul_(denom)
             yield from block.workspace["ar"].reduce_block(block, u, u)
             u.masked_fill_(v == 0, 0.0)
