@@ -181,7 +181,8 @@ class Block:
 
         With ``none``, ``block.x`` is sent from its own memory, so those messages read the
         model as it is when they are decoded: decode (``decode_add``, ``mix_into``) before
-        changing ``x``, as every algorithm here does."""
+        changing ``x``. A decode after ``x`` changed is refused with a :class:`ContractError`
+        (the tensor's version is noted at send time)."""
         comp = compressor or self.compressor
         route = route or self.routing
         rng = rng or self.rng
@@ -219,7 +220,10 @@ class Block:
                 raise CompressionError(f"{who} could not encode its message: {exc}") from exc
             if block.data_ptr() != mine.data_ptr():
                 mine.copy_(block)
-        return Rows(own, recv, nbytes, comp, like, both, route)
+        out = Rows(own, recv, nbytes, comp, like, both, route)
+        if both is None:  # sent from X's own memory
+            out.source = (X, X._version)
+        return out
 
     def message_rows(self, nbytes: int, route: Any = None) -> Rows:
         """Empty message rows of ``nbytes`` raw bytes each, to fill through ``rows.mine()`` and
@@ -262,6 +266,7 @@ class Block:
     def decode_add(self, out: torch.Tensor, rows: Rows, weight: float = 1.0) -> torch.Tensor:
         """``out[r] += weight·C(q_r)``: every own row adds its own message (e.g. a node to its
         public copy, an arc to its sender's copy of what it sent)."""
+        _check_source(rows)
         self._decode_add(rows.compressor, out, rows.mine(), float(weight), None, None,
                          rows.route.arcs if isinstance(rows.route, ArcPlan) else None)
         return out
@@ -330,6 +335,9 @@ class Block:
         one call when the compressor adds repeated targets in row order on this device, else
         one degree slot at a time. That one call also updates ``copy`` when ``copy`` and
         ``out`` are parts of one :meth:`stacked` tensor."""
+        _check_source(inbox)
+        if own is not None and own is not inbox:
+            _check_source(own)
         comp, m = inbox.compressor, self.m
         plan = plan or self.plan
         fused = plan.fused
@@ -620,3 +628,14 @@ class Block:
                             None, both, route)
         packed.parts = views
         return packed
+
+
+def _check_source(rows: Rows) -> None:
+    """Refuse to decode messages sent from a tensor's own memory after it changed: they would
+    read the new values, not the ones sent (``none`` sends ``block.x`` where it is)."""
+    src = rows.source
+    if src is not None and src[0]._version != src[1]:
+        raise ContractError(
+            "the model was changed after its message was sent from its own memory (compressor "
+            "'none') and before that message was decoded: mix or decode the round's messages "
+            "first, then change x (or send a copy of x)")

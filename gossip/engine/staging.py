@@ -32,7 +32,7 @@ class Rows:
     with ``nbytes`` of each row used; ``compressor`` and ``like`` (a [d] row) decode them
     (None for raw bytes); ``route`` (a :class:`MixPlan` or :class:`ArcPlan`) says where they go."""
 
-    __slots__ = ("own", "recv", "nbytes", "compressor", "like", "route", "_all", "pending")
+    __slots__ = ("own", "recv", "nbytes", "compressor", "like", "route", "_all", "pending", "source")
 
     def __init__(self, own: torch.Tensor, recv: torch.Tensor, nbytes: int, compressor: Any,
                  like: torch.Tensor | None, both: torch.Tensor | None = None, route: Any = None):
@@ -46,6 +46,9 @@ class Rows:
         self.pending: Callable[[], None] | None = None
         """The check of the received rows, when it waits for their first reading (a mix
         kernel that checks its result instead of every message runs it only on failure)."""
+        self.source: tuple[torch.Tensor, int] | None = None
+        """``(x, version)`` when the own rows are ``x``'s own memory (``none`` sends the model
+        where it is): decoding them after ``x`` changed would read another model."""
 
     def settle(self) -> None:
         """Run the check of the received rows if it is still :attr:`pending` (once)."""

@@ -87,6 +87,31 @@ def test_node_models_are_views_of_the_block():
         assert eng.nodes[i].state["x_hat"].data_ptr() == eng.block.state["x_hat"][r].data_ptr()
 
 
+class _ChangesXBeforeMixing(Algorithm):
+    """Sends x with 'none' (from x's own memory), then scales x before decoding: a bug."""
+
+    name = "changes-x-before-mixing"
+
+    def setup(self, block):
+        block.workspace["acc"] = torch.zeros_like(block.x)
+
+    def step(self, block):
+        inbox = yield block.encode(block.x)
+        block.x.mul_(0.5)
+        block.mix_into(block.workspace["acc"], inbox, inbox)
+
+
+def test_decoding_a_model_sent_in_place_after_it_changed_is_refused():
+    from gossip.errors import ContractError, NodeError
+
+    eng = Engine(_ChangesXBeforeMixing(), topologies.build("ring", 4), lambda i: torch.ones(5),
+                 compressor="none")
+    with pytest.raises((ContractError, NodeError), match="changed after its message was sent"):
+        eng.step()
+    Engine(_ChangesXBeforeMixing(), topologies.build("ring", 4), lambda i: torch.ones(5),
+           compressor="topk:0.4").step()  # a message of its own rows: x may change
+
+
 def test_models_go_out_with_none_from_their_own_memory():
     """block.x sits in message rows: gossip with 'none' sends the models without copying them,
     byte for byte the single-message encoding."""
