@@ -139,30 +139,30 @@ def _ratio(results: Results, key: tuple[str, str, str], rows: list[Row]) -> str:
     return f"{_median(rows, 'bits') / ref:.3f}" if ref > 0 else "—"
 
 
+def _table(results: Results, columns: list[tuple[str, str]]) -> str:
+    """Method, compressor, network, the ``(header, key)`` columns (medians over the seeds,
+    3 significant digits), then the messages lost and the bits."""
+    head = "".join(f" {h} |" for h, _ in columns)
+    lines = [f"| method | compressor | network |{head} messages lost | bits/node | bits vs no loss |",
+             "|---|---|---|" + "---|" * (len(columns) + 3)]
+    for key, rows in results.items():
+        cells = "".join(f" {_median(rows, k):.3g} |" for _, k in columns)
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} |{cells} {_median(rows, 'lost'):.0f} "
+                     f"| {_median(rows, 'bits'):.4g} | {_ratio(results, key, rows)} |")
+    return "\n".join(lines)
+
+
 def averaging_table(results: Results) -> str:
     """The averaging table of docs/network.md (medians over the seeds)."""
-    lines = ["| method | compressor | network | consensus error (rel.) | drift of the average "
-             "| error to the exact average (worst node) | messages lost | bits/node "
-             "| bits vs no loss |", "|---|---|---|---|---|---|---|---|---|"]
-    for key, rows in results.items():
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {_median(rows, 'consensus'):.3g} "
-                     f"| {_median(rows, 'drift'):.3g} | {_median(rows, 'exact'):.3g} "
-                     f"| {_median(rows, 'lost'):.0f} | {_median(rows, 'bits'):.4g} "
-                     f"| {_ratio(results, key, rows)} |")
-    return "\n".join(lines)
+    return _table(results, [("consensus error (rel.)", "consensus"), ("drift of the average", "drift"),
+                            ("error to the exact average (worst node)", "exact")])
 
 
 def optimization_table(results: Results, rounds: int) -> str:
     """The least-squares table of docs/network.md (medians over the seeds)."""
-    lines = [f"| method | compressor | network | distance to x* (rel.), round {rounds} "
-             f"| at round {rounds // 2} | consensus error (rel.) | messages lost | bits/node "
-             "| bits vs no loss |", "|---|---|---|---|---|---|---|---|---|"]
-    for key, rows in results.items():
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {_median(rows, 'distance'):.3g} "
-                     f"| {_median(rows, 'distance_half'):.3g} | {_median(rows, 'consensus'):.3g} "
-                     f"| {_median(rows, 'lost'):.0f} | {_median(rows, 'bits'):.4g} "
-                     f"| {_ratio(results, key, rows)} |")
-    return "\n".join(lines)
+    return _table(results, [(f"distance to x* (rel.), round {rounds}", "distance"),
+                            (f"at round {rounds // 2}", "distance_half"),
+                            ("consensus error (rel.)", "consensus")])
 
 
 def measure(run: Callable[[str, str, str, int, int], Row], methods: Iterable[tuple[str, str]],

@@ -52,7 +52,7 @@ from gossip.training import flat
 from gossip.training.build import check_trainable, load_average, training_engine
 from gossip.training.data import NodeSampler
 from gossip.training.oracle import BackwardOptimizerOracle, BackwardOracle
-from gossip.training.precision import HALF_DTYPES, MasterWeights
+from gossip.training.precision import MasterWeights, wants_master_weights
 
 OptimizerLike = torch.optim.Optimizer | Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None
 
@@ -352,12 +352,7 @@ def wrap(
     if l2 and optimizer is not None:
         raise WrapError(f"l2={l2} is the weight decay of algorithms without a local optimizer; with "
                         "one, give the optimizer weight_decay instead")
-    half = dtype in HALF_DTYPES
-    if master_weights and not (half and optimizer is not None):
-        raise WrapError(f"master_weights=True keeps float32 copies of a half-precision model for its "
-                        f"optimizer: the model is {dtype}" + ("" if optimizer is not None else
-                                                             " and there is no optimizer"))
-    masters = half and optimizer is not None and master_weights is not False
+    masters = wants_master_weights(master_weights, dtype, optimizer is not None, alg.name, WrapError)
     local = world.local_nodes(n)
     models, optimizers = _node_copies(model, optimizer, len(local))
     oracles: list[BackwardOracle | BackwardOptimizerOracle] = []

@@ -105,6 +105,22 @@ HALF_DTYPES = (torch.bfloat16, torch.float16)
 """Model dtypes stored in 16 bits, whose nodes step float32 :class:`MasterWeights`."""
 
 
+def wants_master_weights(requested: bool | None, dtype: torch.dtype, has_optimizer: bool,
+                         algorithm: str, error: type[ConfigError] = ConfigError) -> bool:
+    """Whether a run keeps float32 :class:`MasterWeights`: asked for (``True``), on by default
+    (``None``) for a half-precision model with a local optimizer, never with ``False``.
+    ``True`` without a half model and an optimizer is refused with ``error``."""
+    possible = dtype in HALF_DTYPES and has_optimizer
+    if requested and not possible:
+        raise error(
+            "master_weights=True keeps float32 copies of half-precision parameters for a local "
+            "optimizer: it needs dtype bfloat16 or float16 and an optimizer"
+            + ("" if has_optimizer else f" ({algorithm} steps with its own eta; use dpsgd, choco, "
+                                        "deepsqueeze or powergossip)")
+            + f"; the model is {dtype}")
+    return possible and requested is not False
+
+
 class MasterWeights:
     """The float32 copy of a half-precision node's parameters that its optimizer steps.
 

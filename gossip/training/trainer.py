@@ -68,7 +68,7 @@ from gossip.training.build import (  # the two listings are read from here too
 from gossip.training.data import BatchStream, node_loader, partition_indices
 from gossip.training.evaluate import Sums, evaluate, shard
 from gossip.training.oracle import LossFn, ModelOracle, OptimizerOracle
-from gossip.training.precision import HALF_DTYPES, MasterWeights, autocast_dtype
+from gossip.training.precision import HALF_DTYPES, MasterWeights, autocast_dtype, wants_master_weights
 from gossip.training.seeds import data_seed, derive, partition_seed
 
 SAME_START_FIX = ("build it after seeding torch identically on every process (e.g. "
@@ -206,15 +206,9 @@ class DecentralizedTrainer:
         self.device, self.dtype = torch.device(device), dtype
         autocast_dtype(autocast, dtype, self.device)  # refuse a bad combination before any work
         self.autocast = None if autocast == "none" else autocast
-        half = dtype in HALF_DTYPES
-        if master_weights and not (half and optimizer is not None):
-            raise ConfigError(
-                "master_weights=True keeps float32 copies of half-precision parameters for a "
-                f"local optimizer: it needs dtype bfloat16 or float16 (got {dtype}) and an "
-                "optimizer" + ("" if optimizer is not None else f" ({self.algorithm.name} steps "
-                               "with its own eta; use dpsgd, choco, deepsqueeze or powergossip)"))
-        self.master_weights = half and optimizer is not None and master_weights is not False
-        if half and optimizer is None:
+        self.master_weights = wants_master_weights(master_weights, dtype, optimizer is not None,
+                                                   self.algorithm.name)
+        if dtype in HALF_DTYPES and optimizer is None:
             log.warning("%s steps the %s model itself (no local optimizer, so no float32 master "
                         "weights): steps below half a unit of its last place round away",
                         self.algorithm.name, dtype)

@@ -16,17 +16,9 @@ from gossip.algorithms import make_algorithm
 from gossip.engine import Engine
 from gossip.engine.star import ClientSampler
 from gossip.errors import ConfigError
-from gossip.problems import make_problem
 from tests.helpers.algorithm_setup import row_compressor
 from tests.helpers.reference_federated import federated
-
-N, D = 8, 6  # 7 clients
-STAR = topologies.build("star", N)
-PROBLEM = make_problem("least-squares", n_nodes=N - 1, dim=D, samples_per_node=20, seed=3,
-                       heterogeneity=2.0, dtype=torch.float64)
-GRADS = [None] + [lambda y, i=i: PROBLEM.grad_full(i - 1, torch.from_numpy(y)).numpy()
-                  for i in range(1, N)]
-X0 = np.linspace(-1.0, 1.0, D)
+from tests.helpers.star_problem import GRADS, PROBLEM, STAR, X0, D, N
 
 
 def engine(name: str, spec: str = "none", seed: int = 11, **hp) -> Engine:

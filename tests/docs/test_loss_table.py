@@ -4,23 +4,18 @@ benchmark runs end to end (on a tiny round budget: the real one takes minutes)."
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 from types import ModuleType
 
-from tests.helpers.launch import ROOT
+from tests.helpers.launch import ROOT, script
 
 DOC = ROOT / "docs" / "network.md"
 SECTION = "## Measured: what loss does to each method"
 
 
 def bench() -> ModuleType:
-    """benchmarks/bench_loss.py as a module (the benchmarks are files, not a package)."""
-    spec = importlib.util.spec_from_file_location("_bench_loss", ROOT / "benchmarks" / "bench_loss.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """benchmarks/bench_loss.py as a module."""
+    return script("bench_loss", "benchmarks")
 
 
 def fake(methods, keys: tuple[str, ...], networks) -> dict:

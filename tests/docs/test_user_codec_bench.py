@@ -3,14 +3,13 @@ decodes to ±mean|x|, and docs/performance.md shows the table it prints."""
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
 import torch
 
 from gossip.compress import make
-from tests.helpers.launch import ROOT
+from tests.helpers.launch import ROOT, script
 
 SCRIPT = ROOT / "benchmarks" / "bench_user_codec.py"
 
@@ -26,10 +25,7 @@ def test_the_benchmark_runs_and_the_docs_show_its_table():
 
 
 def test_the_user_sign_is_sign():
-    spec = importlib.util.spec_from_file_location("_bench_uc", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    user, builtin = module.UserSign("usersign"), make("sign")
+    user, builtin = script("bench_user_codec", "benchmarks").UserSign("usersign"), make("sign")
     x = torch.randn(300)
     assert user.encode(x).nbytes == builtin.encode(x).nbytes
     y = user.decode(user.from_bytes(user.encode(x).to_bytes(), like=x))

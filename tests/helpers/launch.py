@@ -109,12 +109,13 @@ def scenario_records(script: str, tmp_path: Path, ranks: int, nodes: int,
     return read_jsonl(local), read_jsonl(remote)
 
 
-def script(name: str):
-    """An experiment script as a module (they are files, not a package)."""
-    mod_name = f"_gossip_experiment_{name}"
+def script(name: str, folder: str = "experiments"):
+    """An experiment script (or, with ``folder="benchmarks"``, a benchmark) as a module: they
+    are files, not a package."""
+    mod_name = f"_gossip_{folder}_{name}"
     if mod_name in sys.modules:
         return sys.modules[mod_name]
-    spec = importlib.util.spec_from_file_location(mod_name, ROOT / "experiments" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(mod_name, ROOT / folder / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     spec.loader.exec_module(module)

@@ -168,13 +168,9 @@ def test_fp16_run_resumes_bit_for_bit(tmp_path, monkeypatch):
 def test_benchmark_table_is_the_one_in_the_docs():
     """docs/low-precision.md shows the table benchmarks/bench_low_precision.py prints (same
     columns, every setting), not a hand-made one."""
-    import importlib.util
-
     from tests.helpers.launch import ROOT
 
-    spec = importlib.util.spec_from_file_location("_bench_lp", ROOT / "benchmarks" / "bench_low_precision.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = script("bench_low_precision", "benchmarks")
     row = {"test_accuracy": 0.9, "test_loss": 0.1, "bits_per_node": 8.0, "seconds_per_epoch": 0.1}
     header = bench.table({("dpsgd", *s): [row] for s in bench.SETTINGS}).splitlines()[0]
     doc = (ROOT / "docs" / "low-precision.md").read_text()
