@@ -32,6 +32,9 @@ class PairwiseGossip(Asynchronous):
         compressor_message="{name} averages exact models (got '{spec}'): use --compressor none, "
                            "or async-choco for compressed asynchronous averaging")
 
+    def __init__(self) -> None:  # no hyper-parameters: the pair takes its plain average
+        pass
+
     def setup(self, block: Block) -> None:
         block.workspace["mean"] = block.x.new_empty(block.x.shape[1])
 

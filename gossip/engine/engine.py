@@ -118,6 +118,10 @@ class Engine:
         self.local_ids = self.world.local_nodes(self.n)
         self.transport = self.world.transport(self.n, timeout=timeout)
         self.transport.latency = _check_latency(link_latency)
+        if link_latency and algorithm.asynchronous:
+            raise ConfigError(f"--link-latency delays real messages of rounds; {algorithm.name} runs "
+                              "in virtual time: give its messages a delay with --network "
+                              "delay=SECONDS (docs/network.md)")
         self.nodes: dict[int, Node] = {}
         for i in self.local_ids:
             x = (x0(i) if callable(x0) else x0[i]).detach().to(self.device, self.dtype)
@@ -244,6 +248,10 @@ class Engine:
         alg, topo, compressor = self.algorithm, self.topology, self._new_compressor()
         alg.requires.check(topo, compressor, oracles is not None, name=alg.name)
         alg.validate(topo, compressor)
+        if alg.asynchronous and self.overlap:
+            raise ConfigError(f"--overlap hides a round's messages behind the next gradients; "
+                              f"{alg.name} is asynchronous (no rounds): its nodes never wait for "
+                              "messages anyway; run it without --overlap")
         if alg.asynchronous and self.world.size > 1:
             raise ConfigError(
                 f"{alg.name} is asynchronous and runs in one process, in virtual time "
