@@ -168,3 +168,28 @@ def test_refuses_a_stateful_compressor():
     with pytest.raises(ConfigError, match="use a stateless compressor"):
         Engine(make_algorithm("choco-arcs"), topologies.build("ring", 8), x0_fn(),
                compressor="lowrank:1")
+
+
+def test_a_resumed_lossy_run_ends_where_the_whole_one_does(tmp_path):
+    """Checkpoints hold both copies of every arc (per neighbor); the drops are recomputed."""
+    from gossip.checkpoint import Checkpointer
+
+    def engine() -> Engine:
+        return Engine(make_algorithm("choco-arcs", gamma=0.4), topologies.build("ring", 8),
+                      x0_fn(), compressor="randk:0.3", network="loss=ge:p_gb=0.1,p_bg=0.3",
+                      seed=2, dtype=torch.float64)
+
+    whole = engine()
+    whole.run(12, log_every=12)
+    first = engine()
+    ckpt = Checkpointer(tmp_path, {"run": "arcs"}, every=5)
+    first.run(7, log_every=100, checkpointer=ckpt)
+    ckpt.close()
+    assert "x_hat_from3" in first.nodes[2].state and "x_hat_to1" in first.nodes[2].state
+    resumed = engine()
+    again = Checkpointer(tmp_path, {"run": "arcs"}, every=5)
+    assert again.restore(resumed) == 5
+    again.close()
+    resumed.run(7, log_every=100)
+    assert torch.equal(resumed.block.x, whole.block.x)
+    assert resumed.record()["messages_lost_total"] == whole.record()["messages_lost_total"]

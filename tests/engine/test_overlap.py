@@ -84,7 +84,7 @@ def test_overlap_resumes_exactly(tmp_path):
 
 def test_algorithms_that_cannot_overlap_are_refused():
     with pytest.raises(ConfigError, match=r"--overlap: lead changes x after its messages are sent.*"
-                                          r"applies to c-ecl, choco, choco-amsgrad, dpsgd, ecd"):
+                                          r"applies to c-ecl, choco, choco-amsgrad, choco-arcs, dpsgd, ecd"):
         engine("lead", True)
     with pytest.raises(ConfigError, match="--overlap: choco has no gradients to compute"):
         Engine(make_algorithm("choco"), topologies.build("ring", 4), lambda i: torch.ones(3),
