@@ -223,7 +223,8 @@ class Engine:
 
     def _new_delivery(self) -> Delivery:
         """The run's message loss; refuses, before any message, an algorithm without loss
-        semantics or one that keeps per-arc state (arc phases have none yet)."""
+        semantics or one that keeps per-arc state without reading what was delivered (only
+        ``on_loss = "ack"`` defines lost per-arc messages)."""
         policy = self.algorithm.loss_semantics(self._new_compressor())
         if self.block.arc_state and policy != "ack":  # "ack": it reads what was delivered
             raise ConfigError(
