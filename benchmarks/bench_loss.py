@@ -28,7 +28,8 @@ Optimization (what ``experiments/optimize.py --nodes 16 --dim 50 --samples-per-n
 --heterogeneity 1 --iterations T --algorithm A --compressor C --network N --seed S --dtype
 float64`` runs: heterogeneous least squares, full gradients, x⁰ = 0, each method's own
 suggested step sizes): D-PSGD (``dpsgd``, exact messages), CHOCO-SGD with ``topk:0.1`` and with
-``none``, LEAD with its own ``lead:2`` quantizer, C-GT with ``none`` (exact messages, so every
+``none``, the same with a copy per arc (``choco-arcs``: a lost message changes neither end's
+copy), LEAD with its own ``lead:2`` quantizer, C-GT with ``none`` (exact messages, so every
 error beyond the no-loss run is the loss's). Columns: the distance to the optimum
 (1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at round T/2 (a value still growing from T/2 to T is
 a run drifting away), the consensus error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost, the
@@ -36,6 +37,7 @@ bits per node and their ratio to the method's no-loss run.
 
     python benchmarks/bench_loss.py                    # the docs' table, ~3 min on one core
     python benchmarks/bench_loss.py --rounds 5 --seeds 0   # does it run
+    python benchmarks/bench_loss.py --methods choco-arcs   # only these algorithms' rows
 """
 
 from __future__ import annotations
@@ -65,7 +67,8 @@ NETWORKS = ("none", "loss=0.01", "loss=0.1", "loss=0.3", "loss=ge:p_gb=0.02,p_bg
 """The ``--network`` specs, the first the reference (no loss)."""
 AVERAGING = (("gossip", "none"), ("push-sum", "none"))
 """(algorithm, compressor) of the consensus runs."""
-OPTIMIZERS = (("dpsgd", "none"), ("choco", "topk:0.1"), ("choco", "none"), ("lead", "lead:2"),
+OPTIMIZERS = (("dpsgd", "none"), ("choco", "topk:0.1"), ("choco", "none"),
+              ("choco-arcs", "topk:0.1"), ("choco-arcs", "none"), ("lead", "lead:2"),
               ("c-gt", "none"))
 """(algorithm, compressor) of the least-squares runs."""
 CONSENSUS_DIM = 100
@@ -183,18 +186,33 @@ def main(argv: list[str] | None = None) -> str:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=1000, help="rounds per run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds (median)")
+    p.add_argument("--methods", nargs="+", metavar="ALGORITHM",
+                   help="only the rows of these algorithms (default: every one)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     start = time.perf_counter()
-    averaging = averaging_table(measure(averaging_run, AVERAGING, args.seeds, args.rounds))
-    optimization = optimization_table(measure(optimization_run, OPTIMIZERS, args.seeds,
-                                              args.rounds), args.rounds)
+
+    def chosen(methods: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+        return [m for m in methods if args.methods is None or m[0] in args.methods]
+
+    averaging_methods, optimizers = chosen(AVERAGING), chosen(OPTIMIZERS)
+    if not averaging_methods and not optimizers:
+        raise SystemExit(f"--methods {' '.join(args.methods)}: none of the benchmark's algorithms "
+                         f"({', '.join(dict.fromkeys(a for a, _ in AVERAGING + OPTIMIZERS))})")
     seeds = " ".join(map(str, args.seeds))
-    out = (f"Averaging: {NODES} nodes on a ring, d = {CONSENSUS_DIM}, {args.rounds} rounds, "
-           f"median over seeds {seeds}\n\n{averaging}\n\n"
-           f"Least squares: {NODES} nodes on a ring, d = {LSQ_DIM}, {LSQ_SAMPLES} samples per "
-           f"node, heterogeneity {LSQ_HETEROGENEITY:g}, {args.rounds} rounds, median over seeds "
-           f"{seeds}\n\n{optimization}")
+    parts = []
+    if averaging_methods:
+        averaging = averaging_table(measure(averaging_run, averaging_methods, args.seeds,
+                                            args.rounds))
+        parts.append(f"Averaging: {NODES} nodes on a ring, d = {CONSENSUS_DIM}, {args.rounds} "
+                     f"rounds, median over seeds {seeds}\n\n{averaging}")
+    if optimizers:
+        optimization = optimization_table(measure(optimization_run, optimizers, args.seeds,
+                                                  args.rounds), args.rounds)
+        parts.append(f"Least squares: {NODES} nodes on a ring, d = {LSQ_DIM}, {LSQ_SAMPLES} "
+                     f"samples per node, heterogeneity {LSQ_HETEROGENEITY:g}, {args.rounds} "
+                     f"rounds, median over seeds {seeds}\n\n{optimization}")
+    out = "\n\n".join(parts)
     print(out)
     print(f"\n({time.perf_counter() - start:.0f} s)", file=sys.stderr)
     return out

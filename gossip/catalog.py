@@ -119,6 +119,8 @@ ALGORITHMS: dict[str, Traits] = {
     "gossip": Traits(**_AVERAGING, state_copies=3),
     "dpsgd": Traits(takes_optimizer=True, state_copies=4),
     "choco": Traits(gradients=False, takes_optimizer=True, tunable=("gamma",), state_copies=6),
+    "choco-arcs": Traits(gradients=False, takes_optimizer=True, compressor="stateless",
+                         tunable=("gamma",), state_copies=4, neighbor_copies=4),
     "deepsqueeze": Traits(gradients=False, takes_optimizer=True, tunable=("gamma",), state_copies=7),
     "dcd": Traits(gradients=False, state_copies=5),
     "ecd": Traits(gradients=False, state_copies=5),

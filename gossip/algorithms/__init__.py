@@ -16,6 +16,7 @@ from gossip.algorithms.base import Algorithm, Round
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.cada import CADA, GCADA
 from gossip.algorithms.choco import Choco
+from gossip.algorithms.choco_arcs import ChocoArcs
 from gossip.algorithms.choco_async import AsyncChoco
 from gossip.algorithms.dcd import DCD
 from gossip.algorithms.deepsqueeze import DeepSqueeze
@@ -43,7 +44,7 @@ from gossip.registry import registry
 
 ALGORITHMS = registry("algorithm", error=ConfigError, form="module:Class")
 """Every algorithm by name (a :class:`gossip.registry.Registry`); join it with :func:`register_algorithm`."""
-for _cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
+for _cls in (Gossip, DPSGD, Choco, ChocoArcs, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
              DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
              OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
              ChocoAMSGrad, DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold,

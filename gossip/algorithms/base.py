@@ -102,8 +102,10 @@ class Algorithm(ABC):
     (its messages are values the receiver averages: a lost neighbor's weight goes to the
     receiver's own term), ``"drop"`` (its messages are increments to copies the receiver
     keeps: a lost one adds nothing, and the receiver's copy of the sender drifts), ``"keep-mass"``
-    (push-sum: the sender keeps the share it could not send). None (the default): not defined,
-    and a run that may lose messages is refused before it starts."""
+    (push-sum: the sender keeps the share it could not send), ``"ack"`` (its phases send one
+    message per arc and it reads which arrived, ``rows.route.out_delivered`` / ``in_delivered``:
+    choco-arcs, whose two ends of an arc apply a message only when it was delivered). None (the
+    default): not defined, and a run that may lose messages is refused before it starts."""
 
     asynchronous: ClassVar[bool] = False
     """Runs on events in virtual time, not in rounds (:mod:`gossip.engine.events`,

@@ -263,12 +263,19 @@ class Block:
         decoded values, a ``-0.0`` entry aside)."""
         return self.decode_add(out.zero_(), rows)
 
-    def decode_add(self, out: torch.Tensor, rows: Rows, weight: float = 1.0) -> torch.Tensor:
+    def decode_add(self, out: torch.Tensor, rows: Rows, weight: float = 1.0,
+                   only: torch.Tensor | None = None) -> torch.Tensor:
         """``out[r] += weight·C(q_r)``: every own row adds its own message (e.g. a node to its
-        public copy, an arc to its sender's copy of what it sent)."""
+        public copy, an arc to its sender's copy of what it sent). ``only`` ([rows] bool, e.g.
+        an arc phase's ``rows.route.out_delivered``): those rows only (None: all)."""
         _check_source(rows)
-        self._decode_add(rows.compressor, out, rows.mine(), float(weight), None, None,
-                         rows.route.arcs if isinstance(rows.route, ArcPlan) else None)
+        arcs = rows.route.arcs if isinstance(rows.route, ArcPlan) else None
+        msgs, dst = rows.mine(), None
+        if only is not None:
+            dst = only.nonzero().view(-1)
+            msgs = msgs.index_select(0, dst)
+            arcs = None if arcs is None else [arcs[a] for a in dst.tolist()]
+        self._decode_add(rows.compressor, out, msgs, float(weight), dst, None, arcs)
         return out
 
     def received_arcs(self, rows: Rows) -> torch.Tensor:
@@ -280,11 +287,20 @@ class Block:
     def decode_received(self, out: torch.Tensor, rows: Rows, weight: Any = 1.0,
                         dst: torch.Tensor | None = None) -> torch.Tensor:
         """``out[e] += weight·C(q_e)`` for every arc e of ``rows.route.incoming``; with ``dst``
-        (e.g. ``route.in_dst``, the receivers' rows) into row ``dst[e]`` of ``out`` instead."""
+        (e.g. ``route.in_dst``, the receivers' rows) into row ``dst[e]`` of ``out`` instead.
+        Under message loss only the arcs whose message arrived (``route.in_delivered``)."""
         route = rows.route
         w = weight if isinstance(weight, torch.Tensor) else float(weight)
-        self._decode_add(rows.compressor, out, self.received_arcs(rows), w, dst, None,
-                         route.incoming)
+        msgs, arcs = self.received_arcs(rows), route.incoming
+        got = route.in_delivered
+        if got is not None:
+            keep = got.nonzero().view(-1)
+            msgs = msgs.index_select(0, keep)
+            dst = keep if dst is None else dst.index_select(0, keep)
+            if isinstance(w, torch.Tensor) and w.numel() == len(arcs):
+                w = w.reshape(-1).index_select(0, keep)
+            arcs = [arcs[e] for e in keep.tolist()]
+        self._decode_add(rows.compressor, out, msgs, w, dst, None, arcs)
         return out
 
     def stacked(self, k: int) -> list[torch.Tensor]:

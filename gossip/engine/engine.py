@@ -27,7 +27,7 @@ from gossip.engine.cache import IdentityCache
 from gossip.engine.events import EventLoop
 from gossip.engine.loss import Delivery
 from gossip.engine.nodes import Node
-from gossip.engine.routing import MixPlan
+from gossip.engine.routing import ArcPlan, MixPlan
 from gossip.engine.staging import Rows
 from gossip.errors import (
     CompressionError,
@@ -232,9 +232,10 @@ class Engine:
 
     def _new_delivery(self) -> Delivery:
         """The run's message loss; refuses, before any message, an algorithm without loss
-        semantics or one that keeps per-arc state (arc phases have none yet)."""
+        semantics or one that keeps per-arc state without reading what was delivered (only
+        ``on_loss = "ack"`` defines lost per-arc messages)."""
         policy = self.algorithm.loss_semantics(self._new_compressor())
-        if self.block.arc_state:
+        if self.block.arc_state and policy != "ack":  # "ack": it reads what was delivered
             raise ConfigError(
                 f"--network {self.network.spec()}: {self.algorithm.name} keeps state per arc "
                 f"({', '.join(sorted(self.block.arc_state))}) and sends a message per arc; lost "
@@ -367,13 +368,14 @@ class Engine:
         rnd.pending = self.transport.start_rows(phase, phase.route, self._seq, rnd.t)
         self.comm_s += time.perf_counter() - tic
 
-    def _deliver(self, phase: Rows, plan: MixPlan) -> None:
+    def _deliver(self, phase: Rows, plan: MixPlan | ArcPlan) -> None:
         """Route ``phase`` (and the round's mixing, until the next phase) on the delivered
         ``plan``: its transport skips the lost messages, its mix their terms."""
         phase.route = plan
         for part in getattr(phase, "parts", ()):
             part.route = plan
-        self.block.plan = plan
+        if isinstance(plan, MixPlan):  # an arc phase's masks ride on its rows' route
+            self.block.plan = plan
 
     def _advance(self, gen, received: Rows | None, reply: Any = None) -> Any:
         """Run the round to its next phase (after checking the rows ``received`` from other

@@ -16,12 +16,25 @@ receiver's mix skips them) and with the self weights the algorithm's semantics a
 * ``"keep-mass"``: the sender keeps the share it could not send, ``w_ii ← w_ii + Σ_{j lost}
   w_ji`` (the columns still sum to one: push-sum's mass ``Σ_i s_i`` and ``Σ_i w_i`` are kept).
 
-A phase without a lost message keeps the round's plan itself (nothing is built). Phases routed
-per arc (:class:`~gossip.engine.routing.ArcPlan`) have no loss semantics yet and are refused.
+* ``"ack"``: the algorithm sends one message per arc (an
+  :class:`~gossip.engine.routing.ArcPlan` phase) and reads which of them arrived. The delivered
+  plan keeps every row but moves no bytes for the lost arcs (``remote_in`` / ``remote_out``
+  without them, ``out_degree`` 0) and carries two masks from the same draws: ``out_delivered``
+  (the block's own arcs, as the sender learns it from an acknowledgement in a real network;
+  the acknowledgement is not counted in bits) and ``in_delivered`` (the arcs into the block);
+  :meth:`~gossip.engine.block.Block.decode_received` adds only the delivered ones. For methods
+  whose sender and receiver keep the same per-arc copy (``choco-arcs``): both ends apply a
+  delivered message, neither a lost one, so the copies never disagree.
+
+A phase without a lost message keeps the round's plan itself (nothing is built; its masks are
+None: every message arrived). Per-arc phases of the other policies (PowerGossip, C-ECL, the
+all-reduces) have no loss semantics and are refused; an ``"ack"`` algorithm's phases must be
+per-arc ones.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -32,7 +45,7 @@ from gossip.engine.routing import ArcPlan, MixPlan
 from gossip.errors import ConfigError
 from gossip.network import LossDraws, Network, arc_keys
 
-POLICIES = ("renormalize", "drop", "keep-mass")
+POLICIES = ("renormalize", "drop", "keep-mass", "ack")
 """What a lost message means to an algorithm (module doc)."""
 
 
@@ -105,6 +118,36 @@ class _PlanArcs:
         )
 
 
+class _ArcPlanArcs:
+    """An :class:`~gossip.engine.routing.ArcPlan`'s arcs (its own and its incoming ones) as index
+    tables into one sorted list (the rows of its :class:`~gossip.network.LossDraws`)."""
+
+    def __init__(self, plan: ArcPlan, network: Network, seed: int):
+        arcs = sorted(set(plan.arcs) | set(plan.incoming))
+        index = {a: k for k, a in enumerate(arcs)}
+        self.draws = LossDraws(network.loss, seed, arc_keys(arcs))
+        self.out_idx = np.array([index[a] for a in plan.arcs], dtype=np.int64)
+        self.in_idx = np.array([index[a] for a in plan.incoming], dtype=np.int64)
+        self.in_row = plan.in_dst.cpu().numpy().astype(np.int64)
+        self.remote_in_idx = np.array([index[(j, i)] for j, i, _ in plan.remote_in], dtype=np.int64)
+        self.remote_out_idx = np.array([index[plan.arcs[r]] for r, _ in plan.remote_out],
+                                       dtype=np.int64)
+
+    def delivered(self, plan: ArcPlan, lost: np.ndarray) -> ArcPlan:
+        """``plan`` with every row, without the lost arcs' transfers, and its delivered masks."""
+        keep = ~lost
+        sent, got = keep[self.out_idx], keep[self.in_idx]
+        device = plan.in_dst.device
+        return replace(
+            plan,
+            remote_in=[e for e, k in zip(plan.remote_in, keep[self.remote_in_idx]) if k],
+            remote_out=[e for e, k in zip(plan.remote_out, keep[self.remote_out_idx]) if k],
+            out_degree=[int(k) for k in sent],
+            out_delivered=torch.from_numpy(sent).to(device),
+            in_delivered=torch.from_numpy(got).to(device),
+        )
+
+
 class Delivery:
     """The engine's message loss: per phase, the delivered plan and the count of lost messages
     per receiving node (module doc)."""
@@ -125,19 +168,26 @@ class Delivery:
     def begin_round(self) -> None:
         self.lost_round[:] = 0
 
-    def route(self, plan: Any, topology: Any, t: int, phase: int) -> MixPlan:
+    def route(self, plan: Any, topology: Any, t: int, phase: int) -> MixPlan | ArcPlan:
         """The plan phase ``phase`` (0, 1, …) of round ``t`` is delivered on (``plan`` itself
         when none of its messages is lost)."""
-        if isinstance(plan, ArcPlan):
-            raise ConfigError("--network loss: this algorithm sends a message per arc (an arc "
-                              "phase), for which lost messages have no defined meaning yet; run "
-                              "it without loss, or on a static graph")
-        arcs = self._arcs.get(plan, lambda: _PlanArcs(plan, topology, self.ids, self.network,
-                                                      self.seed))
+        per_arc = isinstance(plan, ArcPlan)
+        if per_arc != (self.policy == "ack"):
+            raise ConfigError(
+                "--network loss: this algorithm sends a message per arc (an arc phase), for which "
+                "lost messages have no defined meaning; run it without loss, or use choco-arcs "
+                "(per-arc copies that both ends update only on delivery)" if per_arc else
+                "--network loss: on_loss = 'ack' reads which per-arc messages were delivered, but "
+                "this phase sends one message per node: send it per arc (block.arc_plan())")
+        if per_arc:
+            arcs = self._arcs.get(plan, lambda: _ArcPlanArcs(plan, self.network, self.seed))
+        else:
+            arcs = self._arcs.get(plan, lambda: _PlanArcs(plan, topology, self.ids, self.network,
+                                                          self.seed))
         lost = arcs.draws.lost(t, phase)
         if not lost.any():
             return plan
         rows = arcs.in_row[lost[arcs.in_idx]]
         np.add.at(self.lost_round, rows, 1)
         np.add.at(self.lost_total, rows, 1)
-        return arcs.delivered(plan, lost, self.policy)
+        return arcs.delivered(plan, lost) if per_arc else arcs.delivered(plan, lost, self.policy)

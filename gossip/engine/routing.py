@@ -102,7 +102,9 @@ class ArcPlan:
     sorted; staging row ``A + e`` (A = own rows) is ``recv[e]``, the e-th of ``remote_in``.
     ``incoming`` are the arcs this block receives, sorted by (receiver, sender): ``in_src``
     are their staging rows (``in_span`` as a slice when consecutive), ``in_dst`` the local rows
-    of their receivers. Byte counts and transports read the same fields as a :class:`MixPlan`.
+    of their receivers. Byte counts and transports read the same fields as a :class:`MixPlan`;
+    under message loss the delivered plan keeps every row (the lost ones are neither sent nor
+    received) and says which arcs arrived (``out_delivered``, ``in_delivered``).
     """
 
     arcs: list[tuple[int, int]]
@@ -116,6 +118,13 @@ class ArcPlan:
     senders: list[int]  # own row -> sender node id
     out_degree: list[int]  # messages per own row (one)
     receivers: list[int] = field(default_factory=list)  # incoming arc -> receiver node id
+    out_delivered: torch.Tensor | None = None
+    """[A] bool: own arc a's message of this phase was delivered (None: every one was). Set on
+    the plan a phase that lost messages is delivered on (:mod:`gossip.engine.loss`): the
+    sender's acknowledgements."""
+    in_delivered: torch.Tensor | None = None
+    """[E] bool: the message of ``incoming[e]`` arrived (None: every one did); the receiver's
+    side of the same draws. :meth:`Block.decode_received` skips the others."""
 
     def out_rows(self, i: int) -> slice:
         """The own rows of node ``i``'s arcs (consecutive: sorted by receiver)."""

@@ -62,3 +62,11 @@ def test_benchmark_runs_end_to_end():
     assert all(c[-3] == "0" and c[-1] == "1.000" for c in ideal)  # nothing lost, every bit sent
     lossy = [c for c in cells if c[2] == "loss=0.3"]
     assert all(int(c[-3]) > 0 and float(c[-1]) < 1 for c in lossy)  # a lost message sends no bits
+
+
+def test_benchmark_runs_a_subset():
+    b = bench()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        out = b.main(["--rounds", "2", "--seeds", "0", "--methods", "choco-arcs"])
+    rows = [line for line in out.splitlines() if line.startswith("| choco-arcs |")]
+    assert len(rows) == 2 * len(b.NETWORKS) and "Averaging" not in out

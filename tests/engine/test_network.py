@@ -76,3 +76,42 @@ def test_refused_without_loss_semantics():
                lambda i: torch.zeros(4), compressor="topk:0.5", network="loss=0.1")
     with pytest.raises(ConfigError):
         Engine(make_algorithm("powergossip"), topo, lambda i: torch.zeros(16), network="loss=0.1")
+
+
+def test_an_arc_phase_is_delivered_without_its_lost_arcs():
+    """choco-arcs' per-arc phase: the masks are the draws of (seed, arc, round, phase) of the
+    block's own arcs (sender side) and of its in-arcs (receiver side); a lost arc moves no
+    bytes and counts as lost at its receiver."""
+    from gossip.network import LossDraws
+
+    eng = Engine(make_algorithm("choco-arcs", gamma=0.3), topologies.build("ring", 8),
+                 lambda i: torch.zeros(4, dtype=torch.float64), compressor="topk:0.5",
+                 network="loss=0.3", seed=5)
+    route = eng.block.workspace["arcs"].route
+    model = eng.network.loss
+    for t in (1, 7):
+        plan = eng.delivery.route(route, eng.topology, t, 0)
+        out = LossDraws(model, 5, arc_keys(route.arcs)).lost(t, 0)
+        into = LossDraws(model, 5, arc_keys(route.incoming)).lost(t, 0)
+        assert out.any() and plan is not route
+        assert plan.out_delivered.tolist() == (~out).tolist()
+        assert plan.in_delivered.tolist() == (~into).tolist()
+        assert plan.out_degree == [int(not lost) for lost in out]
+        assert plan.arcs == route.arcs and plan.incoming == route.incoming  # every row kept
+    assert eng.delivery.lost_total.sum() == sum(
+        int(LossDraws(model, 5, arc_keys(route.incoming)).lost(t, 0).sum()) for t in (1, 7))
+
+
+def test_ack_needs_arc_phases():
+    from gossip.algorithms.gossip import Gossip
+
+    class AckGossip(Gossip):
+        """Gossip claiming it reads per-arc deliveries while it broadcasts."""
+
+        name = "ack-gossip"
+        on_loss = "ack"
+
+    eng = Engine(AckGossip(), topologies.build("ring", 8), lambda i: torch.ones(3),
+                 network="loss=0.5")
+    with pytest.raises(ConfigError, match="sends one message per node: send it per arc"):
+        eng.run(3)

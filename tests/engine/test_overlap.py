@@ -22,7 +22,7 @@ N, D = 6, 10
 PROBLEM = make_problem("least-squares", n_nodes=N, dim=D, samples_per_node=20, seed=3,
                        dtype=torch.float64)
 OVERLAPPING = sorted(name for name, cls in REGISTRY.items() if cls.overlaps)
-HPARAMS = {"choco": {"gamma": 0.3}, "choco-amsgrad": {"gamma": 0.3}}
+HPARAMS = {"choco": {"gamma": 0.3}, "choco-amsgrad": {"gamma": 0.3}, "choco-arcs": {"gamma": 0.3}}
 
 
 def engine(name: str, overlap: bool, **kw) -> Engine:
@@ -37,7 +37,7 @@ def models(eng: Engine) -> torch.Tensor:
 
 
 def test_the_overlapping_algorithms_are_the_ones_expected():
-    assert OVERLAPPING == ["c-ecl", "choco", "choco-amsgrad", "dpsgd", "ecd"]
+    assert OVERLAPPING == ["c-ecl", "choco", "choco-amsgrad", "choco-arcs", "dpsgd", "ecd"]
 
 
 @pytest.mark.parametrize("name", OVERLAPPING)
@@ -84,7 +84,7 @@ def test_overlap_resumes_exactly(tmp_path):
 
 def test_algorithms_that_cannot_overlap_are_refused():
     with pytest.raises(ConfigError, match=r"--overlap: lead changes x after its messages are sent.*"
-                                          r"applies to c-ecl, choco, choco-amsgrad, dpsgd, ecd"):
+                                          r"applies to c-ecl, choco, choco-amsgrad, choco-arcs, dpsgd, ecd"):
         engine("lead", True)
     with pytest.raises(ConfigError, match="--overlap: choco has no gradients to compute"):
         Engine(make_algorithm("choco"), topologies.build("ring", 4), lambda i: torch.ones(3),

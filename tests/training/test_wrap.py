@@ -530,7 +530,7 @@ def test_batchnorm_buffers_local_or_gossiped(gossip_buffers):
 def test_overlap_is_offered_where_it_changes_no_number():
     from gossip.wrap import wrap_overlapping
 
-    assert wrap_overlapping() == ["c-ecl", "choco", "choco-amsgrad", "ecd"]
+    assert wrap_overlapping() == ["c-ecl", "choco", "choco-amsgrad", "choco-arcs", "ecd"]
     with pytest.raises(WrapError, match="overlap=True: dpsgd takes its gradient after sending"):
         wrap(wrap_runs.model(), None, algorithm="dpsgd", nodes=4, overlap=True)
     with pytest.raises(WrapError, match="overlap=True: lead changes the model after sending"):
