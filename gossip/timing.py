@@ -59,50 +59,56 @@ _IDX = np.arange(BLOCK, dtype=np.uint64)
 _U11 = np.uint64(11)
 
 
-def _words(seed: int, name: str, rows: list[int], b: int, count: int = BLOCK) -> np.ndarray:
-    """[len(rows), count] uint64: the words of ``Stream(seed, rows, name)`` at (round b, call 0),
-    bit for bit (:meth:`gossip.rng.Stream.words`), computed in numpy without the Stream object
-    (a tenth of its cost for one row)."""
+def _words(seed: int, name: str, rows: list[int], b: int, start: int = 0,
+           count: int = BLOCK) -> np.ndarray:
+    """[len(rows), count] uint64: words ``start … start + count − 1`` of ``Stream(seed, rows,
+    name)`` at (round b, call 0), bit for bit (:meth:`gossip.rng.Stream.words`), computed in
+    numpy without the Stream object (a fraction of its cost for one row)."""
     prefix = _h(_h(seed & _M64) ^ stream_id(name))
     if len(rows) == 1:
         a = _h((rows[0] & _M64) ^ prefix)
         k = _h(_h(a ^ (b & _M64)) ^ 0)
         g = _h(k ^ _STEP) | 1
-        z = (_IDX[:count] if count <= BLOCK else np.arange(count, dtype=np.uint64)) * np.uint64(g)
+        z = _IDX[start : start + count] * np.uint64(g)
         z += np.uint64(k)
         z = z.reshape(1, count)
     else:
         a = _h(np.array([r & _M64 for r in rows], dtype=np.uint64) ^ np.uint64(prefix))
         k = _h(_h(a ^ np.uint64(b & _M64)) ^ np.uint64(0))
         g = _h(k ^ np.uint64(_STEP)) | np.uint64(1)
-        z = np.arange(count, dtype=np.uint64)[None, :] * g[:, None] + k[:, None]
+        z = _IDX[None, start : start + count] * g[:, None] + k[:, None]
     _finalize_np(z, np.empty_like(z))
     return z
 
 
-def _uniforms(seed: int, name: str, rows: list[int], b: int) -> np.ndarray:
-    """[len(rows), BLOCK] float64 uniforms on [0, 1): ``Stream.uniform(BLOCK, float64)`` of
-    (round b, call 0), bit for bit (``(word >> 11) · 2⁻⁵³``)."""
-    return (_words(seed, name, rows, b) >> _U11).astype(np.float64) * 2.0**-53
+def _uniforms(seed: int, name: str, rows: list[int], b: int, start: int = 0,
+              count: int = BLOCK) -> np.ndarray:
+    """[len(rows), count] float64 uniforms on [0, 1): entries ``start …`` of
+    ``Stream.uniform(BLOCK, float64)`` at (round b, call 0), bit for bit (``(word >> 11) · 2⁻⁵³``)."""
+    return (_words(seed, name, rows, b, start, count) >> _U11).astype(np.float64) * 2.0**-53
 
 
-def _normals(seed: int, name: str, rows: list[int], b: int) -> np.ndarray:
-    """[len(rows), BLOCK] standard normals: ``Stream.normal(BLOCK, float64)`` of (round b,
-    call 0), the same Box-Muller on the same words (numpy's log/cos: equal to an ulp)."""
-    w = _words(seed, name, rows, b).reshape(len(rows), BLOCK // 2, 2)
+def _normals(seed: int, name: str, rows: list[int], b: int, start: int = 0,
+             count: int = BLOCK) -> np.ndarray:
+    """[len(rows), count] standard normals (``start``, ``count`` even): entries ``start …`` of
+    ``Stream.normal(BLOCK, float64)`` at (round b, call 0), the same Box-Muller on the same
+    words (numpy's log/cos: equal to an ulp)."""
+    w = _words(seed, name, rows, b, start, count).reshape(len(rows), count // 2, 2)
     j = (w >> _U11).astype(np.float64)
     r = np.sqrt(-2.0 * np.log((j[..., 0] + 1.0) * 2.0**-53))
     theta = j[..., 1] * (2.0**-53 * 2.0 * math.pi)
-    return np.stack([r * np.cos(theta), r * np.sin(theta)], axis=-1).reshape(len(rows), BLOCK)
+    return np.stack([r * np.cos(theta), r * np.sin(theta)], axis=-1).reshape(len(rows), count)
 
 
-def _values(dist: Any, seed: int, name: str, rows: list[int], b: int) -> np.ndarray:
-    """[len(rows), BLOCK] durations of ``dist`` (None: the raw uniforms) of block b."""
+def _values(dist: Any, seed: int, name: str, rows: list[int], b: int, start: int = 0,
+            count: int = BLOCK) -> np.ndarray:
+    """[len(rows), count] durations of ``dist`` (None: the raw uniforms), entries ``start …``
+    of block b (``start`` and ``count`` even)."""
     if isinstance(dist, Fixed):
-        return np.full((len(rows), BLOCK), dist.seconds)
+        return np.full((len(rows), count), dist.seconds)
     if isinstance(dist, LogNormal):
-        return dist.median * np.exp(dist.sigma * _normals(seed, name, rows, b))
-    u = _uniforms(seed, name, rows, b)
+        return dist.median * np.exp(dist.sigma * _normals(seed, name, rows, b, start, count))
+    u = _uniforms(seed, name, rows, b, start, count)
     if dist is None:
         return u
     if isinstance(dist, Exponential):
@@ -120,9 +126,9 @@ class _Rows:
         self.seed, self.name, self.dist = seed, name, dist
         self.cache: dict[int, tuple[int, np.ndarray]] = {}
 
-    def make(self, rows: list[int], b: int) -> np.ndarray:
-        """[len(rows), BLOCK] values of block ``b`` (not cached)."""
-        return _values(self.dist, self.seed, self.name, rows, b)
+    def make(self, rows: list[int], b: int, start: int = 0, count: int = BLOCK) -> np.ndarray:
+        """[len(rows), count] values ``start …`` of block ``b`` (not cached)."""
+        return _values(self.dist, self.seed, self.name, rows, b, start, count)
 
     def block(self, row: int, b: int) -> np.ndarray:
         hit = self.cache.get(row)
@@ -154,6 +160,8 @@ class Timing:
                 self.slow_nodes = sorted(np.argsort(u, kind="stable")[: slow.count(n)].tolist())
             factor[self.slow_nodes] = slow.factor
         self._factor = factor.tolist()
+        self._nodes = list(range(n))
+        self._batches: dict[tuple[str, int], tuple[list[int], int, Any]] = {}
         self._factor_np = factor
         compute = network.compute if network.compute is not None else Fixed(1.0)
         self._compute_fixed = compute.seconds if isinstance(compute, Fixed) else None
@@ -254,6 +262,9 @@ class Timing:
     # ---------------------------------------------------------------------------- churn
     def _extend(self, node: int, until: float) -> None:
         """Draw node's rate-churn intervals until one ends after ``until``."""
+        if not math.isfinite(until):
+            raise ConfigError("timing: rate churn draws away intervals up to a finite time, "
+                              f"asked for {until}")
         churn = self.network.churn
         leave = self._leave.setdefault(node, [])
         back = self._back.setdefault(node, [])
@@ -313,28 +324,36 @@ class Timing:
         """[n] the k-th local step's seconds of every node (as :meth:`compute_s`)."""
         if self._compute_fixed is not None:
             return self._compute_fixed * self._factor_np
-        return self.compute_rows(list(range(self.n)), k)
+        return self.compute_rows(self._nodes, k)
 
     def compute_rows(self, nodes: list[int], k: int) -> np.ndarray:
-        """[len(nodes)] the k-th local step's seconds of ``nodes`` (as :meth:`compute_s`); the
-        block of the last ``nodes`` list asked for is cached."""
+        """[len(nodes)] the k-th local step's seconds of ``nodes`` (as :meth:`compute_s`)."""
+        if self._compute_fixed is not None:
+            return self._compute_fixed * self._factor_np[nodes]
         return self._batch("compute", self._compute, nodes, k) * self._factor_np[nodes]
 
     def delay_arcs(self, keys: list[int], k: int) -> np.ndarray:
         """[len(keys)] the k-th message's seconds on arcs ``keys`` (:func:`arc_keys` rows; as
-        :meth:`delay_s`); the block of the last ``keys`` list asked for is cached."""
+        :meth:`delay_s`)."""
         if self._delay_fixed is not None:
             return np.full(len(keys), self._delay_fixed)
         return self._batch("delay", self._delay, keys, k)
 
     def _batch(self, what: str, rows: _Rows, keys: list[int], k: int) -> np.ndarray:
-        slot = f"_batch_{what}"
-        hit = getattr(self, slot, None)
-        b = k >> _SHIFT
-        if hit is None or hit[0] is not keys or hit[1] != b:
-            hit = (keys, b, rows.make(list(keys), b))
-            setattr(self, slot, hit)
-        return hit[2][:, k & _MASK]
+        """Column k of ``keys``' draws. A list object asked for again (a static graph's arcs,
+        round after round) gets its whole block drawn and cached; one seen once (a graph that
+        changes every round) only the pair of draws it needs."""
+        b, idx = k >> _SHIFT, k & _MASK
+        slot = (what, id(keys))
+        hit = self._batches.get(slot)
+        if hit is not None and hit[0] is keys:
+            if hit[1] != b:
+                hit = self._batches[slot] = (keys, b, rows.make(keys, b))
+            return hit[2][:, idx]
+        if len(self._batches) >= 64:
+            self._batches.clear()
+        self._batches[slot] = (keys, -1, None)
+        return rows.make(keys, b, idx & ~1, 2)[:, idx & 1]
 
 
 __all__ = ["Timing", "BLOCK"]

@@ -120,7 +120,8 @@ def test_draws_are_pure():
     assert sorted(first) == sorted(again)
     assert a.lost(0, 1, 5000) == Timing(net, 9, 16).lost(0, 1, 5000)  # a chain replayed from 0
     # vectorized (a clock on every node) == scalar (one node)
-    assert np.array_equal(a.compute_all(300), [b.compute_s(i, 300) for i in range(16)])
+    for k in (300, 301, 30):  # a pair of draws first, then the cached block
+        assert np.array_equal(a.compute_all(k), [b.compute_s(i, k) for i in range(16)])
     keys = [1 << 32 | 2, 7 << 32 | 3]
     assert np.array_equal(a.delay_arcs(keys, 9), [b.delay_s(1, 2, 9), b.delay_s(7, 3, 9)])
     assert a.away(4, 100.0) == b.away(4, 50.0) + [iv for iv in b.away(4, 100.0) if iv[0] >= 50.0]
@@ -172,3 +173,54 @@ def test_scalar_draws_are_fast():
         t.lost(i, (i + 1) & 15, k)
     per_call = (time.perf_counter() - tic) / (3 * calls)
     assert per_call < 20e-6  # ~0.5 us measured; generous for a busy machine
+
+
+def _path_engine(network, rounds=3):
+    from gossip import Engine, make_algorithm
+
+    topo = topologies.build("path", 4)
+    e = Engine(make_algorithm("gossip"), topo, lambda i: torch.full((3,), float(i), dtype=torch.float64),
+               network=network)
+    times = [e.record()["time_virtual_s"]]
+    for _ in range(rounds):
+        e.step()
+        times.append(e.record()["time_virtual_s"])
+    return times
+
+
+def test_sync_clock_by_hand_on_a_path():
+    # 0 - 1 - 2 - 3, compute 1 s (node 3: 5x slow), delay 0.5 s
+    times = _path_engine("compute=1;delay=0.5;slow=nodes:3x5")
+    f = [0.0, 0.0, 0.0, 0.0]
+    c = [1.0, 1.0, 1.0, 5.0]
+    want = [0.0]
+    for _ in range(3):
+        done = [f[i] + c[i] for i in range(4)]
+        f = [max([done[i]] + [done[j] + 0.5 for j in (i - 1, i + 1) if 0 <= j < 4]) for i in range(4)]
+        want.append(max(f))
+    # by hand: F(1) = (1.5, 1.5, 5.5, 5), F(2) = (3, 7, 10.5, 10), F(3) = (4.5, 11, 15.5, 15)
+    assert want == [0.0, 5.5, 10.5, 15.5]
+    assert times == want
+
+
+def test_sync_clock_lost_messages_delay_nobody():
+    lossless = _path_engine("compute=1;delay=100", rounds=1)
+    assert lossless == [0.0, 101.0]
+    assert _path_engine("compute=1;delay=100;loss=1", rounds=1) == [0.0, 1.0]
+
+
+def test_sync_clock_refuses_churn_and_replays():
+    from gossip import Engine, make_algorithm
+    from gossip.engine.clock import SyncClock
+
+    with pytest.raises(ConfigError, match="churn is modeled for asynchronous") as err:
+        Engine(make_algorithm("gossip"), topologies.build("ring", 4), lambda i: torch.zeros(2),
+               network="churn=at:1@1-2")
+    assert "\n" not in str(err.value)
+    net = parse_network("compute=exp:1;delay=lognormal:0.1,1;slow=0.25x3;loss=0.2")
+    topo = topologies.build("one-peer-exponential", 8)
+    a = SyncClock(Timing(net, 2, 8), topo)
+    f10 = a.advance(10).copy()
+    f5 = a.advance(5).copy()  # back in time: replayed from round 0
+    assert np.array_equal(a.advance(10), f10) and (f5 < f10).all()
+    assert np.array_equal(SyncClock(Timing(net, 2, 8), topo).advance(5), f5)
