@@ -92,7 +92,7 @@ class Bernoulli:
         return self.p
 
     def spec(self) -> str:
-        return f"bernoulli:{self.p:g}"
+        return f"bernoulli:{num(self.p)}"
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class GilbertElliott:
         return (1.0 - pi) * self.loss_good + pi * self.loss_bad
 
     def spec(self) -> str:
-        return "ge:" + ",".join(f"{k}={getattr(self, k):g}" for k in GE_KEYS)
+        return "ge:" + ",".join(f"{k}={num(getattr(self, k))}" for k in GE_KEYS)
 
 
 LossModel = Bernoulli | GilbertElliott

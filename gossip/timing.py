@@ -31,14 +31,15 @@ The keys (``B = BLOCK = 256``; an arc ``i → j`` is the row ``i << 32 | j``, as
   mean_away): it leaves at ``back_{m−1} + up_m`` (``back_0 = 0``) and comes back
   ``away_m`` later. The intervals are drawn lazily, as far as the times asked for.
 
-Draws are made a block of B counters per row at once and cached (the latest block of each row),
-so a scalar call costs well under a microsecond amortized (benchmarked in
-tests/engine/test_timing.py; docs/network.md).
+Draws are made many counters of a row at once (a first chunk of 32, then blocks of B) and
+cached (the latest of each row), so a scalar call costs well under a microsecond amortized
+(docs/network.md has the measured costs).
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from typing import Any
 
@@ -59,12 +60,18 @@ _IDX = np.arange(BLOCK, dtype=np.uint64)
 _U11 = np.uint64(11)
 
 
+@functools.lru_cache(maxsize=64)
+def _prefix(seed: int, name: str) -> int:
+    """The (seed, stream) part of a row's key (:class:`gossip.rng.Stream`)."""
+    return _h(_h(seed & _M64) ^ stream_id(name))
+
+
 def _words(seed: int, name: str, rows: list[int], b: int, start: int = 0,
            count: int = BLOCK) -> np.ndarray:
     """[len(rows), count] uint64: words ``start … start + count − 1`` of ``Stream(seed, rows,
     name)`` at (round b, call 0), bit for bit (:meth:`gossip.rng.Stream.words`), computed in
     numpy without the Stream object (a fraction of its cost for one row)."""
-    prefix = _h(_h(seed & _M64) ^ stream_id(name))
+    prefix = _prefix(seed, name)
     if len(rows) == 1:
         a = _h((rows[0] & _M64) ^ prefix)
         k = _h(_h(a ^ (b & _M64)) ^ 0)
@@ -116,25 +123,40 @@ def _values(dist: Any, seed: int, name: str, rows: list[int], b: int, start: int
     return dist.lo + (dist.hi - dist.lo) * u
 
 
+FIRST = 32
+"""Draws of a row's first fill (then whole blocks): a row asked for a few counters only (one
+of many arcs that carry few messages) costs a chunk, not a block."""
+
+
 class _Rows:
-    """Keyed blocks of one stream and distribution: ``block(row, b)`` is the [BLOCK] array of
-    draws b·BLOCK … b·BLOCK + BLOCK − 1 of ``row`` (the latest block of each row is cached)."""
+    """Keyed draws of one stream and distribution, cached per row as ``(lo, hi, values)``:
+    draws lo … hi − 1 of the row (module doc: draw k is entry k % BLOCK of block k // BLOCK).
+    A row's first fill is the FIRST-aligned chunk around the counter asked for, later ones the
+    whole block; only the latest fill of each row is kept."""
 
     __slots__ = ("seed", "name", "dist", "cache")
 
     def __init__(self, seed: int, name: str, dist: Any) -> None:
         self.seed, self.name, self.dist = seed, name, dist
-        self.cache: dict[int, tuple[int, np.ndarray]] = {}
+        self.cache: dict[int, tuple[int, int, np.ndarray]] = {}
 
     def make(self, rows: list[int], b: int, start: int = 0, count: int = BLOCK) -> np.ndarray:
         """[len(rows), count] values ``start …`` of block ``b`` (not cached)."""
         return _values(self.dist, self.seed, self.name, rows, b, start, count)
 
-    def block(self, row: int, b: int) -> np.ndarray:
+    def fill(self, row: int, k: int) -> tuple[int, int, np.ndarray]:
+        """Draw (and cache) the chunk or block of ``row`` that holds counter ``k``."""
+        b = k >> _SHIFT
+        start, count = (0, BLOCK) if row in self.cache else ((k & _MASK) & -FIRST, FIRST)
+        lo = (b << _SHIFT) + start
+        hit = self.cache[row] = (lo, lo + count, self.make([row], b, start, count)[0])
+        return hit
+
+    def value(self, row: int, k: int) -> float:
         hit = self.cache.get(row)
-        if hit is None or hit[0] != b:
-            hit = self.cache[row] = (b, self.make([row], b)[0])
-        return hit[1]
+        if hit is None or not hit[0] <= k < hit[1]:
+            hit = self.fill(row, k)
+        return float(hit[2][k - hit[0]])
 
 
 class Timing:
@@ -173,7 +195,7 @@ class Timing:
         self._loss_p = loss.p if isinstance(loss, Bernoulli) else None
         self._loss_u = _Rows(self.seed, "network.loss.event", None)
         self._ge_u = _Rows(self.seed, "network.ge.event", None)
-        self._lost: dict[int, tuple[int, np.ndarray]] = {}  # arc -> (block, lost flags)
+        self._lost: dict[int, tuple[int, int, np.ndarray]] = {}  # arc -> (lo, hi, lost flags)
         self._ge_end: dict[int, list[bool]] = {}  # arc -> chain state at the end of blocks 0, 1, ...
         churn = network.churn
         self.fresh = bool(churn is not None and churn.fresh)
@@ -194,11 +216,11 @@ class Timing:
         if fixed is not None:
             return fixed * self._factor[node]
         hit = self._compute.cache.get(node)
-        if hit is None or hit[0] != k >> _SHIFT:
+        if hit is None or not hit[0] <= k < hit[1]:
             self._check_node(node)
-            blk = self._compute.make([node], k >> _SHIFT)[0] * self._factor[node]
-            hit = self._compute.cache[node] = (k >> _SHIFT, blk)
-        return float(hit[1][k & _MASK])
+            hit = self._compute.fill(node, k)
+            np.multiply(hit[2], self._factor[node], out=hit[2])  # the slow factor, once per fill
+        return float(hit[2][k - hit[0]])
 
     def delay_s(self, src: int, dst: int, k: int) -> float:
         """Seconds the k-th message on arc ``src → dst`` takes to arrive."""
@@ -207,11 +229,11 @@ class Timing:
             return fixed
         row = src << 32 | dst
         hit = self._delay.cache.get(row)
-        if hit is None or hit[0] != k >> _SHIFT:
+        if hit is None or not hit[0] <= k < hit[1]:
             self._check_node(src)
             self._check_node(dst)
-            hit = self._delay.cache[row] = (k >> _SHIFT, self._delay.make([row], k >> _SHIFT)[0])
-        return float(hit[1][k & _MASK])
+            hit = self._delay.fill(row, k)
+        return float(hit[2][k - hit[0]])
 
     def lost(self, src: int, dst: int, k: int) -> bool:
         """Whether the k-th message on arc ``src → dst`` is lost (module doc: Bernoulli per
@@ -220,16 +242,20 @@ class Timing:
             return False
         row = src << 32 | dst
         hit = self._lost.get(row)
-        if hit is None or hit[0] != k >> _SHIFT:
+        if hit is None or not hit[0] <= k < hit[1]:
             self._check_node(src)
             self._check_node(dst)
-            hit = self._lost[row] = (k >> _SHIFT, self._lost_block(row, k >> _SHIFT))
-        return bool(hit[1][k & _MASK])
+            if self._loss_p is not None:
+                lo, hi, u = self._loss_u.fill(row, k)
+                hit = self._lost[row] = (lo, hi, u < self._loss_p)
+            else:
+                lo = k & -BLOCK
+                hit = self._lost[row] = (lo, lo + BLOCK, self._ge_block(row, k >> _SHIFT))
+        return bool(hit[2][k - hit[0]])
 
-    def _lost_block(self, row: int, b: int) -> np.ndarray:
+    def _ge_block(self, row: int, b: int) -> np.ndarray:
+        """The loss flags of Gilbert-Elliott block ``b`` of an arc."""
         v = self._loss_u.make([row], b)[0]
-        if self._loss_p is not None:
-            return v < self._loss_p
         ge = self.network.loss
         ends = self._ge_end.setdefault(row, [])
         while len(ends) < b:  # the chain's state at the end of each earlier block
@@ -279,8 +305,7 @@ class Timing:
 
     def _churn_draw(self, rows: _Rows, node: int, k: int) -> float:
         """A unit exponential: draw k of stream "network.churn", row ``node``."""
-        u = float(rows.block(node, k >> _SHIFT)[k & _MASK])
-        return -math.log1p(-u)
+        return -math.log1p(-rows.value(node, k))
 
     def away(self, node: int, until: float = math.inf) -> list[tuple[float, float]]:
         """Node's away intervals ``[leave, back)`` (back may be inf) that begin before ``until``

@@ -33,6 +33,7 @@ def test_specs_round_trip(spec):
 def test_canonical_forms():
     assert parse_network("slow=nodes:3+0x5;delay=2").spec() == "delay=fixed:2;slow=nodes:0+3x5"
     assert parse_network("delay=0.1234567891").delay.seconds == 0.1234567891  # exact
+    assert parse_network(parse_network("loss=0.1234567891").spec()).loss.p == 0.1234567891
     assert not parse_network("loss=0.1").timed and not parse_network("none").timed
 
 
