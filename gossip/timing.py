@@ -13,7 +13,8 @@ The keys (``B = BLOCK = 256``; an arc ``i → j`` is the row ``i << 32 | j``, as
 * ``compute_s(i, k)``: draw k of stream ``"network.compute"``, row i, turned into seconds by the
   ``compute=`` distribution (uniform ``u`` of :meth:`Stream.uniform` in float64: exp
   ``−mean·log(1−u)``, uniform ``lo + (hi−lo)·u``; lognormal ``median·exp(σ·z)`` with z of
-  :meth:`Stream.normal`), times FACTOR on a slow node. No ``compute=``: 1 s, no draw.
+  :meth:`Stream.normal`: its Box–Muller on the same words, in numpy, equal to an ulp), times
+  FACTOR on a slow node. No ``compute=``: 1 s, no draw.
 * ``delay_s(i, j, k)``: draw k of stream ``"network.delay"``, row ``i << 32 | j``, by the
   ``delay=`` distribution (default 0 s).
 * ``lost(i, j, k)``: Bernoulli(p): lost when draw k (uniform) of ``"network.loss.event"`` is
@@ -32,7 +33,8 @@ The keys (``B = BLOCK = 256``; an arc ``i → j`` is the row ``i << 32 | j``, as
   ``away_m`` later. The intervals are drawn lazily, as far as the times asked for.
 
 Draws are made many counters of a row at once (a first chunk of 32, then blocks of B) and
-cached (the latest of each row), so a scalar call costs well under a microsecond amortized
+cached (the latest of each row), so a scalar call costs under a microsecond amortized when a
+row is asked for many counters, under two when each of many rows is asked for a few
 (docs/network.md has the measured costs).
 """
 
