@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from gossip.engine.cache import IdentityCache
 from gossip.network import LossDraws, arc_keys
@@ -32,6 +31,8 @@ class _Arcs:
     """A round topology's arcs j → i (receiver-sorted) and their draws."""
 
     def __init__(self, topo: Any, timing: Timing) -> None:
+        import scipy.sparse as sp  # not at import: `import gossip` loads no scipy
+
         w = sp.csr_array(topo.W)
         w.eliminate_zeros()
         coo = w.tocoo()
