@@ -88,6 +88,7 @@ class Traits:
         tunable: ``tunable`` (hyper-parameters ``--gamma auto`` and the like may search).
         state_copies: ``state_copies`` (model-sized vectors per node; :mod:`gossip.memory`).
         neighbor_copies: ``neighbor_copies`` (model-sized vectors per node and neighbor).
+        asynchronous: ``asynchronous`` (runs on events in virtual time, not in rounds).
     """
 
     gradients: bool = True
@@ -98,6 +99,7 @@ class Traits:
     tunable: tuple[str, ...] = ()
     state_copies: int = 4
     neighbor_copies: int = 0
+    asynchronous: bool = False
 
 
 def traits_of(cls: Any) -> Traits:
@@ -106,7 +108,8 @@ def traits_of(cls: Any) -> Traits:
     return Traits(gradients=bool(requires.gradients), trains=bool(cls.trains),
                   takes_optimizer=bool(cls.takes_optimizer), compressor=requires.compressor,
                   complete=bool(requires.graph.complete), tunable=tuple(cls.tunable),
-                  state_copies=int(cls.state_copies), neighbor_copies=int(cls.neighbor_copies))
+                  state_copies=int(cls.state_copies), neighbor_copies=int(cls.neighbor_copies),
+                  asynchronous=bool(cls.asynchronous))
 
 
 _AVERAGING = {"gradients": False, "trains": False}
@@ -149,6 +152,15 @@ ALGORITHMS: dict[str, Traits] = {
     "scaffold": Traits(compressor="stateless", state_copies=24),
     "cada": Traits(compressor="stateless", state_copies=16),
     "g-cada": Traits(compressor="stateless", state_copies=14),
+    "pairwise-gossip": Traits(**_AVERAGING, compressor="identity", state_copies=2,
+                              asynchronous=True),
+    "ad-psgd": Traits(takes_optimizer=True, compressor="identity", state_copies=3,
+                      asynchronous=True),
+    "gossip-learning": Traits(gradients=False, takes_optimizer=True, compressor="identity",
+                              state_copies=3, asynchronous=True),
+    "async-sgp": Traits(gradients=False, compressor="identity", state_copies=4, asynchronous=True),
+    "async-choco": Traits(gradients=False, takes_optimizer=True, compressor="stateless",
+                          tunable=("gamma",), state_copies=4, neighbor_copies=2, asynchronous=True),
 }
 """The built-in algorithms' :class:`Traits`, in registration order (a copy of what their classes
 declare; a test compares it with :func:`traits_of` of each registered class)."""

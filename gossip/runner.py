@@ -13,7 +13,7 @@ from typing import Any
 
 from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine, Metric
-from gossip.errors import CheckpointError, DivergenceError, OutputError
+from gossip.errors import CheckpointError, ConfigError, DivergenceError, OutputError
 from gossip.metrics import JsonlLogger
 
 log = logging.getLogger(__name__)
@@ -68,6 +68,10 @@ def execute(
     result = RunResult(label)
     config = {"type": "config", "label": label} | config
     ckpt = None
+    if checkpoint_dir is not None and engine.algorithm.asynchronous:
+        raise ConfigError(f"{engine.algorithm.name} is asynchronous: its runs (the events in "
+                          "flight, the nodes' clocks) cannot be checkpointed yet; run it without "
+                          "--checkpoint-dir / --resume")
     if checkpoint_dir is not None:
         ckpt = Checkpointer(checkpoint_dir, run_identity(config, engine.world.size),
                             every=checkpoint_every, world=engine.world, flags=flags)

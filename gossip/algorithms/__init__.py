@@ -9,12 +9,14 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from gossip.algorithms.ad_psgd import ADPSGD
 from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, TrackedAMSGrad
 from gossip.algorithms.adasum import Adasum
 from gossip.algorithms.base import Algorithm, Round
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.cada import CADA, GCADA
 from gossip.algorithms.choco import Choco
+from gossip.algorithms.choco_async import AsyncChoco
 from gossip.algorithms.dcd import DCD
 from gossip.algorithms.deepsqueeze import DeepSqueeze
 from gossip.algorithms.directed import CPP, PushSum
@@ -23,13 +25,16 @@ from gossip.algorithms.ecd import ECD
 from gossip.algorithms.ecl import CECL
 from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi, Scaffold
 from gossip.algorithms.gossip import Gossip
+from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.lead import LEAD
 from gossip.algorithms.momentum import DoCoM, MoTEF
 from gossip.algorithms.onebit_adam import OneBitAdam
 from gossip.algorithms.onebit_lamb import OneBitLamb
+from gossip.algorithms.pairwise import PairwiseGossip
 from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
 from gossip.algorithms.requirements import Graph, Requirements
+from gossip.algorithms.sgp_async import AsyncSGP
 from gossip.algorithms.signum import SignumVote
 from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
@@ -42,7 +47,7 @@ for _cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerG
              DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
              OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
              ChocoAMSGrad, DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold,
-             CADA, GCADA):
+             CADA, GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco):
     ALGORITHMS.register(_cls.name, _cls)
 
 REGISTRY: dict[str, type[Algorithm]] = ALGORITHMS.objects

@@ -19,11 +19,12 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from gossip.algorithms.requirements import Requirements
-from gossip.errors import ConfigError
+from gossip.errors import ConfigError, ContractError
 
 if TYPE_CHECKING:
     from gossip.compress import Compressor
     from gossip.engine.block import Block
+    from gossip.engine.events import Activation, Message
 
 Round = Generator[Any, Any, None]
 """A round: yields a phase's :class:`~gossip.engine.staging.Rows`, receives them exchanged."""
@@ -104,6 +105,14 @@ class Algorithm(ABC):
     (push-sum: the sender keeps the share it could not send). None (the default): not defined,
     and a run that may lose messages is refused before it starts."""
 
+    asynchronous: ClassVar[bool] = False
+    """Runs on events in virtual time, not in rounds (:mod:`gossip.engine.events`,
+    docs/asynchronous.md): the engine calls :meth:`activate` each time a node's clock rings and
+    :meth:`receive` for each message that arrives, and never :meth:`step`."""
+    clock: ClassVar[str] = "compute"
+    """An asynchronous algorithm's clocks (:data:`gossip.engine.events.CLOCKS`): ``"compute"``
+    (a node rings when its local step ends) or ``"poisson"`` (randomized gossip's clocks)."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse the former need-flags, which nothing reads any more (a class declaring one
         would silently run where it should be refused)."""
@@ -177,6 +186,18 @@ class Algorithm(ABC):
         phase's messages (``block.encode(...)``; the yield gives them back, exchanged), and
         ``block.mix_into`` / ``block.decode_add`` to use them."""
 
+    def activate(self, block: Block, event: Activation) -> None:
+        """An asynchronous algorithm's work when node ``event.node``'s clock rings (its row
+        ``event.row``): tensor ops on the rows of ``block``, partners and messages through
+        ``event`` (:class:`~gossip.engine.events.Activation`)."""
+        raise ContractError(f"{self.name} is not asynchronous: it runs in rounds (step)")
+
+    def receive(self, block: Block, message: Message) -> None:
+        """An asynchronous algorithm's work when ``message`` (one it posted with
+        :meth:`Activation.post <gossip.engine.events.Activation.post>`) arrives at its
+        receiver, block row ``message.row``."""
+        raise ContractError(f"{self.name} posts no messages, yet one arrived")
+
     def log_fields(self, totals: dict[str, float]) -> dict[str, Any]:
         """The log record's fields from the sums of :attr:`counts` over the nodes (by default
         the sums themselves; a method adds the rates it derives from them)."""
@@ -190,6 +211,18 @@ class Algorithm(ABC):
 
 _FORMER_NEEDS = frozenset({"static_topology", "symmetric", "needs_oracle", "needs_complete_graph",
                            "takes_compressor"})
+
+
+class Asynchronous(Algorithm):
+    """The base of asynchronous algorithms (:attr:`Algorithm.asynchronous`): they define
+    :meth:`activate` (and :meth:`receive` when they post messages) instead of a round."""
+
+    asynchronous = True
+
+    def step(self, block: Block) -> Round:
+        raise ContractError(f"{self.name} is asynchronous: it runs on events (activate), not "
+                            "rounds; run it through an Engine, which drives its events")
+
 
 
 def _step_factor(rule: str, topology: Any) -> float:

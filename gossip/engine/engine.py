@@ -25,6 +25,7 @@ from gossip.compress import Compressor, factory_for
 from gossip.engine.block import Block
 from gossip.engine.cache import IdentityCache
 from gossip.engine.clock import SyncClock
+from gossip.engine.events import EventLoop
 from gossip.engine.loss import Delivery
 from gossip.engine.nodes import Node
 from gossip.engine.routing import MixPlan
@@ -123,6 +124,10 @@ class Engine:
         self.local_ids = self.world.local_nodes(self.n)
         self.transport = self.world.transport(self.n, timeout=timeout)
         self.transport.latency = _check_latency(link_latency)
+        if link_latency and algorithm.asynchronous:
+            raise ConfigError(f"--link-latency delays real messages of rounds; {algorithm.name} runs "
+                              "in virtual time: give its messages a delay with --network "
+                              "delay=SECONDS (docs/network.md)")
         self.nodes: dict[int, Node] = {}
         for i in self.local_ids:
             x = (x0(i) if callable(x0) else x0[i]).detach().to(self.device, self.dtype)
@@ -163,6 +168,8 @@ class Engine:
         algorithm.validate_block(self.block)
         self.delivery: Delivery | None = None
         """Message loss (None on a network that loses nothing: the rounds are unchanged)."""
+        self.events: EventLoop | None = None
+        """An asynchronous algorithm's event queue in virtual time (None for rounds)."""
         self.is_set_up = False
         if not defer_setup:
             self.setup()
@@ -182,7 +189,9 @@ class Engine:
             self.algorithm.setup(block)
         _check_state(self.algorithm, block)
         block.mirror_state()
-        if self.network.lossy:
+        if self.algorithm.asynchronous:  # its events meet the network themselves
+            self.events = EventLoop(self)
+        elif self.network.lossy:
             self.delivery = self._new_delivery()
         self.is_set_up = True
 
@@ -239,8 +248,12 @@ class Engine:
                 "loss")
         return Delivery(self.network, self.seed, policy, self.block.ids)
 
-    def _new_clock(self) -> SyncClock:
-        """The rounds' virtual clock; refuses churn (rounds wait for every node)."""
+    def _new_clock(self) -> SyncClock | None:
+        """The rounds' virtual clock (None for an asynchronous algorithm: its events keep the
+        time); refuses churn for rounds (they wait for every node)."""
+        if self.algorithm.asynchronous:
+            self.network.check(self.n, self.topology)
+            return None
         if self.network.churn is not None:
             raise ConfigError(f"--network {self.network.spec()}: churn is modeled for asynchronous "
                               "algorithms (nodes away in an event run's virtual time); synchronous "
@@ -255,6 +268,15 @@ class Engine:
         alg, topo, compressor = self.algorithm, self.topology, self._new_compressor()
         alg.requires.check(topo, compressor, oracles is not None, name=alg.name)
         alg.validate(topo, compressor)
+        if alg.asynchronous and self.overlap:
+            raise ConfigError(f"--overlap hides a round's messages behind the next gradients; "
+                              f"{alg.name} is asynchronous (no rounds): its nodes never wait for "
+                              "messages anyway; run it without --overlap")
+        if alg.asynchronous and self.world.size > 1:
+            raise ConfigError(
+                f"{alg.name} is asynchronous and runs in one process, in virtual time "
+                f"(docs/asynchronous.md); this run has {self.world.size} processes: run it "
+                "without mpiexec/torchrun")
         if self.overlap and not (alg.overlaps and oracles is not None):
             from gossip.algorithms import REGISTRY
 
@@ -274,7 +296,18 @@ class Engine:
         ``prefetch``: while the round's first phase travels, compute the next round's
         gradients at x as it then stands (``overlap``: :meth:`run` asks it for every round
         but those that end in a log, a checkpoint or the run's end, where the next round's
-        mini-batches must not be drawn yet)."""
+        mini-batches must not be drawn yet). For an asynchronous algorithm a "round" is a
+        sweep: the events up to n more activations (:mod:`gossip.engine.events`)."""
+        if self.algorithm.asynchronous:
+            self.setup()
+            self.block.round = self.round + 1  # what step-size schedules read
+            for node in self.nodes.values():
+                node.round = self.block.round
+            tic = time.perf_counter()
+            self.events.run((self.round + 1) * self.n)
+            self.compute_s += time.perf_counter() - tic
+            self.round += 1
+            return
         self.begin_round()
         if prefetch and self._open is not None:  # the next round's gradients while they travel
             tic = time.perf_counter()
@@ -290,6 +323,9 @@ class Engine:
         round without messages ends here."""
         if self._open is not None:
             raise ContractError(f"round {self.round + 1} is in flight: end_round() it first")
+        if self.algorithm.asynchronous:
+            raise ContractError(f"{self.algorithm.name} is asynchronous: it has no round to begin; "
+                                "call step(), which runs a sweep of its events")
         self.setup()
         t = self.round + 1
         topo = self.topology.at_round(t)
@@ -441,6 +477,8 @@ class Engine:
                 key.rsplit(".", 1)[-1]: float(self.node_values(
                     {i: float(state[key][r]) for r, i in enumerate(ids)}).sum())
                 for key in self.algorithm.counts}))
+        if self.events is not None:
+            rec.update(self.events.log_fields())
         if self.delivery is not None:
             lost = self.delivery
             ids = self.block.ids
@@ -528,6 +566,10 @@ class Engine:
     def node_state_dicts(self) -> dict[int, dict[str, Any]]:
         """Each local node's whole state: model, algorithm state, generators, compressors,
         oracle, bytes sent (tensors, numbers, lists and dicts only: loadable weights_only)."""
+        if self.events is not None:
+            raise ConfigError(f"{self.algorithm.name} is asynchronous: checkpoints of its runs "
+                              "(the events in flight, the nodes' clocks) are not supported yet; "
+                              "run it without --checkpoint-every")
         sent = self.transport.bytes_sent
         _check_state(self.algorithm, self.block)  # a round may have added to it since setup
         self.block.mirror_state()

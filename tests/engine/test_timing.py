@@ -225,3 +225,27 @@ def test_sync_clock_refuses_churn_and_replays():
     f5 = a.advance(5).copy()  # back in time: replayed from round 0
     assert np.array_equal(a.advance(10), f10) and (f5 < f10).all()
     assert np.array_equal(SyncClock(Timing(net, 2, 8), topo).advance(5), f5)
+
+
+def test_asynchronous_runs_meet_the_timing_models():
+    """An event run (gossip/engine/events.py) under delay, stragglers, loss and rate churn: a
+    node away never wakes, and the same seed gives the same records."""
+    from gossip import Engine, make_algorithm
+
+    net = "delay=exp:0.1;compute=exp:1;slow=0.25x3;loss=0.1;churn=rate:0.05,mean_away:2"
+    x0 = lambda i: torch.full((3,), float(i), dtype=torch.float64)  # noqa: E731
+    runs = []
+    for _ in range(2):
+        e = Engine(make_algorithm("async-sgp"), topologies.build("ring", 8), x0, network=net, seed=4)
+        e.events.trace = []
+        runs.append((e.run(20, log_every=10), e))
+    (a, ea), (b, _) = runs
+    assert a == [{**r, "time_s": x["time_s"], "compute_s": x["compute_s"], "comm_s": x["comm_s"]}
+                 for r, x in zip(b, a)]
+    assert a[-1]["messages_lost_total"] > 0
+    timing = ea.events.timing
+    wakes = [(t, i) for kind, t, i, *_ in ea.events.trace if kind == "wake"]
+    assert wakes and all(timing.present(i, t) for t, i in wakes)
+    assert any(not timing.present(i, t) for i in range(8) for t in np.linspace(0, a[-1]["time_virtual_s"], 200))
+    with pytest.raises(ConfigError, match="does not exist"):
+        Engine(make_algorithm("async-sgp"), topologies.build("ring", 8), x0, network="churn=at:9@1-2")

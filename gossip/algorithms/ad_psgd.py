@@ -1,0 +1,73 @@
+"""AD-PSGD, asynchronous decentralized parallel SGD (Lian, Zhang, Zhang & Liu, ICML'18;
+docs/algorithms/ad-psgd.md).
+
+Every worker loops without waiting for anyone: it reads its model, computes a stochastic
+gradient there (taking its compute time), averages its current model with one random neighbor
+atomically, and applies the gradient it computed, now stale::
+
+    g_i = ∇f_i(x̃_i)                       x̃_i: x_i as it was when the computation started
+    x_i, x_j ← (x_i + x_j) / 2            (the neighbor may be in the middle of its own step)
+    x_i ← x_i − η g_i
+
+In virtual time each activation is one loop's end: average, apply, and start the next gradient
+at the model as it now stands. The paper splits the workers into active and passive sets (a
+bipartite graph) so that real concurrent averagings never deadlock; events here are atomic, so
+every worker may start an averaging.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from gossip.algorithms.base import Asynchronous, check_range, scheduled
+from gossip.algorithms.requirements import Graph, Requirements
+from gossip.engine.block import Block
+from gossip.engine.events import Activation
+
+
+class ADPSGD(Asynchronous):
+    """AD-PSGD: at the end of its gradient computation node i averages with a random
+    neighbor, ``x_i, x_j ← (x_i + x_j)/2``, applies its stale gradient ``x_i −= η g_i`` and
+    computes the next one at the new x_i. See docs/algorithms/ad-psgd.md.
+
+    Args:
+        eta: step size or schedule of the sweep (a sweep: n activations). Default 0.05.
+    """
+
+    name = "ad-psgd"
+    trains = True
+    takes_optimizer = True
+    step_schedule = True
+    step_rule = "dgd"
+    state_copies = 3
+    requires = Requirements(
+        graph=Graph(static=True, symmetric=True), gradients=True, compressor="identity",
+        compressor_message="{name} averages exact models (got '{spec}'): use --compressor none, "
+                           "or async-choco for a compressed asynchronous method")
+
+    def __init__(self, eta: float | Callable[[int], float] = 0.05):
+        check_range("eta", eta, 0.0, float("inf"), "the step size of the local SGD steps.")
+        self.eta = eta
+
+    def setup(self, block: Block) -> None:
+        # every worker starts computing at t = 0, at x⁰; the gradient is applied when it ends
+        block.state["grad"] = block.gradients(torch.empty_like(block.x))
+        block.workspace["mean"] = block.x.new_empty(block.x.shape[1])
+
+    def activate(self, block: Block, event: Activation) -> None:
+        i, grad = event.row, block.state["grad"]
+        j = event.partner()
+        if j is not None:
+            x, mean = block.x, block.workspace["mean"]
+            xi, xj = x[i], x[event.row_of(j)]
+            nbytes = xi.numel() * xi.element_size()
+            j_heard, i_heard = event.exchange(j, nbytes, nbytes)
+            mean.copy_(xi).add_(xj).mul_(0.5)
+            if i_heard:
+                xi.copy_(mean)
+            if j_heard:
+                xj.copy_(mean)
+        block.local_step(grad, scheduled(self.eta, block.round), rows=[i])
+        block.gradients(grad, rows=[i])  # the next computation starts at x_i as it now is

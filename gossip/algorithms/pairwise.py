@@ -1,0 +1,53 @@
+"""Randomized pairwise gossip (Boyd, Ghosh, Prabhakar & Shah, IEEE Trans. IT 2006;
+docs/algorithms/pairwise-gossip.md).
+
+Asynchronous: every node has a Poisson clock; when node i's rings it picks a neighbor j
+uniformly at random and both set their models to the pair's average::
+
+    x_i, x_j ← (x_i + x_j) / 2
+
+Without loss the sum Σ_i x_i is kept (up to the rounding of one addition per event) and every
+x_i tends to the initial average, at a rate set by the graph's spectral gap. A lost half of the
+exchange leaves that end unchanged (it did not hear the other), which moves the sum.
+"""
+
+from __future__ import annotations
+
+from gossip.algorithms.base import Asynchronous
+from gossip.algorithms.requirements import Graph, Requirements
+from gossip.engine.block import Block
+from gossip.engine.events import Activation
+
+
+class PairwiseGossip(Asynchronous):
+    """Randomized pairwise gossip: when i's clock rings, ``x_i, x_j ← (x_i + x_j)/2`` with a
+    uniformly drawn neighbor j. Exact models only (``--compressor none``); for compressed
+    asynchronous averaging use ``async-choco``. See docs/algorithms/pairwise-gossip.md."""
+
+    name = "pairwise-gossip"
+    clock = "poisson"
+    state_copies = 2
+    requires = Requirements(
+        graph=Graph(static=True, symmetric=True), compressor="identity",
+        compressor_message="{name} averages exact models (got '{spec}'): use --compressor none, "
+                           "or async-choco for compressed asynchronous averaging")
+
+    def __init__(self) -> None:  # no hyper-parameters: the pair takes its plain average
+        pass
+
+    def setup(self, block: Block) -> None:
+        block.workspace["mean"] = block.x.new_empty(block.x.shape[1])
+
+    def activate(self, block: Block, event: Activation) -> None:
+        j = event.partner()
+        if j is None:
+            return
+        x, mean = block.x, block.workspace["mean"]
+        xi, xj = x[event.row], x[event.row_of(j)]
+        nbytes = xi.numel() * xi.element_size()
+        j_heard, i_heard = event.exchange(j, nbytes, nbytes)
+        mean.copy_(xi).add_(xj).mul_(0.5)
+        if i_heard:
+            xi.copy_(mean)
+        if j_heard:
+            xj.copy_(mean)
