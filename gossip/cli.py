@@ -252,7 +252,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "loss=P (each message lost with probability P), loss=bernoulli:P, or "
                         "loss=ge:p_gb=P,p_bg=P[,loss_good=P][,loss_bad=P] (Gilbert-Elliott "
                         "bursts per arc). Lost messages move no bytes; the log gains "
-                        "messages_lost")
+                        "messages_lost. Timing models (virtual time; the log gains "
+                        "time_virtual_s): delay=DIST (seconds a message travels), compute=DIST "
+                        "(seconds of one local step, default 1), DIST = S | fixed:S | exp:MEAN | "
+                        "uniform:LO,HI | lognormal:MEDIAN,SIGMA; slow=FRACTIONxFACTOR or "
+                        "slow=nodes:I+JxFACTOR (stragglers: compute times x FACTOR); "
+                        "churn=rate:R,mean_away:S[,fresh] or churn=at:NODE@LEAVE-BACK+...[,fresh] "
+                        "(asynchronous algorithms only). Join models with ';'")
     g.add_argument("--link-latency", type=non_negative_float, default=0.0, metavar="SECONDS",
                    help="simulate slow links: every round's messages arrive no earlier than "
                         "SECONDS after they are sent, in process and across processes "

@@ -1,13 +1,29 @@
-"""Network models: what happens to a message between its sender and its receiver.
-
-For now one model, **message loss** (docs/network.md). A spec, as ``--network`` takes it::
+"""Network models: what happens to a message between its sender and its receiver, and how long
+nodes take (docs/network.md). A spec, as ``--network`` takes it::
 
     SPEC  := "none" | MODEL (";" MODEL)*          one model of each kind at most
-    MODEL := "loss=" LOSS
+    MODEL := "loss=" LOSS | "delay=" DIST | "compute=" DIST | "slow=" SLOW | "churn=" CHURN
     LOSS  := P                                    Bernoulli(P): each message lost with prob. P
            | "bernoulli:" P                       the same
            | "ge:" KEY "=" P ("," KEY "=" P)*     Gilbert-Elliott bursts, one chain per arc
     KEY   := p_gb | p_bg | loss_good | loss_bad   (p_gb, p_bg required; loss_good 0, loss_bad 1)
+    DIST  := S | "fixed:" S                       always S seconds
+           | "exp:" MEAN                          exponential of mean MEAN
+           | "uniform:" LO "," HI                 uniform on [LO, HI]
+           | "lognormal:" MEDIAN "," SIGMA        MEDIAN · exp(SIGMA · N(0, 1))
+    SLOW  := FRACTION "x" FACTOR                  ⌈FRACTION · n⌉ stragglers chosen by the seed
+           | "nodes:" NODE ("+" NODE)* "x" FACTOR these nodes; their compute times × FACTOR
+    CHURN := "rate:" R ",mean_away:" S [",fresh"] per node: up-times Exp(mean 1/R), away-times
+                                                  Exp(mean S), alternating from time 0 (up)
+           | "at:" EVENT ("+" EVENT)* [",fresh"]  an explicit schedule
+    EVENT := NODE "@" LEAVE "-" BACK              away on [LEAVE, BACK); BACK may be "inf"
+
+``delay``: seconds a message takes from sender to receiver (default 0). ``compute``: seconds
+one local step (a gradient, an activation) of a node takes (default 1). ``slow``: stragglers,
+FRACTION in (0, 1], FACTOR ≥ 1. ``churn``: nodes leave and come back, with the state they had
+or, with ``fresh``, a fresh one; modeled for asynchronous algorithms (event runs). Every number
+is finite and ≥ 0 (BACK may be inf). The draws of these models (virtual time) are
+:class:`gossip.timing.Timing`'s; its module doc says their keys.
 
 Every probability is in [0, 1]. A Gilbert-Elliott arc is in a good or a bad state; each round
 it moves good → bad with probability ``p_gb`` and bad → good with ``p_bg``, and each message of
@@ -34,6 +50,7 @@ the chain from round 0 (a few numpy operations per round and arc).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,8 +61,23 @@ from gossip.errors import ConfigError
 from gossip.rng import Stream
 
 GE_KEYS = ("p_gb", "p_bg", "loss_good", "loss_bad")
-FORMS = ("none", "loss=P", "loss=bernoulli:P", "loss=ge:p_gb=P,p_bg=P[,loss_good=P][,loss_bad=P]")
+FORMS = ("none", "loss=P", "loss=bernoulli:P", "loss=ge:p_gb=P,p_bg=P[,loss_good=P][,loss_bad=P]",
+         "delay=DIST", "compute=DIST", "slow=FRACTIONxFACTOR", "slow=nodes:I+JxFACTOR",
+         "churn=rate:R,mean_away:S[,fresh]", "churn=at:NODE@LEAVE-BACK+...[,fresh]")
 """The spec forms, for help texts and errors."""
+DIST_FORMS = "S | fixed:S | exp:MEAN | uniform:LO,HI | lognormal:MEDIAN,SIGMA"
+"""The forms of a duration distribution (``delay=``, ``compute=``)."""
+MODELS = ("loss", "delay", "compute", "slow", "churn")
+"""The model kinds, in the order a canonical spec lists them."""
+
+
+def num(x: float) -> str:
+    """A number as a spec writes it: exact (shortest round-trip repr), integers without '.0'."""
+    if math.isinf(x):
+        return "inf"
+    if x == int(x) and abs(x) < 1e16:
+        return str(int(x))
+    return repr(float(x))
 
 
 @dataclass(frozen=True)
@@ -60,7 +92,7 @@ class Bernoulli:
         return self.p
 
     def spec(self) -> str:
-        return f"bernoulli:{self.p:g}"
+        return f"bernoulli:{num(self.p)}"
 
 
 @dataclass(frozen=True)
@@ -86,17 +118,122 @@ class GilbertElliott:
         return (1.0 - pi) * self.loss_good + pi * self.loss_bad
 
     def spec(self) -> str:
-        return "ge:" + ",".join(f"{k}={getattr(self, k):g}" for k in GE_KEYS)
+        return "ge:" + ",".join(f"{k}={num(getattr(self, k))}" for k in GE_KEYS)
 
 
 LossModel = Bernoulli | GilbertElliott
 
 
 @dataclass(frozen=True)
+class Fixed:
+    """Always ``seconds``."""
+
+    seconds: float
+
+    @property
+    def mean(self) -> float:
+        return self.seconds
+
+    def spec(self) -> str:
+        return f"fixed:{num(self.seconds)}"
+
+
+
+@dataclass(frozen=True)
+class Exponential:
+    """Exponential of mean ``mean``: ``−mean · log(1 − u)``."""
+
+    mean: float
+
+    def spec(self) -> str:
+        return f"exp:{num(self.mean)}"
+
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """Uniform on [lo, hi]: ``lo + (hi − lo) · u``."""
+
+    lo: float
+    hi: float
+
+    @property
+    def mean(self) -> float:
+        return 0.5 * (self.lo + self.hi)
+
+    def spec(self) -> str:
+        return f"uniform:{num(self.lo)},{num(self.hi)}"
+
+
+
+@dataclass(frozen=True)
+class LogNormal:
+    """``median · exp(sigma · z)``, z standard normal (:meth:`Stream.normal`)."""
+
+    median: float
+    sigma: float
+
+    @property
+    def mean(self) -> float:
+        return self.median * math.exp(0.5 * self.sigma**2)
+
+    def spec(self) -> str:
+        return f"lognormal:{num(self.median)},{num(self.sigma)}"
+
+
+
+Dist = Fixed | Exponential | Uniform | LogNormal
+
+
+@dataclass(frozen=True)
+class Slow:
+    """Stragglers: ``⌈fraction · n⌉`` nodes chosen by the seed, or the explicit ``nodes``;
+    their compute times are ``factor`` times longer."""
+
+    factor: float
+    fraction: float | None = None
+    nodes: tuple[int, ...] | None = None
+
+    def count(self, n: int) -> int:
+        """How many of ``n`` nodes are slow."""
+        if self.nodes is not None:
+            return len(self.nodes)
+        return min(n, max(1, math.ceil(self.fraction * n - 1e-9)))  # 0.1 · 30 is 3, not 4
+
+    def spec(self) -> str:
+        which = num(self.fraction) if self.nodes is None else "nodes:" + "+".join(map(str, self.nodes))
+        return f"{which}x{num(self.factor)}"
+
+
+@dataclass(frozen=True)
+class Churn:
+    """Nodes leave and come back: from a ``rate`` (leaves per second of up-time, exponential
+    up-times) and ``mean_away`` (exponential away-times), or an explicit ``schedule`` of
+    ``(node, leave, back)`` (sorted; back may be inf). ``fresh``: a node comes back with a fresh
+    state rather than the one it left with."""
+
+    rate: float | None = None
+    mean_away: float | None = None
+    schedule: tuple[tuple[int, float, float], ...] | None = None
+    fresh: bool = False
+
+    def spec(self) -> str:
+        if self.schedule is None:
+            text = f"rate:{num(self.rate)},mean_away:{num(self.mean_away)}"
+        else:
+            text = "at:" + "+".join(f"{i}@{num(a)}-{num(b)}" for i, a, b in self.schedule)
+        return text + (",fresh" if self.fresh else "")
+
+
+@dataclass(frozen=True)
 class Network:
-    """A parsed ``--network`` spec: the models messages go through (None: an ideal network)."""
+    """A parsed ``--network`` spec: the models messages and nodes go through (None: ideal)."""
 
     loss: LossModel | None = None
+    delay: Dist | None = None
+    compute: Dist | None = None
+    slow: Slow | None = None
+    churn: Churn | None = None
 
     @property
     def lossy(self) -> bool:
@@ -108,9 +245,51 @@ class Network:
         ge = self.loss
         return ge.loss_good > 0 or (ge.loss_bad > 0 and ge.p_gb > 0)
 
+    @property
+    def timed(self) -> bool:
+        """Whether any timing model (delay, compute, slow, churn) is set: runs then keep a
+        virtual clock (:mod:`gossip.timing`)."""
+        return any(getattr(self, k) is not None for k in ("delay", "compute", "slow", "churn"))
+
     def spec(self) -> str:
-        """The canonical spec (what the logs record)."""
-        return "none" if self.loss is None else f"loss={self.loss.spec()}"
+        """The canonical spec (what the logs record): ``parse_network(spec()) == self``."""
+        parts = [f"{k}={getattr(self, k).spec()}" for k in MODELS if getattr(self, k) is not None]
+        return ";".join(parts) if parts else "none"
+
+    def check(self, n: int, topology: Any = None) -> None:
+        """Refuse (:class:`ConfigError`, one line) what cannot hold on ``n`` nodes: a slow or
+        churning node that does not exist; and for a churn schedule, a time at which every node
+        is away, or (``topology`` given, a static one) nodes present from some time until the end
+        that leave the graph disconnected for good. Rate churn has nothing to check."""
+        where = f"--network {self.spec()}"
+        if self.slow is not None and self.slow.nodes is not None:
+            bad = [i for i in self.slow.nodes if i >= n]
+            if bad:
+                raise ConfigError(f"{where}: slow node {bad[0]} does not exist (nodes 0..{n - 1})")
+        churn = self.churn
+        if churn is None or churn.schedule is None:
+            return
+        bad = [i for i, _, _ in churn.schedule if i >= n]
+        if bad:
+            raise ConfigError(f"{where}: churn names node {bad[0]}, which does not exist "
+                              f"(nodes 0..{n - 1})")
+        times = sorted({a for _, a, _ in churn.schedule} | {b for _, _, b in churn.schedule
+                                                            if math.isfinite(b)})
+        for t in times:  # presence changes only at these times
+            away = {i for i, a, b in churn.schedule if a <= t < b}
+            if len(away) == n:
+                raise ConfigError(f"{where}: every node is away at time {num(t)} s")
+        gone = {i for i, _, b in churn.schedule if math.isinf(b)}
+        if topology is None or getattr(topology, "time_varying", False) or not gone:
+            return
+        import networkx as nx
+
+        graph = topology.graph.subgraph([i for i in range(n) if i not in gone])
+        connected = (nx.is_strongly_connected(graph) if graph.is_directed()
+                     else nx.is_connected(graph))
+        if not connected:
+            raise ConfigError(f"{where}: once node(s) {', '.join(map(str, sorted(gone)))} leave "
+                              "for good, the nodes left are disconnected for good")
 
 
 def _probability(what: str, text: str, spec: str) -> float:
@@ -149,6 +328,107 @@ def _loss(text: str, spec: str) -> LossModel:
     return GilbertElliott(**values)
 
 
+def _seconds(what: str, text: str, spec: str, allow_inf: bool = False) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = math.nan
+    if not (v >= 0.0 and (allow_inf or math.isfinite(v))):  # NaN fails too
+        raise ConfigError(f"network spec {spec!r}: {what} = {text!r} is not a finite number >= 0")
+    return v
+
+
+def _dist(model: str, text: str, spec: str) -> Dist:
+    kind, sep, rest = text.partition(":")
+    args = rest.split(",") if sep else []
+    shapes = {"fixed": 1, "exp": 1, "uniform": 2, "lognormal": 2}
+    if not sep:
+        kind, args = "fixed", [text]
+    if kind not in shapes or len(args) != shapes[kind]:
+        raise ConfigError(f"network spec {spec!r}: {model}={text!r} is not one of {DIST_FORMS}")
+    v = [_seconds(f"{model} {kind}", a.strip(), spec) for a in args]
+    if kind == "fixed":
+        return Fixed(v[0])
+    if kind == "exp":
+        return Exponential(v[0])
+    if kind == "uniform":
+        if v[0] > v[1]:
+            raise ConfigError(f"network spec {spec!r}: {model}=uniform:LO,HI needs LO <= HI")
+        return Uniform(v[0], v[1])
+    return LogNormal(v[0], v[1])
+
+
+def _node(text: str, what: str, spec: str) -> int:
+    if not text.strip().isdigit():
+        raise ConfigError(f"network spec {spec!r}: {what} {text!r} is not a node id (0, 1, ...)")
+    return int(text)
+
+
+def _slow(text: str, spec: str) -> Slow:
+    which, x, factor_text = text.rpartition("x")
+    if not x:
+        raise ConfigError(f"network spec {spec!r}: slow={text!r} is not FRACTIONxFACTOR "
+                          "(e.g. 0.125x5) or nodes:I+JxFACTOR (e.g. nodes:0+3x5)")
+    try:
+        factor = float(factor_text)
+    except ValueError:
+        factor = math.nan
+    if not (factor >= 1.0 and math.isfinite(factor)):
+        raise ConfigError(f"network spec {spec!r}: slow factor {factor_text!r} is not a finite "
+                          "number >= 1")
+    if which.startswith("nodes:"):
+        nodes = [_node(t, "slow node", spec) for t in which[len("nodes:"):].split("+")]
+        if len(set(nodes)) != len(nodes):
+            raise ConfigError(f"network spec {spec!r}: slow names a node twice")
+        return Slow(factor, nodes=tuple(sorted(nodes)))
+    try:
+        fraction = float(which)
+    except ValueError:
+        fraction = math.nan
+    if not 0.0 < fraction <= 1.0:
+        raise ConfigError(f"network spec {spec!r}: slow fraction {which!r} is not in (0, 1]")
+    return Slow(factor, fraction=fraction)
+
+
+_NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
+_EVENT = re.compile(rf"(\d+)@({_NUMBER})-({_NUMBER}|inf)")
+
+
+def _churn(text: str, spec: str) -> Churn:
+    fresh = text.endswith(",fresh")
+    if fresh:
+        text = text[: -len(",fresh")]
+    kind, sep, rest = text.partition(":")
+    if kind == "rate" and sep:
+        rate_text, _, away = rest.partition(",")
+        if not away.startswith("mean_away:"):
+            raise ConfigError(f"network spec {spec!r}: churn=rate:R,mean_away:S[,fresh] needs "
+                              "mean_away:S after the rate")
+        return Churn(rate=_seconds("churn rate", rate_text, spec),
+                     mean_away=_seconds("churn mean_away", away[len("mean_away:"):], spec),
+                     fresh=fresh)
+    if kind != "at" or not sep:
+        raise ConfigError(f"network spec {spec!r}: churn={text!r} is not rate:R,mean_away:S[,fresh] "
+                          "or at:NODE@LEAVE-BACK+...[,fresh]")
+    events = []
+    for item in rest.split("+"):
+        m = _EVENT.fullmatch(item.strip())
+        if m is None:
+            raise ConfigError(f"network spec {spec!r}: churn event {item!r} is not NODE@LEAVE-BACK "
+                              "(seconds; BACK may be inf), e.g. 3@10-25")
+        i, a, b = int(m[1]), float(m[2]), float(m[3])
+        if not b > a:
+            raise ConfigError(f"network spec {spec!r}: churn event {item!r} comes back before it "
+                              "leaves (BACK must be > LEAVE)")
+        events.append((i, a, b))
+    events.sort()
+    for (i, _, b), (j, a, _) in zip(events, events[1:]):
+        if i == j and a < b:
+            raise ConfigError(f"network spec {spec!r}: churn names node {i} twice in overlapping "
+                              "intervals")
+    return Churn(schedule=tuple(events), fresh=fresh)
+
+
 def parse_network(spec: str | None) -> Network:
     """The :class:`Network` of a spec (module doc); :class:`ConfigError` in one line naming
     what is wrong and the forms that work."""
@@ -158,15 +438,23 @@ def parse_network(spec: str | None) -> Network:
     models: dict[str, Any] = {}
     for part in text.split(";"):
         key, eq, value = part.strip().partition("=")
+        key, value = key.strip(), value.strip()
         if not eq:
             raise ConfigError(f"network spec {spec!r}: {part.strip()!r} is not MODEL=VALUE; forms: "
                               f"{' | '.join(FORMS)} (models joined with ';')")
-        if key != "loss":
-            raise ConfigError(f"network spec {spec!r}: unknown network model {key!r} (known: loss; "
-                              f"forms: {' | '.join(FORMS)})")
+        if key not in MODELS:
+            raise ConfigError(f"network spec {spec!r}: unknown network model {key!r} (known: "
+                              f"{', '.join(MODELS)}; forms: {' | '.join(FORMS)})")
         if key in models:
             raise ConfigError(f"network spec {spec!r}: {key} is given twice")
-        models[key] = _loss(value.strip(), spec)
+        if key == "loss":
+            models[key] = _loss(value, spec)
+        elif key in ("delay", "compute"):
+            models[key] = _dist(key, value, spec)
+        elif key == "slow":
+            models[key] = _slow(value, spec)
+        else:
+            models[key] = _churn(value, spec)
     return Network(**models)
 
 
@@ -217,4 +505,5 @@ class LossDraws:
 
 
 __all__ = ["Network", "Bernoulli", "GilbertElliott", "LossDraws", "parse_network", "arc_keys",
-           "FORMS"]
+           "FORMS", "DIST_FORMS", "Fixed", "Exponential", "Uniform", "LogNormal", "Dist", "Slow",
+           "Churn"]

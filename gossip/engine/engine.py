@@ -24,6 +24,7 @@ from gossip.comm.world import World
 from gossip.compress import Compressor, factory_for
 from gossip.engine.block import Block
 from gossip.engine.cache import IdentityCache
+from gossip.engine.clock import SyncClock
 from gossip.engine.events import EventLoop
 from gossip.engine.loss import Delivery
 from gossip.engine.nodes import Node
@@ -43,6 +44,7 @@ from gossip.metrics import consensus_error
 from gossip.network import Network, parse_network
 from gossip.seeding import generator, node_seed
 from gossip.stateful import Stateful
+from gossip.timing import Timing
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +74,9 @@ class Engine:
         network: what messages meet on their way (a :class:`~gossip.network.Network` or its
             ``--network`` spec, e.g. ``"loss=0.1"``; default: an ideal network). Lost messages
             are neither sent nor received and mix as the algorithm's
-            :attr:`~gossip.algorithms.Algorithm.on_loss` says (docs/network.md).
+            :attr:`~gossip.algorithms.Algorithm.on_loss` says (docs/network.md). With timing
+            models (``delay=``, ``compute=``, ``slow=``) the rounds keep a virtual clock and
+            records gain ``time_virtual_s``; ``churn=`` is refused (asynchronous runs only).
         overlap: compute the next round's gradients while this round's messages travel
             (algorithms whose :attr:`~gossip.algorithms.Algorithm.overlaps` is set; the same
             numbers, less wall time when messages are slow; docs/overlap.md).
@@ -113,6 +117,8 @@ class Engine:
                                 else getattr(compressor, "spec", type(compressor).__name__))
         self._new_compressor = factory_for(compressor, layout)
         self.network = parse_network(network) if not isinstance(network, Network) else network
+        self.clock = self._new_clock() if self.network.timed else None
+        """Virtual time of the rounds (None without timing models; gossip/engine/clock.py)."""
         self.overlap = overlap
         self._check_config(oracles)
         self.local_ids = self.world.local_nodes(self.n)
@@ -242,6 +248,20 @@ class Engine:
                 "messages have no defined meaning there yet: run it on a static graph or without "
                 "loss")
         return Delivery(self.network, self.seed, policy, self.block.ids)
+
+    def _new_clock(self) -> SyncClock | None:
+        """The rounds' virtual clock (None for an asynchronous algorithm: its events keep the
+        time); refuses churn for rounds (they wait for every node)."""
+        if self.algorithm.asynchronous:
+            self.network.check(self.n, self.topology)
+            return None
+        if self.network.churn is not None:
+            raise ConfigError(f"--network {self.network.spec()}: churn is modeled for asynchronous "
+                              "algorithms (nodes away in an event run's virtual time); synchronous "
+                              f"rounds wait for every node, so {self.algorithm.name} cannot run "
+                              "with churn=: drop it")
+        self.network.check(self.n, self.topology)
+        return SyncClock(Timing(self.network, self.seed, self.n), self.topology)
 
     def _check_config(self, oracles: Any) -> None:
         """Refuse, before any message, what this algorithm cannot run on: its
@@ -466,6 +486,8 @@ class Engine:
             ids = self.block.ids
             rec["messages_lost"] = int(self.node_values(dict(zip(ids, lost.lost_round.tolist()))).sum())
             rec["messages_lost_total"] = int(self.node_values(dict(zip(ids, lost.lost_total.tolist()))).sum())
+        if self.clock is not None:
+            rec["time_virtual_s"] = self.clock.time(self.round)
         for metric in metrics:
             rec.update(metric(self, xbar))
         rec.update(

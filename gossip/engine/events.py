@@ -16,7 +16,7 @@ microseconds and the whole state in one list.
 
 Every draw is keyed (:class:`KeyedUniforms`): node i's k-th clock interval by
 (seed, ``"async.clock"``, i, k), its k-th choice of partner by (seed, ``"async.partner"``, i, k);
-compute times, delays and losses come from :class:`gossip.network.Timing`. So the event trace is
+compute times, delays, losses and churn come from :class:`gossip.timing.Timing`. So the event trace is
 a pure function of the seed and the graph.
 
 A *sweep* is n activations (one per node on average): the engine's ``round`` counts sweeps, so
@@ -36,6 +36,7 @@ import torch
 
 from gossip.errors import ConfigError
 from gossip.rng import Stream
+from gossip.timing import Timing
 
 if TYPE_CHECKING:
     from gossip.engine.engine import Engine
@@ -155,11 +156,6 @@ class EventLoop:
     """The virtual-time event queue of an asynchronous run (module doc)."""
 
     def __init__(self, engine: Engine):
-        try:
-            from gossip.network import Timing
-        except ImportError:  # TEMPORARY until the timing models land
-            Timing = _IdealTiming  # noqa: N806
-
         algorithm = engine.algorithm
         if algorithm.clock not in CLOCKS:
             raise ConfigError(f"{algorithm.name}.clock = {algorithm.clock!r} is not one of "
@@ -186,7 +182,6 @@ class EventLoop:
         """Set to a list to record the run's events as tuples: ``("wake", t, i)``,
         ``("exchange", t, i, j, j_heard, i_heard)``, ``("post", t, i, j, arrival)``,
         ``("lost", t, i, j)``, ``("arrive", t, i, j)`` (tests replay them in matrix form)."""
-        self._away = {i: self.timing.away(i) for i in range(self.n)} if getattr(engine.network, "churn", None) else {}
         for i in range(self.n):
             self._schedule(i, 0.0)
 
@@ -205,8 +200,7 @@ class EventLoop:
 
     def present(self, i: int, time: float) -> bool:
         """Whether node i is in the network at ``time`` (churn; always without it)."""
-        away = self._away.get(i)
-        return not away or not any(lo <= time < hi for lo, hi in away)
+        return self.timing.present(i, time)
 
     def next_count(self, src: int, dst: int) -> int:
         """The count (1, 2, ...) of the next message on arc src → dst."""
@@ -262,16 +256,3 @@ class EventLoop:
         return {"time_virtual_s": self.now, "activations": self.activations,
                 "messages": self.messages, "messages_lost_total": self.messages_lost}
 
-
-class _IdealTiming:  # TEMPORARY
-    def __init__(self, network, seed, n):
-        pass
-
-    def compute_s(self, i, k):
-        return 1.0
-
-    def delay_s(self, i, j, k):
-        return 0.0
-
-    def lost(self, i, j, k):
-        return False

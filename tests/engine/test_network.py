@@ -17,7 +17,7 @@ ARCS = arc_keys([(i, j) for i in range(50) for j in range(50) if i != j])
 
 
 @pytest.mark.parametrize("spec", ["loss=1.5", "loss=-0.1", "loss=nan", "loss=ge:p_gb=0.1",
-                                  "loss=foo:0.1", "delay=2", "loss", "loss=0.1;loss=0.2"])
+                                  "loss=foo:0.1", "jitter=2", "loss", "loss=0.1;loss=0.2"])
 def test_bad_specs_give_one_error_line(spec):
     with pytest.raises(ConfigError) as err:
         parse_network(spec)

@@ -1,6 +1,7 @@
 """Algorithms under message loss (``--network``); every record goes to a JSON-lines file.
 Started in process and under ``mpiexec`` by tests/engine/test_network_mpi.py, which compares
-the files: the same seed must give the same drops, bytes and bits wherever the nodes sit.
+the files: the same seed must give the same drops, bytes, bits and virtual times wherever the
+nodes sit.
 Usage: python tests/helpers/mpi_network_scenarios.py OUT.jsonl NODES [SCENARIO ...]
 """
 
@@ -22,6 +23,7 @@ from tests.helpers.mpi_scenarios import distance_metric  # noqa: E402
 from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
 
 GE = "loss=ge:p_gb=0.1,p_bg=0.4,loss_good=0.02,loss_bad=0.9"
+TIMED = "loss=0.2;delay=lognormal:0.1,0.5;compute=exp:1;slow=0.25x5"  # records: time_virtual_s
 # name -> (algorithm, hyper-parameters, compressor, topology spec, weights, network, gradients)
 SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "gossip-exact": ("gossip", {}, "none", "ring", "metropolis", "loss=0.2", False),
@@ -38,6 +40,7 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "dcd-none": ("dcd", {}, "none", "ring", "metropolis", "loss=0.1", True),
     "c-gt-lead2": ("c-gt", {}, "lead:2", "ring", "metropolis", "loss=0.1", True),
     "push-sum-exact": ("push-sum", {}, "none", "directed-random:p=0.3", "push", "loss=0.3", True),
+    "dpsgd-timed": ("dpsgd", {}, "none", "exponential", "metropolis", TIMED, True),
 }
 
 
