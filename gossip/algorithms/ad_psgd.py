@@ -24,7 +24,7 @@ import torch
 from gossip.algorithms.base import Asynchronous, check_range, scheduled
 from gossip.algorithms.requirements import Graph, Requirements
 from gossip.engine.block import Block
-from gossip.engine.events import Activation
+from gossip.engine.events import Activation, Side
 
 
 class ADPSGD(Asynchronous):
@@ -41,7 +41,7 @@ class ADPSGD(Asynchronous):
     takes_optimizer = True
     step_schedule = True
     step_rule = "dgd"
-    state_copies = 3
+    state_copies = 2
     requires = Requirements(
         graph=Graph(static=True, symmetric=True), gradients=True, compressor="identity",
         compressor_message="{name} averages exact models (got '{spec}'): use --compressor none, "
@@ -54,20 +54,16 @@ class ADPSGD(Asynchronous):
     def setup(self, block: Block) -> None:
         # every worker starts computing at t = 0, at x⁰; the gradient is applied when it ends
         block.state["grad"] = block.gradients(torch.empty_like(block.x))
-        block.workspace["mean"] = block.x.new_empty(block.x.shape[1])
 
     def activate(self, block: Block, event: Activation) -> None:
-        i, grad = event.row, block.state["grad"]
-        j = event.partner()
-        if j is not None:
-            x, mean = block.x, block.workspace["mean"]
-            xi, xj = x[i], x[event.row_of(j)]
-            nbytes = xi.numel() * xi.element_size()
-            j_heard, i_heard = event.exchange(j, nbytes, nbytes)
-            mean.copy_(xi).add_(xj).mul_(0.5)
-            if i_heard:
-                xi.copy_(mean)
-            if j_heard:
-                xj.copy_(mean)
-        block.local_step(grad, scheduled(self.eta, block.round), rows=[i])
-        block.gradients(grad, rows=[i])  # the next computation starts at x_i as it now is
+        event.meet()  # x_i, x_j ← (x_i + x_j)/2
+        grad = block.state["grad"]
+        block.local_step(grad, scheduled(self.eta, block.round), rows=[event.row])
+        block.gradients(grad, rows=[event.row])  # the next computation starts at x_i as it is
+
+    def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
+        return (block.x[side.row],)
+
+    def merge(self, block: Block, side: Side, heard: tuple[torch.Tensor, ...] | None) -> None:
+        if heard is not None:
+            block.x[side.row].add_(heard[0]).mul_(0.5)

@@ -22,9 +22,11 @@ from gossip.algorithms.requirements import Requirements
 from gossip.errors import ConfigError, ContractError
 
 if TYPE_CHECKING:
+    import torch
+
     from gossip.compress import Compressor
     from gossip.engine.block import Block
-    from gossip.engine.events import Activation, Message
+    from gossip.engine.events import Activation, Message, Side
 
 Round = Generator[Any, Any, None]
 """A round: yields a phase's :class:`~gossip.engine.staging.Rows`, receives them exchanged."""
@@ -114,6 +116,13 @@ class Algorithm(ABC):
     clock: ClassVar[str] = "compute"
     """An asynchronous algorithm's clocks (:data:`gossip.engine.events.CLOCKS`): ``"compute"``
     (a node rings when its local step ends) or ``"poisson"`` (randomized gossip's clocks)."""
+    contact: ClassVar[str] = "exchange"
+    """How an asynchronous algorithm's activation talks to its peer: ``"exchange"`` (a pairwise
+    exchange, :meth:`offer` and :meth:`merge` at each end) or ``"post"`` (a one-way message,
+    :meth:`receive` at the other end). Declared, so that every process knows the trace."""
+    peer: ClassVar[str] = "random"
+    """Whom an activation talks to (:data:`gossip.engine.events.PEERS`): ``"random"`` (a uniform
+    present out-neighbor) or ``"next"`` (the out-neighbors in turn)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """Refuse the former need-flags, which nothing reads any more (a class declaring one
@@ -193,6 +202,21 @@ class Algorithm(ABC):
         ``event.row``): tensor ops on the rows of ``block``, partners and messages through
         ``event`` (:class:`~gossip.engine.events.Activation`)."""
         raise ContractError(f"{self.name} is not asynchronous: it runs in rounds (step)")
+
+    def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
+        """What this end of a pairwise exchange sends (``contact = "exchange"``): tensors whose
+        sizes the other end can tell from its own offer (both ends offer alike)."""
+        raise ContractError(f"{self.name} declares no pairwise exchange (offer)")
+
+    def merge(self, block: Block, side: Side, heard: tuple[torch.Tensor, ...] | None) -> None:
+        """This end's update from the other end's offer (``heard``; None when the network lost
+        it: ``side.was_heard`` says whether the other end got this one's)."""
+        raise ContractError(f"{self.name} declares no pairwise exchange (merge)")
+
+    def message_like(self, block: Block, row: int) -> tuple[torch.Tensor, ...]:
+        """Tensors shaped like the parts of a post to row ``row`` (``contact = "post"``): the
+        receiving process sizes its buffers by them."""
+        raise ContractError(f"{self.name} declares no posts (message_like)")
 
     def receive(self, block: Block, message: Message) -> None:
         """An asynchronous algorithm's work when ``message`` (one it posted with

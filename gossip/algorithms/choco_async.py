@@ -26,7 +26,7 @@ import torch
 from gossip.algorithms.base import Asynchronous, check_range, scheduled
 from gossip.algorithms.requirements import Graph, Requirements
 from gossip.engine.block import Block
-from gossip.engine.events import Activation
+from gossip.engine.events import Activation, Side
 from gossip.rng import Stream
 
 
@@ -62,46 +62,55 @@ class AsyncChoco(Asynchronous):
 
     def setup(self, block: Block) -> None:
         route = block.arc_plan()
-        block.arc_state["x_hat"] = torch.zeros(len(route.arcs), block.x.shape[1],
-                                               dtype=block.x.dtype, device=block.x.device)
+        d = block.x.shape[1]
+        # node i's copies of each arc (i, j) it has: x̂_ij (what j holds of it) and x̂_ji
+        block.arc_state["x_hat_out"] = block.x.new_zeros(len(route.arcs), d)
+        block.arc_state["x_hat_in"] = block.x.new_zeros(len(route.arcs), d)
         ws = block.workspace
         ws["arc"] = {a: e for e, a in enumerate(route.arcs)}
-        ws["q"] = block.x.new_empty(2, block.x.shape[1])
+        ws["q"] = {}  # per node: its decoded offer of the exchange in progress
         ws["rng"] = {}
+        comp = block.compressor
+        ws["fixed"] = comp.fixed_nbytes(block.x[0]) if block.m else None
+        ws["size"] = comp.max_nbytes(block.x[0]) if block.m else 0
         if block.has_oracle:
             ws["grad"] = torch.empty_like(block.x)
 
-    def _compress(self, block: Block, row: int, seq: int, x_hat: torch.Tensor,
-                  out: torch.Tensor) -> int:
-        """``out = C(x_row − x̂)`` with the node's compressor and its stream keyed by the
-        activation ``seq``; the message's bytes."""
-        node = block.nodes[row]
-        rng = block.workspace["rng"].get(node.id)
-        if rng is None:
-            rng = block.workspace["rng"][node.id] = Stream(block.seed, [node.id], "async.q")
-        rng.begin_round(seq)
-        payload = node.compressor.encode(torch.sub(block.x[row], x_hat), rng)
-        node.compressor.decode(payload, out=out)
-        return payload.nbytes
-
     def activate(self, block: Block, event: Activation) -> None:
-        j = event.partner()
-        ws, i = block.workspace, event.row
         if block.has_oracle:
-            grad = ws["grad"]
-            block.gradients(grad, rows=[i])
-            block.local_step(grad, scheduled(self.eta, block.round), rows=[i])
-        if j is None:
-            return
-        rj, x_hat, q = event.row_of(j), block.arc_state["x_hat"], ws["q"]
-        a, b = ws["arc"][(event.node, j)], ws["arc"][(j, event.node)]
-        sent = self._compress(block, i, event.seq, x_hat[a], q[0])
-        reply = self._compress(block, rj, event.seq, x_hat[b], q[1])
-        j_heard, i_heard = event.exchange(j, sent, reply)
-        if j_heard:
-            x_hat[a].add_(q[0])
-        if i_heard:
-            x_hat[b].add_(q[1])
-        diff = torch.sub(x_hat[b], x_hat[a], out=q[0])
-        block.x[i].add_(diff, alpha=self.gamma / 2)
-        block.x[rj].sub_(diff, alpha=self.gamma / 2)
+            grad = block.workspace["grad"]
+            block.gradients(grad, rows=[event.row])
+            block.local_step(grad, scheduled(self.eta, block.round), rows=[event.row])
+        event.meet()
+
+    def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
+        """``C(x_i − x̂_ij)``'s bytes (keyed randomness: the node's stream at the activation);
+        a compressor of varying size is padded to its maximum behind an 8-byte length."""
+        ws, node = block.workspace, block.nodes[side.row]
+        rng = ws["rng"].get(node.id)
+        if rng is None:
+            rng = ws["rng"][node.id] = Stream(block.seed, [node.id], "async.q")
+        rng.begin_round(side.seq)
+        e = ws["arc"][(side.node, side.peer)]
+        payload = node.compressor.encode(block.x[side.row] - block.arc_state["x_hat_out"][e], rng)
+        ws["q"][side.node] = node.compressor.decode(payload)
+        if ws["fixed"] is not None:
+            return (payload.to_bytes(),)
+        buf = torch.zeros(8 + ws["size"], dtype=torch.uint8)
+        buf[:8].view(torch.int64)[0] = payload.nbytes
+        buf[8 : 8 + payload.nbytes] = payload.to_bytes()
+        return (buf,)
+
+    def merge(self, block: Block, side: Side, heard: tuple[torch.Tensor, ...] | None) -> None:
+        ws, node = block.workspace, block.nodes[side.row]
+        e = ws["arc"][(side.node, side.peer)]
+        out, inn = block.arc_state["x_hat_out"][e], block.arc_state["x_hat_in"][e]
+        if side.was_heard:  # acknowledged: both ends add it to the arc's copy
+            out.add_(ws["q"][side.node])
+        if heard is not None:
+            buf = heard[0]
+            if ws["fixed"] is None:
+                buf = buf[8 : 8 + int(buf[:8].view(torch.int64)[0])]
+            comp = node.compressor
+            inn.add_(comp.decode(comp.from_bytes(buf, block.x[side.row])))
+        block.x[side.row].add_(torch.sub(inn, out), alpha=self.gamma / 2)

@@ -41,6 +41,7 @@ class GossipLearning(Asynchronous):
     step_schedule = True
     step_rule = "dgd"
     state_copies = 3
+    contact = "post"
     requires = Requirements(
         graph=Graph(static=True, symmetric=False), compressor="identity",
         compressor_message="{name} sends whole models (got '{spec}'): use --compressor none")
@@ -54,9 +55,10 @@ class GossipLearning(Asynchronous):
             block.workspace["grad"] = torch.empty_like(block.x)
 
     def activate(self, block: Block, event: Activation) -> None:
-        j = event.partner()
-        if j is not None:
-            event.post(j, block.x[event.row])
+        event.post(block.x[event.row])
+
+    def message_like(self, block: Block, row: int) -> tuple[torch.Tensor, ...]:
+        return (block.x[row],)
 
     def receive(self, block: Block, message: Message) -> None:
         r = message.row

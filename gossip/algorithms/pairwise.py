@@ -7,16 +7,18 @@ uniformly at random and both set their models to the pair's average::
     x_i, x_j ← (x_i + x_j) / 2
 
 Without loss the sum Σ_i x_i is kept (up to the rounding of one addition per event) and every
-x_i tends to the initial average, at a rate set by the graph's spectral gap. A lost half of the
-exchange leaves that end unchanged (it did not hear the other), which moves the sum.
+x_i tends to the initial average. A lost half of the exchange leaves that end unchanged (it did
+not hear the other), which moves the sum.
 """
 
 from __future__ import annotations
 
+import torch
+
 from gossip.algorithms.base import Asynchronous
 from gossip.algorithms.requirements import Graph, Requirements
 from gossip.engine.block import Block
-from gossip.engine.events import Activation
+from gossip.engine.events import Activation, Side
 
 
 class PairwiseGossip(Asynchronous):
@@ -35,19 +37,12 @@ class PairwiseGossip(Asynchronous):
     def __init__(self) -> None:  # no hyper-parameters: the pair takes its plain average
         pass
 
-    def setup(self, block: Block) -> None:
-        block.workspace["mean"] = block.x.new_empty(block.x.shape[1])
-
     def activate(self, block: Block, event: Activation) -> None:
-        j = event.partner()
-        if j is None:
-            return
-        x, mean = block.x, block.workspace["mean"]
-        xi, xj = x[event.row], x[event.row_of(j)]
-        nbytes = xi.numel() * xi.element_size()
-        j_heard, i_heard = event.exchange(j, nbytes, nbytes)
-        mean.copy_(xi).add_(xj).mul_(0.5)
-        if i_heard:
-            xi.copy_(mean)
-        if j_heard:
-            xj.copy_(mean)
+        event.meet()
+
+    def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
+        return (block.x[side.row],)
+
+    def merge(self, block: Block, side: Side, heard: tuple[torch.Tensor, ...] | None) -> None:
+        if heard is not None:
+            block.x[side.row].add_(heard[0]).mul_(0.5)

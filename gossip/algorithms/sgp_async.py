@@ -42,6 +42,8 @@ class AsyncSGP(Asynchronous):
     step_schedule = True
     step_rule = "dgd"
     state_copies = 4
+    contact = "post"
+    peer = "next"
     requires = Requirements(
         graph=Graph(static=True, symmetric=False), compressor="identity",
         compressor_message="{name} pushes exact mass (got '{spec}'): use --compressor none")
@@ -61,14 +63,16 @@ class AsyncSGP(Asynchronous):
         i, s, w = event.row, block.state["s"], block.state["w"]
         if block.has_oracle:
             s[i].add_(block.state["grad"][i], alpha=-scheduled(self.eta, block.round))
-        j = event.next_peer()
-        if j is not None:
+        if event.peer is not None:
             s[i].mul_(0.5)
             w[i] *= 0.5
-            event.post(j, s[i], w[i : i + 1])
+            event.post(s[i], w[i : i + 1])
         self._debias(block, i)
         if block.has_oracle:
             block.gradients(block.state["grad"], rows=[i])
+
+    def message_like(self, block: Block, row: int) -> tuple[torch.Tensor, ...]:
+        return block.state["s"][row], block.state["w"][row : row + 1]
 
     def receive(self, block: Block, message: Message) -> None:
         r, (s, w) = message.row, message.parts

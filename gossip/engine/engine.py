@@ -273,11 +273,6 @@ class Engine:
             raise ConfigError(f"--overlap hides a round's messages behind the next gradients; "
                               f"{alg.name} is asynchronous (no rounds): its nodes never wait for "
                               "messages anyway; run it without --overlap")
-        if alg.asynchronous and self.world.size > 1:
-            raise ConfigError(
-                f"{alg.name} is asynchronous and runs in one process, in virtual time "
-                f"(docs/asynchronous.md); this run has {self.world.size} processes: run it "
-                "without mpiexec/torchrun")
         if self.overlap and not (alg.overlaps and oracles is not None):
             from gossip.algorithms import REGISTRY
 

@@ -1,23 +1,33 @@
 """Asynchronous runs: node activations and messages in virtual time (docs/asynchronous.md).
 
 An asynchronous algorithm (:attr:`~gossip.algorithms.Algorithm.asynchronous`) has no rounds.
-Every node has a clock; each time it rings the engine calls the algorithm's
-:meth:`~gossip.algorithms.Algorithm.activate` with an :class:`Activation` (the node, the virtual
-time, its count of activations), and each message a node posts arrives later as a call of
-:meth:`~gossip.algorithms.Algorithm.receive`. The event queue is a binary heap of
-``(time, seq, ...)`` entries: ``seq`` is the order entries were pushed (the nodes' first
-activations in node order), so events at the same virtual time run in a fixed order and a run is
-reproducible to the bit for its seed.
+Every node has a clock; each time it rings the engine draws the node's peer (the algorithm's
+:attr:`~gossip.algorithms.Algorithm.peer` rule) and calls the algorithm's
+:meth:`~gossip.algorithms.Algorithm.activate` with an :class:`Activation`. The activation talks
+to its peer the one way the algorithm's :attr:`~gossip.algorithms.Algorithm.contact` says:
 
-Why a heap and not simpy: the events here are atomic (an activation does its work and schedules
-the next one; a message is one arrival), so simpy's processes and resources would add a Python
-generator switch per event and nothing the algorithms use; ``heapq`` keeps an event at a few
-microseconds and the whole state in one list.
+* ``"exchange"``: :meth:`Activation.meet`, a pairwise exchange written per end — each end's
+  :meth:`~gossip.algorithms.Algorithm.offer` is sent to the other, then each end
+  :meth:`~gossip.algorithms.Algorithm.merge` s what it heard into its own state, atomically;
+* ``"post"``: :meth:`Activation.post`, a one-way message that arrives after the arc's delay as
+  a call of :meth:`~gossip.algorithms.Algorithm.receive`.
 
-Every draw is keyed (:class:`KeyedUniforms`): node i's k-th clock interval by
-(seed, ``"async.clock"``, i, k), its k-th choice of partner by (seed, ``"async.partner"``, i, k);
-compute times, delays, losses and churn come from :class:`gossip.timing.Timing`. So the event trace is
-a pure function of the seed and the graph.
+The event queue is a binary heap of ``(time, seq, ...)`` entries (``seq``: the order they were
+pushed, the nodes' first activations in node order), so events at the same virtual time run in
+a fixed order and a run is reproducible to the bit for its seed. Why a heap and not simpy:
+every event here is atomic (an activation does its work and schedules the next; a message is
+one arrival), so simpy's processes would add a generator switch per event and nothing the
+algorithms use; the heap keeps the whole state in one list.
+
+Every draw is keyed: node i's k-th clock interval by (seed, ``"async.clock"``, i, k), its k-th
+choice of peer by (seed, ``"async.partner"``, i, k); compute times, delays, losses and churn by
+:class:`gossip.timing.Timing`. Nothing in the trace depends on the models' values, so **every
+process computes the whole trace**: under ``mpiexec`` each rank walks the same events in the
+same order, works on the ends it hosts, and swaps an exchange's offers with the peer's rank (or
+sends a post to the receiver's rank) through buffer-based point-to-point messages. A rank only
+ever waits for an event earlier in the one global order than any it has not finished, so the
+protocol cannot deadlock; a peer that stops answering ends the wait with a timeout naming its
+rank. The same seed gives the same trace and the same numbers in process and under MPI.
 
 A *sweep* is n activations (one per node on average): the engine's ``round`` counts sweeps, so
 ``--rounds``, ``--log-every`` and the records work as for synchronous runs; records gain
@@ -34,7 +44,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from gossip.errors import ConfigError
+from gossip.comm.link import TAG_SPACE
+from gossip.errors import ConfigError, ContractError
 from gossip.rng import Stream
 from gossip.timing import Timing
 
@@ -45,6 +56,11 @@ CLOCKS = ("compute", "poisson")
 """``compute``: a node rings when its local step ends (intervals ``compute_s(i, k)``);
 ``poisson``: at the ticks of a Poisson clock whose mean interval is ``compute_s(i, k)``
 (intervals ``compute_s(i, k) · E``, E ~ Exp(1)): randomized gossip's clocks."""
+CONTACTS = ("exchange", "post")
+"""How an activation talks to its peer (module doc)."""
+PEERS = ("random", "next")
+"""``random``: a uniform draw among the present out-neighbors; ``next``: the out-neighbors in
+turn (activation k: neighbor k mod degree, SGP's one-peer schedule), none when it is away."""
 
 _WAKE, _ARRIVE = 0, 1
 
@@ -76,8 +92,8 @@ class KeyedUniforms:
 
 @dataclass
 class Message:
-    """A posted message: ``parts`` (copies taken at the post) from ``src`` to ``dst`` (its
-    block row ``row``), sent at virtual time ``sent_s``, arriving at ``time``."""
+    """A posted message: ``parts`` from ``src`` to ``dst`` (its block row ``row``), as they
+    were when sent at virtual time ``sent_s``, arriving at ``time``."""
 
     src: int
     dst: int
@@ -87,69 +103,58 @@ class Message:
     time: float
 
 
+class Side:
+    """One end of a pairwise exchange: its ``node`` and block ``row``, the ``peer``, whether it
+    ``initiated`` the exchange (its clock rang), and after the swap whether it ``heard`` the
+    peer's offer and whether the peer ``was_heard`` (got its own; both ends know both: the
+    acknowledgement)."""
+
+    __slots__ = ("node", "row", "peer", "initiated", "time", "seq", "heard", "was_heard")
+
+    def __init__(self, node: int, row: int, peer: int, initiated: bool, time: float, seq: int):
+        self.node, self.row, self.peer, self.initiated = node, row, peer, initiated
+        self.time, self.seq = time, seq
+        self.heard = self.was_heard = False
+
+
 class Activation:
     """One ringing of node ``node``'s clock (block row ``row``) at virtual time ``time``, its
-    ``k``-th (k = 1, 2, ...) and the run's ``seq``-th activation: what
-    :meth:`Algorithm.activate` reads and acts through (``seq`` keys per-event randomness)."""
+    ``k``-th (k = 1, 2, ...) and the run's ``seq``-th activation, with the ``peer`` the
+    engine drew (None: no neighbor is present): what :meth:`Algorithm.activate` reads and
+    acts through (``seq`` keys per-event randomness)."""
 
-    __slots__ = ("node", "row", "time", "k", "seq", "_loop")
+    __slots__ = ("node", "row", "time", "k", "seq", "peer", "_loop", "_done")
 
-    def __init__(self, loop: EventLoop, node: int, row: int, time: float, k: int, seq: int):
-        self.node, self.row, self.time, self.k, self.seq, self._loop = node, row, time, k, seq, loop
+    def __init__(self, loop: EventLoop, node: int, row: int, time: float, k: int, seq: int,
+                 peer: int | None):
+        self.node, self.row, self.time, self.k, self.seq = node, row, time, k, seq
+        self.peer, self._loop, self._done = peer, loop, False
 
-    def partner(self) -> int | None:
-        """A neighbor drawn uniformly among the node's present out-neighbors (the neighbors of
-        an undirected graph); None when none is present."""
-        loop = self._loop
-        peers = [j for j in loop.out_neighbors[self.node] if loop.present(j, self.time)]
-        if not peers:
+    def meet(self) -> Side | None:
+        """The pairwise exchange with :attr:`peer` (``contact = "exchange"``): both ends'
+        offers swapped, then both merged. Returns this end's :class:`Side` (None without a
+        peer)."""
+        if self.peer is None:
             return None
-        u = loop.partner_draws(self.node, self.k)
-        return peers[min(int(u * len(peers)), len(peers) - 1)]
+        self._check("exchange")
+        return self._loop.exchange(self.node, self.peer, self.time, self.seq)
 
-    def next_peer(self) -> int | None:
-        """The out-neighbors in turn (the k-th activation sends to out-neighbor k mod degree):
-        SGP's one-peer schedule; None when that neighbor is away."""
-        out = self._loop.out_neighbors[self.node]
-        if not out:
-            return None
-        j = out[(self.k - 1) % len(out)]
-        return j if self._loop.present(j, self.time) else None
-
-    def row_of(self, j: int) -> int:
-        """Node ``j``'s row in the block."""
-        return self._loop.row_of[j]
-
-    def exchange(self, j: int, nbytes: int, reply_nbytes: int) -> tuple[bool, bool]:
-        """Count a pairwise exchange with ``j``: ``nbytes`` from this node to j and
-        ``reply_nbytes`` back, each a message on its arc that the network may lose. Returns
-        (j got this node's message, this node got j's reply)."""
-        loop = self._loop
-        heard = (loop.transmit(self.node, j, nbytes, self.time),
-                 loop.transmit(j, self.node, reply_nbytes, self.time))
-        if loop.trace is not None:
-            loop.trace.append(("exchange", self.time, self.node, j, *heard))
-        return heard
-
-    def post(self, j: int, *parts: torch.Tensor, nbytes: int | None = None) -> bool:
-        """Send copies of ``parts`` to ``j``; they arrive after the arc's delay as a
-        :meth:`Algorithm.receive` call (unless lost, or j is away then). ``nbytes``: the
-        message's size on the wire (default: the parts' bytes). Returns whether it was sent
-        into the network without being lost."""
-        loop = self._loop
-        size = sum(p.numel() * p.element_size() for p in parts) if nbytes is None else nbytes
-        k = loop.next_count(self.node, j)
-        if not loop.transmit(self.node, j, size, self.time, k):
-            if loop.trace is not None:
-                loop.trace.append(("lost", self.time, self.node, j))
+    def post(self, *parts: torch.Tensor) -> bool:
+        """Send ``parts`` (as they are now) to :attr:`peer` (``contact = "post"``); they arrive
+        after the arc's delay as a :meth:`Algorithm.receive` call, unless the network loses
+        them or the peer is away then. Returns whether they were sent without being lost."""
+        if self.peer is None:
             return False
-        arrive = self.time + loop.timing.delay_s(self.node, j, k)
-        msg = Message(self.node, j, loop.row_of[j], tuple(p.clone() for p in parts), self.time,
-                      arrive)
-        loop.push(arrive, _ARRIVE, msg)
-        if loop.trace is not None:
-            loop.trace.append(("post", self.time, self.node, j, arrive))
-        return True
+        self._check("post")
+        return self._loop.post(self.node, self.peer, self.time, parts)
+
+    def _check(self, contact: str) -> None:
+        loop = self._loop
+        if loop.algorithm.contact != contact or self._done:
+            raise ContractError(f"{loop.algorithm.name} declares contact = "
+                                f"{loop.algorithm.contact!r}: an activation may {loop.algorithm.contact} "
+                                "once with its peer, and do nothing else with it")
+        self._done = True
 
 
 class EventLoop:
@@ -157,12 +162,14 @@ class EventLoop:
 
     def __init__(self, engine: Engine):
         algorithm = engine.algorithm
-        if algorithm.clock not in CLOCKS:
-            raise ConfigError(f"{algorithm.name}.clock = {algorithm.clock!r} is not one of "
-                              f"{', '.join(CLOCKS)}")
+        for attr, allowed in (("clock", CLOCKS), ("contact", CONTACTS), ("peer", PEERS)):
+            if getattr(algorithm, attr) not in allowed:
+                raise ConfigError(f"{algorithm.name}.{attr} = {getattr(algorithm, attr)!r} is not "
+                                  f"one of {', '.join(allowed)}")
         self.engine = engine
         self.algorithm = algorithm
         self.block = engine.block
+        self.transport = engine.transport
         self.n = engine.n
         self.timing = Timing(engine.network, engine.seed, engine.n)
         topo = engine.topology
@@ -174,58 +181,183 @@ class EventLoop:
         self.activations = 0
         self.messages = 0
         self.messages_lost = 0
-        self._counts: dict[tuple[int, int], int] = {}  # messages posted per arc so far
-        self._k = [0] * self.n  # activations per node so far
-        self._heap: list[tuple[float, int, int, Any]] = []
-        self._seq = 0
         self.trace: list[tuple] | None = None
         """Set to a list to record the run's events as tuples: ``("wake", t, i)``,
         ``("exchange", t, i, j, j_heard, i_heard)``, ``("post", t, i, j, arrival)``,
-        ``("lost", t, i, j)``, ``("arrive", t, i, j)`` (tests replay them in matrix form)."""
+        ``("lost", t, i, j)``, ``("arrive", t, i, j)`` (tests replay them in matrix form;
+        every process records the whole trace)."""
+        self._counts: dict[tuple[int, int], int] = {}  # messages on each arc so far
+        self._k = [0] * self.n  # clock rings per node so far
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = 0
+        self._sends: list[tuple[Any, torch.Tensor, int]] = []  # posts sent to other ranks
+        self._recvs: list[_Incoming] = []  # posts from other ranks, receives posted
         for i in range(self.n):
             self._schedule(i, 0.0)
 
     # -- the queue ---------------------------------------------------------------------------
-    def push(self, time: float, kind: int, item: Any) -> None:
+    def _push(self, time: float, kind: int, item: Any) -> None:
         heapq.heappush(self._heap, (time, self._seq, kind, item))
         self._seq += 1
 
     def _schedule(self, i: int, now: float) -> None:
-        """Node i's next activation after ``now`` (its clock's next interval)."""
+        """Node i's next clock ring after ``now``."""
         k = self._k[i] + 1
         dt = self.timing.compute_s(i, k)
         if self.algorithm.clock == "poisson":
             dt *= -math.log1p(-self.clock_draws(i, k))
-        self.push(now + dt, _WAKE, i)
+        self._push(now + dt, _WAKE, i)
 
     def present(self, i: int, time: float) -> bool:
         """Whether node i is in the network at ``time`` (churn; always without it)."""
         return self.timing.present(i, time)
 
-    def next_count(self, src: int, dst: int) -> int:
-        """The count (1, 2, ...) of the next message on arc src → dst."""
+    def local(self, i: int) -> bool:
+        return self.transport.is_local(i)
+
+    def _peer_of(self, i: int, k: int, time: float) -> int | None:
+        out = self.out_neighbors[i]
+        if self.algorithm.peer == "next":
+            j = out[(k - 1) % len(out)] if out else None
+            return j if j is not None and self.present(j, time) else None
+        peers = [j for j in out if self.present(j, time)]
+        if not peers:
+            return None
+        return peers[min(int(self.partner_draws(i, k) * len(peers)), len(peers) - 1)]
+
+    def _delivered(self, src: int, dst: int, time: float) -> tuple[bool, int]:
+        """The fate of the next message on arc src → dst (the same on every process): whether
+        it is delivered (not lost, dst present) and its count on the arc."""
         k = self._counts.get((src, dst), 0) + 1
         self._counts[(src, dst)] = k
-        return k
-
-    def transmit(self, src: int, dst: int, nbytes: int, time: float, k: int | None = None) -> bool:
-        """Count a message of ``nbytes`` on arc src → dst (its ``k``-th; default the next) and
-        say whether it is delivered (not lost, and dst present)."""
-        if k is None:
-            k = self.next_count(src, dst)
         self.messages += 1
-        if self.timing.lost(src, dst, k) or not self.present(dst, time):
+        ok = not self.timing.lost(src, dst, k) and self.present(dst, time)
+        if not ok:
             self.messages_lost += 1
-            return False
-        sent = self.engine.transport.bytes_sent
+        return ok, k
+
+    def _count(self, src: int, nbytes: int) -> None:
+        sent = self.transport.bytes_sent
         sent[src] = sent.get(src, 0) + nbytes
+
+    # -- contacts ------------------------------------------------------------------------------
+    def exchange(self, i: int, j: int, time: float, seq: int) -> Side | None:
+        """The exchange of activation ``seq`` between i (initiator) and j: the fates of both
+        messages, the local ends' offers swapped (in process, or with the other end's rank),
+        then merged. Returns i's side when i is local."""
+        tag = self.messages % TAG_SPACE
+        j_heard, _ = self._delivered(i, j, time)
+        i_heard, _ = self._delivered(j, i, time)
+        if self.trace is not None:
+            self.trace.append(("exchange", time, i, j, j_heard, i_heard))
+        alg, block = self.algorithm, self.block
+        sides = [Side(a, self.row_of[a], b, a == i, time, seq) for a, b in ((i, j), (j, i))
+                 if self.local(a)]
+        for s in sides:
+            s.heard, s.was_heard = (i_heard, j_heard) if s.initiated else (j_heard, i_heard)
+        if not sides:
+            return None
+        offers = [_flat(alg.offer(block, s)) for s in sides]
+        for s, (buf, _) in zip(sides, offers):
+            if s.was_heard:
+                self._count(s.node, buf.numel())
+        if len(sides) == 2:  # in process: each end hears the other's offer as it was sent
+            got = [(offers[1][0].clone(), offers[1][1]), (offers[0][0].clone(), offers[0][1])]
+        else:
+            s, (buf, like) = sides[0], offers[0]
+            got = [(self._swap(buf, s.peer, s.was_heard, s.heard, tag, time), like)]
+        for s, (buf, like) in zip(sides, got):
+            alg.merge(block, s, _split(buf, like) if s.heard else None)
+        return sides[0] if sides[0].initiated else None
+
+    def _swap(self, buf: torch.Tensor, peer: int, send: bool, recv: bool, tag: int,
+              time: float) -> torch.Tensor:
+        """Send ``buf`` to ``peer``'s rank (when ``send``) and receive its offer (same size,
+        when ``recv``)."""
+        rank = self.transport.placement[peer]
+        host = buf.cpu() if buf.device.type != "cpu" else buf
+        out = torch.empty_like(host)
+        link = self.transport.link
+        handles = link.exchange([(out, rank)] if recv else [], [(host, rank)] if send else [], tag)
+        label = (f"node {peer} (rank {rank})", rank)
+        link.wait(handles, timeout=self.transport.timeout, peers=[label] * len(handles),
+                  sizes=[host.numel()] * int(recv),
+                  what=f"virtual time {time:.6g}: rank {self.transport.rank} waited {{timeout}} "
+                       "in a pairwise exchange with")
+        return out.to(buf.device)
+
+    def post(self, i: int, j: int, time: float, parts: tuple[torch.Tensor, ...]) -> bool:
+        """The post of i (local) to j: its fate, and the parts on their way."""
+        ok, arrive, tag = self._post_fate(i, j, time)
+        if not ok:
+            return False
+        buf, like = _flat(parts)
+        self._count(i, buf.numel())
+        if self.local(j):
+            payload: Any = tuple(p.clone() for p in parts)
+        else:  # on its way to j's rank now; j's rank receives it at the arrival
+            host = buf.cpu() if buf.device.type != "cpu" else buf.clone()
+            rank = self.transport.placement[j]
+            self._sends.append((self.transport.link.exchange([], [(host, rank)], tag), host, j))
+            payload = None
+        self._push(arrive, _ARRIVE, (i, j, time, payload, tag))
         return True
+
+    def _post_fate(self, i: int, j: int, time: float) -> tuple[bool, float, int]:
+        tag = self.messages % TAG_SPACE
+        ok, k = self._delivered(i, j, time)
+        if not ok:
+            if self.trace is not None:
+                self.trace.append(("lost", time, i, j))
+            return False, math.inf, tag
+        arrive = time + self.timing.delay_s(i, j, k)
+        if self.trace is not None:
+            self.trace.append(("post", time, i, j, arrive))
+        return True, arrive, tag
+
+    def _expect(self, i: int, j: int, tag: int) -> _Incoming | None:
+        """On j's rank, at the post of remote i to j: the receive of the message, posted now
+        (its send is posted by i's rank at the same event, so the two always match)."""
+        if not self.local(j):
+            return None
+        like = self.algorithm.message_like(self.block, self.row_of[j])
+        size = sum(p.numel() * p.element_size() for p in like)
+        rank = self.transport.placement[i]
+        incoming = _Incoming(torch.empty(size, dtype=torch.uint8), like, rank, i)
+        incoming.handles = self.transport.link.exchange([(incoming.host, rank)], [], tag)
+        self._recvs.append(incoming)
+        return incoming
+
+    def _arrive(self, item: tuple, time: float) -> None:
+        i, j, sent, payload, tag = item
+        if isinstance(payload, _Incoming):
+            self._finish(payload)
+            payload = _split(payload.host.to(self.block.x.device), payload.like)
+        if not self.present(j, time):
+            self.messages_lost += 1
+            return
+        if self.trace is not None:
+            self.trace.append(("arrive", time, i, j))
+        if self.local(j):
+            self.algorithm.receive(self.block, Message(i, j, self.row_of[j], payload, sent, time))
+
+    def _finish(self, incoming: _Incoming) -> None:
+        """Wait for a message from another rank (at its arrival, or at the end of a run)."""
+        if incoming.handles is None:
+            return
+        rank = incoming.rank
+        self.transport.link.wait(
+            incoming.handles, timeout=self.transport.timeout,
+            peers=[(f"node {incoming.src} (rank {rank})", rank)], sizes=[incoming.host.numel()],
+            what=f"virtual time {self.now:.6g}: rank {self.transport.rank} waited {{timeout}} for "
+                 "a message from")
+        incoming.handles = None
 
     # -- running -----------------------------------------------------------------------------
     def run(self, activations: int) -> None:
         """Process events until ``activations`` activations have run in all, and the messages
         that arrive at that same instant."""
-        algorithm, block, heap = self.algorithm, self.block, self._heap
+        heap = self._heap
         while self.activations < activations or (heap and heap[0][2] == _ARRIVE
                                                  and heap[0][0] <= self.now):
             if not heap:
@@ -234,25 +366,80 @@ class EventLoop:
             time, _, kind, item = heapq.heappop(heap)
             self.now = time
             if kind == _ARRIVE:
-                if self.present(item.dst, time):
-                    if self.trace is not None:
-                        self.trace.append(("arrive", time, item.src, item.dst))
-                    algorithm.receive(block, item)
-                else:
-                    self.messages_lost += 1
-                continue
-            i = item
-            self._k[i] += 1
-            if self.present(i, time):
-                self.activations += 1
-                if self.trace is not None:
-                    self.trace.append(("wake", time, i))
-                algorithm.activate(block, Activation(self, i, self.row_of[i], time, self._k[i],
-                                                    self.activations))
-            self._schedule(i, time)
+                self._arrive(item, time)
+            else:
+                self._wake(item, time)
+        self._reap()
+
+    def _wake(self, i: int, time: float) -> None:
+        self._k[i] += 1
+        k = self._k[i]
+        self._schedule(i, time)
+        if not self.present(i, time):
+            return
+        self.activations += 1
+        if self.trace is not None:
+            self.trace.append(("wake", time, i))
+        j = self._peer_of(i, k, time)
+        alg = self.algorithm
+        if self.local(i):
+            event = Activation(self, i, self.row_of[i], time, k, self.activations, j)
+            alg.activate(self.block, event)
+            if j is not None and not event._done:
+                raise ContractError(f"{alg.name}.activate did not {alg.contact} with its peer "
+                                    f"(node {i}, activation {k}): every activation with a peer must, "
+                                    "so that the peer's process can take its part")
+        elif j is not None and alg.contact == "exchange":  # the peer's end, or nobody's here
+            self.exchange(i, j, time, self.activations)
+        elif j is not None:
+            ok, arrive, tag = self._post_fate(i, j, time)
+            if ok:
+                self._push(arrive, _ARRIVE, (i, j, time, self._expect(i, j, tag), tag))
+
+    def _reap(self) -> None:
+        """At the end of :meth:`run`: complete every transfer to and from other ranks (each
+        send's receive was posted at the same event, so they all complete), keeping the
+        received messages for their arrival events."""
+        for incoming in self._recvs:
+            self._finish(incoming)
+        self._recvs = []
+        link = self.transport.link
+        for handles, _host, j in self._sends:
+            rank = self.transport.placement[j]
+            link.wait(handles, timeout=self.transport.timeout, peers=[(f"node {j} (rank {rank})", rank)],
+                      what=f"virtual time {self.now:.6g}: rank {self.transport.rank} waited "
+                           "{timeout} to send to")
+        self._sends = []
 
     def log_fields(self) -> dict[str, Any]:
         """What a record of an asynchronous run adds."""
         return {"time_virtual_s": self.now, "activations": self.activations,
                 "messages": self.messages, "messages_lost_total": self.messages_lost}
 
+
+@dataclass
+class _Incoming:
+    """A post from node ``src`` on another rank: its receive buffer, the parts it holds."""
+
+    host: torch.Tensor
+    like: tuple[torch.Tensor, ...]
+    rank: int
+    src: int
+    handles: Any = None
+
+
+def _flat(parts: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """The parts' bytes as one uint8 buffer (what goes on the wire), and the parts."""
+    if len(parts) == 1 and parts[0].is_contiguous():
+        return parts[0].reshape(-1).view(torch.uint8), parts
+    return torch.cat([p.contiguous().reshape(-1).view(torch.uint8) for p in parts]), parts
+
+
+def _split(buf: torch.Tensor, like: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """Parts shaped and typed like ``like`` from the bytes :func:`_flat` made."""
+    out, at = [], 0
+    for p in like:
+        size = p.numel() * p.element_size()
+        out.append(buf[at: at + size].view(p.dtype).view(p.shape))
+        at += size
+    return tuple(out)

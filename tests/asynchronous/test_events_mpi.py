@@ -1,0 +1,27 @@
+"""Asynchronous runs under mpiexec equal the same runs in one process: the same event trace
+(every rank walks all of it), bits, losses, virtual times and models (one launch of 3 ranks for
+8 nodes, so the placement is uneven, runs every scenario of tests/helpers/mpi_async_scenarios.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.launch import mpiexec, scenario_records
+from tests.helpers.mpi_async_scenarios import SCENARIOS
+
+pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
+
+
+def test_asynchronous_runs_under_mpi_equal_in_process(tmp_path):
+    a, b = scenario_records("tests/helpers/mpi_async_scenarios.py", tmp_path, 3, 8)
+    assert len(a) == len(b) == len(SCENARIOS) * 7
+    for ra, rb in zip(a, b):
+        assert ra == rb, (ra.get("scenario"), ra.get("type"), ra.get("round"))
+    finals = {r["scenario"]: r for r in a if r["type"] == "round" and r["round"] == 20}
+    assert set(finals) == set(SCENARIOS)
+    for name, r in finals.items():
+        assert r["activations"] == 160 and r["bits_per_node"] > 0, name
+    for name in ("pairwise-lossy", "async-choco-topk", "gossip-learning-late", "async-sgp-late"):
+        assert finals[name]["messages_lost_total"] > 0, name
+    traces = {r["scenario"]: r for r in a if r["type"] == "trace"}
+    assert all(t["events"] > 160 for t in traces.values())
