@@ -25,3 +25,20 @@ def test_asynchronous_runs_under_mpi_equal_in_process(tmp_path):
         assert finals[name]["messages_lost_total"] > 0, name
     traces = {r["scenario"]: r for r in a if r["type"] == "trace"}
     assert all(t["events"] > 160 for t in traces.values())
+
+
+def test_a_silent_rank_stops_an_asynchronous_run_naming_it(tmp_path):
+    """Rank 2 stops answering (SIGSTOP) mid-run: the rank waiting for it in a pairwise exchange
+    times out (5 s) naming it, the job ends, and the records logged so far are intact."""
+    import signal
+
+    from gossip.metrics import read_jsonl
+    from tests.helpers.launch import stop_a_rank
+
+    code, out, seconds = stop_a_rank("mpiexec", 4, ["tests/helpers/mpi_victim.py"], tmp_path,
+                                     signal.SIGSTOP, settle=2.0, script_args=["async"])
+    assert code != 0 and seconds < 40
+    assert "rank 2" in out and "pairwise exchange" in out, out[-3000:]
+    records = read_jsonl(tmp_path / "pids.jsonl")
+    assert records and all(r["type"] == "round" for r in records)
+    assert [r["round"] for r in records] == list(range(0, 10 * len(records), 10))

@@ -58,14 +58,15 @@ def run_torchrun(n: int, args: list[str], timeout: float = 180, env_extra: dict 
 
 
 def stop_a_rank(launcher: str, n: int, script: list[str], tmp_path: Path, sig: int,
-                rank: int = 2, settle: float = 1.0, timeout: float = 40) -> tuple[int, str, float]:
-    """Start ``script PIDFILE`` on ``n`` processes (each writes ``rank:pid`` to PIDFILE), send
+                rank: int = 2, settle: float = 1.0, timeout: float = 40,
+                script_args: list[str] = ()) -> tuple[int, str, float]:
+    """Start ``script PIDFILE [script_args]`` on ``n`` processes (each writes ``rank:pid`` to PIDFILE), send
     ``sig`` to ``rank`` once all are up (after ``settle`` seconds) and return the job's exit
     status, output and seconds from the signal to its end; fails the test when the job hangs
     past ``timeout`` seconds."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     pidfile = tmp_path / "pids"
-    proc = subprocess.Popen([*launch_command(launcher, n), *script, str(pidfile)], cwd=ROOT,
+    proc = subprocess.Popen([*launch_command(launcher, n), *script, str(pidfile), *script_args], cwd=ROOT,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 90
     while time.time() < deadline:

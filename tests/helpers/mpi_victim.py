@@ -4,7 +4,8 @@
 (SIGSTOP) at round 5 inside a metric, just before the per-node value gather or the ordered sum
 of the mean model, while the other ranks enter that reduction; with ``chain``, inside the
 ordered sum after its opening barrier, while the others wait along the chain of ranks
-(test_reliability_mpi.py).
+(test_reliability_mpi.py); with ``async``, an asynchronous run (pairwise gossip in virtual
+time) that logs every sweep to ``PIDFILE.jsonl`` as it goes (test_events_mpi.py).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ world = World.detect()
 with open(sys.argv[1], "a") as fh:
     fh.write(f"{world.rank}:{os.getpid()}\n")
 topo = topologies.build("ring", world.size)
-engine = Engine(make_algorithm("gossip"), topo, lambda i: torch.randn(1000), world=world, timeout=5)
 where = sys.argv[2] if len(sys.argv) > 2 else None
+engine = Engine(make_algorithm("pairwise-gossip" if where == "async" else "gossip"), topo,
+                lambda i: torch.randn(1000), world=world, timeout=5)
 
 
 def stop_inside_reduction(eng, xbar):
@@ -45,7 +47,12 @@ def stop_inside_reduction(eng, xbar):
 
 
 try:
-    if where is None:
+    if where == "async":
+        from gossip.metrics import JsonlLogger
+
+        with JsonlLogger(sys.argv[1] + ".jsonl", enabled=world.is_root) as log:
+            engine.run(10**7, log_every=10, on_record=log.write)
+    elif where is None:
         engine.run(10**7, log_every=10**6)
     else:
         engine.run(10**7, log_every=1, metrics=[stop_inside_reduction])
