@@ -61,6 +61,11 @@ class ADPSGD(Asynchronous):
         block.local_step(grad, scheduled(self.eta, block.round), rows=[event.row])
         block.gradients(grad, rows=[event.row])  # the next computation starts at x_i as it is
 
+    def rejoin(self, block: Block, node: int, x0: torch.Tensor) -> None:
+        super().rejoin(block, node, x0)
+        if node in block.ids:  # its computation starts again at x⁰
+            block.gradients(block.state["grad"], rows=[block.ids.index(node)])
+
     def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
         return (block.x[side.row],)
 

@@ -249,6 +249,12 @@ class Asynchronous(Algorithm):
         raise ContractError(f"{self.name} is asynchronous: it runs on events (activate), not "
                             "rounds; run it through an Engine, which drives its events")
 
+    def rejoin(self, block: Block, node: int, x0: torch.Tensor) -> None:
+        """Node ``node`` comes back fresh from churn (``--network churn=...,fresh``), called on
+        every process: a process hosting it starts it again from ``x0`` (its initial model);
+        methods with more state reset it too (and their copies of it at its neighbors)."""
+        if node in block.ids:
+            block.x[block.ids.index(node)].copy_(x0)
 
 
 def _step_factor(rule: str, topology: Any) -> float:

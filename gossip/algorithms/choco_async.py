@@ -83,6 +83,15 @@ class AsyncChoco(Asynchronous):
             block.local_step(grad, scheduled(self.eta, block.round), rows=[event.row])
         event.meet()
 
+    def rejoin(self, block: Block, node: int, x0: torch.Tensor) -> None:
+        """A fresh node starts from x⁰ with zero copies, and its neighbors zero their copies of
+        its arcs too (the reconnection's handshake), so both ends agree again."""
+        super().rejoin(block, node, x0)
+        for (i, j), e in block.workspace["arc"].items():
+            if node in (i, j):
+                block.arc_state["x_hat_out"][e].zero_()
+                block.arc_state["x_hat_in"][e].zero_()
+
     def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
         """``C(x_i − x̂_ij)``'s bytes (keyed randomness: the node's stream at the activation);
         a compressor of varying size is padded to its maximum behind an 8-byte length."""

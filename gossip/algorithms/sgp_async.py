@@ -71,6 +71,16 @@ class AsyncSGP(Asynchronous):
         if block.has_oracle:
             block.gradients(block.state["grad"], rows=[i])
 
+    def rejoin(self, block: Block, node: int, x0: torch.Tensor) -> None:
+        """A fresh node brings new mass: s = x⁰, w = 1 (the sum of the weights grows by one)."""
+        if node in block.ids:
+            r = block.ids.index(node)
+            block.state["s"][r].copy_(x0)
+            block.state["w"][r] = 1.0
+            self._debias(block, r)
+            if block.has_oracle:
+                block.gradients(block.state["grad"], rows=[r])
+
     def message_like(self, block: Block, row: int) -> tuple[torch.Tensor, ...]:
         return block.state["s"][row], block.state["w"][row : row + 1]
 

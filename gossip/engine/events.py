@@ -188,6 +188,9 @@ class EventLoop:
         every process records the whole trace)."""
         self._counts: dict[tuple[int, int], int] = {}  # messages on each arc so far
         self._k = [0] * self.n  # clock rings per node so far
+        self._last = [0.0] * self.n  # the time of each node's last ring
+        self._x0 = self.block.x.clone() if self.timing.fresh else None  # what a fresh node restarts from
+        self.rejoins = 0
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._sends: list[tuple[Any, torch.Tensor, int]] = []  # posts sent to other ranks
@@ -375,8 +378,13 @@ class EventLoop:
         self._k[i] += 1
         k = self._k[i]
         self._schedule(i, time)
+        last, self._last[i] = self._last[i], time
         if not self.present(i, time):
             return
+        if self.timing.fresh and self.timing.next_change(i, last) <= time:  # back, fresh
+            row = self.row_of.get(i)
+            self.algorithm.rejoin(self.block, i, self._x0[row] if row is not None else None)
+            self.rejoins += 1
         self.activations += 1
         if self.trace is not None:
             self.trace.append(("wake", time, i))
@@ -413,8 +421,11 @@ class EventLoop:
 
     def log_fields(self) -> dict[str, Any]:
         """What a record of an asynchronous run adds."""
-        return {"time_virtual_s": self.now, "activations": self.activations,
-                "messages": self.messages, "messages_lost_total": self.messages_lost}
+        fields = {"time_virtual_s": self.now, "activations": self.activations,
+                  "messages": self.messages, "messages_lost_total": self.messages_lost}
+        if self.timing.fresh:
+            fields["rejoins"] = self.rejoins
+        return fields
 
 
 @dataclass

@@ -223,3 +223,41 @@ def test_asynchronous_runs_have_no_rounds_to_begin_or_checkpoints():
     with pytest.raises(ContractError, match="events"):
         next(make_algorithm("pairwise-gossip").step(eng.block))
     assert N == 8
+
+
+def test_churn_away_nodes_do_nothing_and_fresh_ones_restart_with_agreeing_copies():
+    X, x0 = _ring_x0(4)
+    eng = _engine("async-choco", RING, x0, gamma=0.6, compressor="topk:0.5",
+                  network="churn=at:2@3-9+7@5-inf,fresh")
+    recs = eng.run(300, log_every=300)
+    trace = eng.events.trace
+    assert not [e for e in trace if e[0] == "wake" and e[2] == 2 and 3 <= e[1] < 9]
+    assert not [e for e in trace if e[0] == "wake" and e[2] == 7 and e[1] >= 5]
+    assert not [e for e in trace if e[0] == "exchange" and 7 in e[2:4] and e[1] >= 5]
+    assert recs[-1]["rejoins"] == 1  # node 2 came back fresh; node 7 never did
+    arc, out, inn = eng.block.workspace["arc"], eng.block.arc_state["x_hat_out"], eng.block.arc_state["x_hat_in"]
+    for (i, j), e in arc.items():  # i's copy of arc i→j is what j holds of it
+        assert torch.equal(out[e], inn[arc[(j, i)]]), (i, j)
+    # the fifteen that stay (a path now) agree; node 7 left for good with its own model
+    rest = [r for r in range(16) if r != 7]
+    spread = eng.block.x[rest] - eng.block.x[rest].mean(0)
+    assert float((spread**2).sum()) < 1e-4 * float(((X - X.mean(0)) ** 2).sum())
+
+
+def test_fresh_rejoin_restarts_from_the_initial_model():
+    X, x0 = _ring_x0(5)
+    eng = _engine("pairwise-gossip", RING, x0, network="churn=at:3@2-4,fresh")
+    eng.run(2, log_every=2)  # to virtual time ≈ 2: node 3 still here
+    while eng.events.now < 4.5:
+        eng.step()
+    wakes = [e[1] for e in eng.events.trace if e[0] == "wake" and e[2] == 3 and e[1] >= 4]
+    first = wakes[0]
+    # replay: node 3's model right after its return is x⁰_3, then its exchanges from there on
+    Y = X.numpy().copy()
+    for e in eng.events.trace:
+        if e[0] == "wake" and e[2] == 3 and e[1] == first:
+            Y[3] = X[3].numpy()
+        if e[0] == "exchange":
+            _, _, i, j, _, _ = e
+            Y[i] = Y[j] = (Y[i] + Y[j]) / 2
+    np.testing.assert_array_equal(eng.block.x.numpy(), Y)

@@ -31,7 +31,7 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, bool]] = {
     "ad-psgd-straggler": ("ad-psgd", {}, "none", "exponential", STRAGGLER, True),
     "async-choco-topk": ("async-choco", {"gamma": 0.5}, "topk:0.25", "ring", "loss=0.2", True),
     "async-choco-qsgd-churn": ("async-choco", {"gamma": 0.5}, "qsgd:4", "exponential",
-                               "churn=at:2@3-6+5@1-inf", False),
+                               "churn=at:2@3-6+5@1-inf,fresh", False),
     "gossip-learning-late": ("gossip-learning", {}, "none", "exponential", LATE, True),
     "async-sgp-late": ("async-sgp", {}, "none", "directed-exponential", LATE, True),
 }
