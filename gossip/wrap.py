@@ -343,6 +343,13 @@ def wrap(
                         "several local steps, each a gradient the wrapper cannot hand over from "
                         "one backward; train it with gossip.DecentralizedTrainer (or "
                         "experiments/train.py --algorithm " + alg.name + ")")
+    if alg.asynchronous:
+        raise WrapError(f"{alg.name} is asynchronous: its nodes have no rounds and take a varying "
+                        "number of steps, each at its own instant of virtual time, all in one "
+                        "process, while a wrapped loop is one synchronous round per opt.step() "
+                        "with one backward per node; train it with experiments/train.py "
+                        f"--algorithm {alg.name} or gossip.DecentralizedTrainer "
+                        "(docs/asynchronous.md)")
     check_trainable(alg, optimizer)
     if overlap and alg.overlaps != "next":
         raise WrapError(f"overlap=True: {alg.name} " + (
