@@ -22,6 +22,7 @@ draws the same numbers in process and under MPI.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -280,9 +281,11 @@ class OptimizerOracle(ModelOracle):
         scheduler first brought to round ``t``)."""
         self.bind(x)
         by_round = self.scheduler is not None and self.schedule_by_round
-        if by_round:
-            while self.scheduler.last_epoch < t - 1:  # LambdaLR & co.: factor(t − 1) at round t
-                self.scheduler.step()
+        if by_round and self.scheduler.last_epoch < t - 1:  # LambdaLR & co.: factor(t − 1)
+            with warnings.catch_warnings():  # a node whose first step is after round 1
+                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler")
+                while self.scheduler.last_epoch < t - 1:
+                    self.scheduler.step()
         if self.master is not None:
             n = self.master.numel
             self.master.step(x[:n], g[:n], self.optimizer)
