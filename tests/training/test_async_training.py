@@ -95,3 +95,19 @@ def test_the_lr_schedule_follows_the_sweeps_not_each_nodes_steps():
     assert steps[0] < sweeps < max(steps.values())  # node 0 is the straggler
     for log in seen.values():
         assert all(lr == 1 / t for t, lr in log)  # factor(t − 1) = 1/t in sweep t
+
+
+def test_several_processes_are_refused_and_synchronous_runs_pass():
+    from argparse import Namespace
+    from types import SimpleNamespace
+
+    from gossip.cli import check_asynchronous
+
+    args = Namespace(overlap=True, link_latency=0.0, checkpoint_dir=None, resume=None,
+                     checkpoint_every=0)
+    check_asynchronous(args, "dpsgd", SimpleNamespace(size=4))  # its flags are its own business
+    args.overlap = False
+    check_asynchronous(args, "ad-psgd", SimpleNamespace(size=1))
+    with pytest.raises(SystemExit, match=r"cannot run with 4 processes \(it runs in one: launch "
+                                         r"it with plain python\)$"):
+        check_asynchronous(args, "ad-psgd", SimpleNamespace(size=4))
