@@ -23,7 +23,8 @@ gradient is the one ``loss.backward()`` left in the parameters' ``.grad`` (a
 node's flat ``x``, so after ``opt.step()`` ``model`` holds the node's new parameters. An
 algorithm whose setup starts from a gradient (LEAD, BEER, MoTEF, DoCoM) spends the first step
 on its setup, as the trainer spends its first mini-batch. Algorithms that want a gradient at
-another point or twice per round are refused with a :class:`~gossip.errors.WrapError`. See
+another point or twice per round are refused with a :class:`~gossip.errors.WrapError`, and
+so are the asynchronous ones (no rounds: virtual time in one process, docs/asynchronous.md). See
 ``docs/wrap.md``.
 """
 
