@@ -11,6 +11,9 @@ plain gradient (LEAD, BEER), and gossips with its neighbors through the chosen c
 log record carries train loss, test loss and accuracy of the averaged model, the worst node's
 accuracy, consensus error, bits per node and time; the script prints a table row and can plot
 accuracy against rounds and bits. One epoch = ceil(N_train / (nodes · batch size)) rounds.
+The asynchronous algorithms (AD-PSGD, gossip learning, asynchronous SGP and CHOCO) run in
+virtual time, their round a sweep of n activations, each a local step on one mini-batch: an
+epoch is then one pass over a node's data on average (docs/asynchronous.md).
 Built-in data need no download (scikit-learn's digits, synthetic classes); other data sets are
 read from disk (--data FILE.npz / FILE.pt / an ImageFolder directory with torchvision).
 """
@@ -37,6 +40,7 @@ from gossip.cli import (  # noqa: E402
     add_list_argument,
     add_overlap_argument,
     add_run_arguments,
+    check_asynchronous,
     check_hparam_types,
     check_memory,
     checkpoint_options,
@@ -92,7 +96,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     d.add_argument("--partition", default="iid",
                    help="split of the training set over the nodes: iid, sorted (by label), "
                         "dirichlet:ALPHA (smaller ALPHA = more skewed)")
-    d.add_argument("--batch-size", type=positive_int, default=32, help="mini-batch per node and round")
+    d.add_argument("--batch-size", type=positive_int, default=32,
+                   help="mini-batch per node and round (per local step of an asynchronous "
+                        "algorithm)")
     d.add_argument("--eval-batch-size", type=positive_int, default=1024, help="batch size of evaluations")
     d.add_argument("--node-eval-samples", type=positive_int, default=None,
                    help="test samples each node's own model is evaluated on for the worst-node "
@@ -128,7 +134,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(plain gradient with step --lr; the adaptive ones keep their own Adam "
                         "state and want --lr about 1e-3; the all-reduce methods "
                         f"{', '.join(catalog.algorithms(lambda t: t.complete))} "
-                        "need --topology complete), or module:Class")
+                        "need --topology complete; the asynchronous "
+                        f"{', '.join(catalog.algorithms(lambda t: t.trains and t.asynchronous))} "
+                        "run in virtual time, a round being a sweep of n activations), or "
+                        "module:Class")
     a.add_argument("--compressor", default="none",
                    help=f"compressor spec: {catalog.compressor_usage()} (powergossip: none, it sketches "
                         "by itself)")
@@ -436,6 +445,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      compressors=[args.compressor], lower=MEMORY_FLAGS, nodes=args.nodes)
 
     world, topology = setup(args, before_topology=nodes_memory)
+    check_asynchronous(args, args.algorithm, world)
     try:
         train_set, test_set = load_data(args)
         shape, classes = input_shape(train_set), num_classes(train_set, test_set)
@@ -512,22 +522,26 @@ def table_row(label: str, records: list[dict], summary: dict) -> dict[str, Any]:
             "worst_node_accuracy": last.get("worst_node_accuracy"),
             "consensus_error": last.get("consensus_error"),
             "bits_per_node": last.get("bits_per_node"),
-            "seconds_per_epoch": summary["seconds_per_epoch"], "status": summary["status"]}
+            "seconds_per_epoch": summary["seconds_per_epoch"], "status": summary["status"],
+            **({"time_virtual_s": last["time_virtual_s"]} if "time_virtual_s" in last else {})}
 
 
 def format_table(rows: list[dict]) -> str:
     def f(v: Any, spec: str) -> str:
         return "—" if v is None else format(v, spec)
 
+    virtual = any("time_virtual_s" in r for r in rows)  # asynchronous runs: their virtual time
     lines = ["| run | epochs | train loss | test loss | test acc | worst node acc | consensus "
-             "error | bits/node | s/epoch | status |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "error | bits/node | s/epoch | " + ("virtual s | " if virtual else "") + "status |",
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if virtual else "")]
     for r in rows:
+        cell = f" {f(r.get('time_virtual_s'), '.4g')} |" if virtual else ""
         lines.append(
             f"| {r['run']} | {f(r['epochs'], '.3g')} | {f(r['train_loss'], '.4f')} "
             f"| {f(r['test_loss'], '.4f')} | {f(r['test_accuracy'], '.2%')} "
             f"| {f(r['worst_node_accuracy'], '.2%')} | {f(r['consensus_error'], '.3g')} "
-            f"| {f(r['bits_per_node'], '.3g')} | {f(r['seconds_per_epoch'], '.3f')} "
-            f"| {r['status']} |"
+            f"| {f(r['bits_per_node'], '.3g')} | {f(r['seconds_per_epoch'], '.3f')} |{cell}"
+            f" {r['status']} |"
         )
     return "\n".join(lines)
 

@@ -391,6 +391,34 @@ def add_overlap_argument(parser: argparse.ArgumentParser) -> None:
                              "wall time when messages are slow (docs/overlap.md)")
 
 
+def check_asynchronous(args: argparse.Namespace, name: str, world: Any = None) -> None:
+    """Refuse, in one line and before any work, the flags an asynchronous algorithm (no rounds,
+    virtual time in one process: docs/asynchronous.md) cannot honour: ``--overlap``,
+    ``--link-latency``, the checkpoint flags, and with ``world`` more than one process (the
+    engine and the runner refuse them too, but only once the data and models are built)."""
+    from gossip.algorithms import algorithm_class
+
+    if not algorithm_class(name).asynchronous:
+        return
+    why = []
+    if getattr(args, "overlap", False):
+        why.append("--overlap (its nodes never wait for messages: there is nothing to overlap)")
+    if getattr(args, "link_latency", 0.0):
+        why.append("--link-latency (a wall-clock delay of rounds: give messages a virtual delay "
+                   "with --network delay=SECONDS)")
+    ckpt = [flag for flag, dest in (("--checkpoint-dir", "checkpoint_dir"), ("--resume", "resume"),
+                                    ("--checkpoint-every", "checkpoint_every"))
+            if getattr(args, dest, None)]
+    if ckpt:
+        why.append(f"{'/'.join(ckpt)} (the events in flight and the nodes' clocks are not "
+                   "saved yet)")
+    if world is not None and world.size > 1:
+        why.append(f"{world.size} processes (it runs in one: launch it with plain python)")
+    if why:
+        raise SystemExit(f"error: {name} is asynchronous (no rounds, virtual time in one process; "
+                         f"docs/asynchronous.md) and cannot run with {'; '.join(why)}")
+
+
 def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms: list[Any],
                  compressors: list[str], lower: str, topology: Any = None, nodes: int | None = None,
                  shape: tuple[int, ...] | None = None, extra: dict[str, float] | None = None) -> None:

@@ -23,7 +23,8 @@ gradient is the one ``loss.backward()`` left in the parameters' ``.grad`` (a
 node's flat ``x``, so after ``opt.step()`` ``model`` holds the node's new parameters. An
 algorithm whose setup starts from a gradient (LEAD, BEER, MoTEF, DoCoM) spends the first step
 on its setup, as the trainer spends its first mini-batch. Algorithms that want a gradient at
-another point or twice per round are refused with a :class:`~gossip.errors.WrapError`. See
+another point or twice per round are refused with a :class:`~gossip.errors.WrapError`, and
+so are the asynchronous ones (no rounds: virtual time in one process, docs/asynchronous.md). See
 ``docs/wrap.md``.
 """
 
@@ -343,6 +344,13 @@ def wrap(
                         "several local steps, each a gradient the wrapper cannot hand over from "
                         "one backward; train it with gossip.DecentralizedTrainer (or "
                         "experiments/train.py --algorithm " + alg.name + ")")
+    if alg.asynchronous:
+        raise WrapError(f"{alg.name} is asynchronous: its nodes have no rounds and take a varying "
+                        "number of steps, each at its own instant of virtual time, all in one "
+                        "process, while a wrapped loop is one synchronous round per opt.step() "
+                        "with one backward per node; train it with experiments/train.py "
+                        f"--algorithm {alg.name} or gossip.DecentralizedTrainer "
+                        "(docs/asynchronous.md)")
     check_trainable(alg, optimizer)
     if overlap and alg.overlaps != "next":
         raise WrapError(f"overlap=True: {alg.name} " + (

@@ -1,8 +1,9 @@
 """Local optimizers and learning-rate schedules, built from short names (what ``train.py`` uses).
 
 Any ``torch.optim`` optimizer works in a :class:`~gossip.training.DecentralizedTrainer`; these
-helpers only save typing. Schedules count **rounds** (one optimizer step per round); epochs are
-converted with the trainer's ``rounds_per_epoch``.
+helpers only save typing. Schedules count **rounds** (one optimizer step per round; for an
+asynchronous algorithm the sweeps, however many steps a node takes in one: docs/asynchronous.md);
+epochs are converted with the trainer's ``rounds_per_epoch``.
 
 Schedule = linear warm-up of the multiplier from ``warmup_start`` to 1 over ``warmup_epochs``,
 then ``constant`` (1), ``step`` (× ``decay`` at every epoch in ``milestones``) or ``cosine``

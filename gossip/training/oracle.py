@@ -22,6 +22,7 @@ draws the same numbers in process and under MPI.
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -253,24 +254,38 @@ class OptimizerOracle(ModelOracle):
     Args:
         optimizer: built on ``module.parameters()`` (momentum, Nesterov, Adam, weight decay…).
         scheduler: optional ``torch.optim.lr_scheduler`` on it, stepped once per round.
+        schedule_by_round: instead of stepping the scheduler after every optimizer step, bring
+            it to the round ``t`` a step is taken in (``t − 1`` scheduler steps) before the
+            step. For asynchronous algorithms, whose nodes take a varying number of steps per
+            round (a sweep of n activations: a straggler fewer, the others more), so that every
+            node's rate follows the run's sweeps, as the algorithms' own ``eta(t)`` does
+            (docs/asynchronous.md). With one step per round the two agree.
     """
 
     def __init__(self, module: nn.Module, batches: Iterator[Any], optimizer: torch.optim.Optimizer,
                  scheduler: Any = None, loss_fn: LossFn | None = None, *, buffers: bool = False,
                  rng_seed: int = 0, autocast: str | None = None,
-                 master: MasterWeights | None = None):
+                 master: MasterWeights | None = None, schedule_by_round: bool = False):
         super().__init__(module, batches, loss_fn, buffers=buffers, rng_seed=rng_seed,
                          autocast=autocast)
         self.optimizer = optimizer
         self.scheduler = scheduler
+        self.schedule_by_round = schedule_by_round
         self.master = master
         """float32 master weights the optimizer steps (a half-precision model), or None."""
         self._grad_src: torch.Tensor | None = None
 
     def apply_step(self, x: torch.Tensor, g: torch.Tensor, t: int) -> None:
         """``optimizer.step()`` on ``x`` with gradient ``g`` (round ``t``; through the master
-        weights when the node has them), then the scheduler."""
+        weights when the node has them), then the scheduler (``schedule_by_round``: the
+        scheduler first brought to round ``t``)."""
         self.bind(x)
+        by_round = self.scheduler is not None and self.schedule_by_round
+        if by_round and self.scheduler.last_epoch < t - 1:  # LambdaLR & co.: factor(t − 1)
+            with warnings.catch_warnings():  # a node whose first step is after round 1
+                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler")
+                while self.scheduler.last_epoch < t - 1:
+                    self.scheduler.step()
         if self.master is not None:
             n = self.master.numel
             self.master.step(x[:n], g[:n], self.optimizer)
@@ -282,7 +297,7 @@ class OptimizerOracle(ModelOracle):
             self._grad_src = g
         if self.master is None:
             self.optimizer.step()
-        if self.scheduler is not None:
+        if self.scheduler is not None and not by_round:
             self.scheduler.step()
 
     def state_dict(self) -> dict[str, Any]:

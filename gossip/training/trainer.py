@@ -15,12 +15,21 @@
   step, then gossip). Algorithms whose class says ``takes_optimizer = False`` (LEAD, BEER,
   DCD, ECD) take the gradient directly with their own ``eta`` (their update needs the raw
   gradient; docs/algorithms/), so they get no optimizer; weight decay then enters as ``l2``.
+* asynchronous algorithms (AD-PSGD, gossip learning, asynchronous SGP and CHOCO;
+  docs/asynchronous.md) have no rounds: a "round" is a *sweep* of n activations in virtual
+  time, one per node on average, and each activation (gossip learning: each model's arrival)
+  draws one mini-batch of the node it steps. A node's steps per sweep vary (a straggler takes
+  fewer, the others more), so its scheduler follows the sweeps (``schedule_by_round``), not
+  its own count of steps. They run in one process, without ``overlap``, ``link_latency`` or
+  checkpoints (the engine refuses them).
 
 Definitions (documented because logs depend on them):
 
 * **epoch** = ``ceil(N_train / (n · batch_size))`` rounds: the rounds in which the nodes draw,
   together, as many samples as the training set holds. Each node reshuffles its own data when
-  its pass ends, so nodes with more data see less than one local pass per epoch.
+  its pass ends, so nodes with more data see less than one local pass per epoch. For an
+  asynchronous algorithm the same count of sweeps: n·batch_size samples a sweep, one pass over
+  a node's data on average (a faster node makes more, a straggler less).
 * **buffers**: by default (``gossip_buffers=False``) BatchNorm statistics stay local to each
   node and are not sent; the averaged model is evaluated with the average of the nodes'
   buffers. With ``gossip_buffers=True`` they are part of ``x``, compressed and mixed like the
@@ -269,7 +278,7 @@ class DecentralizedTrainer:
         sched = self._scheduler(opt) if self._scheduler is not None else None
         return OptimizerOracle(module, stream, opt, sched, self.loss_fn,
                                buffers=self.gossip_buffers, rng_seed=rng, autocast=self.autocast,
-                               master=master)
+                               master=master, schedule_by_round=self.algorithm.asynchronous)
 
     # -- running -------------------------------------------------------------------------------
     @property

@@ -32,7 +32,8 @@ DOC = ROOT / "docs" / "wrap.md"
 
 
 def documented(kind: str) -> list[str]:
-    """The algorithms docs/wrap.md lists under ``- works:`` / ``- not for`` / ``- federated``."""
+    """The algorithms docs/wrap.md lists under ``- works:`` / ``- not for`` / ``- federated`` /
+    ``- asynchronous``."""
     text = DOC.read_text()
     item = re.search(rf"^- {kind}.*?(?=^- |^\n)", text, re.S | re.M)
     assert item, f"docs/wrap.md has no '- {kind}' list"
@@ -40,6 +41,7 @@ def documented(kind: str) -> list[str]:
 
 
 WORKS, NOT_FOR_MODELS, FEDERATED = documented("works"), documented("not for"), documented("federated")
+ASYNCHRONOUS = documented("asynchronous")
 SETUP_STEP = ["beer", "docom", "lead", "motef"]
 """The algorithms whose setup takes a gradient, so the first ``opt.step()`` is the setup."""
 BUILT_IN = [name for name in trainable_algorithms() if REGISTRY[name].__module__.startswith("gossip.")]
@@ -47,9 +49,10 @@ BUILT_IN = [name for name in trainable_algorithms() if REGISTRY[name].__module__
 
 
 def test_the_docs_list_every_trainable_algorithm_once():
-    listed = WORKS + NOT_FOR_MODELS + FEDERATED
+    listed = WORKS + NOT_FOR_MODELS + FEDERATED + ASYNCHRONOUS
     assert sorted(listed) == BUILT_IN, "update the lists of docs/wrap.md"
     assert FEDERATED == sorted(n for n in BUILT_IN if REGISTRY[n].federated)
+    assert ASYNCHRONOUS == sorted(n for n in BUILT_IN if REGISTRY[n].asynchronous)
 
 
 @pytest.mark.parametrize("name", sorted(wrap_runs.CONFIGS))
@@ -73,6 +76,11 @@ def test_every_trainable_algorithm_works_as_documented(name):
             wrap_runs.trainer_losses(name, 4, 1)
     elif name in FEDERATED:
         with pytest.raises(WrapError, match=rf"^{re.escape(name)} is federated: .*DecentralizedTrainer"):
+            wrap_runs.wrapped(name, 4)
+    elif name in ASYNCHRONOUS:
+        with pytest.raises(WrapError, match=rf"^{re.escape(name)} is asynchronous: .*"
+                                            rf"experiments/train.py --algorithm {name} or "
+                                            r"gossip.DecentralizedTrainer"):
             wrap_runs.wrapped(name, 4)
     else:
         want, x_want = wrap_runs.trainer_losses(name, 4, 3)
