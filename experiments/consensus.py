@@ -27,6 +27,7 @@ from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_list_argument,
     add_run_arguments,
+    check_asynchronous,
     check_memory,
     checkpoint_options,
     exit_status,
@@ -159,6 +160,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         cls = algorithm_class(args.algorithm)
     except GossipError as exc:
         raise SystemExit(f"--algorithm: {exc}") from None
+    check_asynchronous(args, args.algorithm)
     if cls.requires.gradients:
         raise SystemExit(f"--algorithm {args.algorithm} needs gradients and consensus has none: use "
                          f"one of {', '.join(averaging())} here, or experiments/optimize.py or train.py")

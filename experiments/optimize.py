@@ -31,6 +31,7 @@ from gossip.cli import (  # noqa: E402
     add_list_argument,
     add_overlap_argument,
     add_run_arguments,
+    check_asynchronous,
     check_hparam_types,
     check_memory,
     checkpoint_options,
@@ -148,6 +149,7 @@ def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
             name, hp, forced = ALIASES[name]
             hp = dict(hp)
             comp = forced or comp
+        check_asynchronous(args, name)
         try:
             cls = algorithm_class(name)
         except ValueError as exc:

@@ -445,7 +445,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                      compressors=[args.compressor], lower=MEMORY_FLAGS, nodes=args.nodes)
 
     world, topology = setup(args, before_topology=nodes_memory)
-    check_asynchronous(args, args.algorithm, world)
+    check_asynchronous(args, args.algorithm)
     try:
         train_set, test_set = load_data(args)
         shape, classes = input_shape(train_set), num_classes(train_set, test_set)

@@ -391,11 +391,11 @@ def add_overlap_argument(parser: argparse.ArgumentParser) -> None:
                              "wall time when messages are slow (docs/overlap.md)")
 
 
-def check_asynchronous(args: argparse.Namespace, name: str, world: Any = None) -> None:
+def check_asynchronous(args: argparse.Namespace, name: str) -> None:
     """Refuse, in one line and before any work, the flags an asynchronous algorithm (no rounds,
-    virtual time in one process: docs/asynchronous.md) cannot honour: ``--overlap``,
-    ``--link-latency``, the checkpoint flags, and with ``world`` more than one process (the
-    engine and the runner refuse them too, but only once the data and models are built)."""
+    virtual time: docs/asynchronous.md) cannot honour: ``--overlap``, ``--link-latency`` and the
+    checkpoint flags (the engine and the runner refuse them too, but only once the data and
+    models are built)."""
     from gossip.algorithms import algorithm_class
 
     if not algorithm_class(name).asynchronous:
@@ -412,10 +412,8 @@ def check_asynchronous(args: argparse.Namespace, name: str, world: Any = None) -
     if ckpt:
         why.append(f"{'/'.join(ckpt)} (the events in flight and the nodes' clocks are not "
                    "saved yet)")
-    if world is not None and world.size > 1:
-        why.append(f"{world.size} processes (it runs in one: launch it with plain python)")
     if why:
-        raise SystemExit(f"error: {name} is asynchronous (no rounds, virtual time in one process; "
+        raise SystemExit(f"error: {name} is asynchronous (no rounds, virtual time; "
                          f"docs/asynchronous.md) and cannot run with {'; '.join(why)}")
 
 
