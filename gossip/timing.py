@@ -130,8 +130,9 @@ FIRST = 32
 of many arcs that carry few messages) costs a chunk, not a block."""
 
 
-class _Rows:
-    """Keyed draws of one stream and distribution, cached per row as ``(lo, hi, values)``:
+class KeyedDraws:
+    """Keyed draws of one stream and distribution (``dist`` None: uniforms on [0, 1)), one at a
+    time by :meth:`value` ``(row, k)``, cached per row as ``(lo, hi, values)``:
     draws lo … hi − 1 of the row (module doc: draw k is entry k % BLOCK of block k // BLOCK).
     A row's first fill is the FIRST-aligned chunk around the counter asked for, later ones the
     whole block; only the latest fill of each row is kept."""
@@ -189,14 +190,14 @@ class Timing:
         self._factor_np = factor
         compute = network.compute if network.compute is not None else Fixed(1.0)
         self._compute_fixed = compute.seconds if isinstance(compute, Fixed) else None
-        self._compute = _Rows(self.seed, "network.compute", compute)
+        self._compute = KeyedDraws(self.seed, "network.compute", compute)
         delay = network.delay if network.delay is not None else Fixed(0.0)
         self._delay_fixed = delay.seconds if isinstance(delay, Fixed) else None
-        self._delay = _Rows(self.seed, "network.delay", delay)
+        self._delay = KeyedDraws(self.seed, "network.delay", delay)
         loss = network.loss
         self._loss_p = loss.p if isinstance(loss, Bernoulli) else None
-        self._loss_u = _Rows(self.seed, "network.loss.event", None)
-        self._ge_u = _Rows(self.seed, "network.ge.event", None)
+        self._loss_u = KeyedDraws(self.seed, "network.loss.event", None)
+        self._ge_u = KeyedDraws(self.seed, "network.ge.event", None)
         self._lost: dict[int, tuple[int, int, np.ndarray]] = {}  # arc -> (lo, hi, lost flags)
         self._ge_end: dict[int, list[bool]] = {}  # arc -> chain state at the end of blocks 0, 1, ...
         churn = network.churn
@@ -204,7 +205,7 @@ class Timing:
         """A node that comes back starts from a fresh state (else with the state it left with)."""
         self._leave: dict[int, list[float]] = {}
         self._back: dict[int, list[float]] = {}
-        self._churn = _Rows(self.seed, "network.churn", None)
+        self._churn = KeyedDraws(self.seed, "network.churn", None)
         if churn is not None and churn.schedule is not None:
             for i, a, b in churn.schedule:
                 self._leave.setdefault(i, []).append(a)
@@ -305,7 +306,7 @@ class Timing:
             leave.append(start)
             back.append(start + away)
 
-    def _churn_draw(self, rows: _Rows, node: int, k: int) -> float:
+    def _churn_draw(self, rows: KeyedDraws, node: int, k: int) -> float:
         """A unit exponential: draw k of stream "network.churn", row ``node``."""
         return -math.log1p(-rows.value(node, k))
 
@@ -366,7 +367,7 @@ class Timing:
             return np.full(len(keys), self._delay_fixed)
         return self._batch("delay", self._delay, keys, k)
 
-    def _batch(self, what: str, rows: _Rows, keys: list[int], k: int) -> np.ndarray:
+    def _batch(self, what: str, rows: KeyedDraws, keys: list[int], k: int) -> np.ndarray:
         """Column k of ``keys``' draws. A list object asked for again (a static graph's arcs,
         round after round) gets its whole block drawn and cached; one seen once (a graph that
         changes every round) only the pair of draws it needs."""

@@ -41,13 +41,11 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from gossip.comm.link import TAG_SPACE
 from gossip.errors import ConfigError, ContractError
-from gossip.rng import Stream
-from gossip.timing import Timing
+from gossip.timing import KeyedDraws, Timing
 
 if TYPE_CHECKING:
     from gossip.engine.engine import Engine
@@ -63,31 +61,6 @@ PEERS = ("random", "next")
 turn (activation k: neighbor k mod degree, SGP's one-peer schedule), none when it is away."""
 
 _WAKE, _ARRIVE = 0, 1
-
-
-class KeyedUniforms:
-    """Uniforms on [0, 1) keyed by (seed, stream, row, k), one at a time.
-
-    ``u(row, k)`` is word ``k mod B`` of :class:`~gossip.rng.Stream` ``(seed, [row], stream)``
-    at round ``k // B`` (B = :attr:`BLOCK`), drawn B at a time per row and cached (the block in
-    use per row), so a scalar costs about a microsecond and never depends on call order."""
-
-    BLOCK = 256
-
-    def __init__(self, seed: int, stream: str):
-        self.seed = seed
-        self.stream = stream
-        self._rows: dict[int, tuple[int, np.ndarray, Stream]] = {}
-
-    def __call__(self, row: int, k: int) -> float:
-        b, i = divmod(k, self.BLOCK)
-        held = self._rows.get(row)
-        if held is None or held[0] != b:
-            rng = held[2] if held is not None else Stream(self.seed, [row], self.stream)
-            rng.begin_round(b)
-            held = (b, rng.uniform(self.BLOCK, dtype=torch.float64)[0].numpy(), rng)
-            self._rows[row] = held
-        return float(held[1][i])
 
 
 @dataclass
@@ -175,8 +148,8 @@ class EventLoop:
         topo = engine.topology
         self.out_neighbors = [topo.view(i).out_neighbors for i in range(self.n)]
         self.row_of = {i: r for r, i in enumerate(self.block.ids)}
-        self.clock_draws = KeyedUniforms(engine.seed, "async.clock")
-        self.partner_draws = KeyedUniforms(engine.seed, "async.partner")
+        self.clock_draws = KeyedDraws(engine.seed, "async.clock", None).value
+        self.partner_draws = KeyedDraws(engine.seed, "async.partner", None).value
         self.now = 0.0
         self.activations = 0
         self.messages = 0
@@ -260,17 +233,18 @@ class EventLoop:
             s.heard, s.was_heard = (i_heard, j_heard) if s.initiated else (j_heard, i_heard)
         if not sides:
             return None
-        offers = [_flat(alg.offer(block, s)) for s in sides]
-        for s, (buf, _) in zip(sides, offers):
+        offers = [alg.offer(block, s) for s in sides]
+        for s, parts in zip(sides, offers):
             if s.was_heard:
-                self._count(s.node, buf.numel())
-        if len(sides) == 2:  # in process: each end hears the other's offer as it was sent
-            got = [(offers[1][0].clone(), offers[1][1]), (offers[0][0].clone(), offers[0][1])]
+                self._count(s.node, _nbytes(parts))
+        if len(sides) == 2:  # both ends here: each hears the other's offer as it was sent
+            got = [tuple(p.clone() for p in offers[1]), tuple(p.clone() for p in offers[0])]
         else:
-            s, (buf, like) = sides[0], offers[0]
-            got = [(self._swap(buf, s.peer, s.was_heard, s.heard, tag, time), like)]
-        for s, (buf, like) in zip(sides, got):
-            alg.merge(block, s, _split(buf, like) if s.heard else None)
+            s, parts = sides[0], offers[0]
+            buf, _ = _flat(parts)
+            got = [_split(self._swap(buf, s.peer, s.was_heard, s.heard, tag, time), parts)]
+        for s, parts in zip(sides, got):
+            alg.merge(block, s, parts if s.heard else None)
         return sides[0] if sides[0].initiated else None
 
     def _swap(self, buf: torch.Tensor, peer: int, send: bool, recv: bool, tag: int,
@@ -294,11 +268,11 @@ class EventLoop:
         ok, arrive, tag = self._post_fate(i, j, time)
         if not ok:
             return False
-        buf, like = _flat(parts)
-        self._count(i, buf.numel())
+        self._count(i, _nbytes(parts))
         if self.local(j):
             payload: Any = tuple(p.clone() for p in parts)
         else:  # on its way to j's rank now; j's rank receives it at the arrival
+            buf, _ = _flat(parts)
             host = buf.cpu() if buf.device.type != "cpu" else buf.clone()
             rank = self.transport.placement[j]
             self._sends.append((self.transport.link.exchange([], [(host, rank)], tag), host, j))
@@ -324,7 +298,7 @@ class EventLoop:
         if not self.local(j):
             return None
         like = self.algorithm.message_like(self.block, self.row_of[j])
-        size = sum(p.numel() * p.element_size() for p in like)
+        size = _nbytes(like)
         rank = self.transport.placement[i]
         incoming = _Incoming(torch.empty(size, dtype=torch.uint8), like, rank, i)
         incoming.handles = self.transport.link.exchange([(incoming.host, rank)], [], tag)
@@ -437,6 +411,10 @@ class _Incoming:
     rank: int
     src: int
     handles: Any = None
+
+
+def _nbytes(parts: tuple[torch.Tensor, ...]) -> int:
+    return sum(p.numel() * p.element_size() for p in parts)
 
 
 def _flat(parts: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
