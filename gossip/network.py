@@ -134,9 +134,13 @@ class Fixed:
     def mean(self) -> float:
         return self.seconds
 
+    @property
+    def low(self) -> float:
+        """The smallest value it takes."""
+        return self.seconds
+
     def spec(self) -> str:
         return f"fixed:{num(self.seconds)}"
-
 
 
 @dataclass(frozen=True)
@@ -144,10 +148,10 @@ class Exponential:
     """Exponential of mean ``mean``: ``−mean · log(1 − u)``."""
 
     mean: float
+    low = 0.0  # the smallest value it takes
 
     def spec(self) -> str:
         return f"exp:{num(self.mean)}"
-
 
 
 @dataclass(frozen=True)
@@ -161,9 +165,13 @@ class Uniform:
     def mean(self) -> float:
         return 0.5 * (self.lo + self.hi)
 
+    @property
+    def low(self) -> float:
+        """The smallest value it takes."""
+        return self.lo
+
     def spec(self) -> str:
         return f"uniform:{num(self.lo)},{num(self.hi)}"
-
 
 
 @dataclass(frozen=True)
@@ -177,9 +185,10 @@ class LogNormal:
     def mean(self) -> float:
         return self.median * math.exp(0.5 * self.sigma**2)
 
+    low = 0.0  # the smallest value it takes
+
     def spec(self) -> str:
         return f"lognormal:{num(self.median)},{num(self.sigma)}"
-
 
 
 Dist = Fixed | Exponential | Uniform | LogNormal

@@ -538,6 +538,9 @@ class Engine:
             if on_record is not None:
                 on_record(rec)
 
+        if self.algorithm.asynchronous:
+            self.setup()
+            self.events.check_horizon(rounds)
         if self.round == 0:
             emit()
         bar = _progress(rounds, progress and self.world.is_root)

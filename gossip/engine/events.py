@@ -139,6 +139,12 @@ class EventLoop:
             if getattr(algorithm, attr) not in allowed:
                 raise ConfigError(f"{algorithm.name}.{attr} = {getattr(algorithm, attr)!r} is not "
                                   f"one of {', '.join(allowed)}")
+        if algorithm.contact == "exchange" and engine.network.delay is not None:
+            raise ConfigError(
+                f"--network delay=: {algorithm.name}'s pairwise exchanges are atomic events in "
+                "virtual time, so no message of theirs travels for a while; model slow links "
+                "with compute= (an exchange happens when its activation ends), or use a method "
+                "that posts messages (gossip-learning, async-sgp)")
         self.engine = engine
         self.algorithm = algorithm
         self.block = engine.block
@@ -392,6 +398,21 @@ class EventLoop:
                       what=f"virtual time {self.now:.6g}: rank {self.transport.rank} waited "
                            "{timeout} to send to")
         self._sends = []
+
+    def check_horizon(self, sweeps: int) -> None:
+        """Refuse a delay no message can outlive: every post would arrive after a run of
+        ``sweeps`` sweeps ends (about sweeps × the mean compute time of virtual time)."""
+        net = self.engine.network
+        if net.delay is None or net.delay.low <= 0:
+            return
+        step = net.compute.mean if net.compute is not None else 1.0
+        horizon = self.now + sweeps * step
+        if net.delay.low >= horizon:
+            raise ConfigError(
+                f"--network delay={net.delay.spec()}: every message takes at least "
+                f"{net.delay.low:g} s, but the run ends at about {horizon:g} s of virtual time "
+                f"({sweeps} more sweeps of {step:g} s steps), so none would arrive; shorten the "
+                "delay or run more rounds")
 
     def log_fields(self) -> dict[str, Any]:
         """What a record of an asynchronous run adds."""

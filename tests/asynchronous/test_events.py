@@ -261,3 +261,15 @@ def test_fresh_rejoin_restarts_from_the_initial_model():
             _, _, i, j, _, _ = e
             Y[i] = Y[j] = (Y[i] + Y[j]) / 2
     np.testing.assert_array_equal(eng.block.x.numpy(), Y)
+
+
+def test_a_delay_is_refused_where_it_means_nothing_or_nothing_would_arrive():
+    with pytest.raises(ConfigError, match="atomic events") as info:
+        _engine("ad-psgd", problem=HETERO, x0=x0_fn(shape=(40,)), network="delay=exp:0.5")
+    assert "\n" not in str(info.value)
+    eng = _engine("gossip-learning", x0=x0_fn(shape=(40,)), network="delay=uniform:30,40")
+    with pytest.raises(ConfigError, match=r"at least 30 s, but the run ends at about 20 s") as info:
+        eng.run(20)
+    assert eng.events.activations == 0 and "\n" not in str(info.value)
+    recs = eng.run(31, log_every=31)  # long enough: the first posts arrive
+    assert recs[-1]["time_virtual_s"] > 30
