@@ -68,7 +68,7 @@ class AsyncChoco(Asynchronous):
         block.arc_state["x_hat_in"] = block.x.new_zeros(len(route.arcs), d)
         ws = block.workspace
         ws["arc"] = {a: e for e, a in enumerate(route.arcs)}
-        ws["q"] = {}  # per node: its decoded offer of the exchange in progress
+        ws["q"] = {}  # (node, peer, seq): a node's decoded offer, until the exchange merges
         ws["rng"] = {}
         comp = block.compressor
         ws["fixed"] = comp.fixed_nbytes(block.x[0]) if block.m else None
@@ -102,7 +102,7 @@ class AsyncChoco(Asynchronous):
         rng.begin_round(side.seq)
         e = ws["arc"][(side.node, side.peer)]
         payload = node.compressor.encode(block.x[side.row] - block.arc_state["x_hat_out"][e], rng)
-        ws["q"][side.node] = node.compressor.decode(payload)
+        ws["q"][side.node, side.peer, side.seq] = node.compressor.decode(payload)
         if ws["fixed"] is not None:
             return (payload.to_bytes(),)
         buf = torch.zeros(8 + ws["size"], dtype=torch.uint8)
@@ -114,8 +114,9 @@ class AsyncChoco(Asynchronous):
         ws, node = block.workspace, block.nodes[side.row]
         e = ws["arc"][(side.node, side.peer)]
         out, inn = block.arc_state["x_hat_out"][e], block.arc_state["x_hat_in"][e]
+        mine = ws["q"].pop((side.node, side.peer, side.seq))
         if side.was_heard:  # acknowledged: both ends add it to the arc's copy
-            out.add_(ws["q"][side.node])
+            out.add_(mine)
         if heard is not None:
             buf = heard[0]
             if ws["fixed"] is None:
