@@ -156,7 +156,7 @@ ALGORITHMS: dict[str, Traits] = {
     "g-cada": Traits(compressor="stateless", state_copies=14),
     "pairwise-gossip": Traits(**_AVERAGING, compressor="identity", state_copies=2,
                               asynchronous=True),
-    "ad-psgd": Traits(takes_optimizer=True, compressor="identity", state_copies=2,
+    "ad-psgd": Traits(takes_optimizer=True, compressor="identity", state_copies=3,
                       asynchronous=True),
     "gossip-learning": Traits(gradients=False, takes_optimizer=True, compressor="identity",
                               state_copies=3, asynchronous=True),

@@ -41,7 +41,7 @@ class ADPSGD(Asynchronous):
     takes_optimizer = True
     step_schedule = True
     step_rule = "dgd"
-    state_copies = 2
+    state_copies = 3
     requires = Requirements(
         graph=Graph(static=True, symmetric=True), gradients=True, compressor="identity",
         compressor_message="{name} averages exact models (got '{spec}'): use --compressor none, "
