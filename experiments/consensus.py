@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 layout=layout, seed=args.seed, world=world, timeout=args.timeout,
                 network=args.network, link_latency=args.link_latency,
                 device=args.device, dtype=torch_dtype(args.dtype),
+                free_run=args.free_run,
             )
 
         search = None

@@ -275,6 +275,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 seed=args.seed, world=world, timeout=args.timeout, device=args.device,
                 network=args.network, link_latency=args.link_latency, overlap=args.overlap,
                 dtype=dtype, watch=("distance_to_optimum",),
+                free_run=args.free_run,
                 oracles=lambda i, gen: (None if federated and i == 0 else problem.oracle(
                     i - federated, gen, args.estimator, args.batch_size)),
             )

@@ -446,6 +446,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     world, topology = setup(args, before_topology=nodes_memory)
     check_asynchronous(args, args.algorithm)
+    if args.free_run is not None:
+        raise SystemExit("error: --free-run is not in train.py yet (its epochs and evaluations "
+                         "need records along the run): train in virtual time, or use "
+                         "experiments/optimize.py --free-run")
     try:
         train_set, test_set = load_data(args)
         shape, classes = input_shape(train_set), num_classes(train_set, test_set)

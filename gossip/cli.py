@@ -263,6 +263,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                    help="simulate slow links: every round's messages arrive no earlier than "
                         "SECONDS after they are sent, in process and across processes "
                         "(default 0; e.g. 0.005 to measure what --overlap hides)")
+    g.add_argument("--free-run", type=positive_float, default=None, metavar="SCALE",
+                   help="asynchronous algorithms under mpiexec with one node per rank: run free, "
+                        "in wall-clock order, SCALE wall seconds per virtual second of compute "
+                        "time (the --network compute/slow draws), one record at the end "
+                        "(docs/asynchronous.md); default: the event loop in virtual time")
     g.add_argument("--log-every", type=positive_int, default=10, help="log every K rounds (default 10)")
     from gossip.memory import add_memory_argument
 
@@ -412,6 +417,9 @@ def check_asynchronous(args: argparse.Namespace, name: str) -> None:
     if ckpt:
         why.append(f"{'/'.join(ckpt)} (the events in flight and the nodes' clocks are not "
                    "saved yet)")
+    if getattr(args, "free_run", None) is not None and str(getattr(args, "gamma", None)) == "auto":
+        why.append("--free-run and --gamma auto together (a free run's numbers change from run "
+                   "to run, so they cannot rank the candidates: tune in virtual time first)")
     if why:
         raise SystemExit(f"error: {name} is asynchronous (no rounds, virtual time; "
                          f"docs/asynchronous.md) and cannot run with {'; '.join(why)}")

@@ -82,6 +82,10 @@ class Engine:
             numbers, less wall time when messages are slow; docs/overlap.md).
         link_latency: seconds every phase's messages take to arrive, on top of the real
             transfer (a simulated link delay, to measure what ``overlap`` hides); default 0.
+        free_run: for an asynchronous algorithm under mpiexec with one node per rank: run it
+            free, in wall-clock order (:mod:`gossip.engine.freerun`), with this many wall
+            seconds per virtual second of compute time; None (default): the event loop in
+            virtual time, the same on every rank.
     """
 
     def __init__(
@@ -104,6 +108,7 @@ class Engine:
         overlap: bool = False,
         link_latency: float = 0.0,
         defer_setup: bool = False,
+        free_run: float | None = None,
     ):
         self.algorithm = algorithm
         self.topology = topology
@@ -124,6 +129,11 @@ class Engine:
         self.local_ids = self.world.local_nodes(self.n)
         self.transport = self.world.transport(self.n, timeout=timeout)
         self.transport.latency = _check_latency(link_latency)
+        self.free_run = free_run
+        if free_run is not None:
+            from gossip.engine.freerun import check
+
+            check(self, free_run)
         if link_latency and algorithm.asynchronous:
             raise ConfigError(f"--link-latency delays real messages of rounds; {algorithm.name} runs "
                               "in virtual time: give its messages a delay with --network "
@@ -474,7 +484,7 @@ class Engine:
                 key.rsplit(".", 1)[-1]: float(self.node_values(
                     {i: float(state[key][r]) for r, i in enumerate(ids)}).sum())
                 for key in self.algorithm.counts}))
-        if self.events is not None:
+        if self.events is not None and self.free_run is None:
             rec.update(self.events.log_fields())
         if self.delivery is not None:
             lost = self.delivery
@@ -543,6 +553,18 @@ class Engine:
             self.events.check_horizon(rounds)
         if self.round == 0:
             emit()
+        if self.free_run is not None:  # one record at the end: nobody waits for the others
+            from gossip.engine.freerun import FreeRun
+
+            step = self.network.compute.mean if self.network.compute is not None else 1.0
+            rec = FreeRun(self, self.free_run).run(seconds=rounds * step * self.free_run,
+                                                   metrics=metrics)
+            self.round += rounds
+            rec["round"] = self.round
+            records.append(rec)
+            if on_record is not None:
+                on_record(rec)
+            return records
         bar = _progress(rounds, progress and self.world.is_root)
         last = self.round + rounds
 

@@ -41,30 +41,36 @@ _BASE = 3 << 20  # above the rounds' and the reductions' tags
 REQUEST, REPLY, POST, DONE = _BASE, _BASE + 1, _BASE + 2, _BASE + 3
 
 
+def check(engine: Engine, scale: float) -> None:
+    """Refuse, in one line, a free run this engine cannot make (module doc)."""
+    alg, world = engine.algorithm, engine.world
+    if not alg.asynchronous:
+        raise ConfigError(f"--free-run runs asynchronous algorithms; {alg.name} runs in rounds")
+    link = engine.transport.link
+    if link is None or not hasattr(link, "comm") or len(engine.local_ids) != 1:
+        raise ConfigError("--free-run needs mpiexec with one node per rank (an MPI world of n "
+                          f"processes for n nodes); this run has {world.size} process(es) for "
+                          f"{engine.n} nodes")
+    net = engine.network
+    if net.lossy or net.delay is not None or net.churn is not None:
+        raise ConfigError("--free-run: loss=, delay= and churn= are modeled in virtual time; a free "
+                          "run takes its delays from the machine and its compute times from "
+                          "compute=/slow= (drop the others, or run without --free-run)")
+    if not scale > 0 or scale != scale:
+        raise ConfigError(f"--free-run {scale!r}: give the wall seconds per virtual second (> 0)")
+
+
 class FreeRun:
     """One rank's node, run free (module doc). ``scale``: wall seconds per virtual second of
     compute time; ``timeout``: seconds a neighbor may stay silent before it is routed around."""
 
     def __init__(self, engine: Engine, scale: float = 0.01, timeout: float | None = None):
-        alg, world = engine.algorithm, engine.world
-        if not alg.asynchronous:
-            raise ConfigError(f"--free-run runs asynchronous algorithms; {alg.name} runs in rounds")
-        link = engine.transport.link
-        if link is None or not hasattr(link, "comm") or len(engine.local_ids) != 1:
-            raise ConfigError("--free-run needs mpiexec with one node per rank (an MPI world of n "
-                              f"processes for n nodes); this run has {world.size} process(es) for "
-                              f"{engine.n} nodes")
-        net = engine.network
-        if net.lossy or net.delay is not None or net.churn is not None:
-            raise ConfigError("--free-run: loss=, delay= and churn= are modeled in virtual time; a "
-                              "free run takes its delays from the machine and its compute times "
-                              "from compute=/slow= (drop the others, or run without --free-run)")
-        if not scale > 0:
-            raise ConfigError(f"--free-run scale = {scale!r}: give wall seconds per virtual second (> 0)")
+        check(engine, scale)
+        link, net = engine.transport.link, engine.network
         from mpi4py import MPI
 
         self.MPI, self.comm = MPI, link.comm.Dup()  # its own traffic, apart from the reductions
-        self.engine, self.algorithm, self.block = engine, alg, engine.block
+        self.engine, self.algorithm, self.block = engine, engine.algorithm, engine.block
         self.node = engine.local_ids[0]
         self.timing = Timing(net, engine.seed, engine.n)
         self.partner_draws = KeyedDraws(engine.seed, "async.partner", None).value
@@ -105,10 +111,11 @@ class FreeRun:
         return True
 
     # -- the loop ------------------------------------------------------------------------------
-    def run(self, steps: int | None = None, seconds: float | None = None) -> dict[str, Any]:
+    def run(self, steps: int | None = None, seconds: float | None = None,
+            metrics: list[Any] = ()) -> dict[str, Any]:
         """Take local steps (activations) until ``steps`` of them or until ``seconds`` of wall
         time (whichever comes first), serving the neighbors throughout; then end with them
-        (module doc) and return the run's record (collective). With stragglers a time budget
+        (module doc) and return the run's record with ``metrics`` (collective). With stragglers a time budget
         is the fair one: every node stops at the same instant, as in the event loop."""
         if steps is None and seconds is None:
             raise ConfigError("a free run needs a number of steps or a time budget")
@@ -139,7 +146,7 @@ class FreeRun:
                     self._route_around(j)
                 time.sleep(1e-5)
         self.comm.Free()
-        return self._record()
+        return self._record(metrics)
 
     def _now(self) -> float:
         return time.monotonic() - self._start
@@ -231,11 +238,9 @@ class FreeRun:
             log.warning("node %d (rank %d) did not answer node %d within %g s: routed around it",
                         j, self.rank_of[j], self.node, self.timeout)
 
-    def _record(self) -> dict[str, Any]:
+    def _record(self, metrics: list[Any]) -> dict[str, Any]:
         engine = self.engine
-        rec = engine.record()
-        for key in ("time_virtual_s", "activations", "messages", "messages_lost_total"):
-            rec.pop(key, None)  # the event loop's: this run had none
+        rec = engine.record(metrics)
         steps = engine.node_values({self.node: float(self.steps)})
         left = engine.node_values({self.node: float(len(self.left))})
         rec.update(local_steps=int(steps.sum()), wall_s=self._now(),
