@@ -1,0 +1,343 @@
+"""Asynchronous methods in virtual time: the two tables of docs/asynchronous.md.
+
+**1. Time to a target with a straggler.** 8 nodes on a ring (``--graph``; every method runs on
+the same graph: D-PSGD with its Metropolis weights, 1/3 on the ring; AD-PSGD and
+gossip-learning with a uniform random neighbor; async-SGP sends to its two neighbors in turn,
+as it accepts any graph), heterogeneous least squares (``make_problem("least-squares",
+n_nodes=8, dim=50, samples_per_node=50, heterogeneity=1, seed=S)``, x⁰ = 0, full gradients),
+float64, the same step size ``--eta`` for every method, for ``--sweeps`` sweeps (a synchronous
+round, or n = 8 activations of an asynchronous method: 8 gradients either way). Networks:
+``compute=exp:1`` (every step takes an exponential time of mean 1 s, messages arrive at once)
+and ``compute=exp:1;slow=nodes:0x5`` (the same, node 0 five times slower). D-PSGD's
+``time_virtual_s`` is the SyncClock's (a round ends when the node's step and its
+in-neighbors' messages are done, docs/network.md); an asynchronous run's is the time of its
+last event. Each setting runs once per ``--seeds`` seed (the data, the clocks and the partner
+draws); the table gives medians over the seeds.
+
+A table per ``--targets`` value. Columns: how many seeds reached the target relative
+distance (1/n) Σ‖x_i − x*‖² / ‖x*‖² ≤ target (checked after every sweep); the virtual time,
+sweeps and bits per node at the first sweep that reached it (median over the seeds; a seed
+that never reached it counts as infinitely slow); the speedup, D-PSGD's median time on the same
+network over the method's; the slowdown from the straggler, the method's median time with it
+over without ("—" where a median is infinite); the distance after the last sweep; the runs
+that diverged (the engine stops a run whose consensus error grows 10⁶-fold: what it reached
+before counts, its final distance is infinite).
+
+**2. Randomized pairwise gossip on 10⁴ nodes.** ``pairwise-gossip`` (rate-1 Poisson clocks,
+``x_i, x_j ← (x_i + x_j)/2`` with a uniform neighbor) on ``--pairwise-nodes`` nodes, graphs
+``--pairwise-graphs`` (``topologies.build``), x_i⁰ ~ N(0, I_d) (float64, a fixed seed), for
+``--pairwise-sweeps`` sweeps (k · n activations), d in ``--dims``; side by side with a bare
+reference doing the same pairwise averages: a ``heapq`` of rate-1 Poisson clocks, a uniform
+neighbor from the same topology's neighbor lists, the average of two rows of a numpy array
+(numpy's generator draws, in bulk, so its trajectory is another sample of the same process).
+Each (graph, d, implementation) runs in a fresh process (``--in-process``: all in this one).
+Columns: setup wall time (``Engine(...)`` and its first record; the reference: neighbor lists
+and the array), events per second over all k sweeps (the engine's records at sweeps k − 1 and k included),
+µs per event in the last sweep alone (the engine's record subtracted: its per-event cost once
+the keyed draws of every node are cached), their ratio engine / reference, peak memory: the
+growth of ``ru_maxrss`` from after the graph is built to the end of the run (so it counts what
+the run allocates beyond that point's peak; in-process runs after the first read 0), the
+consensus error (1/n) Σ‖x_i − x̄‖² relative to its value at 0 after k sweeps, and the virtual
+time reached.
+
+    python benchmarks/bench_async.py                     # the docs' tables, ~70 s on one busy core
+    python benchmarks/bench_async.py --sweeps 40 --seeds 0 --targets 0.5 --pairwise-nodes 200 \\
+        --pairwise-graphs ring --pairwise-sweeps 2 --dims 1 --in-process   # does it run (seconds)
+    python benchmarks/bench_async.py --write docs/asynchronous.md   # and put them in the page
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import math
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import topologies  # noqa: E402
+from gossip import Engine, make_algorithm  # noqa: E402
+from gossip.errors import DivergenceError  # noqa: E402
+from gossip.metrics import squared_distance  # noqa: E402
+from gossip.problems import make_problem  # noqa: E402
+
+NODES = 8
+LSQ_DIM, LSQ_SAMPLES, LSQ_HETEROGENEITY = 50, 50, 1.0
+METHODS = ("dpsgd", "ad-psgd", "async-sgp", "gossip-learning")
+"""The straggler table's algorithms; the first, synchronous, is the speedups' reference."""
+NETWORKS = ("compute=exp:1", "compute=exp:1;slow=nodes:0x5")
+"""Without and with the straggler (node 0 five times slower)."""
+BEGIN, END = "<!-- bench_async: begin -->", "<!-- bench_async: end -->"
+"""The markers around the tables in docs/asynchronous.md (``--write``)."""
+
+Row = dict[str, float]
+
+
+# -- 1. time to a target with a straggler ---------------------------------------------------
+def straggler_run(algorithm: str, network: str, seed: int, sweeps: int, eta: float,
+                  graph: str = "ring") -> dict[str, Any]:
+    """One least-squares run: its distance to x* after every sweep (with the virtual time,
+    the sweep and the bits per node then), its last distance and whether it diverged."""
+    topo = topologies.build(graph, NODES)
+    problem = make_problem("least-squares", n_nodes=NODES, dim=LSQ_DIM,
+                           samples_per_node=LSQ_SAMPLES, heterogeneity=LSQ_HETEROGENEITY,
+                           seed=seed, dtype=torch.float64)
+    x_star, x0 = problem.solution(), problem.initial_point()
+    engine = Engine(make_algorithm(algorithm, eta=eta), topo, lambda i: x0, seed=seed,
+                    network=network, dtype=torch.float64,
+                    oracles=lambda i, gen: problem.oracle(i, gen))
+    records: list[dict[str, Any]] = []
+
+    def distance(e: Engine, xbar: torch.Tensor) -> dict[str, float]:
+        return {"distance": squared_distance(e, x_star, relative=True)}
+
+    diverged = False
+    try:
+        engine.run(sweeps, log_every=1, metrics=[distance], on_record=records.append)
+    except DivergenceError:
+        diverged = True
+    return {"trace": [(r["distance"], r["time_virtual_s"], r["round"], r["bits_per_node"])
+                      for r in records],
+            "final": math.inf if diverged else records[-1]["distance"],
+            "diverged": float(diverged)}
+
+
+def reach(run: dict[str, Any], target: float) -> Row:
+    """When ``run`` first reached ``target``: time, sweeps, bits (infinite if never)."""
+    hit = next((t for t in run["trace"] if t[0] <= target), None)
+    if hit is None:
+        return {"reached": 0.0, "time": math.inf, "sweeps": math.inf, "bits": math.inf}
+    return {"reached": 1.0, "time": hit[1], "sweeps": float(hit[2]), "bits": hit[3]}
+
+
+def measure_straggler(seeds: list[int], sweeps: int, eta: float, graph: str,
+                      methods: tuple[str, ...] = METHODS
+                      ) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Every (method, network) over every seed."""
+    results = {}
+    for algorithm in methods:
+        for network in NETWORKS:
+            results[(algorithm, network)] = [
+                straggler_run(algorithm, network, s, sweeps, eta, graph) for s in seeds]
+        print(f"done: {algorithm}", file=sys.stderr, flush=True)
+    return results
+
+
+def _median(rows: list[Row], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def _num(value: float, fmt: str = ".3g") -> str:
+    return format(value, fmt) if math.isfinite(value) else "—"
+
+
+def straggler_table(runs: dict[tuple[str, str], list[dict[str, Any]]], target: float,
+                    graph: str, sweeps: int) -> str:
+    """The straggler table for ``target`` (medians over the seeds)."""
+    lines = ["| method | graph | network | reached (seeds) | virtual time to target (s) | "
+             "sweeps to target | bits/node to target | speedup vs dpsgd | slowdown from "
+             f"straggler | distance at sweep {sweeps} | diverged |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    hits = {key: [reach(r, target) for r in rows] for key, rows in runs.items()}
+    reference = METHODS[0]
+    for (algorithm, network), rows in hits.items():
+        t = _median(rows, "time")
+        ref = hits.get((reference, network))
+        speedup = _median(ref, "time") / t if ref is not None and math.isfinite(t) else math.inf
+        slowdown = math.inf
+        if network != NETWORKS[0] and (algorithm, NETWORKS[0]) in hits:
+            without = _median(hits[(algorithm, NETWORKS[0])], "time")
+            slowdown = t / without if math.isfinite(without) else math.inf
+        reached = sum(int(r["reached"]) for r in rows)
+        whole = runs[(algorithm, network)]
+        diverged = sum(int(r["diverged"]) for r in whole)
+        lines.append(f"| {algorithm} | {graph} | {network} | {reached}/{len(rows)} | {_num(t)} | "
+                     f"{_num(_median(rows, 'sweeps'), '.0f')} | {_num(_median(rows, 'bits'))} | "
+                     f"{_num(speedup, '.2f')} | {_num(slowdown, '.2f')} | "
+                     f"{_num(_median(whole, 'final'))} | {diverged}/{len(rows)} |")
+    return "\n".join(lines)
+
+
+# -- 2. pairwise gossip on 10^4 nodes -------------------------------------------------------
+def _maxrss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _start(n: int, d: int) -> torch.Tensor:
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(1234), dtype=torch.float64)
+
+
+def _consensus(x: torch.Tensor | np.ndarray) -> float:
+    x = torch.as_tensor(x)
+    return float(((x - x.mean(0)) ** 2).sum(1).mean())
+
+
+def pairwise_engine(graph: str, n: int, d: int, sweeps: int) -> Row:
+    """``pairwise-gossip`` through the Engine for ``sweeps`` sweeps."""
+    torch.set_num_threads(1)
+    topo = topologies.build(graph, n)
+    x0 = _start(n, d)
+    error0 = _consensus(x0)
+    rss0 = _maxrss_mib()
+    t0 = time.perf_counter()
+    engine = Engine(make_algorithm("pairwise-gossip"), topo, lambda i: x0[i], seed=0,
+                    dtype=torch.float64)
+    engine.run(0)  # set up: the event queue, every node's first clock draw; round 0's record
+    t1 = time.perf_counter()
+    if sweeps > 1:
+        engine.run(sweeps - 1, log_every=sweeps - 1)
+    t2 = time.perf_counter()
+    engine.run(1, log_every=1)
+    t3 = time.perf_counter()
+    engine.record()  # what the last sweep's record cost, taken off its per-event time
+    t4 = time.perf_counter()
+    return {"setup": t1 - t0, "rate": sweeps * n / (t3 - t1),
+            "last_us": max(t3 - t2 - (t4 - t3), 0.0) / n * 1e6,
+            "rss": _maxrss_mib() - rss0, "consensus": _consensus(engine.block.x) / error0,
+            "virtual": engine.events.now, "events": float(engine.events.activations)}
+
+
+def pairwise_bare(graph: str, n: int, d: int, sweeps: int) -> Row:
+    """The same pairwise averages in plain Python on a numpy array."""
+    topo = topologies.build(graph, n)
+    x0 = _start(n, d)
+    error0 = _consensus(x0)
+    rss0 = _maxrss_mib()
+    t0 = time.perf_counter()
+    neighbors = [topo.view(i).out_neighbors for i in range(n)]
+    degree = [len(nb) for nb in neighbors]
+    x = x0.numpy().copy()
+    rng = np.random.default_rng(0)
+    heap = [(float(t), i) for i, t in enumerate(rng.exponential(1.0, n))]
+    heapq.heapify(heap)
+    t1 = time.perf_counter()
+    now = 0.0
+    t_last = t1
+    for _ in range(sweeps):
+        t_last = time.perf_counter()
+        intervals = rng.exponential(1.0, n).tolist()
+        picks = rng.random(n).tolist()
+        for e in range(n):
+            now, i = heapq.heappop(heap)
+            j = neighbors[i][int(picks[e] * degree[i])]
+            mean = (x[i] + x[j]) * 0.5
+            x[i] = mean
+            x[j] = mean
+            heapq.heappush(heap, (now + intervals[e], i))
+    t3 = time.perf_counter()
+    return {"setup": t1 - t0, "rate": sweeps * n / (t3 - t1), "last_us": (t3 - t_last) / n * 1e6,
+            "rss": _maxrss_mib() - rss0, "consensus": _consensus(x) / error0, "virtual": now,
+            "events": float(sweeps * n)}
+
+
+IMPLEMENTATIONS: dict[str, Callable[[str, int, int, int], Row]] = {
+    "engine": pairwise_engine, "bare": pairwise_bare}
+
+
+def measure_pairwise(graphs: list[str], dims: list[int], n: int, sweeps: int,
+                     in_process: bool) -> dict[tuple[str, int, str], Row]:
+    """Every (graph, d, implementation), each in a fresh process unless ``in_process``."""
+    results = {}
+    for graph in graphs:
+        for d in dims:
+            for name, run in IMPLEMENTATIONS.items():
+                if in_process:
+                    results[(graph, d, name)] = run(graph, n, d, sweeps)
+                else:
+                    with ProcessPoolExecutor(1, mp_context=get_context("spawn")) as pool:
+                        results[(graph, d, name)] = pool.submit(run, graph, n, d, sweeps).result()
+                print(f"done: {graph} d={d} {name}", file=sys.stderr, flush=True)
+    return results
+
+
+def pairwise_table(results: dict[tuple[str, int, str], Row], n: int, sweeps: int) -> str:
+    """The pairwise-gossip table: engine and reference rows side by side."""
+    lines = [f"| graph | d | implementation | setup (s) | events/s ({sweeps} sweeps) | "
+             "µs/event, last sweep | engine / bare (µs/event) | peak RSS growth (MiB) | "
+             f"consensus error after {sweeps} sweeps (rel.) | virtual time (s) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for (graph, d, name), row in results.items():
+        bare = results.get((graph, d, "bare"))
+        ratio = (f"{row['last_us'] / bare['last_us']:.1f}" if name == "engine" and bare
+                 and bare["last_us"] > 0 else "—")
+        lines.append(f"| {graph} (n = {n}) | {d} | {name} | {row['setup']:.2f} | "
+                     f"{row['rate']:.3g} | {row['last_us']:.3g} | {ratio} | {row['rss']:.0f} | "
+                     f"{row['consensus']:.3g} | {row['virtual']:.3g} |")
+    return "\n".join(lines)
+
+
+# -- the page --------------------------------------------------------------------------------
+def write_between_markers(path: Path, text: str) -> None:
+    """Replace what lies between :data:`BEGIN` and :data:`END` in ``path`` with ``text``."""
+    page = path.read_text()
+    if BEGIN not in page or END not in page:
+        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers to write between")
+    head, rest = page.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    path.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+
+
+def main(argv: list[str] | None = None) -> str:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--sweeps", type=int, default=400, help="sweeps (rounds) per straggler run")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds (median)")
+    p.add_argument("--eta", type=float, default=0.01, help="the step size of every method")
+    p.add_argument("--targets", type=float, nargs="+", default=[0.1, 0.01],
+                   help="target relative distances (1/n) Σ‖x_i − x*‖² / ‖x*‖²: a table each")
+    p.add_argument("--graph", default="ring", help="the straggler runs' graph (8 nodes)")
+    p.add_argument("--pairwise-nodes", type=int, default=10_000)
+    p.add_argument("--pairwise-graphs", nargs="+", default=["ring", "geometric:r=0.03"])
+    p.add_argument("--pairwise-sweeps", type=int, default=10)
+    p.add_argument("--dims", type=int, nargs="+", default=[1, 100])
+    p.add_argument("--in-process", action="store_true",
+                   help="run the pairwise measurements in this process (no fresh processes)")
+    p.add_argument("--skip", choices=("straggler", "pairwise"), help="leave one table out")
+    p.add_argument("--write", type=Path, metavar="PAGE",
+                   help=f"also write the output into PAGE between {BEGIN} and {END}")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    parts = []
+    if args.skip != "straggler":
+        t = time.perf_counter()
+        runs = measure_straggler(args.seeds, args.sweeps, args.eta, args.graph)
+        seeds = " ".join(map(str, args.seeds))
+        took = time.perf_counter() - t
+        for target in args.targets:
+            parts.append(f"Time to (1/n) Σ‖x_i − x*‖² / ‖x*‖² ≤ {target:g}: {NODES} nodes on "
+                         f"a {args.graph}, least squares (d = {LSQ_DIM}, {LSQ_SAMPLES} samples "
+                         f"per node, heterogeneity {LSQ_HETEROGENEITY:g}), η = {args.eta:g} for "
+                         f"every method, {args.sweeps} sweeps, median over seeds {seeds} "
+                         f"({took:.0f} s for the runs of every target)\n\n"
+                         + straggler_table(runs, target, args.graph, args.sweeps))
+    if args.skip != "pairwise":
+        t = time.perf_counter()
+        results = measure_pairwise(args.pairwise_graphs, args.dims, args.pairwise_nodes,
+                                   args.pairwise_sweeps, args.in_process)
+        parts.append(f"pairwise-gossip on {args.pairwise_nodes} nodes, {args.pairwise_sweeps} "
+                     f"sweeps ({args.pairwise_sweeps * args.pairwise_nodes} events), "
+                     f"{'in this process' if args.in_process else 'a fresh process per row'} "
+                     f"({time.perf_counter() - t:.0f} s)\n\n"
+                     + pairwise_table(results, args.pairwise_nodes, args.pairwise_sweeps))
+    out = "\n\n".join(parts)
+    print(out)
+    if args.write is not None:
+        write_between_markers(args.write, out)
+    print(f"\n({time.perf_counter() - start:.0f} s)", file=sys.stderr)
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""docs/asynchronous.md's measured tables are the ones benchmarks/bench_async.py prints, and the
+benchmark runs end to end (a tiny configuration, in this process: the real one takes a minute)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import math
+from types import ModuleType
+
+from tests.helpers.launch import ROOT, script
+
+DOC = ROOT / "docs" / "asynchronous.md"
+SECTION = "## Measured: a straggler, and pairwise gossip on 10⁴ nodes"
+TINY = ["--sweeps", "40", "--seeds", "0", "--targets", "0.5", "--pairwise-nodes", "200",
+        "--pairwise-graphs", "ring", "--pairwise-sweeps", "2", "--dims", "1", "--in-process"]
+
+
+def bench() -> ModuleType:
+    """benchmarks/bench_async.py as a module."""
+    return script("bench_async", "benchmarks")
+
+
+def measured() -> str:
+    """What lies between the benchmark's markers in the page."""
+    b = bench()
+    text = DOC.read_text()
+    assert SECTION in text
+    section = text[text.index(SECTION):]
+    assert b.BEGIN in section and b.END in section
+    return section.split(b.BEGIN, 1)[1].split(b.END, 1)[0]
+
+
+def sweeps_in_doc(text: str) -> int:
+    """The ``--sweeps`` the docs' tables were made with (in their captions)."""
+    caption = next(line for line in text.splitlines() if line.startswith("Time to "))
+    return int(caption.split(" sweeps,")[0].rsplit(" ", 1)[1])
+
+
+def test_docs_tables_are_the_benchmarks():
+    b = bench()
+    text = measured()
+    run = {"trace": [(0.5, 1.0, 1, 8.0)], "final": 0.5, "diverged": 0.0}
+    runs = {(alg, net): [run] for alg in b.METHODS for net in b.NETWORKS}
+    straggler = b.straggler_table(runs, 0.5, "ring", sweeps_in_doc(text))
+    assert straggler.splitlines()[0] in text  # the same columns
+    targets = text.count("| method | graph | network |")
+    assert targets >= 1
+    for alg in b.METHODS:
+        for net in b.NETWORKS:  # one row per (method, network) and target
+            assert text.count(f"| {alg} | ring | {net} | ") == targets, (alg, net)
+    row = dict.fromkeys(("setup", "rate", "last_us", "rss", "consensus", "virtual", "events"), 1.0)
+    pairwise = b.pairwise_table({("ring", 1, "engine"): row}, 10_000, 10)
+    assert pairwise.splitlines()[0] in text
+    for graph in ("ring", "geometric:r=0.03"):
+        for d in (1, 100):
+            for impl in b.IMPLEMENTATIONS:
+                assert text.count(f"| {graph} (n = 10000) | {d} | {impl} | ") == 1, (graph, d, impl)
+
+
+def test_benchmark_runs_end_to_end(tmp_path):
+    b = bench()
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n{b.BEGIN}\nold\n{b.END}\nafter\n")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        out = b.main([*TINY, "--write", str(page)])
+    assert page.read_text() == f"before\n{b.BEGIN}\n{out}\n{b.END}\nafter\n"
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
+             if line.startswith("| ") and not line.startswith(("| method", "| graph"))]
+    straggler = [c for c in cells if c[0] in b.METHODS]
+    assert len(straggler) == len(b.METHODS) * len(b.NETWORKS)
+    assert all(c[3] == "1/1" and c[-1] == "0/1" for c in straggler)  # every run got to 0.5
+    dpsgd = [c for c in straggler if c[0] == "dpsgd"]
+    assert [c[7] for c in dpsgd] == ["1.00", "1.00"]  # the speedups' reference
+    assert float(dpsgd[1][4]) > float(dpsgd[0][4])  # a synchronous round waits for the straggler
+    pairwise = [c for c in cells if c[0] == "ring (n = 200)"]
+    assert [c[2] for c in pairwise] == list(b.IMPLEMENTATIONS)
+    for c in pairwise:
+        assert 0 < float(c[8]) < 1 and math.isclose(float(c[9]), 2, rel_tol=0.5)  # 2 sweeps ≈ 2 s
