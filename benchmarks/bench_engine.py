@@ -39,6 +39,7 @@ from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.compress import Codec, pack_bits, register_compressor, unpack_bits  # noqa: E402
 from gossip.compress.wire import Sections, numel_of  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
+from gossip.layout import Layout  # noqa: E402
 from gossip.seeding import generator, init_seed  # noqa: E402
 
 
@@ -61,8 +62,12 @@ def mpi_part(dim: int, rounds: int, spec: str) -> None:
     world = World.detect()
     comm = MPI.COMM_WORLD
     topo = topologies.build("ring", world.size)
+    layout = None
+    if spec.startswith("lowrank"):  # a near-square matrix (1000 x 1000 at d = 10^6)
+        rows = max(r for r in range(1, int(dim ** 0.5) + 1) if dim % r == 0)
+        layout = Layout([(rows, dim // rows)])
     eng = Engine(make_algorithm("gossip"), topo, lambda i: torch.randn(dim), compressor=spec,
-                 world=world, dtype=torch.float32)
+                 world=world, dtype=torch.float32, layout=layout)
     nbytes = eng.block.compressor.nbytes_rows(eng.block.x[0])
     view = topo.view(world.rank)
     send = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
@@ -103,8 +108,9 @@ def mpi_part(dim: int, rounds: int, spec: str) -> None:
 def floor_of(eng: Engine, view, comm):
     """The work a round must do, from its parts used standalone: for exact gossip the bare
     exchange of the float32 vectors and a plain numpy mix ``(x + Σ_j x_j) / (1 + degree)``;
-    for a compressor the bare exchange of this round's real messages, one standalone
-    ``encode_rows`` and the standalone ``decode_add_rows_`` of each received message."""
+    for a compressor the bare exchange of this round's real messages, one standalone encode of
+    the node's message and the standalone decode-add of every message the round decodes: its
+    own (gossip adds ``(w_ii − 1)·C(x_i)``) and each received one."""
     from mpi4py import MPI
 
     comp, x = eng.block.compressor, eng.block.x[:1].clone()
@@ -125,15 +131,27 @@ def floor_of(eng: Engine, view, comm):
         return mix
 
     rng = eng.block.rng
-    msg = comp.encode_rows(x, rng)
+    if comp.stateful:  # low-rank keeps its warm start per node: a fresh one of its own
+        comp = eng._new_compressor()
+        msg = comp.encode(x[0], rng).to_bytes().view(1, -1).clone()
+
+        def encode() -> None:
+            msg[0].copy_(comp.encode(x[0], rng).to_bytes())
+    else:
+        msg = comp.encode_rows(x, rng)
+
+        def encode() -> None:
+            comp.encode_rows(x, rng, out=msg)
     inbox = [torch.empty_like(msg) for _ in nbrs]
     out = torch.zeros_like(x)
+    w_own = float(view.self_weight) - 1.0
 
     def kernels() -> None:
-        comp.encode_rows(x, rng, out=msg)
+        encode()
         reqs = [comm.Irecv([b.numpy(), MPI.BYTE], source=j, tag=3) for j, b in zip(nbrs, inbox)]
         reqs += [comm.Isend([msg.numpy(), MPI.BYTE], dest=j, tag=3) for j in outs]
         MPI.Request.Waitall(reqs)
+        comp.decode_add_rows_(out, msg, w_own)
         for b, w in zip(inbox, view.in_weights):
             comp.decode_add_rows_(out, b, float(w))
     return kernels
@@ -288,12 +306,14 @@ def user_compressor_part(n: int, d: int, rounds: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--ranks", type=int, default=4,
-                   help="MPI ranks of the ring in part (a) (default 4)")
+    p.add_argument("--ranks", type=int, nargs="+", default=[2, 4],
+                   help="MPI ranks of the ring in part (a), one run each (default 2 4: one core "
+                        "per rank here, then two ranks per core)")
     p.add_argument("--dims", type=int, nargs="+", default=[10_000, 1_000_000],
                    help="vector sizes for part (a)")
-    p.add_argument("--compressors", nargs="+", default=["none", "topk:0.01", "sign"],
-                   help="compressors for part (a)")
+    p.add_argument("--compressors", nargs="+",
+                   default=["none", "topk:0.01", "sign", "qsgd:4", "lowrank:1"],
+                   help="compressors for part (a) (low-rank on the vector as a near-square matrix)")
     p.add_argument("--rounds", type=int, default=200, help="timed rounds per measurement")
     p.add_argument("--large", action=argparse.BooleanOptionalAction, default=True,
                    help="also time n = 10^4 nodes, d = 10^3 (s/round, memory)")
@@ -320,12 +340,13 @@ def main() -> None:
           "|---|---|---|---|---|---|---|---|---|---|")
     mpiexec = Path(sys.executable).parent / "mpiexec"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    for dim in args.dims:
-        for spec in args.compressors:
-            rounds = max(20, args.rounds // (10 if dim >= 1_000_000 else 1))
-            subprocess.run([str(mpiexec), "-n", str(args.ranks), sys.executable, __file__,
-                            "--mpi-part", "--dim", str(dim), "--spec", spec,
-                            "--rounds", str(rounds)], env=env, check=True)
+    for ranks in args.ranks:
+        for dim in args.dims:
+            for spec in args.compressors:
+                rounds = max(20, args.rounds // (10 if dim >= 1_000_000 else 1))
+                subprocess.run([str(mpiexec), "-n", str(ranks), sys.executable, __file__,
+                                "--mpi-part", "--dim", str(dim), "--spec", spec,
+                                "--rounds", str(rounds)], env=env, check=True)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,6 @@ directed and time-varying graphs.
 
 from __future__ import annotations
 
-import torch
-
 from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.requirements import Graph, Requirements
 from gossip.engine.block import Block
@@ -37,7 +35,6 @@ class Gossip(Algorithm):
 
     def setup(self, block: Block) -> None:
         block.workspace["channel"] = Channel(block, "x")  # memoryless: C(x) of this round
-        block.workspace["mix"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
         inbox = yield block.workspace["channel"].send(block.x)
@@ -45,6 +42,5 @@ class Gossip(Algorithm):
 
     def mix(self, block: Block, inbox) -> None:
         """``x ← x + γ (Σ_j w_ij C(x_j) − C(x_i))``: the own message weighs ``w_ii − 1``."""
-        _, mix = block.workspace["channel"].mix(inbox, into=(None, block.workspace["mix"]),
-                                                add=False, own_weight=block.self_weight - 1.0)
-        block.x.add_(mix, alpha=self.gamma)
+        block.workspace["channel"].mix(inbox, into=(None, block.x), alpha=self.gamma,
+                                       own_weight=block.self_weight - 1.0)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
@@ -102,6 +103,18 @@ def tame(*scalars: float) -> bool:
 def quiet():
     """A context that silences numpy floating-point warnings (for untamed scalars)."""
     return np.errstate(all="ignore")
+
+
+@contextmanager
+def unchecked(comp: Any) -> Iterator[None]:
+    """``comp``'s NaN/Inf check of its input off for the calls inside: for a caller that knows
+    the input is finite (a model the fused mix kernel wrote and checked entry by entry)."""
+    old = comp.check_finite
+    comp.check_finite = False
+    try:
+        yield
+    finally:
+        comp.check_finite = old
 
 
 def check_dtype(x: torch.Tensor, allowed: tuple[torch.dtype, ...], name: str) -> None:

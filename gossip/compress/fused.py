@@ -1,10 +1,12 @@
-"""The mix of dense messages on CPU in one pass over memory: a numba kernel (compiled at first
-use, then loaded from numba's on-disk cache).
+"""The mix of dense messages on CPU in one pass over memory (the kernel: numba,
+:mod:`gossip.compress.fused_kernel`, compiled at first use, then loaded from numba's cache).
 
 ``out[t] (+)= w_own[t]·own[t] + Σ_k w[k]·vals[src[k]]`` over the terms of target row ``t`` in
 order, with each product rounded and then added: the roundings of the numpy path
 (:func:`gossip.compress.rows.add_rows_`), so the result is bit-identical to it, while the sum
-stays in a cache-sized buffer instead of streaming ``out`` through memory once per term. The
+stays in a cache-sized buffer instead of streaming ``out`` through memory once per term. With
+``alpha`` the sum is then added as torch's ``out.add_(sum, alpha=alpha)`` adds it (one fused
+multiply-add), so a model's whole update ``x ← x + α·(mix)`` is one pass too, in place. The
 kernel also reports which rows of the result are finite, which is what lets a receiver skip a
 separate pass over every dense message to look for NaN/Inf (a non-finite term always makes the
 sum non-finite). Without numba (or off CPU) callers keep the numpy/torch path.
@@ -20,18 +22,19 @@ import torch
 
 log = logging.getLogger(__name__)
 
-CHUNK = 4096
-"""Entries of a row summed at a time (16 KiB of float32: the partial sum stays in L1)."""
+CHUNK_ENTRIES = 1 << 14
+"""Entries summed at a time over all rows (64 KiB of float32: the partial sums stay in L2)."""
 
-_kernel: Any = None  # the compiled dispatcher; False when numba is not available
+_kernel: Any = None  # the compiled module; False when numba is not available
 
 
 def kernel() -> Any:
-    """The numba kernel, compiled (or loaded from the cache) on first use; None without numba."""
+    """The kernel module, compiled (or loaded from the cache) on first use; None without numba."""
     global _kernel
     if _kernel is None:
         try:
-            _kernel = _compile()
+            from gossip.compress import fused_kernel
+            _kernel = fused_kernel
         except ImportError:
             log.debug("numba is not installed: dense mixes take the numpy path")
             _kernel = False
@@ -61,82 +64,50 @@ class Terms:
         self.indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
 
 
+_NO_TERMS: dict[int, Terms] = {}
+
+
+def _flat(rows: torch.Tensor, dtype: np.dtype) -> tuple[np.ndarray, int]:
+    """The [m, d] rows (each contiguous, any row stride) as one flat 1-D array from the first
+    entry of row 0 to the last of row m − 1, and the row pitch in entries."""
+    m, d = rows.shape
+    if m == 0 or d == 0:
+        return np.zeros(0, dtype), 0
+    pitch = rows.stride(0) if m > 1 else d
+    flat = torch.as_strided(rows, ((m - 1) * pitch + d,), (1,))
+    return flat.numpy(), pitch
+
+
 def mix_rows_(out: torch.Tensor, own: torch.Tensor | None, w_own: torch.Tensor | None,
               terms: Terms | None, vals_own: torch.Tensor, vals_recv: torch.Tensor | None,
-              *, add: bool) -> np.ndarray:
+              *, add: bool, alpha: float | None = None) -> np.ndarray:
     """``out[t] = (out[t] if add else 0) + w_own[t]·own[t] + Σ w·vals[src]`` for every row;
-    returns the [m] bool mask of rows whose result is finite.
+    with ``alpha`` (and ``add``) ``out[t] += alpha·(0 + w_own[t]·own[t] + Σ w·vals[src])``,
+    the sum rounded first. Returns the [m] bool mask of rows whose result is finite.
 
     ``own`` ([m, d] values, or None for no own term) and ``vals_own`` / ``vals_recv`` (the
     value sections of the staging rows below / from ``m`` on, where ``terms.src`` points) are
-    strided views into message rows; nothing is copied."""
-    fn = kernel()
+    strided views into message rows; nothing is copied. ``out`` may be ``own`` or share memory
+    with the staging rows (a model sent from its own memory, mixed in place): every row's
+    chunk is summed before any is written."""
+    fn = kernel().mix
     m, d = out.shape
-    dtype = out.dtype
-    o = out.numpy()
+    dtype = out.numpy().dtype
+    o, po = _flat(out, dtype)
     has_own = own is not None
-    own_np = own.numpy() if has_own else o
-    wo = (w_own.to(dtype).reshape(m).numpy() if has_own else np.zeros(m, dtype=o.dtype))
-    vo = vals_own.numpy()
-    vr = vals_recv.numpy() if vals_recv is not None and vals_recv.shape[0] else vo[:0]
+    x, pw = _flat(own, dtype) if has_own else (o, po)
+    wo = (w_own.to(out.dtype).reshape(m).numpy() if has_own else np.zeros(m, dtype=dtype))
+    vo, pvo = _flat(vals_own, dtype)
+    vr, pvr = _flat(vals_recv, dtype) if vals_recv is not None else (vo[:0], 0)
     if terms is None:
-        indptr, src, w = np.zeros(m + 1, np.int64), np.zeros(0, np.int64), np.zeros(0, o.dtype)
-    else:
-        indptr, src, w = terms.indptr, terms.src, terms.w
+        terms = _NO_TERMS.get(m) or _NO_TERMS.setdefault(
+            m, Terms(m, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                     torch.zeros(0, dtype=torch.float64), out.dtype))
+    mode = 1 if add and alpha is None else 2 if add else 0
+    chunk = max(64, min(4096, CHUNK_ENTRIES // max(m, 1)))
     ok = np.empty(m, dtype=np.bool_)
-    buf = np.empty(min(CHUNK, d), dtype=o.dtype)
-    fn(o, own_np, wo, has_own, vo, vr, vals_own.shape[0], indptr, src, w, not add,
-       o.dtype.type(0), buf, ok)
+    buf = np.empty(m * min(chunk, d), dtype=dtype)
+    fn(o, po, x, pw, has_own, wo, vo, pvo, vr, pvr, vals_own.shape[0], d, terms.indptr,
+       terms.src, terms.w.astype(dtype, copy=False), mode, dtype.type(1.0 if alpha is None else alpha),
+       buf, min(chunk, d), ok)
     return ok
-
-
-def _compile() -> Any:
-    """Build the kernel (numba is imported here: it costs nothing to runs that never mix)."""
-    import numba
-    from numba import types as nt
-
-    def signature(f: Any) -> Any:  # 2-D views of any strides ('A'), 1-D contiguous arrays
-        a2, c1 = nt.Array(f, 2, "A"), nt.Array(f, 1, "C")
-        i1 = nt.Array(nt.int64, 1, "C")
-        return nt.void(a2, a2, c1, nt.boolean, a2, a2, nt.int64, i1, i1, c1, nt.boolean, f, c1,
-                       nt.Array(nt.boolean, 1, "C"))
-
-    @numba.njit([signature(nt.float32), signature(nt.float64)], cache=True, nogil=True,
-                boundscheck=False)
-    def mix(out, own, w_own, has_own, vo, vr, m_own, indptr, src, w, write, zero, buf, ok):
-        m, d = out.shape
-        chunk = buf.shape[0]
-        inf = np.inf
-        for t in range(m):
-            good = True
-            wt = w_own[t]
-            for c0 in range(0, d, chunk):
-                c1 = min(c0 + chunk, d)
-                n = c1 - c0
-                o = out[t, c0:c1]
-                b = buf[:n]
-                if has_own:
-                    x = own[t, c0:c1]
-                    if write:
-                        for i in range(n):
-                            b[i] = zero + wt * x[i]
-                    else:
-                        for i in range(n):
-                            b[i] = o[i] + wt * x[i]
-                elif write:
-                    b[:] = zero
-                else:
-                    b[:] = o
-                for k in range(indptr[t], indptr[t + 1]):
-                    s = src[k]
-                    wk = w[k]
-                    v = vo[s, c0:c1] if s < m_own else vr[s - m_own, c0:c1]
-                    for i in range(n):
-                        b[i] = b[i] + wk * v[i]
-                for i in range(n):
-                    o[i] = b[i]
-                for i in range(n):
-                    good &= abs(b[i]) < inf
-            ok[t] = good
-
-    return mix

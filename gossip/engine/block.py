@@ -20,10 +20,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from torch.autograd.graph import increment_version
 
 from gossip.compress import Compressor
 from gossip.compress import fused as _fused
 from gossip.compress.base import row_stride
+from gossip.compress.checks import unchecked
 from gossip.compress.rows import LOOP_FROM, header_int64, host_decode, section
 from gossip.engine.cache import IdentityCache
 from gossip.engine.routing import ArcPlan, MixPlan
@@ -80,6 +82,7 @@ class Block:
         self._cache = IdentityCache()
         self._staging: dict[tuple[int, bool], torch.Tensor] = {}
         self._message_rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._finite: dict[int, int] = {}  # message tensor -> version the mix kernel checked
         self._scratches: dict[Any, torch.Tensor] = {}
         self._prefetched: tuple[torch.Tensor, int, str] | None = None  # (gradients, x's version, by)
         self._stand_in = False
@@ -195,8 +198,10 @@ class Block:
         pitch = row_stride(nbytes)
         remote = len(route.remote_in)
         in_place = self._message_rows.get(X.data_ptr()) if self.in_message_rows(X) else None
+        checked = False
         if in_place is not None and comp.sends_values_in_place and in_place[0].shape[1] >= nbytes:
             own = in_place[0]
+            checked = self._finite.get(X.data_ptr()) == X._version  # unchanged since the kernel
             recv = self._buffer((remote, pitch), X.device, recv_only=True)
             both = None
         else:
@@ -213,7 +218,8 @@ class Block:
             self._encode_per_node(comp, X, mine, rng)
         else:
             try:
-                block = comp.encode_rows(X, rng, out=mine)
+                with unchecked(comp) if checked else contextlib.nullcontext():
+                    block = comp.encode_rows(X, rng, out=mine)
             except CompressionError as exc:
                 row = getattr(exc, "row", None)
                 who = f"node {route.senders[row]}" if row is not None else "a node"
@@ -334,13 +340,17 @@ class Block:
     def mix_into(self, out: torch.Tensor, own: Rows | None, inbox: Rows, *,
                  own_weight: torch.Tensor | None = None, scale: float = 1.0,
                  copy: torch.Tensor | None = None, plan: MixPlan | None = None,
-                 add: bool = True) -> torch.Tensor:
+                 add: bool = True, alpha: float | None = None) -> torch.Tensor:
         """``out += scale·(w_ii·C(own) + Σ_j w_ij·C(q_j))`` for every row, neighbors in sorted
         order (the order a per-node loop sums in); with ``copy`` (and ``own``) also
         ``copy += C(own)``, a public copy such as CHOCO's x̂. ``plan``: the round's plan with
         other weights (a :class:`~gossip.engine.channel.Channel`'s; default ``self.plan``).
         ``add=False`` writes the sum into ``out`` instead (``0 + …``: the same bits as zeroing
-        ``out`` first, without the pass over it).
+        ``out`` first, without the pass over it). ``alpha`` adds ``alpha·sum`` to ``out``: a
+        model's own update ``x ← x + α·(mix)``, where ``out`` may be the model the messages were
+        sent from. Dense messages (``none``, sent from that memory) add it as
+        ``out.add_(sum, alpha=alpha)`` rounds it, the sum first; compressed ones fold ``alpha``
+        into the weights and decode each term straight into ``out``.
 
         Dense messages (``none``) of long CPU rows are summed by one kernel
         (:mod:`gossip.compress.fused`) that also tells which results are finite, so the
@@ -365,7 +375,15 @@ class Block:
         if self._dense_kernel(comp, out):
             if copy is not None:
                 self._decode_add(comp, copy, own.mine(), 1.0, None, None)
-            return self._mix_dense(out, own, inbox, w_own, plan, scale, add)
+            return self._mix_dense(out, own, inbox, w_own, plan, scale, add, alpha)
+        if alpha is not None and not comp.sends_values_in_place:  # messages apart from out
+            return self.mix_into(out, own, inbox, own_weight=own_weight, scale=scale * alpha,
+                                 copy=copy, plan=plan)
+        if alpha is not None:  # the sum apart (the messages may read out), then added
+            total = self.mix_into(self._scratch(out, "mix_into.alpha"), own, inbox,
+                                  own_weight=own_weight, scale=scale, copy=copy, plan=plan,
+                                  add=False)
+            return out.add_(total, alpha=alpha)
         if not add:
             out.zero_()
         if (own is inbox and ordered and fused is not None and fused[3] is None
@@ -426,7 +444,8 @@ class Block:
                 and out.dim() == 2 and _fused.usable(out) and host_decode(comp, out))
 
     def _mix_dense(self, out: torch.Tensor, own: Rows | None, inbox: Rows,
-                   w_own: torch.Tensor | None, plan: MixPlan, scale: float, add: bool) -> torch.Tensor:
+                   w_own: torch.Tensor | None, plan: MixPlan, scale: float, add: bool,
+                   alpha: float | None) -> torch.Tensor:
         """:meth:`mix_into` of dense messages by :func:`gossip.compress.fused.mix_rows_`; the
         received rows' pending check runs only when a result is not finite (to name the
         sender) or a header is not the expected one."""
@@ -443,7 +462,14 @@ class Block:
             w_own = torch.full((self.m,), float(w_own), dtype=torch.float64)
         ok = _fused.mix_rows_(out, None if own is None else section(own.mine(), cplan, "values"),
                               w_own, terms, section(inbox.own[:, :nb], cplan, "values"),
-                              section(inbox.recv[:, :nb], cplan, "values"), add=add)
+                              section(inbox.recv[:, :nb], cplan, "values"), add=add,
+                              alpha=alpha)
+        increment_version(out)  # written through numpy: torch's version counter must still move
+        if self.in_message_rows(out):  # its next send needs no NaN/Inf pass if it is finite
+            if ok.all():
+                self._finite[out.data_ptr()] = out._version
+            else:
+                self._finite.pop(out.data_ptr(), None)
         if inbox.pending is not None:
             recv = inbox.recv[:, :nb]
             heads = recv[:, :8].view(torch.int64).view(-1)

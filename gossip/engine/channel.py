@@ -192,8 +192,8 @@ class Channel:
         return block.encode(d, self.compressor, self.rng)
 
     def mix(self, inbox: Any, *, into: tuple[torch.Tensor | None, torch.Tensor] | None = None,
-            scale: float = 1.0, own_weight: torch.Tensor | None = None, add: bool = True
-            ) -> tuple[torch.Tensor | None, torch.Tensor]:
+            scale: float = 1.0, own_weight: torch.Tensor | None = None, add: bool = True,
+            alpha: float | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
         """``(ẑ, ẑm)`` for every row from this channel's exchanged messages ``inbox`` (what the
         ``yield`` gave back for its part), the own message first, then the neighbors' in sorted
         order; the copies move by α. With α = 1 they are the copies themselves; otherwise
@@ -202,7 +202,9 @@ class Channel:
         ``into=(a, b)`` (memoryless channels) adds instead ``C(q_i)`` to ``a`` (None: skipped)
         and ``scale·(m_ii·C(q_i) + Σ_j m_ij·C(q_j))`` to ``b`` (``own_weight`` replaces
         ``m_ii``), straight into the caller's tensors: DCD's ``x += ẑ``, ``s += ẑm``; with
-        ``add=False`` that sum is written into ``b`` instead of added to it."""
+        ``add=False`` that sum is written into ``b`` instead of added to it; with ``alpha`` it is
+        added as ``b.add_(sum, alpha=alpha)`` adds it, and ``b`` may be the tensor the messages
+        were sent from (gossip's ``x ← x + γ·(mix)``, one pass in place for dense rows)."""
         if self.arcs is not None:
             raise ConfigError(f"channel {self.name!r} keeps copies per arc: it has no ẑ, ẑm "
                               "per node; use gap(inbox)")
@@ -213,11 +215,11 @@ class Channel:
                                   "memoryless channels")
             a, b = into
             block.mix_into(b, inbox, inbox, copy=a, scale=scale, own_weight=own_weight, plan=plan,
-                           add=add)
+                           add=add, alpha=alpha)
             self._in_flight = False
             return a, b
-        if scale != 1.0 or own_weight is not None or not add:
-            raise ConfigError("scale, own_weight and add go with into=")
+        if scale != 1.0 or own_weight is not None or not add or alpha is not None:
+            raise ConfigError("scale, own_weight, add and alpha go with into=")
         if self.wide and self.copy is not None:
             return self._mix_wide(inbox, plan)
         if self.alpha == 1.0:  # ẑ, ẑm are the new copies: decode into them

@@ -92,3 +92,69 @@ def test_a_run_has_the_bits_of_the_numpy_path(alg, kwargs, monkeypatch):
     n = len(calls)
     assert torch.equal(run(), with_kernel)
     assert len(calls) == n  # and this time it did not
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("alpha", [1.0, 0.7, 1.3])
+def test_alpha_adds_as_torch_add_does(dtype, alpha):
+    """``out += α·(sum)``: the sum rounded first, then torch's ``add_(…, alpha=)`` (one fused
+    multiply-add), whatever the path."""
+    g = torch.Generator().manual_seed(2)
+    m, d = 3, 9000
+    staging = torch.randn(6, d + 3, generator=g, dtype=dtype)[:, 1 : d + 1]
+    own, recv = staging[:m], staging[m:]
+    out = torch.randn(m, d, generator=g, dtype=dtype)
+    src, dst = torch.tensor([3, 4, 0, 5]), torch.tensor([0, 1, 2, 2])
+    w = torch.rand(4, generator=g, dtype=torch.float64)
+    w_own = torch.rand(m, generator=g, dtype=torch.float64) - 1.0
+    total = torch.from_numpy(reference(np.zeros((m, d), out.numpy().dtype), own.numpy(),
+                                       w_own.numpy(), src.tolist(), dst.tolist(), w.numpy(),
+                                       staging.numpy(), add=False))
+    expect = out.clone().add_(total, alpha=alpha)
+    ok = fused.mix_rows_(out, own, w_own, fused.Terms(m, src, dst, w, dtype), own, recv,
+                         add=True, alpha=alpha)
+    assert torch.equal(out, expect)
+    assert ok.all()
+
+
+def test_in_place_over_the_rows_it_reads():
+    """A model mixed in place with its neighbors' rows of the same tensor (exact gossip of
+    several nodes in one process): every result reads the inputs as they were."""
+    g = torch.Generator().manual_seed(3)
+    m, d = 5, 20_000
+    x = torch.randn(m, d, generator=g)
+    ring = torch.arange(m)
+    src = torch.cat(((ring - 1) % m, (ring + 1) % m))
+    dst = torch.cat((ring, ring))
+    w = torch.full((2 * m,), 1 / 3, dtype=torch.float64)
+    w_own = torch.full((m,), 1 / 3 - 1.0, dtype=torch.float64)
+    total = torch.from_numpy(reference(np.zeros((m, d), np.float32), x.numpy(), w_own.numpy(),
+                                       src.tolist(), dst.tolist(), w.numpy(), x.numpy(), add=False))
+    expect = x.clone().add_(total, alpha=1.0)
+    fused.mix_rows_(x, x, w_own, fused.Terms(m, src, dst, w, torch.float32), x, None,
+                    add=True, alpha=1.0)
+    assert torch.equal(x, expect)
+
+
+def test_a_model_changed_after_the_kernel_checked_it_is_checked_again():
+    """Exact gossip sends the model the kernel wrote (and found finite) without another NaN/Inf
+    pass; a model changed since then is checked at its next send, and NaN is refused."""
+    topo = topologies.build("ring", 4)
+    eng = Engine(make_algorithm("gossip"), topo,
+                 lambda i: torch.randn(LOOP_FROM + 5, generator=torch.Generator().manual_seed(i)),
+                 compressor="none", dtype=torch.float32)
+    eng.step()
+    sums = []
+    real = eng.block.compressor._fast_encode_rows
+
+    def spy(X, rng=None, *, out=None):
+        sums.append(eng.block.compressor.check_finite)
+        return real(X, rng, out=out)
+
+    eng.block.compressor._fast_encode_rows = spy
+    eng.step()
+    assert sums == [False]  # the kernel's check of round 1's result stands for round 2's send
+    eng.block.x[2, 7] = math.nan
+    with pytest.raises(Exception, match="node 2 .*NaN/Inf"):
+        eng.step()
+    assert sums[-1] is True
