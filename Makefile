@@ -40,8 +40,8 @@ lint: install
 
 bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_compress.py
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_engine.py
-	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_startup.py
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_engine.py --write docs/performance.md
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_startup.py --write docs/performance.md
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_transport.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_overlap.py
 

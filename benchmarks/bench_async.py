@@ -66,6 +66,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from docpage import markers, write_between_markers  # noqa: E402
 
 import topologies  # noqa: E402
 from gossip import Engine, make_algorithm  # noqa: E402
@@ -79,7 +82,7 @@ METHODS = ("dpsgd", "ad-psgd", "async-sgp", "gossip-learning")
 """The straggler table's algorithms; the first, synchronous, is the speedups' reference."""
 NETWORKS = ("compute=exp:1", "compute=exp:1;slow=nodes:0x5")
 """Without and with the straggler (node 0 five times slower)."""
-BEGIN, END = "<!-- bench_async: begin -->", "<!-- bench_async: end -->"
+BEGIN, END = markers("bench_async")
 """The markers around the tables in docs/asynchronous.md (``--write``)."""
 
 Row = dict[str, float]
@@ -278,17 +281,6 @@ def pairwise_table(results: dict[tuple[str, int, str], Row], n: int, sweeps: int
     return "\n".join(lines)
 
 
-# -- the page --------------------------------------------------------------------------------
-def write_between_markers(path: Path, text: str) -> None:
-    """Replace what lies between :data:`BEGIN` and :data:`END` in ``path`` with ``text``."""
-    page = path.read_text()
-    if BEGIN not in page or END not in page:
-        raise SystemExit(f"{path}: no {BEGIN} ... {END} markers to write between")
-    head, rest = page.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    path.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
-
-
 def main(argv: list[str] | None = None) -> str:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sweeps", type=int, default=400, help="sweeps (rounds) per straggler run")
@@ -334,7 +326,7 @@ def main(argv: list[str] | None = None) -> str:
     out = "\n\n".join(parts)
     print(out)
     if args.write is not None:
-        write_between_markers(args.write, out)
+        write_between_markers(args.write, out, "bench_async")
     print(f"\n({time.perf_counter() - start:.0f} s)", file=sys.stderr)
     return out
 

@@ -1,22 +1,26 @@
-"""Engine benchmark: ratios measured side by side in one run (not a test).
+"""Engine benchmark: ratios measured side by side in one run (not a test; ``make bench``).
 
-(a) An MPI gossip round over its floor, the same work done by the parts standalone (issue 22's
-    targets: <= 1.2 for exact gossip at d = 1e6, where the floor is a bare mpi4py exchange of
-    the vectors and a plain numpy mix; <= 1.3 for compressors, where it is the bare exchange of
-    the round's messages, one standalone encode and the standalone decode-adds), and over the
-    bare exchange of the same bytes alone, timed alternately. For exact gossip
-    also a hand-fused numpy round of the same update (the same checks and roundings, the
-    arithmetic streamed through the cache in one loop; checked equal to the engine's result):
-    the floor of this computation in Python here, so round / fused is the engine's own
-    overhead. Started by this script under ``mpiexec -n RANKS``.
+(a) An MPI gossip round (one node per rank on a ring, ``--ranks`` 2 and 4: one core per rank
+    here, then two ranks per core) over its floor, the same work done by its parts standalone.
+    For exact gossip (``none``) the floor is a bare mpi4py exchange of the vectors and a plain
+    numpy mix ``(x + Σ_j x_j) / (1 + degree)`` (issue 22's target: <= 1.2 at d = 10^6); for a
+    compressor it is the bare exchange of the round's real messages, one standalone encode and
+    the standalone decode-add of every message the round decodes, its own included (target
+    <= 1.3). Also the round over the bare exchange of the same bytes alone and, for exact
+    gossip, over a hand-fused numpy round of the same update (the same checks and roundings
+    streamed through the cache in one Python loop, checked equal to the engine's result).
+    Started by this script under ``mpiexec -n RANKS``.
 (b) In-process CHOCO top-1% on a ring, the block engine over a hand-vectorized torch round of
-    the same update (targets <= 1.5 at n = 25, d = 2000 and <= 1.2 at n = 1000, d = 10^4),
+    the same update (targets <= 1.5 at n = 25, d = 2000 and <= 1.0 at n = 1000, d = 10^4),
     timed alternately; n = 10^4 nodes, d = 10^3 reports s/round and memory.
 (c) A user's compressor in the batch form (docs/extending.md) over the built-in of the same
     kind, per in-process CHOCO round on a ring (n = 25, d = 2000), timed alternately: a
     ``(‖x‖₁/d)·sign(x)`` written as a user would (the built-in ``sign``'s math; target <= 1.2),
     and the guide's ``BlockSign`` (one scale per 256 entries: more work than ``sign``), executed
     from the guide's own code block.
+
+    python benchmarks/bench_engine.py                                # prints the tables
+    python benchmarks/bench_engine.py --write docs/performance.md   # and puts them in the page
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from docpage import write_between_markers  # noqa: E402
 
 import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
@@ -161,8 +168,8 @@ class FusedGossip:
     """Exact gossip ``x ← x + (w_ii − 1)·x + Σ_j w_ij·x_j`` for one node per rank, written by
     hand in numpy as tight as Python allows: the engine's checks (‖x‖ finite before sending, each
     received vector finite) and its roundings (each ``w·v`` rounded, then added in sorted
-    neighbor order), with the arithmetic streamed through the cache in one loop of six ops per
-    chunk (the engine does eight, whole-vector). Messages are the raw float32 vectors."""
+    neighbor order), with the arithmetic streamed through the cache in one loop of six numpy
+    calls per chunk. Messages are the raw float32 vectors."""
 
     CHUNK = 1 << 15
 
@@ -242,7 +249,7 @@ class TorchChoco:
             S.scatter_add_(1, idx[src], vals[src] * w)
 
 
-def in_process_part(n: int, d: int, rounds: int) -> None:
+def in_process_part(n: int, d: int, rounds: int) -> str:
     torch.set_num_threads(1)
     topo = topologies.build("ring", n)
     x0 = lambda i: torch.randn(d, generator=generator(init_seed(0, i)))  # noqa: E731
@@ -259,9 +266,9 @@ def in_process_part(n: int, d: int, rounds: int) -> None:
     ref = TorchChoco(block.x.clone(), topo, 0.05, k)
     ref.step()
     t_engine, t_ref = _interleaved([eng.step, ref.step], rounds)
-    print(f"| CHOCO top-1%, ring {n}, d={d} | {1e3 * t_engine:.3f} ms/round "
-          f"| {1e3 * t_ref:.3f} ms/round | {t_engine / t_ref:.2f} | setup {t_setup:.1f} s, "
-          f"block state {state_gib:.2f} GiB |")
+    return (f"| CHOCO top-1%, ring {n}, d={d} | {1e3 * t_engine:.3f} ms/round "
+            f"| {1e3 * t_ref:.3f} ms/round | **{t_engine / t_ref:.2f}** | setup {t_setup:.1f} s, "
+            f"block state {state_gib:.2f} GiB |")
 
 
 # -- (c) a user's compressor --------------------------------------------------------------------
@@ -289,7 +296,7 @@ def guide_compressor() -> None:
     exec(compile(block.split("```")[0], "<docs/extending.md: BlockSign>", "exec"), {"__name__": "guide"})
 
 
-def user_compressor_part(n: int, d: int, rounds: int) -> None:
+def user_compressor_part(n: int, d: int, rounds: int) -> str:
     torch.set_num_threads(1)
     register_compressor("usersign", UserSign)
     guide_compressor()
@@ -300,8 +307,8 @@ def user_compressor_part(n: int, d: int, rounds: int) -> None:
     for e in engines:
         e.step()
     t_sign, t_user, t_block = _interleaved([e.step for e in engines], rounds)
-    print(f"| CHOCO, ring {n}, d={d} | {1e3 * t_sign:.3f} ms | {1e3 * t_user:.3f} ms "
-          f"| {t_user / t_sign:.2f} | {1e3 * t_block:.3f} ms | {t_block / t_sign:.2f} |")
+    return (f"| CHOCO, ring {n}, d={d} | {1e3 * t_sign:.3f} ms | {1e3 * t_user:.3f} ms "
+            f"| {t_user / t_sign:.2f} | {1e3 * t_block:.3f} ms | {t_block / t_sign:.2f} |")
 
 
 def main() -> None:
@@ -317,6 +324,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=200, help="timed rounds per measurement")
     p.add_argument("--large", action=argparse.BooleanOptionalAction, default=True,
                    help="also time n = 10^4 nodes, d = 10^3 (s/round, memory)")
+    p.add_argument("--write", type=Path, metavar="PAGE",
+                   help="also write the tables into PAGE between its bench_engine markers "
+                        "(make bench: docs/performance.md)")
     p.add_argument("--mpi-part", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dim", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--spec", default="none", help=argparse.SUPPRESS)
@@ -324,29 +334,45 @@ def main() -> None:
     if args.mpi_part:
         mpi_part(args.dim, args.rounds, args.spec)
         return
-    print("## (b) in-process CHOCO round over a hand-vectorized torch round (median, interleaved)")
-    print("| run | engine | torch reference | engine / reference | notes |\n|---|---|---|---|---|")
-    in_process_part(25, 2000, args.rounds)
-    in_process_part(1000, 10_000, max(10, args.rounds // 20))
-    if args.large:
-        in_process_part(10_000, 1000, 10)
-    print("\n## (c) a user's batch-form compressor over the built-in sign (median, interleaved)")
-    print("| run | built-in sign | user's sign | user / built-in | guide's BlockSign "
-          "| BlockSign / built-in |\n|---|---|---|---|---|---|")
-    user_compressor_part(25, 2000, args.rounds)
-    print("\n## (a) MPI round vs bare mpi4py exchange of the same bytes (max over ranks, median)")
-    print("| run | message | engine round | its transport part | bare exchange | floor "
-          "| round / floor | round / bare | hand-fused numpy round | round / fused |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    emit(f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per process; "
+         f"load average {os.getloadavg()[0]:.2f} at the start")
+    emit("\n**(a) An MPI gossip round over its floor** (one node per rank on a ring; max over "
+         "ranks of the median round, the parts timed alternately; targets: round / floor <= 1.2 "
+         "for `none`, <= 1.3 for the compressors)\n")
+    emit("| run | message | engine round | its transport part | bare exchange | floor "
+         "| round / floor | round / bare | hand-fused numpy round | round / fused |\n"
+         "|---|---|---|---|---|---|---|---|---|---|")
     mpiexec = Path(sys.executable).parent / "mpiexec"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     for ranks in args.ranks:
         for dim in args.dims:
             for spec in args.compressors:
                 rounds = max(20, args.rounds // (10 if dim >= 1_000_000 else 1))
-                subprocess.run([str(mpiexec), "-n", str(ranks), sys.executable, __file__,
-                                "--mpi-part", "--dim", str(dim), "--spec", spec,
-                                "--rounds", str(rounds)], env=env, check=True)
+                res = subprocess.run([str(mpiexec), "-n", str(ranks), sys.executable, __file__,
+                                      "--mpi-part", "--dim", str(dim), "--spec", spec,
+                                      "--rounds", str(rounds)],
+                                     env=env, check=True, capture_output=True, text=True)
+                emit(res.stdout.strip())
+    emit("\n**(b) In-process CHOCO top-1 % over a hand-vectorized torch round** (median, "
+         "interleaved; targets: <= 1.5 at n = 25, <= 1.0 at n = 1000)\n")
+    emit("| run | engine | torch reference | engine / reference | notes |\n|---|---|---|---|---|")
+    emit(in_process_part(25, 2000, args.rounds))
+    emit(in_process_part(1000, 10_000, max(10, args.rounds // 20)))
+    if args.large:
+        emit(in_process_part(10_000, 1000, 10))
+    emit("\n**(c) A user's batch-form compressor over the built-in sign** (median, interleaved)\n")
+    emit("| run | built-in sign | user's sign | user / built-in | guide's BlockSign "
+         "| BlockSign / built-in |\n|---|---|---|---|---|---|")
+    emit(user_compressor_part(25, 2000, args.rounds))
+    emit(f"\nload average {os.getloadavg()[0]:.2f} at the end")
+    if args.write is not None:
+        write_between_markers(args.write, "\n".join(lines), "bench_engine")
 
 
 if __name__ == "__main__":

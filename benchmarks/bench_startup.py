@@ -67,29 +67,45 @@ def row(name: str, times: list[float], target: float | None, torch_note: str = "
             f"| {torch_note} |")
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> str:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--repeat", type=int, default=5, help="fresh interpreters per measurement (default 5)")
+    p.add_argument("--write", type=Path, metavar="PAGE",
+                   help="also write the table into PAGE between its bench_startup markers "
+                        "(make bench: docs/performance.md)")
     args = p.parse_args(argv)
     scripts = sorted((ROOT / "experiments").glob("*.py"))
-    print(f"python {sys.version.split()[0]}, median / min / max of {args.repeat} fresh interpreters "
-          "(seconds)\n")
-    print("| start-up | median | min | max | target | status | imports torch |")
-    print("|---|---|---|---|---|---|---|")
-    print(row("python -c pass (interpreter)", [wall(["-c", "pass"])[0] for _ in range(args.repeat)],
-              None))
-    print(row("import torch", [wall(["-c", "import torch"])[0] for _ in range(args.repeat)], None,
-              "yes"))
-    print(row("import gossip", [wall(["-c", "import gossip"])[0] for _ in range(args.repeat)], None,
-              "yes" if imports_torch(["-c", "import gossip"]) else "no"))
+    lines: list[str] = []
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    emit(f"python {sys.version.split()[0]}, median / min / max of {args.repeat} fresh interpreters "
+         "(seconds)\n")
+    emit("| start-up | median | min | max | target | status | imports torch |")
+    emit("|---|---|---|---|---|---|---|")
+    emit(row("python -c pass (interpreter)", [wall(["-c", "pass"])[0] for _ in range(args.repeat)],
+             None))
+    emit(row("import torch", [wall(["-c", "import torch"])[0] for _ in range(args.repeat)], None,
+             "yes"))
+    emit(row("import gossip", [wall(["-c", "import gossip"])[0] for _ in range(args.repeat)], None,
+             "yes" if imports_torch(["-c", "import gossip"]) else "no"))
     beyond = [float(wall(["-c", IMPORT_GOSSIP])[1].stdout) for _ in range(args.repeat)]
-    print(row("import gossip + every public name, beyond torch's import", beyond, IMPORT_TARGET_S,
-              "yes (the engine needs it)"))
+    emit(row("import gossip + every public name, beyond torch's import", beyond, IMPORT_TARGET_S,
+             "yes (the engine needs it)"))
     for path in scripts:
         rel = str(path.relative_to(ROOT))
         times = [wall([rel, "--help"])[0] for _ in range(args.repeat)]
-        print(row(f"{rel} --help", times, HELP_TARGET_S,
-                  "yes" if imports_torch([rel, "--help"]) else "no"))
+        emit(row(f"{rel} --help", times, HELP_TARGET_S,
+                 "yes" if imports_torch([rel, "--help"]) else "no"))
+    out = "\n".join(lines)
+    if args.write is not None:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+        from docpage import write_between_markers
+
+        write_between_markers(args.write, out, "bench_startup")
+    return out
 
 
 if __name__ == "__main__":

@@ -358,15 +358,14 @@ class TopK(_KSparse):
             odd = not bool(fin.all())
         else:
             A = _order_key(A)  # magnitudes as integers: the same order, cheaper to compare
-            tv, ti = torch.topk(A, k + 1, dim=1, sorted=True)
-            big, kth, nxt = _host_columns(tv, (0, k - 1, k))  # the one host sync
+            top, big, kth, nxt = _top_k_plus_one(A, k)  # the one host sync
             fin = big < _inf_key(X.dtype)  # the row's largest |x_i| (NaN sorts first) is finite
             tie = kth == nxt
             odd = bool((fin <= tie).any())  # not finite, or a tie at t
             if odd:
                 tied = torch.from_numpy(np.flatnonzero(tie)).to(X.device)
                 odd = not fin.all()
-            sel = _sorted_rows(ti[:, :k])
+            sel = _sorted_rows(top)
         if odd:
             if self.check_finite:
                 bad = ~fin if isinstance(fin, torch.Tensor) else torch.from_numpy(~fin)
@@ -374,7 +373,7 @@ class TopK(_KSparse):
             return self._encode_rows_ref(X, rng, out)  # garbage, but the loop's garbage
         if tied is not None and tied.numel():
             At = A.index_select(0, tied)
-            tt = tv[:, k - 1 : k].index_select(0, tied)
+            tt = torch.from_numpy(kth).to(A.device).view(-1, 1).index_select(0, tied)
             gt = At > tt
             eq = At == tt
             need = k - gt.sum(1, keepdim=True)
@@ -461,6 +460,24 @@ def _bitmap_indices(bm: torch.Tensor, d: int, k: int) -> torch.Tensor:
         pos -= np.arange(0, m * d, d, dtype=pos.dtype)[:, None]
         return torch.from_numpy(pos)
     return _rows.unpack_rows(bm, d).nonzero()[:, 1].view(m, k)
+
+
+def _top_k_plus_one(A: torch.Tensor, k: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray,
+                                                       np.ndarray]:
+    """The positions of each row's k largest keys of ``A`` ([m, d], k < d; in no particular
+    order; the set is unique where the k-th and (k+1)-th keys differ), and on the host each
+    row's largest, k-th and (k+1)-th largest key. On CPU numpy's introselect
+    (``argpartition``), ~1.4x faster than ``torch.topk`` at d = 2000."""
+    m, d = A.shape
+    if A.is_cpu:
+        a = A.numpy()
+        part = np.argpartition(a, d - k - 1, axis=1)[:, d - k - 1 :]  # (k+1)-th first, then top k
+        keys = np.take_along_axis(a, part, 1)
+        top = keys[:, 1:]
+        return torch.from_numpy(part[:, 1:]), top.max(1), top.min(1), keys[:, 0]
+    tv, ti = torch.topk(A, k + 1, dim=1, sorted=True)
+    big, kth, nxt = _host_columns(tv, (0, k - 1, k))
+    return ti[:, :k], big, kth, nxt
 
 
 def _host_columns(t: torch.Tensor, cols: tuple[int, ...]) -> list[np.ndarray]:
