@@ -248,6 +248,17 @@ class Channel:
             self.mixed.mul_(1.0 - a).add_(z_mix, alpha=a)
         return z_hat, z_mix
 
+    def update(self, inbox: Any) -> None:
+        """Move the copies by this channel's exchanged messages ``inbox`` and nothing else:
+        CHOCO's order, whose next round mixes the copies as they are (:meth:`gap` without
+        inbox). Per arc, both ends' copies of the delivered arcs only."""
+        if self.arcs is not None:
+            self.arcs.update(inbox)
+        elif self.copy is None:
+            raise ConfigError(f"channel {self.name!r} keeps no copies: there is nothing to update")
+        else:
+            self.mix(inbox)
+
     def _mix_wide(self, inbox: Any, plan: MixPlan) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`mix` with float32 copies (a half-precision model): the messages are decoded
         and mixed in the model's dtype, ``C(q_i)`` and ``Σ_j m_ij C(q_j)``, then added to the
