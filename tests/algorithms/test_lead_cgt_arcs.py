@@ -121,11 +121,13 @@ def test_lead_arcs_equals_its_matrix_form(spec, network):
 
 
 @pytest.mark.parametrize("network", ["none", "loss=0.3"])
-@pytest.mark.parametrize("spec", ["lead:2", "none"])
-def test_c_gt_arcs_equals_its_matrix_form(spec, network):
+@pytest.mark.parametrize(("spec", "alpha"), [("lead:2", None), ("none", None), ("lead:2", 0.0)])
+def test_c_gt_arcs_equals_its_matrix_form(spec, alpha, network):
+    """Default α (0.5 with lead:2, 1 with none) and α = 0 (copies stay zero: C of the value)."""
     topo = topologies.build("erdos-renyi:p=0.4", N, seed=2)
     problem = least_squares()
-    eng = engine("c-gt-arcs", topo, problem, spec, network)
+    eng = engine("c-gt-arcs", topo, problem, spec, network,
+                 **({} if alpha is None else {"alpha": alpha}))
     eng.run(8)
     hp = eng.block.hparams
     X, Y = cgt_arcs_form(topo, problem, spec, network, 3, eng.algorithm.eta, hp["gamma"],
