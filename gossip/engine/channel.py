@@ -287,8 +287,9 @@ class Channel:
 
     def gap(self, inbox: Any = None) -> torch.Tensor:
         """``ẑm − ẑ``, the compressed ``(M − I) z``, after mixing ``inbox`` (:meth:`mix`); per
-        arc, ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``. Without ``inbox``: ``hm − h`` of the copies
-        as they are (CHOCO's consensus step with the last round's copies). A buffer of the
+        arc, ``Σ_in w_ij ĉ_ji − Σ_out w_ji ô_ij`` (:class:`_ArcCopies`). Without ``inbox``:
+        ``hm − h`` of the copies as they are, per arc ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``
+        (CHOCO's consensus step with the last round's copies). A buffer of the
         channel, valid until its next ``send``, ``mix`` or ``gap``: the rows the next message is
         built in when no message is in flight (one [m, d] buffer less to keep in cache: a CHOCO
         top-1% round at n = 25, d = 2000 measured 3-5 % faster), never the rows of one that is."""
@@ -352,9 +353,9 @@ def check_stateless(name: str, compressor: Any) -> None:
     """Per-arc channels send one message per arc: refuse compressors that keep state per
     stream (an algorithm's ``validate``, before any message)."""
     if getattr(compressor, "stateful", False):
-        raise ConfigError(f"{name} keeps one copy per arc and sends one "
-                          f"message per arc; '{compressor.spec}' keeps state per stream: use a "
-                          "stateless compressor (topk, qsgd, lead, sign, ...)")
+        raise ConfigError(f"{name} keeps one copy per arc and sends one message per arc; "
+                          f"'{compressor.spec}' keeps state per stream: use a stateless "
+                          "compressor (topk, qsgd, lead, sign, ...)")
 
 
 def arcs_over_schedule(topology: Any, i: int) -> tuple[list[int], list[int]]:
