@@ -211,11 +211,11 @@ def test_under_ten_percent_loss_only_the_arcs_variant_reaches_x_star(plain, spec
     topo = topologies.build("ring", 16)
     problem = make_problem("least-squares", n_nodes=16, dim=50, samples_per_node=50,
                            heterogeneity=1.0, seed=0, dtype=torch.float64)
-    dist, rounds = {}, 600 if plain == "lead" else 1000
+    dist, rounds = {}, 300 if plain == "lead" else 1000
     for name in (plain, plain + "-arcs"):
         eng = engine(name, topo, problem, spec, "loss=0.1", seed=0)
         eng.run(rounds, log_every=rounds)
-        assert eng.record()["messages_lost_total"] > 1000
+        assert eng.record()["messages_lost_total"] > 0.08 * 32 * rounds  # 10 % of 32 arcs
         dist[name] = squared_distance(eng, problem.solution(), relative=True) ** 0.5
     assert dist[plain + "-arcs"] < 1e-6
     assert dist[plain] > 0.1
