@@ -30,14 +30,17 @@ float64`` runs: heterogeneous least squares, full gradients, x⁰ = 0, each meth
 suggested step sizes): D-PSGD (``dpsgd``, exact messages), CHOCO-SGD with ``topk:0.1`` and with
 ``none``, the same with a copy per arc (``choco-arcs``: a lost message changes neither end's
 copy), LEAD with its own ``lead:2`` quantizer, C-GT with ``none`` (exact messages, so every
-error beyond the no-loss run is the loss's). Columns: the distance to the optimum
-(1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at round T/2 (a value still growing from T/2 to T is
-a run drifting away), the consensus error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost, the
-bits per node and their ratio to the method's no-loss run.
+error beyond the no-loss run is the loss's), and LEAD and C-GT with a copy per arc
+(``lead-arcs``, ``c-gt-arcs``: the same compressors; a lost message changes neither end's
+copy). Columns: the distance to the optimum (1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at
+round T/2 (a value still growing from T/2 to T is a run drifting away), the consensus error
+(1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost, the bits per node and their ratio to the
+method's no-loss run.
 
     python benchmarks/bench_loss.py                    # the docs' table, ~3 min on one core
     python benchmarks/bench_loss.py --rounds 5 --seeds 0   # does it run
     python benchmarks/bench_loss.py --methods choco-arcs   # only these algorithms' rows
+    python benchmarks/bench_loss.py --methods lead-arcs c-gt-arcs
 """
 
 from __future__ import annotations
@@ -69,7 +72,7 @@ AVERAGING = (("gossip", "none"), ("push-sum", "none"))
 """(algorithm, compressor) of the consensus runs."""
 OPTIMIZERS = (("dpsgd", "none"), ("choco", "topk:0.1"), ("choco", "none"),
               ("choco-arcs", "topk:0.1"), ("choco-arcs", "none"), ("lead", "lead:2"),
-              ("c-gt", "none"))
+              ("lead-arcs", "lead:2"), ("c-gt", "none"), ("c-gt-arcs", "none"))
 """(algorithm, compressor) of the least-squares runs."""
 CONSENSUS_DIM = 100
 LSQ_DIM, LSQ_SAMPLES, LSQ_HETEROGENEITY = 50, 50, 1.0

@@ -28,6 +28,7 @@ from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, Fe
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.lead import LEAD
+from gossip.algorithms.lead_arcs import LEADArcs
 from gossip.algorithms.momentum import DoCoM, MoTEF
 from gossip.algorithms.onebit_adam import OneBitAdam
 from gossip.algorithms.onebit_lamb import OneBitLamb
@@ -37,15 +38,15 @@ from gossip.algorithms.prox_lead import ProxLEAD
 from gossip.algorithms.requirements import Graph, Requirements
 from gossip.algorithms.sgp_async import AsyncSGP
 from gossip.algorithms.signum import SignumVote
-from gossip.algorithms.tracking import CGT, EXTRA, DIGing
+from gossip.algorithms.tracking import CGT, EXTRA, CGTArcs, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
 from gossip.errors import ConfigError
 from gossip.registry import registry
 
 ALGORITHMS = registry("algorithm", error=ConfigError, form="module:Class")
 """Every algorithm by name (a :class:`gossip.registry.Registry`); join it with :func:`register_algorithm`."""
-for _cls in (Gossip, DPSGD, Choco, ChocoArcs, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
-             DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
+for _cls in (Gossip, DPSGD, Choco, ChocoArcs, DeepSqueeze, DCD, ECD, LEAD, LEADArcs, ProxLEAD, PowerGossip,
+             BEER, DIGing, EXTRA, CGT, CGTArcs, PushSum, CPP, DoCoM, MoTEF, CECL,
              OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
              ChocoAMSGrad, DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold,
              CADA, GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco):

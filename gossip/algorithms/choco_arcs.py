@@ -19,10 +19,11 @@ moves only by the local steps. The price: every node keeps two copies per neighb
 and its in-arc's) instead of one, and sends one message per arc (a different one to each
 neighbor) instead of one per node; each message is one compressed vector, as CHOCO's.
 
-Runs as a block (gossip/engine/block.py): the copies are per-arc state, ``block.arc_state``
-rows per arc of :meth:`~gossip.engine.block.Block.arc_plan` (``x_hat_to{j}``: node i's copy of
-arc (i, j); ``x_hat_from{j}``: its copy of arc (j, i), the in-arcs' rows), the messages go out
-in one per-arc phase, and a randomized compressor draws from the arc's stream
+Runs as a block (gossip/engine/block.py): the copies are the per-arc copies of a
+:class:`~gossip.engine.channel.Channel` with ``route="arcs"`` (the mechanism lead-arcs and
+c-gt-arcs use too), ``block.arc_state`` rows per arc (``x_hat_to{j}``: node i's copy of arc
+(i, j); ``x_hat_from{j}``: its copy of arc (j, i), the in-arcs' rows), the messages go out in
+one per-arc phase, and a randomized compressor draws from the arc's stream
 (``block.arc_rng``, keyed by the arc).
 """
 
@@ -32,11 +33,11 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.arcs import OutArcs
 from gossip.algorithms.base import Round, scheduled
 from gossip.algorithms.choco import Choco
 from gossip.algorithms.requirements import Requirements
 from gossip.engine.block import Block
+from gossip.engine.channel import Channel
 
 
 class ChocoArcs(Choco):
@@ -67,29 +68,19 @@ class ChocoArcs(Choco):
         super().__init__(gamma=gamma, eta=eta)
 
     def setup(self, block: Block) -> None:
-        arcs = OutArcs(block)
-        arcs.require_symmetric(self.name)  # in-arc e is the reverse of own arc e
-        route, x = arcs.route, block.x
-        block.arc_state["x_hat_to{j}"] = x.new_zeros(len(route.arcs), x.shape[1])
-        block.arc_state["x_hat_from{j}"] = x.new_zeros(len(route.incoming), x.shape[1])
-        block.arc_routes["x_hat_from{j}"] = (route, True)
-        block.workspace.update(arcs=arcs, acc=torch.empty_like(x),
-                               diff=x.new_empty(len(route.arcs), x.shape[1]))
+        # x̂_ij (out-arcs, "x_hat_to{j}") and x̂_ji (in-arcs, "x_hat_from{j}"): per-arc copies
+        # moving by the whole message at both ends of a delivered arc. The channel is named
+        # "arc": a randomized compressor draws from the arcs' "arc" streams (block.arc_rng).
+        block.workspace["channel"] = Channel(block, "arc", memory="choco", route="arcs",
+                                             keys=("x_hat_to{j}", "x_hat_from{j}"))
         if block.has_oracle:
-            block.workspace["grad"] = torch.empty_like(x)
+            block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
         x, ws = block.x, block.workspace
-        arcs = ws["arcs"]
-        to, frm = block.arc_state["x_hat_to{j}"], block.arc_state["x_hat_from{j}"]
+        ch = ws["channel"]
         if block.has_oracle:
             block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
-        gap = torch.sub(frm, to, out=ws["diff"])  # row of arc (i, j): x̂_ji − x̂_ij
-        acc = ws["acc"].zero_()
-        arcs.add_to_senders(acc, gap, arcs.weight)  # Σ_j w_ij (x̂_ji − x̂_ij), sorted j
-        x.add_(acc, alpha=self.gamma)
-        msg = torch.sub(x.index_select(0, arcs.src), to, out=ws["diff"])  # x_i − x̂_ij
-        route = arcs.route
-        q = yield block.encode(msg, rng=block.arc_rng(route), route=route)
-        block.decode_add(to, q, only=q.route.out_delivered)  # acknowledged: x̂_ij += q_ij
-        block.decode_received(frm, q)  # delivered to i: x̂_ji += q_ji
+        x.add_(ch.gap(), alpha=self.gamma)  # Σ_j w_ij x̂_ji − Σ_j w_ji x̂_ij, the copies as they are
+        q = yield ch.send(x)  # q_ij = C(x_i − x̂_ij) on every out-arc
+        ch.update(q)  # delivered: x̂_ij += q_ij at i (acknowledged) and at j; lost: neither

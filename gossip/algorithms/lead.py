@@ -87,11 +87,15 @@ class LEAD(Algorithm):
             hp.update({k: v for k, v in defaults.items() if hp[k] is None})
         x = block.x
         block.state["d"] = torch.zeros_like(x)
-        # h, hw = Σ_j w_ij h_j: copies damped by α (block.state keys "h", "hw")
-        block.workspace["channel"] = Channel(block, "y", memory=hp["alpha"], keys=("h", "hw"))
+        block.workspace["channel"] = self.channel(block, hp["alpha"])
         block.workspace.update(grad=torch.empty_like(x), y=torch.empty_like(x))
         x.add_(block.gradients(block.workspace["grad"]), alpha=-self.eta)  # X¹ = X⁰ − η∇F(X⁰)
         self.finish(block)
+
+    def channel(self, block: Block, alpha: float) -> Channel:
+        """Where ``y`` goes: public copies ``h`` and ``hw = Σ_j w_ij h_j`` damped by α
+        (``block.state`` keys ``"h"``, ``"hw"``); lead-arcs keeps them per arc instead."""
+        return Channel(block, "y", memory=alpha, keys=("h", "hw"))
 
     def finish(self, block: Block) -> None:
         """The last line of a step (Prox-LEAD applies its prox here)."""

@@ -244,3 +244,53 @@ class EXTRA(Algorithm):
         x.copy_(x_wx).sub_(half_prev).add_(g_prev, alpha=self.eta)
         half_prev.copy_(x_wx).mul_(0.5)
         g_prev.copy_(g)
+
+
+class CGTArcs(CGT):
+    r"""C-GT with a public copy per arc for ``x`` and ``y``, robust to lost messages.
+
+    C-GT's round with both channels kept per arc (``x̂_ij``, ``ŷ_ij``, held by i and j, moved
+    by both only when the message of arc (i, j) is delivered, ``δ_ij``)::
+
+        q_ij = (C(x_i − x̂_ij), C(y_i − ŷ_ij)) on every out-arc (i, j), one message
+        x̃_ij = x̂_ij + δ_ij C(x_i − x̂_ij);   x̂_ij ← (1 − α) x̂_ij + α x̃_ij     (ỹ, ŷ alike)
+        D^x_i = Σ_j w_ij x̃_ji − Σ_j w_ji x̃_ij;   D^y_i = Σ_j w_ij ỹ_ji − Σ_j w_ji ỹ_ij
+        x_i ← x_i + γ D^x_i − η y_i
+        y_i ← y_i + γ D^y_i + ∇f_i(x_i^new) − ∇f_i(x_i^old)
+
+    ``Σ_i D^y_i = 0`` whatever was lost (each arc's ``ỹ_ij`` enters once with + at j and once
+    with − at i, both ends holding the same value), so ``Σ_i y_i = Σ_i ∇f_i(x_i)`` at every
+    round, the invariant that makes C-GT's fixed point exact; likewise ``Σ_i D^x_i = 0``, so
+    the model's average moves by ``−η ȳ`` only. Without loss every arc of node i draws node i's
+    numbers (``draws="sender"``) and its out-copies stay C-GT's ``x̂_i``, ``ŷ_i``: the run is
+    C-GT's up to the order of the sums. See docs/algorithms/c-gt-arcs.md.
+
+    Needs a static undirected graph with a symmetric W, and a stateless compressor (one
+    stream of messages per arc).
+
+    Args:
+        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
+        gamma: consensus step γ ∈ (0, 1] (default by compressor, as C-GT).
+        alpha: how far the copies follow the reconstructions, α ∈ [0, 1] (default as gamma).
+        error_feedback: α = 1 (EF21-style), as C-GT's.
+    """
+
+    name = "c-gt-arcs"
+    state_copies = 10
+    neighbor_copies = 10  # per channel: out- and in-arc copies, reconstructions, differences
+    requires = replace(
+        CGT.requires, graph=Graph(), compressor="stateless",
+        compressor_message="{name} sends a different message on every arc; '{spec}' keeps state "
+                           "per stream: use a stateless compressor (topk, randk, qsgd, lead, none)")
+    on_loss = "ack"  # both ends apply a delivered message, neither a lost one
+
+    @staticmethod
+    def _per_arc(topology: Any, alpha: float) -> bool:
+        return True
+
+    def _channels(self, block: Any, alpha: float) -> tuple[Channel, Channel]:
+        """The model's and the tracker's per-arc copies (``block.arc_state`` ``"sx.out"``,
+        ``"sx.in"``, ``"sy.out"``, ``"sy.in"``), moving by α, drawing the sender's numbers."""
+        return (Channel(block, "sx", memory=alpha, route="arcs", draws="sender"),
+                Channel(block, "sy", memory=alpha, route="arcs", draws="sender",
+                        own_compressor=True))

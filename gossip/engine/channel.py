@@ -34,9 +34,11 @@ compressed ``(M − I) z``. The memory is α:
 
 With the identity compressor ``ẑ = z`` and ``ẑm = M z`` for any α.
 
-On a graph that changes every round, ``route="arcs"`` keeps one copy per arc instead
-(``block.arc_state[name + ".out"]``, ``[name + ".in"]``) and sends one message per current arc:
-see :class:`_ArcCopies`; there :meth:`Channel.gap` is the compressed ``(W(t) − I) z``.
+On a graph that changes every round, or on a network that loses messages, ``route="arcs"``
+keeps one copy per arc instead (``block.arc_state[name + ".out"]``, ``[name + ".in"]``), held
+by both ends of the arc and updated by both only when its message is delivered, and sends one
+message per current arc: see :class:`_ArcCopies`; there :meth:`Channel.gap` is the compressed
+``(W(t) − I) z`` and its sum over the nodes is zero whatever was lost.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ import torch
 from gossip.engine.cache import IdentityCache
 from gossip.engine.routing import ArcPlan, MixPlan, RowSums
 from gossip.errors import ConfigError
+from gossip.rng import Stream
 
 Weights = Callable[[int], float]
 """``m(j)``: the weight node i gives to node j's value (j an in-neighbor, or i itself)."""
@@ -91,14 +94,18 @@ class Channel:
             ``block.stream_rng(name)`` instead of the block's main compressor and streams
             (stateful compressors keep one state per stream of messages).
         route: ``"broadcast"`` (one message per node to all its out-neighbors) or ``"arcs"``
-            (one copy and one message per arc, for graphs that change every round; memory must
-            be α = 1 and the compressor stateless).
+            (one copy and one message per arc, shared by its two ends: for graphs that change
+            every round, and for lossy networks, where both ends apply a message only when it
+            was delivered; the topology's weights, a stateless compressor).
+        draws: with ``route="arcs"``, what a randomized compressor draws from: ``"arc"``
+            (the arc's own stream) or ``"sender"`` (the sender's numbers of the channel's node
+            stream, shared by its arcs: :class:`_ArcCopies`).
     """
 
     def __init__(self, block: Any, name: str, *, memory: float | str | None = None,
                  keys: tuple[str, str] | None = None,
                  weights: Callable[[Any], Weights | None] | None = None,
-                 own_compressor: bool = False, route: str = "broadcast"):
+                 own_compressor: bool = False, route: str = "broadcast", draws: str = "arc"):
         self.block = block
         self.name = name
         self.alpha = _alpha(memory)
@@ -114,10 +121,10 @@ class Channel:
         self.mixed: torch.Tensor | None = None
         """``hm = M h``, the mixed copies ([m, d], in ``block.state``; None without memory)."""
         if route == "arcs":
-            if self.alpha != 1.0 or weights is not None:
-                raise ConfigError(f"channel {name!r}: per-arc copies move by the whole message "
-                                  "(memory 'ef21') and mix with the topology's weights")
-            self.arcs = _ArcCopies(self, keys or (f"{name}.out", f"{name}.in"))
+            if weights is not None:
+                raise ConfigError(f"channel {name!r}: per-arc copies mix with the topology's "
+                                  "weights")
+            self.arcs = _ArcCopies(self, keys or (f"{name}.out", f"{name}.in"), draws)
         elif route != "broadcast":
             raise ConfigError(f"channel {name!r}: route {route!r} is not 'broadcast' or 'arcs'")
         elif self.alpha > 0:
@@ -243,6 +250,17 @@ class Channel:
             self.mixed.mul_(1.0 - a).add_(z_mix, alpha=a)
         return z_hat, z_mix
 
+    def update(self, inbox: Any) -> None:
+        """Move the copies by this channel's exchanged messages ``inbox`` and nothing else:
+        CHOCO's order, whose next round mixes the copies as they are (:meth:`gap` without
+        inbox). Per arc, both ends' copies of the delivered arcs only."""
+        if self.arcs is not None:
+            self.arcs.update(inbox)
+        elif self.copy is None:
+            raise ConfigError(f"channel {self.name!r} keeps no copies: there is nothing to update")
+        else:
+            self.mix(inbox)
+
     def _mix_wide(self, inbox: Any, plan: MixPlan) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`mix` with float32 copies (a half-precision model): the messages are decoded
         and mixed in the model's dtype, ``C(q_i)`` and ``Σ_j m_ij C(q_j)``, then added to the
@@ -271,14 +289,13 @@ class Channel:
 
     def gap(self, inbox: Any = None) -> torch.Tensor:
         """``ẑm − ẑ``, the compressed ``(M − I) z``, after mixing ``inbox`` (:meth:`mix`); per
-        arc, ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``. Without ``inbox``: ``hm − h`` of the copies
-        as they are (CHOCO's consensus step with the last round's copies). A buffer of the
+        arc, ``Σ_in w_ij ĉ_ji − Σ_out w_ji ô_ij`` (:class:`_ArcCopies`). Without ``inbox``:
+        ``hm − h`` of the copies as they are, per arc ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``
+        (CHOCO's consensus step with the last round's copies). A buffer of the
         channel, valid until its next ``send``, ``mix`` or ``gap``: the rows the next message is
         built in when no message is in flight (one [m, d] buffer less to keep in cache: a CHOCO
         top-1% round at n = 25, d = 2000 measured 3-5 % faster), never the rows of one that is."""
         if self.arcs is not None:
-            if inbox is None:
-                raise ConfigError(f"channel {self.name!r}: per-arc gap(inbox) needs the messages")
             return self.arcs.laplacian(inbox)
         if inbox is None:
             if self.copy is None:
@@ -338,9 +355,9 @@ def check_stateless(name: str, compressor: Any) -> None:
     """Per-arc channels send one message per arc: refuse compressors that keep state per
     stream (an algorithm's ``validate``, before any message)."""
     if getattr(compressor, "stateful", False):
-        raise ConfigError(f"{name} keeps one copy per arc on a time-varying graph and sends one "
-                          f"message per arc; '{compressor.spec}' keeps state per stream: use a "
-                          "stateless compressor (topk, qsgd, lead, sign, ...)")
+        raise ConfigError(f"{name} keeps one copy per arc and sends one message per arc; "
+                          f"'{compressor.spec}' keeps state per stream: use a stateless "
+                          "compressor (topk, qsgd, lead, sign, ...)")
 
 
 def arcs_over_schedule(topology: Any, i: int) -> tuple[list[int], list[int]]:
@@ -375,35 +392,48 @@ def schedule_plan(block: Any, topology: Any) -> ArcPlan:
 
 
 class _ArcCopies:
-    """A channel's copies on a graph that changes every round: one public copy per arc.
+    """A channel's copies kept per arc: one public copy per arc, shared by its two ends.
 
     Node i keeps, for every out-neighbor j it may send to, the copy ``o_ij`` of its value that
     j holds, and for every in-neighbor j the copy ``c_ji`` of j's value (all zero at the start;
     the arcs are those of a whole period, :func:`arcs_over_schedule`: on a one-peer exponential
-    graph ⌈log₂ n⌉ of each). In a round with weights ``W(t)``::
+    graph ⌈log₂ n⌉ of each; on a static graph its neighbors). In a round with weights ``W(t)``,
+    ``δ_ij`` = 1 when the message of arc (i, j) is delivered (always, without loss), 0 when lost::
 
-        q_ij = C(z_i − o_ij) to each current out-neighbor j;   o_ij += q_ij;   c_ji += q_ji
-        D_i = Σ_{j ∈ N_in(i)} w_ij c_ji − Σ_{j ∈ N_out(i)} w_ji o_ij
+        q_ij = C(z_i − o_ij) to each current out-neighbor j
+        ô_ij = o_ij + δ_ij q_ij;   ĉ_ji = c_ji + δ_ji q_ji         (the reconstructions)
+        o_ij ← (1 − α) o_ij + α ô_ij;   c_ji ← (1 − α) c_ji + α ĉ_ji
+        D_i = Σ_{j ∈ N_in(i)} w_ij ĉ_ji − Σ_{j ∈ N_out(i)} w_ji ô_ij
 
-    ``D`` is the compressed ``(W(t) − I) z`` (exactly that with the identity compressor and a
-    doubly stochastic W(t)), and ``Σ_i D_i = 0`` exactly, whatever the compressor: each arc's
-    copy enters once with + at the receiver and once with − at the sender. So averages (or
-    trackers) are preserved on time-varying graphs, where a single shared copy per node could
-    not be kept up to date. Copies move by the whole message (EF21-style error feedback).
+    A lost message changes neither end (the engine's ``"ack"`` delivery: the sender reads
+    ``route.out_delivered``, the receiver decodes only what arrived), so ``o_ij`` at i and
+    ``c_ij`` at j are always the same value. ``D`` is the compressed ``(W(t) − I) z`` (exactly
+    that with the identity compressor, a doubly stochastic W(t) and no loss), and
+    ``Σ_i D_i = 0`` whatever the compressor and the losses: each arc's reconstruction enters
+    once with + at the receiver and once with − at the sender, with the same weight. So
+    averages (or trackers, or LEAD's dual sum) are preserved on time-varying graphs, where a
+    single shared copy per node could not be kept up to date, and on lossy networks. The
+    memory α is the channel's (1: the copies move by the whole message, EF21-style).
     One message per current arc (a per-arc phase, :meth:`~gossip.engine.block.Block.arc_plan`).
 
     The copies are per-arc state over the arcs of a whole period (:func:`schedule_plan`):
     ``block.arc_state[keys[0]]`` has a row per arc the block's nodes may send on (``o_ij``),
     ``block.arc_state[keys[1]]`` a row per arc they may receive on (``c_ji``); node i's
     ``state[keys[0]]`` / ``[keys[1]]`` are the [k, d] views of its arcs, in the order of its
-    sorted out- / in-neighbors over the schedule. A randomized compressor draws from the arc's
-    stream (``block.arc_rng(route, name)``).
+    sorted out- / in-neighbors over the schedule. A randomized compressor draws, with
+    ``draws="arc"``, from the arc's stream (``block.arc_rng(route, name)``); with
+    ``draws="sender"``, every arc of node i draws node i's numbers of the channel's node stream
+    (the draws a broadcast channel would make, shared by i's arcs: without loss the copies of
+    i's out-arcs stay equal and the run is the broadcast channel's to rounding).
     """
 
-    def __init__(self, channel: Channel, keys: tuple[str, str]):
+    def __init__(self, channel: Channel, keys: tuple[str, str], draws: str = "arc"):
+        if draws not in ("arc", "sender"):
+            raise ConfigError(f"channel {channel.name!r}: draws={draws!r} is not 'arc' or 'sender'")
         block = channel.block
         x = block.x
         self.channel = channel
+        self.draws = draws
         self.schedule = schedule = schedule_plan(block, block.topology)
         st = block.arc_state
         for key, rows, incoming in ((keys[0], len(schedule.arcs), False),
@@ -416,10 +446,21 @@ class _ArcCopies:
         self._in_row = {arc: e for e, arc in enumerate(schedule.incoming)}
         self.mix = torch.empty_like(x)
         self._rounds = IdentityCache()
+        self._senders = IdentityCache()
 
     def round_of(self, route: ArcPlan) -> _ArcRound:
         """The row maps and sums of a round's arcs (cached per route)."""
         return self._rounds.get(route, lambda: _ArcRound(self, route))
+
+    def _rng(self, route: ArcPlan) -> Stream:
+        """The stream a round's messages draw from (class docstring, ``draws``)."""
+        ch = self.channel
+        if self.draws == "arc":
+            return ch.block.arc_rng(route, ch.name)
+        rng = self._senders.get(route, lambda: Stream(ch.block.seed, list(route.senders),
+                                                      ch.rng.stream))
+        rng.sync(ch.rng)  # the node stream's current (round, call)
+        return rng
 
     def send(self, z: torch.Tensor) -> Any:
         """``C(z_i − o_ij)`` for every current arc (i, j) of this round: its :class:`Rows`."""
@@ -427,23 +468,62 @@ class _ArcCopies:
         block = ch.block
         route = block.arc_plan()
         rnd = self.round_of(route)
-        d = torch.sub(z.index_select(0, rnd.src), self.out.index_select(0, rnd.out_rows))
-        return block.encode(d, ch.compressor, block.arc_rng(route, ch.name), route=route)
+        out = self.out if rnd.whole_out else self.out.index_select(0, rnd.out_rows)
+        d = torch.sub(z.index_select(0, rnd.src), out)
+        rng = self._rng(route)
+        rows = block.encode(d, ch.compressor, rng, route=route)
+        if self.draws == "sender":
+            ch.rng.sync(rng)  # the node stream moves past the call its arcs drew
+        return rows
 
-    def laplacian(self, q: Any) -> torch.Tensor:
+    def _apply(self, copies: torch.Tensor, rows: torch.Tensor, whole: bool,
+               decode: Callable[[torch.Tensor], Any]) -> torch.Tensor:
+        """Add the delivered messages to ``copies`` (its ``rows``, or all when ``whole``) as the
+        memory says; returns the reconstructions (``copies`` itself, or its rows, when α = 1)."""
+        alpha = self.channel.alpha
+        if alpha == 1.0:
+            if whole:
+                decode(copies)
+                return copies
+            cur = copies.index_select(0, rows)
+            decode(cur)
+            copies.index_copy_(0, rows, cur)
+            return cur
+        hat = copies.clone() if whole else copies.index_select(0, rows)
+        decode(hat)  # lost arcs: hat is the copy itself, and the lerp leaves it as it is
+        if whole:
+            copies.lerp_(hat, alpha)
+        else:
+            copies.index_copy_(0, rows, torch.lerp(copies.index_select(0, rows), hat, alpha))
+        return hat
+
+    def update(self, q: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Update both ends' copies with the exchanged part ``q`` (delivered messages only):
+        the reconstructions ``(ô, ĉ)`` of this round's out- and in-arcs."""
+        block = self.channel.block
+        rnd = self.round_of(block.arc_plan())  # the round's rows; q.route: what was delivered
+        sent = q.route.out_delivered
+        out = self._apply(self.out, rnd.out_rows, rnd.whole_out,
+                          lambda t: block.decode_add(t, q, only=sent))  # o_ij += C(q_ij) if acked
+        inc = self._apply(self.inc, rnd.in_rows, rnd.whole_in,
+                          lambda t: block.decode_received(t, q))  # c_ji += C(q_ji) if arrived
+        return out, inc
+
+    def laplacian(self, q: Any = None) -> torch.Tensor:
         """Update the copies with the exchanged part ``q`` and return
-        ``D_i = Σ_in w_ij c_ji − Σ_out w_ji o_ij`` of every row, in the per-node order (the
-        out-arcs, then the in-arcs, each sorted by neighbor); a buffer."""
-        block, rnd = self.channel.block, self.round_of(q.route)
-        out = self.out.index_select(0, rnd.out_rows)
-        block.decode_add(out, q)  # o_ij += C(q_ij)
-        self.out.index_copy_(0, rnd.out_rows, out)
-        inc = self.inc.index_select(0, rnd.in_rows)
-        block.decode_received(inc, q)  # c_ji += C(q_ji)
-        self.inc.index_copy_(0, rnd.in_rows, inc)
+        ``D_i = Σ_in w_ij ĉ_ji − Σ_out w_ji ô_ij`` of every row, in the per-node order (the
+        out-arcs, then the in-arcs, each sorted by neighbor); a buffer. Without ``q``: the
+        same sum over the copies as they are (no update)."""
+        block = self.channel.block
+        rnd = self.round_of(block.arc_plan())
+        if q is None:
+            out = self.out if rnd.whole_out else self.out.index_select(0, rnd.out_rows)
+            inc = self.inc if rnd.whole_in else self.inc.index_select(0, rnd.in_rows)
+        else:
+            out, inc = self.update(q)
         mix = self.mix.zero_()
-        rnd.out_sums.add_(mix, out, rnd.out_weight)  # − w_ji o_ij
-        rnd.in_sums.add_(mix, inc, rnd.in_weight)  # + w_ij c_ji
+        rnd.out_sums.add_(mix, out, rnd.out_weight)  # − w_ji ô_ij
+        rnd.in_sums.add_(mix, inc, rnd.in_weight)  # + w_ij ĉ_ji
         return mix
 
 
@@ -470,6 +550,10 @@ class _ArcRound:
 
         self.out_rows = rows(copies._out_row, route.arcs, "out")
         self.in_rows = rows(copies._in_row, route.incoming, "in")
+        # the round's arcs are every arc of the schedule, in its order (a static graph): the
+        # copies are used as they are, without gathering and scattering their rows
+        self.whole_out = self.out_rows.tolist() == list(range(copies.out.shape[0]))
+        self.whole_in = self.in_rows.tolist() == list(range(copies.inc.shape[0]))
         src = [row_of[i] for i, _ in route.arcs]
         self.src = torch.tensor(src, dtype=torch.int64, device=device)
         dst = [row_of[i] for _, i in route.incoming]

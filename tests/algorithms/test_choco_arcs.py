@@ -62,7 +62,7 @@ def test_block_equals_the_matrix_form(spec):
     eng.run(6)
     x, xh, arcs = replay(topo, x0, 0.4, spec, 6, seed=3)
     torch.testing.assert_close(eng.block.x, x, rtol=0, atol=1e-12)
-    route = eng.block.workspace["arcs"].route
+    route = eng.block.workspace["channel"].arcs.schedule
     assert route.arcs == arcs  # one process: the block's own arcs are every arc
     torch.testing.assert_close(eng.block.arc_state["x_hat_to{j}"], xh, rtol=0, atol=1e-12)
 
@@ -82,7 +82,7 @@ def test_without_loss_top_k_is_choco():
 
 def copies(eng: Engine) -> tuple[torch.Tensor, torch.Tensor]:
     """Every arc's copy as its sender holds it and as its receiver does (one process)."""
-    route = eng.block.workspace["arcs"].route
+    route = eng.block.workspace["channel"].arcs.schedule
     to, frm = eng.block.arc_state["x_hat_to{j}"], eng.block.arc_state["x_hat_from{j}"]
     row = {a: r for r, a in enumerate(route.arcs)}
     return to[[row[a] for a in route.incoming]], frm

@@ -87,7 +87,7 @@ def test_an_arc_phase_is_delivered_without_its_lost_arcs():
     eng = Engine(make_algorithm("choco-arcs", gamma=0.3), topologies.build("ring", 8),
                  lambda i: torch.zeros(4, dtype=torch.float64), compressor="topk:0.5",
                  network="loss=0.3", seed=5)
-    route = eng.block.workspace["arcs"].route
+    route = eng.block.arc_plan()  # the round's per-arc phase
     model = eng.network.loss
     for t in (1, 7):
         plan = eng.delivery.route(route, eng.topology, t, 0)

@@ -9,7 +9,7 @@ import pytest
 from tests.helpers.launch import mpiexec, scenario_records
 from tests.helpers.mpi_network_scenarios import SCENARIOS
 
-pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")]
 
 
 def test_lossy_runs_under_mpi_equal_in_process(tmp_path):

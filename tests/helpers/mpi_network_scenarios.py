@@ -36,9 +36,13 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "choco-arcs-randk": ("choco-arcs", {"gamma": 0.3}, "randk:0.3", "erdos-renyi:p=0.4",
                          "metropolis", GE, False),
     "lead-qsgd": ("lead", {}, "qsgd:4bit", "erdos-renyi:p=0.4", "metropolis", GE, True),
+    "lead-arcs-lead2": ("lead-arcs", {}, "lead:2", "erdos-renyi:p=0.4", "metropolis", GE, True),
+    "lead-arcs-topk": ("lead-arcs", {}, "topk:0.25", "ring", "metropolis", "loss=0.2", True),
     "beer-topk": ("beer", {}, "topk:0.25", "ring", "metropolis", "loss=0.1", True),
     "dcd-none": ("dcd", {}, "none", "ring", "metropolis", "loss=0.1", True),
     "c-gt-lead2": ("c-gt", {}, "lead:2", "ring", "metropolis", "loss=0.1", True),
+    "c-gt-arcs-lead2": ("c-gt-arcs", {}, "lead:2", "ring", "metropolis", "loss=0.1", True),
+    "c-gt-arcs-none": ("c-gt-arcs", {}, "none", "erdos-renyi:p=0.4", "metropolis", GE, True),
     "push-sum-exact": ("push-sum", {}, "none", "directed-random:p=0.3", "push", "loss=0.3", True),
     "dpsgd-timed": ("dpsgd", {}, "none", "exponential", "metropolis", TIMED, True),
 }
