@@ -49,6 +49,17 @@ from gossip.engine import Engine  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
 from gossip.seeding import generator, init_seed  # noqa: E402
 
+HEADERS = {
+    "mpi": "| run | message | engine round | its transport part | bare exchange | floor "
+           "| round / floor | round / bare | hand-fused numpy round | round / fused |\n"
+           "|---|---|---|---|---|---|---|---|---|---|",
+    "in_process": "| run | engine | torch reference | engine / reference | notes |\n"
+                  "|---|---|---|---|---|",
+    "user": "| run | built-in sign | user's sign | user / built-in | guide's BlockSign "
+            "| BlockSign / built-in |\n|---|---|---|---|---|---|",
+}
+"""The header of each table (a docs test finds them in docs/performance.md)."""
+
 
 def _median_time(fn, repeat: int) -> float:
     times = []
@@ -311,7 +322,7 @@ def user_compressor_part(n: int, d: int, rounds: int) -> str:
             f"| {t_user / t_sign:.2f} | {1e3 * t_block:.3f} ms | {t_block / t_sign:.2f} |")
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--ranks", type=int, nargs="+", default=[2, 4],
                    help="MPI ranks of the ring in part (a), one run each (default 2 4: one core "
@@ -329,10 +340,11 @@ def main() -> None:
                         "(make bench: docs/performance.md)")
     p.add_argument("--mpi-part", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dim", type=int, default=0, help=argparse.SUPPRESS)
-    p.add_argument("--spec", default="none", help=argparse.SUPPRESS)
-    args = p.parse_args()
+    p.add_argument("--specs", nargs="+", default=["none"], help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
     if args.mpi_part:
-        mpi_part(args.dim, args.rounds, args.spec)
+        for spec in args.specs:  # one launch for every compressor
+            mpi_part(args.dim, args.rounds, spec)
         return
     lines: list[str] = []
 
@@ -345,30 +357,26 @@ def main() -> None:
     emit("\n**(a) An MPI gossip round over its floor** (one node per rank on a ring; max over "
          "ranks of the median round, the parts timed alternately; targets: round / floor <= 1.2 "
          "for `none`, <= 1.3 for the compressors)\n")
-    emit("| run | message | engine round | its transport part | bare exchange | floor "
-         "| round / floor | round / bare | hand-fused numpy round | round / fused |\n"
-         "|---|---|---|---|---|---|---|---|---|---|")
+    emit(HEADERS["mpi"])
     mpiexec = Path(sys.executable).parent / "mpiexec"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     for ranks in args.ranks:
         for dim in args.dims:
-            for spec in args.compressors:
-                rounds = max(20, args.rounds // (10 if dim >= 1_000_000 else 1))
-                res = subprocess.run([str(mpiexec), "-n", str(ranks), sys.executable, __file__,
-                                      "--mpi-part", "--dim", str(dim), "--spec", spec,
-                                      "--rounds", str(rounds)],
-                                     env=env, check=True, capture_output=True, text=True)
-                emit(res.stdout.strip())
+            rounds = max(20, args.rounds // (10 if dim >= 1_000_000 else 1))
+            res = subprocess.run([str(mpiexec), "-n", str(ranks), sys.executable, __file__,
+                                  "--mpi-part", "--dim", str(dim), "--specs", *args.compressors,
+                                  "--rounds", str(rounds)],
+                                 env=env, check=True, capture_output=True, text=True)
+            emit(res.stdout.strip())
     emit("\n**(b) In-process CHOCO top-1 % over a hand-vectorized torch round** (median, "
          "interleaved; targets: <= 1.5 at n = 25, <= 1.0 at n = 1000)\n")
-    emit("| run | engine | torch reference | engine / reference | notes |\n|---|---|---|---|---|")
+    emit(HEADERS["in_process"])
     emit(in_process_part(25, 2000, args.rounds))
     emit(in_process_part(1000, 10_000, max(10, args.rounds // 20)))
     if args.large:
         emit(in_process_part(10_000, 1000, 10))
     emit("\n**(c) A user's batch-form compressor over the built-in sign** (median, interleaved)\n")
-    emit("| run | built-in sign | user's sign | user / built-in | guide's BlockSign "
-         "| BlockSign / built-in |\n|---|---|---|---|---|---|")
+    emit(HEADERS["user"])
     emit(user_compressor_part(25, 2000, args.rounds))
     emit(f"\nload average {os.getloadavg()[0]:.2f} at the end")
     if args.write is not None:

@@ -26,6 +26,10 @@ ROOT = Path(__file__).resolve().parents[1]
 HELP_TARGET_S = 1.5
 IMPORT_TARGET_S = 0.5
 
+HEADER = ("| start-up | median | min | max | target | status | imports torch |\n"
+          "|---|---|---|---|---|---|---|")
+"""The table's header (a docs test finds it in docs/performance.md)."""
+
 IMPORT_GOSSIP = """
 import time
 import torch
@@ -83,8 +87,7 @@ def main(argv: list[str] | None = None) -> str:
 
     emit(f"python {sys.version.split()[0]}, median / min / max of {args.repeat} fresh interpreters "
          "(seconds)\n")
-    emit("| start-up | median | min | max | target | status | imports torch |")
-    emit("|---|---|---|---|---|---|---|")
+    emit(HEADER)
     emit(row("python -c pass (interpreter)", [wall(["-c", "pass"])[0] for _ in range(args.repeat)],
              None))
     emit(row("import torch", [wall(["-c", "import torch"])[0] for _ in range(args.repeat)], None,

@@ -1,0 +1,58 @@
+"""docs/performance.md's measured tables are what benchmarks/bench_engine.py and
+benchmarks/bench_startup.py write there (``make bench``), and both benchmarks run end to end
+(tiny settings: the real ones take minutes)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+
+import pytest
+
+from tests.helpers.launch import ROOT, script
+
+DOC = ROOT / "docs" / "performance.md"
+
+
+def section(name: str) -> str:
+    """What lies between the markers of ``name`` in the page."""
+    begin, end = script("docpage", "benchmarks").markers(name)
+    text = DOC.read_text()
+    assert begin in text and end in text, f"docs/performance.md lost its {name} markers"
+    return text.split(begin, 1)[1].split(end, 1)[0]
+
+
+def test_the_engine_tables_are_the_benchmarks():
+    text = section("bench_engine")
+    for header in script("bench_engine", "benchmarks").HEADERS.values():
+        assert header in text
+    for spec in ("none", "topk:0.01", "sign", "qsgd:4", "lowrank:1"):  # issue 22's rows
+        for ranks in (2, 4):
+            assert f"| gossip {spec}, d=1000000, {ranks} ranks |" in text
+    assert "| CHOCO top-1%, ring 25, d=2000 |" in text
+    assert "| CHOCO top-1%, ring 1000, d=10000 |" in text
+
+
+def test_the_startup_table_is_the_benchmarks():
+    text = section("bench_startup")
+    assert script("bench_startup", "benchmarks").HEADER in text
+    for path in sorted((ROOT / "experiments").glob("*.py")):
+        assert f"| experiments/{path.name} --help |" in text
+
+
+@pytest.mark.slow
+def test_the_engine_benchmark_writes_its_page(tmp_path):
+    """A tiny run of every part, the MPI one under mpiexec with every compressor of the
+    table, written between the markers of a copy of the page."""
+    page = tmp_path / "performance.md"
+    shutil.copy(DOC, page)
+    bench = script("bench_engine", "benchmarks")
+    argv = ["--ranks", "2", "--dims", "40000", "--rounds", "4", "--no-large", "--write", str(page)]
+    with contextlib.redirect_stdout(io.StringIO()):
+        bench.main(argv)
+    text = page.read_text()
+    for spec in ("none", "topk:0.01", "sign", "qsgd:4", "lowrank:1"):
+        assert f"| gossip {spec}, d=40000, 2 ranks |" in text
+    assert "| CHOCO top-1%, ring 25, d=2000 |" in text
+    assert text.count("<!-- bench_engine: begin -->") == 1
