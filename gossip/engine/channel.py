@@ -209,9 +209,10 @@ class Channel:
         ``into=(a, b)`` (memoryless channels) adds instead ``C(q_i)`` to ``a`` (None: skipped)
         and ``scale·(m_ii·C(q_i) + Σ_j m_ij·C(q_j))`` to ``b`` (``own_weight`` replaces
         ``m_ii``), straight into the caller's tensors: DCD's ``x += ẑ``, ``s += ẑm``; with
-        ``add=False`` that sum is written into ``b`` instead of added to it; with ``alpha`` it is
-        added as ``b.add_(sum, alpha=alpha)`` adds it, and ``b`` may be the tensor the messages
-        were sent from (gossip's ``x ← x + γ·(mix)``, one pass in place for dense rows)."""
+        ``add=False`` that sum is written into ``b`` instead of added to it; with ``alpha``,
+        ``alpha·sum`` is added to ``b``, which may be the tensor the messages were sent from
+        (gossip's ``x ← x + γ·(mix)``: one pass in place for dense rows; the roundings are
+        :meth:`Block.mix_into`'s)."""
         if self.arcs is not None:
             raise ConfigError(f"channel {self.name!r} keeps copies per arc: it has no ẑ, ẑm "
                               "per node; use gap(inbox)")
