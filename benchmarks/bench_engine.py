@@ -3,7 +3,8 @@
 (a) An MPI gossip round (one node per rank on a ring, ``--ranks`` 2 and 4: one core per rank
     here, then two ranks per core) over its floor, the same work done by its parts standalone.
     For exact gossip (``none``) the floor is a bare mpi4py exchange of the vectors and a plain
-    numpy mix ``(x + Σ_j x_j) / (1 + degree)`` (issue 22's target: <= 1.2 at d = 10^6); for a
+    numpy mix ``(x + Σ_j x_j) / (1 + degree)`` into a preallocated buffer (issue 22's target:
+    <= 1.2 at d = 10^6); for a
     compressor it is the bare exchange of the round's real messages, one standalone encode and
     the standalone decode-add of every message the round decodes, its own included (target
     <= 1.3). Also the round over the bare exchange of the same bytes alone and, for exact
@@ -110,7 +111,7 @@ def mpi_part(dim: int, rounds: int, spec: str) -> None:
     bare()
     comm.Barrier()
     comm0 = eng.comm_s
-    times = _interleaved(fns, rounds)  # alternately, same machine state
+    times = _interleaved(fns, rounds, sync=comm.Barrier)  # alternately, same machine state
     t_comm = (eng.comm_s - comm0) / rounds  # the transport's share of a round (mean)
     t_engine, t_bare, t_floor, *t_fused = (comm.allreduce(t, op=MPI.MAX) for t in times)
     t_comm = comm.allreduce(t_comm, op=MPI.MAX)
@@ -125,7 +126,8 @@ def mpi_part(dim: int, rounds: int, spec: str) -> None:
 
 def floor_of(eng: Engine, view, comm):
     """The work a round must do, from its parts used standalone: for exact gossip the bare
-    exchange of the float32 vectors and a plain numpy mix ``(x + Σ_j x_j) / (1 + degree)``;
+    exchange of the float32 vectors and a plain numpy mix ``(x + Σ_j x_j) / (1 + degree)``
+    (its sum in a preallocated buffer);
     for a compressor the bare exchange of this round's real messages, one standalone encode of
     the node's message and the standalone decode-add of every message the round decodes: its
     own (gossip adds ``(w_ii − 1)·C(x_i)``) and each received one."""
@@ -136,15 +138,16 @@ def floor_of(eng: Engine, view, comm):
     if comp.is_identity:
         xn = x[0].numpy()
         recv = [np.empty_like(xn) for _ in nbrs]
+        total = np.empty_like(xn)  # preallocated, as the engine's buffers are
         scale = np.float32(1.0 / (1 + len(nbrs)))
 
         def mix() -> None:
             reqs = [comm.Irecv([r, MPI.FLOAT], source=j, tag=3) for j, r in zip(nbrs, recv)]
             reqs += [comm.Isend([xn, MPI.FLOAT], dest=j, tag=3) for j in outs]
             MPI.Request.Waitall(reqs)
-            total = np.add(xn, recv[0]) if recv else xn.copy()
+            np.add(xn, recv[0], out=total) if recv else np.copyto(total, xn)
             for r in recv[1:]:
-                total += r
+                np.add(total, r, out=total)
             np.multiply(total, scale, out=xn)
         return mix
 
@@ -218,12 +221,15 @@ class FusedGossip:
 
 
 # -- (b) in process ---------------------------------------------------------------------------
-def _interleaved(fns, rounds: int) -> list[float]:
+def _interleaved(fns, rounds: int, sync=None) -> list[float]:
     """Median seconds of each function of ``fns``, timed one after the other in every round
-    (the same machine state for all)."""
+    (the same machine state for all). ``sync`` (untimed) runs before each: under MPI a
+    barrier, so no function's time includes a peer still finishing the one before."""
     times: list[list[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for fn, ts in zip(fns, times):
+            if sync is not None:
+                sync()
             t0 = time.perf_counter()
             fn()
             ts.append(time.perf_counter() - t0)
