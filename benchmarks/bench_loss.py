@@ -41,6 +41,14 @@ method's no-loss run.
     python benchmarks/bench_loss.py --rounds 5 --seeds 0   # does it run
     python benchmarks/bench_loss.py --methods choco-arcs   # only these algorithms' rows
     python benchmarks/bench_loss.py --methods lead-arcs c-gt-arcs
+
+``--networks stale`` measures late messages instead (the lag table of docs/network.md): the
+same runs on ``STALE_NETWORKS``, ideal, every message 1 or 3 rounds late (``stale=1``,
+``stale=3``) and geometric lags of mean 1 (``stale=geom:0.5``), for the methods that give a
+late message a meaning (the per-arc ``-arcs`` methods are refused under ``stale=`` and left
+out); "messages late" counts the messages handed over after their round.
+
+    python benchmarks/bench_loss.py --networks stale
 """
 
 from __future__ import annotations
@@ -68,6 +76,8 @@ from gossip.seeding import generator, init_seed  # noqa: E402
 NODES = 16
 NETWORKS = ("none", "loss=0.01", "loss=0.1", "loss=0.3", "loss=ge:p_gb=0.02,p_bg=0.18")
 """The ``--network`` specs, the first the reference (no loss)."""
+STALE_NETWORKS = ("none", "stale=1", "stale=3", "stale=geom:0.5")
+"""The late-message specs (``--networks stale``), the first the reference."""
 AVERAGING = (("gossip", "none"), ("push-sum", "none"))
 """(algorithm, compressor) of the consensus runs."""
 OPTIMIZERS = (("dpsgd", "none"), ("choco", "topk:0.1"), ("choco", "none"),
@@ -88,7 +98,8 @@ def _norm(x: torch.Tensor) -> float:
 
 def _losses(engine: Engine) -> dict[str, float]:
     rec = engine.record()
-    return {"lost": float(rec.get("messages_lost_total", 0)), "bits": rec["bits_per_node"]}
+    return {"lost": float(rec.get("messages_lost_total", 0)),
+            "late": float(rec.get("messages_late_total", 0)), "bits": rec["bits_per_node"]}
 
 
 def averaging_run(algorithm: str, compressor: str, network: str, seed: int, rounds: int) -> Row:
@@ -141,42 +152,44 @@ def _median(rows: list[Row], key: str) -> float:
 
 
 def _ratio(results: Results, key: tuple[str, str, str], rows: list[Row]) -> str:
-    ref = _median(results[(key[0], key[1], NETWORKS[0])], "bits")
+    ref = _median(results[(key[0], key[1], "none")], "bits")
     return f"{_median(rows, 'bits') / ref:.3f}" if ref > 0 else "—"
 
 
-def _table(results: Results, columns: list[tuple[str, str]]) -> str:
+def _table(results: Results, columns: list[tuple[str, str]], late: bool = False) -> str:
     """Method, compressor, network, the ``(header, key)`` columns (medians over the seeds,
-    3 significant digits), then the messages lost and the bits."""
+    3 significant digits), then the messages lost (``late``: held late) and the bits."""
     head = "".join(f" {h} |" for h, _ in columns)
-    lines = [f"| method | compressor | network |{head} messages lost | bits/node | bits vs no loss |",
+    count, ideal = ("late", "no lag") if late else ("lost", "no loss")
+    lines = [f"| method | compressor | network |{head} messages {count} | bits/node | "
+             f"bits vs {ideal} |",
              "|---|---|---|" + "---|" * (len(columns) + 3)]
     for key, rows in results.items():
         cells = "".join(f" {_median(rows, k):.3g} |" for _, k in columns)
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} |{cells} {_median(rows, 'lost'):.0f} "
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} |{cells} {_median(rows, count):.0f} "
                      f"| {_median(rows, 'bits'):.4g} | {_ratio(results, key, rows)} |")
     return "\n".join(lines)
 
 
-def averaging_table(results: Results) -> str:
+def averaging_table(results: Results, late: bool = False) -> str:
     """The averaging table of docs/network.md (medians over the seeds)."""
     return _table(results, [("consensus error (rel.)", "consensus"), ("drift of the average", "drift"),
-                            ("error to the exact average (worst node)", "exact")])
+                            ("error to the exact average (worst node)", "exact")], late)
 
 
-def optimization_table(results: Results, rounds: int) -> str:
+def optimization_table(results: Results, rounds: int, late: bool = False) -> str:
     """The least-squares table of docs/network.md (medians over the seeds)."""
     return _table(results, [(f"distance to x* (rel.), round {rounds}", "distance"),
                             (f"at round {rounds // 2}", "distance_half"),
-                            ("consensus error (rel.)", "consensus")])
+                            ("consensus error (rel.)", "consensus")], late)
 
 
 def measure(run: Callable[[str, str, str, int, int], Row], methods: Iterable[tuple[str, str]],
-            seeds: list[int], rounds: int) -> Results:
+            seeds: list[int], rounds: int, networks: tuple[str, ...] = NETWORKS) -> Results:
     """Every (method, network) setting over every seed."""
     results: Results = {}
     for algorithm, compressor in methods:
-        for network in NETWORKS:
+        for network in networks:
             rows = [run(algorithm, compressor, network, seed, rounds) for seed in seeds]
             if not all(math.isfinite(v) for r in rows for v in r.values()):
                 raise SystemExit(f"{algorithm} {compressor} {network}: a non-finite result")
@@ -191,12 +204,17 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds (median)")
     p.add_argument("--methods", nargs="+", metavar="ALGORITHM",
                    help="only the rows of these algorithms (default: every one)")
+    p.add_argument("--networks", choices=("loss", "stale"), default="loss",
+                   help="lost messages (NETWORKS) or late ones (STALE_NETWORKS)")
     args = p.parse_args(argv)
+    late = args.networks == "stale"
+    networks = STALE_NETWORKS if late else NETWORKS
     torch.set_num_threads(1)
     start = time.perf_counter()
 
     def chosen(methods: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
-        return [m for m in methods if args.methods is None or m[0] in args.methods]
+        return [m for m in methods if (args.methods is None or m[0] in args.methods)
+                and not (late and algorithm_class(m[0]).on_loss == "ack")]
 
     averaging_methods, optimizers = chosen(AVERAGING), chosen(OPTIMIZERS)
     if not averaging_methods and not optimizers:
@@ -206,12 +224,12 @@ def main(argv: list[str] | None = None) -> str:
     parts = []
     if averaging_methods:
         averaging = averaging_table(measure(averaging_run, averaging_methods, args.seeds,
-                                            args.rounds))
+                                            args.rounds, networks), late)
         parts.append(f"Averaging: {NODES} nodes on a ring, d = {CONSENSUS_DIM}, {args.rounds} "
                      f"rounds, median over seeds {seeds}\n\n{averaging}")
     if optimizers:
         optimization = optimization_table(measure(optimization_run, optimizers, args.seeds,
-                                                  args.rounds), args.rounds)
+                                                  args.rounds, networks), args.rounds, late)
         parts.append(f"Least squares: {NODES} nodes on a ring, d = {LSQ_DIM}, {LSQ_SAMPLES} "
                      f"samples per node, heterogeneity {LSQ_HETEROGENEITY:g}, {args.rounds} "
                      f"rounds, median over seeds {seeds}\n\n{optimization}")

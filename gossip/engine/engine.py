@@ -286,7 +286,13 @@ class Engine:
             if getattr(net, other) is not None:
                 raise ConfigError(f"{where}: stale= (rounds late) with {other}= is not modeled "
                                   "yet: give one of them")
-        policy = alg.loss_semantics(self._new_compressor())
+        try:
+            policy = alg.loss_semantics(self._new_compressor())
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: a late message means what a lost one means to its "
+                              f"algorithm (docs/network.md), and {alg.name} has no such meaning "
+                              f"here ({str(exc).removeprefix('--network: ')}); run it without "
+                              "stale=") from None
         Staleness(net, self.seed, policy, [], alg.name)  # refuses "ack"
         if self.block.arc_state:
             raise ConfigError(f"{where}: {alg.name} keeps state per arc "
