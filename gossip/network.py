@@ -11,6 +11,8 @@ nodes take (docs/network.md). A spec, as ``--network`` takes it::
     LAG   := K | "fixed:" K                       always K rounds late (an integer >= 0)
            | "geom:" P                            k rounds late with prob. P (1 − P)^k, P in (0, 1]
            | "uniform:" LO "," HI                 uniform on the integers LO..HI
+           | "arcs:" ARC "@" LAG ("+" ARC "@" LAG)*  per arc (the others: "*@" LAG, default 0)
+    ARC   := I ">" J | "*"                        the arc from node I to node J; every other arc
     DIST  := S | "fixed:" S                       always S seconds
            | "exp:" MEAN                          exponential of mean MEAN
            | "uniform:" LO "," HI                 uniform on [LO, HI]
@@ -71,13 +73,13 @@ from gossip.rng import Stream
 
 GE_KEYS = ("p_gb", "p_bg", "loss_good", "loss_bad")
 FORMS = ("none", "loss=P", "loss=bernoulli:P", "loss=ge:p_gb=P,p_bg=P[,loss_good=P][,loss_bad=P]",
-         "stale=K", "stale=geom:P", "stale=uniform:LO,HI",
+         "stale=K", "stale=geom:P", "stale=uniform:LO,HI", "stale=arcs:I>J@LAG+...[+*@LAG]",
          "delay=DIST", "compute=DIST", "slow=FRACTIONxFACTOR", "slow=nodes:I+JxFACTOR",
          "churn=rate:R,mean_away:S[,fresh]", "churn=at:NODE@LEAVE-BACK+...[,fresh]")
 """The spec forms, for help texts and errors."""
 DIST_FORMS = "S | fixed:S | exp:MEAN | uniform:LO,HI | lognormal:MEDIAN,SIGMA"
 """The forms of a duration distribution (``delay=``, ``compute=``)."""
-LAG_FORMS = "K | fixed:K | geom:P | uniform:LO,HI"
+LAG_FORMS = "K | fixed:K | geom:P | uniform:LO,HI | arcs:I>J@LAG+...[+*@LAG]"
 """The forms of a lag in rounds (``stale=``)."""
 MODELS = ("loss", "stale", "delay", "compute", "slow", "churn")
 """The model kinds, in the order a canonical spec lists them."""
@@ -203,7 +205,34 @@ class UniformLag:
         return f"uniform:{self.lo},{self.hi}"
 
 
-LagModel = FixedLag | GeometricLag | UniformLag
+@dataclass(frozen=True)
+class ArcLags:
+    """A lag distribution per arc: ``arcs`` maps ``(i, j)`` to its model, every other arc
+    draws from ``default`` (0 rounds unless given). Each arc's draws are its own stream's, as
+    for a single model."""
+
+    arcs: tuple[tuple[int, int, FixedLag | GeometricLag | UniformLag], ...]
+    default: FixedLag | GeometricLag | UniformLag = FixedLag(0)
+
+    @property
+    def low(self) -> int:
+        """The smallest lag any arc draws."""
+        return min([self.default.low] + [m.low for _, _, m in self.arcs])
+
+    @property
+    def late(self) -> bool:
+        return self.default.late or any(m.late for _, _, m in self.arcs)
+
+    def of(self, i: int, j: int) -> FixedLag | GeometricLag | UniformLag:
+        """Arc (i, j)'s model."""
+        return next((m for a, b, m in self.arcs if (a, b) == (i, j)), self.default)
+
+    def spec(self) -> str:
+        items = [] if self.default == FixedLag(0) else [f"*@{self.default.spec()}"]
+        return "arcs:" + "+".join(items + [f"{i}>{j}@{m.spec()}" for i, j, m in self.arcs])
+
+
+LagModel = FixedLag | GeometricLag | UniformLag | ArcLags
 
 
 @dataclass(frozen=True)
@@ -355,10 +384,20 @@ class Network:
 
     def check(self, n: int, topology: Any = None) -> None:
         """Refuse (:class:`ConfigError`, one line) what cannot hold on ``n`` nodes: a slow or
-        churning node that does not exist; and for a churn schedule, a time at which every node
+        churning node that does not exist, a per-arc lag on an arc that does not exist (on a
+        static ``topology``: not one of its arcs); and for a churn schedule, a time at which every node
         is away, or (``topology`` given, a static one) nodes present from some time until the end
         that leave the graph disconnected for good. Rate churn has nothing to check."""
         where = f"--network {self.spec()}"
+        if isinstance(self.stale, ArcLags):
+            for i, j, _ in self.stale.arcs:
+                if max(i, j) >= n:
+                    raise ConfigError(f"{where}: stale names arc {i}>{j}, but node {max(i, j)} "
+                                      f"does not exist (nodes 0..{n - 1})")
+                if (topology is not None and not getattr(topology, "time_varying", False)
+                        and j not in topology.view(i).out_neighbors):
+                    raise ConfigError(f"{where}: stale names arc {i}>{j}, which is not an arc of "
+                                      f"{getattr(topology, 'name', 'the topology')}")
         if self.slow is not None and self.slow.nodes is not None:
             bad = [i for i in self.slow.nodes if i >= n]
             if bad:
@@ -432,8 +471,39 @@ def _rounds(what: str, text: str, spec: str) -> int:
     return int(text)
 
 
+_ARC = re.compile(r"(\d+)>(\d+)")
+
+
+def _arc_lags(text: str, spec: str) -> ArcLags:
+    arcs: dict[tuple[int, int], Any] = {}
+    default = None
+    for item in text.split("+"):
+        arc, at, lag = item.strip().partition("@")
+        m = _ARC.fullmatch(arc.strip())
+        if not at or (m is None and arc.strip() != "*"):
+            raise ConfigError(f"network spec {spec!r}: stale arcs item {item!r} is not I>J@LAG or "
+                              "*@LAG (e.g. 0>1@geom:0.5, *@1)")
+        if lag.strip().startswith("arcs:"):
+            raise ConfigError(f"network spec {spec!r}: stale arcs item {item!r} nests arcs:")
+        model = _lag(lag.strip(), spec)
+        if m is None:
+            if default is not None:
+                raise ConfigError(f"network spec {spec!r}: stale arcs gives *@LAG twice")
+            default = model
+            continue
+        i, j = int(m[1]), int(m[2])
+        if i == j or (i, j) in arcs:
+            raise ConfigError(f"network spec {spec!r}: stale arcs item {item!r} is not an arc "
+                              "between two nodes named once")
+        arcs[(i, j)] = model
+    return ArcLags(tuple((i, j, arcs[(i, j)]) for i, j in sorted(arcs)),
+                   FixedLag(0) if default is None else default)
+
+
 def _lag(text: str, spec: str) -> LagModel:
     kind, sep, rest = text.partition(":")
+    if kind == "arcs" and sep:
+        return _arc_lags(rest, spec)
     if not sep:
         kind, rest = "fixed", text
     if kind == "fixed":
@@ -639,16 +709,28 @@ class LagDraws:
     def __init__(self, model: LagModel, seed: int, keys: list[int]):
         self.model = model
         self._stream = Stream(seed, keys, "network.stale")
+        per_arc = ([model.of(k >> 32, k & 0xFFFFFFFF) for k in keys] if isinstance(model, ArcLags)
+                   else [model] * len(keys))
+        groups: dict[Any, list[int]] = {}
+        for r, m in enumerate(per_arc):
+            groups.setdefault(m, []).append(r)
+        self._groups = [(m, np.array(rows, dtype=np.int64)) for m, rows in groups.items()]
 
     def lags(self, t: int, phase: int) -> np.ndarray:
         """How many rounds late each arc's message of phase ``phase`` of round ``t`` is drawn
         to be (before the per-arc order, :mod:`gossip.engine.stale`)."""
         self._stream.begin_round(t)
         self._stream.call = phase
-        return self.model.lags(self._stream.uniform(1, dtype=torch.float64)[:, 0].numpy())
+        u = self._stream.uniform(1, dtype=torch.float64)[:, 0].numpy()
+        if len(self._groups) == 1:
+            return self._groups[0][0].lags(u)
+        out = np.zeros(u.shape, dtype=np.int64)
+        for model, rows in self._groups:
+            out[rows] = model.lags(u[rows])
+        return out
 
 
 __all__ = ["Network", "Bernoulli", "GilbertElliott", "LossDraws", "LagDraws", "FixedLag",
-           "GeometricLag", "UniformLag", "LAG_FORMS", "parse_network", "arc_keys",
+           "GeometricLag", "UniformLag", "ArcLags", "LAG_FORMS", "parse_network", "arc_keys",
            "FORMS", "DIST_FORMS", "Fixed", "Exponential", "Uniform", "LogNormal", "Dist", "Slow",
            "Churn"]

@@ -286,6 +286,7 @@ class Engine:
             if getattr(net, other) is not None:
                 raise ConfigError(f"{where}: stale= (rounds late) with {other}= is not modeled "
                                   "yet: give one of them")
+        net.check(self.n, self.topology)
         try:
             policy = alg.loss_semantics(self._new_compressor())
         except ConfigError as exc:

@@ -21,14 +21,17 @@ ARCS = arc_keys([(i, j) for i in range(40) for j in range(40) if i != j])
 
 @pytest.mark.parametrize("spec", ["stale=-1", "stale=1.5", "stale=geom:0", "stale=geom:1.2",
                                   "stale=uniform:3,1", "stale=uniform:1", "stale=poisson:2",
-                                  "stale=1;stale=2"])
+                                  "stale=1;stale=2", "stale=arcs:0>0@1", "stale=arcs:0-1@1",
+                                  "stale=arcs:*@1+*@2", "stale=arcs:0>1@1+0>1@2",
+                                  "stale=arcs:0>1@arcs:1>2@1", "stale=arcs:0>1@-1"])
 def test_bad_lags_give_one_error_line(spec):
     with pytest.raises(ConfigError) as err:
         parse_network(spec)
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("spec", ["stale=3", "stale=geom:0.25", "stale=uniform:0,4"])
+@pytest.mark.parametrize("spec", ["stale=3", "stale=geom:0.25", "stale=uniform:0,4",
+                                  "stale=arcs:2>3@geom:0.5+0>1@1", "stale=arcs:*@2+1>0@0"])
 def test_lag_specs_round_trip(spec):
     net = parse_network(spec)
     assert parse_network(net.spec()) == net and net.late
@@ -59,6 +62,17 @@ def test_uniform_lags_within_binomial_bounds_and_phases_differ():
     assert np.array_equal(draws.lags(3, 0), LagDraws(model, 7, ARCS).lags(3, 0))  # pure
 
 
+def test_per_arc_lags_draw_from_each_arcs_model():
+    model = parse_network("stale=arcs:0>1@geom:0.5+1>0@3+*@uniform:1,2").stale
+    keys = arc_keys([(0, 1), (1, 0), (1, 2), (2, 1)])
+    draws = LagDraws(model, 4, keys)
+    lags = np.stack([draws.lags(t, 0) for t in range(1, 201)])
+    assert (lags[:, 1] == 3).all() and set(lags[:, 2:].ravel().tolist()) == {1, 2}
+    assert lags[:, 0].min() == 0 and abs(lags[:, 0].mean() - 1.0) < 0.35  # mean (1 − p) / p
+    geom = LagDraws(parse_network("stale=geom:0.5").stale, 4, keys[:1])  # the arc's own stream
+    assert np.array_equal(lags[:, 0], [geom.lags(t, 0)[0] for t in range(1, 201)])
+
+
 def test_fifo_due():
     assert fifo_due(5, 0, 0) == 5
     assert fifo_due(5, 2, 9) == 9  # an earlier message on the arc is due later: wait for it
@@ -75,7 +89,8 @@ def _ring_weights(topo, n):
     return W
 
 
-@pytest.mark.parametrize("spec", ["stale=2", "stale=geom:0.4", "stale=uniform:0,3"])
+@pytest.mark.parametrize("spec", ["stale=2", "stale=geom:0.4", "stale=uniform:0,3",
+                                  "stale=arcs:0>1@4+1>0@geom:0.3+*@uniform:0,1"])
 def test_gossip_with_stale_values_equals_its_matrix_replay(spec):
     """x_i ← w_ii x_i + Σ_j w_ij x_j^(newest arrived), the weight of a neighbor nothing has
     arrived from yet moved to w_ii; lags from the keyed draws, FIFO per arc (float64 numpy)."""
@@ -225,6 +240,10 @@ def test_refusals_name_the_algorithm_and_why():
          "5 rounds"),
         (lambda: Engine(make_algorithm("pairwise-gossip"), ring, zeros, network="stale=1"),
          "asynchronous"),
+        (lambda: Engine(make_algorithm("gossip"), ring, zeros, network="stale=arcs:0>4@1"),
+         "not an arc of"),
+        (lambda: Engine(make_algorithm("gossip"), ring, zeros, network="stale=arcs:0>9@1"),
+         "node 9 does not exist"),
     ]
     for build, word in cases:
         with pytest.raises(ConfigError) as err:
