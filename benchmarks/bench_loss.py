@@ -69,6 +69,7 @@ sys.path.insert(0, str(ROOT))
 import topologies  # noqa: E402
 from gossip import Engine, make_algorithm  # noqa: E402
 from gossip.algorithms import algorithm_class  # noqa: E402
+from gossip.errors import DivergenceError  # noqa: E402
 from gossip.metrics import squared_distance  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
 from gossip.seeding import generator, init_seed  # noqa: E402
@@ -138,9 +139,14 @@ def optimization_run(algorithm: str, compressor: str, network: str, seed: int, r
                     watch=("distance_to_optimum",),
                     oracles=lambda i, gen: problem.oracle(i, gen, "full", 1))
     half = rounds // 2
-    engine.run(half, log_every=max(half, 1))
-    mid = squared_distance(engine, x_star, relative=True)
-    engine.run(rounds - half, log_every=max(rounds - half, 1))
+    mid = math.inf
+    try:
+        engine.run(half, log_every=max(half, 1))
+        mid = squared_distance(engine, x_star, relative=True)
+        engine.run(rounds - half, log_every=max(rounds - half, 1))
+    except DivergenceError:  # a late message can make a method diverge: the table says so
+        return {"distance": math.inf, "distance_half": mid, "consensus": math.inf,
+                "lost": math.nan, "late": math.nan, "bits": math.nan}
     x = engine.block.x
     return {"distance": squared_distance(engine, x_star, relative=True), "distance_half": mid,
             "consensus": float(((x - engine.mean_model()) ** 2).sum(1).mean()) / _norm(x_star) ** 2,
@@ -148,12 +154,21 @@ def optimization_run(algorithm: str, compressor: str, network: str, seed: int, r
 
 
 def _median(rows: list[Row], key: str) -> float:
-    return statistics.median(r[key] for r in rows)
+    """The median over the seeds (a diverged run counts as +inf; nan: no run finished)."""
+    done = [r[key] for r in rows if not math.isnan(r[key])]
+    return statistics.median(done) if done else math.nan
+
+
+def _cell(value: float, form: str) -> str:
+    """A median as the table writes it ("diverged": most seeds diverged; "—": none finished)."""
+    if math.isinf(value):
+        return "diverged"
+    return "—" if math.isnan(value) else format(value, form)
 
 
 def _ratio(results: Results, key: tuple[str, str, str], rows: list[Row]) -> str:
     ref = _median(results[(key[0], key[1], "none")], "bits")
-    return f"{_median(rows, 'bits') / ref:.3f}" if ref > 0 else "—"
+    return _cell(_median(rows, "bits") / ref, ".3f") if ref > 0 else "—"
 
 
 def _table(results: Results, columns: list[tuple[str, str]], late: bool = False) -> str:
@@ -165,9 +180,10 @@ def _table(results: Results, columns: list[tuple[str, str]], late: bool = False)
              f"bits vs {ideal} |",
              "|---|---|---|" + "---|" * (len(columns) + 3)]
     for key, rows in results.items():
-        cells = "".join(f" {_median(rows, k):.3g} |" for _, k in columns)
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} |{cells} {_median(rows, count):.0f} "
-                     f"| {_median(rows, 'bits'):.4g} | {_ratio(results, key, rows)} |")
+        cells = "".join(f" {_cell(_median(rows, k), '.3g')} |" for _, k in columns)
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} |{cells} "
+                     f"{_cell(_median(rows, count), '.0f')} | {_cell(_median(rows, 'bits'), '.4g')} "
+                     f"| {_ratio(results, key, rows)} |")
     return "\n".join(lines)
 
 
@@ -191,8 +207,9 @@ def measure(run: Callable[[str, str, str, int, int], Row], methods: Iterable[tup
     for algorithm, compressor in methods:
         for network in networks:
             rows = [run(algorithm, compressor, network, seed, rounds) for seed in seeds]
-            if not all(math.isfinite(v) for r in rows for v in r.values()):
-                raise SystemExit(f"{algorithm} {compressor} {network}: a non-finite result")
+            if any(math.isnan(v) and k != "late" and k != "lost" and k != "bits"
+                   for r in rows for k, v in r.items()):
+                raise SystemExit(f"{algorithm} {compressor} {network}: a NaN result")
             results[(algorithm, compressor, network)] = rows
         print(f"done: {algorithm} {compressor}", file=sys.stderr, flush=True)
     return results
