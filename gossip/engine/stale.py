@@ -25,7 +25,7 @@ What the algorithm is handed in round t follows its
 The round's mix then runs on a :class:`~gossip.engine.routing.MixPlan` whose neighbor terms all
 read rows of one fresh staging buffer holding those messages (the own rows are copied in front
 of them); the phase's :class:`~gossip.engine.staging.Rows` are pointed at it. Per-arc phases
-(``"ack"``: choco-arcs, lead-arcs, c-gt-arcs) are refused (module :data:`MODES`).
+(``"ack"``: choco-arcs, lead-arcs, c-gt-arcs) are refused: :data:`MODES` says why.
 """
 
 from __future__ import annotations
@@ -46,9 +46,14 @@ from gossip.network import LagDraws, Network, arc_keys
 
 MODES = {"renormalize": "newest", "drop": "in-order", "keep-mass": "in-order"}
 """What a receiver is handed per :attr:`~gossip.algorithms.Algorithm.on_loss` (module doc).
-``"ack"`` is not here: a per-arc copy's sender would have to apply each increment in the round
-its receiver does, which needs the sender to hold its sent messages and replay them into its
-own copy; not built yet."""
+``"ack"`` is not here, and the engine cannot put it there: for the arc's two copies to stay
+equal the sender must apply each increment in the round its receiver does, but it computes its
+next messages against its copy *before* that (``q = C(z − o)``): each message in flight carries
+the same unacknowledged gap again, and all of them are applied. With the identity compressor
+and a fixed z the gap then follows ``e(t+1) = e(t) − e(t−K)``, which never decays for K = 1
+(spectral radius 1) and grows for K ≥ 2 (1.15 for K = 2, 1.18 for K = 3). A meaningful form
+computes the message against the copy plus what is in flight: a change of the algorithm, not
+of its delivery."""
 
 
 def fifo_due(t: int, lag: int, previous: int) -> int:
@@ -106,11 +111,12 @@ class Staleness:
     def __init__(self, network: Network, seed: int, policy: str, ids: list[int], name: str):
         if policy not in MODES:
             raise ConfigError(
-                f"--network {network.spec()}: {name} sends one message per arc and keeps per-arc "
-                "copies acknowledged at both ends (on_loss 'ack'); a late message would have to "
-                "be applied by the sender's copy in the round its receiver applies it, which is "
-                "not built yet: run it without stale=, or use its broadcast form (choco, lead, "
-                "c-gt)" if policy == "ack" else
+                f"--network {network.spec()}: {name} keeps per-arc copies acknowledged at both "
+                "ends (on_loss 'ack'): its sender computes each message against its copy before "
+                "the late ones in flight are acknowledged, so they all carry the same gap and the "
+                "copies overshoot (unstable for lags >= 2, see gossip/engine/stale.py); run it "
+                "without stale=, or use its broadcast form (choco, lead, c-gt)"
+                if policy == "ack" else
                 f"--network {network.spec()}: on_loss = {policy!r} has no meaning for late messages")
         self.network = network
         self.seed = seed
