@@ -172,10 +172,14 @@ def test_stale_zero_is_the_ideal_run():
     assert all(torch.equal(runs[0], r) for r in runs)
 
 
-@pytest.mark.parametrize("spec", ["stale=3", "stale=geom:0.3"])
-def test_push_sum_conserves_mass_in_flight_and_reaches_the_average(spec):
+@pytest.mark.parametrize("graph, spec", [("directed-random:p=0.3", "stale=3"),
+                                         ("directed-random:p=0.3", "stale=geom:0.3"),
+                                         ("one-peer-exponential", "stale=geom:0.4")])
+def test_push_sum_conserves_mass_in_flight_and_reaches_the_average(graph, spec):
+    """Σ w and Σ s over the nodes plus the shares in flight (each with its send round's weight,
+    also on a graph that changes every round) stay n and Σ x⁰; push-sum ends at the average."""
     n = 8
-    topo = topologies.build("directed-random:p=0.3", n, weights="push", seed=3)
+    topo = topologies.build(graph, n, weights="push", seed=3)
     x0 = lambda i: torch.full((4,), float(i), dtype=torch.float64)  # noqa: E731
     e = Engine(make_algorithm("push-sum"), topo, x0, network=spec)
     for _ in range(40):
