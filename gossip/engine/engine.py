@@ -637,9 +637,9 @@ class Engine:
         return records
 
     def _check_lags(self, rounds: int, checkpointer: Any) -> None:
-        """Refuse, before the run's first round, ``stale=`` lags no message of the run can
-        outlive (the smallest lag reaches past its last round) and checkpoints (the messages
-        held in flight are not saved)."""
+        """Refuse, before this call's first round, ``stale=`` lags no message can outlive (the
+        smallest lag reaches this call's last round: a run made of several calls is judged by
+        each) and checkpoints (the messages held in flight are not saved)."""
         if not self.network.late:
             return
         where = f"--network {self.network.spec()}"
