@@ -271,7 +271,7 @@ class Engine:
     def _check_stale(self) -> None:
         """Refuse, before any message, ``stale=`` where late rounds have no meaning: an
         asynchronous algorithm (no rounds: its messages take ``delay=`` seconds), together with
-        ``loss=`` or ``delay=`` (not combined yet), an algorithm without loss semantics or with
+        ``delay=``, an algorithm without loss semantics or with
         per-arc state (what a late message means follows
         :attr:`~gossip.algorithms.Algorithm.on_loss`, :mod:`gossip.engine.stale`)."""
         net, alg = self.network, self.algorithm
@@ -282,10 +282,9 @@ class Engine:
             raise ConfigError(f"{where}: stale= makes messages of synchronous rounds late; "
                               f"{alg.name} is asynchronous (no rounds): give its messages a "
                               "delay in seconds with delay= instead")
-        for other in ("loss", "delay"):
-            if getattr(net, other) is not None:
-                raise ConfigError(f"{where}: stale= (rounds late) with {other}= is not modeled "
-                                  "yet: give one of them")
+        if net.delay is not None:
+            raise ConfigError(f"{where}: stale= (rounds late) and delay= (seconds a receiver "
+                              "waits) are two models of one thing; give one of them")
         net.check(self.n, self.topology)
         try:
             policy = alg.loss_semantics(self._new_compressor())
@@ -411,7 +410,8 @@ class Engine:
             if self.stale is not None:  # held at the receivers; the ones due now handed over
                 self.block.check_received(phase)
                 phase.settle()
-                self.block.plan = self.stale.hold(phase, rnd.t, rnd.phases - 1)
+                self.block.plan = self.stale.hold(phase, rnd.t, rnd.phases - 1,
+                                                  self.block.routing)
             msg = self._advance(rnd.gen, phase, phase.parts if phase is not msg else phase)
             self.compute_s += time.perf_counter() - toc
             self._post(msg)

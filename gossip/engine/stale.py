@@ -137,19 +137,33 @@ class Staleness:
                 for j in sorted(self._links[phase][row])
                 for h in self._links[phase][row][j].queue]
 
-    def hold(self, rows: Rows, t: int, phase: int) -> MixPlan:
+    def hold(self, rows: Rows, t: int, phase: int, routing: MixPlan | None = None) -> MixPlan:
         """Hold the messages phase ``phase`` of round ``t`` just exchanged (``rows``, checked),
-        point ``rows`` at the messages due now, and return the plan to mix them with."""
-        plan = rows.route
-        if isinstance(plan, ArcPlan):
+        point ``rows`` at the messages due now, and return the plan to mix them with.
+
+        ``routing``: the round's whole plan when ``rows.route`` is the plan of what was
+        delivered under ``loss=`` (:mod:`gossip.engine.loss`): a lost message is never held
+        (it does not move its arc's order either); the self weights are the delivered plan's
+        for ``"in-order"`` (push-sum's kept share), the whole plan's for ``"newest"`` (a
+        neighbor whose message was lost this round still counts with its newest value)."""
+        delivered = rows.route
+        if isinstance(delivered, ArcPlan):
             raise ConfigError(f"--network {self.network.spec()}: this algorithm sends a message "
                               "per arc (an arc phase), for which late messages have no defined "
                               "meaning; run it without stale=")
+        plan = routing or delivered
+        got = None  # (receiver row, sender) of the messages that moved (None: all of them)
+        if delivered is not plan:
+            got = {(r, delivered.sender_of[s]) for src, dst, _ in delivered.slots
+                   for s, r in zip(src.tolist(), range(plan.m) if dst is None else dst.tolist())}
         arcs = self._arcs.get(plan, lambda: _InArcs(plan, self.ids, self.network, self.seed))
         nb = rows.nbytes
         data = rows.both()
         links = self._links.setdefault(phase, {})
         for (r, j, s, w), lag in zip(arcs.entries, arcs.draws.lags(t, phase).tolist()):
+            if got is not None and (r, j) not in got:
+                links.setdefault(r, {}).setdefault(j, _Link())  # known, nothing arrived
+                continue
             into = links.setdefault(r, {})
             link = into.get(j)
             if link is None:
@@ -160,7 +174,7 @@ class Staleness:
                 self.late_round[r] += 1
                 self.late_total[r] += 1
         terms: list[tuple[int, Held]] = []
-        self_weight = plan.self_weight.tolist()
+        self_weight = (plan if self.mode == "newest" else delivered).self_weight.tolist()
         for r in sorted(links):
             for j in sorted(links[r]):
                 link = links[r][j]

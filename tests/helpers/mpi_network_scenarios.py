@@ -54,6 +54,10 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "lead-stale-qsgd": ("lead", {}, "qsgd:4bit", "ring", "metropolis", "stale=geom:0.5", True),
     "push-sum-stale": ("push-sum", {}, "none", "directed-random:p=0.3", "push", "stale=geom:0.5",
                        True),
+    "push-sum-loss-stale": ("push-sum", {}, "none", "directed-random:p=0.3", "push",
+                            "loss=0.2;stale=uniform:0,2", True),
+    "dpsgd-onepeer-loss-stale": ("dpsgd", {}, "none", "one-peer-exponential", "metropolis",
+                                 "loss=0.2;stale=arcs:*@geom:0.5+0>1@3", True),
 }
 
 
