@@ -30,7 +30,7 @@ from gossip.engine.loss import Delivery
 from gossip.engine.nodes import Node
 from gossip.engine.routing import ArcPlan, MixPlan
 from gossip.engine.staging import Rows
-from gossip.engine.stale import Staleness
+from gossip.engine.stale import Staleness, mode_of
 from gossip.errors import (
     CompressionError,
     ConfigError,
@@ -271,9 +271,9 @@ class Engine:
     def _check_stale(self) -> None:
         """Refuse, before any message, ``stale=`` where late rounds have no meaning: an
         asynchronous algorithm (no rounds: its messages take ``delay=`` seconds), together with
-        ``delay=``, an algorithm without loss semantics or with
-        per-arc state (what a late message means follows
-        :attr:`~gossip.algorithms.Algorithm.on_loss`, :mod:`gossip.engine.stale`)."""
+        ``delay=``, per-arc lags on arcs the graph lacks, an algorithm without loss semantics,
+        with acknowledged per-arc copies or with other per-arc state (what a late message means
+        follows :attr:`~gossip.algorithms.Algorithm.on_loss`, :mod:`gossip.engine.stale`)."""
         net, alg = self.network, self.algorithm
         if not net.late:
             return
@@ -293,7 +293,7 @@ class Engine:
                               f"algorithm (docs/network.md), and {alg.name} has no such meaning "
                               f"here ({str(exc).removeprefix('--network: ')}); run it without "
                               "stale=") from None
-        Staleness(net, self.seed, policy, [], alg.name)  # refuses "ack"
+        mode_of(policy, net, alg.name)
         if self.block.arc_state:
             raise ConfigError(f"{where}: {alg.name} keeps state per arc "
                               f"({', '.join(sorted(self.block.arc_state))}); late messages have "

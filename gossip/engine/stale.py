@@ -56,6 +56,23 @@ computes the message against the copy plus what is in flight: a change of the al
 of its delivery."""
 
 
+def mode_of(policy: str, network: Network, name: str) -> str:
+    """What algorithm ``name``, whose :attr:`~gossip.algorithms.Algorithm.on_loss` is
+    ``policy``, is handed (:data:`MODES`); :class:`ConfigError` in one line for ``"ack"``
+    (:data:`MODES` says why) and anything else without a meaning for late messages."""
+    if policy == "ack":
+        raise ConfigError(
+            f"--network {network.spec()}: {name} keeps per-arc copies acknowledged at both ends "
+            "(on_loss 'ack'): its sender computes each message against its copy before the late "
+            "ones in flight are acknowledged, so they all carry the same gap and the copies "
+            "overshoot (unstable for lags >= 2, see gossip/engine/stale.py); run it without "
+            "stale=, or use its broadcast form (choco, lead, c-gt)")
+    if policy not in MODES:
+        raise ConfigError(f"--network {network.spec()}: on_loss = {policy!r} has no meaning for "
+                          f"late messages ({name}); the meaningful ones are {', '.join(MODES)}")
+    return MODES[policy]
+
+
 def fifo_due(t: int, lag: int, previous: int) -> int:
     """The round a message sent in round ``t`` with drawn ``lag`` is handed over: no earlier
     than the arc's ``previous`` message (first in, first out)."""
@@ -109,18 +126,9 @@ class Staleness:
     are handed over in a later round, per local receiving node."""
 
     def __init__(self, network: Network, seed: int, policy: str, ids: list[int], name: str):
-        if policy not in MODES:
-            raise ConfigError(
-                f"--network {network.spec()}: {name} keeps per-arc copies acknowledged at both "
-                "ends (on_loss 'ack'): its sender computes each message against its copy before "
-                "the late ones in flight are acknowledged, so they all carry the same gap and the "
-                "copies overshoot (unstable for lags >= 2, see gossip/engine/stale.py); run it "
-                "without stale=, or use its broadcast form (choco, lead, c-gt)"
-                if policy == "ack" else
-                f"--network {network.spec()}: on_loss = {policy!r} has no meaning for late messages")
         self.network = network
         self.seed = seed
-        self.mode = MODES[policy]
+        self.mode = mode_of(policy, network, name)
         self.ids = ids
         self.late_round = np.zeros(len(ids), dtype=np.int64)
         self.late_total = np.zeros(len(ids), dtype=np.int64)

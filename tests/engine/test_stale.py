@@ -255,6 +255,8 @@ def test_refusals_name_the_algorithm_and_why():
          "delay"),
         (lambda: Engine(make_algorithm("gossip"), ring, zeros, network="stale=5").run(5),
          "5 rounds"),
+        (lambda: Engine(make_algorithm("gossip"), ring, zeros, network="stale=1").run(
+            5, checkpointer=object()), "not checkpointed"),
         (lambda: Engine(make_algorithm("pairwise-gossip"), ring, zeros, network="stale=1"),
          "asynchronous"),
         (lambda: Engine(make_algorithm("gossip"), ring, zeros, network="stale=arcs:0>4@1"),
