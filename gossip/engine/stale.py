@@ -22,6 +22,9 @@ What the algorithm is handed in round t follows its
   sender's copy as it was some rounds ago and catches up as the increments arrive (eventually
   consistent), and push-sum's mass is conserved counting the mass in flight.
 
+With ``loss=`` too, a lost message is never held and does not hold up its arc
+(:meth:`Staleness.hold`).
+
 The round's mix then runs on a :class:`~gossip.engine.routing.MixPlan` whose neighbor terms all
 read rows of one fresh staging buffer holding those messages (the own rows are copied in front
 of them); the phase's :class:`~gossip.engine.staging.Rows` are pointed at it. Per-arc phases
