@@ -41,6 +41,14 @@ method's no-loss run.
     python benchmarks/bench_loss.py --rounds 5 --seeds 0   # does it run
     python benchmarks/bench_loss.py --methods choco-arcs   # only these algorithms' rows
     python benchmarks/bench_loss.py --methods lead-arcs c-gt-arcs
+
+``--networks stale`` measures late messages instead (the lag table of docs/network.md): the
+same runs on ``STALE_NETWORKS``, ideal, every message 1 or 3 rounds late (``stale=1``,
+``stale=3``) and geometric lags of mean 1 (``stale=geom:0.5``), for the methods that give a
+late message a meaning (the per-arc ``-arcs`` methods are refused under ``stale=`` and left
+out); "messages late" counts the messages handed over after their round.
+
+    python benchmarks/bench_loss.py --networks stale
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ sys.path.insert(0, str(ROOT))
 import topologies  # noqa: E402
 from gossip import Engine, make_algorithm  # noqa: E402
 from gossip.algorithms import algorithm_class  # noqa: E402
+from gossip.errors import DivergenceError  # noqa: E402
 from gossip.metrics import squared_distance  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
 from gossip.seeding import generator, init_seed  # noqa: E402
@@ -68,6 +77,8 @@ from gossip.seeding import generator, init_seed  # noqa: E402
 NODES = 16
 NETWORKS = ("none", "loss=0.01", "loss=0.1", "loss=0.3", "loss=ge:p_gb=0.02,p_bg=0.18")
 """The ``--network`` specs, the first the reference (no loss)."""
+STALE_NETWORKS = ("none", "stale=1", "stale=3", "stale=geom:0.5")
+"""The late-message specs (``--networks stale``), the first the reference."""
 AVERAGING = (("gossip", "none"), ("push-sum", "none"))
 """(algorithm, compressor) of the consensus runs."""
 OPTIMIZERS = (("dpsgd", "none"), ("choco", "topk:0.1"), ("choco", "none"),
@@ -88,7 +99,8 @@ def _norm(x: torch.Tensor) -> float:
 
 def _losses(engine: Engine) -> dict[str, float]:
     rec = engine.record()
-    return {"lost": float(rec.get("messages_lost_total", 0)), "bits": rec["bits_per_node"]}
+    return {"lost": float(rec.get("messages_lost_total", 0)),
+            "late": float(rec.get("messages_late_total", 0)), "bits": rec["bits_per_node"]}
 
 
 def averaging_run(algorithm: str, compressor: str, network: str, seed: int, rounds: int) -> Row:
@@ -127,9 +139,14 @@ def optimization_run(algorithm: str, compressor: str, network: str, seed: int, r
                     watch=("distance_to_optimum",),
                     oracles=lambda i, gen: problem.oracle(i, gen, "full", 1))
     half = rounds // 2
-    engine.run(half, log_every=max(half, 1))
-    mid = squared_distance(engine, x_star, relative=True)
-    engine.run(rounds - half, log_every=max(rounds - half, 1))
+    mid = math.inf
+    try:
+        engine.run(half, log_every=max(half, 1))
+        mid = squared_distance(engine, x_star, relative=True)
+        engine.run(rounds - half, log_every=max(rounds - half, 1))
+    except DivergenceError:  # a late message can make a method diverge: the table says so
+        return {"distance": math.inf, "distance_half": mid, "consensus": math.inf,
+                "lost": math.nan, "late": math.nan, "bits": math.nan}
     x = engine.block.x
     return {"distance": squared_distance(engine, x_star, relative=True), "distance_half": mid,
             "consensus": float(((x - engine.mean_model()) ** 2).sum(1).mean()) / _norm(x_star) ** 2,
@@ -137,49 +154,62 @@ def optimization_run(algorithm: str, compressor: str, network: str, seed: int, r
 
 
 def _median(rows: list[Row], key: str) -> float:
-    return statistics.median(r[key] for r in rows)
+    """The median over the seeds (a diverged run counts as +inf; nan: no run finished)."""
+    done = [r[key] for r in rows if not math.isnan(r[key])]
+    return statistics.median(done) if done else math.nan
+
+
+def _cell(value: float, form: str) -> str:
+    """A median as the table writes it ("diverged": most seeds diverged; "—": none finished)."""
+    if math.isinf(value):
+        return "diverged"
+    return "—" if math.isnan(value) else format(value, form)
 
 
 def _ratio(results: Results, key: tuple[str, str, str], rows: list[Row]) -> str:
-    ref = _median(results[(key[0], key[1], NETWORKS[0])], "bits")
-    return f"{_median(rows, 'bits') / ref:.3f}" if ref > 0 else "—"
+    ref = _median(results[(key[0], key[1], "none")], "bits")
+    return _cell(_median(rows, "bits") / ref, ".3f") if ref > 0 else "—"
 
 
-def _table(results: Results, columns: list[tuple[str, str]]) -> str:
+def _table(results: Results, columns: list[tuple[str, str]], late: bool = False) -> str:
     """Method, compressor, network, the ``(header, key)`` columns (medians over the seeds,
-    3 significant digits), then the messages lost and the bits."""
+    3 significant digits), then the messages lost (``late``: held late) and the bits."""
     head = "".join(f" {h} |" for h, _ in columns)
-    lines = [f"| method | compressor | network |{head} messages lost | bits/node | bits vs no loss |",
+    count, ideal = ("late", "no lag") if late else ("lost", "no loss")
+    lines = [f"| method | compressor | network |{head} messages {count} | bits/node | "
+             f"bits vs {ideal} |",
              "|---|---|---|" + "---|" * (len(columns) + 3)]
     for key, rows in results.items():
-        cells = "".join(f" {_median(rows, k):.3g} |" for _, k in columns)
-        lines.append(f"| {key[0]} | {key[1]} | {key[2]} |{cells} {_median(rows, 'lost'):.0f} "
-                     f"| {_median(rows, 'bits'):.4g} | {_ratio(results, key, rows)} |")
+        cells = "".join(f" {_cell(_median(rows, k), '.3g')} |" for _, k in columns)
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} |{cells} "
+                     f"{_cell(_median(rows, count), '.0f')} | {_cell(_median(rows, 'bits'), '.4g')} "
+                     f"| {_ratio(results, key, rows)} |")
     return "\n".join(lines)
 
 
-def averaging_table(results: Results) -> str:
+def averaging_table(results: Results, late: bool = False) -> str:
     """The averaging table of docs/network.md (medians over the seeds)."""
     return _table(results, [("consensus error (rel.)", "consensus"), ("drift of the average", "drift"),
-                            ("error to the exact average (worst node)", "exact")])
+                            ("error to the exact average (worst node)", "exact")], late)
 
 
-def optimization_table(results: Results, rounds: int) -> str:
+def optimization_table(results: Results, rounds: int, late: bool = False) -> str:
     """The least-squares table of docs/network.md (medians over the seeds)."""
     return _table(results, [(f"distance to x* (rel.), round {rounds}", "distance"),
                             (f"at round {rounds // 2}", "distance_half"),
-                            ("consensus error (rel.)", "consensus")])
+                            ("consensus error (rel.)", "consensus")], late)
 
 
 def measure(run: Callable[[str, str, str, int, int], Row], methods: Iterable[tuple[str, str]],
-            seeds: list[int], rounds: int) -> Results:
+            seeds: list[int], rounds: int, networks: tuple[str, ...] = NETWORKS) -> Results:
     """Every (method, network) setting over every seed."""
     results: Results = {}
     for algorithm, compressor in methods:
-        for network in NETWORKS:
+        for network in networks:
             rows = [run(algorithm, compressor, network, seed, rounds) for seed in seeds]
-            if not all(math.isfinite(v) for r in rows for v in r.values()):
-                raise SystemExit(f"{algorithm} {compressor} {network}: a non-finite result")
+            if any(math.isnan(v) and k != "late" and k != "lost" and k != "bits"
+                   for r in rows for k, v in r.items()):
+                raise SystemExit(f"{algorithm} {compressor} {network}: a NaN result")
             results[(algorithm, compressor, network)] = rows
         print(f"done: {algorithm} {compressor}", file=sys.stderr, flush=True)
     return results
@@ -191,12 +221,17 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds (median)")
     p.add_argument("--methods", nargs="+", metavar="ALGORITHM",
                    help="only the rows of these algorithms (default: every one)")
+    p.add_argument("--networks", choices=("loss", "stale"), default="loss",
+                   help="lost messages (NETWORKS) or late ones (STALE_NETWORKS)")
     args = p.parse_args(argv)
+    late = args.networks == "stale"
+    networks = STALE_NETWORKS if late else NETWORKS
     torch.set_num_threads(1)
     start = time.perf_counter()
 
     def chosen(methods: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
-        return [m for m in methods if args.methods is None or m[0] in args.methods]
+        return [m for m in methods if (args.methods is None or m[0] in args.methods)
+                and not (late and algorithm_class(m[0]).on_loss == "ack")]
 
     averaging_methods, optimizers = chosen(AVERAGING), chosen(OPTIMIZERS)
     if not averaging_methods and not optimizers:
@@ -206,12 +241,12 @@ def main(argv: list[str] | None = None) -> str:
     parts = []
     if averaging_methods:
         averaging = averaging_table(measure(averaging_run, averaging_methods, args.seeds,
-                                            args.rounds))
+                                            args.rounds, networks), late)
         parts.append(f"Averaging: {NODES} nodes on a ring, d = {CONSENSUS_DIM}, {args.rounds} "
                      f"rounds, median over seeds {seeds}\n\n{averaging}")
     if optimizers:
         optimization = optimization_table(measure(optimization_run, optimizers, args.seeds,
-                                                  args.rounds), args.rounds)
+                                                  args.rounds, networks), args.rounds, late)
         parts.append(f"Least squares: {NODES} nodes on a ring, d = {LSQ_DIM}, {LSQ_SAMPLES} "
                      f"samples per node, heterogeneity {LSQ_HETEROGENEITY:g}, {args.rounds} "
                      f"rounds, median over seeds {seeds}\n\n{optimization}")

@@ -2,11 +2,17 @@
 nodes take (docs/network.md). A spec, as ``--network`` takes it::
 
     SPEC  := "none" | MODEL (";" MODEL)*          one model of each kind at most
-    MODEL := "loss=" LOSS | "delay=" DIST | "compute=" DIST | "slow=" SLOW | "churn=" CHURN
+    MODEL := "loss=" LOSS | "stale=" LAG | "delay=" DIST | "compute=" DIST | "slow=" SLOW
+           | "churn=" CHURN
     LOSS  := P                                    Bernoulli(P): each message lost with prob. P
            | "bernoulli:" P                       the same
            | "ge:" KEY "=" P ("," KEY "=" P)*     Gilbert-Elliott bursts, one chain per arc
     KEY   := p_gb | p_bg | loss_good | loss_bad   (p_gb, p_bg required; loss_good 0, loss_bad 1)
+    LAG   := K | "fixed:" K                       always K rounds late (an integer >= 0)
+           | "geom:" P                            k rounds late with prob. P (1 − P)^k, P in (0, 1]
+           | "uniform:" LO "," HI                 uniform on the integers LO..HI
+           | "arcs:" ARC "@" LAG ("+" ARC "@" LAG)*  per arc (the others: "*@" LAG, default 0)
+    ARC   := I ">" J | "*"                        the arc from node I to node J; every other arc
     DIST  := S | "fixed:" S                       always S seconds
            | "exp:" MEAN                          exponential of mean MEAN
            | "uniform:" LO "," HI                 uniform on [LO, HI]
@@ -18,6 +24,8 @@ nodes take (docs/network.md). A spec, as ``--network`` takes it::
            | "at:" EVENT ("+" EVENT)* [",fresh"]  an explicit schedule
     EVENT := NODE "@" LEAVE "-" BACK              away on [LEAVE, BACK); BACK may be "inf"
 
+``stale``: whole rounds a message of a synchronous round arrives late (it moves in its round,
+the engine hands it to the algorithm that many rounds later, :mod:`gossip.engine.stale`).
 ``delay``: seconds a message takes from sender to receiver (default 0). ``compute``: seconds
 one local step (a gradient, an activation) of a node takes (default 1). ``slow``: stragglers,
 FRACTION in (0, 1], FACTOR ≥ 1. ``churn``: nodes leave and come back, with the state they had
@@ -37,6 +45,9 @@ Every draw is a pure function of its key, through :class:`gossip.rng.Stream` wit
 * the loss of arc (i, j)'s message in phase k of round t: uniform ``u`` of stream
   ``"network.loss"`` at (round t, call k), lost when ``u < p`` (``p`` the arc's loss
   probability in that round);
+* the lag of arc (i, j)'s message in phase k of round t (``stale=``): uniform ``u`` of stream
+  ``"network.stale"`` at (round t, call k): ``K``; ``⌊log(1 − u) / log(1 − P)⌋`` (geometric);
+  ``LO + ⌊u · (HI − LO + 1)⌋`` (uniform);
 * a Gilbert-Elliott arc's state: at round 0 bad when ``u < π`` (stream ``"network.ge"``, round 0),
   then at round t ≥ 1 a transition drawn from ``u`` of (round t, call 0).
 
@@ -62,12 +73,15 @@ from gossip.rng import Stream
 
 GE_KEYS = ("p_gb", "p_bg", "loss_good", "loss_bad")
 FORMS = ("none", "loss=P", "loss=bernoulli:P", "loss=ge:p_gb=P,p_bg=P[,loss_good=P][,loss_bad=P]",
+         "stale=K", "stale=geom:P", "stale=uniform:LO,HI", "stale=arcs:I>J@LAG+...[+*@LAG]",
          "delay=DIST", "compute=DIST", "slow=FRACTIONxFACTOR", "slow=nodes:I+JxFACTOR",
          "churn=rate:R,mean_away:S[,fresh]", "churn=at:NODE@LEAVE-BACK+...[,fresh]")
 """The spec forms, for help texts and errors."""
 DIST_FORMS = "S | fixed:S | exp:MEAN | uniform:LO,HI | lognormal:MEDIAN,SIGMA"
 """The forms of a duration distribution (``delay=``, ``compute=``)."""
-MODELS = ("loss", "delay", "compute", "slow", "churn")
+LAG_FORMS = "K | fixed:K | geom:P | uniform:LO,HI | arcs:I>J@LAG+...[+*@LAG]"
+"""The forms of a lag in rounds (``stale=``)."""
+MODELS = ("loss", "stale", "delay", "compute", "slow", "churn")
 """The model kinds, in the order a canonical spec lists them."""
 
 
@@ -122,6 +136,103 @@ class GilbertElliott:
 
 
 LossModel = Bernoulli | GilbertElliott
+
+
+@dataclass(frozen=True)
+class FixedLag:
+    """Every message ``rounds`` rounds late."""
+
+    rounds: int
+
+    @property
+    def low(self) -> int:
+        """The smallest lag it draws."""
+        return self.rounds
+
+    @property
+    def late(self) -> bool:
+        """Whether a message can be late at all."""
+        return self.rounds > 0
+
+    def lags(self, u: np.ndarray) -> np.ndarray:
+        """The lags of uniforms ``u`` in [0, 1) (module doc)."""
+        return np.full(u.shape, self.rounds, dtype=np.int64)
+
+    def spec(self) -> str:
+        return f"fixed:{self.rounds}"
+
+
+@dataclass(frozen=True)
+class GeometricLag:
+    """``k`` rounds late with probability ``p (1 − p)^k`` (k = 0, 1, …; mean ``(1 − p) / p``):
+    each round the message is delivered with probability ``p``."""
+
+    p: float
+    low = 0  # the smallest lag it draws
+
+    @property
+    def late(self) -> bool:
+        return self.p < 1.0
+
+    def lags(self, u: np.ndarray) -> np.ndarray:
+        if self.p == 1.0:
+            return np.zeros(u.shape, dtype=np.int64)
+        return np.floor(np.log1p(-u) / math.log1p(-self.p)).astype(np.int64)
+
+    def spec(self) -> str:
+        return f"geom:{num(self.p)}"
+
+
+@dataclass(frozen=True)
+class UniformLag:
+    """Uniform on the whole numbers ``lo..hi`` of rounds."""
+
+    lo: int
+    hi: int
+
+    @property
+    def low(self) -> int:
+        return self.lo
+
+    @property
+    def late(self) -> bool:
+        return self.hi > 0
+
+    def lags(self, u: np.ndarray) -> np.ndarray:
+        return self.lo + np.floor(u * (self.hi - self.lo + 1)).astype(np.int64)
+
+    def spec(self) -> str:
+        return f"uniform:{self.lo},{self.hi}"
+
+
+@dataclass(frozen=True)
+class ArcLags:
+    """A lag distribution per arc: ``arcs`` maps ``(i, j)`` to its model, every other arc
+    draws from ``default`` (0 rounds unless given). Each arc's draws are its own stream's, as
+    for a single model."""
+
+    arcs: tuple[tuple[int, int, FixedLag | GeometricLag | UniformLag], ...]
+    default: FixedLag | GeometricLag | UniformLag = FixedLag(0)
+
+    @property
+    def low(self) -> int:
+        """The smallest lag any arc draws."""
+        return min([self.default.low] + [m.low for _, _, m in self.arcs])
+
+    @property
+    def late(self) -> bool:
+        return self.default.late or any(m.late for _, _, m in self.arcs)
+
+    def of(self, i: int, j: int) -> FixedLag | GeometricLag | UniformLag:
+        """Arc (i, j)'s model."""
+        return next((m for a, b, m in self.arcs if (a, b) == (i, j)), self.default)
+
+    def spec(self) -> str:
+        items = [] if self.default == FixedLag(0) else [f"*@{self.default.spec()}"]
+        return "arcs:" + "+".join(items + [f"{i}>{j}@{m.spec()}" for i, j, m in self.arcs])
+
+
+LagModel = FixedLag | GeometricLag | UniformLag | ArcLags
 
 
 @dataclass(frozen=True)
@@ -239,6 +350,7 @@ class Network:
     """A parsed ``--network`` spec: the models messages and nodes go through (None: ideal)."""
 
     loss: LossModel | None = None
+    stale: LagModel | None = None
     delay: Dist | None = None
     compute: Dist | None = None
     slow: Slow | None = None
@@ -255,6 +367,11 @@ class Network:
         return ge.loss_good > 0 or (ge.loss_bad > 0 and ge.p_gb > 0)
 
     @property
+    def late(self) -> bool:
+        """Whether a message can arrive rounds late (``stale=`` with a lag that is not always 0)."""
+        return self.stale is not None and self.stale.late
+
+    @property
     def timed(self) -> bool:
         """Whether any timing model (delay, compute, slow, churn) is set: runs then keep a
         virtual clock (:mod:`gossip.timing`)."""
@@ -267,10 +384,20 @@ class Network:
 
     def check(self, n: int, topology: Any = None) -> None:
         """Refuse (:class:`ConfigError`, one line) what cannot hold on ``n`` nodes: a slow or
-        churning node that does not exist; and for a churn schedule, a time at which every node
+        churning node that does not exist, a per-arc lag on an arc that does not exist (on a
+        static ``topology``: not one of its arcs); and for a churn schedule, a time at which every node
         is away, or (``topology`` given, a static one) nodes present from some time until the end
         that leave the graph disconnected for good. Rate churn has nothing to check."""
         where = f"--network {self.spec()}"
+        if isinstance(self.stale, ArcLags):
+            for i, j, _ in self.stale.arcs:
+                if max(i, j) >= n:
+                    raise ConfigError(f"{where}: stale names arc {i}>{j}, but node {max(i, j)} "
+                                      f"does not exist (nodes 0..{n - 1})")
+                if (topology is not None and not getattr(topology, "time_varying", False)
+                        and j not in topology.view(i).out_neighbors):
+                    raise ConfigError(f"{where}: stale names arc {i}>{j}, which is not an arc of "
+                                      f"{getattr(topology, 'name', 'the topology')}")
         if self.slow is not None and self.slow.nodes is not None:
             bad = [i for i in self.slow.nodes if i >= n]
             if bad:
@@ -335,6 +462,66 @@ def _loss(text: str, spec: str) -> LossModel:
         raise ConfigError(f"network spec {spec!r}: Gilbert-Elliott needs {' and '.join(missing)} "
                           "(the good->bad and bad->good transition probabilities per round)")
     return GilbertElliott(**values)
+
+
+def _rounds(what: str, text: str, spec: str) -> int:
+    if not text.strip().isdigit():
+        raise ConfigError(f"network spec {spec!r}: {what} = {text!r} is not a whole number of "
+                          "rounds >= 0 (0, 1, 2, ...)")
+    return int(text)
+
+
+_ARC = re.compile(r"(\d+)>(\d+)")
+
+
+def _arc_lags(text: str, spec: str) -> ArcLags:
+    arcs: dict[tuple[int, int], Any] = {}
+    default = None
+    for item in text.split("+"):
+        arc, at, lag = item.strip().partition("@")
+        m = _ARC.fullmatch(arc.strip())
+        if not at or (m is None and arc.strip() != "*"):
+            raise ConfigError(f"network spec {spec!r}: stale arcs item {item!r} is not I>J@LAG or "
+                              "*@LAG (e.g. 0>1@geom:0.5, *@1)")
+        if lag.strip().startswith("arcs:"):
+            raise ConfigError(f"network spec {spec!r}: stale arcs item {item!r} nests arcs:")
+        model = _lag(lag.strip(), spec)
+        if m is None:
+            if default is not None:
+                raise ConfigError(f"network spec {spec!r}: stale arcs gives *@LAG twice")
+            default = model
+            continue
+        i, j = int(m[1]), int(m[2])
+        if i == j or (i, j) in arcs:
+            raise ConfigError(f"network spec {spec!r}: stale arcs item {item!r} is not an arc "
+                              "between two nodes named once")
+        arcs[(i, j)] = model
+    return ArcLags(tuple((i, j, arcs[(i, j)]) for i, j in sorted(arcs)),
+                   FixedLag(0) if default is None else default)
+
+
+def _lag(text: str, spec: str) -> LagModel:
+    kind, sep, rest = text.partition(":")
+    if kind == "arcs" and sep:
+        return _arc_lags(rest, spec)
+    if not sep:
+        kind, rest = "fixed", text
+    if kind == "fixed":
+        return FixedLag(_rounds("the lag", rest, spec))
+    if kind == "geom":
+        p = _probability("the geometric lag's delivery probability", rest, spec)
+        if p == 0.0:
+            raise ConfigError(f"network spec {spec!r}: stale=geom:0 never delivers; P is the "
+                              "probability a message is delivered each round, in (0, 1]")
+        return GeometricLag(p)
+    args = rest.split(",")
+    if kind != "uniform" or len(args) != 2:
+        raise ConfigError(f"network spec {spec!r}: stale={text!r} is not one of {LAG_FORMS} "
+                          "(rounds)")
+    lo, hi = (_rounds(f"stale uniform {w}", a.strip(), spec) for w, a in zip(("LO", "HI"), args))
+    if lo > hi:
+        raise ConfigError(f"network spec {spec!r}: stale=uniform:LO,HI needs LO <= HI")
+    return UniformLag(lo, hi)
 
 
 def _seconds(what: str, text: str, spec: str, allow_inf: bool = False) -> float:
@@ -458,6 +645,8 @@ def parse_network(spec: str | None) -> Network:
             raise ConfigError(f"network spec {spec!r}: {key} is given twice")
         if key == "loss":
             models[key] = _loss(value, spec)
+        elif key == "stale":
+            models[key] = _lag(value, spec)
         elif key in ("delay", "compute"):
             models[key] = _dist(key, value, spec)
         elif key == "slow":
@@ -513,6 +702,35 @@ class LossDraws:
         return u < p
 
 
-__all__ = ["Network", "Bernoulli", "GilbertElliott", "LossDraws", "parse_network", "arc_keys",
+class LagDraws:
+    """The lags, in rounds, of a fixed list of arcs (:func:`arc_keys` order): ``lags(t, phase)``
+    is an int64 array, a function of (seed, arc, round, phase) only (module doc)."""
+
+    def __init__(self, model: LagModel, seed: int, keys: list[int]):
+        self.model = model
+        self._stream = Stream(seed, keys, "network.stale")
+        per_arc = ([model.of(k >> 32, k & 0xFFFFFFFF) for k in keys] if isinstance(model, ArcLags)
+                   else [model] * len(keys))
+        groups: dict[Any, list[int]] = {}
+        for r, m in enumerate(per_arc):
+            groups.setdefault(m, []).append(r)
+        self._groups = [(m, np.array(rows, dtype=np.int64)) for m, rows in groups.items()]
+
+    def lags(self, t: int, phase: int) -> np.ndarray:
+        """How many rounds late each arc's message of phase ``phase`` of round ``t`` is drawn
+        to be (before the per-arc order, :mod:`gossip.engine.stale`)."""
+        self._stream.begin_round(t)
+        self._stream.call = phase
+        u = self._stream.uniform(1, dtype=torch.float64)[:, 0].numpy()
+        if len(self._groups) == 1:
+            return self._groups[0][0].lags(u)
+        out = np.zeros(u.shape, dtype=np.int64)
+        for model, rows in self._groups:
+            out[rows] = model.lags(u[rows])
+        return out
+
+
+__all__ = ["Network", "Bernoulli", "GilbertElliott", "LossDraws", "LagDraws", "FixedLag",
+           "GeometricLag", "UniformLag", "ArcLags", "LAG_FORMS", "parse_network", "arc_keys",
            "FORMS", "DIST_FORMS", "Fixed", "Exponential", "Uniform", "LogNormal", "Dist", "Slow",
            "Churn"]

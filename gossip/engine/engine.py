@@ -30,6 +30,7 @@ from gossip.engine.loss import Delivery
 from gossip.engine.nodes import Node
 from gossip.engine.routing import ArcPlan, MixPlan
 from gossip.engine.staging import Rows
+from gossip.engine.stale import Staleness, mode_of
 from gossip.errors import (
     CompressionError,
     ConfigError,
@@ -77,6 +78,7 @@ class Engine:
             :attr:`~gossip.algorithms.Algorithm.on_loss` says (docs/network.md). With timing
             models (``delay=``, ``compute=``, ``slow=``) the rounds keep a virtual clock and
             records gain ``time_virtual_s``; ``churn=`` is refused (asynchronous runs only).
+            ``stale=`` makes messages arrive whole rounds late (:mod:`gossip.engine.stale`).
         overlap: compute the next round's gradients while this round's messages travel
             (algorithms whose :attr:`~gossip.algorithms.Algorithm.overlaps` is set; the same
             numbers, less wall time when messages are slow; docs/overlap.md).
@@ -178,6 +180,9 @@ class Engine:
         algorithm.validate_block(self.block)
         self.delivery: Delivery | None = None
         """Message loss (None on a network that loses nothing: the rounds are unchanged)."""
+        self.stale: Staleness | None = None
+        """Late messages (None on a network where none is late: the rounds are unchanged)."""
+        self._check_stale()
         self.events: EventLoop | None = None
         """An asynchronous algorithm's event queue in virtual time (None for rounds)."""
         self.is_set_up = False
@@ -203,6 +208,10 @@ class Engine:
             self.events = EventLoop(self)
         elif self.network.lossy:
             self.delivery = self._new_delivery()
+        if self.network.late:
+            self.stale = Staleness(self.network, self.seed,
+                                   self.algorithm.loss_semantics(self._new_compressor()),
+                                   self.block.ids, self.algorithm.name)
         self.is_set_up = True
 
     @property
@@ -258,6 +267,37 @@ class Engine:
                 "messages have no defined meaning there yet: run it on a static graph or without "
                 "loss")
         return Delivery(self.network, self.seed, policy, self.block.ids)
+
+    def _check_stale(self) -> None:
+        """Refuse, before any message, ``stale=`` where late rounds have no meaning: an
+        asynchronous algorithm (no rounds: its messages take ``delay=`` seconds), together with
+        ``delay=``, per-arc lags on arcs the graph lacks, an algorithm without loss semantics,
+        with acknowledged per-arc copies or with other per-arc state (what a late message means
+        follows :attr:`~gossip.algorithms.Algorithm.on_loss`, :mod:`gossip.engine.stale`)."""
+        net, alg = self.network, self.algorithm
+        if not net.late:
+            return
+        where = f"--network {net.spec()}"
+        if alg.asynchronous:
+            raise ConfigError(f"{where}: stale= makes messages of synchronous rounds late; "
+                              f"{alg.name} is asynchronous (no rounds): give its messages a "
+                              "delay in seconds with delay= instead")
+        if net.delay is not None:
+            raise ConfigError(f"{where}: stale= (rounds late) and delay= (seconds a receiver "
+                              "waits) are two models of one thing; give one of them")
+        net.check(self.n, self.topology)
+        try:
+            policy = alg.loss_semantics(self._new_compressor())
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: a late message means what a lost one means to its "
+                              f"algorithm (docs/network.md), and {alg.name} has no such meaning "
+                              f"here ({str(exc).removeprefix('--network: ')}); run it without "
+                              "stale=") from None
+        mode_of(policy, net, alg.name)
+        if self.block.arc_state:
+            raise ConfigError(f"{where}: {alg.name} keeps state per arc "
+                              f"({', '.join(sorted(self.block.arc_state))}); late messages have "
+                              "no defined meaning there yet: run it without stale=")
 
     def _new_clock(self) -> SyncClock | None:
         """The rounds' virtual clock (None for an asynchronous algorithm: its events keep the
@@ -345,6 +385,8 @@ class Engine:
         block.begin_round(t, self._plan(topo))
         if self.delivery is not None:
             self.delivery.begin_round()
+        if self.stale is not None:
+            self.stale.begin_round()
         tic = time.perf_counter()
         gen = self.algorithm.step(block)
         msg = self._advance(gen, None)
@@ -365,6 +407,11 @@ class Engine:
             toc = time.perf_counter()
             self.comm_s += toc - tic
             phase, msg = rnd.phase, rnd.msg
+            if self.stale is not None:  # held at the receivers; the ones due now handed over
+                self.block.check_received(phase)
+                phase.settle()
+                self.block.plan = self.stale.hold(phase, rnd.t, rnd.phases - 1,
+                                                  self.block.routing)
             msg = self._advance(rnd.gen, phase, phase.parts if phase is not msg else phase)
             self.compute_s += time.perf_counter() - toc
             self._post(msg)
@@ -491,6 +538,10 @@ class Engine:
             ids = self.block.ids
             rec["messages_lost"] = int(self.node_values(dict(zip(ids, lost.lost_round.tolist()))).sum())
             rec["messages_lost_total"] = int(self.node_values(dict(zip(ids, lost.lost_total.tolist()))).sum())
+        if self.stale is not None:
+            late, ids = self.stale, self.block.ids
+            rec["messages_late"] = int(self.node_values(dict(zip(ids, late.late_round.tolist()))).sum())
+            rec["messages_late_total"] = int(self.node_values(dict(zip(ids, late.late_total.tolist()))).sum())
         if self.clock is not None:
             rec["time_virtual_s"] = self.clock.time(self.round)
         for metric in metrics:
@@ -551,6 +602,7 @@ class Engine:
         if self.algorithm.asynchronous:
             self.setup()
             self.events.check_horizon(rounds)
+        self._check_lags(rounds, checkpointer)
         if self.round == 0:
             emit()
         if self.free_run is not None:  # one record at the end: nobody waits for the others
@@ -584,6 +636,22 @@ class Engine:
             bar.close()
         return records
 
+    def _check_lags(self, rounds: int, checkpointer: Any) -> None:
+        """Refuse, before this call's first round, ``stale=`` lags no message can outlive (the
+        smallest lag reaches this call's last round: a run made of several calls is judged by
+        each) and checkpoints (the messages held in flight are not saved)."""
+        if not self.network.late:
+            return
+        where = f"--network {self.network.spec()}"
+        last = self.round + rounds
+        if self.network.stale.low >= last:
+            raise ConfigError(f"{where}: every message is at least {self.network.stale.low} rounds "
+                              f"late, so none sent in this run of {last} rounds would arrive "
+                              "before it ends: give a smaller lag or more rounds")
+        if checkpointer is not None:
+            raise ConfigError(f"{where}: the messages held in flight are not checkpointed yet; "
+                              "run it without --checkpoint-every")
+
     # -- checkpoints -------------------------------------------------------------------------
     def node_state_dicts(self) -> dict[int, dict[str, Any]]:
         """Each local node's whole state: model, algorithm state, generators, compressors,
@@ -592,6 +660,9 @@ class Engine:
             raise ConfigError(f"{self.algorithm.name} is asynchronous: checkpoints of its runs "
                               "(the events in flight, the nodes' clocks) are not supported yet; "
                               "run it without --checkpoint-every")
+        if self.stale is not None:
+            raise ConfigError(f"--network {self.network.spec()}: the messages held in flight are "
+                              "not checkpointed yet; run it without checkpoints")
         sent = self.transport.bytes_sent
         _check_state(self.algorithm, self.block)  # a round may have added to it since setup
         self.block.mirror_state()

@@ -1,5 +1,5 @@
-"""docs/network.md's loss-rate table is the one benchmarks/bench_loss.py prints, and the
-benchmark runs end to end (on a tiny round budget: the real one takes minutes)."""
+"""docs/network.md's loss-rate and lag tables are the ones benchmarks/bench_loss.py prints, and
+the benchmark runs end to end (on a tiny round budget: the real one takes minutes)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,14 @@ from tests.helpers.launch import ROOT, script
 
 DOC = ROOT / "docs" / "network.md"
 SECTION = "## Measured: what loss does to each method"
+STALE_SECTION = "## Measured: what late messages do"
+
+
+def section(text: str, title: str) -> str:
+    """The docs' section ``title``, up to the next one."""
+    start = text.index(title)
+    end = text.find("\n## ", start + len(title))
+    return text[start:] if end < 0 else text[start:end]
 
 
 def bench() -> ModuleType:
@@ -36,7 +44,7 @@ def test_docs_table_is_the_benchmarks():
     b = bench()
     text = DOC.read_text()
     assert SECTION in text
-    measured = text[text.index(SECTION):]
+    measured = section(text, SECTION)
     averaging = b.averaging_table(fake(b.AVERAGING, ("consensus", "drift", "exact", "lost"),
                                        b.NETWORKS))
     optimization = b.optimization_table(
@@ -47,6 +55,35 @@ def test_docs_table_is_the_benchmarks():
         for alg, comp in methods:
             for net in b.NETWORKS:  # one row per (method, network)
                 assert measured.count(f"| {alg} | {comp} | {net} | ") == 1, (alg, comp, net)
+
+
+def test_docs_lag_table_is_the_benchmarks():
+    b = bench()
+    measured = section(DOC.read_text(), STALE_SECTION)
+    late = [(a, c) for a, c in b.AVERAGING + b.OPTIMIZERS if not a.endswith("-arcs")]
+    averaging = b.averaging_table(fake(b.AVERAGING, ("consensus", "drift", "exact", "late"),
+                                       b.STALE_NETWORKS), late=True)
+    optimization = b.optimization_table(
+        fake(b.OPTIMIZERS, ("distance", "distance_half", "consensus", "late"), b.STALE_NETWORKS),
+        rounds_in_doc(measured), late=True)
+    for table in (averaging, optimization):
+        assert table.splitlines()[0] in measured  # the same columns
+    for alg, comp in late:
+        for net in b.STALE_NETWORKS:  # one row per (method, network)
+            assert measured.count(f"| {alg} | {comp} | {net} | ") == 1, (alg, comp, net)
+
+
+def test_lag_benchmark_runs_end_to_end():
+    b = bench()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        out = b.main(["--networks", "stale", "--rounds", "8", "--seeds", "0", "--methods",
+                      "gossip", "choco", "choco-arcs"])  # 8: its first half outlives stale=3
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
+             if line.startswith("| ") and not line.startswith("| method")]
+    assert len(cells) == 3 * len(b.STALE_NETWORKS)  # gossip, choco x 2 compressors; no -arcs
+    assert all(c[-1] == "1.000" for c in cells)  # every message moves, in its round
+    assert all((c[-3] == "0") == (c[2] == "none") for c in cells)  # late only with a lag
+    assert [int(c[-3]) for c in cells if c[2] == "stale=1"] == [16 * 2 * 8] * 3
 
 
 def test_benchmark_runs_end_to_end():

@@ -1,6 +1,6 @@
-"""Algorithms under message loss (``--network``); every record goes to a JSON-lines file.
+"""Algorithms under message loss and late messages (``--network``); every record goes to a JSON-lines file.
 Started in process and under ``mpiexec`` by tests/engine/test_network_mpi.py, which compares
-the files: the same seed must give the same drops, bytes, bits and virtual times wherever the
+the files: the same seed must give the same drops, lags, bytes, bits and virtual times wherever the
 nodes sit.
 Usage: python tests/helpers/mpi_network_scenarios.py OUT.jsonl NODES [SCENARIO ...]
 """
@@ -45,6 +45,19 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "c-gt-arcs-none": ("c-gt-arcs", {}, "none", "erdos-renyi:p=0.4", "metropolis", GE, True),
     "push-sum-exact": ("push-sum", {}, "none", "directed-random:p=0.3", "push", "loss=0.3", True),
     "dpsgd-timed": ("dpsgd", {}, "none", "exponential", "metropolis", TIMED, True),
+    # late messages (stale=): values get the newest arrived, increments and mass every arrival
+    "gossip-stale-geom": ("gossip", {}, "none", "ring", "metropolis", "stale=geom:0.4", False),
+    "deepsqueeze-stale": ("deepsqueeze", {"gamma": 0.2}, "sign", "exponential", "metropolis",
+                          "stale=2", False),
+    "choco-stale-topk": ("choco", {"gamma": 0.3}, "topk:0.25", "erdos-renyi:p=0.4", "metropolis",
+                         "stale=uniform:0,3", True),
+    "lead-stale-qsgd": ("lead", {}, "qsgd:4bit", "ring", "metropolis", "stale=geom:0.5", True),
+    "push-sum-stale": ("push-sum", {}, "none", "directed-random:p=0.3", "push", "stale=geom:0.5",
+                       True),
+    "push-sum-loss-stale": ("push-sum", {}, "none", "directed-random:p=0.3", "push",
+                            "loss=0.2;stale=uniform:0,2", True),
+    "dpsgd-onepeer-loss-stale": ("dpsgd", {}, "none", "one-peer-exponential", "metropolis",
+                                 "loss=0.2;stale=arcs:*@geom:0.5+0>1@3", True),
 }
 
 
