@@ -1,0 +1,84 @@
+"""The numba kernels of :mod:`gossip.compress.jit` against their numpy twins: the same bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gossip.compress import jit, make
+from gossip.errors import CompressionError
+
+pytestmark = pytest.mark.skipif(jit.get("topk_candidates") is None,
+                                reason="numba is not installed")
+
+DTYPES = st.sampled_from([np.float32, np.float64])
+
+
+def draw(seed: int, d: int, dtype, levels: int) -> np.ndarray:
+    """Gaussian entries, or (``levels`` > 0) a few magnitudes with random signs: many ties,
+    zeros and −0.0 among them."""
+    rng = np.random.default_rng(seed)
+    if levels:
+        x = rng.integers(0, levels, d).astype(dtype) * rng.choice([-1.0, 1.0], d).astype(dtype)
+    else:
+        x = rng.standard_normal(d).astype(dtype) * dtype(rng.uniform(1e-3, 1e3))
+    return x
+
+
+def both(fn, *args):
+    """``fn(*args)`` with the numba kernels, then with their numpy twins."""
+    try:
+        out = [fn(*args)]
+        jit.ENABLED = False
+        out.append(fn(*args))
+    finally:
+        jit.ENABLED = True
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), d=st.integers(4096, 150_000), dtype=DTYPES,
+       levels=st.sampled_from([0, 0, 3, 50]), ratio=st.sampled_from([0.001, 0.01, 0.05, 0.125]))
+def test_topk_same_bytes_as_numpy(seed, d, dtype, levels, ratio):
+    x = torch.from_numpy(draw(seed, d, dtype, levels))
+    c = make(f"topk:{ratio}")
+    fast, slow = both(lambda: c.encode(x).to_bytes().clone())
+    assert torch.equal(fast, slow)
+    k = max(1, int(ratio * d))
+    ref = np.lexsort((np.arange(d), -np.abs(x.numpy())))[:k]  # by -|x|, then by index
+    sel = c._select_jit(x.numpy(), k)
+    assert sel is not None and np.array_equal(sel, np.sort(ref))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**31), d=st.integers(1, 20_000), dtype=DTYPES,
+       q=st.floats(0.0, 1.0))
+def test_topk_candidates_kernel(seed, d, dtype, q):
+    """Every index with |x_i| ≥ t in order, and the largest magnitude's bits, NaN/Inf/−0.0 in x."""
+    x = draw(seed, d, dtype, 0)
+    rng = np.random.default_rng(seed)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0], dtype=dtype)
+    if d > 10:
+        x[rng.integers(0, d, 3)] = specials[rng.integers(0, 5, 3)]
+    a = np.abs(x)
+    t = np.quantile(a[np.isfinite(a)], q).astype(dtype) if np.isfinite(a).any() else dtype(0)
+    ints = x.view(np.int32 if dtype == np.float32 else np.int64)
+    mag = ints.dtype.type(np.iinfo(ints.dtype).max)
+    idx = np.empty(d + 8, np.int64)
+    flags = np.empty(jit.TOPK_CHUNK, np.bool_)
+    c, worst = jit.get("topk_candidates")(ints, t.view(ints.dtype), mag, idx, flags)
+    expect = np.flatnonzero((a >= t) | np.isnan(a))  # NaN's pattern is above every threshold
+    assert np.array_equal(idx[:c], expect)
+    assert worst == (a.view(ints.dtype) & mag).max()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_topk_nonfinite_raises_on_the_kernel_path(bad):
+    x = torch.randn(50_000, generator=torch.Generator().manual_seed(0))
+    x[49_999] = bad  # past the sample's stride: only the kernel's pass sees it
+    c = make("topk:0.01")
+    with pytest.raises(CompressionError, match="NaN/Inf"):
+        c._select_jit(x.numpy(), 500)
