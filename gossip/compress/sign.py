@@ -16,6 +16,7 @@ from gossip.compress.wire import Sections, numel_of
 
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
 _TABLE_FROM = 1 << 18  # above this many entries the table gather (one pass) decodes faster
+_CHUNK = 1 << 16  # entries per chunk of the long-row decode-add (a multiple of 64; in cache)
 
 
 class ScaledSign(Codec):
@@ -163,17 +164,49 @@ class ScaledSign(Codec):
             _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"scale": scale}, bad),
                           "bad row")
         m = block.shape[0]
+        t = None if rows is None else tgt
+        numpy_rounding = _rows.host_decode(self, out) and d <= _TABLE_FROM
+        if out.is_cpu and d >= _rows.LOOP_FROM and out.stride(1) == 1:
+            self._add_rows_chunked(out, t, _rows.section(block, plan, "bits"), scale, w,
+                                   numpy_rounding)
+            return out
         pm1 = _rows.scratch(self, "pm1", (m, d), out.dtype, out.device)
         pm1.copy_(_rows.unpack_rows(_rows.section(block, plan, "bits"), d))
         pm1.mul_(-2.0).add_(1.0)  # set bit -> -1, clear -> +1 (exact)
-        t = None if rows is None else tgt
-        if _rows.host_decode(self, out) and d <= _TABLE_FROM:
+        if numpy_rounding:
             pm1.mul_(scale if w is None else scale * w.to(out.dtype))  # ±(scale·w): one product
             _rows.add_rows_(out, t, pm1, None, fused=False)
         else:
             pm1.mul_(scale)
             _rows.add_rows_(out, t, pm1, w, fused=True)
         return out
+
+    def _add_rows_chunked(self, out: torch.Tensor, tgt: torch.Tensor | None, packed: torch.Tensor,
+                          scale: torch.Tensor, w: torch.Tensor | None, numpy_rounding: bool) -> None:
+        """Long CPU rows of :meth:`_fast_decode_add_rows`, row after row, :data:`_CHUNK`
+        entries at a time: ``±scale`` (or ``±(scale·w)``) from a 256 × 8 table straight into
+        an in-cache scratch, then added to the chunk of ``out`` by the same op as the whole-row
+        path (plain add, or ``addcmul`` with w), so the same bits in one pass over ``out``
+        instead of six. Chunks start at multiples of 64 entries: torch's vector loops split
+        each chunk as they split the whole row."""
+        m, d = packed.shape[0], out.shape[1]
+        wd = None if w is None else w.to(out.dtype)
+        factor = scale if wd is None or not numpy_rounding else scale * wd  # [m, 1]
+        tt, tmp = self.ws.pair("rows.chunk", min(d, _CHUNK) + 8, out.dtype)
+        base = bits.pm1_table(out.dtype, out.device)
+        pn = packed.numpy()
+        targets = range(m) if tgt is None else tgt.tolist()
+        for r, t in enumerate(targets):
+            table = (base * factor[r]).numpy()  # ±scale: exact
+            for a in range(0, d, _CHUNK):
+                b = min(a + _CHUNK, d)
+                nb = -(-(b - a) // 8)
+                np.take(table, pn[r, a // 8 : a // 8 + nb], axis=0, out=tmp[: 8 * nb].reshape(nb, 8))
+                dst, src = out[t : t + 1, a:b], tt[: b - a].view(1, -1)
+                if numpy_rounding or wd is None:
+                    dst.add_(src)
+                else:
+                    dst.addcmul_(src, wd[r : r + 1])
 
     # ------------------------------------------------------------ chunks of messages
     @no_grad

@@ -469,3 +469,24 @@ def test_long_rows_into_a_repeated_target_decode_as_single_messages(spec, out_ki
         c.decode_add_(ref[t], c.from_bytes(block[r], ref[t]), float(w[r]))
     c.decode_add_rows_(got, block, w, rows=torch.tensor(targets))
     assert same(got, ref), (spec, out_kind)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [1 << 15, (1 << 15) + 3, (1 << 18) + 5, 300_017])
+def test_sign_long_rows_add_as_each_message(d, dtype):
+    """Long rows decode-add chunk by chunk (``ScaledSign._add_rows_chunked``), bit for bit the
+    single-message ``decode_add_`` of each row, on both sides of its rounding switch, with
+    float and per-row weights, and a repeated target adding in row order."""
+    c = make("sign")
+    g = torch.Generator().manual_seed(d)
+    X = torch.randn(3, d, generator=g, dtype=dtype)
+    block = c.encode_rows(X)
+    for weight in (1.0, 0.37, torch.rand(3, generator=g)):
+        for rows in (None, torch.tensor([1, 0, 1])):
+            start = torch.randn(3, d, generator=g, dtype=dtype)
+            got = c.decode_add_rows_(start.clone(), block, weight, rows=rows)
+            want = start.clone()
+            ws = weight.tolist() if isinstance(weight, torch.Tensor) else [weight] * 3
+            for r, t in enumerate(range(3) if rows is None else rows.tolist()):
+                c.decode_add_(want[t], c.from_bytes(block[r], want[t]), ws[r])
+            assert torch.equal(got, want)
