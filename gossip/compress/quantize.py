@@ -31,6 +31,9 @@ CHUNK = 1 << 18
 #: uint64 table entries per lookup of the block decoders' unpacking (256 KiB: in cache)
 _UNPACK_TILE = 1 << 15
 
+#: entries per chunk of the long-row decode-add (64 KiB of float32: in cache)
+_CHUNK_ADD = 1 << 14
+
 
 class LevelQuantizer(Codec):
     """Unbiased stochastic rounding to ``s`` levels of a norm: shared by QSGD and LEAD.
@@ -253,13 +256,18 @@ class LevelQuantizer(Codec):
             bad = _rows.value_mask(self, {"scale": scale}, bad)
             bad = bad | (lo < self.offset - self.s) | (hi > self.offset + self.s)
             _rows.bad_row(self, out, block, tgt, bad, "codes outside the levels")
+        t = None if rows is None else tgt
+        if (_rows.host_decode(self, out) and d >= _rows.LOOP_FROM
+                and isinstance(codes, np.ndarray)):
+            step = scale if w is None else scale * w.to(out.dtype)
+            self._add_codes_chunked(out.numpy(), t, codes, step.numpy())
+            return out
         vals = _rows.scratch(self, "vals", (m, d), out.dtype, out.device)
         if bits.numpy_path(out.device):
             np.copyto(vals.numpy(), codes, casting="unsafe")
         else:
             vals.copy_(codes)
         vals.sub_(self.offset)  # exact
-        t = None if rows is None else tgt
         contiguous = out.stride(1) == 1 or d == 1
         if _rows.host_decode(self, out) or contiguous:  # q·w in the dtype: one product
             step = scale if w is None else scale * w.to(out.dtype)
@@ -270,6 +278,25 @@ class LevelQuantizer(Codec):
         else:  # a strided row: out.add_(decode, alpha=w)
             _rows.add_rows_(out, t, vals.mul_(scale), w, fused=True)
         return out
+
+    def _add_codes_chunked(self, out: np.ndarray, tgt: torch.Tensor | None, codes: np.ndarray,
+                           step: np.ndarray) -> None:
+        """``out[tgt[r]] += (c − o)·step[r]`` for the [m, d] codes of long rows, row after row
+        in chunks of :data:`_CHUNK_ADD` entries: the float values never leave the cache (one
+        pass over ``out`` instead of four over [m, d] floats), with the whole-row numpy path's
+        roundings (each op elementwise and correctly rounded: the same bits)."""
+        m, d = codes.shape
+        tmp = self.ws.host("decode_add.chunk", min(d, _CHUNK_ADD), _TORCH_OF[out.dtype.type])
+        offset = out.dtype.type(self.offset)
+        for r, t in enumerate(range(m) if tgt is None else tgt.tolist()):
+            q = step[r, 0]
+            for a in range(0, d, _CHUNK_ADD):
+                b = min(a + _CHUNK_ADD, d)
+                v = tmp[: b - a]
+                np.copyto(v, codes[r, a:b], casting="unsafe")
+                v -= offset  # exact
+                v *= q
+                out[t, a:b] += v
 
     def _unpack_rows(self, packed: torch.Tensor, d: int):
         """The [m, d] codes of the packed rows ``packed`` ([m, nbytes]), and their [m] minima

@@ -471,16 +471,18 @@ def test_long_rows_into_a_repeated_target_decode_as_single_messages(spec, out_ki
     assert same(got, ref), (spec, out_kind)
 
 
+@pytest.mark.parametrize("spec", ["sign", "qsgd:4", "qsgd:16", "lead:2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("d", [1 << 15, (1 << 15) + 3, (1 << 18) + 5, 300_017])
-def test_sign_long_rows_add_as_each_message(d, dtype):
-    """Long rows decode-add chunk by chunk (``ScaledSign._add_rows_chunked``), bit for bit the
-    single-message ``decode_add_`` of each row, on both sides of its rounding switch, with
-    float and per-row weights, and a repeated target adding in row order."""
-    c = make("sign")
+def test_long_rows_add_as_each_message(spec, d, dtype):
+    """Long rows decode-add chunk by chunk (``ScaledSign._add_rows_chunked``,
+    ``LevelQuantizer._add_codes_chunked``), bit for bit the single-message ``decode_add_`` of
+    each row (sign: on both sides of its rounding switch at 2^18), with float and per-row
+    weights, and a repeated target adding in row order."""
+    c = make(spec)
     g = torch.Generator().manual_seed(d)
     X = torch.randn(3, d, generator=g, dtype=dtype)
-    block = c.encode_rows(X)
+    block = c.encode_rows(X, Stream(SEED, [0, 1, 2]) if c.randomized else None)
     for weight in (1.0, 0.37, torch.rand(3, generator=g)):
         for rows in (None, torch.tensor([1, 0, 1])):
             start = torch.randn(3, d, generator=g, dtype=dtype)
