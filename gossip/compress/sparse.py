@@ -139,6 +139,9 @@ class TopK(_KSparse):
     ``torch.topk``'s set on tie-free data, deterministic on ties, and cheaper on CPU (one
     exact selection among a few candidates instead of all d entries).
     On CUDA the candidate count is read on the host (one sync), as is the NaN/Inf check.
+    On CPU with numba the candidates come from one pass over x's bits
+    (:mod:`gossip.compress.jit`, ``topk_candidates``: no |x| array, no mask; NaN/Inf found on
+    the way), about 1.6× faster at d = 10⁶ than the numpy passes, which remain the fallback.
     """
 
     ordered_rows: ClassVar[bool] = True
