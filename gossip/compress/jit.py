@@ -8,6 +8,8 @@ compare both paths). CUDA tensors never come here: their path is pure torch.
 * ``topk_candidates``: one pass over the float bits of x (no ``|x|`` array, no mask): the
   indices whose ``|x_i|`` reaches a threshold, and the largest ``|x_i|`` bit pattern (a
   NaN/Inf check for free). Top-k's exact selection then runs on the ~1.3·k candidates.
+* ``level_codes``: QSGD's / LEAD's whole encode after the norm (hash, dither, levels, codes,
+  bit planes) in one pass over x, a cache-sized chunk at a time.
 """
 
 from __future__ import annotations
@@ -92,4 +94,115 @@ def _topk_candidates() -> Any:
     return topk_candidates
 
 
-_BUILDERS: dict[str, Callable[[], Any]] = {"topk_candidates": _topk_candidates}
+#: entries per chunk of ``level_codes`` (a multiple of 64: whole words and plane bytes)
+LEVEL_CHUNK = 4096
+
+_U = np.uint64
+_C1, _C2 = _U(0xBF58476D1CE4E5B9), _U(0x94D049BB133111EB)  # SplitMix64's (gossip.rng)
+_LOW_BITS = _U(0x0101010101010101)  # bit 0 of each byte of a word
+_GATHER = _U(sum(1 << (56 - 7 * i) for i in range(8)))  # byte i's bit 0 -> bit 56 + i
+
+
+def _fma() -> Any:
+    """A numba intrinsic for ``a·b + c`` rounded once (``llvm.fma``: exact on every target)."""
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def fma(typingctx, a, b, c):  # noqa: ARG001 (numba's intrinsic signature)
+        def codegen(context, builder, sig, args):
+            return builder.fma(*args)
+
+        return a(a, b, c), codegen
+
+    return fma
+
+
+def _level_codes() -> Any:
+    """``(x, k, g, c, alpha, mode, lo, hi, planes, words, codes) -> None``: the codes of
+    :class:`gossip.compress.quantize.LevelQuantizer` (widths below 8) packed into ``planes``
+    ([width, ⌈d/8⌉] uint8, the message's bit planes), :data:`LEVEL_CHUNK` entries at a time:
+    the words ``fmix64(k + i·g)`` of :mod:`gossip.rng` (four 16-bit lanes each), the dither
+    ``t = c + 2⁻¹⁶·lane`` (one rounding), ``t += alpha·x`` (``mode`` 1: fused, 2: the product
+    rounded first, 0: no add), ``⌊t⌋`` clipped to [lo, hi], then bit p of 8 codes per plane
+    byte by one multiply. The roundings of the numpy path (torch's ``add(alpha=)``, which
+    :func:`add_alpha_mode` identifies); ``words`` / ``codes`` are uint64 / uint8 scratches of
+    ``LEVEL_CHUNK / 4`` and ``LEVEL_CHUNK`` entries."""
+    import numba
+    from numba import types as nt
+
+    fma = _fma()
+    u2, i64 = nt.Array(nt.uint8, 2, "C"), nt.int64
+    sigs = [nt.void(nt.Array(f, 1, "C"), nt.uint64, nt.uint64, f, f, i64, i64, i64, u2,
+                    nt.Array(nt.uint64, 1, "C"), nt.Array(nt.uint8, 1, "C"))
+            for f in (nt.float32, nt.float64)]
+
+    @numba.njit(sigs, cache=True, nogil=True, boundscheck=False)
+    def level_codes(x, k, g, c, alpha, mode, lo, hi, planes, words, codes):
+        d, chunk = x.shape[0], codes.shape[0]
+        width = planes.shape[0]
+        step16 = x.dtype.type(2.0**-16)
+        lanes = words.view(np.int16)
+        packed = codes.view(np.uint64)
+        for a in range(0, d, chunk):
+            n = min(chunk, d - a)
+            base = k + _U(a // 4) * g
+            for w in range((n + 3) // 4):
+                z = base + _U(w) * g
+                z ^= z >> _U(30)
+                z *= _C1
+                z ^= z >> _U(27)
+                z *= _C2
+                words[w] = z ^ (z >> _U(31))
+            xs = x[a : a + n]
+            for i in range(n):
+                t = c + x.dtype.type(lanes[i]) * step16  # exact product: one rounding
+                if mode == 1:
+                    t = fma(alpha, xs[i], t)
+                elif mode == 2:
+                    t = t + alpha * xs[i]
+                q = min(max(np.int64(t), lo), hi)  # t > 0: truncation is the floor
+                codes[i] = np.uint8(q)
+            nb = (n + 7) // 8
+            for i in range(n, 8 * nb):
+                codes[i] = 0
+            for p in range(width):
+                row = planes[p, a // 8 : a // 8 + nb]
+                for b in range(nb):
+                    row[b] = np.uint8((((packed[b] >> _U(p)) & _LOW_BITS) * _GATHER) >> _U(56))
+
+    return level_codes
+
+
+_ADD_MODES: dict[Any, int] = {}
+
+
+def add_alpha_mode(dtype: Any) -> int:
+    """How torch rounds ``t.add_(x, alpha=a)`` for numpy dtype ``dtype`` on this machine:
+    1 fused (one rounding, an FMA), 2 ``a·x`` rounded first, 0 neither everywhere (its vector
+    body and scalar tail differ: no kernel may stand in for it). Measured once on a probe."""
+    mode = _ADD_MODES.get(dtype)
+    if mode is None:
+        import numba
+        import torch
+
+        fma = _fma()
+
+        @numba.njit
+        def both(t, x, a, fused, plain):
+            for i in range(t.shape[0]):
+                fused[i] = fma(a, x[i], t[i])
+                plain[i] = t[i] + a * x[i]
+
+        rng = np.random.default_rng(0)
+        t, x = (rng.standard_normal(1013).astype(dtype) for _ in range(2))
+        a = dtype(0.3183098861837907)
+        fused, plain = np.empty_like(t), np.empty_like(t)
+        both(t, x, a, fused, plain)
+        got = torch.from_numpy(t.copy()).add_(torch.from_numpy(x), alpha=float(a)).numpy()
+        mode = 1 if np.array_equal(got, fused) else 2 if np.array_equal(got, plain) else 0
+        _ADD_MODES[dtype] = mode
+    return mode
+
+
+_BUILDERS: dict[str, Callable[[], Any]] = {"topk_candidates": _topk_candidates,
+                                           "level_codes": _level_codes}

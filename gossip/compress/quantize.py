@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gossip.compress import bits
+from gossip.compress import bits, jit
 from gossip.compress import rows as _rows
 from gossip.compress.checks import check_scalar, nonfinite, quiet, tame
 from gossip.compress.codec import Codec
@@ -166,15 +166,41 @@ class LevelQuantizer(Codec):
             factor = plan.extra["factor"] = self._factor(d) / self.s
         dt = v["scale"].dtype.type
         v["scale"][0] = dt(nv) * dt(factor)  # as torch: in the input dtype
+        draw = generator.draw16(d)[0]
+        if self._encode_jit(xn, draw, nv, v["codes"]):
+            return v
         work = torch.float64 if self.width > 10 else x.dtype
         xs = (x.view(-1) if x.dim() != 1 else x).split(CHUNK)
-        for (a, b, lanes), xc in zip(generator.draw16(d)[0].chunks(CHUNK), xs):
+        for (a, b, lanes), xc in zip(draw.chunks(CHUNK), xs):
             tt, t = self.ws.pair("t", b - a, work)  # every pass below stays in cache
             np.copyto(t, lanes)
             self._dither_(tt)
             self._add_levels(tt, xc, nv)  # in torch, as the torch path (fused a + αb: same bytes)
             bits.pack_codes_np(self._codes_host(tt, t), self.width, v["codes"], self.ws, a, d)
         return v
+
+    def _encode_jit(self, xn: np.ndarray, draw, nv: float, out: np.ndarray) -> bool:
+        """The codes of :meth:`_encode_host`'s loop by the numba kernel ``level_codes``
+        (:mod:`.jit`: hash, dither, levels, codes and planes in one pass over x); False where
+        it does not serve (no numba, widths of 8 and more, lanes given rather than keyed, a
+        norm below 1e-30 or not finite, torch's ``add(alpha=)`` rounding not identified):
+        the caller runs the loop."""
+        key = draw.key
+        if (self.width >= 8 or key is None or not (nv == 0 or 1e-30 <= nv < math.inf)
+                or xn.dtype.type not in (np.float32, np.float64)):
+            return False
+        fn = jit.get("level_codes")
+        mode = jit.add_alpha_mode(xn.dtype.type) if fn is not None else 0
+        if mode == 0:
+            return False
+        dt = xn.dtype.type
+        o, s = self.offset, self.s
+        words = self.ws.host("jit.words", jit.LEVEL_CHUNK // 4, torch.int64).view(np.uint64)
+        codes = self.ws.host("jit.codes", jit.LEVEL_CHUNK, torch.uint8)
+        planes = out[: self.width * bits.nbytes_bits(xn.size)].reshape(self.width, -1)
+        fn(xn, np.uint64(key[0]), np.uint64(key[1]), dt(o + 0.5 + 2.0**-17),
+           dt(s / nv) if nv else dt(0), mode if nv else 0, o - s, o + s, planes, words, codes)
+        return True
 
     def _codes_host(self, tt: torch.Tensor, t: np.ndarray) -> np.ndarray:
         """codes = ⌊t⌋ clamped to [o − s, o + s] (float rounding at |y| = s), as the torch

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from gossip.compress import jit, make
 from gossip.errors import CompressionError
+from gossip.rng import Stream
 
 pytestmark = pytest.mark.skipif(jit.get("topk_candidates") is None,
                                 reason="numba is not installed")
@@ -82,3 +83,44 @@ def test_topk_nonfinite_raises_on_the_kernel_path(bad):
     c = make("topk:0.01")
     with pytest.raises(CompressionError, match="NaN/Inf"):
         c._select_jit(x.numpy(), 500)
+
+
+def encode_row(spec: str, x: torch.Tensor, seed: int) -> bytes:
+    """``encode_rows`` of the one row ``x`` with the stream of node 3, round 2."""
+    c = make(spec)
+    rng = Stream(seed, [3])
+    rng.begin_round(2)
+    return bytes(c.encode_rows(x.view(1, -1), rng).numpy())
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), d=st.one_of(st.integers(1, 70), st.integers(4000, 20_000)),
+       dtype=DTYPES, spec=st.sampled_from(["qsgd:4", "qsgd:1", "qsgd:s=3", "qsgd:2:biased",
+                                           "lead:2", "lead:6"]),
+       zeros=st.booleans())
+def test_level_codes_same_bytes_as_numpy(seed, d, dtype, spec, zeros):
+    x = torch.from_numpy(draw(seed, d, dtype, 0))
+    if zeros:
+        x[:: 3] = 0.0
+    fast, slow = both(encode_row, spec, x, seed)
+    assert fast == slow
+
+
+@pytest.mark.parametrize("spec", ["qsgd:4", "lead:2"])
+def test_level_codes_kernel_serves_long_rows_and_zero(spec):
+    """The kernel runs (not the loop) for a long row and for x = 0 (no level added)."""
+    if jit.add_alpha_mode(np.float32) == 0:
+        pytest.skip("torch's add(alpha=) rounds neither way everywhere here: no kernel")
+    c = make(spec)
+    for x in (torch.randn(300_001, generator=torch.Generator().manual_seed(1)), torch.zeros(5000)):
+        rng = Stream(0, [0])
+        nv = c._norm_host(x, x.numpy())
+        body = np.zeros(c.fixed_nbytes(x), np.uint8)
+        assert c._encode_jit(x.numpy(), rng.draw16(x.numel())[0], nv, body)
+        jit.ENABLED = False
+        try:
+            want = c.encode(x, Stream(0, [0])).to_bytes().numpy()
+        finally:
+            jit.ENABLED = True
+        assert np.array_equal(body[: c.width * ((x.numel() + 7) // 8)],
+                              want[-c.width * ((x.numel() + 7) // 8):])
