@@ -9,7 +9,8 @@ compare both paths). CUDA tensors never come here: their path is pure torch.
   indices whose ``|x_i|`` reaches a threshold, and the largest ``|x_i|`` bit pattern (a
   NaN/Inf check for free). Top-k's exact selection then runs on the ~1.3·k candidates.
 * ``level_codes``: QSGD's / LEAD's whole encode after the norm (hash, dither, levels, codes,
-  bit planes) in one pass over x, a cache-sized chunk at a time.
+  bit planes) in one pass over x, a cache-sized chunk at a time; ``level_add`` its
+  decode-add (codes unpacked in registers, added with the numpy path's two roundings).
 """
 
 from __future__ import annotations
@@ -173,6 +174,52 @@ def _level_codes() -> Any:
     return level_codes
 
 
+def _level_add() -> Any:
+    """``(planes, table, offset, step, lo, hi, add, codes, out) -> bool``: the inverse of
+    ``level_codes`` for one message, :data:`LEVEL_CHUNK` entries at a time (``codes``: a uint8
+    scratch of that size): the codes c from ``planes`` ([width, ⌈d/8⌉] uint8; 8 per plane byte
+    through ``table``, the 256 uint64 words whose byte i is bit i of the index), then
+    ``add`` False: only whether every c lies in [lo, hi]; True: ``out[i] += (c − offset)·step``
+    with the numpy path's roundings (the product rounded, then the sum; no contraction). The
+    codes stay in cache instead of streaming through [d] arrays. True after an add."""
+    import numba
+    from numba import types as nt
+
+    u2, u1, i64 = nt.Array(nt.uint8, 2, "C"), nt.Array(nt.uint64, 1, "C"), nt.int64
+    sigs = [nt.boolean(u2, u1, f, f, i64, i64, nt.boolean, nt.Array(nt.uint8, 1, "C"),
+                       nt.Array(f, 1, "C"))
+            for f in (nt.float32, nt.float64)]
+
+    @numba.njit(sigs, cache=True, nogil=True, boundscheck=False)
+    def level_add(planes, table, offset, step, lo, hi, add, codes, out):
+        d = out.shape[0]
+        width = planes.shape[0]
+        chunk = codes.shape[0]
+        words = codes.view(np.uint64)
+        low, high = np.uint8(255), np.uint8(0)
+        for a in range(0, d, chunk):
+            n = min(chunk, d - a)
+            a8, nb = a // 8, (n + 7) // 8
+            row = planes[0, a8 : a8 + nb]
+            for b in range(nb):  # plane by plane: simple loops the compiler vectorizes
+                words[b] = table[row[b]]
+            for p in range(1, width):
+                row = planes[p, a8 : a8 + nb]
+                for b in range(nb):
+                    words[b] |= table[row[b]] << _U(p)
+            if add:
+                o = out[a : a + n]
+                for i in range(n):
+                    o[i] += (out.dtype.type(codes[i]) - offset) * step
+            else:
+                for i in range(n):
+                    low = min(low, codes[i])
+                    high = max(high, codes[i])
+        return add or (np.int64(low) >= lo and np.int64(high) <= hi)
+
+    return level_add
+
+
 _ADD_MODES: dict[Any, int] = {}
 
 
@@ -205,4 +252,5 @@ def add_alpha_mode(dtype: Any) -> int:
 
 
 _BUILDERS: dict[str, Callable[[], Any]] = {"topk_candidates": _topk_candidates,
-                                           "level_codes": _level_codes}
+                                           "level_codes": _level_codes,
+                                           "level_add": _level_add}

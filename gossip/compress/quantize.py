@@ -277,12 +277,14 @@ class LevelQuantizer(Codec):
         plan, block, tgt, w, bad = st
         m, d = block.shape[0], out.shape[1]
         scale = _rows.section(block, plan, "scale")  # [m, 1] of out's dtype
+        t = None if rows is None else tgt
+        if self._add_rows_jit(out, t, block, plan, scale, w, bad):
+            return out
         codes, lo, hi = self._unpack_rows(_rows.section(block, plan, "codes"), d)
         if check:
             bad = _rows.value_mask(self, {"scale": scale}, bad)
             bad = bad | (lo < self.offset - self.s) | (hi > self.offset + self.s)
             _rows.bad_row(self, out, block, tgt, bad, "codes outside the levels")
-        t = None if rows is None else tgt
         if (_rows.host_decode(self, out) and d >= _rows.LOOP_FROM
                 and isinstance(codes, np.ndarray)):
             step = scale if w is None else scale * w.to(out.dtype)
@@ -304,6 +306,38 @@ class LevelQuantizer(Codec):
         else:  # a strided row: out.add_(decode, alpha=w)
             _rows.add_rows_(out, t, vals.mul_(scale), w, fused=True)
         return out
+
+    def _add_rows_jit(self, out: torch.Tensor, tgt: torch.Tensor | None, block: torch.Tensor,
+                      plan, scale: torch.Tensor, w: torch.Tensor | None,
+                      bad: torch.Tensor | None) -> bool:
+        """Long CPU rows of :meth:`_fast_decode_add_rows` by the numba kernel ``level_add``
+        (:mod:`.jit`), row after row, after every row's checks passed (header, scale, codes
+        within the levels: a bad row leaves ``out`` untouched and returns False, so the caller
+        raises its error); False where the kernel does not serve (no numba, widths of 8 and
+        more, rows shorter than ``rows.LOOP_FROM``, the torch path)."""
+        d = out.shape[1]
+        if self.width >= 8 or d < _rows.LOOP_FROM or not _rows.host_decode(self, out):
+            return False
+        fn = jit.get("level_add")
+        if fn is None:
+            return False
+        m, n8 = block.shape[0], bits.nbytes_bits(d)
+        planes = _rows.section(block, plan, "codes").numpy()[:, : self.width * n8]
+        planes = planes.reshape(m, self.width, n8)
+        table, on = bits._bytes_table(), out.numpy()
+        codes = self.ws.host("jit.codes", jit.LEVEL_CHUNK, torch.uint8)
+        o = on.dtype.type(self.offset)
+        step = (scale if w is None else scale * w.to(out.dtype)).numpy()  # q·w in the dtype
+        if bad is not None:
+            bad = _rows.value_mask(self, {"scale": scale}, bad)
+            if bool(bad.any()):
+                return False
+            lo, hi = self.offset - self.s, self.offset + self.s
+            if not all(fn(planes[r], table, o, o, lo, hi, False, codes, on[0]) for r in range(m)):
+                return False
+        for r, t in enumerate(range(m) if tgt is None else tgt.tolist()):
+            fn(planes[r], table, o, step[r, 0], 0, 0, True, codes, on[t])  # (numba never warns)
+        return True
 
     def _add_codes_chunked(self, out: np.ndarray, tgt: torch.Tensor | None, codes: np.ndarray,
                            step: np.ndarray) -> None:

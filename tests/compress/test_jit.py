@@ -124,3 +124,26 @@ def test_level_codes_kernel_serves_long_rows_and_zero(spec):
             jit.ENABLED = True
         assert np.array_equal(body[: c.width * ((x.numel() + 7) // 8)],
                               want[-c.width * ((x.numel() + 7) // 8):])
+
+
+@pytest.mark.parametrize("spec", ["qsgd:4", "lead:2"])
+def test_level_add_long_rows_refuse_codes_outside_the_levels(spec):
+    """A long row holding a code outside the 2s + 1 levels raises the per-row error naming
+    it, and ``out`` is left as it was (every row is checked before any is added)."""
+    c = make(spec)
+    d = 1 << 16
+    X = torch.randn(3, d, generator=torch.Generator().manual_seed(2))
+    block = c.encode_rows(X, Stream(0, [0, 1, 2])).clone()
+    n8 = d // 8
+    codes = block[2, -(c.width * n8):].view(c.width, n8)  # the last row's planes
+    codes[:, 100] = 0xFF  # entries 800..807: code 2^width − 1 > o + s
+    out = torch.randn(3, d)
+    before = out.clone()
+    with pytest.raises(CompressionError) as err:
+        c.decode_add_rows_(out, block, 0.5)
+    assert err.value.row == 2 and torch.equal(out, before)
+    got = c.decode_add_rows_(out, block[:2], 0.5)  # the good rows still add, as each message
+    want = before.clone()
+    for r in range(2):
+        c.decode_add_(want[r], c.from_bytes(block[r], want[r]), 0.5)
+    assert torch.equal(got, want)
