@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip.compress import bits, make
+from gossip.compress import bits, jit, make
 from gossip.compress import rows as _rows
 from gossip.compress.base import row_stride
 from gossip.errors import CompressionError
@@ -471,14 +471,16 @@ def test_long_rows_into_a_repeated_target_decode_as_single_messages(spec, out_ki
     assert same(got, ref), (spec, out_kind)
 
 
+@pytest.mark.parametrize("numba", [True, False])
 @pytest.mark.parametrize("spec", ["sign", "qsgd:4", "qsgd:16", "lead:2"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("d", [1 << 15, (1 << 15) + 3, (1 << 18) + 5, 300_017])
-def test_long_rows_add_as_each_message(spec, d, dtype):
-    """Long rows decode-add chunk by chunk (``ScaledSign._add_rows_chunked``,
-    ``LevelQuantizer._add_codes_chunked``), bit for bit the single-message ``decode_add_`` of
-    each row (sign: on both sides of its rounding switch at 2^18), with float and per-row
-    weights, and a repeated target adding in row order."""
+def test_long_rows_add_as_each_message(spec, d, dtype, numba, monkeypatch):
+    """Long rows decode-add chunk by chunk (``ScaledSign._add_rows_chunked``; the quantizers'
+    numba kernel ``level_add``, or without it ``LevelQuantizer._add_codes_chunked``), bit for
+    bit the single-message ``decode_add_`` of each row (sign: on both sides of its rounding
+    switch at 2^18), with float and per-row weights, a repeated target adding in row order."""
+    monkeypatch.setattr(jit, "ENABLED", numba)
     c = make(spec)
     g = torch.Generator().manual_seed(d)
     X = torch.randn(3, d, generator=g, dtype=dtype)
