@@ -142,6 +142,7 @@ def _level_codes() -> Any:
         d, chunk = x.shape[0], codes.shape[0]
         width = planes.shape[0]
         step16 = x.dtype.type(2.0**-16)
+        lo32, hi32 = np.int32(lo), np.int32(hi)
         lanes = words.view(np.int16)
         packed = codes.view(np.uint64)
         for a in range(0, d, chunk):
@@ -161,7 +162,7 @@ def _level_codes() -> Any:
                     t = fma(alpha, xs[i], t)
                 elif mode == 2:
                     t = t + alpha * xs[i]
-                q = min(max(np.int64(t), lo), hi)  # t > 0: truncation is the floor
+                q = min(max(np.int32(t), lo32), hi32)  # 0 < t < 2^31: truncation = floor
                 codes[i] = np.uint8(q)
             nb = (n + 7) // 8
             for i in range(n, 8 * nb):
