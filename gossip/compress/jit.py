@@ -10,7 +10,9 @@ compare both paths). CUDA tensors never come here: their path is pure torch.
   NaN/Inf check for free). Top-k's exact selection then runs on the ~1.3·k candidates.
 * ``level_codes``: QSGD's / LEAD's whole encode after the norm (hash, dither, levels, codes,
   bit planes) in one pass over x, a cache-sized chunk at a time; ``level_add`` its
-  decode-add (codes unpacked in registers, added with the numpy path's two roundings).
+  decode-add (codes unpacked in cache, added with the numpy path's two roundings).
+* ``sign_bits``: sign's ``|x|`` (summed by torch afterwards, for the scale's bits) and its
+  packed ``x < 0`` bits in one pass.
 """
 
 from __future__ import annotations
@@ -221,6 +223,44 @@ def _level_add() -> Any:
     return level_add
 
 
+#: entries per chunk of ``sign_bits`` (a multiple of 64)
+SIGN_CHUNK = 4096
+
+
+def _sign_bits() -> Any:
+    """``(x, absx, out, flags) -> None``: ``absx = |x|`` (exact: the sign bit cleared, as
+    torch's ``abs``) and bit i of ``out`` (⌈d/8⌉ bytes, the padding bits 0) set when
+    ``x_i < 0`` (so ±0.0 give 0), in one pass over x, :data:`SIGN_CHUNK` entries at a time
+    (``flags``: a uint8 scratch of that size; 8 flags per byte by one multiply)."""
+    import numba
+    from numba import types as nt
+
+    u1 = nt.Array(nt.uint8, 1, "C")
+    sigs = [nt.void(nt.Array(f, 1, "C"), nt.Array(f, 1, "C"), u1, u1)
+            for f in (nt.float32, nt.float64)]
+
+    @numba.njit(sigs, cache=True, nogil=True, boundscheck=False)
+    def sign_bits(x, absx, out, flags):
+        d, chunk = x.shape[0], flags.shape[0]
+        words = flags.view(np.uint64)
+        zero = x.dtype.type(0)
+        for a in range(0, d, chunk):
+            n = min(chunk, d - a)
+            xs, ax = x[a : a + n], absx[a : a + n]
+            for i in range(n):
+                v = xs[i]
+                ax[i] = abs(v)
+                flags[i] = v < zero
+            nb = (n + 7) // 8
+            for i in range(n, 8 * nb):
+                flags[i] = 0
+            o = out[a // 8 : a // 8 + nb]
+            for b in range(nb):
+                o[b] = np.uint8(((words[b] & _LOW_BITS) * _GATHER) >> _U(56))
+
+    return sign_bits
+
+
 _ADD_MODES: dict[Any, int] = {}
 
 
@@ -254,4 +294,5 @@ def add_alpha_mode(dtype: Any) -> int:
 
 _BUILDERS: dict[str, Callable[[], Any]] = {"topk_candidates": _topk_candidates,
                                            "level_codes": _level_codes,
-                                           "level_add": _level_add}
+                                           "level_add": _level_add,
+                                           "sign_bits": _sign_bits}

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gossip.compress import bits
+from gossip.compress import bits, jit
 from gossip.compress import rows as _rows
 from gossip.compress.checks import check_scalar, no_grad, quiet, tame
 from gossip.compress.codec import Codec
@@ -17,6 +17,7 @@ from gossip.compress.wire import Sections, numel_of
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
 _TABLE_FROM = 1 << 18  # above this many entries the table gather (one pass) decodes faster
 _CHUNK = 1 << 16  # entries per chunk of the long-row decode-add (a multiple of 64; in cache)
+_JIT_FROM = 1 << 12  # from this many entries the numba kernel encodes (below, numpy's calls)
 
 
 class ScaledSign(Codec):
@@ -45,6 +46,9 @@ class ScaledSign(Codec):
         return Sections.build(("scale", dtype, 1), ("bits", torch.uint8, bits.nbytes_bits(d)))
 
     norm_name: ClassVar[str] = "‖x‖₁"
+    #: the norm is torch's sum of ``|x|`` (:meth:`_norm`), so the numba kernel ``sign_bits``
+    #: may write that ``|x|`` while it packs the bits
+    abs_norm: ClassVar[bool] = True
 
     def _norm(self, xf: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
         """The norm the scale is made of (0-dim, in the input dtype, float32 for a half one,
@@ -69,15 +73,22 @@ class ScaledSign(Codec):
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
         # the norm by torch on both paths: numpy sums in another order (other bytes)
         xf = x if x.dim() == 1 else torch.from_numpy(xn)
-        norm = self._norm(xf, self.ws.pair("abs", xn.size, x.dtype)[0])
+        scratch, absx = self.ws.pair("abs", xn.size, x.dtype)
+        fn = jit.get("sign_bits") if self.abs_norm and xn.size >= _JIT_FROM else None
+        if fn is not None:  # |x| and the bits in one pass; torch sums |x| as _norm does
+            fn(xn, absx, v["bits"], self.ws.host("jit.flags", jit.SIGN_CHUNK, torch.uint8))
+            norm = scratch.sum(dtype=_accumulator(x.dtype))
+        else:
+            norm = self._norm(xf, scratch)
         nv = norm.item()
         if self.check_finite and not math.isfinite(nv):
             check_scalar(norm, x, self.spec, self.norm_name)
         dt = v["scale"].dtype.type
         v["scale"][0] = self._scale_of(dt(nv), xn.size)  # as torch: in the input dtype
-        neg = self.ws.host("flags", xn.size, torch.bool)
-        np.less(xn, 0, out=neg)
-        v["bits"][:] = np.packbits(neg, bitorder="little")
+        if fn is None:
+            neg = self.ws.host("flags", xn.size, torch.bool)
+            np.less(xn, 0, out=neg)
+            v["bits"][:] = np.packbits(neg, bitorder="little")
         return v
 
     def _decode_host(self, host, out: np.ndarray) -> None:
@@ -275,6 +286,7 @@ class ScaledSignL2(ScaledSign):
 
     kind: ClassVar[int] = 21
     norm_name: ClassVar[str] = "‖x‖₂"
+    abs_norm: ClassVar[bool] = False
 
     def delta_for(self, numel: int) -> float | None:
         return None

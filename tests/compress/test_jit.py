@@ -147,3 +147,25 @@ def test_level_add_long_rows_refuse_codes_outside_the_levels(spec):
     for r in range(2):
         c.decode_add_(want[r], c.from_bytes(block[r], want[r]), 0.5)
     assert torch.equal(got, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), d=st.one_of(st.integers(4090, 4200), st.integers(4096, 70_000)),
+       dtype=DTYPES, levels=st.sampled_from([0, 3]), spec=st.sampled_from(["sign", "sign_l2"]))
+def test_sign_same_bytes_as_numpy(seed, d, dtype, levels, spec):
+    """±0.0 (levels: many zeros, half of them −0.0) give clear bits; the scale's bits are
+    torch's sum of the kernel's |x|."""
+    x = torch.from_numpy(draw(seed, d, dtype, levels))
+    c = make(spec)
+    fast, slow = both(lambda: c.encode(x).to_bytes().clone())
+    assert torch.equal(fast, slow)
+
+
+def test_sign_bits_kernel():
+    """|x| exactly, bit i set for x_i < 0 only, padding bits clear, chunk edges included."""
+    x = np.random.default_rng(0).standard_normal(3 * jit.SIGN_CHUNK + 13).astype(np.float32)
+    x[::5] = -0.0
+    absx, out = np.empty_like(x), np.full(-(-x.size // 8), 0xFF, np.uint8)
+    jit.get("sign_bits")(x, absx, out, np.empty(jit.SIGN_CHUNK, np.uint8))
+    assert np.array_equal(absx.view(np.int32), np.abs(x).view(np.int32))
+    assert np.array_equal(out, np.packbits(x < 0, bitorder="little"))
