@@ -128,7 +128,7 @@ def _level_codes() -> Any:
     ``t = c + 2⁻¹⁶·lane`` (one rounding), ``t += alpha·x`` (``mode`` 1: fused, 2: the product
     rounded first, 0: no add), ``⌊t⌋`` clipped to [lo, hi], then bit p of 8 codes per plane
     byte by one multiply. The roundings of the numpy path (torch's ``add(alpha=)``, which
-    :func:`add_alpha_mode` identifies); ``words`` / ``codes`` are uint64 / uint8 scratches of
+    :func:`torch_rounding` identifies); ``words`` / ``codes`` are uint64 / uint8 scratches of
     ``LEVEL_CHUNK / 4`` and ``LEVEL_CHUNK`` entries."""
     import numba
     from numba import types as nt
@@ -261,14 +261,51 @@ def _sign_bits() -> Any:
     return sign_bits
 
 
-_ADD_MODES: dict[Any, int] = {}
+def _sign_add() -> Any:
+    """``(packed, table, s, w, fused, flags, out) -> None``: sign's decode-add of one message,
+    :data:`SIGN_CHUNK` entries at a time (``flags``: a uint8 scratch of that size; 8 bits per
+    byte unpacked through ``table``, see ``level_add``): with v = −s for a set bit, +s else,
+    ``out[i] = fma(v, w, out[i])`` (``fused``: one rounding, torch's ``addcmul`` where
+    :func:`torch_rounding` finds it fused) or ``out[i] += v`` (the caller passes s = scale·w
+    rounded, or the scale for weight 1)."""
+    import numba
+    from numba import types as nt
+
+    fma = _fma()
+    u1 = nt.Array(nt.uint8, 1, "C")
+    sigs = [nt.void(u1, nt.Array(nt.uint64, 1, "C"), f, f, nt.boolean, u1, nt.Array(f, 1, "C"))
+            for f in (nt.float32, nt.float64)]
+
+    @numba.njit(sigs, cache=True, nogil=True, boundscheck=False)
+    def sign_add(packed, table, s, w, fused, flags, out):
+        d, chunk = out.shape[0], flags.shape[0]
+        words = flags.view(np.uint64)
+        for a in range(0, d, chunk):
+            n = min(chunk, d - a)
+            row = packed[a // 8 : a // 8 + (n + 7) // 8]
+            for b in range(row.shape[0]):
+                words[b] = table[row[b]]
+            o = out[a : a + n]
+            if fused:
+                for i in range(n):
+                    o[i] = fma(-s if flags[i] else s, w, o[i])
+            else:
+                for i in range(n):
+                    o[i] += -s if flags[i] else s
+
+    return sign_add
 
 
-def add_alpha_mode(dtype: Any) -> int:
-    """How torch rounds ``t.add_(x, alpha=a)`` for numpy dtype ``dtype`` on this machine:
-    1 fused (one rounding, an FMA), 2 ``a·x`` rounded first, 0 neither everywhere (its vector
-    body and scalar tail differ: no kernel may stand in for it). Measured once on a probe."""
-    mode = _ADD_MODES.get(dtype)
+_ROUNDING: dict[tuple[str, Any], int] = {}
+
+
+def torch_rounding(op: str, dtype: Any) -> int:
+    """How torch rounds ``t + a·x`` on this machine for numpy dtype ``dtype``, ``op``
+    ``"add_alpha"`` (``t.add_(x, alpha=a)``) or ``"addcmul"`` (``t.addcmul_(x, a)``, [1, n]
+    rows and a [1, 1] weight, as the block decoders call it): 1 fused (one rounding, an FMA),
+    2 ``a·x`` rounded first, 0 neither everywhere (its vector body and scalar tail differ: no
+    kernel may stand in for it). Measured once per (op, dtype) on a probe."""
+    mode = _ROUNDING.get((op, dtype))
     if mode is None:
         import numba
         import torch
@@ -286,13 +323,18 @@ def add_alpha_mode(dtype: Any) -> int:
         a = dtype(0.3183098861837907)
         fused, plain = np.empty_like(t), np.empty_like(t)
         both(t, x, a, fused, plain)
-        got = torch.from_numpy(t.copy()).add_(torch.from_numpy(x), alpha=float(a)).numpy()
+        tt, xt = torch.from_numpy(t.copy()), torch.from_numpy(x)
+        if op == "add_alpha":
+            got = tt.add_(xt, alpha=float(a)).numpy()
+        else:
+            got = tt.view(1, -1).addcmul_(xt.view(1, -1), torch.tensor([[a]])).numpy().reshape(-1)
         mode = 1 if np.array_equal(got, fused) else 2 if np.array_equal(got, plain) else 0
-        _ADD_MODES[dtype] = mode
+        _ROUNDING[(op, dtype)] = mode
     return mode
 
 
 _BUILDERS: dict[str, Callable[[], Any]] = {"topk_candidates": _topk_candidates,
                                            "level_codes": _level_codes,
                                            "level_add": _level_add,
-                                           "sign_bits": _sign_bits}
+                                           "sign_bits": _sign_bits,
+                                           "sign_add": _sign_add}

@@ -190,7 +190,7 @@ class LevelQuantizer(Codec):
                 or xn.dtype.type not in (np.float32, np.float64)):
             return False
         fn = jit.get("level_codes")
-        mode = jit.add_alpha_mode(xn.dtype.type) if fn is not None else 0
+        mode = jit.torch_rounding("add_alpha", xn.dtype.type) if fn is not None else 0
         if mode == 0:
             return False
         dt = xn.dtype.type

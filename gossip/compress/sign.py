@@ -203,10 +203,12 @@ class ScaledSign(Codec):
         m, d = packed.shape[0], out.shape[1]
         wd = None if w is None else w.to(out.dtype)
         factor = scale if wd is None or not numpy_rounding else scale * wd  # [m, 1]
+        targets = range(m) if tgt is None else tgt.tolist()
+        if self._add_rows_jit(out, targets, packed, factor, None if numpy_rounding else wd):
+            return
         tt, tmp = self.ws.pair("rows.chunk", min(d, _CHUNK) + 8, out.dtype)
         base = bits.pm1_table(out.dtype, out.device)
         pn = packed.numpy()
-        targets = range(m) if tgt is None else tgt.tolist()
         for r, t in enumerate(targets):
             table = (base * factor[r]).numpy()  # ±scale: exact
             for a in range(0, d, _CHUNK):
@@ -218,6 +220,31 @@ class ScaledSign(Codec):
                     dst.add_(src)
                 else:
                     dst.addcmul_(src, wd[r : r + 1])
+
+    def _add_rows_jit(self, out: torch.Tensor, targets, packed: torch.Tensor,
+                      factor: torch.Tensor, wd: torch.Tensor | None) -> bool:
+        """:meth:`_add_rows_chunked` by the numba kernel ``sign_add`` (:mod:`.jit`), one pass
+        per row: ``out += ±factor`` (``wd`` None), else ``out.addcmul_(±factor, wd)`` as
+        torch rounds it here (:func:`.jit.torch_rounding`); False without numba, or where that
+        rounding is not identified."""
+        fn = jit.get("sign_add")
+        if fn is None:
+            return False
+        on, pn = out.numpy(), packed.numpy()
+        dt = on.dtype.type
+        fused = False
+        if wd is not None:
+            mode = jit.torch_rounding("addcmul", dt)
+            if mode == 0:
+                return False
+            fused = mode == 1
+            if not fused:  # addcmul rounds factor·w, then adds: a plain add of ±(factor·w)
+                factor, wd = factor * wd, None
+        s, w = factor.numpy(), (wd.numpy() if wd is not None else None)
+        table, flags = bits._bytes_table(), self.ws.host("jit.flags", jit.SIGN_CHUNK, torch.uint8)
+        for r, t in enumerate(targets):
+            fn(pn[r], table, s[r, 0], w[r, 0] if fused else dt(0), fused, flags, on[t])
+        return True
 
     # ------------------------------------------------------------ chunks of messages
     @no_grad

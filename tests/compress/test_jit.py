@@ -109,7 +109,7 @@ def test_level_codes_same_bytes_as_numpy(seed, d, dtype, spec, zeros):
 @pytest.mark.parametrize("spec", ["qsgd:4", "lead:2"])
 def test_level_codes_kernel_serves_long_rows_and_zero(spec):
     """The kernel runs (not the loop) for a long row and for x = 0 (no level added)."""
-    if jit.add_alpha_mode(np.float32) == 0:
+    if jit.torch_rounding("add_alpha", np.float32) == 0:
         pytest.skip("torch's add(alpha=) rounds neither way everywhere here: no kernel")
     c = make(spec)
     for x in (torch.randn(300_001, generator=torch.Generator().manual_seed(1)), torch.zeros(5000)):
