@@ -30,6 +30,11 @@ ENABLED = True
 
 _compiled: dict[str, Any] = {}  # name -> dispatcher, or False when numba is not there
 
+_U = np.uint64
+_C1, _C2 = _U(0xBF58476D1CE4E5B9), _U(0x94D049BB133111EB)  # SplitMix64's (gossip.rng)
+_LOW_BITS = _U(0x0101010101010101)  # bit 0 of each byte of a word
+_GATHER = _U(sum(1 << (56 - 7 * i) for i in range(8)))  # byte i's bit 0 -> bit 56 + i
+
 
 def get(name: str) -> Any:
     """The compiled kernel ``name`` (built on first use), or None without numba or when
@@ -51,48 +56,58 @@ def get(name: str) -> Any:
 TOPK_CHUNK = 2048
 
 
-def _topk_candidates() -> Any:
-    """``(bits, t, mag, idx, flags) -> (count, worst)``: ``bits`` the int32/int64 view of a
-    float32/float64 vector, ``t`` the bit pattern of a threshold ≥ +0, ``mag`` all bits but
-    the sign (0x7f…f of the same width: numba would widen a constant), ``flags`` a bool
-    scratch of :data:`TOPK_CHUNK` entries. Writes the increasing indices i with ``|x_i| ≥ t``
-    (compared as sign-cleared bit patterns, which order as the magnitudes, +inf and NaN above
-    every finite value) to ``idx[:count]`` (``idx`` needs d + 8 entries); ``worst`` is the
-    largest sign-cleared pattern (≥ that of +inf: x holds NaN/Inf).
+def _positions() -> tuple[np.ndarray, np.ndarray]:
+    """For every 8-bit mask: its set bit positions, lowest first (padded with 0), and count."""
+    pos, cnt = np.zeros((256, 8), np.int64), np.zeros(256, np.int64)
+    for mask in range(256):
+        bits = [i for i in range(8) if mask >> i & 1]
+        pos[mask, : len(bits)], cnt[mask] = bits, len(bits)
+    return pos, cnt
 
-    Per chunk: one vectorized loop flags the entries (and keeps the maximum), then the flags
-    are read 8 at a time as a uint64 word; only nonzero words (~10 % at 1.3 % candidates)
-    store their 8 positions, branch-free (a position is kept by advancing the count)."""
+
+#: (positions, counts) of the set bits of each byte value (``topk_candidates``' tables)
+BYTE_POSITIONS = _positions()
+
+
+def _topk_candidates() -> Any:
+    """``(bits, t, mag, idx, flags, pos, cnt) -> count``: ``bits`` the int32/int64 view of a
+    float32/float64 vector, ``t`` the bit pattern of a finite threshold ≥ +0, ``mag`` all bits
+    but the sign (0x7f…f of the same width: numba would widen a constant), ``flags`` a bool
+    scratch of :data:`TOPK_CHUNK` entries, ``(pos, cnt)`` :data:`BYTE_POSITIONS`. Writes the
+    increasing indices i with ``|x_i| ≥ t`` to ``idx[:count]`` (``idx`` needs d + 8 entries),
+    comparing sign-cleared bit patterns, which order as the magnitudes, with +inf and NaN
+    above every finite value: every NaN/Inf of x is among them.
+
+    Per chunk: one vectorized loop flags the entries, then the flags are read 8 at a time as
+    a uint64 word; a nonzero word (~10 % at 1.3 % candidates) becomes an 8-bit mask (one
+    multiply) whose positions are stored from the table, branch-free."""
     import numba
     from numba import types as nt
 
-    i1, b1 = nt.Array(nt.int64, 1, "C"), nt.Array(nt.boolean, 1, "C")
-    sigs = [nt.Tuple((nt.int64, it))(nt.Array(it, 1, "C"), it, it, i1, b1)
-            for it in (nt.int32, nt.int64)]
+    i1, i2, b1 = nt.Array(nt.int64, 1, "C"), nt.Array(nt.int64, 2, "C"), nt.Array(nt.boolean, 1, "C")
+    sigs = [nt.int64(nt.Array(it, 1, "C"), it, it, i1, b1, i2, i1) for it in (nt.int32, nt.int64)]
 
     @numba.njit(sigs, cache=True, nogil=True, boundscheck=False)
-    def topk_candidates(bits, t, mag, idx, flags):
+    def topk_candidates(bits, t, mag, idx, flags, pos, cnt):
         n, chunk = bits.shape[0], flags.shape[0]
         words = flags.view(np.uint64)
         c = 0
-        worst = bits.dtype.type(0)
         for s in range(0, n, chunk):
             size = min(chunk, n - s)
             x = bits[s : s + size]
-            m = bits.dtype.type(0)
             for j in range(size):
-                u = x[j] & mag
-                m = max(m, u)
-                flags[j] = u >= t
-            worst = max(worst, m)
+                flags[j] = (x[j] & mag) >= t
             for j in range(size, (size + 7) // 8 * 8):
                 flags[j] = False
             for w in range((size + 7) // 8):
-                if words[w] != 0:
-                    for j in range(8 * w, 8 * w + 8):
-                        idx[c] = s + j
-                        c += flags[j]
-        return c, worst
+                v = words[w]
+                if v != 0:
+                    mask = (v * _GATHER) >> _U(56)  # bytes are 0/1: byte i -> bit i
+                    base = s + 8 * w
+                    for j in range(8):
+                        idx[c + j] = base + pos[mask, j]
+                    c += cnt[mask]
+        return c
 
     return topk_candidates
 
@@ -100,10 +115,6 @@ def _topk_candidates() -> Any:
 #: entries per chunk of ``level_codes`` (a multiple of 64: whole words and plane bytes)
 LEVEL_CHUNK = 4096
 
-_U = np.uint64
-_C1, _C2 = _U(0xBF58476D1CE4E5B9), _U(0x94D049BB133111EB)  # SplitMix64's (gossip.rng)
-_LOW_BITS = _U(0x0101010101010101)  # bit 0 of each byte of a word
-_GATHER = _U(sum(1 << (56 - 7 * i) for i in range(8)))  # byte i's bit 0 -> bit 56 + i
 
 
 def _fma() -> Any:

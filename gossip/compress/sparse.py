@@ -21,10 +21,8 @@ from gossip.errors import CompressionError
 from gossip.rng import PreDrawn
 
 _INT32_MAX = (1 << 31) - 1
-#: the integer view of a float dtype, the bit pattern of +inf and the non-sign bits in it
-#: (top-k's numba kernel)
+#: the integer view of a float dtype and the non-sign bits in it (top-k's numba kernel)
 _BITS_OF = {np.float32: np.int32, np.float64: np.int64}
-_INF_BITS = {np.float32: 0x7F800000, np.float64: 0x7FF0000000000000}
 _MAG = {np.float32: np.int32(0x7FFFFFFF), np.float64: np.int64(0x7FFFFFFFFFFFFFFF)}
 
 
@@ -276,17 +274,21 @@ class TopK(_KSparse):
             return None
         ints = xn.view(_BITS_OF[xn.dtype.type])
         t = self._sample_threshold(np.abs(xn[:: self._stride(d)]), d, k)
+        if not math.isfinite(t):  # NaN/Inf in the sample
+            if self.check_finite:
+                raise nonfinite(self.spec)
+            return None
         idx = self.ws.host("topk.cand", d + 8, torch.int64)
         flags = self.ws.host("topk.flags", jit.TOPK_CHUNK, torch.bool)
-        c, worst = fn(ints, t.view(ints.dtype), _MAG[xn.dtype.type], idx, flags)
-        if worst >= _INF_BITS[xn.dtype.type]:  # NaN/Inf in x
+        c = fn(ints, t.view(ints.dtype), _MAG[xn.dtype.type], idx, flags, *jit.BYTE_POSITIONS)
+        cand = idx[:c].copy()  # (the payload keeps the indices: not the workspace's)
+        ca = np.abs(xn[cand])
+        if c and not math.isfinite(ca.max()):  # every NaN/Inf of x is a candidate
             if self.check_finite:
                 raise nonfinite(self.spec)
             return None
         if c < k:  # the sample was unlucky (or adversarial)
             return None
-        cand = idx[:c].copy()  # (the payload keeps the indices: not the workspace's)
-        ca = np.abs(xn[cand])
         return _resolve_ties(cand, ca, np.partition(ca, c - k)[c - k], k)
 
     def _select_host(self, a: np.ndarray, k: int) -> np.ndarray:
