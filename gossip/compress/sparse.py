@@ -139,7 +139,7 @@ class TopK(_KSparse):
     On CUDA the candidate count is read on the host (one sync), as is the NaN/Inf check.
     On CPU with numba the candidates come from one pass over x's bits
     (:mod:`gossip.compress.jit`, ``topk_candidates``: no |x| array, no mask; NaN/Inf found on
-    the way), about 1.6× faster at d = 10⁶ than the numpy passes, which remain the fallback.
+    the way), about 2× faster at d = 10⁶ than the numpy passes, which remain the fallback.
     """
 
     ordered_rows: ClassVar[bool] = True
