@@ -9,7 +9,7 @@ compare both paths). CUDA tensors never come here: their path is pure torch.
 
 * ``topk_candidates``: one pass over the float bits of x (no ``|x|`` array, no mask): the
   indices whose ``|x_i|`` reaches a threshold, every NaN/Inf among them. Top-k's exact
-  selection then runs on the ~1.3·k candidates.
+  selection then runs on the ~1.3·k candidates (``topk_keep``: the tie rule in one pass).
 * ``level_codes``: QSGD's / LEAD's whole encode after the norm (hash, dither, levels, codes,
   bit planes) in one pass over x, a cache-sized chunk at a time; ``level_add`` its
   decode-add (codes unpacked in cache, added with the numpy path's two roundings).

@@ -196,3 +196,21 @@ def fma_and_plain(t, x, a, fused, plain):
     for i in range(t.shape[0]):
         fused[i] = fma(a, x[i], t[i])
         plain[i] = t[i] + a * x[i]
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def topk_keep(cand, ca, t, k, out):
+    """``out`` (k entries) = the candidates ``cand`` (increasing indices, their magnitudes
+    ``ca``, at least k of them ≥ t) with ``ca > t``, then the lowest-index ones with ``ca == t``
+    (k in all, in increasing order): top-k's tie rule, :func:`.sparse._resolve_ties` in one
+    pass."""
+    ties = k
+    for i in range(ca.shape[0]):
+        ties -= ca[i] > t
+    j = 0
+    for i in range(ca.shape[0]):
+        v = ca[i]
+        if v > t or (v == t and ties > 0):
+            ties -= v == t
+            out[j] = cand[i]
+            j += 1

@@ -281,7 +281,7 @@ class TopK(_KSparse):
         idx = self.ws.host("topk.cand", d + 8, torch.int64)
         flags = self.ws.host("topk.flags", jit.TOPK_CHUNK, torch.bool)
         c = fn(ints, t.view(ints.dtype), _MAG[xn.dtype.type], idx, flags, *jit.BYTE_POSITIONS)
-        cand = idx[:c].copy()  # (the payload keeps the indices: not the workspace's)
+        cand = idx[:c]
         ca = np.abs(xn[cand])
         if c and not math.isfinite(ca.max()):  # every NaN/Inf of x is a candidate
             if self.check_finite:
@@ -289,7 +289,9 @@ class TopK(_KSparse):
             return None
         if c < k:  # the sample was unlucky (or adversarial)
             return None
-        return _resolve_ties(cand, ca, np.partition(ca, c - k)[c - k], k)
+        sel = np.empty(k, np.int64)
+        jit.get("topk_keep")(cand, ca, np.partition(ca, c - k)[c - k], k, sel)
+        return sel
 
     def _select_host(self, a: np.ndarray, k: int) -> np.ndarray:
         """numpy twin of :meth:`select` (same set; raises on NaN/Inf when ``check_finite``).
