@@ -84,6 +84,11 @@ class _KSparse(Codec):
             # order), as a serial index_add_ does, with a third of torch's per-call cost
             on, vn = out.numpy().reshape(-1), vals.numpy()
             add = vn if w is None else vn * w.numpy().astype(vn.dtype).reshape(m, 1)
+            if d >= _rows.LOOP_FROM:  # long rows: a gather, add and scatter per row (a row's
+                o2, sn = out.numpy(), sel.numpy()  # indices are distinct), ~10x add.at
+                for r, t in enumerate(tgt.tolist()):
+                    o2[t, sn[r]] += add[r]
+                return out
             flat = sel.numpy() + (tgt.numpy() * d).reshape(m, 1)  # int64 flat positions
             np.add.at(on, flat.reshape(-1), add.reshape(-1))
             return out

@@ -472,14 +472,15 @@ def test_long_rows_into_a_repeated_target_decode_as_single_messages(spec, out_ki
 
 
 @pytest.mark.parametrize("numba", [True, False])
-@pytest.mark.parametrize("spec", ["sign", "qsgd:4", "qsgd:16", "lead:2"])
+@pytest.mark.parametrize("spec", ["sign", "qsgd:4", "qsgd:16", "lead:2", "topk:0.01", "topk:0.05"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("d", [1 << 15, (1 << 15) + 3, (1 << 18) + 5, 300_017])
 def test_long_rows_add_as_each_message(spec, d, dtype, numba, monkeypatch):
-    """Long rows decode-add chunk by chunk (``ScaledSign._add_rows_chunked``; the quantizers'
-    numba kernel ``level_add``, or without it ``LevelQuantizer._add_codes_chunked``), bit for
-    bit the single-message ``decode_add_`` of each row (sign: on both sides of its rounding
-    switch at 2^18), with float and per-row weights, a repeated target adding in row order."""
+    """Long rows decode-add row by row (sign: ``sign_add`` or the chunked table; the
+    quantizers: ``level_add`` or ``LevelQuantizer._add_codes_chunked``; top-k: a gather-add-
+    scatter per row, int32 indices or a bitmap), bit for bit the single-message
+    ``decode_add_`` of each row (sign: on both sides of its rounding switch at 2^18), with
+    float and per-row weights, a repeated target adding in row order."""
     monkeypatch.setattr(jit, "ENABLED", numba)
     c = make(spec)
     g = torch.Generator().manual_seed(d)
