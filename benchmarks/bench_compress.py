@@ -233,11 +233,11 @@ def rng_ratios(d: int, specs: list[str], repeat: int, device: torch.device) -> d
 def bench_kernels(d: int, repeat: int) -> None:
     """Section ``--kernels``: the CPU kernels of one long row (the one-node-per-rank MPI case)
     next to their floors, all timed interleaved in one run (medians): ``encode_rows`` and
-    ``decode_add_rows_`` (weight 1/3) of top-k 1 % (with and without its numba kernel), sign
-    and qsgd:4 on a [1, d] float32 row; low-rank:1 ``encode`` / ``decode_add_`` of a
-    1000 × 1000 matrix. Floors: one read pass over x (``x.sum()``), a copy, the selection
-    alone (``np.argpartition``, ``torch.topk`` of |x|), the two matrix-vector products and the
-    rank-1 update of low-rank."""
+    ``decode_add_rows_`` (weight 1/3) of top-k 1 %, sign and qsgd:4 on a [1, d] float32 row,
+    each also without numba (:mod:`gossip.compress.jit` off: the numpy twins); low-rank:1
+    ``encode`` / ``decode_add_`` of a 1000 × 1000 matrix. Floors: one read pass over x
+    (``x.sum()``), a copy, the selection alone (``np.argpartition``, ``torch.topk`` of |x|),
+    the two matrix-vector products and the rank-1 update of low-rank."""
     import numpy as np
 
     from gossip.compress import jit
@@ -268,30 +268,29 @@ def bench_kernels(d: int, repeat: int) -> None:
                 jit.ENABLED = True
         return run
 
+    floors: dict[str, list[str]] = {}
     for spec in ["topk:0.01", "sign", "qsgd:4"]:
         c, rng, out = make(spec), Stream(0, [0]), torch.zeros(1, d)
         msg = c.encode_rows(X, rng)
-        fns[f"{spec} encode"] = lambda c=c, msg=msg, rng=rng: c.encode_rows(X, rng, out=msg)
+        enc = f"{spec} encode"
+        fns[enc] = lambda c=c, msg=msg, rng=rng: c.encode_rows(X, rng, out=msg)
+        dec = f"{spec} decode-add"
+        fns[dec] = lambda c=c, msg=msg, out=out: c.decode_add_rows_(out, msg, 1 / 3)
+        for name in (enc, dec):  # the numpy/torch twins, for comparison
+            fns[f"{name}, no numba"] = with_jit(fns[name], False)
+        enc_floors = ["read pass (x.sum)", "copy"]
         if spec.startswith("topk"):
-            fns[f"{spec} encode, numpy path"] = with_jit(fns[f"{spec} encode"], False)
-        fns[f"{spec} decode-add"] = lambda c=c, msg=msg, out=out: c.decode_add_rows_(out, msg, 1 / 3)
+            enc_floors += ["np.argpartition 1%", "torch.topk 1% of abs(x)"]
+        floors.update({enc: enc_floors, f"{enc}, no numba": enc_floors[:1],
+                       dec: ["copy"], f"{dec}, no numba": ["copy"]})
     c, rng = make("lowrank:1"), Stream(0, [0])
     buf = torch.empty(c.max_nbytes(M), dtype=torch.uint8)
     pay = c.encode(M, rng, out=buf)
     fns["lowrank:1 encode"] = lambda: c.encode(M, rng, out=buf)
     fns["lowrank:1 decode-add"] = lambda: c.decode_add_(outm, pay, 1 / 3)
+    floors["lowrank:1 encode"] = ["lowrank floor: M q, Mᵀ p"]
+    floors["lowrank:1 decode-add"] = ["lowrank floor: rank-1 add"]
     t = timeit(fns, repeat, torch.device("cpu"))
-    floors = {
-        "topk:0.01 encode": ["read pass (x.sum)", "np.argpartition 1%", "torch.topk 1% of abs(x)"],
-        "topk:0.01 encode, numpy path": ["read pass (x.sum)"],
-        "topk:0.01 decode-add": ["copy"],
-        "sign encode": ["read pass (x.sum)", "copy"],
-        "sign decode-add": ["copy"],
-        "qsgd:4 encode": ["read pass (x.sum)", "copy"],
-        "qsgd:4 decode-add": ["copy"],
-        "lowrank:1 encode": ["lowrank floor: M q, Mᵀ p"],
-        "lowrank:1 decode-add": ["lowrank floor: rank-1 add"],
-    }
     print(f"\n### kernels: one row of d = {d:.0e} float32, 1000 × 1000 for low-rank "
           f"(ms, median of {repeat}, interleaved)\n")
     print("| kernel | ms | floor | floor ms | kernel / floor |")
