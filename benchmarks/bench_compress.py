@@ -21,6 +21,7 @@ to the per-row loop (the base class's default), timed interleaved in one run.
 
     python benchmarks/bench_compress.py --sizes 1e5 1e6 1e7 --repeat 7
     python benchmarks/bench_compress.py --blocks --repeat 5
+    python benchmarks/bench_compress.py --kernels --repeat 41   # long-row kernels vs floors
 """
 
 from __future__ import annotations
@@ -229,6 +230,77 @@ def rng_ratios(d: int, specs: list[str], repeat: int, device: torch.device) -> d
     return {"rand_ms": t["rand"] * 1e3, **{spec: t["rand"] / t[spec] for spec in specs}}
 
 
+def bench_kernels(d: int, repeat: int) -> None:
+    """Section ``--kernels``: the CPU kernels of one long row (the one-node-per-rank MPI case)
+    next to their floors, all timed interleaved in one run (medians): ``encode_rows`` and
+    ``decode_add_rows_`` (weight 1/3) of top-k 1 %, sign and qsgd:4 on a [1, d] float32 row,
+    each also without numba (:mod:`gossip.compress.jit` off: the numpy twins); low-rank:1
+    ``encode`` / ``decode_add_`` of a 1000 × 1000 matrix. Floors: one read pass over x
+    (``x.sum()``), a copy, the selection alone (``np.argpartition``, ``torch.topk`` of |x|),
+    the two matrix-vector products and the rank-1 update of low-rank."""
+    import numpy as np
+
+    from gossip.compress import jit
+
+    gen = torch.Generator()
+    gen.manual_seed(0)
+    X = torch.randn(1, d, generator=gen)
+    xn, dst = X.numpy()[0], torch.empty(d)
+    a = X[0].abs()
+    k = d // 100
+    M = torch.randn(1000, 1000, generator=gen)
+    q, p, outm = torch.randn(1000, generator=gen), torch.empty(1000), torch.zeros(1000, 1000)
+    fns: dict[str, Callable[[], object]] = {
+        "read pass (x.sum)": lambda: X.sum(),
+        "copy": lambda: dst.copy_(X[0]),
+        "np.argpartition 1%": lambda: np.argpartition(xn, d - k),
+        "torch.topk 1% of abs(x)": lambda: torch.topk(a, k, sorted=False),
+        "lowrank floor: M q, Mᵀ p": lambda: (torch.mv(M, q, out=p), torch.mv(M.t(), p, out=q)),
+        "lowrank floor: rank-1 add": lambda: outm.addr_(p, q),
+    }
+
+    def with_jit(fn: Callable[[], object], on: bool) -> Callable[[], object]:
+        def run() -> object:
+            jit.ENABLED = on
+            try:
+                return fn()
+            finally:
+                jit.ENABLED = True
+        return run
+
+    floors: dict[str, list[str]] = {}
+    for spec in ["topk:0.01", "sign", "qsgd:4"]:
+        c, rng, out = make(spec), Stream(0, [0]), torch.zeros(1, d)
+        msg = c.encode_rows(X, rng)
+        enc = f"{spec} encode"
+        fns[enc] = lambda c=c, msg=msg, rng=rng: c.encode_rows(X, rng, out=msg)
+        dec = f"{spec} decode-add"
+        fns[dec] = lambda c=c, msg=msg, out=out: c.decode_add_rows_(out, msg, 1 / 3)
+        for name in (enc, dec):  # the numpy/torch twins, for comparison
+            fns[f"{name}, no numba"] = with_jit(fns[name], False)
+        enc_floors = ["read pass (x.sum)", "copy"]
+        if spec.startswith("topk"):
+            enc_floors += ["np.argpartition 1%", "torch.topk 1% of abs(x)"]
+        floors.update({enc: enc_floors, f"{enc}, no numba": enc_floors[:1],
+                       dec: ["copy"], f"{dec}, no numba": ["copy"]})
+    c, rng = make("lowrank:1"), Stream(0, [0])
+    buf = torch.empty(c.max_nbytes(M), dtype=torch.uint8)
+    pay = c.encode(M, rng, out=buf)
+    fns["lowrank:1 encode"] = lambda: c.encode(M, rng, out=buf)
+    fns["lowrank:1 decode-add"] = lambda: c.decode_add_(outm, pay, 1 / 3)
+    floors["lowrank:1 encode"] = ["lowrank floor: M q, Mᵀ p"]
+    floors["lowrank:1 decode-add"] = ["lowrank floor: rank-1 add"]
+    t = timeit(fns, repeat, torch.device("cpu"))
+    print(f"\n### kernels: one row of d = {d:.0e} float32, 1000 × 1000 for low-rank "
+          f"(ms, median of {repeat}, interleaved)\n")
+    print("| kernel | ms | floor | floor ms | kernel / floor |")
+    print("|---|---|---|---|---|")
+    for name, fl in floors.items():
+        for f in fl:
+            print(f"| {name} | {t[name] * 1e3:.3f} | {f} | {t[f] * 1e3:.3f} "
+                  f"| {t[name] / t[f]:.2f} |")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", nargs="+", type=float, default=[1e5, 1e6, 1e7],
@@ -241,6 +313,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--blocks", action="store_true", help="only the blocks section")
     ap.add_argument("--block-shape", nargs=2, type=float, default=[1000, 1e4], metavar=("M", "D"),
                     help="block of M nodes of D entries for the blocks section (default 1000 1e4)")
+    ap.add_argument("--kernels", action="store_true",
+                    help="only the long-row kernels next to their floors (d = 1e6, one row)")
     ap.add_argument("--rng-only", action="store_true",
                     help="only the randomized encoders against torch.rand (d = 1e6, 4e6)")
     args = ap.parse_args(argv)
@@ -248,6 +322,9 @@ def main(argv: list[str] | None = None) -> None:
     device = torch.device(args.device)
     print(f"torch {torch.__version__}, {args.threads} thread(s), device {device}, float32, "
           f"median of {args.repeat}\n")
+    if args.kernels:
+        bench_kernels(10**6, max(args.repeat, 21))
+        return
     if not (args.blocks or args.rng_only):
         print_table(args, device)
     if not args.blocks:

@@ -368,6 +368,12 @@ class Draw16:
         self._k, self._g = k & _M64, g & _M64
         self._given = given
 
+    @property
+    def key(self) -> tuple[int, int] | None:
+        """``(K, G)``: lane i is 16-bit lane i % 4 of ``fmix64(K + (i // 4)·G)`` (for a kernel
+        that hashes the words itself); None when the lanes were given."""
+        return None if self._given is not None else (self._k, self._g)
+
     def lanes(self, a: int, b: int) -> np.ndarray:
         """Lanes ``a..b−1`` as a numpy int16 array (CPU): a view of a thread-local scratch,
         valid until the next ``lanes`` call of this thread (or of ``given``). A consumer of the

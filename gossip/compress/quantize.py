@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gossip.compress import bits
+from gossip.compress import bits, jit
 from gossip.compress import rows as _rows
 from gossip.compress.checks import check_scalar, nonfinite, quiet, tame
 from gossip.compress.codec import Codec
@@ -30,6 +30,9 @@ CHUNK = 1 << 18
 
 #: uint64 table entries per lookup of the block decoders' unpacking (256 KiB: in cache)
 _UNPACK_TILE = 1 << 15
+
+#: entries per chunk of the long-row decode-add (64 KiB of float32: in cache)
+_CHUNK_ADD = 1 << 14
 
 
 class LevelQuantizer(Codec):
@@ -163,15 +166,41 @@ class LevelQuantizer(Codec):
             factor = plan.extra["factor"] = self._factor(d) / self.s
         dt = v["scale"].dtype.type
         v["scale"][0] = dt(nv) * dt(factor)  # as torch: in the input dtype
+        draw = generator.draw16(d)[0]
+        if self._encode_jit(xn, draw, nv, v["codes"]):
+            return v
         work = torch.float64 if self.width > 10 else x.dtype
         xs = (x.view(-1) if x.dim() != 1 else x).split(CHUNK)
-        for (a, b, lanes), xc in zip(generator.draw16(d)[0].chunks(CHUNK), xs):
+        for (a, b, lanes), xc in zip(draw.chunks(CHUNK), xs):
             tt, t = self.ws.pair("t", b - a, work)  # every pass below stays in cache
             np.copyto(t, lanes)
             self._dither_(tt)
             self._add_levels(tt, xc, nv)  # in torch, as the torch path (fused a + αb: same bytes)
             bits.pack_codes_np(self._codes_host(tt, t), self.width, v["codes"], self.ws, a, d)
         return v
+
+    def _encode_jit(self, xn: np.ndarray, draw, nv: float, out: np.ndarray) -> bool:
+        """The codes of :meth:`_encode_host`'s loop by the numba kernel ``level_codes``
+        (:mod:`.jit`: hash, dither, levels, codes and planes in one pass over x); False where
+        it does not serve (no numba, widths of 8 and more, lanes given rather than keyed, a
+        norm below 1e-30 or not finite, torch's ``add(alpha=)`` rounding not identified):
+        the caller runs the loop."""
+        key = draw.key
+        if (self.width >= 8 or key is None or not (nv == 0 or 1e-30 <= nv < math.inf)
+                or xn.dtype.type not in (np.float32, np.float64)):
+            return False
+        fn = jit.get("level_codes")
+        mode = jit.torch_rounding("add_alpha", xn.dtype.type) if fn is not None else 0
+        if mode == 0:
+            return False
+        dt = xn.dtype.type
+        o, s = self.offset, self.s
+        words = self.ws.host("jit.words", jit.LEVEL_CHUNK // 4, torch.int64).view(np.uint64)
+        codes = self.ws.host("jit.codes", jit.LEVEL_CHUNK, torch.uint8)
+        planes = out[: self.width * bits.nbytes_bits(xn.size)].reshape(self.width, -1)
+        fn(xn, np.uint64(key[0]), np.uint64(key[1]), dt(o + 0.5 + 2.0**-17),
+           dt(s / nv) if nv else dt(0), mode if nv else 0, o - s, o + s, planes, words, codes)
+        return True
 
     def _codes_host(self, tt: torch.Tensor, t: np.ndarray) -> np.ndarray:
         """codes = ⌊t⌋ clamped to [o − s, o + s] (float rounding at |y| = s), as the torch
@@ -248,18 +277,25 @@ class LevelQuantizer(Codec):
         plan, block, tgt, w, bad = st
         m, d = block.shape[0], out.shape[1]
         scale = _rows.section(block, plan, "scale")  # [m, 1] of out's dtype
+        t = None if rows is None else tgt
+        if self._add_rows_jit(out, t, block, plan, scale, w, bad):
+            return out
         codes, lo, hi = self._unpack_rows(_rows.section(block, plan, "codes"), d)
         if check:
             bad = _rows.value_mask(self, {"scale": scale}, bad)
             bad = bad | (lo < self.offset - self.s) | (hi > self.offset + self.s)
             _rows.bad_row(self, out, block, tgt, bad, "codes outside the levels")
+        if (_rows.host_decode(self, out) and d >= _rows.LOOP_FROM
+                and isinstance(codes, np.ndarray)):
+            step = scale if w is None else scale * w.to(out.dtype)
+            self._add_codes_chunked(out.numpy(), t, codes, step.numpy())
+            return out
         vals = _rows.scratch(self, "vals", (m, d), out.dtype, out.device)
         if bits.numpy_path(out.device):
             np.copyto(vals.numpy(), codes, casting="unsafe")
         else:
             vals.copy_(codes)
         vals.sub_(self.offset)  # exact
-        t = None if rows is None else tgt
         contiguous = out.stride(1) == 1 or d == 1
         if _rows.host_decode(self, out) or contiguous:  # q·w in the dtype: one product
             step = scale if w is None else scale * w.to(out.dtype)
@@ -270,6 +306,57 @@ class LevelQuantizer(Codec):
         else:  # a strided row: out.add_(decode, alpha=w)
             _rows.add_rows_(out, t, vals.mul_(scale), w, fused=True)
         return out
+
+    def _add_rows_jit(self, out: torch.Tensor, tgt: torch.Tensor | None, block: torch.Tensor,
+                      plan, scale: torch.Tensor, w: torch.Tensor | None,
+                      bad: torch.Tensor | None) -> bool:
+        """Long CPU rows of :meth:`_fast_decode_add_rows` by the numba kernel ``level_add``
+        (:mod:`.jit`), row after row, after every row's checks passed (header, scale, codes
+        within the levels: a bad row leaves ``out`` untouched and returns False, so the caller
+        raises its error); False where the kernel does not serve (no numba, widths of 8 and
+        more, rows shorter than ``rows.LOOP_FROM``, the torch path)."""
+        d = out.shape[1]
+        if self.width >= 8 or d < _rows.LOOP_FROM or not _rows.host_decode(self, out):
+            return False
+        fn = jit.get("level_add")
+        if fn is None:
+            return False
+        m, n8 = block.shape[0], bits.nbytes_bits(d)
+        planes = _rows.section(block, plan, "codes").numpy()[:, : self.width * n8]
+        planes = planes.reshape(m, self.width, n8)
+        table, on = bits._bytes_table(), out.numpy()
+        codes = self.ws.host("jit.codes", jit.LEVEL_CHUNK, torch.uint8)
+        o = on.dtype.type(self.offset)
+        step = (scale if w is None else scale * w.to(out.dtype)).numpy()  # q·w in the dtype
+        if bad is not None:
+            bad = _rows.value_mask(self, {"scale": scale}, bad)
+            if bool(bad.any()):
+                return False
+            lo, hi = self.offset - self.s, self.offset + self.s
+            if not all(fn(planes[r], table, o, o, lo, hi, False, codes, on[0]) for r in range(m)):
+                return False
+        for r, t in enumerate(range(m) if tgt is None else tgt.tolist()):
+            fn(planes[r], table, o, step[r, 0], 0, 0, True, codes, on[t])  # (numba never warns)
+        return True
+
+    def _add_codes_chunked(self, out: np.ndarray, tgt: torch.Tensor | None, codes: np.ndarray,
+                           step: np.ndarray) -> None:
+        """``out[tgt[r]] += (c − o)·step[r]`` for the [m, d] codes of long rows, row after row
+        in chunks of :data:`_CHUNK_ADD` entries: the float values never leave the cache (one
+        pass over ``out`` instead of four over [m, d] floats), with the whole-row numpy path's
+        roundings (each op elementwise and correctly rounded: the same bits)."""
+        m, d = codes.shape
+        tmp = self.ws.host("decode_add.chunk", min(d, _CHUNK_ADD), _TORCH_OF[out.dtype.type])
+        offset = out.dtype.type(self.offset)
+        for r, t in enumerate(range(m) if tgt is None else tgt.tolist()):
+            q = step[r, 0]
+            for a in range(0, d, _CHUNK_ADD):
+                b = min(a + _CHUNK_ADD, d)
+                v = tmp[: b - a]
+                np.copyto(v, codes[r, a:b], casting="unsafe")
+                v -= offset  # exact
+                v *= q
+                out[t, a:b] += v
 
     def _unpack_rows(self, packed: torch.Tensor, d: int):
         """The [m, d] codes of the packed rows ``packed`` ([m, nbytes]), and their [m] minima

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gossip.compress import bits
+from gossip.compress import bits, jit
 from gossip.compress import rows as _rows
 from gossip.compress.checks import check_scalar, no_grad, quiet, tame
 from gossip.compress.codec import Codec
@@ -16,6 +16,8 @@ from gossip.compress.wire import Sections, numel_of
 
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
 _TABLE_FROM = 1 << 18  # above this many entries the table gather (one pass) decodes faster
+_CHUNK = 1 << 16  # entries per chunk of the long-row decode-add (a multiple of 64; in cache)
+_JIT_FROM = 1 << 12  # from this many entries the numba kernel encodes (below, numpy's calls)
 
 
 class ScaledSign(Codec):
@@ -44,6 +46,9 @@ class ScaledSign(Codec):
         return Sections.build(("scale", dtype, 1), ("bits", torch.uint8, bits.nbytes_bits(d)))
 
     norm_name: ClassVar[str] = "‖x‖₁"
+    #: the norm is torch's sum of ``|x|`` (:meth:`_norm`), so the numba kernel ``sign_bits``
+    #: may write that ``|x|`` while it packs the bits
+    abs_norm: ClassVar[bool] = True
 
     def _norm(self, xf: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
         """The norm the scale is made of (0-dim, in the input dtype, float32 for a half one,
@@ -68,15 +73,22 @@ class ScaledSign(Codec):
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
         # the norm by torch on both paths: numpy sums in another order (other bytes)
         xf = x if x.dim() == 1 else torch.from_numpy(xn)
-        norm = self._norm(xf, self.ws.pair("abs", xn.size, x.dtype)[0])
+        scratch, absx = self.ws.pair("abs", xn.size, x.dtype)
+        fn = jit.get("sign_bits") if self.abs_norm and xn.size >= _JIT_FROM else None
+        if fn is not None:  # |x| and the bits in one pass; torch sums |x| as _norm does
+            fn(xn, absx, v["bits"], self.ws.host("jit.flags", jit.SIGN_CHUNK, torch.uint8))
+            norm = scratch.sum(dtype=_accumulator(x.dtype))
+        else:
+            norm = self._norm(xf, scratch)
         nv = norm.item()
         if self.check_finite and not math.isfinite(nv):
             check_scalar(norm, x, self.spec, self.norm_name)
         dt = v["scale"].dtype.type
         v["scale"][0] = self._scale_of(dt(nv), xn.size)  # as torch: in the input dtype
-        neg = self.ws.host("flags", xn.size, torch.bool)
-        np.less(xn, 0, out=neg)
-        v["bits"][:] = np.packbits(neg, bitorder="little")
+        if fn is None:
+            neg = self.ws.host("flags", xn.size, torch.bool)
+            np.less(xn, 0, out=neg)
+            v["bits"][:] = np.packbits(neg, bitorder="little")
         return v
 
     def _decode_host(self, host, out: np.ndarray) -> None:
@@ -163,17 +175,76 @@ class ScaledSign(Codec):
             _rows.bad_row(self, out, block, tgt, _rows.value_mask(self, {"scale": scale}, bad),
                           "bad row")
         m = block.shape[0]
+        t = None if rows is None else tgt
+        numpy_rounding = _rows.host_decode(self, out) and d <= _TABLE_FROM
+        if out.is_cpu and d >= _rows.LOOP_FROM and out.stride(1) == 1:
+            self._add_rows_chunked(out, t, _rows.section(block, plan, "bits"), scale, w,
+                                   numpy_rounding)
+            return out
         pm1 = _rows.scratch(self, "pm1", (m, d), out.dtype, out.device)
         pm1.copy_(_rows.unpack_rows(_rows.section(block, plan, "bits"), d))
         pm1.mul_(-2.0).add_(1.0)  # set bit -> -1, clear -> +1 (exact)
-        t = None if rows is None else tgt
-        if _rows.host_decode(self, out) and d <= _TABLE_FROM:
+        if numpy_rounding:
             pm1.mul_(scale if w is None else scale * w.to(out.dtype))  # ±(scale·w): one product
             _rows.add_rows_(out, t, pm1, None, fused=False)
         else:
             pm1.mul_(scale)
             _rows.add_rows_(out, t, pm1, w, fused=True)
         return out
+
+    def _add_rows_chunked(self, out: torch.Tensor, tgt: torch.Tensor | None, packed: torch.Tensor,
+                          scale: torch.Tensor, w: torch.Tensor | None, numpy_rounding: bool) -> None:
+        """Long CPU rows of :meth:`_fast_decode_add_rows`, row after row, :data:`_CHUNK`
+        entries at a time: ``±scale`` (or ``±(scale·w)``) from a 256 × 8 table straight into
+        an in-cache scratch, then added to the chunk of ``out`` by the same op as the whole-row
+        path (plain add, or ``addcmul`` with w), so the same bits in one pass over ``out``
+        instead of six. Chunks start at multiples of 64 entries: torch's vector loops split
+        each chunk as they split the whole row."""
+        m, d = packed.shape[0], out.shape[1]
+        wd = None if w is None else w.to(out.dtype)
+        factor = scale if wd is None or not numpy_rounding else scale * wd  # [m, 1]
+        targets = range(m) if tgt is None else tgt.tolist()
+        if self._add_rows_jit(out, targets, packed, factor, None if numpy_rounding else wd):
+            return
+        tt, tmp = self.ws.pair("rows.chunk", min(d, _CHUNK) + 8, out.dtype)
+        base = bits.pm1_table(out.dtype, out.device)
+        pn = packed.numpy()
+        for r, t in enumerate(targets):
+            table = (base * factor[r]).numpy()  # ±scale: exact
+            for a in range(0, d, _CHUNK):
+                b = min(a + _CHUNK, d)
+                nb = -(-(b - a) // 8)
+                np.take(table, pn[r, a // 8 : a // 8 + nb], axis=0, out=tmp[: 8 * nb].reshape(nb, 8))
+                dst, src = out[t : t + 1, a:b], tt[: b - a].view(1, -1)
+                if numpy_rounding or wd is None:
+                    dst.add_(src)
+                else:
+                    dst.addcmul_(src, wd[r : r + 1])
+
+    def _add_rows_jit(self, out: torch.Tensor, targets, packed: torch.Tensor,
+                      factor: torch.Tensor, wd: torch.Tensor | None) -> bool:
+        """:meth:`_add_rows_chunked` by the numba kernel ``sign_add`` (:mod:`.jit`), one pass
+        per row: ``out += ±factor`` (``wd`` None), else ``out.addcmul_(±factor, wd)`` as
+        torch rounds it here (:func:`.jit.torch_rounding`); False without numba, or where that
+        rounding is not identified."""
+        fn = jit.get("sign_add")
+        if fn is None:
+            return False
+        on, pn = out.numpy(), packed.numpy()
+        dt = on.dtype.type
+        fused = False
+        if wd is not None:
+            mode = jit.torch_rounding("addcmul", dt)
+            if mode == 0:
+                return False
+            fused = mode == 1
+            if not fused:  # addcmul rounds factor·w, then adds: a plain add of ±(factor·w)
+                factor, wd = factor * wd, None
+        s, w = factor.numpy(), (wd.numpy() if wd is not None else None)
+        table, flags = bits._bytes_table(), self.ws.host("jit.flags", jit.SIGN_CHUNK, torch.uint8)
+        for r, t in enumerate(targets):
+            fn(pn[r], table, s[r, 0], w[r, 0] if fused else dt(0), fused, flags, on[t])
+        return True
 
     # ------------------------------------------------------------ chunks of messages
     @no_grad
@@ -242,6 +313,7 @@ class ScaledSignL2(ScaledSign):
 
     kind: ClassVar[int] = 21
     norm_name: ClassVar[str] = "‖x‖₂"
+    abs_norm: ClassVar[bool] = False
 
     def delta_for(self, numel: int) -> float | None:
         return None

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gossip.compress import bits
+from gossip.compress import bits, jit
 from gossip.compress import rows as _rows
 from gossip.compress.checks import all_finite, check_scalar, no_grad, nonfinite
 from gossip.compress.codec import Codec
@@ -21,6 +21,9 @@ from gossip.errors import CompressionError
 from gossip.rng import PreDrawn
 
 _INT32_MAX = (1 << 31) - 1
+#: the integer view of a float dtype and the non-sign bits in it (top-k's numba kernel)
+_BITS_OF = {np.float32: np.int32, np.float64: np.int64}
+_MAG = {np.float32: np.int32(0x7FFFFFFF), np.float64: np.int64(0x7FFFFFFFFFFFFFFF)}
 
 
 class _KSparse(Codec):
@@ -81,6 +84,11 @@ class _KSparse(Codec):
             # order), as a serial index_add_ does, with a third of torch's per-call cost
             on, vn = out.numpy().reshape(-1), vals.numpy()
             add = vn if w is None else vn * w.numpy().astype(vn.dtype).reshape(m, 1)
+            if d >= _rows.LOOP_FROM:  # long rows: a gather, add and scatter per row (a row's
+                o2, sn = out.numpy(), sel.numpy()  # indices are distinct), ~10x add.at
+                for r, t in enumerate(tgt.tolist()):
+                    o2[t, sn[r]] += add[r]
+                return out
             flat = sel.numpy() + (tgt.numpy() * d).reshape(m, 1)  # int64 flat positions
             np.add.at(on, flat.reshape(-1), add.reshape(-1))
             return out
@@ -134,6 +142,9 @@ class TopK(_KSparse):
     ``torch.topk``'s set on tie-free data, deterministic on ties, and cheaper on CPU (one
     exact selection among a few candidates instead of all d entries).
     On CUDA the candidate count is read on the host (one sync), as is the NaN/Inf check.
+    On CPU with numba the candidates come from one pass over x's bits
+    (:mod:`gossip.compress.jit`, ``topk_candidates``: no |x| array, no mask; NaN/Inf found on
+    the way), about 2× faster at d = 10⁶ than the numpy passes, which remain the fallback.
     """
 
     ordered_rows: ClassVar[bool] = True
@@ -225,9 +236,11 @@ class TopK(_KSparse):
     # ------------------------------------------------------- numpy fast path (CPU)
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
         d, k = xn.size, v["values"].size
-        a = self.ws.host("abs", d, x.dtype)
-        np.abs(xn, out=a)
-        sel = self._select_host(a, k)
+        sel = self._select_jit(xn, k)
+        if sel is None:
+            a = self.ws.host("abs", d, x.dtype)
+            np.abs(xn, out=a)
+            sel = self._select_host(a, k)
         np.take(xn, sel, out=v["values"])
         if "index" in v:
             v["index"][:] = sel
@@ -239,6 +252,52 @@ class TopK(_KSparse):
         v["sel"] = sel
         return v
 
+    def _sample_threshold(self, sample: np.ndarray, d: int, k: int):
+        """From ``sample`` (|x| at a stride of :meth:`_stride`), a value a little below the
+        k-th largest of all d: ``{|x_i| ≥ it}`` holds the top k with high probability."""
+        ns = sample.size
+        mean = ns * k / d
+        j = min(ns, math.ceil(mean + 4.0 * math.sqrt(mean) + 2.0))
+        return np.partition(sample, ns - j)[ns - j]
+
+    def _stride(self, d: int) -> int:
+        """The stride of the threshold-estimating sample (at most ``sample_size`` entries)."""
+        return max(8, d // self.sample_size)
+
+    def _select_jit(self, xn: np.ndarray, k: int) -> np.ndarray | None:
+        """:meth:`_select_host`'s set from ``x`` itself, by the numba kernel
+        ``topk_candidates`` (:mod:`.jit`): one pass over x's bits collects the candidates
+        ``|x_i| ≥`` the sampled threshold and finds NaN/Inf, with no ``|x|`` or mask array;
+        then the exact selection among the candidates. None where it does not serve (no
+        numba, short or dense selections, an unlucky sample, NaN/Inf with the check off): the
+        caller takes the numpy path."""
+        d = xn.size
+        if d < self.sample_min_d or 8 * k > d or xn.dtype.type not in _BITS_OF:
+            return None
+        fn = jit.get("topk_candidates")
+        if fn is None:
+            return None
+        ints = xn.view(_BITS_OF[xn.dtype.type])
+        t = self._sample_threshold(np.abs(xn[:: self._stride(d)]), d, k)
+        if not math.isfinite(t):  # NaN/Inf in the sample
+            if self.check_finite:
+                raise nonfinite(self.spec)
+            return None
+        idx = self.ws.host("topk.cand", d + 8, torch.int64)
+        flags = self.ws.host("topk.flags", jit.TOPK_CHUNK, torch.bool)
+        c = fn(ints, t.view(ints.dtype), _MAG[xn.dtype.type], idx, flags, *jit.BYTE_POSITIONS)
+        cand = idx[:c]
+        ca = np.abs(xn[cand])
+        if c and not math.isfinite(ca.max()):  # every NaN/Inf of x is a candidate
+            if self.check_finite:
+                raise nonfinite(self.spec)
+            return None
+        if c < k:  # the sample was unlucky (or adversarial)
+            return None
+        sel = np.empty(k, np.int64)
+        jit.get("topk_keep")(cand, ca, np.partition(ca, c - k)[c - k], k, sel)
+        return sel
+
     def _select_host(self, a: np.ndarray, k: int) -> np.ndarray:
         """numpy twin of :meth:`select` (same set; raises on NaN/Inf when ``check_finite``).
 
@@ -249,11 +308,7 @@ class TopK(_KSparse):
         if d >= self.sample_min_d and 8 * k <= d:
             if self.check_finite and not math.isfinite(a.max()):  # max propagates NaN
                 raise nonfinite(self.spec)
-            sample = a[:: max(8, d // self.sample_size)]
-            ns = sample.size
-            mean = ns * k / d
-            j = min(ns, math.ceil(mean + 4.0 * math.sqrt(mean) + 2.0))
-            cand = self._ge_host(a, np.partition(sample, ns - j)[ns - j])
+            cand = self._ge_host(a, self._sample_threshold(a[:: self._stride(d)], d, k))
             if cand.size >= k:
                 ca = a[cand]
                 return _resolve_ties(cand, ca, np.partition(ca, ca.size - k)[ca.size - k], k)

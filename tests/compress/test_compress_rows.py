@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip.compress import bits, make
+from gossip.compress import bits, jit, make
 from gossip.compress import rows as _rows
 from gossip.compress.base import row_stride
 from gossip.errors import CompressionError
@@ -469,3 +469,29 @@ def test_long_rows_into_a_repeated_target_decode_as_single_messages(spec, out_ki
         c.decode_add_(ref[t], c.from_bytes(block[r], ref[t]), float(w[r]))
     c.decode_add_rows_(got, block, w, rows=torch.tensor(targets))
     assert same(got, ref), (spec, out_kind)
+
+
+@pytest.mark.parametrize("numba", [True, False])
+@pytest.mark.parametrize("spec", ["sign", "qsgd:4", "qsgd:16", "lead:2", "topk:0.01", "topk:0.05"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [1 << 15, (1 << 15) + 3, (1 << 18) + 5, 300_017])
+def test_long_rows_add_as_each_message(spec, d, dtype, numba, monkeypatch):
+    """Long rows decode-add row by row (sign: ``sign_add`` or the chunked table; the
+    quantizers: ``level_add`` or ``LevelQuantizer._add_codes_chunked``; top-k: a gather-add-
+    scatter per row, int32 indices or a bitmap), bit for bit the single-message
+    ``decode_add_`` of each row (sign: on both sides of its rounding switch at 2^18), with
+    float and per-row weights, a repeated target adding in row order."""
+    monkeypatch.setattr(jit, "ENABLED", numba)
+    c = make(spec)
+    g = torch.Generator().manual_seed(d)
+    X = torch.randn(3, d, generator=g, dtype=dtype)
+    block = c.encode_rows(X, Stream(SEED, [0, 1, 2]) if c.randomized else None)
+    for weight in (1.0, 0.37, torch.rand(3, generator=g)):
+        for rows in (None, torch.tensor([1, 0, 1])):
+            start = torch.randn(3, d, generator=g, dtype=dtype)
+            got = c.decode_add_rows_(start.clone(), block, weight, rows=rows)
+            want = start.clone()
+            ws = weight.tolist() if isinstance(weight, torch.Tensor) else [weight] * 3
+            for r, t in enumerate(range(3) if rows is None else rows.tolist()):
+                c.decode_add_(want[t], c.from_bytes(block[r], want[t]), ws[r])
+            assert torch.equal(got, want)
