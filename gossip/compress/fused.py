@@ -1,12 +1,13 @@
-"""The mix of dense messages on CPU in one pass over memory (the kernel: numba,
-:mod:`gossip.compress.fused_kernel`, compiled at first use, then loaded from numba's cache).
+"""The mix of dense messages on CPU in one pass over memory (the kernel: numba's ``mix`` of
+:mod:`gossip.compress.jit`, compiled at first use, then loaded from numba's cache).
 
 ``out[t] (+)= w_own[t]·own[t] + Σ_k w[k]·vals[src[k]]`` over the terms of target row ``t`` in
 order, with each product rounded and then added: the roundings of the numpy path
 (:func:`gossip.compress.rows.add_rows_`), so the result is bit-identical to it, while the sum
 stays in a cache-sized buffer instead of streaming ``out`` through memory once per term. With
 ``alpha`` the sum is then added as torch's ``out.add_(sum, alpha=alpha)`` adds it (one fused
-multiply-add), so a model's whole update ``x ← x + α·(mix)`` is one pass too, in place. The
+multiply-add where torch's CPU kernels use one, :func:`gossip.compress.jit.torch_rounding`),
+so a model's whole update ``x ← x + α·(mix)`` is one pass too, in place. The
 kernel also reports which rows of the result are finite, which is what lets a receiver skip a
 separate pass over every dense message to look for NaN/Inf (a non-finite term always makes the
 sum non-finite). Without numba (or off CPU) callers keep the numpy/torch path.
@@ -14,39 +15,36 @@ sum non-finite). Without numba (or off CPU) callers keep the numpy/torch path.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import numpy as np
 import torch
 
-log = logging.getLogger(__name__)
+from gossip.compress import jit
 
 CHUNK_ENTRIES = 1 << 14
 """Entries summed at a time over all rows (64 KiB of float32: the partial sums stay in L2)."""
 
-_kernel: Any = None  # the compiled module; False when numba is not available
-
 
 def kernel() -> Any:
-    """The kernel module, compiled (or loaded from the cache) on first use; None without numba."""
-    global _kernel
-    if _kernel is None:
-        try:
-            from gossip.compress import fused_kernel
-            _kernel = fused_kernel
-        except ImportError:
-            log.debug("numba is not installed: dense mixes take the numpy path")
-            _kernel = False
-    return _kernel or None
+    """The numba kernel (:mod:`gossip.compress.jit`'s ``mix``), None without numba."""
+    return jit.get("mix")
 
 
-def usable(out: torch.Tensor) -> bool:
+def usable(out: torch.Tensor, alpha: float | None = None) -> bool:
     """Whether :func:`mix_rows_` serves ``out``: a CPU float32/float64 [m, d] tensor numpy can
-    write, with contiguous rows, when numba is there."""
+    write, with contiguous rows, when numba is there (and, with ``alpha``, when the kernel
+    can round ``out + alpha·sum`` as torch does here)."""
     return (out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64)
             and out.dim() == 2 and out.stride(1) == 1 and not out.requires_grad
-            and kernel() is not None)
+            and kernel() is not None
+            and (alpha is None or _alpha_mode(out.numpy().dtype.type) != 0))
+
+
+def _alpha_mode(dtype: Any) -> int:
+    """The kernel's mode for ``out + alpha·sum``: 2 where torch's ``add_(alpha=)`` rounds once
+    here, 3 where it rounds ``alpha·sum`` first, 0 where neither holds everywhere."""
+    return {1: 2, 2: 3}.get(jit.torch_rounding("add_alpha", dtype), 0)
 
 
 class Terms:
@@ -90,7 +88,7 @@ def mix_rows_(out: torch.Tensor, own: torch.Tensor | None, w_own: torch.Tensor |
     strided views into message rows; nothing is copied. ``out`` may be ``own`` or share memory
     with the staging rows (a model sent from its own memory, mixed in place): every row's
     chunk is summed before any is written."""
-    fn = kernel().mix
+    fn = kernel()
     m, d = out.shape
     dtype = out.numpy().dtype
     o, po = _flat(out, dtype)
@@ -103,7 +101,7 @@ def mix_rows_(out: torch.Tensor, own: torch.Tensor | None, w_own: torch.Tensor |
         terms = _NO_TERMS.get(m) or _NO_TERMS.setdefault(
             m, Terms(m, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
                      torch.zeros(0, dtype=torch.float64), out.dtype))
-    mode = 1 if add and alpha is None else 2 if add else 0
+    mode = 1 if add and alpha is None else _alpha_mode(dtype.type) if add else 0
     chunk = max(64, min(4096, CHUNK_ENTRIES // max(m, 1)))
     ok = np.empty(m, dtype=np.bool_)
     buf = np.empty(m * min(chunk, d), dtype=dtype)

@@ -214,3 +214,69 @@ def topk_keep(cand, ca, t, k, out):
             ties -= v == t
             out[j] = cand[i]
             j += 1
+
+
+# -- dense mixes (gossip.compress.fused) ----------------------------------------------------
+# Rows come as flat 1-D arrays with a row pitch (row t = a[t·pitch : t·pitch + d]), not as 2-D
+# views of unknown strides: a slice of a contiguous 1-D array is contiguous to numba, so the
+# inner loops compile to SIMD code.
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def mix(out, po, own, pw, has_own, w_own, vo, pvo, vr, pvr, m_own, d, indptr, src, w, mode,
+        alpha, buf, chunk, ok):
+    """:func:`gossip.compress.fused.mix_rows_`'s kernel. Every row ``t`` of ``out`` (pitch
+    ``po``): ``b = (out_t if mode == 1 else 0) + w_own[t]·own_t + Σ_k w[k]·v_src[k]`` (rows
+    ``src < m_own`` of ``vo``, the others of ``vr``), each product rounded and added in order,
+    then ``out_t = b`` (modes 0, 1) or ``out_t + alpha·b`` rounded once (mode 2, an FMA) or
+    twice (mode 3), as torch's ``add_(b, alpha=alpha)`` rounds on this machine
+    (:func:`gossip.compress.jit.torch_rounding`).
+    Column chunks go in order and every row's chunk is summed into ``buf`` before any is written,
+    so ``out`` may be one of the inputs (a model mixed in place with its neighbors' rows of the
+    same tensor). ``ok[t]``: whether row t's result is finite."""
+    m = ok.shape[0]
+    zero = buf.dtype.type(0)
+    inf = np.inf
+    for t in range(m):
+        ok[t] = True
+    for c0 in range(0, d, chunk):
+        n = min(chunk, d - c0)
+        for t in range(m):
+            b = buf[t * chunk : t * chunk + n]
+            if mode == 1:
+                o = out[t * po + c0 : t * po + c0 + n]
+                for i in range(n):
+                    b[i] = o[i]
+            else:
+                for i in range(n):
+                    b[i] = zero
+            if has_own:
+                x = own[t * pw + c0 : t * pw + c0 + n]
+                wt = w_own[t]
+                for i in range(n):
+                    b[i] = b[i] + wt * x[i]
+            for k in range(indptr[t], indptr[t + 1]):
+                s = src[k]
+                wk = w[k]
+                if s < m_own:
+                    v = vo[s * pvo + c0 : s * pvo + c0 + n]
+                else:
+                    v = vr[(s - m_own) * pvr + c0 : (s - m_own) * pvr + c0 + n]
+                for i in range(n):
+                    b[i] = b[i] + wk * v[i]
+        for t in range(m):
+            b = buf[t * chunk : t * chunk + n]
+            o = out[t * po + c0 : t * po + c0 + n]
+            if mode == 2:
+                for i in range(n):
+                    o[i] = fma(alpha, b[i], o[i])
+            elif mode == 3:
+                for i in range(n):
+                    o[i] = o[i] + alpha * b[i]
+            else:
+                for i in range(n):
+                    o[i] = b[i]
+            good = True
+            for i in range(n):
+                good &= abs(o[i]) < inf
+            ok[t] &= good

@@ -372,7 +372,7 @@ class Block:
         if own is not None:
             w_own = plan.self_weight if own_weight is None else own_weight
             w_own = w_own * scale if scale != 1.0 else w_own
-        if self._dense_kernel(comp, out):
+        if self._dense_kernel(comp, out, alpha):
             if copy is not None:
                 self._decode_add(comp, copy, own.mine(), 1.0, None, None)
             return self._mix_dense(out, own, inbox, w_own, plan, scale, add, alpha)
@@ -437,11 +437,11 @@ class Block:
             self._decode_add(comp, out, inbox.gather(src[i : i + 1], slice(s, s + 1)), w[i : i + 1],
                              targets[i : i + 1], src[i : i + 1])
 
-    def _dense_kernel(self, comp: Any, out: torch.Tensor) -> bool:
+    def _dense_kernel(self, comp: Any, out: torch.Tensor, alpha: float | None = None) -> bool:
         """Whether dense messages mix into ``out`` by the fused kernel: long CPU rows the numpy
         path would otherwise add one pass per term (the kernel gives its bits)."""
         return (getattr(comp, "sends_values_in_place", False) and out.shape[-1] >= LOOP_FROM
-                and out.dim() == 2 and _fused.usable(out) and host_decode(comp, out))
+                and out.dim() == 2 and _fused.usable(out, alpha) and host_decode(comp, out))
 
     def _mix_dense(self, out: torch.Tensor, own: Rows | None, inbox: Rows,
                    w_own: torch.Tensor | None, plan: MixPlan, scale: float, add: bool,

@@ -10,7 +10,7 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.compress import fused
+from gossip.compress import fused, jit
 from gossip.compress.rows import LOOP_FROM
 from gossip.engine import Engine
 
@@ -65,7 +65,7 @@ def test_not_usable_without_numba_or_off_cpu(monkeypatch):
     x = torch.zeros(1, 10)
     assert fused.usable(x)
     assert not fused.usable(x.half())
-    monkeypatch.setattr(fused, "_kernel", False)
+    monkeypatch.setattr(jit, "ENABLED", False)
     assert not fused.usable(x)
 
 
@@ -88,7 +88,7 @@ def test_a_run_has_the_bits_of_the_numpy_path(alg, kwargs, monkeypatch):
 
     with_kernel = run()
     assert calls  # the kernel ran
-    monkeypatch.setattr(fused, "_kernel", False)
+    monkeypatch.setattr(jit, "ENABLED", False)
     n = len(calls)
     assert torch.equal(run(), with_kernel)
     assert len(calls) == n  # and this time it did not

@@ -332,9 +332,9 @@ def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp
     of the staging rows (no gather copy): the same bits as the batched block round."""
     import gossip.compress.rows
     import gossip.engine.block
-    from gossip.compress import fused
+    from gossip.compress import jit
 
-    monkeypatch.setattr(fused, "_kernel", False)  # the numpy loop (tests/compress/test_fused.py: the kernel)
+    monkeypatch.setattr(jit, "ENABLED", False)  # the numpy loop (tests/compress/test_fused.py: the kernel)
     d = gossip.compress.rows.LOOP_FROM + 5
     topo = _irregular()
 
