@@ -40,20 +40,39 @@ the run allocates beyond that point's peak; in-process runs after the first read
 consensus error (1/n) Σ‖x_i − x̄‖² relative to its value at 0 after k sweeps, and the virtual
 time reached.
 
+**3. The same under mpiexec** (``--mpi SCALE``, optional): the asynchronous methods of table 1
+on the same problem, graph, step size and networks, each run free under ``mpiexec -n 8``
+(``Engine(free_run=SCALE)``, one node per rank, gossip/engine/freerun.py): a node's k-th step
+sleeps its ``compute=``/``slow=`` draw × SCALE wall seconds, exchanges happen in wall-clock
+order, and the run is snapshot every sweep (every SCALE wall seconds). Seeds ``--mpi-seeds``
+(default: the first of ``--seeds``), ``--mpi-sweeps`` sweeps (default ``--sweeps``), one
+``mpiexec`` launch per (method, network, seed). Per target: the virtual time to it (in
+process, the event loop, same seeds), that time × SCALE, the wall time to it under mpiexec
+(the first snapshot instant whose distance is at or below the target), their ratio, the local
+steps (gradients) taken by then in both, and the distance at the end of each. Synchronous
+D-PSGD is not in it: its rounds keep virtual time (the SyncClock) but do not sleep the
+``compute=`` draws under mpiexec, so its wall time would not include the straggler.
+
     python benchmarks/bench_async.py                     # the docs' tables, ~70 s on one busy core
     python benchmarks/bench_async.py --sweeps 40 --seeds 0 --targets 0.5 --pairwise-nodes 200 \\
         --pairwise-graphs ring --pairwise-sweeps 2 --dims 1 --in-process   # does it run (seconds)
     python benchmarks/bench_async.py --write docs/asynchronous.md   # and put them in the page
+    python benchmarks/bench_async.py --skip straggler pairwise --mpi 0.05 --write docs/asynchronous.md
 """
 
 from __future__ import annotations
 
 import argparse
 import heapq
+import json
 import math
+import os
 import resource
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -72,6 +91,7 @@ from docpage import markers, write_between_markers  # noqa: E402
 
 import topologies  # noqa: E402
 from gossip import Engine, make_algorithm  # noqa: E402
+from gossip.comm.launch import launcher_rank  # noqa: E402
 from gossip.errors import DivergenceError  # noqa: E402
 from gossip.metrics import squared_distance  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
@@ -84,24 +104,30 @@ NETWORKS = ("compute=exp:1", "compute=exp:1;slow=nodes:0x5")
 """Without and with the straggler (node 0 five times slower)."""
 BEGIN, END = markers("bench_async")
 """The markers around the tables in docs/asynchronous.md (``--write``)."""
+MPI_SECTION = "bench_async_mpi"
+"""The markers' name around the mpiexec table (``--mpi`` with ``--write``)."""
 
 Row = dict[str, float]
 
 
 # -- 1. time to a target with a straggler ---------------------------------------------------
 def straggler_run(algorithm: str, network: str, seed: int, sweeps: int, eta: float,
-                  graph: str = "ring") -> dict[str, Any]:
+                  graph: str = "ring", free_run: float | None = None) -> dict[str, Any]:
     """One least-squares run: its distance to x* after every sweep (with the virtual time,
-    the sweep and the bits per node then), its last distance and whether it diverged."""
+    the sweep and the bits per node then), the local steps then, its last distance and
+    whether it diverged. ``free_run``: run free under mpiexec (one node per rank, this many
+    wall seconds per virtual second); the times are then the snapshots' wall instants."""
     topo = topologies.build(graph, NODES)
     problem = make_problem("least-squares", n_nodes=NODES, dim=LSQ_DIM,
                            samples_per_node=LSQ_SAMPLES, heterogeneity=LSQ_HETEROGENEITY,
                            seed=seed, dtype=torch.float64)
     x_star, x0 = problem.solution(), problem.initial_point()
     engine = Engine(make_algorithm(algorithm, eta=eta), topo, lambda i: x0, seed=seed,
-                    network=network, dtype=torch.float64,
+                    network=network, dtype=torch.float64, free_run=free_run,
                     oracles=lambda i, gen: problem.oracle(i, gen))
     records: list[dict[str, Any]] = []
+    clock = "time_virtual_s" if free_run is None else "wall_s"
+    steps = "activations" if free_run is None else "local_steps"
 
     def distance(e: Engine, xbar: torch.Tensor) -> dict[str, float]:
         return {"distance": squared_distance(e, x_star, relative=True)}
@@ -111,18 +137,23 @@ def straggler_run(algorithm: str, network: str, seed: int, sweeps: int, eta: flo
         engine.run(sweeps, log_every=1, metrics=[distance], on_record=records.append)
     except DivergenceError:
         diverged = True
-    return {"trace": [(r["distance"], r["time_virtual_s"], r["round"], r["bits_per_node"])
-                      for r in records],
+    records = [r for r in records if r["type"] == "round"]  # a free run's node records aside
+    return {"trace": [(r["distance"], r[clock], r["round"], r["bits_per_node"]) for r in records],
+            "steps": [r.get(steps, 0) for r in records],
             "final": math.inf if diverged else records[-1]["distance"],
             "diverged": float(diverged)}
 
 
 def reach(run: dict[str, Any], target: float) -> Row:
-    """When ``run`` first reached ``target``: time, sweeps, bits (infinite if never)."""
-    hit = next((t for t in run["trace"] if t[0] <= target), None)
+    """When ``run`` first reached ``target``: time, sweeps, bits, local steps (infinite if
+    never)."""
+    hit = next((k for k, t in enumerate(run["trace"]) if t[0] <= target), None)
     if hit is None:
-        return {"reached": 0.0, "time": math.inf, "sweeps": math.inf, "bits": math.inf}
-    return {"reached": 1.0, "time": hit[1], "sweeps": float(hit[2]), "bits": hit[3]}
+        return {"reached": 0.0, "time": math.inf, "sweeps": math.inf, "bits": math.inf,
+                "steps": math.inf}
+    t = run["trace"][hit]
+    steps = run["steps"][hit] if "steps" in run else math.nan
+    return {"reached": 1.0, "time": t[1], "sweeps": float(t[2]), "bits": t[3], "steps": steps}
 
 
 def measure_straggler(seeds: list[int], sweeps: int, eta: float, graph: str,
@@ -170,6 +201,71 @@ def straggler_table(runs: dict[tuple[str, str], list[dict[str, Any]]], target: f
                      f"{_num(_median(rows, 'sweeps'), '.0f')} | {_num(_median(rows, 'bits'))} | "
                      f"{_num(speedup, '.2f')} | {_num(slowdown, '.2f')} | "
                      f"{_num(_median(whole, 'final'))} | {diverged}/{len(rows)} |")
+    return "\n".join(lines)
+
+
+# -- 3. the same under mpiexec ----------------------------------------------------------------
+def mpiexec() -> str:
+    """mpiexec next to this interpreter (the mpich wheel puts it in the venv), else on PATH."""
+    here = Path(sys.executable).parent / "mpiexec"
+    found = str(here) if here.exists() else shutil.which("mpiexec")
+    if found is None:
+        raise SystemExit("--mpi: no mpiexec next to this python or on PATH; install mpi4py's "
+                         "MPICH (pip install mpich) or leave --mpi out")
+    return found
+
+
+def free_run(algorithm: str, network: str, seed: int, sweeps: int, eta: float, graph: str,
+             scale: float) -> dict[str, Any]:
+    """:func:`straggler_run` under ``mpiexec -n 8`` with ``free_run=scale`` (this script's
+    ``--worker``), its result read back from rank 0."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.json"
+        cmd = [mpiexec(), "-n", str(NODES), sys.executable, str(Path(__file__).resolve()),
+               "--worker", algorithm, network, str(seed), str(out), "--sweeps", str(sweeps),
+               "--eta", repr(eta), "--graph", graph, "--mpi", repr(scale)]
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True,
+                             timeout=120 + 3 * sweeps * scale * 5)
+        if res.returncode != 0 or not out.exists():
+            raise SystemExit(f"--mpi: the free run of {algorithm} on {network} (seed {seed}) "
+                             f"failed with exit status {res.returncode}:\n"
+                             f"{(res.stdout + res.stderr)[-2000:]}")
+        return json.loads(out.read_text())
+
+
+def measure_mpi(seeds: list[int], sweeps: int, eta: float, graph: str, scale: float
+                ) -> dict[tuple[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """Every asynchronous (method, network): its runs in virtual time and free under mpiexec."""
+    results = {}
+    for algorithm in METHODS[1:]:
+        for network in NETWORKS:
+            virtual = [straggler_run(algorithm, network, s, sweeps, eta, graph) for s in seeds]
+            wall = [free_run(algorithm, network, s, sweeps, eta, graph, scale) for s in seeds]
+            results[(algorithm, network)] = (virtual, wall)
+            print(f"done: {algorithm} {network} under mpiexec", file=sys.stderr, flush=True)
+    return results
+
+
+def mpi_table(results: dict[tuple[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]],
+              target: float, scale: float) -> str:
+    """Virtual time to ``target`` against wall time under mpiexec (medians over the seeds)."""
+    lines = ["| method | network | reached (seeds, virtual / mpiexec) | virtual time to target (s) "
+             f"| × SCALE = {scale:g} (s) | wall time to target, mpiexec -n {NODES} (s) | wall / "
+             "(virtual × SCALE) | local steps to target (virtual / mpiexec) | distance at the end "
+             "(virtual / mpiexec) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (algorithm, network), (virtual, wall) in results.items():
+        v = [reach(r, target) for r in virtual]
+        w = [reach(r, target) for r in wall]
+        tv, tw = _median(v, "time"), _median(w, "time")
+        ratio = tw / (tv * scale) if math.isfinite(tv) and math.isfinite(tw) else math.inf
+        reached = f"{sum(int(r['reached']) for r in v)}/{sum(int(r['reached']) for r in w)} of {len(v)}"
+        lines.append(
+            f"| {algorithm} | {network} | {reached} | {_num(tv)} | {_num(tv * scale)} | "
+            f"{_num(tw)} | {_num(ratio, '.2f')} | {_num(_median(v, 'steps'), '.0f')} / "
+            f"{_num(_median(w, 'steps'), '.0f')} | {_num(_median(virtual, 'final'))} / "
+            f"{_num(_median(wall, 'final'))} |")
     return "\n".join(lines)
 
 
@@ -295,14 +391,34 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--dims", type=int, nargs="+", default=[1, 100])
     p.add_argument("--in-process", action="store_true",
                    help="run the pairwise measurements in this process (no fresh processes)")
-    p.add_argument("--skip", choices=("straggler", "pairwise"), help="leave one table out")
+    p.add_argument("--skip", nargs="+", choices=("straggler", "pairwise"), default=[],
+                   help="leave these tables out")
+    p.add_argument("--mpi", type=float, metavar="SCALE",
+                   help="also run the asynchronous methods free under mpiexec -n 8 with "
+                        "--free-run SCALE (wall seconds per virtual second): wall time to each "
+                        "target next to virtual time x SCALE")
+    p.add_argument("--mpi-seeds", type=int, nargs="+", help="the mpiexec runs' seeds (default: "
+                   "the first of --seeds)")
+    p.add_argument("--mpi-sweeps", type=int, help="sweeps of the mpiexec runs (default --sweeps)")
+    p.add_argument("--worker", nargs=4, metavar=("ALGORITHM", "NETWORK", "SEED", "OUT"),
+                   help=argparse.SUPPRESS)  # one rank of a --mpi run
     p.add_argument("--write", type=Path, metavar="PAGE",
-                   help=f"also write the output into PAGE between {BEGIN} and {END}")
+                   help=f"also write the output into PAGE between {BEGIN} and {END} (the "
+                        f"mpiexec table between the {MPI_SECTION} markers)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
+    if args.mpi is not None and not args.mpi > 0:
+        raise SystemExit(f"--mpi {args.mpi!r}: give the wall seconds per virtual second (> 0)")
+    if args.worker is not None:
+        algorithm, network, seed, out = args.worker
+        run = straggler_run(algorithm, network, int(seed), args.sweeps, args.eta, args.graph,
+                            free_run=args.mpi)
+        if launcher_rank() == 0:
+            Path(out).write_text(json.dumps(run))
+        return ""
     start = time.perf_counter()
     parts = []
-    if args.skip != "straggler":
+    if "straggler" not in args.skip:
         t = time.perf_counter()
         runs = measure_straggler(args.seeds, args.sweeps, args.eta, args.graph)
         seeds = " ".join(map(str, args.seeds))
@@ -314,7 +430,7 @@ def main(argv: list[str] | None = None) -> str:
                          f"every method, {args.sweeps} sweeps, median over seeds {seeds} "
                          f"({took:.0f} s for the runs of every target)\n\n"
                          + straggler_table(runs, target, args.graph, args.sweeps))
-    if args.skip != "pairwise":
+    if "pairwise" not in args.skip:
         t = time.perf_counter()
         results = measure_pairwise(args.pairwise_graphs, args.dims, args.pairwise_nodes,
                                    args.pairwise_sweeps, args.in_process)
@@ -324,9 +440,27 @@ def main(argv: list[str] | None = None) -> str:
                      f"({time.perf_counter() - t:.0f} s)\n\n"
                      + pairwise_table(results, args.pairwise_nodes, args.pairwise_sweeps))
     out = "\n\n".join(parts)
-    print(out)
-    if args.write is not None:
+    if out:
+        print(out)
+    if args.write is not None and out:
         write_between_markers(args.write, out, "bench_async")
+    if args.mpi is not None:
+        t = time.perf_counter()
+        seeds = args.mpi_seeds or args.seeds[:1]
+        sweeps = args.mpi_sweeps or args.sweeps
+        results = measure_mpi(seeds, sweeps, args.eta, args.graph, args.mpi)
+        took = time.perf_counter() - t
+        tables = "\n\n".join(
+            f"Time to (1/n) Σ‖x_i − x*‖² / ‖x*‖² ≤ {target:g} in virtual time and free under "
+            f"`mpiexec -n {NODES}` (SCALE = {args.mpi:g} wall s per virtual s): the setting of "
+            f"the tables above, {sweeps} sweeps, median over seeds "
+            f"{' '.join(map(str, seeds))}, {os.cpu_count()} CPU core(s) for the {NODES} ranks "
+            f"({took:.0f} s)\n\n" + mpi_table(results, target, args.mpi)
+            for target in args.targets)
+        print(("\n\n" if out else "") + tables)
+        if args.write is not None:
+            write_between_markers(args.write, tables, MPI_SECTION)
+        out = f"{out}\n\n{tables}" if out else tables
     print(f"\n({time.perf_counter() - start:.0f} s)", file=sys.stderr)
     return out
 

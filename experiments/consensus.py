@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     memory(world, topology, shape)
     layout = Layout([shape]) if len(shape) > 1 else None
     x0 = initial_vectors(args, data, shape)
+    node_metrics = [] if args.free_run is None else [average_distance(x0, topology.n)]
     gammas = split_per_run(args.gamma, len(args.compressor), "--gamma")
     logger = JsonlLogger(args.out, enabled=world.is_root)
     rows, curves = [], {}
@@ -211,7 +212,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             config["gamma_search"] = search.record()
         result = execute(engine, label=label, config=config, logger=logger, rounds=args.rounds,
                          log_every=args.log_every, progress=args.progress,
-                         **checkpoint_options(args, index))
+                         node_metrics=node_metrics, **checkpoint_options(args, index))
         curves[label] = result.records
         rows.append(table_row(label, result.records, result.summary, args.target))
     logger.close()
@@ -225,6 +226,20 @@ def main(argv: list[str] | None = None) -> list[dict]:
                              flag="--plot")
             log.info("plot written to %s", path)
     return rows
+
+
+def average_distance(x0, n: int):
+    """A free run's node metric: ``distance_to_average`` = ‖x_i − x̄⁰‖², node i's distance to
+    the average it should reach (x̄⁰ from all n initial vectors, drawn on every rank: free runs
+    have one node per rank, so n is small)."""
+    import torch
+
+    target = sum(x0(i).reshape(-1).to(torch.float64) for i in range(n)) / n
+
+    def metric(i, x):
+        return {"distance_to_average": float(((x.to(torch.float64) - target) ** 2).sum())}
+
+    return metric
 
 
 def table_row(label: str, records: list[dict], summary: dict, target_rel: float) -> dict:

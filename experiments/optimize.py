@@ -263,6 +263,12 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return {"distance_to_optimum": squared_distance(engine, x_star, relative=True),
                 "objective": obj, "suboptimality": obj - f_star}
 
+    norm_star = float((x_star**2).sum()) or 1.0
+
+    def node_metrics(i, x):  # a free run's node records: what node i knows alone
+        return {"distance_to_optimum": float(((x - x_star) ** 2).sum()) / norm_star,
+                "loss": problem.local_loss(i - federated, x)}
+
     logger = JsonlLogger(args.out, enabled=world.is_root)
     rows, curves = [], {}
     for index, (label, name, base_hp, comp) in enumerate(specs):
@@ -303,6 +309,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             config["gamma_search"] = search.record()
         result = execute(engine, label=label, config=config, logger=logger,
                          rounds=args.iterations, log_every=args.log_every, metrics=[metrics],
+                         node_metrics=[node_metrics],
                          progress=args.progress, **checkpoint_options(args, index))
         curves[label] = result.records
         reached = first_reach(result.records, "distance_to_optimum", args.target)

@@ -268,8 +268,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--free-run", type=positive_float, default=None, metavar="SCALE",
                    help="asynchronous algorithms under mpiexec with one node per rank: run free, "
                         "in wall-clock order, SCALE wall seconds per virtual second of compute "
-                        "time (the --network compute/slow draws), one record at the end "
-                        "(docs/asynchronous.md); default: the event loop in virtual time")
+                        "time (the --network compute/slow draws); --log-every K: the nodes' "
+                        "states at the wall instants of every K sweeps, written after the run, "
+                        "then the end record (docs/asynchronous.md); default: the event loop in "
+                        "virtual time")
     g.add_argument("--log-every", type=positive_int, default=10, help="log every K rounds (default 10)")
     from gossip.memory import add_memory_argument
 

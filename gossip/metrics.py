@@ -6,8 +6,10 @@ summed in node order, so the value does not depend on how nodes are spread over 
 
 Record schema (stable; other tools read it): every record has ``type``: ``config`` (first),
 ``round`` (``round`` 0 = before any exchange, ``consensus_error``, ``bits_per_node`` mean
-cumulative, ``bits_per_node_max``, ``time_s``, ``compute_s``, ``comm_s``, plus problem metrics)
-and ``summary`` (last: ``wall_time_s``, ``seconds_per_round``).
+cumulative, ``bits_per_node_max``, ``time_s``, ``compute_s``, ``comm_s``, plus problem metrics),
+``node`` (free runs only: one node's snapshot, ``node``, ``round``, ``wall_s``, ``local_steps``,
+``bits_sent`` plus node metrics; :mod:`gossip.engine.freerun`) and ``summary`` (last:
+``wall_time_s``, ``seconds_per_round``).
 """
 
 from __future__ import annotations

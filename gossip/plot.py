@@ -1,5 +1,5 @@
 """Matplotlib figures of runs: a metric against rounds, against bits sent (log scale) and, for
-runs in virtual time, against it."""
+runs in virtual time, against it; for free runs under mpiexec, against wall time."""
 
 from __future__ import annotations
 
@@ -41,10 +41,13 @@ def plot_runs(
     if "time_virtual_s" not in x_keys and any(  # runs in virtual time get a time panel too
             "time_virtual_s" in r for recs in runs.values() for r in recs):
         x_keys = (*x_keys, "time_virtual_s")
+    if "wall_s" not in x_keys and any(  # free runs' round records: the snapshots' wall instants
+            r.get("type") == "round" and "wall_s" in r for recs in runs.values() for r in recs):
+        x_keys = (*x_keys, "wall_s")
 
     labels = {"round": "round", "bits_per_node": "bits sent per node", "epoch": "epoch",
               "bits_exchanged": "bits sent and received per participant",
-              "time_virtual_s": "virtual time (s)"}
+              "time_virtual_s": "virtual time (s)", "wall_s": "wall time since the start (s)"}
     fig, axes = plt.subplots(1, len(x_keys), figsize=(6 * len(x_keys), 4.2), squeeze=False)
     palette = plt.get_cmap("tab10" if len(runs) <= 10 else "tab20").colors
     styles = ["-", "--", ":", "-."]

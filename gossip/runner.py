@@ -13,6 +13,7 @@ from typing import Any
 
 from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine, Metric
+from gossip.engine.freerun import NodeMetric
 from gossip.errors import CheckpointError, ConfigError, DivergenceError, OutputError
 from gossip.metrics import JsonlLogger
 
@@ -51,12 +52,14 @@ def execute(
     metrics: list[Metric] = (),
     progress: bool = False,
     checkpoint_dir: str | None = None,
+    node_metrics: list[NodeMetric] = (),
     checkpoint_every: int = 0,
     resume: bool = False,
     not_extendable: str | None = None,
     flags: Mapping[str, tuple[str, Any]] | None = None,
 ) -> RunResult:
-    """Run ``engine`` for ``rounds`` rounds (from a checkpoint when ``resume``), logging as it goes.
+    """Run ``engine`` for ``rounds`` rounds (from a checkpoint when ``resume``), logging as it goes
+(``node_metrics``: a free run's per-node values, :meth:`Engine.run`).
 
     The config record is written first; each round record gets the run's ``label``; a
     :class:`DivergenceError` ends the run with ``status = "diverged at round R"`` (the rest of a
@@ -77,7 +80,7 @@ def execute(
                             every=checkpoint_every, world=engine.world, flags=flags)
     try:
         return _execute(engine, ckpt, result, config, logger, rounds, log_every, metrics,
-                        progress, resume, not_extendable)
+                        progress, resume, not_extendable, node_metrics)
     finally:
         if ckpt is not None:
             ckpt.close()
@@ -85,7 +88,8 @@ def execute(
 
 def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, config: dict,
              logger: JsonlLogger, rounds: int, log_every: int, metrics: list[Metric],
-             progress: bool, resume: bool, not_extendable: str | None) -> RunResult:
+             progress: bool, resume: bool, not_extendable: str | None,
+             node_metrics: list[NodeMetric] = ()) -> RunResult:
     label = result.label
     start_round = 0
     if ckpt is not None and resume:
@@ -143,6 +147,7 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
         ckpt.install_signal_handlers()
     try:
         engine.run(rounds - engine.round, log_every=log_every, metrics=metrics,
+                   node_metrics=node_metrics,
                    on_record=on_record, progress=progress, checkpointer=ckpt)
     except DivergenceError as exc:
         result.status = f"diverged at round {exc.round}"

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -46,6 +46,9 @@ from gossip.network import Network, parse_network
 from gossip.seeding import generator, node_seed
 from gossip.stateful import Stateful
 from gossip.timing import Timing
+
+if TYPE_CHECKING:
+    from gossip.engine.freerun import NodeMetric
 
 log = logging.getLogger(__name__)
 
@@ -585,16 +588,22 @@ class Engine:
         on_record: Callable[[dict[str, Any]], None] | None = None,
         progress: bool = False,
         checkpointer: Any = None,
+        node_metrics: list[NodeMetric] = (),
     ) -> list[dict[str, Any]]:
         """Run ``rounds`` rounds, recording round 0 and every ``log_every``-th round and the last.
 
         ``checkpointer`` (a :class:`gossip.checkpoint.Checkpointer`) saves every K rounds and
-        turns SIGINT/SIGTERM into a final checkpoint.
+        turns SIGINT/SIGTERM into a final checkpoint. ``node_metrics`` (free runs: what one
+        node computes from its own model, ``metric(node, x) -> {name: value}``) go into the
+        ``node`` records of a free run's snapshots (:mod:`gossip.engine.freerun`); the other
+        runs record every node at once and do not use them.
         """
         records = []
 
         def emit() -> None:
             rec = self.record(metrics)
+            if self.free_run is not None:  # a free run's start: its fields, so columns line up
+                rec.update(wall_s=0.0, local_steps=0, routed_around=0)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
@@ -605,17 +614,21 @@ class Engine:
         self._check_lags(rounds, checkpointer)
         if self.round == 0:
             emit()
-        if self.free_run is not None:  # one record at the end: nobody waits for the others
+        if self.free_run is not None:  # snapshots at wall instants, written after the run
             from gossip.engine.freerun import FreeRun
 
-            step = self.network.compute.mean if self.network.compute is not None else 1.0
-            rec = FreeRun(self, self.free_run).run(seconds=rounds * step * self.free_run,
-                                                   metrics=metrics)
+            free = FreeRun(self, self.free_run)
+
+            def deliver(rec: dict[str, Any]) -> None:
+                records.append(rec)
+                if on_record is not None:
+                    on_record(rec)
+
+            rec = free.run(seconds=rounds * free.sweep_s, metrics=metrics, log_every=log_every,
+                           node_metrics=node_metrics, on_record=deliver)
             self.round += rounds
             rec["round"] = self.round
-            records.append(rec)
-            if on_record is not None:
-                on_record(rec)
+            deliver(rec)
             return records
         bar = _progress(rounds, progress and self.world.is_root)
         last = self.round + rounds

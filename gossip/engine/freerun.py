@@ -16,16 +16,33 @@ nodes that ask each other at once both get answered (each merges the other's off
 non-atomic averaging of real asynchronous systems). Ending: a node that has taken its steps
 tells its neighbors (DONE) and goes on serving until every neighbor has told it the same. A
 neighbor that does not answer within the timeout is routed around: left out of the node's
-peers from then on, and named in the log. The run's one record, after all ranks are done, has
-the usual metrics plus ``local_steps``, ``wall_s`` and ``left`` (the nodes routed around).
+peers from then on, and named in the log. The run's end record, after all ranks are done, has
+the usual metrics plus ``local_steps``, ``wall_s`` and ``routed_around``.
+
+Trajectories (``log_every``): nobody waits for the others during the run, so no record can be
+a collective then. Instead every rank snapshots its own node at the common wall instants
+``t_k = k · log_every · sweep_s`` (since a barrier at the start; ``sweep_s`` is the wall time of
+one mean compute time, so instant k falls where the event loop logs sweep ``k · log_every``):
+the model (kept until the end), its local steps, bits sent and the ``node_metrics`` a node can
+compute alone. The scalars travel to rank 0 at once, one buffer per snapshot (``node``
+records); after the run rank 0 writes them in wall-time order, then every rank puts its
+snapshot models back in turn so that the usual collective metrics give one ``round`` record
+per instant (consensus error, distance of the average, ...) — the network as it was at t_k,
+computed after the fact with nothing waited for during the run. A rank that stops answering
+loses only what it had not sent: the other ranks' node records and its own up to the stop are
+written before the collectives (which then stop with a timeout naming it).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from gossip.engine.events import Activation, Message, Side, _flat, _nbytes, _split
@@ -39,6 +56,30 @@ log = logging.getLogger(__name__)
 
 _BASE = 3 << 20  # above the rounds' and the reductions' tags
 REQUEST, REPLY, POST, DONE = _BASE, _BASE + 1, _BASE + 2, _BASE + 3
+LOG, LOG_END, WRITTEN = _BASE + 4, _BASE + 5, _BASE + 6
+"""A snapshot's scalars to rank 0; a rank's last row sent; rank 0 has written the node records."""
+
+NodeMetric = Callable[[int, torch.Tensor], Mapping[str, float]]
+"""``metric(node, x) -> {name: value}``: what one node computes from its own model alone (its
+distance to a known x*, its local loss); the same names at every call and on every rank."""
+
+NODE_FIELDS = ("node", "round", "wall_s", "local_steps", "bits_sent")
+"""The leading fields of a node record (then the node metrics' values), in the order of the
+float64 row a rank sends rank 0."""
+
+
+@dataclass
+class Snapshot:
+    """One node's state at the wall instant ``instant_s`` of round ``round``, taken at
+    ``wall_s`` (the first poll after the instant; both since the common start)."""
+
+    round: int
+    instant_s: float
+    wall_s: float
+    steps: int
+    nbytes: int
+    left: int
+    x: torch.Tensor
 
 
 def check(engine: Engine, scale: float) -> None:
@@ -85,6 +126,18 @@ class FreeRun:
         self.seq = 0
         self._sends: list[tuple[Any, torch.Tensor, int]] = []  # (request, buffer, receiver)
         self._start = time.monotonic()
+        step = net.compute.mean if net.compute is not None else 1.0
+        self.sweep_s = step * scale
+        """Wall seconds of one sweep: a mean compute time, scaled."""
+        self.first_round = engine.round
+        # trajectories (run's log_every; module doc)
+        self.snapshots: list[Snapshot] = []
+        self.node_metrics: list[NodeMetric] = []
+        self.metric_names: list[str] = []
+        self._instants: list[tuple[int, float]] = []  # (round, wall instant) not yet taken
+        self._log_sends: list[tuple[Any, np.ndarray]] = []
+        self.rows: list[np.ndarray] = []  # rank 0: every node's snapshot rows
+        self.log_ended: set[int] = set()  # rank 0: the ranks that sent all their rows
 
     # -- what an activation calls (the event loop's interface) --------------------------------
     def exchange(self, i: int, j: int, time_s: float, seq: int) -> Side | None:
@@ -112,13 +165,35 @@ class FreeRun:
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, steps: int | None = None, seconds: float | None = None,
-            metrics: list[Any] = ()) -> dict[str, Any]:
+            metrics: list[Any] = (), *, log_every: int | None = None,
+            node_metrics: list[NodeMetric] = (),
+            on_record: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
         """Take local steps (activations) until ``steps`` of them or until ``seconds`` of wall
         time (whichever comes first), serving the neighbors throughout; then end with them
         (module doc) and return the run's record with ``metrics`` (collective). With stragglers a time budget
-        is the fair one: every node stops at the same instant, as in the event loop."""
+        is the fair one: every node stops at the same instant, as in the event loop.
+
+        ``log_every`` (sweeps; needs ``seconds``): snapshot the node at the wall instants of
+        rounds ``log_every``, ``2 · log_every``, ... before the budget's end; ``on_record``
+        then gets, before the end record, rank 0 the ``node`` records (``NODE_FIELDS`` and
+        ``node_metrics``' values) in wall-time order and every rank the ``round`` record of
+        each instant (``metrics`` on the snapshots; module doc)."""
         if steps is None and seconds is None:
             raise ConfigError("a free run needs a number of steps or a time budget")
+        if log_every is not None and (seconds is None or log_every < 1):
+            raise ConfigError(f"a free run's snapshots (log_every={log_every!r}) are taken at "
+                              "common wall instants before the end of a time budget: give "
+                              "seconds and log_every >= 1")
+        self.node_metrics = list(node_metrics)
+        x = self.block.x[0]
+        self.metric_names = [name for m in self.node_metrics for name in m(self.node, x)]
+        self.engine.world.barrier("the common start of a free run with")
+        self._start = time.monotonic()
+        if log_every is not None and seconds is not None:
+            every = log_every * self.sweep_s
+            count = max(math.ceil(seconds / every - 1e-9) - 1, 0)  # instants before the end
+            self._instants = [(self.first_round + k * log_every, k * every)
+                              for k in range(count, 0, -1)]  # popped from the end
         i, k = self.node, 0
         end = self._start + seconds if seconds is not None else float("inf")
         while (steps is None or k < steps) and time.monotonic() < end:
@@ -137,6 +212,7 @@ class FreeRun:
                 self._sends.append((self.comm.Isend([done.numpy(), self.MPI.BYTE],
                                                     dest=self.rank_of[j], tag=DONE), done, j))
         self._serve_until(all_done=True)
+        self._snapshot(final=True)  # a steps budget spent before the last instants: the end state
         deadline = time.monotonic() + self.timeout
         for req, _, j in self._sends:  # the neighbors still there received them all
             if j in self.left:
@@ -145,7 +221,11 @@ class FreeRun:
                 if time.monotonic() > deadline:
                     self._route_around(j)
                 time.sleep(1e-5)
+        self._gather_log(on_record)
         self.comm.Free()
+        for rec in self.snapshot_records(metrics):
+            if on_record is not None:
+                on_record(rec)
         return self._record(metrics)
 
     def _now(self) -> float:
@@ -195,6 +275,8 @@ class FreeRun:
     def _serve_one(self, reply_from: int | None = None, size: int = 0) -> torch.Tensor | None:
         """Handle one message waiting for this rank, if any; a reply from ``reply_from`` is
         returned instead."""
+        if self._instants and time.monotonic() - self._start >= self._instants[-1][1]:
+            self._snapshot()
         if len(self._sends) > 64:  # drop the sends that have completed
             self._sends = [s for s in self._sends if not s[0].Test()]
         MPI, status = self.MPI, self.MPI.Status()
@@ -204,6 +286,12 @@ class FreeRun:
         j = self.rank_of.index(src_rank)
         buf = torch.empty(count, dtype=torch.uint8)
         self.comm.Recv([buf.numpy(), MPI.BYTE], source=src_rank, tag=tag)
+        if tag == LOG:  # rank 0 keeps every rank's rows, routed around or not
+            self.rows.append(buf.numpy().view(np.float64).copy())
+            return None
+        if tag == LOG_END:
+            self.log_ended.add(src_rank)
+            return None
         if j in self.left:
             return None  # it was routed around: what it sends now is dropped
         if tag == REPLY:
@@ -231,6 +319,112 @@ class FreeRun:
                                             tag=REPLY), host, j))
         self._count(_nbytes(parts))
         self.algorithm.merge(self.block, side, _split(request.to(buf.device), parts))
+
+    # -- trajectories (module doc) -------------------------------------------------------------
+    def _snapshot(self, final: bool = False) -> None:
+        """Snapshot the node at every instant now due (``final``: at all those left); the row
+        of scalars goes to rank 0 at once, the model stays here for the round records."""
+        now = self._now()
+        while self._instants and (final or now >= self._instants[-1][1]):
+            rnd, instant = self._instants.pop()
+            x = self.block.x[0]
+            values = [float(v) for m in self.node_metrics for v in m(self.node, x).values()]
+            if len(values) != len(self.metric_names):
+                raise ConfigError(f"the node metrics gave {len(values)} value(s) at round {rnd}, "
+                                  f"{len(self.metric_names)} at the start ({self.metric_names}): "
+                                  "a node metric returns the same names at every call")
+            nbytes = self.engine.transport.bytes_sent.get(self.node, 0)
+            self.snapshots.append(Snapshot(rnd, instant, now, self.steps, nbytes, len(self.left),
+                                           x.clone()))
+            row = np.array([self.node, rnd, now, self.steps, 8 * nbytes, *values], dtype=np.float64)
+            if self.comm.Get_rank() == 0:
+                self.rows.append(row)
+            else:
+                self._log_sends.append((self.comm.Isend([row, self.MPI.BYTE], dest=0, tag=LOG),
+                                        row))
+
+    def _gather_log(self, on_record: Callable[[dict[str, Any]], None] | None) -> None:
+        """Rank 0 waits (serving) until every rank has sent all its rows or the timeout
+        passes, hands the node records to ``on_record`` and tells the ranks that answered; the
+        others wait for that, so no rank enters the collectives (which stop the job when a
+        rank is silent) before the node records are written."""
+        MPI, rank, size = self.MPI, self.comm.Get_rank(), self.comm.Get_size()
+        deadline = time.monotonic() + self.timeout
+        if rank == 0:
+            others = set(range(1, size))
+            while self.log_ended != others and time.monotonic() < deadline:
+                self._serve_one()
+                time.sleep(1e-5)
+            if self.log_ended != others:
+                log.warning("rank(s) %s did not send the end of their node records within %g s: "
+                            "the records they sent before are kept", sorted(others - self.log_ended),
+                            self.timeout)
+            if on_record is not None:
+                for rec in self.node_records():
+                    on_record(rec)
+            flag = np.zeros(1, dtype=np.uint8)
+            sends = [self.comm.Isend([flag, MPI.BYTE], dest=r, tag=WRITTEN)
+                     for r in sorted(self.log_ended)]
+            MPI.Request.Waitall(sends)  # the ranks that sent LOG_END are waiting for it
+            return
+        flag = np.zeros(1, dtype=np.uint8)
+        self._log_sends.append((self.comm.Isend([flag, MPI.BYTE], dest=0, tag=LOG_END), flag))
+        deadline += self.timeout  # rank 0 may wait a whole timeout for another rank
+        heard = np.empty(1, dtype=np.uint8)
+        written = self.comm.Irecv([heard, MPI.BYTE], source=0, tag=WRITTEN)
+        while not written.Test():
+            if time.monotonic() > deadline:
+                written.Cancel()
+                for req, _ in self._log_sends:
+                    req.Cancel()
+                log.warning("node %d (rank %d): rank 0 did not confirm its node records within "
+                            "%g s", self.node, rank, 2 * self.timeout)
+                return
+            self._serve_one()
+            time.sleep(1e-5)
+
+    def node_records(self) -> list[dict[str, Any]]:
+        """Rank 0: every snapshot row it holds as a ``node`` record, in wall-time order."""
+        names = [*NODE_FIELDS, *self.metric_names]
+        out = []
+        for row in sorted(self.rows, key=lambda r: (r[2], r[0])):
+            if len(row) != len(names):
+                raise ConfigError(f"a node record of {len(row)} values where this rank's node "
+                                  f"metrics make {len(names)} ({names}): every rank must be given "
+                                  "the same node metrics")
+            rec: dict[str, Any] = {"type": "node"}
+            rec.update(zip(names, row.tolist()))
+            for key in ("node", "round", "local_steps"):
+                rec[key] = int(rec[key])
+            out.append(rec)
+        return out
+
+    def snapshot_records(self, metrics: list[Any]) -> list[dict[str, Any]]:
+        """One ``round`` record per instant (collective): each rank puts its snapshot's model
+        and bytes in place of the node's, the usual record is computed, then the end state is
+        put back. ``wall_s`` is the instant, ``snapshot_lag_s`` how long after it the last node
+        took its snapshot."""
+        engine, block, sent = self.engine, self.block, self.engine.transport.bytes_sent
+        here = block.x.clone()
+        nbytes = sent.get(self.node, 0)
+        offset = (time.perf_counter() - engine._start) - self._now()  # engine time at the start
+        out = []
+        try:
+            for snap in self.snapshots:
+                block.x[0].copy_(snap.x)
+                sent[self.node] = snap.nbytes
+                rec = engine.record(metrics)
+                steps = engine.node_values({self.node: float(snap.steps)})
+                taken = engine.node_values({self.node: snap.wall_s})
+                left = engine.node_values({self.node: float(snap.left)})
+                rec.update(round=snap.round, local_steps=int(steps.sum()), wall_s=snap.instant_s,
+                           snapshot_lag_s=float(taken.max()) - snap.instant_s,
+                           routed_around=int(left.sum()), time_s=offset + snap.instant_s)
+                out.append(rec)
+        finally:
+            block.x.copy_(here)
+            sent[self.node] = nbytes
+        return out
 
     def _route_around(self, j: int) -> None:
         if j not in self.left:

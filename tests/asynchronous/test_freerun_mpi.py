@@ -1,6 +1,7 @@
 """Free-running asynchronous runs under mpiexec (gossip/engine/freerun.py): one node per rank,
-wall-clock order; they end without a hang, learn, and route around a rank that stops
-answering (tests/helpers/mpi_freerun.py)."""
+wall-clock order; they end without a hang, learn, log their trajectory (node records as they
+go, round records at common wall instants) and route around a rank that stops answering,
+keeping what it logged before (tests/helpers/mpi_freerun.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.engine import Engine
+from gossip.engine.freerun import NODE_FIELDS
 from gossip.errors import ConfigError
 from gossip.metrics import read_jsonl
 from tests.helpers.launch import mpiexec, run_mpi
@@ -36,14 +38,67 @@ def test_a_free_run_with_a_straggler_ends_and_learns(tmp_path, name):
 
 
 @needs_mpi
+@pytest.mark.slow
+def test_a_free_run_logs_its_trajectory(tmp_path):
+    """Snapshots every 10 sweeps (0.1 s here): node records in wall-time order, each node's
+    steps and bits growing; the round records of the instants agree with them exactly (the
+    same snapshots) and lead up to the end record, which is the one a run without them has."""
+    res, recs = _free_run(tmp_path, "ad-psgd", "compute=exp:1;slow=nodes:0x5", "1.0", "-1", "10")
+    assert res.returncode == 0, res.stdout + res.stderr
+    start, end = recs[0], recs[-1]
+    nodes = [r for r in recs if r["type"] == "node"]
+    rounds = [r for r in recs if r["type"] == "round"][1:-1]
+    assert recs == [start, *nodes, *rounds, end]
+    assert start["round"] == 0 and start["wall_s"] == 0 and start["local_steps"] == 0
+    # the end record, as without snapshots
+    assert end["round"] == 100 and end["routed_around"] == 0
+    assert {"local_steps", "wall_s", "consensus_error", "distance_to_optimum"} <= end.keys()
+    assert end["consensus_error"] < 0.05 * start["consensus_error"]
+    # node records: all nodes at every instant before the end, in wall-time order
+    assert set(NODE_FIELDS) | {"distance_to_optimum", "loss"} <= nodes[0].keys()
+    assert sorted((r["round"], r["node"]) for r in nodes) == [
+        (k, i) for k in range(10, 100, 10) for i in range(4)]
+    walls = [r["wall_s"] for r in nodes]
+    assert walls == sorted(walls) and 0.1 <= walls[0] and walls[-1] < end["wall_s"]
+    for i in range(4):
+        mine = [r for r in nodes if r["node"] == i]
+        for key in ("local_steps", "bits_sent"):
+            assert [r[key] for r in mine] == sorted(r[key] for r in mine), (i, key)
+        assert mine[-1]["local_steps"] >= (5 if i == 0 else 30)  # 90 sweeps, 5x slower or not
+    # round records at the instants: the nodes' snapshots combined
+    assert [r["round"] for r in rounds] == list(range(10, 100, 10))
+    for rec in rounds:
+        mine = [r for r in nodes if r["round"] == rec["round"]]
+        assert rec["wall_s"] == pytest.approx(rec["round"] / 100)
+        assert 0 <= rec["snapshot_lag_s"] <= max(r["wall_s"] for r in mine) - rec["wall_s"] + 1e-9
+        assert rec["local_steps"] == sum(r["local_steps"] for r in mine)
+        assert rec["bits_per_node"] == pytest.approx(sum(r["bits_sent"] for r in mine) / 4)
+        assert rec["distance_to_optimum"] == pytest.approx(
+            sum(r["distance_to_optimum"] for r in mine) / 4, rel=1e-12)
+    steps = [r["local_steps"] for r in [*rounds, end]]
+    bits = [r["bits_per_node"] for r in [*rounds, end]]
+    assert steps == sorted(steps) and bits == sorted(bits)
+    last = rounds[-1]  # 0.1 s before the budget's end: near the end state
+    assert end["distance_to_optimum"] / 3 < last["distance_to_optimum"] < 3 * end["distance_to_optimum"]
+
+
+@needs_mpi
 def test_a_silent_rank_is_routed_around_and_named(tmp_path):
-    res, recs = _free_run(tmp_path, "ad-psgd", "none", "3.0", "2")
+    """Rank 2 stops (SIGSTOP) after 1 s of 3: the others finish; the node records sent so
+    far, its own up to the stop included, are written before the final metrics stop the job."""
+    res, recs = _free_run(tmp_path, "ad-psgd", "none", "3.0", "2", "10")
     out = res.stdout + res.stderr
     assert res.returncode != 0
     assert "node 2 (rank 2) did not answer node 1 within 3 s: routed around it" in out, out[-3000:]
     assert "node 2 (rank 2) did not answer node 3 within 3 s: routed around it" in out
+    assert "rank(s) [2] did not send the end of their node records within 3 s" in out
     assert "rank(s) [2] stopped answering" in out  # the final metrics need every rank
-    assert [r["round"] for r in recs] == [0]
+    assert [r["round"] for r in recs if r["type"] == "round"] == [0]
+    nodes = [r for r in recs if r["type"] == "node"]
+    stopped = [r["round"] for r in nodes if r["node"] == 2]
+    assert 1 <= len(stopped) <= 4 and stopped == list(range(10, 10 * len(stopped) + 1, 10))
+    for i in (0, 1, 3):
+        assert [r["round"] for r in nodes if r["node"] == i] == list(range(10, 100, 10))
 
 
 @pytest.mark.parametrize(("name", "kw", "needle"), [

@@ -77,3 +77,20 @@ def test_benchmark_runs_end_to_end(tmp_path):
     assert [c[2] for c in pairwise] == list(b.IMPLEMENTATIONS)
     for c in pairwise:
         assert 0 < float(c[8]) < 1 and math.isclose(float(c[9]), 2, rel_tol=0.5)  # 2 sweeps ≈ 2 s
+
+
+def test_mpi_table_compares_wall_with_virtual_time():
+    """The --mpi table (no launch here): wall time to target over virtual time × SCALE, and
+    the page has its markers."""
+    b = bench()
+    virtual = {"trace": [(1.0, 0.0, 0, 0.0), (0.4, 10.0, 9, 8.0)], "steps": [0, 72],
+               "final": 0.3, "diverged": 0.0}
+    wall = {"trace": [(1.0, 0.0, 0, 0.0), (0.6, 0.25, 5, 8.0), (0.45, 0.3, 6, 8.0)],
+            "steps": [0, 40, 50], "final": 0.35, "diverged": 0.0}
+    table = b.mpi_table({("ad-psgd", b.NETWORKS[1]): ([virtual], [wall])}, 0.5, 0.02)
+    row = [c.strip() for c in table.splitlines()[2].split("|")[1:-1]]
+    assert row == ["ad-psgd", b.NETWORKS[1], "1/1 of 1", "10", "0.2", "0.3", "1.50", "72 / 50",
+                   "0.3 / 0.35"]
+    begin, end = b.markers(b.MPI_SECTION)
+    text = DOC.read_text()
+    assert text.index(begin) < text.index(end)

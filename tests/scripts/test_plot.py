@@ -74,3 +74,13 @@ def test_any_bits_key_gets_the_same_axis(tmp_path, monkeypatch):
     scale, (left, _), first = _bits_axis(monkeypatch, {"run": recs}, tmp_path / "x.png",
                                          x_keys=("round", "bits_exchanged"))
     assert scale == "symlog" and left <= 0.0 and first == (0.0, 1.0)
+
+
+def test_a_free_run_gets_a_wall_time_panel(tmp_path, monkeypatch):
+    """A free run's round records (the snapshots at wall instants) are drawn against wall_s;
+    its node records are not drawn."""
+    recs = [r | {"wall_s": 0.01 * r["round"]} for r in _records(10, 8.0)]
+    recs.insert(1, {"type": "node", "node": 0, "round": 1, "wall_s": 0.0101})
+    panels = _drawn(monkeypatch, {"run": recs}, tmp_path / "p.png")
+    assert len(panels) == 3
+    assert panels[2][:2] == [(0.0, 1.0), (0.01, 0.5)] and len(panels[2]) == 11
