@@ -62,9 +62,6 @@ class Terms:
         self.indptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
 
 
-_NO_TERMS: dict[int, Terms] = {}
-
-
 def _flat(rows: torch.Tensor, dtype: np.dtype) -> tuple[np.ndarray, int]:
     """The [m, d] rows (each contiguous, any row stride) as one flat 1-D array from the first
     entry of row 0 to the last of row m − 1, and the row pitch in entries."""
@@ -74,6 +71,46 @@ def _flat(rows: torch.Tensor, dtype: np.dtype) -> tuple[np.ndarray, int]:
     pitch = rows.stride(0) if m > 1 else d
     flat = torch.as_strided(rows, ((m - 1) * pitch + d,), (1,))
     return flat.numpy(), pitch
+
+
+class DenseMix:
+    """One dense mix's kernel arguments for fixed tensors (their flat views and pitches, the
+    terms, the scratch), prepared once: a round then pays the kernel and its dispatch only.
+    Callers keep one per layout (the engine: per phase's staging rows, in the plan's cache)."""
+
+    __slots__ = ("args", "m", "has_own", "dtype", "wo")
+
+    def __init__(self, out: torch.Tensor, own: torch.Tensor | None, terms: Terms | None,
+                 vals_own: torch.Tensor, vals_recv: torch.Tensor | None):
+        m, d = out.shape
+        dtype = out.numpy().dtype
+        o, po = _flat(out, dtype)
+        x, pw = _flat(own, dtype) if own is not None else (o, po)
+        vo, pvo = _flat(vals_own, dtype)
+        vr, pvr = _flat(vals_recv, dtype) if vals_recv is not None else (vo[:0], 0)
+        if terms is None:
+            terms = Terms(m, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
+                          torch.zeros(0, dtype=torch.float64), out.dtype)
+        chunk = min(max(64, min(4096, CHUNK_ENTRIES // max(m, 1))), d)
+        self.m, self.has_own, self.dtype = m, own is not None, dtype
+        self.wo = np.zeros(m, dtype=dtype)
+        self.args = (o, po, x, pw, own is not None, self.wo, vo, pvo, vr, pvr, vals_own.shape[0],
+                     d, terms.indptr, terms.src, terms.w.astype(dtype, copy=False),
+                     np.empty(m * chunk, dtype=dtype), chunk, np.empty(m, dtype=np.bool_))
+
+    def __call__(self, w_own: Any, *, add: bool, alpha: float | None = None) -> np.ndarray:
+        """Run the mix (:func:`mix_rows_`'s contract) with own weights ``w_own`` ([m] tensor
+        or array; ignored without an own term); returns the finite mask (valid until the next
+        call)."""
+        if self.has_own:
+            self.wo[:] = w_own.numpy() if isinstance(w_own, torch.Tensor) else w_own
+        dtype = self.dtype
+        mode = 1 if add and alpha is None else _alpha_mode(dtype.type) if add else 0
+        (o, po, x, pw, has_own, wo, vo, pvo, vr, pvr, m_own, d, indptr, src, w, buf, chunk,
+         ok) = self.args
+        kernel()(o, po, x, pw, has_own, wo, vo, pvo, vr, pvr, m_own, d, indptr, src, w, mode,
+                 dtype.type(1.0 if alpha is None else alpha), buf, chunk, ok)
+        return ok
 
 
 def mix_rows_(out: torch.Tensor, own: torch.Tensor | None, w_own: torch.Tensor | None,
@@ -87,25 +124,7 @@ def mix_rows_(out: torch.Tensor, own: torch.Tensor | None, w_own: torch.Tensor |
     value sections of the staging rows below / from ``m`` on, where ``terms.src`` points) are
     strided views into message rows; nothing is copied. ``out`` may be ``own`` or share memory
     with the staging rows (a model sent from its own memory, mixed in place): every row's
-    chunk is summed before any is written."""
-    fn = kernel()
-    m, d = out.shape
-    dtype = out.numpy().dtype
-    o, po = _flat(out, dtype)
-    has_own = own is not None
-    x, pw = _flat(own, dtype) if has_own else (o, po)
-    wo = (w_own.to(out.dtype).reshape(m).numpy() if has_own else np.zeros(m, dtype=dtype))
-    vo, pvo = _flat(vals_own, dtype)
-    vr, pvr = _flat(vals_recv, dtype) if vals_recv is not None else (vo[:0], 0)
-    if terms is None:
-        terms = _NO_TERMS.get(m) or _NO_TERMS.setdefault(
-            m, Terms(m, torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-                     torch.zeros(0, dtype=torch.float64), out.dtype))
-    mode = 1 if add and alpha is None else _alpha_mode(dtype.type) if add else 0
-    chunk = max(64, min(4096, CHUNK_ENTRIES // max(m, 1)))
-    ok = np.empty(m, dtype=np.bool_)
-    buf = np.empty(m * min(chunk, d), dtype=dtype)
-    fn(o, po, x, pw, has_own, wo, vo, pvo, vr, pvr, vals_own.shape[0], d, terms.indptr,
-       terms.src, terms.w.astype(dtype, copy=False), mode, dtype.type(1.0 if alpha is None else alpha),
-       buf, min(chunk, d), ok)
-    return ok
+    chunk is summed before any is written. A mix run every round keeps its :class:`DenseMix`."""
+    call = DenseMix(out, own, terms, vals_own, vals_recv)
+    return call(None if w_own is None else w_own.to(torch.float64).reshape(-1), add=add,
+                alpha=alpha)

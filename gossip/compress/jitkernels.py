@@ -280,3 +280,75 @@ def mix(out, po, own, pw, has_own, w_own, vo, pvo, vr, pvr, m_own, d, indptr, sr
             for i in range(n):
                 good &= abs(o[i]) < inf
             ok[t] &= good
+
+
+# -- top-k over a block of short rows (gossip.compress.sparse) -------------------------------
+@numba.njit(cache=True, nogil=True, boundscheck=False, inline="always")
+def _keep_largest(best, filled, j, v):
+    """Insert ``v`` into ``best[:filled]`` (the ``j`` largest values so far, decreasing) and
+    return the new count: a value at or below the j-th is dropped at one compare."""
+    if filled == j and v <= best[j - 1]:
+        return filled
+    p = filled if filled < j else j - 1
+    while p > 0 and best[p - 1] < v:
+        best[p] = best[p - 1]
+        p -= 1
+    best[p] = v
+    return min(filled + 1, j)
+
+
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def topk_rows(keys, k, top, stats):
+    """For every row of ``keys`` ([m, d] order keys ≥ 0, :func:`.sparse._order_key`; k < d):
+    ``top[r]`` the positions of its k largest keys in increasing order, a tie at the k-th
+    value going to the lowest positions (top-k's rule, :func:`.sparse._resolve_ties`), and
+    ``stats[r]`` its largest, k-th and (k+1)-th largest key.
+
+    Per row: a threshold from a strided sample of up to 256 keys (its j-th largest, j chosen
+    so that about 2(k+1) keys reach it; j grows 4x while fewer do), one pass collecting the
+    positions at or above it, then the k + 1 largest of those few kept by insertion: no
+    selection or sort over the whole row."""
+    m, d = keys.shape
+    need = k + 1
+    s = min(d, 256)
+    step = d // s
+    best = np.empty(max(s, need), keys.dtype)
+    cand = np.empty(d, np.int64)
+    for r in range(m):
+        row = keys[r]
+        j = min(s, 2 * need * s // d + 2)
+        while True:
+            if j >= s:  # every key a candidate
+                t = row[0]
+                for i in range(d):
+                    t = min(t, row[i])
+            else:
+                filled = 0
+                for i in range(s):
+                    filled = _keep_largest(best, filled, j, row[i * step])
+                t = best[j - 1]
+            n = 0
+            for i in range(d):
+                if row[i] >= t:
+                    cand[n] = i
+                    n += 1
+            if n >= need:
+                break
+            j = min(s, 4 * j)
+        filled = 0
+        for i in range(n):
+            filled = _keep_largest(best, filled, need, row[cand[i]])
+        kth = best[k - 1]
+        ties = k
+        for i in range(n):
+            ties -= row[cand[i]] > kth
+        o = 0
+        for i in range(n):
+            v = row[cand[i]]
+            if v > kth or (v == kth and ties > 0):
+                ties -= v == kth
+                top[r, o] = cand[i]
+                o += 1
+        stats[r, 0] = best[0]
+        stats[r, 1] = kth
+        stats[r, 2] = best[k]

@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
@@ -451,19 +452,23 @@ class Block:
         sender) or a header is not the expected one."""
         comp, nb = inbox.compressor, inbox.nbytes
         cplan = comp.plan(inbox.like)
-        terms = None
-        if plan.fused is not None:
-            key = ("dense", scale, out.dtype)
-            terms = plan.cache.get(key)
-            if terms is None:
+        own_rows = None if own is None else own.mine()
+        key = ("dense", scale, out.data_ptr(), out.shape, out.stride(),
+               None if own_rows is None else own_rows.data_ptr(), inbox.own.data_ptr(),
+               inbox.recv.data_ptr(), inbox.recv.shape, nb)
+        call = plan.cache.get(key)
+        if call is None:  # the kernel's arguments for these tensors, kept for later rounds
+            terms = None
+            if plan.fused is not None:
                 src, dst, w, _ = plan.fused
-                terms = plan.cache[key] = _fused.Terms(self.m, src, dst, w * scale, out.dtype)
+                terms = _fused.Terms(self.m, src, dst, w * scale, out.dtype)
+            call = plan.cache[key] = _fused.DenseMix(
+                out, None if own is None else section(own_rows, cplan, "values"), terms,
+                section(inbox.own[:, :nb], cplan, "values"),
+                section(inbox.recv[:, :nb], cplan, "values"))
         if own is not None and not isinstance(w_own, torch.Tensor):
             w_own = torch.full((self.m,), float(w_own), dtype=torch.float64)
-        ok = _fused.mix_rows_(out, None if own is None else section(own.mine(), cplan, "values"),
-                              w_own, terms, section(inbox.own[:, :nb], cplan, "values"),
-                              section(inbox.recv[:, :nb], cplan, "values"), add=add,
-                              alpha=alpha)
+        ok = call(w_own, add=add, alpha=alpha)
         increment_version(out)  # written through numpy: torch's version counter must still move
         if self.in_message_rows(out):  # its next send needs no NaN/Inf pass if it is finite
             if ok.all():
@@ -471,9 +476,8 @@ class Block:
             else:
                 self._finite.pop(out.data_ptr(), None)
         if inbox.pending is not None:
-            recv = inbox.recv[:, :nb]
-            heads = recv[:, :8].view(torch.int64).view(-1)
-            if not ok.all() or bool((heads != header_int64(cplan)).any()):
+            heads = inbox.recv[:, :8].numpy().view(np.int64)
+            if not ok.all() or (heads != header_int64(cplan)).any():
                 inbox.settle()  # names the sender of a bad message, if one is
             inbox.pending = None
         return out

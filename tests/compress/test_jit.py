@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gossip.compress import jit, make
+from gossip.compress.rows import section
 from gossip.errors import CompressionError
 from gossip.rng import Stream
 
@@ -167,3 +168,35 @@ def test_sign_bits_kernel():
     jit.get("sign_bits")(x, absx, out, np.empty(jit.SIGN_CHUNK, np.uint8))
     assert np.array_equal(absx.view(np.int32), np.abs(x).view(np.int32))
     assert np.array_equal(out, np.packbits(x < 0, bitorder="little"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), m=st.integers(1, 30), d=st.integers(8, 3000), dtype=DTYPES,
+       levels=st.sampled_from([0, 0, 2, 5, 50]), ratio=st.sampled_from([0.001, 0.01, 0.05, 0.1]),
+       nonfinite=st.sampled_from([None, np.nan, np.inf]))
+def test_topk_blocks_same_bytes_as_numpy(seed, m, d, dtype, levels, ratio, nonfinite):
+    """Blocks of short rows (``topk_rows``: a sampled threshold) give the bytes of numpy's
+    introselect path, ties and zeros included; a NaN/Inf row is refused on both paths."""
+    X = torch.from_numpy(np.stack([draw(seed + r, d, dtype, levels) for r in range(m)]))
+    if nonfinite is not None:
+        X[m // 2, d // 3] = nonfinite
+    c = make(f"topk:{ratio}")
+
+    def encode():
+        try:
+            return c.encode_rows(X, None).clone()
+        except CompressionError as exc:
+            return exc.row
+
+    fast, slow = both(encode)
+    if nonfinite is None:
+        assert torch.equal(fast, slow)
+        plan = c.plan(X[0])
+        if plan.param == 0:  # indices on the wire: the rule, largest |x| first, ties by index
+            k = max(1, int(ratio * d))
+            got = section(fast, plan, "index").numpy()
+            for r in range(m):
+                ref = np.sort(np.lexsort((np.arange(d), -np.abs(X[r].numpy())))[:k])
+                assert np.array_equal(got[r], ref)
+    else:
+        assert fast == slow == m // 2
