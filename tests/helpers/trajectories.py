@@ -3,7 +3,10 @@ round's models and byte counts, so a refactoring can show it changed no bit of a
 
 The scenarios are those of the MPI equality scripts (every algorithm at least once) plus
 Prox-LEAD and BEER. ``tests/algorithms/test_trajectories.py`` compares them with
-``tests/data/trajectories.json``; after a change that is meant to alter numbers, regenerate it::
+``tests/data/trajectories.json``, which holds one set per platform (torch's version and CPU
+kernels decide the last bits: AVX2 and AVX512 builds round some products differently). After a
+change that is meant to alter numbers, regenerate this platform's set (and, on a machine of the
+other kind, that one; a set left stale is dropped by ``--write --only-this-platform``)::
 
     python tests/helpers/trajectories.py --write
 """
@@ -71,6 +74,11 @@ def platform_key() -> str:
     return f"torch {torch.__version__}, {platform.machine()}, {torch.backends.cpu.get_cpu_capability()}"
 
 
+def recorded() -> dict[str, dict[str, str]]:
+    """The recorded hashes, per platform (:func:`platform_key`)."""
+    return json.loads(GOLDEN.read_text())["platforms"] if GOLDEN.exists() else {}
+
+
 def compute(names: list[str] | None = None) -> dict[str, str]:
     torch.set_num_threads(1)
     world = World.detect()
@@ -88,13 +96,19 @@ def compute(names: list[str] | None = None) -> dict[str, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--write", action="store_true", help=f"write {GOLDEN.name}")
+    parser.add_argument("--write", action="store_true",
+                        help=f"record this platform's hashes in {GOLDEN.name}")
+    parser.add_argument("--only-this-platform", action="store_true",
+                        help="with --write: drop the other platforms' sets (after a change of numbers)")
     parser.add_argument("names", nargs="*", help="scenarios to run (default: all)")
     args = parser.parse_args()
     hashes = compute(args.names)
+    platforms = recorded()
     if args.write:
-        GOLDEN.write_text(json.dumps({"platform": platform_key(), "hashes": hashes}, indent=1) + "\n")
-    golden = json.loads(GOLDEN.read_text())["hashes"] if GOLDEN.exists() else {}
+        platforms = {} if args.only_this_platform else platforms
+        platforms[platform_key()] = hashes
+        GOLDEN.write_text(json.dumps({"platforms": platforms}, indent=1) + "\n")
+    golden = platforms.get(platform_key(), {})
     for name, digest in hashes.items():
         print(f"{'same' if golden.get(name) == digest else 'DIFF'}  {name}  {digest[:16]}")
 
