@@ -359,6 +359,7 @@ class EventLoop:
         """Process events until ``activations`` activations have run in all, and the messages
         that arrive at that same instant."""
         heap = self._heap
+        self._restored.clear()  # a checkpoint's payloads are in the heap now
         while self.activations < activations or (heap and heap[0][2] == _ARRIVE
                                                  and heap[0][0] <= self.now):
             if not heap:
