@@ -32,15 +32,19 @@ suggested step sizes): D-PSGD (``dpsgd``, exact messages), CHOCO-SGD with ``topk
 copy), LEAD with its own ``lead:2`` quantizer, C-GT with ``none`` (exact messages, so every
 error beyond the no-loss run is the loss's), and LEAD and C-GT with a copy per arc
 (``lead-arcs``, ``c-gt-arcs``: the same compressors; a lost message changes neither end's
-copy). Columns: the distance to the optimum (1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at
-round T/2 (a value still growing from T/2 to T is a run drifting away), the consensus error
-(1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost, the bits per node and their ratio to the
-method's no-loss run.
+copy), BEER with ``topk:0.1`` and Prox-LEAD with ``lead:2``, plain and with their copies
+per arc (``beer-arcs``, ``prox-lead-arcs``); Prox-LEAD needs a regularizer, so its runs are
+``--problem lasso`` with the same sizes and seed (sparse truths, ``0.025‖x‖²`` and an L1 term:
+docs/experiments.md#lasso), x* that problem's. Columns: the distance to the optimum
+(1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at round T/2 (a value still growing from T/2 to T
+is a run drifting away), the consensus error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost,
+the bits per node and their ratio to the method's no-loss run.
 
     python benchmarks/bench_loss.py                    # the docs' table, ~3 min on one core
     python benchmarks/bench_loss.py --rounds 5 --seeds 0   # does it run
     python benchmarks/bench_loss.py --methods choco-arcs   # only these algorithms' rows
     python benchmarks/bench_loss.py --methods lead-arcs c-gt-arcs
+    python benchmarks/bench_loss.py --methods beer beer-arcs prox-lead prox-lead-arcs
 
 ``--networks stale`` measures late messages instead (the lag table of docs/network.md): the
 same runs on ``STALE_NETWORKS``, ideal, every message 1 or 3 rounds late (``stale=1``,
@@ -83,8 +87,12 @@ AVERAGING = (("gossip", "none"), ("push-sum", "none"))
 """(algorithm, compressor) of the consensus runs."""
 OPTIMIZERS = (("dpsgd", "none"), ("choco", "topk:0.1"), ("choco", "none"),
               ("choco-arcs", "topk:0.1"), ("choco-arcs", "none"), ("lead", "lead:2"),
-              ("lead-arcs", "lead:2"), ("c-gt", "none"), ("c-gt-arcs", "none"))
-"""(algorithm, compressor) of the least-squares runs."""
+              ("lead-arcs", "lead:2"), ("c-gt", "none"), ("c-gt-arcs", "none"),
+              ("beer", "topk:0.1"), ("beer-arcs", "topk:0.1"), ("prox-lead", "lead:2"),
+              ("prox-lead-arcs", "lead:2"))
+"""(algorithm, compressor) of the least-squares runs (the lasso for :data:`LASSO`)."""
+LASSO = ("prox-lead", "prox-lead-arcs")
+"""The methods that need a regularizer: they run on the lasso of the same sizes and seed."""
 CONSENSUS_DIM = 100
 LSQ_DIM, LSQ_SAMPLES, LSQ_HETEROGENEITY = 50, 50, 1.0
 
@@ -127,9 +135,11 @@ def averaging_run(algorithm: str, compressor: str, network: str, seed: int, roun
 
 
 def optimization_run(algorithm: str, compressor: str, network: str, seed: int, rounds: int) -> Row:
-    """One least-squares run, as experiments/optimize.py builds it: its row of the table."""
+    """One least-squares run (lasso for :data:`LASSO`), as experiments/optimize.py builds it:
+    its row of the table."""
     topo = topologies.build("ring", NODES)
-    problem = make_problem("least-squares", n_nodes=NODES, dim=LSQ_DIM,
+    kind = "lasso" if algorithm in LASSO else "least-squares"
+    problem = make_problem(kind, n_nodes=NODES, dim=LSQ_DIM,
                            samples_per_node=LSQ_SAMPLES, heterogeneity=LSQ_HETEROGENEITY,
                            seed=seed, dtype=torch.float64)
     x_star, x0 = problem.solution(), problem.initial_point()

@@ -402,9 +402,9 @@ def add_overlap_argument(parser: argparse.ArgumentParser) -> None:
 
 def check_asynchronous(args: argparse.Namespace, name: str) -> None:
     """Refuse, in one line and before any work, the flags an asynchronous algorithm (no rounds,
-    virtual time: docs/asynchronous.md) cannot honour: ``--overlap``, ``--link-latency`` and the
-    checkpoint flags (the engine and the runner refuse them too, but only once the data and
-    models are built)."""
+    virtual time: docs/asynchronous.md) cannot honour: ``--overlap``, ``--link-latency`` and,
+    with ``--free-run``, the checkpoint flags (the engine and the runner refuse them too, but
+    only once the data and models are built; in virtual time checkpoints work)."""
     from gossip.algorithms import algorithm_class
 
     if not algorithm_class(name).asynchronous:
@@ -418,9 +418,9 @@ def check_asynchronous(args: argparse.Namespace, name: str) -> None:
     ckpt = [flag for flag, dest in (("--checkpoint-dir", "checkpoint_dir"), ("--resume", "resume"),
                                     ("--checkpoint-every", "checkpoint_every"))
             if getattr(args, dest, None)]
-    if ckpt:
-        why.append(f"{'/'.join(ckpt)} (the events in flight and the nodes' clocks are not "
-                   "saved yet)")
+    if ckpt and getattr(args, "free_run", None) is not None:
+        why.append(f"--free-run and {'/'.join(ckpt)} together (a free run's events happen in "
+                   "wall-clock time and differ from run to run: checkpoint it in virtual time)")
     if getattr(args, "free_run", None) is not None and str(getattr(args, "gamma", None)) == "auto":
         why.append("--free-run and --gamma auto together (a free run's numbers change from run "
                    "to run, so they cannot rank the candidates: tune in virtual time first)")

@@ -71,10 +71,10 @@ def execute(
     result = RunResult(label)
     config = {"type": "config", "label": label} | config
     ckpt = None
-    if checkpoint_dir is not None and engine.algorithm.asynchronous:
-        raise ConfigError(f"{engine.algorithm.name} is asynchronous: its runs (the events in "
-                          "flight, the nodes' clocks) cannot be checkpointed yet; run it without "
-                          "--checkpoint-dir / --resume")
+    if checkpoint_dir is not None and engine.free_run is not None:
+        raise ConfigError(f"{engine.algorithm.name} --free-run: a free run's events happen in "
+                          "wall-clock time and differ from run to run, so it cannot be "
+                          "checkpointed; run it in virtual time (without --free-run)")
     if checkpoint_dir is not None:
         ckpt = Checkpointer(checkpoint_dir, run_identity(config, engine.world.size),
                             every=checkpoint_every, world=engine.world, flags=flags)

@@ -14,6 +14,7 @@ from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, Track
 from gossip.algorithms.adasum import Adasum
 from gossip.algorithms.base import Algorithm, Round
 from gossip.algorithms.beer import BEER
+from gossip.algorithms.beer_arcs import BEERArcs
 from gossip.algorithms.cada import CADA, GCADA
 from gossip.algorithms.choco import Choco
 from gossip.algorithms.choco_arcs import ChocoArcs
@@ -34,7 +35,7 @@ from gossip.algorithms.onebit_adam import OneBitAdam
 from gossip.algorithms.onebit_lamb import OneBitLamb
 from gossip.algorithms.pairwise import PairwiseGossip
 from gossip.algorithms.powergossip import PowerGossip
-from gossip.algorithms.prox_lead import ProxLEAD
+from gossip.algorithms.prox_lead import ProxLEAD, ProxLEADArcs
 from gossip.algorithms.requirements import Graph, Requirements
 from gossip.algorithms.sgp_async import AsyncSGP
 from gossip.algorithms.signum import SignumVote
@@ -45,8 +46,8 @@ from gossip.registry import registry
 
 ALGORITHMS = registry("algorithm", error=ConfigError, form="module:Class")
 """Every algorithm by name (a :class:`gossip.registry.Registry`); join it with :func:`register_algorithm`."""
-for _cls in (Gossip, DPSGD, Choco, ChocoArcs, DeepSqueeze, DCD, ECD, LEAD, LEADArcs, ProxLEAD, PowerGossip,
-             BEER, DIGing, EXTRA, CGT, CGTArcs, PushSum, CPP, DoCoM, MoTEF, CECL,
+for _cls in (Gossip, DPSGD, Choco, ChocoArcs, DeepSqueeze, DCD, ECD, LEAD, LEADArcs, ProxLEAD,
+             ProxLEADArcs, PowerGossip, BEER, BEERArcs, DIGing, EXTRA, CGT, CGTArcs, PushSum, CPP, DoCoM, MoTEF, CECL,
              OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
              ChocoAMSGrad, DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold,
              CADA, GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco):

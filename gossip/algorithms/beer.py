@@ -52,16 +52,19 @@ class BEER(Algorithm):
 
     def setup(self, block: Block) -> None:
         x = block.x
-        # EF21 states: h, sh = Σ_j w_ij h_j for x (main compressor); g, sg for v (its own
-        # instance "tracker": stateful compressors keep one state per stream)
-        block.workspace["channels"] = (Channel(block, "x", memory="ef21", keys=("h", "sh")),
-                                       Channel(block, "tracker", memory="ef21", keys=("g", "sg"),
-                                               own_compressor=True))
+        block.workspace["channels"] = self.channels(block)
         block.state.update(v=torch.empty_like(x), grad_prev=torch.empty_like(x))
         block.workspace["grad"] = torch.empty_like(x)
         block.gradients(block.state["v"])
         block.state["grad_prev"].copy_(block.state["v"])
         self.move(block)  # x¹ = x⁰ − η v (the states are still zero)
+
+    def channels(self, block: Block) -> tuple[Channel, Channel]:
+        """The model's and the tracker's EF21 states: ``h``, ``sh = Σ_j w_ij h_j`` for x (the
+        main compressor) and ``g``, ``sg`` for v (its own instance ``"tracker"``: stateful
+        compressors keep one state per stream); beer-arcs keeps them per arc instead."""
+        return (Channel(block, "x", memory="ef21", keys=("h", "sh")),
+                Channel(block, "tracker", memory="ef21", keys=("g", "sg"), own_compressor=True))
 
     def move(self, block: Block) -> None:
         """The model's step ``x += γ (sh − h) − η v``, with the states the last messages built."""
@@ -80,6 +83,6 @@ class BEER(Algorithm):
         gp.copy_(gn)
         # one message carries both: qh = C(x − h) (main stream), qg = C(v − g) (the tracker's)
         qh, qg = yield cx.send(x), cv.send(v)
-        cx.mix(qh)  # h += qh;  sh += Σ_j w_ij qh_j
-        cv.mix(qg)
+        cx.update(qh)  # h += qh;  sh += Σ_j w_ij qh_j
+        cv.update(qg)
         self.move(block)

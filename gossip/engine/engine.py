@@ -669,10 +669,10 @@ class Engine:
     def node_state_dicts(self) -> dict[int, dict[str, Any]]:
         """Each local node's whole state: model, algorithm state, generators, compressors,
         oracle, bytes sent (tensors, numbers, lists and dicts only: loadable weights_only)."""
-        if self.events is not None:
-            raise ConfigError(f"{self.algorithm.name} is asynchronous: checkpoints of its runs "
-                              "(the events in flight, the nodes' clocks) are not supported yet; "
-                              "run it without --checkpoint-every")
+        if self.free_run is not None:
+            raise ConfigError(f"{self.algorithm.name} --free-run: a free run's events happen in "
+                              "wall-clock time and differ from run to run, so there is no state "
+                              "to resume to; checkpoint it in virtual time (without --free-run)")
         if self.stale is not None:
             raise ConfigError(f"--network {self.network.spec()}: the messages held in flight are "
                               "not checkpointed yet; run it without checkpoints")
@@ -693,15 +693,20 @@ class Engine:
             }
             if self.delivery is not None:
                 out[i]["messages_lost"] = int(self.delivery.lost_total[self.block.ids.index(i)])
+            if self.events is not None:  # the messages in flight to it (events.py: checkpoints)
+                out[i]["events"] = self.events.node_state(i)
         return out
 
     def run_state_dict(self) -> dict[str, Any]:
         """The engine's own counters (identical on every process)."""
-        return {"round": self.round, "set_up": self.is_set_up, "seq": self._seq,
-                "reference": dict(self._reference),
-                "algorithm": self.algorithm.state_dict(),
-                "compute_s": self.compute_s, "comm_s": self.comm_s,
-                "elapsed_s": time.perf_counter() - self._start}
+        out = {"round": self.round, "set_up": self.is_set_up, "seq": self._seq,
+               "reference": dict(self._reference),
+               "algorithm": self.algorithm.state_dict(),
+               "compute_s": self.compute_s, "comm_s": self.comm_s,
+               "elapsed_s": time.perf_counter() - self._start}
+        if self.events is not None:  # the event queue between sweeps (identical everywhere)
+            out["events"] = self.events.state_dict()
+        return out
 
     def load_state_dicts(self, nodes: Mapping[int, dict[str, Any]], run: dict[str, Any]) -> None:
         """Restore what :meth:`node_state_dicts` and :meth:`run_state_dict` returned."""
@@ -724,6 +729,12 @@ class Engine:
             if self.delivery is not None:
                 self.delivery.lost_total[self.block.ids.index(i)] = int(blob.get("messages_lost", 0))
         self.algorithm.load_state_dict(run.get("algorithm", {}))
+        if self.events is not None:
+            if "events" not in run:
+                raise ConfigError(f"{self.algorithm.name} is asynchronous but the checkpoint holds "
+                                  "no event queue: it is another run's; start with a new "
+                                  "--checkpoint-dir")
+            self.events.load_state_dict(run["events"], {i: blob["events"] for i, blob in nodes.items()})
         self.round = int(run["round"])
         self._seq = int(run["seq"])
         self._reference = dict(run["reference"])

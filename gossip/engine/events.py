@@ -32,6 +32,23 @@ rank. The same seed gives the same trace and the same numbers in process and und
 A *sweep* is n activations (one per node on average): the engine's ``round`` counts sweeps, so
 ``--rounds``, ``--log-every`` and the records work as for synchronous runs; records gain
 ``time_virtual_s`` (the virtual time of the last event), ``activations`` and ``messages``.
+
+**Checkpoints** (:meth:`EventLoop.state_dict`, :meth:`EventLoop.node_state`) save the queue as
+it stands between two sweeps, not a position to replay to: the heap's entries (each wake's node,
+each message's arc, send time and tag, with its ``seq``), the counters (``now``, activations,
+messages, losses, rejoins, the next ``seq``), each node's clock rings ``k`` and last ring, and
+the count of messages on each arc. Every draw is keyed by those counters (a node's k-th interval
+and peer, an arc's k-th fate and delay, churn by time), so they are the keyed draws' positions,
+and :class:`~gossip.timing.Timing` keeps only caches of pure functions. The payloads in flight
+are the one thing the trace cannot recompute (they are model values): each is saved with the
+node it is addressed to (its process holds it: every transfer to another rank is complete
+after a sweep, :meth:`EventLoop._reap`), as is the point a fresh node restarts from. Replaying
+the trace to the checkpoint's event instead would cost every event so far at each resume and
+still need the payloads, so the queue is saved as it is; it is small (n wakes and the messages
+in flight). The algorithms' own state (AD-PSGD's stale gradients, SGP's ``s`` and ``w``,
+async-choco's per-arc copies) is in ``block.state`` / ``block.arc_state`` and is saved with the
+nodes as for rounds; their per-event scratch (async-choco's decoded offers) is empty between
+sweeps.
 """
 
 from __future__ import annotations
@@ -174,6 +191,7 @@ class EventLoop:
         self._seq = 0
         self._sends: list[tuple[Any, torch.Tensor, int]] = []  # posts sent to other ranks
         self._recvs: list[_Incoming] = []  # posts from other ranks, receives posted
+        self._restored: dict[int, tuple[torch.Tensor, ...]] = {}  # a checkpoint's payloads by seq
         for i in range(self.n):
             self._schedule(i, 0.0)
 
@@ -341,6 +359,7 @@ class EventLoop:
         """Process events until ``activations`` activations have run in all, and the messages
         that arrive at that same instant."""
         heap = self._heap
+        self._restored.clear()  # a checkpoint's payloads are in the heap now
         while self.activations < activations or (heap and heap[0][2] == _ARRIVE
                                                  and heap[0][0] <= self.now):
             if not heap:
@@ -413,6 +432,72 @@ class EventLoop:
                 f"{net.delay.low:g} s, but the run ends at about {horizon:g} s of virtual time "
                 f"({sweeps} more sweeps of {step:g} s steps), so none would arrive; shorten the "
                 "delay or run more rounds")
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The queue between two sweeps, the same on every process (module doc): everything but
+        the payloads in flight (:meth:`node_state`). Plain lists and numbers (``weights_only``)."""
+        heap = []
+        for time, seq, kind, item in self._heap:
+            if kind == _WAKE:
+                heap.append([time, seq, kind, item])
+            else:
+                i, j, sent, _payload, tag = item
+                heap.append([time, seq, kind, [i, j, sent, tag]])
+        return {"now": self.now, "activations": self.activations, "messages": self.messages,
+                "messages_lost": self.messages_lost, "rejoins": self.rejoins, "seq": self._seq,
+                "k": list(self._k), "last": list(self._last),
+                "counts": [[i, j, c] for (i, j), c in sorted(self._counts.items())],
+                "heap": heap}
+
+    def node_state(self, i: int) -> dict[str, Any]:
+        """Local node i's part of the queue: the payloads of the messages in flight to it (by
+        their ``seq``) and, when a node comes back fresh, the point it restarts from."""
+        inbox = {}
+        for _time, seq, kind, item in self._heap:
+            if kind == _ARRIVE and item[1] == i:
+                payload = item[3]
+                if isinstance(payload, _Incoming):  # received at the last sweep's end (_reap)
+                    payload = _split(payload.host, payload.like)
+                if payload is not None:
+                    inbox[seq] = [p.clone() for p in payload]
+        out: dict[str, Any] = {"inbox": inbox}
+        if self._x0 is not None:
+            out["x0"] = self._x0[self.row_of[i]].clone()
+        return out
+
+    def load_state_dict(self, state: dict[str, Any], nodes: dict[int, dict[str, Any]]) -> None:
+        """Restore :meth:`state_dict` and the local ``nodes``' :meth:`node_state` (called once
+        per node as a checkpoint is read: the payloads gathered so far are kept)."""
+        if self._sends or self._recvs:
+            raise ConfigError("an asynchronous run's checkpoint is loaded between sweeps, not "
+                              "while messages to other ranks are in transfer")
+        restored = self._restored
+        dev = self.block.x.device
+        for i, blob in nodes.items():
+            restored.update({int(seq): tuple(p.to(dev) for p in parts)
+                             for seq, parts in blob["inbox"].items()})
+            if self._x0 is not None and "x0" in blob:
+                self._x0[self.row_of[i]].copy_(blob["x0"])
+        self.now = float(state["now"])
+        self.activations = int(state["activations"])
+        self.messages = int(state["messages"])
+        self.messages_lost = int(state["messages_lost"])
+        self.rejoins = int(state["rejoins"])
+        self._seq = int(state["seq"])
+        self._k = [int(k) for k in state["k"]]
+        self._last = [float(t) for t in state["last"]]
+        self._counts = {(int(i), int(j)): int(c) for i, j, c in state["counts"]}
+        heap = []
+        for time, seq, kind, item in state["heap"]:
+            if kind == _WAKE:
+                heap.append((float(time), int(seq), _WAKE, int(item)))
+            else:
+                i, j, sent, tag = item
+                payload = restored.get(int(seq)) if self.local(int(j)) else None
+                heap.append((float(time), int(seq), _ARRIVE,
+                             (int(i), int(j), float(sent), payload, int(tag))))
+        self._heap = heap  # the saved list keeps its heap order
 
     def log_fields(self) -> dict[str, Any]:
         """What a record of an asynchronous run adds."""

@@ -24,8 +24,9 @@ receiver's mix skips them) and with the self weights the algorithm's semantics a
   the acknowledgement is not counted in bits) and ``in_delivered`` (the arcs into the block);
   :meth:`~gossip.engine.block.Block.decode_received` adds only the delivered ones. For methods
   whose sender and receiver keep the same per-arc copy (``choco-arcs``, ``lead-arcs``,
-  ``c-gt-arcs``: a :class:`~gossip.engine.channel.Channel` with ``route="arcs"``): both ends
-  apply a delivered message, neither a lost one, so the copies never disagree.
+  ``prox-lead-arcs``, ``beer-arcs``, ``c-gt-arcs``: a :class:`~gossip.engine.channel.Channel`
+  with ``route="arcs"``): both ends apply a delivered message, neither a lost one, so the
+  copies never disagree.
 
 A phase without a lost message keeps the round's plan itself (nothing is built; its masks are
 None: every message arrived). Per-arc phases of the other policies (PowerGossip, C-ECL, the

@@ -28,7 +28,7 @@ With ``loss=`` too, a lost message is never held and does not hold up its arc
 The round's mix then runs on a :class:`~gossip.engine.routing.MixPlan` whose neighbor terms all
 read rows of one fresh staging buffer holding those messages (the own rows are copied in front
 of them); the phase's :class:`~gossip.engine.staging.Rows` are pointed at it. Per-arc phases
-(``"ack"``: choco-arcs, lead-arcs, c-gt-arcs) are refused: :data:`MODES` says why.
+(``"ack"``: choco-arcs, lead-arcs, prox-lead-arcs, beer-arcs, c-gt-arcs) are refused: :data:`MODES` says why.
 """
 
 from __future__ import annotations

@@ -20,8 +20,8 @@
   time, one per node on average, and each activation (gossip learning: each model's arrival)
   draws one mini-batch of the node it steps. A node's steps per sweep vary (a straggler takes
   fewer, the others more), so its scheduler follows the sweeps (``schedule_by_round``), not
-  its own count of steps. They run in one process, without ``overlap``, ``link_latency`` or
-  checkpoints (the engine refuses them).
+  its own count of steps. They run in one process, without ``overlap`` or ``link_latency``
+  (the engine refuses them); checkpoints save their event queue (docs/asynchronous.md).
 
 Definitions (documented because logs depend on them):
 

@@ -56,7 +56,7 @@ def test_declared_copies_bound_the_allocated_state(name):
     comp = {"identity": "none", "bounded-variance": "lead:2"}.get(req.compressor, "topk:0.1")
     kw, hp, problem = {}, {}, None
     if cls.trains:
-        kind = "lasso" if name == "prox-lead" else "least-squares"
+        kind = "lasso" if name.startswith("prox-lead") else "least-squares"
         problem = make_problem(kind, n_nodes=M, dim=D, samples_per_node=4, seed=0,
                                dtype=torch.float64)
         kw = {"oracles": lambda i, g: problem.oracle(i, g, "full", 1)}

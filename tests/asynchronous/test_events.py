@@ -214,12 +214,11 @@ def test_refusals_are_one_line(name, kw, needle):
     assert "\n" not in str(info.value)
 
 
-def test_asynchronous_runs_have_no_rounds_to_begin_or_checkpoints():
+def test_asynchronous_runs_have_no_rounds_to_begin():
+    """(Their checkpoints: tests/asynchronous/test_checkpoint_async.py.)"""
     eng = _engine("pairwise-gossip")
     with pytest.raises(ContractError, match="asynchronous"):
         eng.begin_round()
-    with pytest.raises(ConfigError, match="checkpoint"):
-        eng.node_state_dicts()
     with pytest.raises(ContractError, match="events"):
         next(make_algorithm("pairwise-gossip").step(eng.block))
     assert N == 8

@@ -7,18 +7,23 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.launch import mpiexec, scenario_records
-from tests.helpers.mpi_async_scenarios import SCENARIOS
+from tests.helpers.mpi_async_scenarios import RESUMED, SCENARIOS
 
 pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 
 
 def test_asynchronous_runs_under_mpi_equal_in_process(tmp_path):
     a, b = scenario_records("tests/helpers/mpi_async_scenarios.py", tmp_path, 3, 8)
-    assert len(a) == len(b) == len(SCENARIOS) * 7
+    assert len(a) == len(b) == (len(SCENARIOS) + len(RESUMED)) * 7
     for ra, rb in zip(a, b):
         assert ra == rb, (ra.get("scenario"), ra.get("type"), ra.get("round"))
+    for name in RESUMED:  # checkpointed at sweep 10 and resumed: the uninterrupted run's records
+        base = name.removesuffix("-resumed")
+        for recs in (a, b):
+            assert ([r | {"scenario": base} for r in recs if r["scenario"] == name]
+                    == [r for r in recs if r["scenario"] == base])
     finals = {r["scenario"]: r for r in a if r["type"] == "round" and r["round"] == 20}
-    assert set(finals) == set(SCENARIOS)
+    assert set(finals) == set(SCENARIOS) | set(RESUMED)
     for name, r in finals.items():
         assert r["activations"] == 160 and r["bits_per_node"] > 0, name
     for name in ("pairwise-lossy", "async-choco-topk", "gossip-learning-late", "async-sgp-late"):

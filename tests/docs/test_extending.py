@@ -165,7 +165,7 @@ def test_suggested_steps_converge(name):
     # an all-reduce gets the complete graph, on 8 nodes (a power of two, for adasum's tree)
     n = 8 if cls.requires.graph.complete else 6
     star = cls.requires.graph.star  # federated: node 0 the server, the data on the n − 1 clients
-    problem = make_problem("lasso" if name == "prox-lead" else "least-squares", n_nodes=n - star,
+    problem = make_problem("lasso" if name.startswith("prox-lead") else "least-squares", n_nodes=n - star,
                            dim=15, samples_per_node=30, seed=2, dtype=torch.float64)
     x_star = torch.as_tensor(problem.solution(), dtype=torch.float64)
     graph = "complete" if cls.requires.graph.complete else "star" if star else "ring"

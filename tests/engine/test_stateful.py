@@ -81,7 +81,7 @@ def states(engine: Engine) -> list[torch.Tensor]:
 @pytest.mark.parametrize("spec", ["none", *STATEFUL])
 @pytest.mark.parametrize("name", sorted(n for n, c in REGISTRY.items() if not c.asynchronous))
 def test_resume_equals_uninterrupted(tmp_path, name, spec, per_tensor):
-    """(Asynchronous runs refuse checkpoints: tests/asynchronous/test_events.py.)"""
+    """(Asynchronous runs: tests/asynchronous/test_checkpoint_async.py.)"""
     try:
         full = build(name, spec, per_tensor)
     except ConfigError as exc:
@@ -152,6 +152,14 @@ SCRIPT_RUNS = {
     # BEER's second (tracker) compressor stream
     "optimize-beer": ("optimize", ["--algorithm", "beer", "--compressor", "topk:0.2", "--dim", "20",
                                    "--samples-per-node", "30", "--nodes", "4", "--log-every", "10"]),
+    # asynchronous, in virtual time: the event queue, with messages in flight at the checkpoint
+    "optimize-gossip-learning": ("optimize", [
+        "--algorithm", "gossip-learning", "--dim", "20", "--samples-per-node", "30", "--nodes", "4",
+        "--log-every", "10", "--network", "loss=0.2;delay=lognormal:0.1,0.5;compute=exp:1;slow=nodes:0x5"]),
+    "train-ad-psgd": ("train", ["--algorithm", "ad-psgd", "--data", "synthetic",
+                                "--synthetic-samples", "300", "--nodes", "4", "--dtype", "float64",
+                                "--log-every", "10", "--optimizer", "sgd",
+                                "--network", "loss=0.1;compute=exp:1;slow=nodes:0x5"]),
 }
 
 

@@ -1,7 +1,9 @@
 """Asynchronous algorithms in virtual time; every record (and a digest of the event trace) goes
 to a JSON-lines file. Started in process and under ``mpiexec`` by
 tests/asynchronous/test_events_mpi.py, which compares the files: the same seed must give the
-same events, bits and numbers wherever the nodes sit.
+same events, bits and numbers wherever the nodes sit. A scenario named ``BASE-resumed`` runs
+BASE for 10 sweeps, checkpoints it (every rank writes its nodes), restores the checkpoint into a
+fresh engine and runs 10 more: its records, final models and trace equal BASE's.
 Usage: python tests/helpers/mpi_async_scenarios.py OUT.jsonl NODES [SCENARIO ...]
 """
 
@@ -17,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
+from gossip.checkpoint import Checkpointer  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.metrics import JsonlLogger  # noqa: E402
@@ -35,6 +38,8 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, bool]] = {
     "gossip-learning-late": ("gossip-learning", {}, "none", "exponential", LATE, True),
     "async-sgp-late": ("async-sgp", {}, "none", "directed-exponential", LATE, True),
 }
+RESUMED = ("gossip-learning-late-resumed",)
+"""Scenarios checkpointed at sweep 10 and resumed into a fresh engine (module doc)."""
 
 
 def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
@@ -54,14 +59,37 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
     return engine, {"metrics": [distance_metric(x_star)] if trains else []}
 
 
+def resumed(name: str, n: int, world: World, logger: JsonlLogger, out: str) -> Engine:
+    """BASE run for 10 sweeps and checkpointed, then restored into a fresh engine that runs 10
+    more (its trace continues the first engine's: the whole run's)."""
+    base = name.removesuffix("-resumed")
+    first, kw = engine_for(base, n, world)
+    for rec in first.run(10, log_every=5, **kw):
+        logger.write({"scenario": name} | {k: v for k, v in rec.items()
+                                           if not k.endswith("_s") or k == "time_virtual_s"})
+    ckpt = Checkpointer(f"{out}.ck-{name}", {"run": name}, every=10, world=world)
+    try:
+        ckpt.save(first)
+        engine, kw = engine_for(base, n, world)
+        assert ckpt.restore(engine) == 10
+    finally:
+        ckpt.close()
+    engine.events.trace = first.events.trace
+    log_run(engine, name, logger, rounds=10, **kw)
+    return engine
+
+
 def main() -> None:
     torch.set_num_threads(1)
     out, n = sys.argv[1], int(sys.argv[2])
     world = World.detect()
     with JsonlLogger(out, enabled=world.is_root) as logger:
-        for name in sys.argv[3:] or list(SCENARIOS):
-            engine, kw = engine_for(name, n, world)
-            log_run(engine, name, logger, **kw)
+        for name in sys.argv[3:] or [*SCENARIOS, *RESUMED]:
+            if name in RESUMED:
+                engine = resumed(name, n, world, logger, out)
+            else:
+                engine, kw = engine_for(name, n, world)
+                log_run(engine, name, logger, **kw)
             trace = repr(engine.events.trace).encode()
             logger.write({"scenario": name, "type": "trace", "events": len(engine.events.trace),
                           "sha256": hashlib.sha256(trace).hexdigest()})

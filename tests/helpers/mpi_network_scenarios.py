@@ -39,6 +39,10 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "lead-arcs-lead2": ("lead-arcs", {}, "lead:2", "erdos-renyi:p=0.4", "metropolis", GE, True),
     "lead-arcs-topk": ("lead-arcs", {}, "topk:0.25", "ring", "metropolis", "loss=0.2", True),
     "beer-topk": ("beer", {}, "topk:0.25", "ring", "metropolis", "loss=0.1", True),
+    "beer-arcs-qsgd": ("beer-arcs", {}, "qsgd:4bit", "erdos-renyi:p=0.4", "metropolis", GE, True),
+    "beer-arcs-topk": ("beer-arcs", {}, "topk:0.25", "ring", "metropolis", "loss=0.2", True),
+    "prox-lead-arcs-lead2": ("prox-lead-arcs", {}, "lead:2", "ring", "metropolis", "loss=0.2",
+                             True),  # on the lasso
     "dcd-none": ("dcd", {}, "none", "ring", "metropolis", "loss=0.1", True),
     "c-gt-lead2": ("c-gt", {}, "lead:2", "ring", "metropolis", "loss=0.1", True),
     "c-gt-arcs-lead2": ("c-gt-arcs", {}, "lead:2", "ring", "metropolis", "loss=0.1", True),
@@ -66,7 +70,8 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
     start from distinct models, optimization runs from one and log the distance to x*)."""
     alg_name, hp, spec, topo_spec, weights, network, trains = SCENARIOS[name]
     topo = topologies.build(topo_spec, n, weights=weights, seed=3)
-    problem = make_problem("least-squares", n_nodes=n, dim=20, samples_per_node=15, seed=4,
+    kind = "lasso" if alg_name.startswith("prox-") else "least-squares"  # prox: a regularizer
+    problem = make_problem(kind, n_nodes=n, dim=20, samples_per_node=15, seed=4,
                            heterogeneity=2.0, dtype=torch.float64)
     x_star, x0 = problem.solution(), problem.initial_point()
     if trains:

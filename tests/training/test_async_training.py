@@ -57,8 +57,6 @@ def test_a_straggler_network_logs_virtual_time(tmp_path):
 @pytest.mark.parametrize("flags, named", [
     (["--overlap"], "--overlap"),
     (["--link-latency", "0.01"], "--link-latency"),
-    (["--checkpoint-dir", "CKPT"], "--checkpoint-dir"),
-    (["--checkpoint-dir", "CKPT", "--checkpoint-every", "2"], "--checkpoint-dir/--checkpoint-every"),
 ])
 def test_flags_without_meaning_are_refused_before_any_work(flags, named, tmp_path):
     """One line naming the flag, before the data are read (the data path does not exist)."""

@@ -42,7 +42,7 @@ def documented(kind: str) -> list[str]:
 
 WORKS, NOT_FOR_MODELS, FEDERATED = documented("works"), documented("not for"), documented("federated")
 ASYNCHRONOUS = documented("asynchronous")
-SETUP_STEP = ["beer", "docom", "lead", "lead-arcs", "motef"]
+SETUP_STEP = ["beer", "beer-arcs", "docom", "lead", "lead-arcs", "motef"]
 """The algorithms whose setup takes a gradient, so the first ``opt.step()`` is the setup."""
 BUILT_IN = [name for name in trainable_algorithms() if REGISTRY[name].__module__.startswith("gossip.")]
 """The package's own trainable algorithms (other test modules register some of theirs)."""
