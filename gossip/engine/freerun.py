@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from gossip.engine.events import Activation, Message, Side, _flat, _nbytes, _split
+from gossip.engine.wallclock import sleep_serving
 from gossip.errors import ConfigError
 from gossip.timing import KeyedDraws, Timing
 
@@ -83,23 +84,28 @@ class Snapshot:
 
 
 def check(engine: Engine, scale: float) -> None:
-    """Refuse, in one line, a free run this engine cannot make (module doc)."""
+    """Refuse, in one line, a free run this engine cannot make: one node per rank under
+    mpiexec, a positive ``scale``, and the timing models each kind of run takes (an
+    asynchronous free run: ``compute=``/``slow=``; synchronous rounds in wall-clock time,
+    :mod:`gossip.engine.wallclock`: those and ``loss=``, whose lost messages nobody waits
+    for)."""
     alg, world = engine.algorithm, engine.world
-    if not alg.asynchronous:
-        raise ConfigError(f"--free-run runs asynchronous algorithms; {alg.name} runs in rounds")
+    if not scale > 0 or scale != scale:
+        raise ConfigError(f"--free-run {scale!r}: give the wall seconds per virtual second (> 0)")
+    net = engine.network
+    if alg.asynchronous and (net.lossy or net.delay is not None or net.churn is not None):
+        raise ConfigError("--free-run: loss=, delay= and churn= are modeled in virtual time; a free "
+                          "run takes its delays from the machine and its compute times from "
+                          "compute=/slow= (drop the others, or run without --free-run)")
+    if not alg.asynchronous and net.delay is not None:
+        raise ConfigError(f"--free-run: {alg.name} runs in rounds, whose wall-clock pacing sleeps "
+                          "the compute=/slow= draws; delay= stays in virtual time "
+                          "(time_virtual_s): drop it, or run without --free-run")
     link = engine.transport.link
     if link is None or not hasattr(link, "comm") or len(engine.local_ids) != 1:
         raise ConfigError("--free-run needs mpiexec with one node per rank (an MPI world of n "
                           f"processes for n nodes); this run has {world.size} process(es) for "
                           f"{engine.n} nodes")
-    net = engine.network
-    if net.lossy or net.delay is not None or net.churn is not None:
-        raise ConfigError("--free-run: loss=, delay= and churn= are modeled in virtual time; a free "
-                          "run takes its delays from the machine and its compute times from "
-                          "compute=/slow= (drop the others, or run without --free-run)")
-    if not scale > 0 or scale != scale:
-        raise ConfigError(f"--free-run {scale!r}: give the wall seconds per virtual second (> 0)")
-
 
 class FreeRun:
     """One rank's node, run free (module doc). ``scale``: wall seconds per virtual second of
@@ -107,6 +113,9 @@ class FreeRun:
 
     def __init__(self, engine: Engine, scale: float = 0.01, timeout: float | None = None):
         check(engine, scale)
+        if not engine.algorithm.asynchronous:
+            raise ConfigError(f"FreeRun runs asynchronous algorithms; {engine.algorithm.name} "
+                              "runs in rounds, paced by gossip.engine.wallclock.WallRounds")
         link, net = engine.transport.link, engine.network
         from mpi4py import MPI
 
@@ -245,12 +254,7 @@ class FreeRun:
 
     def _serve_for(self, seconds: float) -> None:
         """Compute for ``seconds`` of wall time, answering whoever asks meanwhile."""
-        end = time.monotonic() + seconds
-        while True:
-            self._serve_one()
-            if time.monotonic() >= end:
-                return
-            time.sleep(min(1e-4, max(end - time.monotonic(), 0.0)))
+        sleep_serving(seconds, self._serve_one)
 
     def _serve_until(self, reply_from: int | None = None, size: int = 0,
                      all_done: bool = False) -> torch.Tensor | None:

@@ -103,7 +103,7 @@ def test_a_silent_rank_is_routed_around_and_named(tmp_path):
 
 @pytest.mark.parametrize(("name", "kw", "needle"), [
     ("ad-psgd", {}, "needs mpiexec with one node per rank"),
-    ("dpsgd", {}, "runs in rounds"),
+    ("dpsgd", {}, "needs mpiexec with one node per rank"),  # rounds paced: test_wallrounds_mpi
 ])
 def test_free_run_refusals(name, kw, needle):
     from gossip.problems import make_problem
