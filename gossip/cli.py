@@ -268,7 +268,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--free-run", type=positive_float, default=None, metavar="SCALE",
                    help="under mpiexec with one node per rank, sleep the --network "
                         "compute/slow draws x SCALE wall seconds. Asynchronous algorithms run "
-                        "free, in wall-clock order; --log-every K: the nodes' states at the "
+                        "free, in wall-clock order (loss= and delay= drawn per message); "
+                        "--log-every K: the nodes' states at the "
                         "wall instants of every K sweeps, written after the run, then the end "
                         "record (docs/asynchronous.md). Synchronous ones keep their rounds, "
                         "each node sleeping its draw before sending; records gain wall_s "

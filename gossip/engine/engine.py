@@ -143,6 +143,8 @@ class Engine:
             from gossip.engine.freerun import check
 
             check(self, free_run)
+        self.last_free_run: Any = None
+        """The :class:`~gossip.engine.freerun.FreeRun` of the last free run (its counters)."""
         self.wall: WallRounds | None = None
         """The rounds' wall clock (synchronous algorithms with ``free_run``)."""
         if free_run is not None and not algorithm.asynchronous:
@@ -622,7 +624,8 @@ class Engine:
             rec = self.record(metrics)
             if self.free_run is not None and self.wall is None:  # a free run's start: its
                 # fields, so columns line up
-                rec.update(wall_s=0.0, local_steps=0, routed_around=0)
+                rec.update(wall_s=0.0, local_steps=0, routed_around=0, messages=0,
+                           messages_lost_total=0)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
@@ -638,7 +641,7 @@ class Engine:
         if self.free_run is not None and self.wall is None:  # snapshots at wall instants
             from gossip.engine.freerun import FreeRun
 
-            free = FreeRun(self, self.free_run)
+            free = self.last_free_run = FreeRun(self, self.free_run)
 
             def deliver(rec: dict[str, Any]) -> None:
                 records.append(rec)
