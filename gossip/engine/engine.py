@@ -49,7 +49,7 @@ from gossip.stateful import Stateful
 from gossip.timing import Timing
 
 if TYPE_CHECKING:
-    from gossip.engine.freerun import NodeMetric
+    from gossip.engine.freerun import FreeRun, NodeMetric
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ class Engine:
             from gossip.engine.freerun import check
 
             check(self, free_run)
-        self.last_free_run: Any = None
+        self.last_free_run: FreeRun | None = None
         """The :class:`~gossip.engine.freerun.FreeRun` of the last free run (its counters)."""
         self.wall: WallRounds | None = None
         """The rounds' wall clock (synchronous algorithms with ``free_run``)."""
