@@ -464,8 +464,9 @@ def main(argv: list[str] | None = None) -> str:
         results = measure_mpi(seeds, sweeps, args.eta, args.graph, args.mpi)
         took = time.perf_counter() - t
         tables = "\n\n".join(
-            f"Time to (1/n) Σ‖x_i − x*‖² / ‖x*‖² ≤ {target:g} in virtual time and free under "
-            f"`mpiexec -n {NODES}` (SCALE = {args.mpi:g} wall s per virtual s): the setting of "
+            f"Time to (1/n) Σ‖x_i − x*‖² / ‖x*‖² ≤ {target:g} in virtual time and under "
+            f"`mpiexec -n {NODES}` (`--free-run` SCALE = {args.mpi:g} wall s per virtual s: "
+            "the asynchronous methods free, D-PSGD in paced rounds): the setting of "
             f"the tables above, {sweeps} sweeps, median over seeds "
             f"{' '.join(map(str, seeds))}, {os.cpu_count()} CPU core(s) for the {NODES} ranks "
             f"({took:.0f} s)\n\n" + mpi_table(results, target, args.mpi)
