@@ -27,8 +27,10 @@ SCENARIOS = {
     "ad-psgd": ("ad-psgd", "loss=0.1;compute=exp:1;slow=nodes:0x5", "none"),
     "async-choco": ("async-choco", "loss=0.1;compute=exp:1", "qsgd:16"),
     "gossip-learning": ("gossip-learning", "loss=0.1;delay=exp:0.5;compute=exp:1", "none"),
+    "late": ("gossip-learning", "delay=10;compute=exp:1", "none"),
 }
-"""name -> (algorithm, --network, compressor)."""
+"""name -> (algorithm, --network, compressor). The last one's posts take a tenth of the run:
+those made in its last tenth are still on their way at the end."""
 
 
 def copies_gap(engine: Engine) -> float:
