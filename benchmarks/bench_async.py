@@ -40,18 +40,21 @@ the run allocates beyond that point's peak; in-process runs after the first read
 consensus error (1/n) Σ‖x_i − x̄‖² relative to its value at 0 after k sweeps, and the virtual
 time reached.
 
-**3. The same under mpiexec** (``--mpi SCALE``, optional): the asynchronous methods of table 1
-on the same problem, graph, step size and networks, each run free under ``mpiexec -n 8``
-(``Engine(free_run=SCALE)``, one node per rank, gossip/engine/freerun.py): a node's k-th step
-sleeps its ``compute=``/``slow=`` draw × SCALE wall seconds, exchanges happen in wall-clock
-order, and the run is snapshot every sweep (every SCALE wall seconds). Seeds ``--mpi-seeds``
-(default: the first of ``--seeds``), ``--mpi-sweeps`` sweeps (default ``--sweeps``), one
-``mpiexec`` launch per (method, network, seed). Per target: the virtual time to it (in
-process, the event loop, same seeds), that time × SCALE, the wall time to it under mpiexec
-(the first snapshot instant whose distance is at or below the target), their ratio, the local
-steps (gradients) taken by then in both, and the distance at the end of each. Synchronous
-D-PSGD is not in it: its rounds keep virtual time (the SyncClock) but do not sleep the
-``compute=`` draws under mpiexec, so its wall time would not include the straggler.
+**3. The same under mpiexec** (``--mpi SCALE``, optional): the methods of table 1 on the same
+problem, graph, step size and networks, each under ``mpiexec -n 8`` with
+``Engine(free_run=SCALE)``, one node per rank. The asynchronous ones run free
+(gossip/engine/freerun.py): a node's k-th step sleeps its ``compute=``/``slow=`` draw × SCALE
+wall seconds, exchanges happen in wall-clock order, and the run is snapshot every sweep (every
+SCALE wall seconds). D-PSGD keeps its rounds (gossip/engine/wallclock.py): each rank sleeps
+its node's draw of the round × SCALE before sending and waits for its neighbors' messages, a
+record every round giving the round's end in wall time (the records' own time taken out).
+Seeds ``--mpi-seeds`` (default: the first of ``--seeds``), ``--mpi-sweeps`` sweeps (default
+``--sweeps``), one ``mpiexec`` launch per (method, network, seed). Per target: the virtual time
+to it (in process, the event loop or the SyncClock, same seeds), that time × SCALE, the wall
+time to it under mpiexec (the first snapshot instant or round whose distance is at or below
+the target), their ratio, the speedup over D-PSGD on the same network in virtual and in wall
+time (D-PSGD's median time over the method's), the local steps (gradients; a round is 8) taken
+by then in both, and the distance at the end of each.
 
     python benchmarks/bench_async.py                     # the docs' tables, ~70 s on one busy core
     python benchmarks/bench_async.py --sweeps 40 --seeds 0 --targets 0.5 --pairwise-nodes 200 \\
@@ -138,6 +141,10 @@ def straggler_run(algorithm: str, network: str, seed: int, sweeps: int, eta: flo
     except DivergenceError:
         diverged = True
     records = [r for r in records if r["type"] == "round"]  # a free run's node records aside
+    if not engine.algorithm.asynchronous:  # a round: a gradient per node
+        steps = "gradients"
+        for r in records:
+            r[steps] = r["round"] * NODES
     return {"trace": [(r["distance"], r[clock], r["round"], r["bits_per_node"]) for r in records],
             "steps": [r.get(steps, 0) for r in records],
             "final": math.inf if diverged else records[-1]["distance"],
@@ -236,9 +243,9 @@ def free_run(algorithm: str, network: str, seed: int, sweeps: int, eta: float, g
 
 def measure_mpi(seeds: list[int], sweeps: int, eta: float, graph: str, scale: float
                 ) -> dict[tuple[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
-    """Every asynchronous (method, network): its runs in virtual time and free under mpiexec."""
+    """Every (method, network): its runs in virtual time and under mpiexec (module doc, 3)."""
     results = {}
-    for algorithm in METHODS[1:]:
+    for algorithm in METHODS:
         for network in NETWORKS:
             virtual = [straggler_run(algorithm, network, s, sweeps, eta, graph) for s in seeds]
             wall = [free_run(algorithm, network, s, sweeps, eta, graph, scale) for s in seeds]
@@ -252,18 +259,24 @@ def mpi_table(results: dict[tuple[str, str], tuple[list[dict[str, Any]], list[di
     """Virtual time to ``target`` against wall time under mpiexec (medians over the seeds)."""
     lines = ["| method | network | reached (seeds, virtual / mpiexec) | virtual time to target (s) "
              f"| × SCALE = {scale:g} (s) | wall time to target, mpiexec -n {NODES} (s) | wall / "
-             "(virtual × SCALE) | local steps to target (virtual / mpiexec) | distance at the end "
-             "(virtual / mpiexec) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"(virtual × SCALE) | speedup vs {METHODS[0]} (virtual / wall) | local steps to target "
+             "(virtual / mpiexec) | distance at the end (virtual / mpiexec) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    times = {key: (_median([reach(r, target) for r in virtual], "time"),
+                   _median([reach(r, target) for r in wall], "time"))
+             for key, (virtual, wall) in results.items()}
     for (algorithm, network), (virtual, wall) in results.items():
         v = [reach(r, target) for r in virtual]
         w = [reach(r, target) for r in wall]
-        tv, tw = _median(v, "time"), _median(w, "time")
+        tv, tw = times[(algorithm, network)]
         ratio = tw / (tv * scale) if math.isfinite(tv) and math.isfinite(tw) else math.inf
+        ref = times.get((METHODS[0], network), (math.inf, math.inf))
+        speedup = " / ".join(_num(r / t, ".2f") if math.isfinite(t) else "—"
+                             for r, t in zip(ref, (tv, tw)))
         reached = f"{sum(int(r['reached']) for r in v)}/{sum(int(r['reached']) for r in w)} of {len(v)}"
         lines.append(
             f"| {algorithm} | {network} | {reached} | {_num(tv)} | {_num(tv * scale)} | "
-            f"{_num(tw)} | {_num(ratio, '.2f')} | {_num(_median(v, 'steps'), '.0f')} / "
+            f"{_num(tw)} | {_num(ratio, '.2f')} | {speedup} | {_num(_median(v, 'steps'), '.0f')} / "
             f"{_num(_median(w, 'steps'), '.0f')} | {_num(_median(virtual, 'final'))} / "
             f"{_num(_median(wall, 'final'))} |")
     return "\n".join(lines)
@@ -394,9 +407,9 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--skip", nargs="+", choices=("straggler", "pairwise"), default=[],
                    help="leave these tables out")
     p.add_argument("--mpi", type=float, metavar="SCALE",
-                   help="also run the asynchronous methods free under mpiexec -n 8 with "
-                        "--free-run SCALE (wall seconds per virtual second): wall time to each "
-                        "target next to virtual time x SCALE")
+                   help="also run every method under mpiexec -n 8 with --free-run SCALE (wall "
+                        "seconds per virtual second; the asynchronous ones free, D-PSGD in "
+                        "paced rounds): wall time to each target next to virtual time x SCALE")
     p.add_argument("--mpi-seeds", type=int, nargs="+", help="the mpiexec runs' seeds (default: "
                    "the first of --seeds)")
     p.add_argument("--mpi-sweeps", type=int, help="sweeps of the mpiexec runs (default --sweeps)")
@@ -451,8 +464,9 @@ def main(argv: list[str] | None = None) -> str:
         results = measure_mpi(seeds, sweeps, args.eta, args.graph, args.mpi)
         took = time.perf_counter() - t
         tables = "\n\n".join(
-            f"Time to (1/n) Σ‖x_i − x*‖² / ‖x*‖² ≤ {target:g} in virtual time and free under "
-            f"`mpiexec -n {NODES}` (SCALE = {args.mpi:g} wall s per virtual s): the setting of "
+            f"Time to (1/n) Σ‖x_i − x*‖² / ‖x*‖² ≤ {target:g} in virtual time and under "
+            f"`mpiexec -n {NODES}` (`--free-run` SCALE = {args.mpi:g} wall s per virtual s: "
+            "the asynchronous methods free, D-PSGD in paced rounds): the setting of "
             f"the tables above, {sweeps} sweeps, median over seeds "
             f"{' '.join(map(str, seeds))}, {os.cpu_count()} CPU core(s) for the {NODES} ranks "
             f"({took:.0f} s)\n\n" + mpi_table(results, target, args.mpi)

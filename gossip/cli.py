@@ -266,12 +266,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "SECONDS after they are sent, in process and across processes "
                         "(default 0; e.g. 0.005 to measure what --overlap hides)")
     g.add_argument("--free-run", type=positive_float, default=None, metavar="SCALE",
-                   help="asynchronous algorithms under mpiexec with one node per rank: run free, "
-                        "in wall-clock order, SCALE wall seconds per virtual second of compute "
-                        "time (the --network compute/slow draws); --log-every K: the nodes' "
-                        "states at the wall instants of every K sweeps, written after the run, "
-                        "then the end record (docs/asynchronous.md); default: the event loop in "
-                        "virtual time")
+                   help="under mpiexec with one node per rank, sleep the --network "
+                        "compute/slow draws x SCALE wall seconds. Asynchronous algorithms run "
+                        "free, in wall-clock order (loss= and delay= drawn per message); "
+                        "--log-every K: the nodes' states at the "
+                        "wall instants of every K sweeps, written after the run, then the end "
+                        "record (docs/asynchronous.md). Synchronous ones keep their rounds, "
+                        "each node sleeping its draw before sending; records gain wall_s "
+                        "(docs/network.md). Default: virtual time only")
     g.add_argument("--log-every", type=positive_int, default=10, help="log every K rounds (default 10)")
     from gossip.memory import add_memory_argument
 

@@ -31,6 +31,7 @@ from gossip.engine.nodes import Node
 from gossip.engine.routing import ArcPlan, MixPlan
 from gossip.engine.staging import Rows
 from gossip.engine.stale import Staleness, mode_of
+from gossip.engine.wallclock import WallRounds
 from gossip.errors import (
     CompressionError,
     ConfigError,
@@ -48,7 +49,7 @@ from gossip.stateful import Stateful
 from gossip.timing import Timing
 
 if TYPE_CHECKING:
-    from gossip.engine.freerun import NodeMetric
+    from gossip.engine.freerun import FreeRun, NodeMetric
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +88,13 @@ class Engine:
             numbers, less wall time when messages are slow; docs/overlap.md).
         link_latency: seconds every phase's messages take to arrive, on top of the real
             transfer (a simulated link delay, to measure what ``overlap`` hides); default 0.
-        free_run: for an asynchronous algorithm under mpiexec with one node per rank: run it
-            free, in wall-clock order (:mod:`gossip.engine.freerun`), with this many wall
-            seconds per virtual second of compute time; None (default): the event loop in
-            virtual time, the same on every rank.
+        free_run: under mpiexec with one node per rank, this many wall seconds per virtual
+            second of compute time (the ``compute=``/``slow=`` draws). An asynchronous
+            algorithm runs free, in wall-clock order (:mod:`gossip.engine.freerun`); a
+            synchronous one keeps its rounds and sleeps each round's compute draw before
+            sending, its records gaining ``wall_s`` (:mod:`gossip.engine.wallclock`). None
+            (default): virtual time only (the event loop, the same on every rank; the rounds'
+            clock).
     """
 
     def __init__(
@@ -139,6 +143,12 @@ class Engine:
             from gossip.engine.freerun import check
 
             check(self, free_run)
+        self.last_free_run: FreeRun | None = None
+        """The :class:`~gossip.engine.freerun.FreeRun` of the last free run (its counters)."""
+        self.wall: WallRounds | None = None
+        """The rounds' wall clock (synchronous algorithms with ``free_run``)."""
+        if free_run is not None and not algorithm.asynchronous:
+            self.wall = WallRounds(Timing(self.network, seed, self.n), self.local_ids[0], free_run)
         if link_latency and algorithm.asynchronous:
             raise ConfigError(f"--link-latency delays real messages of rounds; {algorithm.name} runs "
                               "in virtual time: give its messages a delay with --network "
@@ -393,6 +403,8 @@ class Engine:
         tic = time.perf_counter()
         gen = self.algorithm.step(block)
         msg = self._advance(gen, None)
+        if self.wall is not None:  # the round's compute draw, slept before its messages leave
+            self.wall.pace(t)
         self.compute_s += time.perf_counter() - tic
         self._open = _Round(t, topo, gen)
         self._post(msg)
@@ -420,6 +432,8 @@ class Engine:
             self._post(msg)
         self._open = None
         self.round = rnd.t
+        if self.wall is not None:
+            self.wall.finished()
 
     @property
     def in_round(self) -> bool:
@@ -547,6 +561,10 @@ class Engine:
             rec["messages_late_total"] = int(self.node_values(dict(zip(ids, late.late_total.tolist()))).sum())
         if self.clock is not None:
             rec["time_virtual_s"] = self.clock.time(self.round)
+        finishes = None
+        if self.wall is not None:  # the round's end in wall time: the latest node's
+            finishes = self.node_values({self.wall.node: self.wall.finish})
+            rec["wall_s"] = float(finishes.max())
         for metric in metrics:
             rec.update(metric(self, xbar))
         rec.update(
@@ -554,6 +572,8 @@ class Engine:
             compute_s=self.compute_s,
             comm_s=self.comm_s,
         )
+        if finishes is not None:  # the record's own time taken out of the wall clock
+            self.wall.resume(finishes)
         self._check_divergence(rec, noise=1e-12 * float(torch.sum(xbar * xbar)))
         return rec
 
@@ -602,8 +622,10 @@ class Engine:
 
         def emit() -> None:
             rec = self.record(metrics)
-            if self.free_run is not None:  # a free run's start: its fields, so columns line up
-                rec.update(wall_s=0.0, local_steps=0, routed_around=0)
+            if self.free_run is not None and self.wall is None:  # a free run's start: its
+                # fields, so columns line up
+                rec.update(wall_s=0.0, local_steps=0, routed_around=0, messages=0,
+                           messages_lost_total=0)
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
@@ -614,10 +636,12 @@ class Engine:
         self._check_lags(rounds, checkpointer)
         if self.round == 0:
             emit()
-        if self.free_run is not None:  # snapshots at wall instants, written after the run
+        if self.wall is not None:  # a common start (or restart) of the rounds' wall clock
+            self.wall.resume(self.node_values({self.wall.node: self.wall.finish}))
+        if self.free_run is not None and self.wall is None:  # snapshots at wall instants
             from gossip.engine.freerun import FreeRun
 
-            free = FreeRun(self, self.free_run)
+            free = self.last_free_run = FreeRun(self, self.free_run)
 
             def deliver(rec: dict[str, Any]) -> None:
                 records.append(rec)

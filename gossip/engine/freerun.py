@@ -31,10 +31,29 @@ per instant (consensus error, distance of the average, ...) — the network as i
 computed after the fact with nothing waited for during the run. A rank that stops answering
 loses only what it had not sent: the other ranks' node records and its own up to the stop are
 written before the collectives (which then stop with a timeout naming it).
+
+Loss and delay (``loss=``, ``delay=``): a node draws the fate of each message it sends from
+the keyed draws of the event loop (arc node → peer, counted per arc from 1: the sender is the
+only one who sends on its out-arcs, so it alone keeps the count, wherever the run's events
+fall). A lost post is not sent (``post()`` returns False, as in the event loop). A delivered
+post with a delay d is handed to MPI ``d × scale`` wall seconds after it is made (an outbox the
+node empties while it polls; the receiver takes it in at its next poll), its bytes counted when
+made; the posts still due after the run's end are dropped, as they would arrive after it. An
+exchange's two messages are drawn apart, as in the event loop, and each end merges what it
+heard: a lost request is not sent, and the initiator, which drew the loss, merges nothing and
+goes on at once; a lost reply is replaced by an empty LOST notice, so the initiator merges
+nothing and goes on, while the peer merged the request. The draw stands for the acknowledgement
+a real protocol gets (or the timeout it waits out: skipped here, because the event loop's
+exchange takes no virtual time whatever its fates), and it keeps both ends in agreement on
+``was_heard`` — what async-choco's per-arc copies need to stay equal. ``delay=`` on an
+exchange algorithm is refused, as in the event loop. The end record gains ``messages`` and
+``messages_lost_total`` (summed over the nodes).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import math
 import time
@@ -46,6 +65,7 @@ import numpy as np
 import torch
 
 from gossip.engine.events import Activation, Message, Side, _flat, _nbytes, _split
+from gossip.engine.wallclock import sleep_serving
 from gossip.errors import ConfigError
 from gossip.timing import KeyedDraws, Timing
 
@@ -58,6 +78,9 @@ _BASE = 3 << 20  # above the rounds' and the reductions' tags
 REQUEST, REPLY, POST, DONE = _BASE, _BASE + 1, _BASE + 2, _BASE + 3
 LOG, LOG_END, WRITTEN = _BASE + 4, _BASE + 5, _BASE + 6
 """A snapshot's scalars to rank 0; a rank's last row sent; rank 0 has written the node records."""
+LOST = _BASE + 7
+"""In place of a reply the network lost: the initiator learns at once that it hears nothing
+(module doc, "Loss and delay")."""
 
 NodeMetric = Callable[[int, torch.Tensor], Mapping[str, float]]
 """``metric(node, x) -> {name: value}``: what one node computes from its own model alone (its
@@ -83,23 +106,33 @@ class Snapshot:
 
 
 def check(engine: Engine, scale: float) -> None:
-    """Refuse, in one line, a free run this engine cannot make (module doc)."""
+    """Refuse, in one line, a free run this engine cannot make: one node per rank under
+    mpiexec, a positive ``scale``, and the timing models each kind of run takes (an
+    asynchronous free run: ``compute=``/``slow=``; synchronous rounds in wall-clock time,
+    :mod:`gossip.engine.wallclock`: those and ``loss=``, whose lost messages nobody waits
+    for)."""
     alg, world = engine.algorithm, engine.world
-    if not alg.asynchronous:
-        raise ConfigError(f"--free-run runs asynchronous algorithms; {alg.name} runs in rounds")
+    if not scale > 0 or scale != scale:
+        raise ConfigError(f"--free-run {scale!r}: give the wall seconds per virtual second (> 0)")
+    net = engine.network
+    if alg.asynchronous and (net.churn is not None or net.late):
+        raise ConfigError("--free-run: churn= and stale= are modeled in virtual time only; a free "
+                          "run takes compute=/slow=, loss= and delay= (drop the others, or run "
+                          "without --free-run)")
+    if alg.asynchronous and alg.contact == "exchange" and net.delay is not None:
+        raise ConfigError(f"--free-run: {alg.name}'s pairwise exchanges take no virtual time, so "
+                          "delay= has nothing to delay (as in the event loop); model slow links "
+                          "with compute=, or use a method that posts messages (gossip-learning, "
+                          "async-sgp)")
+    if not alg.asynchronous and net.delay is not None:
+        raise ConfigError(f"--free-run: {alg.name} runs in rounds, whose wall-clock pacing sleeps "
+                          "the compute=/slow= draws; delay= stays in virtual time "
+                          "(time_virtual_s): drop it, or run without --free-run")
     link = engine.transport.link
     if link is None or not hasattr(link, "comm") or len(engine.local_ids) != 1:
         raise ConfigError("--free-run needs mpiexec with one node per rank (an MPI world of n "
                           f"processes for n nodes); this run has {world.size} process(es) for "
                           f"{engine.n} nodes")
-    net = engine.network
-    if net.lossy or net.delay is not None or net.churn is not None:
-        raise ConfigError("--free-run: loss=, delay= and churn= are modeled in virtual time; a free "
-                          "run takes its delays from the machine and its compute times from "
-                          "compute=/slow= (drop the others, or run without --free-run)")
-    if not scale > 0 or scale != scale:
-        raise ConfigError(f"--free-run {scale!r}: give the wall seconds per virtual second (> 0)")
-
 
 class FreeRun:
     """One rank's node, run free (module doc). ``scale``: wall seconds per virtual second of
@@ -107,6 +140,9 @@ class FreeRun:
 
     def __init__(self, engine: Engine, scale: float = 0.01, timeout: float | None = None):
         check(engine, scale)
+        if not engine.algorithm.asynchronous:
+            raise ConfigError(f"FreeRun runs asynchronous algorithms; {engine.algorithm.name} "
+                              "runs in rounds, paced by gossip.engine.wallclock.WallRounds")
         link, net = engine.transport.link, engine.network
         from mpi4py import MPI
 
@@ -125,6 +161,17 @@ class FreeRun:
         self.steps = 0
         self.seq = 0
         self._sends: list[tuple[Any, torch.Tensor, int]] = []  # (request, buffer, receiver)
+        self.sent_on: dict[int, int] = {}
+        """Messages this node sent (or had lost) on each out-arc, by receiver: the counter of
+        the arc's keyed loss and delay draws."""
+        self.lost_on: dict[int, int] = {}
+        """Of those, the ones the network lost."""
+        self.dropped_in_flight = 0
+        """Delayed posts still on their way at the end (not handed over: they would arrive
+        after the run)."""
+        self._posts = itertools.count()  # the outbox's order among equal due times
+        self._outbox: list[tuple[float, int, torch.Tensor, int]] = []  # delayed posts: (due, seq,
+        # buffer, receiver), a heap
         self._start = time.monotonic()
         step = net.compute.mean if net.compute is not None else 1.0
         self.sweep_s = step * scale
@@ -142,8 +189,11 @@ class FreeRun:
     # -- what an activation calls (the event loop's interface) --------------------------------
     def exchange(self, i: int, j: int, time_s: float, seq: int) -> Side | None:
         side = Side(i, 0, j, True, time_s, seq)
-        side.heard = side.was_heard = True
         parts = self.algorithm.offer(self.block, side)
+        if self._lost(j):  # the request is not sent: j hears nothing, nor does this end
+            self.algorithm.merge(self.block, side, None)
+            return side
+        side.was_heard = True
         self._count(_nbytes(parts))
         buf, _ = _flat(parts)
         host = buf.cpu().clone()
@@ -152,16 +202,52 @@ class FreeRun:
         reply = self._serve_until(reply_from=j, size=buf.numel())
         if reply is None:  # j stopped answering: it is routed around, nothing merged
             return None
-        self.algorithm.merge(self.block, side, _split(reply.to(buf.device), parts))
+        side.heard = reply.numel() > 0  # empty: j's reply was lost (LOST)
+        self.algorithm.merge(self.block, side,
+                             _split(reply.to(buf.device), parts) if side.heard else None)
         return side
 
     def post(self, i: int, j: int, time_s: float, parts: tuple[torch.Tensor, ...]) -> bool:
+        if self._lost(j):
+            return False
         buf, _ = _flat(parts)
         host = buf.cpu().clone()
+        self._count(host.numel())
+        delay = self.timing.delay_s(i, j, self.sent_on[j]) * self.scale
+        if delay > 0:  # handed over when it is due (_flush), the receiver takes it in then
+            heapq.heappush(self._outbox, (time.monotonic() + delay, next(self._posts), host, j))
+        else:
+            self._send_post(host, j)
+        return True
+
+    def _send_post(self, host: torch.Tensor, j: int) -> None:
         self._sends.append((self.comm.Isend([host.numpy(), self.MPI.BYTE], dest=self.rank_of[j],
                                             tag=POST), host, j))
-        self._count(host.numel())
-        return True
+
+    def _lost(self, j: int) -> bool:
+        """Draw the fate of this node's next message to j (the keyed loss draw of arc
+        node → j at its count, as in the event loop); count it."""
+        k = self.sent_on[j] = self.sent_on.get(j, 0) + 1
+        lost = self.timing.lost(self.node, j, k)
+        if lost:
+            self.lost_on[j] = self.lost_on.get(j, 0) + 1
+        return lost
+
+    def _flush(self, until: float | None = None) -> None:
+        """Hand over the delayed posts due by now (``until``: by then, sleeping for them, and
+        drop the rest: they would arrive after the run)."""
+        box = self._outbox
+        if until is not None:
+            while box and box[0][0] <= until:
+                sleep_serving(box[0][0] - time.monotonic(), self._serve_one)
+            self.dropped_in_flight = len(box)
+            box.clear()
+            return
+        now = time.monotonic()
+        while box and box[0][0] <= now:
+            _, _, host, j = heapq.heappop(box)
+            if j not in self.left:
+                self._send_post(host, j)
 
     # -- the loop ------------------------------------------------------------------------------
     def run(self, steps: int | None = None, seconds: float | None = None,
@@ -206,6 +292,9 @@ class FreeRun:
             self.steps += 1
             event = Activation(self, i, 0, self._now(), k, self.seq, j)  # type: ignore[arg-type]
             self.algorithm.activate(self.block, event)
+        # the delayed posts due before the end go out; the later ones would arrive after it
+        self._flush(until=end if seconds is not None else max([d for d, *_ in self._outbox],
+                                                                 default=0.0))
         done = torch.zeros(1, dtype=torch.uint8)
         for j in self.peers:
             if j not in self.left:
@@ -245,12 +334,7 @@ class FreeRun:
 
     def _serve_for(self, seconds: float) -> None:
         """Compute for ``seconds`` of wall time, answering whoever asks meanwhile."""
-        end = time.monotonic() + seconds
-        while True:
-            self._serve_one()
-            if time.monotonic() >= end:
-                return
-            time.sleep(min(1e-4, max(end - time.monotonic(), 0.0)))
+        sleep_serving(seconds, self._serve_one)
 
     def _serve_until(self, reply_from: int | None = None, size: int = 0,
                      all_done: bool = False) -> torch.Tensor | None:
@@ -277,6 +361,8 @@ class FreeRun:
         returned instead."""
         if self._instants and time.monotonic() - self._start >= self._instants[-1][1]:
             self._snapshot()
+        if self._outbox and self._outbox[0][0] <= time.monotonic():
+            self._flush()
         if len(self._sends) > 64:  # drop the sends that have completed
             self._sends = [s for s in self._sends if not s[0].Test()]
         MPI, status = self.MPI, self.MPI.Status()
@@ -294,8 +380,10 @@ class FreeRun:
             return None
         if j in self.left:
             return None  # it was routed around: what it sends now is dropped
-        if tag == REPLY:
-            return buf if j == reply_from else None
+        if tag in (REPLY, LOST):
+            if j != reply_from:
+                return None
+            return buf if tag == REPLY else buf[:0]
         if tag == DONE:
             self.done_from.add(j)
         elif tag == REQUEST:
@@ -308,16 +396,19 @@ class FreeRun:
         return None
 
     def _answer(self, j: int, request: torch.Tensor) -> None:
-        """j asked for an exchange: reply with this end's offer, then merge j's."""
+        """j asked for an exchange: reply with this end's offer (or, when the network loses
+        the reply, with an empty LOST notice), then merge j's."""
         self.seq += 1
         side = Side(self.node, 0, j, False, self._now(), self.seq)
-        side.heard = side.was_heard = True
+        side.heard = True
+        side.was_heard = not self._lost(j)
         parts = self.algorithm.offer(self.block, side)
         buf, _ = _flat(parts)
-        host = buf.cpu().clone()
+        host = buf.cpu().clone() if side.was_heard else torch.zeros(0, dtype=torch.uint8)
         self._sends.append((self.comm.Isend([host.numpy(), self.MPI.BYTE], dest=self.rank_of[j],
-                                            tag=REPLY), host, j))
-        self._count(_nbytes(parts))
+                                            tag=REPLY if side.was_heard else LOST), host, j))
+        if side.was_heard:
+            self._count(_nbytes(parts))
         self.algorithm.merge(self.block, side, _split(request.to(buf.device), parts))
 
     # -- trajectories (module doc) -------------------------------------------------------------
@@ -437,6 +528,9 @@ class FreeRun:
         rec = engine.record(metrics)
         steps = engine.node_values({self.node: float(self.steps)})
         left = engine.node_values({self.node: float(len(self.left))})
+        sent = engine.node_values({self.node: float(sum(self.sent_on.values()))})
+        lost = engine.node_values({self.node: float(sum(self.lost_on.values()))})
         rec.update(local_steps=int(steps.sum()), wall_s=self._now(),
-                   routed_around=int(left.sum()))
+                   routed_around=int(left.sum()), messages=int(sent.sum()),
+                   messages_lost_total=int(lost.sum()))
         return rec

@@ -1,7 +1,8 @@
 """Free-running asynchronous runs under mpiexec (gossip/engine/freerun.py): one node per rank,
 wall-clock order; they end without a hang, learn, log their trajectory (node records as they
-go, round records at common wall instants) and route around a rank that stops answering,
-keeping what it logged before (tests/helpers/mpi_freerun.py)."""
+go, round records at common wall instants), route around a rank that stops answering,
+keeping what it logged before (tests/helpers/mpi_freerun.py), and lose and delay messages
+from the keyed draws (tests/helpers/mpi_freerun_loss.py)."""
 
 from __future__ import annotations
 
@@ -101,9 +102,43 @@ def test_a_silent_rank_is_routed_around_and_named(tmp_path):
         assert [r["round"] for r in nodes if r["node"] == i] == list(range(10, 100, 10))
 
 
+@needs_mpi
+def test_free_runs_lose_and_delay_messages_from_the_keyed_draws(tmp_path):
+    """loss=0.1 (and delay= on posts): every node lost exactly the messages the keyed draws
+    say for what it sent on each arc; the runs end without a hang and reach consensus;
+    async-choco's two ends of every arc keep the same copy; posts delayed a tenth of the run
+    are held that long: the last tenth's are still on their way at the end
+    (tests/helpers/mpi_freerun_loss.py)."""
+    from tests.helpers.mpi_freerun_loss import SCENARIOS
+
+    out = tmp_path / "loss.jsonl"
+    res = run_mpi(4, ["tests/helpers/mpi_freerun_loss.py", str(out), "1.0"], timeout=90)
+    assert res.returncode == 0, res.stdout + res.stderr
+    recs = read_jsonl(out)
+    start, end, check = [r for r in recs if r["scenario"] == "late"]
+    assert end["round"] == 100 and end["messages_lost_total"] == 0
+    # posts held 10 virtual s (0.1 wall s) of 100: about the last tenth still on their way
+    assert 0.03 < check["dropped_in_flight"] / end["messages"] < 0.25, (check, end)
+    for name in SCENARIOS:
+        if name == "late":
+            continue
+        start, end, check = [r for r in recs if r["scenario"] == name]
+        assert (start["round"], end["round"], check["type"]) == (0, 100, "check")
+        assert check["lost"] == check["drawn"], name
+        assert end["messages_lost_total"] == sum(check["lost"]) > 0, name
+        assert 0.05 < end["messages_lost_total"] / end["messages"] < 0.2, name
+        assert end["routed_around"] == 0 and end["wall_s"] < 10, name
+        assert end["consensus_error"] < 0.05 * start["consensus_error"], name
+    check = next(r for r in recs if r["type"] == "check" and r["scenario"] == "async-choco")
+    assert check["copies_gap"] < 1e-9
+
+
 @pytest.mark.parametrize(("name", "kw", "needle"), [
     ("ad-psgd", {}, "needs mpiexec with one node per rank"),
-    ("dpsgd", {}, "runs in rounds"),
+    ("dpsgd", {}, "needs mpiexec with one node per rank"),  # rounds paced: test_wallrounds_mpi
+    ("ad-psgd", {"network": "delay=0.5"}, "ad-psgd's pairwise exchanges take no virtual time"),
+    ("gossip-learning", {"network": "churn=rate:0.1,mean_away:2"}, "churn= and stale= are "
+                                                                   "modeled in virtual time"),
 ])
 def test_free_run_refusals(name, kw, needle):
     from gossip.problems import make_problem

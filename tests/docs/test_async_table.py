@@ -87,10 +87,19 @@ def test_mpi_table_compares_wall_with_virtual_time():
                "final": 0.3, "diverged": 0.0}
     wall = {"trace": [(1.0, 0.0, 0, 0.0), (0.6, 0.25, 5, 8.0), (0.45, 0.3, 6, 8.0)],
             "steps": [0, 40, 50], "final": 0.35, "diverged": 0.0}
-    table = b.mpi_table({("ad-psgd", b.NETWORKS[1]): ([virtual], [wall])}, 0.5, 0.02)
-    row = [c.strip() for c in table.splitlines()[2].split("|")[1:-1]]
-    assert row == ["ad-psgd", b.NETWORKS[1], "1/1 of 1", "10", "0.2", "0.3", "1.50", "72 / 50",
-                   "0.3 / 0.35"]
+    rounds = {"trace": [(1.0, 0.0, 0, 0.0), (0.5, 20.0, 4, 8.0)], "steps": [0, 32],
+              "final": 0.2, "diverged": 0.0}
+    paced = {"trace": [(1.0, 0.0, 0, 0.0), (0.5, 0.6, 4, 8.0)], "steps": [0, 32],
+             "final": 0.2, "diverged": 0.0}
+    table = b.mpi_table({("dpsgd", b.NETWORKS[1]): ([rounds], [paced]),
+                         ("ad-psgd", b.NETWORKS[1]): ([virtual], [wall])}, 0.5, 0.02)
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines()[2:]]
+    assert rows[0] == ["dpsgd", b.NETWORKS[1], "1/1 of 1", "20", "0.4", "0.6", "1.50",
+                       "1.00 / 1.00", "32 / 32", "0.2 / 0.2"]
+    assert rows[1] == ["ad-psgd", b.NETWORKS[1], "1/1 of 1", "10", "0.2", "0.3", "1.50",
+                       "2.00 / 2.00", "72 / 50", "0.3 / 0.35"]
+    alone = b.mpi_table({("ad-psgd", b.NETWORKS[1]): ([virtual], [wall])}, 0.5, 0.02)
+    assert "| — / — |" in alone  # no D-PSGD run: no speedup
     begin, end = b.markers(b.MPI_SECTION)
     text = DOC.read_text()
     assert text.index(begin) < text.index(end)

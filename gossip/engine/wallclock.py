@@ -1,0 +1,92 @@
+"""Wall-clock pacing under mpiexec (``--free-run SCALE``): the ``--network`` timing draws
+(``compute=``, ``slow=``) slept as ``draw × SCALE`` wall seconds, so that a run's wall time can
+be set against its virtual time (docs/asynchronous.md, "Free-running under mpiexec", and
+docs/network.md, "Synchronous rounds in wall-clock time").
+
+One mechanism, two users: :func:`sleep_serving` is how both a free-running asynchronous node
+(:mod:`gossip.engine.freerun`, which answers its neighbors meanwhile) and a synchronous round
+(:class:`WallRounds`, nothing to answer) spend a compute draw.
+
+**Synchronous rounds.** With one node per rank, rank i's round t sleeps ``c_i(t) × SCALE``
+(:meth:`Timing.compute_s`, counter t, as :class:`gossip.engine.clock.SyncClock` draws it) once
+its round's first messages are ready and before it posts them; it then waits for its
+in-neighbors' messages as usual. Rank i thus ends round t at
+``W_i(t) ≈ max(W_i(t−1) + c_i(t)·S, max_{j→i delivered} W_j(t−1) + c_j(t)·S)``: the SyncClock's
+recursion × S plus what the machine adds (the real computation, the transfers). A lost message
+is not sent, so nobody waits for it — as in the clock.
+
+**Records without a global barrier in the clock.** A record is collective: every rank waits
+for the slowest, which a synchronous run on a sparse graph does not do (a straggler's
+neighbors wait for it, the far nodes only later). So the records are taken out of the clock:
+each rank measures an *effective* wall time (monotonic time minus the time paused), a record
+gathers every rank's end of round ``W_i(t)`` (its ``wall_s`` is the latest, the round's end,
+as ``time_virtual_s`` is ``max_i F_i(t)``), and when the record is done each rank sets its
+effective clock to ``min_j W_j(t)`` and sleeps until its own ``W_i(t)``: the ranks restart
+with the same offsets they had before the record, whatever it cost (up to the microseconds by
+which they leave the record's last collective apart).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from gossip.timing import Timing
+
+
+def sleep_serving(seconds: float, serve: Callable[[], object] | None = None,
+                  poll_s: float = 1e-4) -> None:
+    """Spend ``seconds`` of wall time; ``serve`` (a free run's answering of its neighbors) is
+    called at least once and then every ``poll_s`` until then."""
+    end = time.monotonic() + seconds
+    if serve is None:
+        if seconds > 0:
+            time.sleep(seconds)
+        return
+    while True:
+        serve()
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(poll_s, left))
+
+
+class WallRounds:
+    """The wall clock of one rank's node in synchronous rounds (module doc). ``scale``: wall
+    seconds per virtual second."""
+
+    def __init__(self, timing: Timing, node: int, scale: float) -> None:
+        self.timing, self.node, self.scale = timing, node, scale
+        self._origin = time.monotonic()
+        self._paused = 0.0
+        self.finish = 0.0
+        """This node's effective wall end of its last round (seconds since the common start)."""
+        self.slept_s = 0.0
+        """Wall seconds slept for compute draws so far."""
+
+    def now(self) -> float:
+        """Effective wall seconds since the common start (records' time taken out)."""
+        return time.monotonic() - self._origin - self._paused
+
+    def pace(self, t: int) -> None:
+        """Round ``t``'s compute: sleep this node's draw × scale."""
+        seconds = self.timing.compute_s(self.node, t) * self.scale
+        sleep_serving(seconds)
+        self.slept_s += seconds
+
+    def finished(self) -> None:
+        """The round ended here (its last phase received)."""
+        self.finish = self.now()
+
+    def resume(self, finishes: np.ndarray) -> None:
+        """After a collective that gave every node's ``finish``: restart at this node's own
+        end of round, with the effective clock at the earliest (module doc). At the start
+        (every finish 0) this sets the common origin."""
+        earliest = float(np.min(finishes)) if len(finishes) else 0.0
+        self._paused = time.monotonic() - self._origin - earliest
+        sleep_serving(self.finish - earliest)
+
+
+__all__ = ["WallRounds", "sleep_serving"]

@@ -1,0 +1,55 @@
+"""Synchronous rounds in wall-clock time (gossip/engine/wallclock.py), one node per rank: each
+scenario runs D-PSGD twice, paced (``free_run=SCALE``) and not, and writes both runs' records
+to a JSON-lines file (``run`` = "paced" / "plain"). Started under mpiexec by
+tests/engine/test_wallrounds_mpi.py.
+Usage: python tests/helpers/mpi_wallrounds.py OUT.jsonl SCALE
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import topologies  # noqa: E402
+from gossip.algorithms import make_algorithm  # noqa: E402
+from gossip.comm.world import World  # noqa: E402
+from gossip.engine import Engine  # noqa: E402
+from gossip.metrics import JsonlLogger, squared_distance  # noqa: E402
+from gossip.problems import make_problem  # noqa: E402
+
+ROUNDS, LOG_EVERY = 24, 4
+SCENARIOS = {
+    "straggler": "compute=exp:1;slow=nodes:0x5",
+    "straggler-loss": "loss=0.1;compute=exp:1;slow=nodes:0x5",
+}
+"""name -> --network spec (node 0 five times slower; with 10 % of the messages lost)."""
+
+def main(out: str, scale: float) -> None:
+    torch.set_num_threads(1)
+    world = World.detect()
+    n = world.size
+    problem = make_problem("least-squares", n_nodes=n, dim=20, samples_per_node=15, seed=4,
+                           heterogeneity=1.0, dtype=torch.float64)
+    x0, x_star = problem.initial_point(), problem.solution()
+
+    def distance(engine, xbar):
+        return {"distance_to_optimum": squared_distance(engine, x_star, relative=True)}
+
+    with JsonlLogger(out, enabled=world.is_root) as logger:
+        for name, network in SCENARIOS.items():
+            for run, free_run in (("paced", scale), ("plain", None)):
+                engine = Engine(make_algorithm("dpsgd", eta=0.2 / problem.smoothness().L),
+                                topologies.build("ring", n), lambda i: x0 + i, world=world,
+                                seed=3, timeout=30, network=network, free_run=free_run,
+                                oracles=lambda i, gen: problem.oracle(i, gen, "full"))
+                engine.run(ROUNDS, log_every=LOG_EVERY, metrics=[distance],
+                           on_record=lambda rec, name=name, run=run: logger.write(
+                               {**rec, "scenario": name, "run": run}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], float(sys.argv[2]))
