@@ -115,3 +115,62 @@ def test_ack_needs_arc_phases():
                  network="loss=0.5")
     with pytest.raises(ConfigError, match="sends one message per node: send it per arc"):
         eng.run(3)
+
+
+def test_edge_loss_on_a_broadcast_is_a_symmetric_doubly_stochastic_mix():
+    """on_loss "edge" on a per-node phase: an edge either of whose messages is lost leaves the
+    round's W at both ends (its weight to both own terms). Gossip with it equals a float64
+    replay of those W_t and keeps the average exactly (W_t doubly stochastic)."""
+    from gossip.algorithms.gossip import Gossip
+
+    class EdgeGossip(Gossip):
+        """Gossip whose lost messages drop their edges at both ends."""
+
+        name = "edge-gossip"
+        on_loss = "edge"
+
+    topo = topologies.build("erdos-renyi:p=0.4", 8, seed=7)
+    W = torch.from_numpy(topo.dense())
+    x0 = lambda i: torch.randn(6, generator=torch.Generator().manual_seed(i),  # noqa: E731
+                               dtype=torch.float64)
+    eng = Engine(EdgeGossip(), topo, x0, network="loss=0.3", seed=2)
+    X = eng.block.x.clone()
+    mean0 = X.mean(0)
+    model = eng.network.loss
+    for t in range(1, 31):
+        Wt = W.clone()
+        for i in range(8):
+            for j in topo.view(i).neighbors:
+                if LossDraws(model, 2, arc_keys([(i, j), (j, i)])).lost(t, 0).any():
+                    Wt[i, i] += Wt[i, j]
+                    Wt[i, j] = 0.0
+        assert torch.equal(Wt, Wt.T)
+        X = Wt @ X
+        eng.step()
+        assert torch.allclose(eng.block.x, X, rtol=0, atol=1e-13), t
+    assert eng.delivery.lost_total.sum() > 0
+    assert torch.allclose(eng.block.x.mean(0), mean0, rtol=0, atol=1e-14)
+
+
+def test_extra_under_loss_keeps_its_exact_optimum():
+    """EXTRA (on_loss "edge") reaches the exact optimum under 10 % loss; renormalizing at the
+    receiver alone (rows, not columns, summing to one) moves its fixed point."""
+    from gossip.algorithms.tracking import EXTRA
+    from tests.helpers.algorithm_setup import HETERO, distance
+
+    class RenormalizedEXTRA(EXTRA):
+        """EXTRA with the receiver-side renormalization of gossip."""
+
+        name = "extra-renormalized"
+        on_loss = "renormalize"
+
+    x0 = HETERO.initial_point()
+    eta = 0.3 / HETERO.smoothness().L
+    runs = {}
+    for alg in (EXTRA(eta=eta), RenormalizedEXTRA(eta=eta)):
+        eng = Engine(alg, topologies.build("ring", 8), lambda i: x0, network="loss=0.1", seed=1,
+                     oracles=lambda i, gen: HETERO.oracle(i, gen))
+        for _ in range(1500):
+            eng.step()
+        runs[alg.name] = distance(eng, HETERO)
+    assert runs["extra"] < 1e-12 and runs["extra-renormalized"] > 1e-6, runs
