@@ -37,9 +37,9 @@ receiver's mix skips them) and with the self weights the algorithm's semantics a
   not know), but its receiver discards it.
 
 A phase without a lost message keeps the round's plan itself (nothing is built; its masks are
-None: every message arrived). Per-arc phases of the other policies (PowerGossip, C-ECL, the
-all-reduces) have no loss semantics and are refused; an ``"ack"`` algorithm's phases must be
-per-arc ones. An ``"edge"`` algorithm needs an undirected graph.
+None: every message arrived). Per-arc phases of the other policies (the all-reduces) have no
+loss semantics and are refused; an ``"ack"`` algorithm's phases must be per-arc ones. An
+``"edge"`` algorithm needs an undirected graph.
 """
 
 from __future__ import annotations
@@ -62,16 +62,16 @@ ARC_POLICIES = ("ack", "edge")
 ``in_delivered`` of an arc phase): they may keep state per arc under loss."""
 
 
-def _reverse(arcs: list[tuple[int, int]], name: str) -> np.ndarray:
+def _reverse(arcs: list[tuple[int, int]]) -> np.ndarray:
     """For every arc of the sorted list ``arcs``, the index of its reverse in it
     (:class:`ConfigError` for an arc without one: ``"edge"`` needs an undirected graph)."""
     index = {a: k for k, a in enumerate(arcs)}
     missing = [(i, j) for i, j in arcs if (j, i) not in index]
     if missing:
         i, j = missing[0]
-        raise ConfigError(f"--network loss: {name} skips an edge at both ends when either of its "
-                          f"messages is lost (on_loss 'edge'), but arc {i} -> {j} has no reverse: "
-                          "it needs an undirected graph")
+        raise ConfigError(f"--network loss: this algorithm skips an edge at both ends when either "
+                          f"of its messages is lost (on_loss 'edge'), but arc {i} -> {j} has no "
+                          "reverse: it needs an undirected graph")
     return np.array([index[(j, i)] for i, j in arcs], dtype=np.int64)
 
 
@@ -99,7 +99,7 @@ class _PlanArcs:
         arcs = sorted({(j, i) for i, j, _, _ in ins} | {(i, j) for i, j, _, _ in outs})
         index = {a: k for k, a in enumerate(arcs)}
         self.draws = LossDraws(network.loss, seed, arc_keys(arcs))
-        self.rev = _reverse(arcs, "this algorithm") if edge else None
+        self.rev = _reverse(arcs) if edge else None
         self.slot_idx = [np.array([index[a] for a in sa], dtype=np.int64) for sa in slot_arcs]
         # in-arcs sorted by (receiver, sender), out-arcs by (sender, receiver): the order in
         # which a node's self weight adds the weights of its lost arcs, the same everywhere
@@ -162,7 +162,7 @@ class _ArcPlanArcs:
         arcs = sorted(set(plan.arcs) | set(plan.incoming))
         index = {a: k for k, a in enumerate(arcs)}
         self.draws = LossDraws(network.loss, seed, arc_keys(arcs))
-        self.rev = _reverse(arcs, "this algorithm") if edge else None
+        self.rev = _reverse(arcs) if edge else None
         self.out_idx = np.array([index[a] for a in plan.arcs], dtype=np.int64)
         self.in_idx = np.array([index[a] for a in plan.incoming], dtype=np.int64)
         self.in_row = plan.in_dst.cpu().numpy().astype(np.int64)

@@ -150,6 +150,10 @@ def test_edge_loss_on_a_broadcast_is_a_symmetric_doubly_stochastic_mix():
         assert torch.allclose(eng.block.x, X, rtol=0, atol=1e-13), t
     assert eng.delivery.lost_total.sum() > 0
     assert torch.allclose(eng.block.x.mean(0), mean0, rtol=0, atol=1e-14)
+    directed = Engine(EdgeGossip(), topologies.build("directed-random:p=0.3", 8, weights="push", seed=3), x0,
+                      network="loss=0.3")
+    with pytest.raises(ConfigError, match="has no reverse: it needs an undirected graph"):
+        directed.run(2)
 
 
 def test_extra_under_loss_keeps_its_exact_optimum():
