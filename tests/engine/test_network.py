@@ -178,3 +178,61 @@ def test_extra_under_loss_keeps_its_exact_optimum():
             eng.step()
         runs[alg.name] = distance(eng, HETERO)
     assert runs["extra"] < 1e-12 and runs["extra-renormalized"] > 1e-6, runs
+
+
+@pytest.mark.parametrize("name", ["dadam", "tracked-amsgrad"])
+def test_adaptive_gossip_under_loss(name):
+    """DADAM averages models in (on_loss "renormalize", as D-PSGD): under loss (and late
+    messages: the newest model from each neighbor) its rows still sum to one and it trains as
+    without them. Tracked AMSGrad drops a lost edge at both ends
+    (on_loss "edge"): W_t stays doubly stochastic, so its tracker keeps mean u = mean v̂
+    exactly, which receiver-side renormalization breaks."""
+    from gossip.algorithms import algorithm_class
+    from tests.helpers.algorithm_setup import HETERO, distance
+
+    ring = topologies.build("ring", 8)
+    x0 = HETERO.initial_point()
+    hp = algorithm_class(name).suggest_hparams(HETERO, "full", ring)
+
+    def run(alg, network):
+        eng = Engine(alg, ring, lambda i: x0, network=network, seed=1,
+                     oracles=lambda i, gen: HETERO.oracle(i, gen))
+        for _ in range(300):
+            eng.step()
+        return eng
+
+    ideal, lossy = run(make_algorithm(name, **hp), None), run(make_algorithm(name, **hp), "loss=0.1")
+    assert lossy.delivery.lost_total.sum() > 0
+    assert distance(lossy, HETERO) < 3 * distance(ideal, HETERO)
+    if name == "dadam":
+        late = run(make_algorithm(name, **hp), "stale=geom:0.5;loss=0.1")
+        assert late.stale.late_total.sum() > 0
+        assert distance(late, HETERO) < 1.5 * distance(ideal, HETERO)
+    if name == "tracked-amsgrad":
+        from gossip.algorithms.adaptive_gossip import TrackedAMSGrad
+
+        class Renormalized(TrackedAMSGrad):
+            """Tracked AMSGrad with gossip's receiver-side renormalization."""
+
+            name = "tracked-amsgrad-renormalized"
+            on_loss = "renormalize"
+
+        def gap(eng):
+            u, v = eng.block.state["u"].mean(0), eng.block.state["v_max"].mean(0)
+            return float((u - v).norm() / v.norm())
+
+        assert gap(lossy) < 1e-13 and gap(run(Renormalized(**hp), "loss=0.1")) > 1e-4
+
+
+def test_copies_of_adaptive_and_momentum_methods_are_refused_under_loss():
+    """CHOCO-AMSGrad (not tracked-amsgrad's "edge": its copies miss a lost increment), DoCoM
+    and DES-LOC stay refused (docs/network.md says why)."""
+    from tests.helpers.algorithm_setup import HETERO
+
+    ring = topologies.build("ring", 8)
+    x0 = HETERO.initial_point()
+    for name, compressor in (("choco-amsgrad", "topk:0.5"), ("docom", "topk:0.5"),
+                             ("desloc", "none")):
+        with pytest.raises(ConfigError, match=f"{name} has no defined meaning for a lost message"):
+            Engine(make_algorithm(name), ring, lambda i: x0, compressor=compressor,
+                   network="loss=0.1", oracles=lambda i, gen: HETERO.oracle(i, gen))
