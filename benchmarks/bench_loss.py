@@ -38,7 +38,9 @@ error beyond the no-loss run is the loss's), and LEAD and C-GT with a copy per a
 copy), EXTRA (``extra``, exact messages; a lost message drops its edge from the round's W at
 both ends) and C-ECL with ``randk:0.2`` exchanging its duals every round (``--hparam
 period=1``, as every other method here exchanges every round; a lost dual update moves
-neither the receiver's dual nor the sender's mirror of it). Columns: the distance to the
+neither the receiver's dual nor the sender's mirror of it), and the adaptive DADAM (``dadam``:
+models averaged in, renormalized) and tracked AMSGrad (``tracked-amsgrad``: a lost message
+drops its edge at both ends, so its tracker keeps the mean second moment). Columns: the distance to the
 optimum (1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at round T/2 (a value still growing from
 T/2 to T is a run drifting away), the consensus error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the
 messages lost, the bits per node and their ratio to the method's no-loss run.
@@ -48,6 +50,7 @@ messages lost, the bits per node and their ratio to the method's no-loss run.
     python benchmarks/bench_loss.py --methods choco-arcs   # only these algorithms' rows
     python benchmarks/bench_loss.py --methods lead-arcs c-gt-arcs
     python benchmarks/bench_loss.py --methods powergossip extra c-ecl
+    python benchmarks/bench_loss.py --methods dadam tracked-amsgrad
 
 ``--networks stale`` measures late messages instead (the lag table of docs/network.md): the
 same runs on ``STALE_NETWORKS``, ideal, every message 1 or 3 rounds late (``stale=1``,
@@ -93,7 +96,8 @@ AVERAGING = (("gossip", "none"), ("push-sum", "none"), ("powergossip", "none"))
 OPTIMIZERS = (("dpsgd", "none"), ("choco", "topk:0.1"), ("choco", "none"),
               ("choco-arcs", "topk:0.1"), ("choco-arcs", "none"), ("lead", "lead:2"),
               ("lead-arcs", "lead:2"), ("c-gt", "none"), ("c-gt-arcs", "none"),
-              ("extra", "none"), ("c-ecl", "randk:0.2"))
+              ("extra", "none"), ("c-ecl", "randk:0.2"), ("dadam", "none"),
+              ("tracked-amsgrad", "none"))
 """(algorithm, compressor) of the least-squares runs."""
 HPARAMS = {"c-ecl": {"period": 1}}
 """Hyper-parameters beyond the suggested ones (the scripts' ``--hparam``)."""

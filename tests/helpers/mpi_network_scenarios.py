@@ -49,6 +49,9 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "powergossip-ge": ("powergossip", {}, "none", "ring", "metropolis", GE, True),
     "extra-none": ("extra", {}, "none", "erdos-renyi:p=0.4", "metropolis", "loss=0.2", True),
     "c-ecl-randk": ("c-ecl", {"period": 2}, "randk:0.3", "ring", "metropolis", GE, True),
+    "dadam-loss": ("dadam", {}, "none", "exponential", "metropolis", "loss=0.2", True),
+    "tracked-amsgrad-ge": ("tracked-amsgrad", {}, "none", "erdos-renyi:p=0.4", "metropolis", GE,
+                           True),
     "push-sum-exact": ("push-sum", {}, "none", "directed-random:p=0.3", "push", "loss=0.3", True),
     "dpsgd-timed": ("dpsgd", {}, "none", "exponential", "metropolis", TIMED, True),
     # late messages (stale=): values get the newest arrived, increments and mass every arrival
