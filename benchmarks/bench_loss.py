@@ -17,7 +17,10 @@ x_i⁰ ~ N(0, I) in d = 100):
 * ``push-sum`` with ``--compressor none`` on the same ring built with ``--weights push`` (each
   node splits its mass equally over itself and its out-neighbors: column-stochastic, here the
   same matrix as gossip's; push-sum needs a column-stochastic matrix, and a ring's is the
-  simplest; a lost share stays at its sender, so Σ s and Σ w are kept).
+  simplest; a lost share stays at its sender, so Σ s and Σ w are kept);
+* ``powergossip`` (rank 1, γ = 1) on the same vectors as 10×10 matrices (``--shape 10x10``:
+  the same numbers; PowerGossip sketches matrices), Metropolis weights (an edge either of
+  whose messages is lost sits the round out at both ends, so the average is kept).
 
 Columns: the consensus error (1/n) Σ‖x_i − x̄‖² relative to its round-0 value, the drift of
 the average ‖x̄_T − x̄_0‖ / ‖x̄_0‖, the worst node's error to the exact average
@@ -35,22 +38,31 @@ error beyond the no-loss run is the loss's), and LEAD and C-GT with a copy per a
 copy), BEER with ``topk:0.1`` and Prox-LEAD with ``lead:2``, plain and with their copies
 per arc (``beer-arcs``, ``prox-lead-arcs``); Prox-LEAD needs a regularizer, so its runs are
 ``--problem lasso`` with the same sizes and seed (sparse truths, ``0.025‖x‖²`` and an L1 term:
-docs/experiments.md#lasso), x* that problem's. Columns: the distance to the optimum
-(1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at round T/2 (a value still growing from T/2 to T
-is a run drifting away), the consensus error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost,
-the bits per node and their ratio to the method's no-loss run.
+docs/experiments.md#lasso), x* that problem's. Also EXTRA (``extra``, exact messages; a lost
+message drops its edge from the round's W at both ends) and C-ECL with ``randk:0.2``
+exchanging its duals every round (``--hparam period=1``, as every other method here exchanges
+every round; a lost dual update moves neither the receiver's dual nor the sender's mirror of
+it), and the adaptive DADAM (``dadam``: models averaged in, renormalized) and tracked AMSGrad
+(``tracked-amsgrad``: a lost message drops its edge at both ends, so its tracker keeps the
+mean second moment). Columns: the distance to the optimum (1/n) Σ‖x_i − x*‖² / ‖x*‖² at round
+T and at round T/2 (a value still growing from T/2 to T is a run drifting away), the consensus
+error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost, the bits per node and their ratio to the
+method's no-loss run.
 
-    python benchmarks/bench_loss.py                    # the docs' table, ~3 min on one core
+    python benchmarks/bench_loss.py                    # the docs' table
     python benchmarks/bench_loss.py --rounds 5 --seeds 0   # does it run
     python benchmarks/bench_loss.py --methods choco-arcs   # only these algorithms' rows
     python benchmarks/bench_loss.py --methods lead-arcs c-gt-arcs
     python benchmarks/bench_loss.py --methods beer beer-arcs prox-lead prox-lead-arcs
+    python benchmarks/bench_loss.py --methods powergossip extra c-ecl
+    python benchmarks/bench_loss.py --methods dadam tracked-amsgrad
 
 ``--networks stale`` measures late messages instead (the lag table of docs/network.md): the
 same runs on ``STALE_NETWORKS``, ideal, every message 1 or 3 rounds late (``stale=1``,
 ``stale=3``) and geometric lags of mean 1 (``stale=geom:0.5``), for the methods that give a
-late message a meaning (the per-arc ``-arcs`` methods are refused under ``stale=`` and left
-out); "messages late" counts the messages handed over after their round.
+late message a meaning (the methods whose lost messages are acknowledged or drop their edge,
+``on_loss`` "ack" or "edge": the ``-arcs`` ones, C-ECL, PowerGossip and EXTRA, are refused under
+``stale=`` and left out); "messages late" counts the messages handed over after their round.
 
     python benchmarks/bench_loss.py --networks stale
 """
@@ -74,6 +86,7 @@ import topologies  # noqa: E402
 from gossip import Engine, make_algorithm  # noqa: E402
 from gossip.algorithms import algorithm_class  # noqa: E402
 from gossip.errors import DivergenceError  # noqa: E402
+from gossip.layout import Layout  # noqa: E402
 from gossip.metrics import squared_distance  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
 from gossip.seeding import generator, init_seed  # noqa: E402
@@ -83,16 +96,23 @@ NETWORKS = ("none", "loss=0.01", "loss=0.1", "loss=0.3", "loss=ge:p_gb=0.02,p_bg
 """The ``--network`` specs, the first the reference (no loss)."""
 STALE_NETWORKS = ("none", "stale=1", "stale=3", "stale=geom:0.5")
 """The late-message specs (``--networks stale``), the first the reference."""
-AVERAGING = (("gossip", "none"), ("push-sum", "none"))
+AVERAGING = (("gossip", "none"), ("push-sum", "none"), ("powergossip", "none"))
 """(algorithm, compressor) of the consensus runs."""
 OPTIMIZERS = (("dpsgd", "none"), ("choco", "topk:0.1"), ("choco", "none"),
               ("choco-arcs", "topk:0.1"), ("choco-arcs", "none"), ("lead", "lead:2"),
               ("lead-arcs", "lead:2"), ("c-gt", "none"), ("c-gt-arcs", "none"),
               ("beer", "topk:0.1"), ("beer-arcs", "topk:0.1"), ("prox-lead", "lead:2"),
-              ("prox-lead-arcs", "lead:2"))
+              ("prox-lead-arcs", "lead:2"), ("extra", "none"), ("c-ecl", "randk:0.2"),
+              ("dadam", "none"), ("tracked-amsgrad", "none"))
 """(algorithm, compressor) of the least-squares runs (the lasso for :data:`LASSO`)."""
 LASSO = ("prox-lead", "prox-lead-arcs")
 """The methods that need a regularizer: they run on the lasso of the same sizes and seed."""
+HPARAMS = {"c-ecl": {"period": 1}}
+"""Hyper-parameters beyond the suggested ones (the scripts' ``--hparam``)."""
+SHAPES = {"powergossip": (10, 10)}
+"""The consensus vectors' matrix shape per algorithm (the scripts' ``--shape``)."""
+NOT_LATE = ("ack", "edge")
+"""The ``on_loss`` of the methods refused under ``stale=`` (no rows in the lag table)."""
 CONSENSUS_DIM = 100
 LSQ_DIM, LSQ_SAMPLES, LSQ_HETEROGENEITY = 50, 50, 1.0
 
@@ -120,8 +140,10 @@ def averaging_run(algorithm: str, compressor: str, network: str, seed: int, roun
         return torch.randn(CONSENSUS_DIM, generator=generator(init_seed(seed, i)),
                            dtype=torch.float64)
 
+    shape = SHAPES.get(algorithm)
     engine = Engine(make_algorithm(algorithm), topo, x0, compressor=compressor, seed=seed,
-                    network=network, dtype=torch.float64)
+                    network=network, dtype=torch.float64,
+                    layout=None if shape is None else Layout([shape]))
     start = torch.stack([x0(i) for i in range(NODES)])
     mean0 = start.mean(0)
     error0 = float(((start - mean0) ** 2).sum(1).mean())
@@ -143,7 +165,7 @@ def optimization_run(algorithm: str, compressor: str, network: str, seed: int, r
                            samples_per_node=LSQ_SAMPLES, heterogeneity=LSQ_HETEROGENEITY,
                            seed=seed, dtype=torch.float64)
     x_star, x0 = problem.solution(), problem.initial_point()
-    hp = algorithm_class(algorithm).suggest_hparams(problem, "full", topo)
+    hp = algorithm_class(algorithm).suggest_hparams(problem, "full", topo) | HPARAMS.get(algorithm, {})
     engine = Engine(make_algorithm(algorithm, **hp), topo, lambda i: x0, compressor=compressor,
                     seed=seed, network=network, dtype=torch.float64,
                     watch=("distance_to_optimum",),
@@ -241,7 +263,7 @@ def main(argv: list[str] | None = None) -> str:
 
     def chosen(methods: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
         return [m for m in methods if (args.methods is None or m[0] in args.methods)
-                and not (late and algorithm_class(m[0]).on_loss == "ack")]
+                and not (late and algorithm_class(m[0]).on_loss in NOT_LATE)]
 
     averaging_methods, optimizers = chosen(AVERAGING), chosen(OPTIMIZERS)
     if not averaging_methods and not optimizers:

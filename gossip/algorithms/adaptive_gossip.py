@@ -157,6 +157,7 @@ class DADAM(AdaptiveGossip):
     """
 
     name = "dadam"
+    on_loss = "renormalize"  # models averaged in (as D-PSGD): a lost one counts as the own model
     state_copies = 9
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta1: float = 0.9,
@@ -202,6 +203,7 @@ class TrackedAMSGrad(AdaptiveGossip):
     """
 
     name = "tracked-amsgrad"
+    on_loss = "edge"  # u tracks mean v̂ only with doubly stochastic W_t: drop lost edges at both ends
     state_copies = 15
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta1: float = 0.9,
@@ -256,6 +258,7 @@ class ChocoAMSGrad(TrackedAMSGrad):
     """
 
     name = "choco-amsgrad"
+    on_loss = None  # not tracked-amsgrad's "edge": a lost increment to x̂, û is missed (docs/network.md)
     state_copies = 15
     overlaps = "next"  # the mixes change only the copies
     requires = replace(AdaptiveGossip.requires, compressor="any", compressor_message="")

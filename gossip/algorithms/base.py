@@ -106,9 +106,10 @@ class Algorithm(ABC):
     keeps: a lost one adds nothing, and the receiver's copy of the sender drifts), ``"keep-mass"``
     (push-sum: the sender keeps the share it could not send), ``"ack"`` (its phases send one
     message per arc and it reads which arrived, ``rows.route.out_delivered`` / ``in_delivered``:
-    choco-arcs, lead-arcs, prox-lead-arcs, beer-arcs and c-gt-arcs, whose two ends of an arc
-    apply a message only when it was delivered). None (the default): not defined, and a run
-    that may lose messages is refused before it starts."""
+    choco-arcs, lead-arcs, prox-lead-arcs, beer-arcs, c-gt-arcs and c-ecl, whose two ends of an
+    arc apply a message only when it was delivered), ``"edge"`` (an edge either of whose
+    messages is lost sits the phase out at both ends: PowerGossip, EXTRA). None (the default):
+    not defined, and a run that may lose messages is refused before it starts."""
 
     asynchronous: ClassVar[bool] = False
     """Runs on events in virtual time, not in rounds (:mod:`gossip.engine.events`,

@@ -7,6 +7,12 @@ Runs as a block (gossip/engine/block.py): the duals and mirrors are per-arc stat
 a row per arc (i, j) the block sends; node i's ``state["z"]`` is the [deg_i, d] view of its
 arcs, sorted by neighbor), and the dual updates go out in one per-arc phase. A randomized
 compressor draws from the arc's stream (``block.arc_rng``, keyed by the arc).
+
+Under message loss (``on_loss = "ack"``, docs/network.md): the mirror ``r_ij`` is i's copy of
+``z_ji``, which only i's messages move, so both ends apply a delivered ``q_ij`` and neither a
+lost one (the sender reads ``route.out_delivered``): the mirror stays equal to the dual. A lost
+dual update is only late (the next one carries it: ``q = C(y − r)``), and at the fixed point
+every message is zero, so the fixed point (the exact optimum) is the one without loss.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ class CECL(Algorithm):
     """
 
     name = "c-ecl"
+    on_loss = "ack"  # both ends apply a delivered q_ij (z_ji and its mirror r_ij), neither a lost one
     state_copies = 4
     neighbor_copies = 3
     trains = True
@@ -131,7 +138,7 @@ class CECL(Algorithm):
         route = arcs.route
         q = block.encode(msg, rng=block.arc_rng(route), route=route)
         yield q
-        block.decode_add(r, q, self.theta)
+        block.decode_add(r, q, self.theta, only=q.route.out_delivered)  # None: every arc
         block.decode_received(z, q, self.theta)  # incoming arc (j, i) is own row (i, j)
 
 

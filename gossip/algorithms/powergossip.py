@@ -26,6 +26,13 @@ batched over arcs; the matrix products (sketches, updates, Gram–Schmidt projec
 arc on 64-byte aligned operands, because a batched product (``bmm``) rounds differently from
 the per-edge one (MKL's kernels depend on size and alignment), which would make the bits
 depend on how many arcs a process holds.
+
+Under message loss (``on_loss = "edge"``, docs/network.md): an edge whose message of a power
+step is lost either way sits that step out at both ends (the engine's delivered plan says so
+in ``out_delivered``, the same at both ends): neither end moves by it and its output factor
+keeps its previous value, so Σ_i M_i is kept exactly and both ends keep the same factors; its
+input factor is orthonormalized as in any step (both ends do it), and the next step starts its
+power iteration from the older factors. There is no error feedback to keep consistent.
 """
 
 from __future__ import annotations
@@ -71,6 +78,7 @@ class PowerGossip(Algorithm):
         eta: local step size or schedule (training uses the node's optimizer). Default 0.
     """
     name = "powergossip"
+    on_loss = "edge"  # an edge moves both ends by ± the same projection, or neither
     state_copies = 4
     neighbor_copies = 1
     trains = True
@@ -159,6 +167,9 @@ class PowerGossip(Algorithm):
             sent[:, pos : pos + n].copy_(v.index_select(0, arcs.src))
         inbox = yield rows_
         got = block.received_arcs(inbox).view(x.dtype)  # row a: from j along arc (j, i)
+        live = rows_.route.out_delivered  # under loss: the edges both of whose messages arrived
+        live_list = None if live is None else live.tolist()
+        moved = [(a, i) for a, i in enumerate(src) if live is None or live_list[a]]
         for idx, (M, b, g) in enumerate(zip(mats, bases, targets)):
             pos, n = parts[idx]
             mine = sent[:, pos : pos + n].view(b.shape[0], -1, b.shape[2])
@@ -167,21 +178,33 @@ class PowerGossip(Algorithm):
             if right:  # diff = u_i − u_j = σ (u_a − u_b);  P ← σ diff;  ΔM_i += w diff Q̂ᵀ
                 diff = work.scratch(("d", idx), mine.shape, x)
                 torch.sub(mine, theirs, out=diff)
-                g.copy_(diff).mul_(work.sign)
-                for a, i in enumerate(src):
+                _set_factors(g, diff, work.sign, live)
+                for a, i in moved:
                     upd[i].add_(diff[a] @ b[a].T, alpha=weight[a])
             else:  # the transpose of diff, laid out as the per-edge (bᵀ M)ᵀ − u_j makes it
                 diff_t = work.scratch(("t", idx), (mine.shape[0], mine.shape[2], mine.shape[1]), x)
                 torch.sub(mine.transpose(1, 2), theirs.transpose(1, 2), out=diff_t)
-                g.copy_(diff_t.transpose(1, 2)).mul_(work.sign)
-                for a, i in enumerate(src):
+                _set_factors(g, diff_t.transpose(1, 2), work.sign, live)
+                for a, i in moved:
                     upd[i].add_(b[a] @ diff_t[a], alpha=weight[a])
             M.sub_(upd, alpha=self.gamma)
         for idx, (v, (pos, n)) in enumerate(zip(vecs, parts[len(mats) :])):
             upd = work.update(len(mats) + idx, v)
-            arcs.add_to_senders(upd, sent[:, pos : pos + n] - got[:, pos : pos + n], arcs.weight)
+            diff = sent[:, pos : pos + n] - got[:, pos : pos + n]
+            if live is not None:  # a skipped edge adds +0 (its received row may be anything)
+                diff = torch.where(live.view(-1, 1), diff, torch.zeros_like(diff))
+            arcs.add_to_senders(upd, diff, arcs.weight)
             v.sub_(upd)
 
+
+def _set_factors(g: torch.Tensor, diff: torch.Tensor, sign: torch.Tensor,
+                 live: torch.Tensor | None) -> None:
+    """``g[a] = σ_a diff[a]``: the new output factor of every arc (``live``: of the arcs whose
+    edge took part in the step; the others keep theirs)."""
+    if live is None:
+        g.copy_(diff).mul_(sign)
+    else:
+        g.copy_(torch.where(live.view(-1, 1, 1), diff * sign, g))
 
 
 def orthonormalize_arcs(f: torch.Tensor, eps: float = EPS) -> torch.Tensor:

@@ -209,11 +209,19 @@ class EXTRA(Algorithm):
     Per node: ``x``, the previous ``(W̃ x)_i`` and the previous gradient; one full vector per
     neighbor per round. Needs a symmetric, doubly stochastic, static W.
 
+    Under message loss (``on_loss = "edge"``, docs/network.md) an edge either of whose messages
+    is lost drops out of the round's W at both ends (its weight goes to both own terms): each
+    ``W_t`` is symmetric and doubly stochastic, so ``Σ_i x_i`` still moves by ``−η Σ_i ∇f_i``
+    alone (the sums of ``W x`` and ``W̃ x`` telescope), and a consensual point is fixed by every
+    ``W_t``: the fixed point stays the exact optimum. Renormalizing at the receiver alone would
+    break the column sums and move it.
+
     Args:
         eta: step size (default 0.05; ``suggest_hparams``: 0.9 (1 + λ_min)/L, step rule "dgd").
     """
 
     name = "extra"
+    on_loss = "edge"  # a lost message drops its edge at both ends: W_t stays doubly stochastic
     state_copies = 11
     requires = Requirements(
         gradients=True, compressor="identity",

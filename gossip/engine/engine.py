@@ -26,7 +26,7 @@ from gossip.engine.block import Block
 from gossip.engine.cache import IdentityCache
 from gossip.engine.clock import SyncClock
 from gossip.engine.events import EventLoop
-from gossip.engine.loss import Delivery
+from gossip.engine.loss import ARC_POLICIES, Delivery
 from gossip.engine.nodes import Node
 from gossip.engine.routing import ArcPlan, MixPlan
 from gossip.engine.staging import Rows
@@ -271,9 +271,9 @@ class Engine:
     def _new_delivery(self) -> Delivery:
         """The run's message loss; refuses, before any message, an algorithm without loss
         semantics or one that keeps per-arc state without reading what was delivered (only
-        ``on_loss = "ack"`` defines lost per-arc messages)."""
+        ``on_loss = "ack"`` or ``"edge"`` defines lost per-arc messages)."""
         policy = self.algorithm.loss_semantics(self._new_compressor())
-        if self.block.arc_state and policy != "ack":  # "ack": it reads what was delivered
+        if self.block.arc_state and policy not in ARC_POLICIES:  # they read what was delivered
             raise ConfigError(
                 f"--network {self.network.spec()}: {self.algorithm.name} keeps state per arc "
                 f"({', '.join(sorted(self.block.arc_state))}) and sends a message per arc; lost "

@@ -25,13 +25,22 @@ receiver's mix skips them) and with the self weights the algorithm's semantics a
   :meth:`~gossip.engine.block.Block.decode_received` adds only the delivered ones. For methods
   whose sender and receiver keep the same per-arc copy (``choco-arcs``, ``lead-arcs``,
   ``prox-lead-arcs``, ``beer-arcs``, ``c-gt-arcs``: a :class:`~gossip.engine.channel.Channel`
-  with ``route="arcs"``): both ends apply a delivered message, neither a lost one, so the
-  copies never disagree.
+  with ``route="arcs"``; C-ECL's dual mirrors): both ends apply a delivered message, neither a
+  lost one, so the copies never disagree.
+* ``"edge"``: an edge sits out a phase, at both ends, when either of its two messages of that
+  phase is lost (both ends know it from the same keyed draws, as for ``"ack"``). For methods
+  whose exchange on an edge is one antisymmetric move of its two ends (PowerGossip's
+  ``±(u_i − u_j)`` projections, on an :class:`~gossip.engine.routing.ArcPlan` phase: the masks
+  ``out_delivered`` / ``in_delivered`` are the edge's, not the arc's) or whose mixing matrix
+  must stay symmetric (EXTRA, on a :class:`~gossip.engine.routing.MixPlan` phase: a skipped
+  edge's weight goes to the own term at both ends, so ``W_t`` stays symmetric and doubly
+  stochastic). A message whose reverse was lost still moves and is counted (its sender did
+  not know), but its receiver discards it.
 
 A phase without a lost message keeps the round's plan itself (nothing is built; its masks are
-None: every message arrived). Per-arc phases of the other policies (PowerGossip, C-ECL, the
-all-reduces) have no loss semantics and are refused; an ``"ack"`` algorithm's phases must be
-per-arc ones.
+None: every message arrived). Per-arc phases of the other policies (the all-reduces) have no
+loss semantics and are refused; an ``"ack"`` algorithm's phases must be per-arc ones. An
+``"edge"`` algorithm needs an undirected graph.
 """
 
 from __future__ import annotations
@@ -47,15 +56,32 @@ from gossip.engine.routing import ArcPlan, MixPlan
 from gossip.errors import ConfigError
 from gossip.network import LossDraws, Network, arc_keys
 
-POLICIES = ("renormalize", "drop", "keep-mass", "ack")
+POLICIES = ("renormalize", "drop", "keep-mass", "ack", "edge")
 """What a lost message means to an algorithm (module doc)."""
+ARC_POLICIES = ("ack", "edge")
+"""The policies whose algorithms read which per-arc messages arrived (``out_delivered`` /
+``in_delivered`` of an arc phase): they may keep state per arc under loss."""
+
+
+def _reverse(arcs: list[tuple[int, int]]) -> np.ndarray:
+    """For every arc of the sorted list ``arcs``, the index of its reverse in it
+    (:class:`ConfigError` for an arc without one: ``"edge"`` needs an undirected graph)."""
+    index = {a: k for k, a in enumerate(arcs)}
+    missing = [(i, j) for i, j in arcs if (j, i) not in index]
+    if missing:
+        i, j = missing[0]
+        raise ConfigError(f"--network loss: this algorithm skips an edge at both ends when either "
+                          f"of its messages is lost (on_loss 'edge'), but arc {i} -> {j} has no "
+                          "reverse: it needs an undirected graph")
+    return np.array([index[(j, i)] for i, j in arcs], dtype=np.int64)
 
 
 class _PlanArcs:
     """A round plan's arcs as index tables into one sorted list of every arc into or out of
     the block (the rows of its :class:`~gossip.network.LossDraws`)."""
 
-    def __init__(self, plan: MixPlan, topology: Any, ids: list[int], network: Network, seed: int):
+    def __init__(self, plan: MixPlan, topology: Any, ids: list[int], network: Network, seed: int,
+                 edge: bool = False):
         m = plan.m
         device = plan.self_weight.device
         self.every = torch.arange(m, device=device)
@@ -74,6 +100,7 @@ class _PlanArcs:
         arcs = sorted({(j, i) for i, j, _, _ in ins} | {(i, j) for i, j, _, _ in outs})
         index = {a: k for k, a in enumerate(arcs)}
         self.draws = LossDraws(network.loss, seed, arc_keys(arcs))
+        self.rev = _reverse(arcs) if edge else None
         self.slot_idx = [np.array([index[a] for a in sa], dtype=np.int64) for sa in slot_arcs]
         # in-arcs sorted by (receiver, sender), out-arcs by (sender, receiver): the order in
         # which a node's self weight adds the weights of its lost arcs, the same everywhere
@@ -88,8 +115,15 @@ class _PlanArcs:
                                        dtype=np.int64)
 
     def delivered(self, plan: MixPlan, lost: np.ndarray, policy: str) -> MixPlan:
-        """``plan`` without the arcs ``lost`` marks, self weights moved per ``policy``."""
+        """``plan`` without the arcs ``lost`` marks, self weights moved per ``policy`` (``"edge"``:
+        without the arcs of an edge either of whose messages is lost, moved as renormalized;
+        the transfers of the arcs not lost themselves stay)."""
         keep = ~lost
+        if policy == "edge":
+            keep_transfer, lost = keep, lost | lost[self.rev]
+            keep, policy = ~lost, "renormalize"
+        else:
+            keep_transfer = keep
         slots = []
         for (src, dst, w), idx in zip(plan.slots, self.slot_idx):
             k = keep[idx]
@@ -110,12 +144,13 @@ class _PlanArcs:
                     values[rows[e]] += weights[e]
                 self_weight = torch.tensor(values, dtype=torch.float64, device=self_weight.device)
         degree = list(plan.out_degree)
-        for r in self.out_row[lost[self.out_idx]].tolist():
+        for r in self.out_row[~keep_transfer[self.out_idx]].tolist():
             degree[r] -= 1
         return MixPlan(
             m=plan.m, self_weight=self_weight, slots=slots,
-            remote_in=[e for e, k in zip(plan.remote_in, keep[self.remote_in_idx]) if k],
-            remote_out=[e for e, k in zip(plan.remote_out, keep[self.remote_out_idx]) if k],
+            remote_in=[e for e, k in zip(plan.remote_in, keep_transfer[self.remote_in_idx]) if k],
+            remote_out=[e for e, k in zip(plan.remote_out, keep_transfer[self.remote_out_idx])
+                        if k],
             out_degree=degree, sender_of=plan.sender_of, senders=plan.senders,
         )
 
@@ -124,10 +159,11 @@ class _ArcPlanArcs:
     """An :class:`~gossip.engine.routing.ArcPlan`'s arcs (its own and its incoming ones) as index
     tables into one sorted list (the rows of its :class:`~gossip.network.LossDraws`)."""
 
-    def __init__(self, plan: ArcPlan, network: Network, seed: int):
+    def __init__(self, plan: ArcPlan, network: Network, seed: int, edge: bool = False):
         arcs = sorted(set(plan.arcs) | set(plan.incoming))
         index = {a: k for k, a in enumerate(arcs)}
         self.draws = LossDraws(network.loss, seed, arc_keys(arcs))
+        self.rev = _reverse(arcs) if edge else None
         self.out_idx = np.array([index[a] for a in plan.arcs], dtype=np.int64)
         self.in_idx = np.array([index[a] for a in plan.incoming], dtype=np.int64)
         self.in_row = plan.in_dst.cpu().numpy().astype(np.int64)
@@ -136,15 +172,17 @@ class _ArcPlanArcs:
                                        dtype=np.int64)
 
     def delivered(self, plan: ArcPlan, lost: np.ndarray) -> ArcPlan:
-        """``plan`` with every row, without the lost arcs' transfers, and its delivered masks."""
+        """``plan`` with every row, without the lost arcs' transfers, and its delivered masks
+        (with ``rev``, policy ``"edge"``: an arc's mask is its edge's, delivered both ways)."""
         keep = ~lost
-        sent, got = keep[self.out_idx], keep[self.in_idx]
+        both = keep if self.rev is None else keep & keep[self.rev]
+        sent, got = both[self.out_idx], both[self.in_idx]
         device = plan.in_dst.device
         return replace(
             plan,
             remote_in=[e for e, k in zip(plan.remote_in, keep[self.remote_in_idx]) if k],
             remote_out=[e for e, k in zip(plan.remote_out, keep[self.remote_out_idx]) if k],
-            out_degree=[int(k) for k in sent],
+            out_degree=[int(k) for k in keep[self.out_idx]],
             out_delivered=torch.from_numpy(sent).to(device),
             in_delivered=torch.from_numpy(got).to(device),
         )
@@ -174,18 +212,21 @@ class Delivery:
         """The plan phase ``phase`` (0, 1, …) of round ``t`` is delivered on (``plan`` itself
         when none of its messages is lost)."""
         per_arc = isinstance(plan, ArcPlan)
-        if per_arc != (self.policy == "ack"):
+        edge = self.policy == "edge"
+        if per_arc and self.policy not in ARC_POLICIES:
             raise ConfigError(
                 "--network loss: this algorithm sends a message per arc (an arc phase), for which "
                 "lost messages have no defined meaning; run it without loss, or use choco-arcs "
-                "(per-arc copies that both ends update only on delivery)" if per_arc else
+                "(per-arc copies that both ends update only on delivery)")
+        if not per_arc and self.policy == "ack":
+            raise ConfigError(
                 "--network loss: on_loss = 'ack' reads which per-arc messages were delivered, but "
                 "this phase sends one message per node: send it per arc (block.arc_plan())")
         if per_arc:
-            arcs = self._arcs.get(plan, lambda: _ArcPlanArcs(plan, self.network, self.seed))
+            arcs = self._arcs.get(plan, lambda: _ArcPlanArcs(plan, self.network, self.seed, edge))
         else:
             arcs = self._arcs.get(plan, lambda: _PlanArcs(plan, topology, self.ids, self.network,
-                                                          self.seed))
+                                                          self.seed, edge))
         lost = arcs.draws.lost(t, phase)
         if not lost.any():
             return plan

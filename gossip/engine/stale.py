@@ -70,6 +70,12 @@ def mode_of(policy: str, network: Network, name: str) -> str:
             "ones in flight are acknowledged, so they all carry the same gap and the copies "
             "overshoot (unstable for lags >= 2, see gossip/engine/stale.py); run it without "
             "stale=, or use its broadcast form (choco, lead, c-gt)")
+    if policy == "edge":
+        raise ConfigError(
+            f"--network {network.spec()}: {name} moves both ends of an edge together, from both "
+            "of the edge's messages of one round (on_loss 'edge'); a late one would move one "
+            "end in a round the other does not, and the sum over the nodes would drift: run it "
+            "without stale=")
     if policy not in MODES:
         raise ConfigError(f"--network {network.spec()}: on_loss = {policy!r} has no meaning for "
                           f"late messages ({name}); the meaningful ones are {', '.join(MODES)}")

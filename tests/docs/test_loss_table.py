@@ -60,7 +60,8 @@ def test_docs_table_is_the_benchmarks():
 def test_docs_lag_table_is_the_benchmarks():
     b = bench()
     measured = section(DOC.read_text(), STALE_SECTION)
-    late = [(a, c) for a, c in b.AVERAGING + b.OPTIMIZERS if not a.endswith("-arcs")]
+    late = [(a, c) for a, c in b.AVERAGING + b.OPTIMIZERS
+            if b.algorithm_class(a).on_loss not in b.NOT_LATE]
     averaging = b.averaging_table(fake(b.AVERAGING, ("consensus", "drift", "exact", "late"),
                                        b.STALE_NETWORKS), late=True)
     optimization = b.optimization_table(

@@ -74,8 +74,8 @@ def test_refused_without_loss_semantics():
     with pytest.raises(ConfigError):
         Engine(make_algorithm("push-sum"), topologies.build("ring", 8, weights="push"),
                lambda i: torch.zeros(4), compressor="topk:0.5", network="loss=0.1")
-    with pytest.raises(ConfigError):
-        Engine(make_algorithm("powergossip"), topo, lambda i: torch.zeros(16), network="loss=0.1")
+    with pytest.raises(ConfigError, match="no defined meaning for a lost message"):
+        Engine(make_algorithm("ecd"), topo, lambda i: torch.zeros(16), network="loss=0.1")
 
 
 def test_an_arc_phase_is_delivered_without_its_lost_arcs():
@@ -115,3 +115,124 @@ def test_ack_needs_arc_phases():
                  network="loss=0.5")
     with pytest.raises(ConfigError, match="sends one message per node: send it per arc"):
         eng.run(3)
+
+
+def test_edge_loss_on_a_broadcast_is_a_symmetric_doubly_stochastic_mix():
+    """on_loss "edge" on a per-node phase: an edge either of whose messages is lost leaves the
+    round's W at both ends (its weight to both own terms). Gossip with it equals a float64
+    replay of those W_t and keeps the average exactly (W_t doubly stochastic)."""
+    from gossip.algorithms.gossip import Gossip
+
+    class EdgeGossip(Gossip):
+        """Gossip whose lost messages drop their edges at both ends."""
+
+        name = "edge-gossip"
+        on_loss = "edge"
+
+    topo = topologies.build("erdos-renyi:p=0.4", 8, seed=7)
+    W = torch.from_numpy(topo.dense())
+    x0 = lambda i: torch.randn(6, generator=torch.Generator().manual_seed(i),  # noqa: E731
+                               dtype=torch.float64)
+    eng = Engine(EdgeGossip(), topo, x0, network="loss=0.3", seed=2)
+    X = eng.block.x.clone()
+    mean0 = X.mean(0)
+    model = eng.network.loss
+    for t in range(1, 31):
+        Wt = W.clone()
+        for i in range(8):
+            for j in topo.view(i).neighbors:
+                if LossDraws(model, 2, arc_keys([(i, j), (j, i)])).lost(t, 0).any():
+                    Wt[i, i] += Wt[i, j]
+                    Wt[i, j] = 0.0
+        assert torch.equal(Wt, Wt.T)
+        X = Wt @ X
+        eng.step()
+        assert torch.allclose(eng.block.x, X, rtol=0, atol=1e-13), t
+    assert eng.delivery.lost_total.sum() > 0
+    assert torch.allclose(eng.block.x.mean(0), mean0, rtol=0, atol=1e-14)
+    directed = Engine(EdgeGossip(), topologies.build("directed-random:p=0.3", 8, weights="push", seed=3), x0,
+                      network="loss=0.3")
+    with pytest.raises(ConfigError, match="has no reverse: it needs an undirected graph"):
+        directed.run(2)
+
+
+def test_extra_under_loss_keeps_its_exact_optimum():
+    """EXTRA (on_loss "edge") reaches the exact optimum under 10 % loss; renormalizing at the
+    receiver alone (rows, not columns, summing to one) moves its fixed point."""
+    from gossip.algorithms.tracking import EXTRA
+    from tests.helpers.algorithm_setup import HETERO, distance
+
+    class RenormalizedEXTRA(EXTRA):
+        """EXTRA with the receiver-side renormalization of gossip."""
+
+        name = "extra-renormalized"
+        on_loss = "renormalize"
+
+    x0 = HETERO.initial_point()
+    eta = 0.3 / HETERO.smoothness().L
+    runs = {}
+    for alg in (EXTRA(eta=eta), RenormalizedEXTRA(eta=eta)):
+        eng = Engine(alg, topologies.build("ring", 8), lambda i: x0, network="loss=0.1", seed=1,
+                     oracles=lambda i, gen: HETERO.oracle(i, gen))
+        for _ in range(1500):
+            eng.step()
+        runs[alg.name] = distance(eng, HETERO)
+    assert runs["extra"] < 1e-12 and runs["extra-renormalized"] > 1e-6, runs
+
+
+@pytest.mark.parametrize("name", ["dadam", "tracked-amsgrad"])
+def test_adaptive_gossip_under_loss(name):
+    """DADAM averages models in (on_loss "renormalize", as D-PSGD): under loss (and late
+    messages: the newest model from each neighbor) its rows still sum to one and it trains as
+    without them. Tracked AMSGrad drops a lost edge at both ends
+    (on_loss "edge"): W_t stays doubly stochastic, so its tracker keeps mean u = mean v̂
+    exactly, which receiver-side renormalization breaks."""
+    from gossip.algorithms import algorithm_class
+    from tests.helpers.algorithm_setup import HETERO, distance
+
+    ring = topologies.build("ring", 8)
+    x0 = HETERO.initial_point()
+    hp = algorithm_class(name).suggest_hparams(HETERO, "full", ring)
+
+    def run(alg, network):
+        eng = Engine(alg, ring, lambda i: x0, network=network, seed=1,
+                     oracles=lambda i, gen: HETERO.oracle(i, gen))
+        for _ in range(300):
+            eng.step()
+        return eng
+
+    ideal, lossy = run(make_algorithm(name, **hp), None), run(make_algorithm(name, **hp), "loss=0.1")
+    assert lossy.delivery.lost_total.sum() > 0
+    assert distance(lossy, HETERO) < 3 * distance(ideal, HETERO)
+    if name == "dadam":
+        late = run(make_algorithm(name, **hp), "stale=geom:0.5;loss=0.1")
+        assert late.stale.late_total.sum() > 0
+        assert distance(late, HETERO) < 1.5 * distance(ideal, HETERO)
+    if name == "tracked-amsgrad":
+        from gossip.algorithms.adaptive_gossip import TrackedAMSGrad
+
+        class Renormalized(TrackedAMSGrad):
+            """Tracked AMSGrad with gossip's receiver-side renormalization."""
+
+            name = "tracked-amsgrad-renormalized"
+            on_loss = "renormalize"
+
+        def gap(eng):
+            u, v = eng.block.state["u"].mean(0), eng.block.state["v_max"].mean(0)
+            return float((u - v).norm() / v.norm())
+
+        assert gap(lossy) < 1e-13 and gap(run(Renormalized(**hp), "loss=0.1")) > 1e-4
+
+
+def test_copies_of_adaptive_and_momentum_methods_are_refused_under_loss():
+    """CHOCO-AMSGrad (not tracked-amsgrad's "edge": its copies miss a lost increment), DoCoM
+    and DES-LOC stay refused (docs/network.md says why)."""
+    from tests.helpers.algorithm_setup import HETERO
+
+    ring = topologies.build("ring", 8)
+    x0 = HETERO.initial_point()
+    for name, compressor in (("choco-amsgrad", "topk:0.5"), ("docom", "topk:0.5"),
+                             ("desloc", "none")):
+        with pytest.raises(ConfigError, match=f"{name} has no defined meaning for a lost message"):
+            Engine(make_algorithm(name), ring, lambda i: x0, compressor=compressor,
+                   network="loss=0.1", oracles=lambda i, gen: HETERO.oracle(i, gen))

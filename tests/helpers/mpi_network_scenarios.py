@@ -18,6 +18,7 @@ import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
+from gossip.layout import Layout  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
 from tests.helpers.mpi_scenarios import distance_metric  # noqa: E402
 from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
@@ -47,6 +48,14 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "c-gt-lead2": ("c-gt", {}, "lead:2", "ring", "metropolis", "loss=0.1", True),
     "c-gt-arcs-lead2": ("c-gt-arcs", {}, "lead:2", "ring", "metropolis", "loss=0.1", True),
     "c-gt-arcs-none": ("c-gt-arcs", {}, "none", "erdos-renyi:p=0.4", "metropolis", GE, True),
+    "powergossip-r2": ("powergossip", {"rank": 2, "iterations": 2}, "none", "erdos-renyi:p=0.4",
+                       "metropolis", "loss=0.2", False),
+    "powergossip-ge": ("powergossip", {}, "none", "ring", "metropolis", GE, True),
+    "extra-none": ("extra", {}, "none", "erdos-renyi:p=0.4", "metropolis", "loss=0.2", True),
+    "c-ecl-randk": ("c-ecl", {"period": 2}, "randk:0.3", "ring", "metropolis", GE, True),
+    "dadam-loss": ("dadam", {}, "none", "exponential", "metropolis", "loss=0.2", True),
+    "tracked-amsgrad-ge": ("tracked-amsgrad", {}, "none", "erdos-renyi:p=0.4", "metropolis", GE,
+                           True),
     "push-sum-exact": ("push-sum", {}, "none", "directed-random:p=0.3", "push", "loss=0.3", True),
     "dpsgd-timed": ("dpsgd", {}, "none", "exponential", "metropolis", TIMED, True),
     # late messages (stale=): values get the newest arrived, increments and mass every arrival
@@ -79,6 +88,7 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
     engine = Engine(
         make_algorithm(alg_name, **hp), topo, (lambda i: x0) if trains else (lambda i: x0 + 0.1 * i),
         compressor=spec, seed=11, world=world, timeout=60, network=network,
+        layout=Layout([(4, 5)]) if alg_name == "powergossip" else None,  # matrices to sketch
         oracles=(lambda i, gen: problem.oracle(i, gen, "full", 2)) if trains else None,
     )
 

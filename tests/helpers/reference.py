@@ -451,6 +451,7 @@ def powergossip(
     iterations: int = 1,
     eps: float = 1e-8,
     trace: Trace = None,
+    active: Callable[[int, tuple[int, int]], bool] | None = None,
 ) -> list[Array]:
     """PowerGossip on one matrix parameter per node (``Ms``: ``n × m × k``), symmetric ``W``.
 
@@ -472,6 +473,10 @@ def powergossip(
 
     ``iterates[s]`` = models after ``s`` steps (``n × m × k``). Trace: ``M``, ``P``, ``Q`` (dicts
     keyed by edge), ``t``.
+
+    ``active(t, e)`` (message loss, on_loss "edge"): False when edge ``e`` sits out iteration
+    ``t`` — its input factor is still (redrawn and) orthonormalized, its output factor and the
+    models keep their values.
     """
     M = np.array(Ms, dtype=np.float64)
     if M.ndim != 3:
@@ -506,6 +511,12 @@ def powergossip(
                             Q[e] = np.array(basis(lo, hi, "Q", (k, r)), dtype=np.float64)
                         else:
                             P[e] = np.array(basis(lo, hi, "P", (m, r)), dtype=np.float64)
+                    if active is not None and not active(t, e):
+                        if odd:
+                            Q[e] = orth(Q[e], eps)
+                        else:
+                            P[e] = orth(P[e], eps)
+                        continue
                     if odd:
                         Qh = orth(Q[e], eps)
                         P[e] = M[hi] @ Qh - M[lo] @ Qh
