@@ -14,6 +14,10 @@ accuracy against rounds and bits. One epoch = ceil(N_train / (nodes · batch siz
 The asynchronous algorithms (AD-PSGD, gossip learning, asynchronous SGP and CHOCO) run in
 virtual time, their round a sweep of n activations, each a local step on one mini-batch: an
 epoch is then one pass over a node's data on average (docs/asynchronous.md).
+Under mpiexec with one node per rank, --free-run SCALE trains in wall-clock order instead: each
+local step lasts its --network compute draw x SCALE wall seconds; an asynchronous run logs the
+nodes' snapshots at the common wall instants of every --eval-every epochs (written after the
+run), a synchronous one its rounds with their wall_s (docs/asynchronous.md, "Training").
 Built-in data need no download (scikit-learn's digits, synthetic classes); other data sets are
 read from disk (--data FILE.npz / FILE.pt / an ImageFolder directory with torchvision).
 """
@@ -298,7 +302,9 @@ def check_optimizer(args: argparse.Namespace) -> str | None:
 
 
 def build_trainer(args, model, train_set, test_set, topology, world, gamma, total_rounds, rpe,
-                  *, evaluate: bool = True) -> DecentralizedTrainer:
+                  *, evaluate: bool = True, free: bool = True) -> DecentralizedTrainer:
+    """The run's trainer from the flags; ``evaluate=False, free=False``: a --gamma auto trial
+    (no test set, in this process and in virtual time even when the run is --free-run)."""
     import torch
 
     from gossip.algorithms import make_algorithm
@@ -337,6 +343,7 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
         eval_train=args.eval_train and evaluate,
         autocast=None if args.autocast == "none" else args.autocast,
         master_weights=args.master_weights,
+        free_run=args.free_run if free else None,
     )
 
 
@@ -360,7 +367,7 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
 
     def trial(gamma: float) -> float:
         trainer = build_trainer(args, model, train_set, None, topology, World(None), gamma,
-                                total_rounds, rpe, evaluate=False)
+                                total_rounds, rpe, evaluate=False, free=False)
         trainer.fit(rounds=rounds, log_every=rounds)
         return trainer.global_train_loss()
 
@@ -446,10 +453,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     world, topology = setup(args, before_topology=nodes_memory)
     check_asynchronous(args, args.algorithm)
-    if args.free_run is not None:
-        raise SystemExit("error: --free-run is not in train.py yet (its epochs and evaluations "
-                         "need records along the run): train in virtual time, or use "
-                         "experiments/optimize.py --free-run")
     try:
         train_set, test_set = load_data(args)
         shape, classes = input_shape(train_set), num_classes(train_set, test_set)
@@ -500,8 +503,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "rounds_per_epoch": rpe, "log_every": log_every,
         "gamma_search": search.record() if search else None, "versions": versions(),
     }
+    free_async = args.free_run is not None and algorithm_class(args.algorithm).asynchronous
     result = execute(trainer.engine, label=label, config=config, logger=logger, rounds=total,
                      log_every=log_every, metrics=[trainer.metrics], progress=args.progress,
+                     node_metrics=[trainer.node_metrics] if free_async else (),
                      not_extendable=("its learning-rate schedule spans the run's length; run the "
                                      "longer run from the start with a new --checkpoint-dir")
                      if _scheduled(args) else None,
@@ -527,7 +532,8 @@ def table_row(label: str, records: list[dict], summary: dict) -> dict[str, Any]:
             "consensus_error": last.get("consensus_error"),
             "bits_per_node": last.get("bits_per_node"),
             "seconds_per_epoch": summary["seconds_per_epoch"], "status": summary["status"],
-            **({"time_virtual_s": last["time_virtual_s"]} if "time_virtual_s" in last else {})}
+            **({"time_virtual_s": last["time_virtual_s"]} if "time_virtual_s" in last else {}),
+            **({"wall_s": last["wall_s"]} if "wall_s" in last else {})}
 
 
 def format_table(rows: list[dict]) -> str:
@@ -535,11 +541,15 @@ def format_table(rows: list[dict]) -> str:
         return "—" if v is None else format(v, spec)
 
     virtual = any("time_virtual_s" in r for r in rows)  # asynchronous runs: their virtual time
+    wall = any("wall_s" in r for r in rows)  # --free-run: the wall seconds paced by the draws
     lines = ["| run | epochs | train loss | test loss | test acc | worst node acc | consensus "
-             "error | bits/node | s/epoch | " + ("virtual s | " if virtual else "") + "status |",
-             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if virtual else "")]
+             "error | bits/node | s/epoch | " + ("virtual s | " if virtual else "")
+             + ("wall s | " if wall else "") + "status |",
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if virtual else "")
+             + ("---|" if wall else "")]
     for r in rows:
         cell = f" {f(r.get('time_virtual_s'), '.4g')} |" if virtual else ""
+        cell += f" {f(r.get('wall_s'), '.4g')} |" if wall else ""
         lines.append(
             f"| {r['run']} | {f(r['epochs'], '.3g')} | {f(r['train_loss'], '.4f')} "
             f"| {f(r['test_loss'], '.4f')} | {f(r['test_accuracy'], '.2%')} "

@@ -648,9 +648,9 @@ class Engine:
                 if on_record is not None:
                     on_record(rec)
 
+            self.round += rounds  # the end record's (metrics read it); each snapshot's its own
             rec = free.run(seconds=rounds * free.sweep_s, metrics=metrics, log_every=log_every,
                            node_metrics=node_metrics, on_record=deliver)
-            self.round += rounds
             rec["round"] = self.round
             deliver(rec)
             return records

@@ -32,6 +32,14 @@ computed after the fact with nothing waited for during the run. A rank that stop
 loses only what it had not sent: the other ranks' node records and its own up to the stop are
 written before the collectives (which then stop with a timeout naming it).
 
+Step-size schedules: the event loop sets ``block.round`` (what schedules and the trainer's
+optimizers read) to the sweep an event falls in; a free run sets it to the sweep of the wall
+clock, ``first_round + ⌊now / sweep_s⌋ + 1`` (at most the budget's last), before every
+activation and every message it takes in. A schedule thus follows the run's common time, as in
+virtual time, not a node's own count of steps: a straggler decays with the others instead of
+keeping a large step while its model is averaged into theirs, and a free run and its virtual
+twin step with the same rates at the same (scaled) times.
+
 Loss and delay (``loss=``, ``delay=``): a node draws the fate of each message it sends from
 the keyed draws of the event loop (arc node → peer, counted per arc from 1: the sender is the
 only one who sends on its out-arcs, so it alone keeps the count, wherever the run's events
@@ -177,6 +185,11 @@ class FreeRun:
         self.sweep_s = step * scale
         """Wall seconds of one sweep: a mean compute time, scaled."""
         self.first_round = engine.round
+        self.last_round: int | None = None
+        """The budget's last sweep (``seconds / sweep_s``, rounded up); None: a steps budget."""
+        self.snapshot_round: int | None = None
+        """The round of the instant being snapshotted, while the node metrics are called (what
+        a metric that keeps values per instant keys them by)."""
         # trajectories (run's log_every; module doc)
         self.snapshots: list[Snapshot] = []
         self.node_metrics: list[NodeMetric] = []
@@ -280,6 +293,8 @@ class FreeRun:
             count = max(math.ceil(seconds / every - 1e-9) - 1, 0)  # instants before the end
             self._instants = [(self.first_round + k * log_every, k * every)
                               for k in range(count, 0, -1)]  # popped from the end
+        if seconds is not None:
+            self.last_round = self.first_round + max(math.ceil(seconds / self.sweep_s - 1e-9), 1)
         i, k = self.node, 0
         end = self._start + seconds if seconds is not None else float("inf")
         while (steps is None or k < steps) and time.monotonic() < end:
@@ -290,6 +305,7 @@ class FreeRun:
             j = self._peer(k)
             self.seq += 1
             self.steps += 1
+            self._set_sweep()
             event = Activation(self, i, 0, self._now(), k, self.seq, j)  # type: ignore[arg-type]
             self.algorithm.activate(self.block, event)
         # the delayed posts due before the end go out; the later ones would arrive after it
@@ -319,6 +335,16 @@ class FreeRun:
 
     def _now(self) -> float:
         return time.monotonic() - self._start
+
+    def _set_sweep(self) -> None:
+        """``block.round`` (and the node's ``round``) to the sweep of the wall clock, what
+        step-size schedules read (module doc, "Step-size schedules")."""
+        t = self.first_round + int(self._now() // self.sweep_s) + 1
+        if self.last_round is not None:
+            t = min(t, self.last_round)
+        self.block.round = t
+        for node in self.engine.nodes.values():
+            node.round = t
 
     def _peer(self, k: int) -> int | None:
         alive = [j for j in self.engine.topology.view(self.node).out_neighbors if j not in self.left]
@@ -387,8 +413,10 @@ class FreeRun:
         if tag == DONE:
             self.done_from.add(j)
         elif tag == REQUEST:
+            self._set_sweep()
             self._answer(j, buf)
         elif tag == POST:
+            self._set_sweep()
             like = self.algorithm.message_like(self.block, 0)
             parts = _split(buf.to(self.block.x.device), like)
             now = self._now()
@@ -419,7 +447,9 @@ class FreeRun:
         while self._instants and (final or now >= self._instants[-1][1]):
             rnd, instant = self._instants.pop()
             x = self.block.x[0]
+            self.snapshot_round = rnd
             values = [float(v) for m in self.node_metrics for v in m(self.node, x).values()]
+            self.snapshot_round = None
             if len(values) != len(self.metric_names):
                 raise ConfigError(f"the node metrics gave {len(values)} value(s) at round {rnd}, "
                                   f"{len(self.metric_names)} at the start ({self.metric_names}): "
@@ -494,16 +524,18 @@ class FreeRun:
         """One ``round`` record per instant (collective): each rank puts its snapshot's model
         and bytes in place of the node's, the usual record is computed, then the end state is
         put back. ``wall_s`` is the instant, ``snapshot_lag_s`` how long after it the last node
-        took its snapshot."""
+        took its snapshot; the engine's ``round`` is the instant's while its record is made."""
         engine, block, sent = self.engine, self.block, self.engine.transport.bytes_sent
         here = block.x.clone()
         nbytes = sent.get(self.node, 0)
         offset = (time.perf_counter() - engine._start) - self._now()  # engine time at the start
         out = []
+        end_round = engine.round
         try:
             for snap in self.snapshots:
                 block.x[0].copy_(snap.x)
                 sent[self.node] = snap.nbytes
+                engine.round = snap.round  # what metrics read (a trainer's epoch)
                 rec = engine.record(metrics)
                 steps = engine.node_values({self.node: float(snap.steps)})
                 taken = engine.node_values({self.node: snap.wall_s})
@@ -515,6 +547,7 @@ class FreeRun:
         finally:
             block.x.copy_(here)
             sent[self.node] = nbytes
+            engine.round = end_round
         return out
 
     def _route_around(self, j: int) -> None:

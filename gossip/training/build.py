@@ -59,18 +59,19 @@ def training_engine(algorithm: Algorithm, topology: Any, initial: torch.Tensor, 
                     compressor: str | Compressor, seed: int, world: World | None, timeout: float,
                     network: Any, device: torch.device, dtype: torch.dtype,
                     fix: str, overlap: bool = False, link_latency: float = 0.0,
-                    defer_setup: bool = False) -> Engine:
+                    defer_setup: bool = False, free_run: float | None = None) -> Engine:
     """The engine of a training run: every node starts from ``initial``, its oracle bound to its
     row of the block (the module's parameters become views into it), and every process checked
     to start from the same model (``fix`` says how to make them equal). ``defer_setup``: the
     algorithm's setup waits for :meth:`Engine.setup` (:func:`gossip.wrap`: its first gradients
-    are the user's first backward)."""
+    are the user's first backward). ``free_run``: the engine's wall seconds per virtual second
+    under mpiexec (:mod:`gossip.engine.freerun`, :mod:`gossip.engine.wallclock`)."""
     engine = Engine(
         algorithm, topology, lambda i: initial, compressor=compressor,
         layout=layout if (per_tensor or algorithm.needs_layout) else None,
         oracles=oracles, seed=seed, world=world, timeout=timeout, network=network,
         overlap=overlap, link_latency=link_latency, defer_setup=defer_setup,
-        device=device, dtype=dtype, divergence_factor=float("inf"),
+        device=device, dtype=dtype, divergence_factor=float("inf"), free_run=free_run,
     )
     for node in engine.nodes.values():
         node.oracle.bind(node.x)

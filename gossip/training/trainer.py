@@ -22,6 +22,14 @@
   fewer, the others more), so its scheduler follows the sweeps (``schedule_by_round``), not
   its own count of steps. They run in one process, without ``overlap`` or ``link_latency``
   (the engine refuses them); checkpoints save their event queue (docs/asynchronous.md).
+* ``free_run=SCALE`` under ``mpiexec`` with one node per rank: the nodes train in wall-clock
+  order, each local step lasting its ``--network`` compute draw × SCALE wall seconds
+  (asynchronous algorithms: :mod:`gossip.engine.freerun`; rounds: :mod:`gossip.engine.wallclock`).
+  An asynchronous free run's schedule follows the sweep of the wall clock (one mean compute
+  time × SCALE per sweep), common to all nodes, as in virtual time; its records are taken at
+  the common wall instants of every ``log_every`` sweeps after the run, from each node's
+  snapshot, so :meth:`node_metrics` keeps each node's train loss and learning rate at those
+  instants for :meth:`metrics` (which then evaluates the snapshots' averaged and own models).
 
 Definitions (documented because logs depend on them):
 
@@ -162,6 +170,8 @@ class DecentralizedTrainer:
             parameters (:class:`~gossip.training.precision.MasterWeights`; its state float32
             too) and the model follows it, rounded. None (default): on for half models with an
             optimizer; False: the optimizer steps the half parameters themselves.
+        free_run: under mpiexec with one node per rank, wall seconds per virtual second of
+            the ``network``'s compute draws: the run trains in wall-clock order (module doc).
     """
 
     def __init__(
@@ -196,6 +206,7 @@ class DecentralizedTrainer:
         eval_train: bool = False,
         autocast: str | None = None,
         master_weights: bool | None = None,
+        free_run: float | None = None,
     ):
         if isinstance(topology, str):
             import topologies
@@ -238,8 +249,11 @@ class DecentralizedTrainer:
             self.algorithm, topology, self.initial, self.layout, self._make_oracle,
             per_tensor=per_tensor, compressor=compressor, seed=seed, world=world,
             timeout=timeout, network=network, device=self.device, dtype=dtype, fix=SAME_START_FIX,
-            overlap=overlap, link_latency=link_latency,
+            overlap=overlap, link_latency=link_latency, free_run=free_run,
         )
+        self._at_instant: dict[int, tuple[float, int, float | None]] = {}
+        """An asynchronous free run's (loss sum, samples, lr) of this rank's node at the instant
+        of each snapshot round (:meth:`node_metrics`)."""
         self.divergence_factor = divergence_factor
         self._first_loss: float | None = None
         self._eval_module = copy.deepcopy(self.model)
@@ -324,14 +338,44 @@ class DecentralizedTrainer:
         return s
 
     # -- evaluation (collective: every process calls these together) -----------------------------
+    @property
+    def _free(self) -> bool:
+        """An asynchronous free run: records made after the run from snapshots."""
+        return self.engine.free_run is not None and self.algorithm.asynchronous
+
+    def node_metrics(self, node: int, x: torch.Tensor) -> dict[str, float]:
+        """What an asynchronous free run's snapshot keeps of this rank's node (a
+        :data:`~gossip.engine.freerun.NodeMetric`, called during the run at each instant):
+        its mean train loss since the last instant (NaN without a step) and its learning rate
+        (NaN without an optimizer), also kept here for :meth:`metrics`, which makes the
+        instant's record after the run."""
+        oracle = self.engine.nodes[node].oracle
+        lr = oracle.lr if isinstance(oracle, OptimizerOracle) else None
+        free = self.engine.last_free_run
+        rnd = free.snapshot_round if free is not None else None
+        if rnd is None:  # the names' probe before the start: nothing taken
+            loss, count = float(oracle.loss_sum), oracle.loss_count
+        else:
+            loss, count = oracle.pop_loss()
+            self._at_instant[rnd] = (loss, count, lr)
+        return {"train_loss": loss / count if count else float("nan"),
+                "lr": float("nan") if lr is None else lr}
+
     def metrics(self, engine: Engine, xbar: torch.Tensor) -> dict[str, Any]:
         """The training metrics of a log record (see the module docstring)."""
         epoch = engine.round / self.rounds_per_epoch
         rec: dict[str, Any] = {"epoch": epoch}
-        if epoch > 0:
+        free = self._free
+        if epoch > 0 and not free:  # a free run's records carry wall_s instead
             rec["time_per_epoch_s"] = engine.summary()["wall_time_s"] / epoch
         nodes = engine.nodes
-        popped = {i: nd.oracle.pop_loss() for i, nd in nodes.items()}
+        kept = self._at_instant.pop(engine.round, None) if free else None
+        lr = None
+        if kept is not None:  # a free run's snapshot: the loss and rate at its instant
+            popped = {i: kept[:2] for i in nodes}
+            lr = kept[2]
+        else:
+            popped = {i: nd.oracle.pop_loss() for i, nd in nodes.items()}
         loss = engine.node_values({i: p[0] for i, p in popped.items()})
         count = engine.node_values({i: float(p[1]) for i, p in popped.items()})
         total = math.fsum(count.tolist())
@@ -339,7 +383,7 @@ class DecentralizedTrainer:
         self._check_loss(engine, rec["train_loss"])
         first = nodes[min(nodes)].oracle
         if isinstance(first, OptimizerOracle):
-            rec["lr"] = first.lr
+            rec["lr"] = first.lr if lr is None else lr
         if self.test_set is None and not self.eval_train:
             return rec
         avg = self._load_average(xbar)
