@@ -56,11 +56,26 @@ the target), their ratio, the speedup over D-PSGD on the same network in virtual
 time (D-PSGD's median time over the method's), the local steps (gradients; a round is 8) taken
 by then in both, and the distance at the end of each.
 
+**4. Digits under mpiexec** (``--mpi SCALE --digits``): the issue's second setting, a model
+trained by ``experiments/train.py`` instead of least squares. 8 nodes on ``--graph``, node 0
+five times slower (``compute=exp:1;slow=nodes:0x5``), scikit-learn's digits split iid, an MLP
+with ``--digits-hidden`` hidden units, plain SGD (``--optimizer sgd``; async-SGP takes the
+plain gradient anyway) with the same ``--digits-lr`` for every method, batch 32, for
+``--digits-epochs`` epochs (6 sweeps each), a record every sweep. Each method runs twice per
+seed: in virtual time in this machine's python (a fresh process) and under ``mpiexec -n 8``
+with ``--free-run SCALE``. Per target test accuracy of the averaged model (``--digits-targets``)
+the table of part 3, with the test error 1 − accuracy in place of the distance: the first
+record at or above the target gives the time (``time_virtual_s``; under mpiexec ``wall_s``,
+a snapshot instant of the asynchronous methods, a round's end for D-PSGD) and the local steps
+then; the last column is the final test error. Its own markers (``bench_async_digits``).
+
     python benchmarks/bench_async.py                     # the docs' tables, ~70 s on one busy core
     python benchmarks/bench_async.py --sweeps 40 --seeds 0 --targets 0.5 --pairwise-nodes 200 \\
         --pairwise-graphs ring --pairwise-sweeps 2 --dims 1 --in-process   # does it run (seconds)
     python benchmarks/bench_async.py --write docs/asynchronous.md   # and put them in the page
     python benchmarks/bench_async.py --skip straggler pairwise --mpi 0.05 --write docs/asynchronous.md
+    python benchmarks/bench_async.py --skip straggler pairwise --mpi 0.1 --digits \
+        --write docs/asynchronous.md
 """
 
 from __future__ import annotations
@@ -109,6 +124,8 @@ BEGIN, END = markers("bench_async")
 """The markers around the tables in docs/asynchronous.md (``--write``)."""
 MPI_SECTION = "bench_async_mpi"
 """The markers' name around the mpiexec table (``--mpi`` with ``--write``)."""
+DIGITS_SECTION = "bench_async_digits"
+"""The markers' name around the digits tables (``--mpi --digits`` with ``--write``)."""
 
 Row = dict[str, float]
 
@@ -255,12 +272,13 @@ def measure_mpi(seeds: list[int], sweeps: int, eta: float, graph: str, scale: fl
 
 
 def mpi_table(results: dict[tuple[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]],
-              target: float, scale: float) -> str:
-    """Virtual time to ``target`` against wall time under mpiexec (medians over the seeds)."""
+              target: float, scale: float, final: str = "distance") -> str:
+    """Virtual time to ``target`` against wall time under mpiexec (medians over the seeds);
+    ``final``: what the runs' traces measure (the last column's name)."""
     lines = ["| method | network | reached (seeds, virtual / mpiexec) | virtual time to target (s) "
              f"| × SCALE = {scale:g} (s) | wall time to target, mpiexec -n {NODES} (s) | wall / "
              f"(virtual × SCALE) | speedup vs {METHODS[0]} (virtual / wall) | local steps to target "
-             "(virtual / mpiexec) | distance at the end (virtual / mpiexec) |",
+             f"(virtual / mpiexec) | {final} at the end (virtual / mpiexec) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     times = {key: (_median([reach(r, target) for r in virtual], "time"),
                    _median([reach(r, target) for r in wall], "time"))
@@ -280,6 +298,74 @@ def mpi_table(results: dict[tuple[str, str], tuple[list[dict[str, Any]], list[di
             f"{_num(_median(w, 'steps'), '.0f')} | {_num(_median(virtual, 'final'))} / "
             f"{_num(_median(wall, 'final'))} |")
     return "\n".join(lines)
+
+
+# -- 4. digits under mpiexec ----------------------------------------------------------------
+def digits_flags(algorithm: str, network: str, seed: int, epochs: float, hidden: int,
+                 lr: float, graph: str) -> list[str]:
+    """experiments/train.py's flags of one digits run (module doc, 4)."""
+    from gossip.algorithms import algorithm_class
+
+    optimizer = ["--optimizer", "sgd"] if algorithm_class(algorithm).takes_optimizer else []
+    return ["--algorithm", algorithm, "--topology", graph, "--data", "digits", "--hidden",
+            str(hidden), "--lr", repr(lr), *optimizer, "--batch-size", "32", "--epochs",
+            repr(epochs), "--log-every", "1", "--network", network, "--seed", str(seed),
+            "--no-progress"]
+
+
+def digits_run(algorithm: str, network: str, seed: int, epochs: float, hidden: int, lr: float,
+               graph: str, scale: float | None) -> dict[str, Any]:
+    """One train.py run on the digits, in virtual time (``scale`` None: a python process with
+    the 8 nodes) or under ``mpiexec -n 8 --free-run scale``: its test error 1 − accuracy of
+    the averaged model at every record, with the time then (``time_virtual_s`` or
+    ``wall_s``), the round and the bits per node, the local steps then and the final error."""
+    from gossip.algorithms import algorithm_class
+    from gossip.metrics import read_jsonl
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "run.jsonl"
+        flags = [*digits_flags(algorithm, network, seed, epochs, hidden, lr, graph),
+                 "--out", str(out)]
+        script = [sys.executable, str(ROOT / "experiments" / "train.py")]
+        if scale is None:
+            cmd, limit = [*script, *flags, "--nodes", str(NODES)], 900.0
+        else:
+            cmd = [mpiexec(), "-n", str(NODES), *script, *flags, "--free-run", repr(scale)]
+            limit = 180 + 5 * 6 * epochs * scale * 5  # the sweeps, a straggler's rounds and more
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=limit)
+        if res.returncode != 0 or not out.exists():
+            where = "virtual time" if scale is None else f"mpiexec --free-run {scale:g}"
+            raise SystemExit(f"--digits: train.py {algorithm} on {network} (seed {seed}, {where}) "
+                             f"failed with exit status {res.returncode}:\n"
+                             f"{(res.stdout + res.stderr)[-2000:]}")
+        records = [r for r in read_jsonl(out) if r.get("type") == "round"]
+    clock = "time_virtual_s" if scale is None else "wall_s"
+    if not algorithm_class(algorithm).asynchronous:  # a round: a gradient per node
+        steps = [r["round"] * NODES for r in records]
+    else:
+        steps = [r.get("activations" if scale is None else "local_steps", 0) for r in records]
+    errors = [1.0 - r["test_accuracy"] for r in records]
+    return {"trace": [(e, r[clock], r["round"], r["bits_per_node"])
+                      for e, r in zip(errors, records, strict=True)],
+            "steps": steps, "final": errors[-1], "diverged": 0.0}
+
+
+def measure_digits(seeds: list[int], epochs: float, hidden: int, lr: float, graph: str,
+                   scale: float, methods: tuple[str, ...] = METHODS
+                   ) -> dict[tuple[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+    """Every method on the straggler network: its digits runs in virtual time and under
+    mpiexec (module doc, 4)."""
+    network = NETWORKS[1]
+    results = {}
+    for algorithm in methods:
+        virtual = [digits_run(algorithm, network, s, epochs, hidden, lr, graph, None)
+                   for s in seeds]
+        wall = [digits_run(algorithm, network, s, epochs, hidden, lr, graph, scale)
+                for s in seeds]
+        results[(algorithm, network)] = (virtual, wall)
+        print(f"done: {algorithm} on the digits under mpiexec", file=sys.stderr, flush=True)
+    return results
 
 
 # -- 2. pairwise gossip on 10^4 nodes -------------------------------------------------------
@@ -413,6 +499,17 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--mpi-seeds", type=int, nargs="+", help="the mpiexec runs' seeds (default: "
                    "the first of --seeds)")
     p.add_argument("--mpi-sweeps", type=int, help="sweeps of the mpiexec runs (default --sweeps)")
+    p.add_argument("--digits", action="store_true",
+                   help="with --mpi: train the digits (experiments/train.py) instead of least "
+                        "squares, every method with node 0 five times slower, in virtual time "
+                        "and under mpiexec -n 8 --free-run SCALE: wall time to each "
+                        "--digits-targets test accuracy next to virtual time x SCALE")
+    p.add_argument("--digits-targets", type=float, nargs="+", default=[0.6, 0.8],
+                   help="target test accuracies of the averaged model (--digits): a table each")
+    p.add_argument("--digits-epochs", type=float, default=15.0, help="epochs of a --digits run")
+    p.add_argument("--digits-hidden", type=int, default=32, help="the MLP's hidden units")
+    p.add_argument("--digits-lr", type=float, default=0.2,
+                   help="the plain SGD step of every method (--digits)")
     p.add_argument("--worker", nargs=4, metavar=("ALGORITHM", "NETWORK", "SEED", "OUT"),
                    help=argparse.SUPPRESS)  # one rank of a --mpi run
     p.add_argument("--write", type=Path, metavar="PAGE",
@@ -422,6 +519,12 @@ def main(argv: list[str] | None = None) -> str:
     torch.set_num_threads(1)
     if args.mpi is not None and not args.mpi > 0:
         raise SystemExit(f"--mpi {args.mpi!r}: give the wall seconds per virtual second (> 0)")
+    if args.digits and args.mpi is None:
+        raise SystemExit("--digits compares wall time under mpiexec with virtual time: give "
+                         "--mpi SCALE with it")
+    bad = [t for t in args.digits_targets if not 0 < t <= 1]
+    if bad:
+        raise SystemExit(f"--digits-targets {bad[0]!r}: give test accuracies in (0, 1]")
     if args.worker is not None:
         algorithm, network, seed, out = args.worker
         run = straggler_run(algorithm, network, int(seed), args.sweeps, args.eta, args.graph,
@@ -457,7 +560,26 @@ def main(argv: list[str] | None = None) -> str:
         print(out)
     if args.write is not None and out:
         write_between_markers(args.write, out, "bench_async")
-    if args.mpi is not None:
+    if args.mpi is not None and args.digits:
+        t = time.perf_counter()
+        seeds = args.mpi_seeds or args.seeds[:1]
+        results = measure_digits(seeds, args.digits_epochs, args.digits_hidden, args.digits_lr,
+                                 args.graph, args.mpi)
+        took = time.perf_counter() - t
+        tables = "\n\n".join(
+            f"Time to a test accuracy of {target:g} (test error ≤ {1 - target:.2g}) on the digits "
+            f"in virtual time and under `mpiexec -n {NODES}` (`--free-run` SCALE = {args.mpi:g} "
+            f"wall s per virtual s): {NODES} nodes on a {args.graph}, node 0 five times slower, "
+            f"an MLP of {args.digits_hidden} hidden units, SGD with step {args.digits_lr:g} for "
+            f"every method, batch 32, {args.digits_epochs:g} epochs, median over seeds "
+            f"{' '.join(map(str, seeds))}, {os.cpu_count()} CPU core(s) for the {NODES} ranks "
+            f"({took:.0f} s)\n\n" + mpi_table(results, 1 - target, args.mpi, "test error")
+            for target in args.digits_targets)
+        print(("\n\n" if out else "") + tables)
+        if args.write is not None:
+            write_between_markers(args.write, tables, DIGITS_SECTION)
+        out = f"{out}\n\n{tables}" if out else tables
+    elif args.mpi is not None:
         t = time.perf_counter()
         seeds = args.mpi_seeds or args.seeds[:1]
         sweeps = args.mpi_sweeps or args.sweeps

@@ -103,3 +103,29 @@ def test_mpi_table_compares_wall_with_virtual_time():
     begin, end = b.markers(b.MPI_SECTION)
     text = DOC.read_text()
     assert text.index(begin) < text.index(end)
+
+
+def test_digits_runs_take_train_py_flags_and_fill_the_mpi_table():
+    """--mpi --digits (no launch here): its train.py flags parse (SGD for the optimizer
+    methods, the plain gradient for async-SGP), its table is part 3's with the test error,
+    and the page has its markers with one row per method in each table."""
+    b = bench()
+    train = script("train")
+    for name in b.METHODS:
+        args = train.parse_args([*b.digits_flags(name, b.NETWORKS[1], 0, 2.0, 8, 0.2, "ring"),
+                                 "--nodes", "8"])
+        assert (args.algorithm, args.network, args.log_every, args.lr) == (
+            name, b.NETWORKS[1], 1, 0.2)
+        assert args.optimizer == (None if name == "async-sgp" else "sgd")
+    run = {"trace": [(0.9, 0.0, 0, 0.0), (0.15, 4.0, 6, 8.0)], "steps": [0, 48],
+           "final": 0.1, "diverged": 0.0}
+    table = b.mpi_table({("ad-psgd", b.NETWORKS[1]): ([run], [run])}, 0.2, 0.1, "test error")
+    assert "| test error at the end (virtual / mpiexec) |" in table.splitlines()[0]
+    assert table.splitlines()[2].endswith("| 4 | 0.4 | 4 | 10.00 | — / — | 48 / 48 | 0.1 / 0.1 |")
+    begin, end = b.markers(b.DIGITS_SECTION)
+    text = DOC.read_text()
+    assert text.index(begin) < text.index(end)
+    section = text.split(begin, 1)[1].split(end, 1)[0]
+    tables = section.count("| method | network |")
+    for name in b.METHODS:
+        assert section.count(f"| {name} | {b.NETWORKS[1]} | ") == tables, name
