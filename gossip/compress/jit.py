@@ -56,6 +56,11 @@ def get(name: str) -> Any:
     return getattr(_kernels, name) if _kernels else None
 
 
+#: single messages of at least this many entries are encoded by a kernel (shorter ones by
+#: numpy's calls: the kernel gains little there, and a process that never meets a long row
+#: never pays numba's import)
+JIT_FROM = 1 << 12
+
 #: entries of x flagged at a time by ``topk_candidates`` (its flags stay in L1)
 TOPK_CHUNK = 2048
 

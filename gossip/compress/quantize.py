@@ -182,12 +182,12 @@ class LevelQuantizer(Codec):
     def _encode_jit(self, xn: np.ndarray, draw, nv: float, out: np.ndarray) -> bool:
         """The codes of :meth:`_encode_host`'s loop by the numba kernel ``level_codes``
         (:mod:`.jit`: hash, dither, levels, codes and planes in one pass over x); False where
-        it does not serve (no numba, widths of 8 and more, lanes given rather than keyed, a
-        norm below 1e-30 or not finite, torch's ``add(alpha=)`` rounding not identified):
-        the caller runs the loop."""
+        it does not serve (no numba, fewer than ``jit.JIT_FROM`` entries, widths of 8 and
+        more, lanes given rather than keyed, a norm below 1e-30 or not finite, torch's
+        ``add(alpha=)`` rounding not identified): the caller runs the loop."""
         key = draw.key
         if (self.width >= 8 or key is None or not (nv == 0 or 1e-30 <= nv < math.inf)
-                or xn.dtype.type not in (np.float32, np.float64)):
+                or xn.dtype.type not in (np.float32, np.float64) or xn.size < jit.JIT_FROM):
             return False
         fn = jit.get("level_codes")
         mode = jit.torch_rounding("add_alpha", xn.dtype.type) if fn is not None else 0

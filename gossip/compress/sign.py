@@ -17,9 +17,6 @@ from gossip.compress.wire import Sections, numel_of
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
 _TABLE_FROM = 1 << 18  # above this many entries the table gather (one pass) decodes faster
 _CHUNK = 1 << 16  # entries per chunk of the long-row decode-add (a multiple of 64; in cache)
-_JIT_FROM = 1 << 12  # from this many entries the numba kernel encodes (below, numpy's calls)
-
-
 class ScaledSign(Codec):
     """``C(x) = (‖x‖₁/d)·sign(x)`` with sign(0) = +1 (−0.0 included).
 
@@ -74,7 +71,7 @@ class ScaledSign(Codec):
         # the norm by torch on both paths: numpy sums in another order (other bytes)
         xf = x if x.dim() == 1 else torch.from_numpy(xn)
         scratch, absx = self.ws.pair("abs", xn.size, x.dtype)
-        fn = jit.get("sign_bits") if self.abs_norm and xn.size >= _JIT_FROM else None
+        fn = jit.get("sign_bits") if self.abs_norm and xn.size >= jit.JIT_FROM else None
         if fn is not None:  # |x| and the bits in one pass; torch sums |x| as _norm does
             fn(xn, absx, v["bits"], self.ws.host("jit.flags", jit.SIGN_CHUNK, torch.uint8))
             norm = scratch.sum(dtype=_accumulator(x.dtype))
