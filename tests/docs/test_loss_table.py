@@ -40,38 +40,35 @@ def rounds_in_doc(text: str) -> int:
     return int(words[words.index("--rounds") + 1]) if "--rounds" in words else 1000
 
 
+def check_tables(measured: str, networks, count: str, methods, late: bool = False) -> None:
+    """``measured`` has the benchmark's two tables' columns (``count``: the lost or late
+    column) and exactly one row per (method, network) of ``methods``."""
+    b = bench()
+    averaging = b.averaging_table(fake(b.AVERAGING, ("consensus", "drift", "exact", count),
+                                       networks), late=late)
+    optimization = b.optimization_table(
+        fake(b.OPTIMIZERS, ("distance", "distance_half", "consensus", count), networks),
+        rounds_in_doc(measured), late=late)
+    for table in (averaging, optimization):
+        assert table.splitlines()[0] in measured  # the same columns
+    for alg, comp in methods:
+        for net in networks:  # one row per (method, network)
+            assert measured.count(f"| {alg} | {comp} | {net} | ") == 1, (alg, comp, net)
+
+
 def test_docs_table_is_the_benchmarks():
     b = bench()
     text = DOC.read_text()
     assert SECTION in text
-    measured = section(text, SECTION)
-    averaging = b.averaging_table(fake(b.AVERAGING, ("consensus", "drift", "exact", "lost"),
-                                       b.NETWORKS))
-    optimization = b.optimization_table(
-        fake(b.OPTIMIZERS, ("distance", "distance_half", "consensus", "lost"), b.NETWORKS),
-        rounds_in_doc(measured))
-    for table, methods in ((averaging, b.AVERAGING), (optimization, b.OPTIMIZERS)):
-        assert table.splitlines()[0] in measured  # the same columns
-        for alg, comp in methods:
-            for net in b.NETWORKS:  # one row per (method, network)
-                assert measured.count(f"| {alg} | {comp} | {net} | ") == 1, (alg, comp, net)
+    check_tables(section(text, SECTION), b.NETWORKS, "lost", b.AVERAGING + b.OPTIMIZERS)
 
 
 def test_docs_lag_table_is_the_benchmarks():
     b = bench()
-    measured = section(DOC.read_text(), STALE_SECTION)
     late = [(a, c) for a, c in b.AVERAGING + b.OPTIMIZERS
             if b.algorithm_class(a).on_loss not in b.NOT_LATE]
-    averaging = b.averaging_table(fake(b.AVERAGING, ("consensus", "drift", "exact", "late"),
-                                       b.STALE_NETWORKS), late=True)
-    optimization = b.optimization_table(
-        fake(b.OPTIMIZERS, ("distance", "distance_half", "consensus", "late"), b.STALE_NETWORKS),
-        rounds_in_doc(measured), late=True)
-    for table in (averaging, optimization):
-        assert table.splitlines()[0] in measured  # the same columns
-    for alg, comp in late:
-        for net in b.STALE_NETWORKS:  # one row per (method, network)
-            assert measured.count(f"| {alg} | {comp} | {net} | ") == 1, (alg, comp, net)
+    check_tables(section(DOC.read_text(), STALE_SECTION), b.STALE_NETWORKS, "late", late,
+                 late=True)
 
 
 def test_lag_benchmark_runs_end_to_end():
