@@ -275,8 +275,8 @@ class ChocoAMSGrad(TrackedAMSGrad):
         super().setup(block)
         # public copies x̂, û and their mixes s_x, s_u (block.state); both channels encode with
         # the main compressor and stream, x's draws first
-        block.workspace["channels"] = (Channel(block, "x", memory="choco", keys=("x_hat", "s_x")),
-                                       Channel(block, "u", memory="choco", keys=("u_hat", "s_u")))
+        block.workspace["channels"] = (Channel(block, "x", memory="choco", keys=("x_hat", "gap_x")),
+                                       Channel(block, "u", memory="choco", keys=("u_hat", "gap_u")))
 
     def step(self, block: Block) -> Round:
         st, x = block.state, block.x
@@ -291,8 +291,8 @@ class ChocoAMSGrad(TrackedAMSGrad):
         x.add_(cx.gap(), alpha=self.gamma)  # x += γ (s_x − x̂), the old copies
         u.add_(cu.gap(), alpha=self.gamma)  # u += γ (s_u − û)
         qx, qu = yield cx.send(x), cu.send(u)  # one message: C(x − x̂), C(u − û)
-        cx.mix(qx)  # x̂ += q;  s_x += Σ_j w_ij q_j
-        cu.mix(qu)
+        cx.update(qx)  # x̂ += q;  s_x += Σ_j w_ij q_j (kept as s_x − x̂)
+        cu.update(qu)
 
 
 class DESLOC(AdaptiveGossip):

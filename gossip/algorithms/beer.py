@@ -63,8 +63,8 @@ class BEER(Algorithm):
         """The model's and the tracker's EF21 states: ``h``, ``sh = Σ_j w_ij h_j`` for x (the
         main compressor) and ``g``, ``sg`` for v (its own instance ``"tracker"``: stateful
         compressors keep one state per stream); beer-arcs keeps them per arc instead."""
-        return (Channel(block, "x", memory="ef21", keys=("h", "sh")),
-                Channel(block, "tracker", memory="ef21", keys=("g", "sg"), own_compressor=True))
+        return (Channel(block, "x", memory="ef21", keys=("h", "h_gap")),
+                Channel(block, "tracker", memory="ef21", keys=("g", "g_gap"), own_compressor=True))
 
     def move(self, block: Block) -> None:
         """The model's step ``x += γ (sh − h) − η v``, with the states the last messages built."""

@@ -90,8 +90,8 @@ class Choco(Algorithm):
         return super().suggest_hparams(problem, estimator, topology) | {"gamma": 0.5}
 
     def setup(self, block: Block) -> None:
-        # x̂ and s in block.state, updated by one decode of the messages
-        block.workspace["channel"] = Channel(block, "x", memory="choco", keys=("x_hat", "s"))
+        # x̂ and s − x̂ in block.state, updated by one decode of the messages
+        block.workspace["channel"] = Channel(block, "x", memory="choco", keys=("x_hat", "gap"))
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
 
@@ -102,4 +102,4 @@ class Choco(Algorithm):
             block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
         x.add_(ch.gap(), alpha=self.gamma)  # x ← x + γ (s − x̂), the copies of last round
         inbox = yield ch.send(x)  # q = C(x − x̂)
-        ch.mix(inbox)  # x̂ += q;  s += Σ_j w_ij q_j
+        ch.update(inbox)  # x̂ += q;  s += Σ_j w_ij q_j (kept as s − x̂)

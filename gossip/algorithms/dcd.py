@@ -1,7 +1,8 @@
 """DCD-PSGD (Tang et al. NeurIPS'18; docs/algorithms/dcd.md): compressed model differences.
 
 Every node keeps exact replicas of its neighbors' models through ``s_i = Σ_{j∈N_i⁺} w_ij x_j``
-(replicas are updated with the same decoded messages everywhere, so they stay identical)::
+(replicas are updated with the same decoded messages everywhere, so they stay identical; the
+state holds ``s_i − x_i``, see the channel's precision notes)::
 
     z_i = C(s_i − η ∇f_i(x_i) − x_i);  send z_i
     x_i ← x_i + z_i;  s_i ← s_i + Σ_{j∈N_i⁺} w_ij z_j          X ← X + C(W X − η G − X)
@@ -42,22 +43,29 @@ class DCD(Algorithm):
         self.eta = eta
 
     def setup(self, block: Block) -> None:
-        block.state["s"] = torch.zeros_like(block.x)
-        block.workspace["channel"] = Channel(block, "z")  # memoryless: C(z) of this round
+        ch = block.workspace["channel"] = Channel(block, "z")  # memoryless: C(z) of this round
+        # s − x rather than s: it shrinks with the consensus error, so its roundings do too,
+        # kept (and summed) in the channel's wider dtype (docs/algorithms/dcd.md, "Precision")
+        block.state["gap"] = torch.zeros_like(block.x, dtype=ch.wide or block.x.dtype)
         block.workspace["diff"] = torch.empty_like(block.x)
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block: Block) -> Round:
         x, ws = block.x, block.workspace
-        s, diff = block.state["s"], ws["diff"]
-        if block.round == 1:
-            yield from exchange_exact(block, s)
-        torch.sub(s, x, out=diff)
+        gap, diff, ch = block.state["gap"], ws["diff"], ws["channel"]
+        if block.round == 1:  # every model uncompressed: s_i − x_i = Σ_{j∈N_i⁺} w_ij x_j − x_i
+            inbox = yield block.encode(x, compressor=make("none"))
+            gap.copy_(ch.gap(inbox))
         if block.has_oracle:
-            diff.add_(block.gradients(ws["grad"]), alpha=-scheduled(self.eta, block.round))
-        inbox = yield ws["channel"].send(diff)  # z = C(s − η∇f(x) − x)
-        ws["channel"].mix(inbox, into=(x, s))  # x += z_i;  s += Σ_j w_ij z_j
+            torch.sub(gap, block.gradients(ws["grad"]), alpha=scheduled(self.eta, block.round),
+                      out=diff)
+        else:
+            diff.copy_(gap)
+        inbox = yield ch.send(diff)  # z = C(s − η∇f(x) − x)
+        z_own, z_gap = ch.increments(inbox)
+        x.add_(z_own)  # x += z_i
+        gap.add_(z_gap)  # s − x += Σ_j w_ij z_j − z_i
 
 
 def exchange_exact(block: Block, out: torch.Tensor) -> Round:

@@ -23,6 +23,7 @@ from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.requirements import Requirements
 from gossip.engine.block import Block
 from gossip.engine.channel import Channel
+from gossip.engine.compensated import CompensatedSum
 
 
 def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, float]:
@@ -87,6 +88,7 @@ class LEAD(Algorithm):
             hp.update({k: v for k, v in defaults.items() if hp[k] is None})
         x = block.x
         block.state["d"] = torch.zeros_like(x)
+        block.workspace["dual"] = CompensatedSum(block, "d")  # Σ_i d_i = 0 kept to the last bit
         block.workspace["channel"] = self.channel(block, hp["alpha"])
         block.workspace.update(grad=torch.empty_like(x), y=torch.empty_like(x))
         x.add_(block.gradients(block.workspace["grad"]), alpha=-self.eta)  # X¹ = X⁰ − η∇F(X⁰)
@@ -94,8 +96,9 @@ class LEAD(Algorithm):
 
     def channel(self, block: Block, alpha: float) -> Channel:
         """Where ``y`` goes: public copies ``h`` and ``hw = Σ_j w_ij h_j`` damped by α
-        (``block.state`` keys ``"h"``, ``"hw"``); lead-arcs keeps them per arc instead."""
-        return Channel(block, "y", memory=alpha, keys=("h", "hw"))
+        (``block.state`` keys ``"h"`` and ``"gap"`` = ``hw − h``); lead-arcs keeps them per arc
+        instead."""
+        return Channel(block, "y", memory=alpha, keys=("h", "gap"))
 
     def finish(self, block: Block) -> None:
         """The last line of a step (Prox-LEAD applies its prox here)."""
@@ -107,6 +110,6 @@ class LEAD(Algorithm):
         torch.sub(x, g, alpha=eta, out=y).sub_(d, alpha=eta)  # y = x − ηg − ηd
         inbox = yield ch.send(y)  # q = C(y − h)
         # d += γ_dual/(2η) (ŷ − ŷw), ŷw − ŷ being the channel's gap; h, hw move by α
-        d.sub_(ch.gap(inbox), alpha=block.hparams["gamma_dual"] / (2.0 * eta))
+        ws["dual"].add_(ch.gap(inbox), alpha=-block.hparams["gamma_dual"] / (2.0 * eta))
         x.sub_(g, alpha=eta).sub_(d, alpha=eta)
         self.finish(block)

@@ -68,7 +68,7 @@ class DoCoM(Algorithm):
         x, st = block.x, block.state
         if block.hparams["gamma"] is None:
             block.hparams["gamma"] = compression_defaults(block.compressor)
-        # the public copies sx.h, sx.hm, sy.h, sy.hm (in block.state)
+        # the public copies and their gaps sx.h, sx.gap, sy.h, sy.gap (in block.state)
         block.workspace["channels"] = (Channel(block, "sx", memory="choco"),
                                        Channel(block, "sy", memory="choco", own_compressor=True))
         st["v"] = block.gradients(torch.empty_like(x))
@@ -103,12 +103,12 @@ class DoCoM(Algorithm):
             for r, flag in enumerate(sampled):
                 if not flag:
                     g_old[r].copy_(g[r])
-        y.add_(sy.mixed, alpha=gamma).sub_(sy.copy, alpha=gamma)  # y += γ (Σ_j w_ij ŷ_j − ŷ_i)
+        y.add_(sy.gap(), alpha=gamma)  # y += γ (Σ_j w_ij ŷ_j − ŷ_i)
         x_prev.copy_(x)
-        x.sub_(y, alpha=self.eta).add_(sx.mixed, alpha=gamma).sub_(sx.copy, alpha=gamma)
+        x.sub_(y, alpha=self.eta).add_(sx.gap(), alpha=gamma)
         qx, qy = yield sx.send(x), sy.send(y)
-        sx.mix(qx)  # x̂ += C(x − x̂) on every copy
-        sy.mix(qy)
+        sx.update(qx)  # x̂ += C(x − x̂) on every copy
+        sy.update(qy)
 
     def validate_block(self, block: Any) -> None:
         for nd in block.nodes:

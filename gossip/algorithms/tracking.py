@@ -15,6 +15,7 @@ import torch
 from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.requirements import Graph, Requirements
 from gossip.engine.channel import Channel, Weights, check_stateless
+from gossip.engine.compensated import CompensatedSum
 from gossip.engine.nodes import Node
 from gossip.errors import ConfigError
 
@@ -206,8 +207,16 @@ class EXTRA(Algorithm):
         x¹ = W x⁰ − η ∇f(x⁰)
         x^{k+1} = x^k + W x^k − W̃ x^{k−1} − η (∇f(x^k) − ∇f(x^{k−1}))
 
-    Per node: ``x``, the previous ``(W̃ x)_i`` and the previous gradient; one full vector per
-    neighbor per round. Needs a symmetric, doubly stochastic, static W.
+    run in its equivalent dual form (the same iterates in exact arithmetic)::
+
+        x^{k+1} = x^k + (W − I) x^k − η ∇f(x^k) + d^k;    d^{k+1} = d^k + (W − I) x^k / 2
+
+    with ``d⁰ = 0``: the recursion as written cancels terms of the size of ``x`` every round and
+    carries their roundings forward forever (in float32 the distance to x* crept back up as t²
+    after converging), while ``d`` grows only by the gap, which vanishes at the optimum, summed
+    in a wider dtype and accumulated with compensation (docs/algorithms/extra.md). Per node:
+    ``x`` and ``d``; one full vector per neighbor per round. Needs a symmetric, doubly
+    stochastic, static W.
 
     Under message loss (``on_loss = "edge"``, docs/network.md) an edge either of whose messages
     is lost drops out of the round's W at both ends (its weight goes to both own terms): each
@@ -235,23 +244,17 @@ class EXTRA(Algorithm):
         self.eta = eta
 
     def setup(self, block: Any) -> None:
-        x, st = block.x, block.state
         block.workspace["channel"] = Channel(block, "sx")  # memoryless: W x from this round's x
-        st["half_prev"] = x.clone()  # makes round 1 the x¹ rule
-        st["g_prev"] = torch.zeros_like(x)
-        block.workspace.update(g=torch.empty_like(x), x_wx=torch.empty_like(x))
+        block.state["d"] = torch.zeros_like(block.x)
+        block.workspace.update(dual=CompensatedSum(block, "d"), g=torch.empty_like(block.x))
 
     def step(self, block: Any) -> Round:
-        x, st, ws = block.x, block.state, block.workspace
-        half_prev, g_prev, g, x_wx = st["half_prev"], st["g_prev"], ws["g"], ws["x_wx"]
-        block.gradients(g)
+        x, ws = block.x, block.workspace
+        g = block.gradients(ws["g"])
         (q,) = yield (ws["channel"].send(x),)  # one part, framed as a packed message
-        _, wx = ws["channel"].mix(q)
-        torch.add(x, wx, out=x_wx)
-        g_prev.sub_(g)  # −(g − g_prev)
-        x.copy_(x_wx).sub_(half_prev).add_(g_prev, alpha=self.eta)
-        half_prev.copy_(x_wx).mul_(0.5)
-        g_prev.copy_(g)
+        gap = ws["channel"].gap(q)  # (W − I) x
+        x.add_(gap).sub_(g, alpha=self.eta).add_(block.state["d"])  # x + (W − I)x − ηg + d
+        ws["dual"].add_(gap, alpha=0.5)  # d += (W − W̃) x = (W − I) x / 2
 
 
 class CGTArcs(CGT):

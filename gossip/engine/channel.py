@@ -20,14 +20,23 @@ and ``hm_i = Σ_j m_ij h_j`` (j over in-neighbors and i itself). After the excha
     h_i ← (1 − α) h_i + α ẑ_i;    hm_i ← (1 − α) hm_i + α ẑm_i
 
 so ``hm = M h`` holds exactly at all times and ``ẑm − ẑ`` (:meth:`Channel.gap`) is the
-compressed ``(M − I) z``. The memory is α:
+compressed ``(M − I) z``. The channel keeps ``h`` and the gap ``g = hm − h`` rather than ``hm``
+itself, and moves them by increments only::
+
+    h_i ← h_i + α q_i;    g_i ← g_i + α (Σ_{j≠i} m_ij q_j + (m_ii − 1) q_i)
+
+``hm`` is of the size of the model while its increments shrink with the consensus error, so a
+running ``hm`` loses a rounding of ``‖hm‖`` per round, which accumulates without bound (in
+float32 CHOCO's consensus error crept back up as t² after converging); ``g`` shrinks with the
+consensus error, so its roundings shrink too, and the gap, the only thing the methods read,
+is never a difference of two large numbers. The memory is α:
 
 * ``None`` (or 0): no copies, ``q = C(z)``, ``ẑ = C(z)`` and ``ẑm = M C(z)`` from this round's
   messages only; what a graph that changes every round allows (DIGing, EXTRA, DCD, ECD);
 * ``"choco"`` or ``"ef21"`` (α = 1; two names for one update): the copy moves by exactly what
   was sent, so what the compressor dropped stays in ``z − h`` and goes out later (CHOCO's
-  public copy ``x̂`` with ``s = Σ_j w_ij x̂_j``; EF21 error feedback in BEER, for biased
-  compressors such as top-k). ``ẑ``, ``ẑm`` are then the copies themselves, updated in place;
+  public copy ``x̂`` with ``s − x̂ = Σ_j w_ij x̂_j − x̂``; EF21 error feedback in BEER, for biased
+  compressors such as top-k). One decode updates both copies in place;
 * a float α in (0, 1): the copy is damped (LEAD's and DIANA's state, for unbiased compressors
   of large variance). An extra additive error memory would count the dropped part twice (it
   is already in ``z − h``); measured, it diverged where these forms converge.
@@ -43,6 +52,7 @@ message per current arc: see :class:`_ArcCopies`; there :meth:`Channel.gap` is t
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -55,6 +65,9 @@ from gossip.rng import Stream
 
 Weights = Callable[[int], float]
 """``m(j)``: the weight node i gives to node j's value (j an in-neighbor, or i itself)."""
+
+WIDER = {torch.float16: torch.float32, torch.bfloat16: torch.float32, torch.float32: torch.float64}
+"""The dtype a channel keeps its copies and sums its gap in, per model dtype."""
 
 MEMORY = {"choco": 1.0, "ef21": 1.0}
 """The named memories (both: the copy moves by the whole message)."""
@@ -83,10 +96,10 @@ class Channel:
         name: the channel's name: the prefix of its default state keys, the name of its
             compressor and random stream with ``own_compressor``, and of its arcs' streams.
         memory: ``None``, ``"choco"``, ``"ef21"`` or α in [0, 1] (module docstring).
-        keys: the ``block.state`` keys of the copies ``(h, hm)`` (default ``name + ".h"``,
-            ``name + ".hm"``; with ``route="arcs"`` the ``block.arc_state`` keys of the out-
-            and in-copies, default ``name + ".out"``, ``name + ".in"``). Tensors already under
-            these keys are used as they are.
+        keys: the ``block.state`` keys of the copy ``h`` and the gap ``g = hm − h`` (default
+            ``name + ".h"``, ``name + ".gap"``; with ``route="arcs"`` the ``block.arc_state``
+            keys of the out- and in-copies, default ``name + ".out"``, ``name + ".in"``).
+            Tensors already under these keys are used as they are.
         weights: ``weights(node)`` gives node's mixing weights ``m(j)`` (None, or a None result
             for every node: the topology's ``w_ij``). The weighted plan is built once per round
             plan, neighbors in sorted order as :class:`~gossip.engine.routing.MixPlan` orders them.
@@ -113,13 +126,14 @@ class Channel:
         self.compressor = block.stream_compressor(name) if own_compressor else block.compressor
         self.rng = block.stream_rng(name) if own_compressor else block.rng
         self.arcs: _ArcCopies | None = None
-        self.wide = block.x.dtype in (torch.float16, torch.bfloat16)
-        """Half-precision models keep the copies in float32: a copy is a running sum of small
-        increments, which 16 bits round away (CHOCO-SGD's ``s`` drifted on bfloat16 models)."""
+        self.wide: torch.dtype | None = WIDER.get(block.x.dtype)
+        """The dtype the copies and the gap are kept and summed in when it is wider than the
+        model's (module docstring: "Precision"); None for float64 models."""
         self.copy: torch.Tensor | None = None
         """``h``, the public copies ([m, d], in ``block.state``; None without memory)."""
-        self.mixed: torch.Tensor | None = None
-        """``hm = M h``, the mixed copies ([m, d], in ``block.state``; None without memory)."""
+        self.diff: torch.Tensor | None = None
+        """``g = hm − h = (M − I) h``, the gap of the mixed copies ([m, d], in ``block.state``;
+        None without memory)."""
         if route == "arcs":
             if weights is not None:
                 raise ConfigError(f"channel {name!r}: per-arc copies mix with the topology's "
@@ -128,23 +142,26 @@ class Channel:
         elif route != "broadcast":
             raise ConfigError(f"channel {name!r}: route {route!r} is not 'broadcast' or 'arcs'")
         elif self.alpha > 0:
-            self.copy, self.mixed = self._copies(keys or (f"{name}.h", f"{name}.hm"))
+            self.copy, self.diff = self._copies(keys or (f"{name}.h", f"{name}.gap"))
         self._send: torch.Tensor | None = None  # the rows a message is built in
         self._in_flight = False  # sent, not yet mixed: the send rows hold the message
-        self._pair: list[torch.Tensor] | None = None  # ẑ, ẑm when they are not the copies
-        self._wide_pair: tuple[torch.Tensor, torch.Tensor] | None = None  # float32 ẑ, ẑm
+        self._pair: list[torch.Tensor] | None = None  # decoded terms (memoryless: ẑ, ẑm)
+        self._hat: torch.Tensor | None = None  # ẑ, ẑm returned by mix() of a channel with copies
+        self._mixed: torch.Tensor | None = None
         self._gap: torch.Tensor | None = None
         self._own: torch.Tensor | None = None
         self._plans = IdentityCache(limit=4)  # the weighted plan per round plan
+        self._gap_plans = IdentityCache(limit=4)  # its gap plan (own weight m_ii − 1)
+        self._wide_mixes = IdentityCache(limit=4)  # per gap plan, with a wider dtype
 
     def _copies(self, keys: tuple[str, str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """The copies under ``keys`` in ``block.state``, allocated zero if absent: as one
-        :meth:`~gossip.engine.block.Block.stacked` tensor when α = 1, where they are ẑ and ẑm
-        and one decode updates both in place."""
+        """``h`` and ``g`` under ``keys`` in ``block.state``, allocated zero if absent: as one
+        :meth:`~gossip.engine.block.Block.stacked` tensor when α = 1, where one decode moves
+        both in place."""
         st = self.block.state
         if keys[0] not in st or keys[1] not in st:
             if self.wide:
-                st[keys[0]], st[keys[1]] = (torch.zeros_like(self.block.x, dtype=torch.float32)
+                st[keys[0]], st[keys[1]] = (torch.zeros_like(self.block.x, dtype=self.wide)
                                             for _ in range(2))
             elif self.alpha == 1.0:
                 st[keys[0]], st[keys[1]] = self.block.stacked(2)
@@ -152,12 +169,13 @@ class Channel:
                 st[keys[0]], st[keys[1]] = (torch.zeros_like(self.block.x) for _ in range(2))
         return st[keys[0]], st[keys[1]]
 
-    def _buffer(self, attr: str) -> torch.Tensor:
-        """The channel's [m, d] buffer ``attr`` (allocated on first use, contiguous)."""
+    def _buffer(self, attr: str, like: torch.Tensor | None = None) -> torch.Tensor:
+        """The channel's [m, d] buffer ``attr`` (allocated on first use, contiguous, in the
+        dtype of ``like``: default the model's)."""
         buf = getattr(self, attr)
         if buf is None:
             x = self.block.x
-            buf = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+            buf = torch.empty(x.shape, dtype=(x if like is None else like).dtype, device=x.device)
             setattr(self, attr, buf)
         return buf
 
@@ -203,8 +221,9 @@ class Channel:
             alpha: float | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
         """``(ẑ, ẑm)`` for every row from this channel's exchanged messages ``inbox`` (what the
         ``yield`` gave back for its part), the own message first, then the neighbors' in sorted
-        order; the copies move by α. With α = 1 they are the copies themselves; otherwise
-        buffers valid until the next :meth:`mix`. Read them, do not write into them.
+        order; the copies move by α. Buffers of the channel valid until its next :meth:`mix`:
+        read them, do not write into them. A channel with copies that needs only the gap, or
+        nothing, calls :meth:`gap` or :meth:`update` instead (no pass to build ``ẑm``).
 
         ``into=(a, b)`` (memoryless channels) adds instead ``C(q_i)`` to ``a`` (None: skipped)
         and ``scale·(m_ii·C(q_i) + Σ_j m_ij·C(q_j))`` to ``b`` (``own_weight`` replaces
@@ -228,27 +247,24 @@ class Channel:
             return a, b
         if scale != 1.0 or own_weight is not None or not add or alpha is not None:
             raise ConfigError("scale, own_weight, add and alpha go with into=")
-        if self.wide and self.copy is not None:
-            return self._mix_wide(inbox, plan)
-        if self.alpha == 1.0:  # ẑ, ẑm are the new copies: decode into them
-            block.mix_into(self.mixed, inbox, inbox, copy=self.copy, plan=plan)
-            self._in_flight = False
-            return self.copy, self.mixed
-        if self._pair is None:
-            self._pair = block.stacked(2)  # one decode for both (mix_into's copy=)
-        z_hat, z_mix = self._pair
         if self.copy is None:
+            if self._pair is None:
+                self._pair = block.stacked(2)  # one decode for both (mix_into's copy=)
+            z_hat, z_mix = self._pair
             z_hat.zero_()
-            z_mix.zero_()
-        else:
-            z_hat.copy_(self.copy)
-            z_mix.copy_(self.mixed)
-        block.mix_into(z_mix, inbox, inbox, copy=z_hat, plan=plan)
-        self._in_flight = False
-        if self.copy is not None:
-            a = self.alpha
-            self.copy.mul_(1.0 - a).add_(z_hat, alpha=a)
-            self.mixed.mul_(1.0 - a).add_(z_mix, alpha=a)
+            block.mix_into(z_mix, inbox, inbox, copy=z_hat, plan=plan, add=False)
+            self._in_flight = False
+            return z_hat, z_mix
+        # ẑ = h + C(q_i), ẑm = ẑ + g + Σ_j m_ij C(q_j) − C(q_i), from the copies before the move
+        z_hat, z_mix = self._buffer("_hat", self.copy), self._buffer("_mixed", self.copy)
+        if self.alpha == 1.0 and not self.wide:  # the copies move by the whole message
+            self._move(inbox)
+            torch.add(self.copy, self.diff, out=z_mix)
+            return z_hat.copy_(self.copy), z_mix
+        d_hat, d_gap = self.increments(inbox)
+        torch.add(self.copy, d_hat, out=z_hat)
+        torch.add(self.diff, d_gap, out=z_mix).add_(z_hat)
+        self._move_by(d_hat, d_gap)
         return z_hat, z_mix
 
     def update(self, inbox: Any) -> None:
@@ -260,56 +276,67 @@ class Channel:
         elif self.copy is None:
             raise ConfigError(f"channel {self.name!r} keeps no copies: there is nothing to update")
         else:
-            self.mix(inbox)
-
-    def _mix_wide(self, inbox: Any, plan: MixPlan) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`mix` with float32 copies (a half-precision model): the messages are decoded
-        and mixed in the model's dtype, ``C(q_i)`` and ``Σ_j m_ij C(q_j)``, then added to the
-        copies in float32 (the increments keep their 16-bit relative precision, the sums lose
-        nothing). α = 1 returns the copies; otherwise ``ẑ = h + C(q)``, ``ẑm = hm + ΣmC(q)``
-        in float32 buffers, and the copies move by α of the increments."""
-        if self._pair is None:
-            self._pair = self.block.stacked(2)
-        d_hat, d_mix = self._pair
-        d_hat.zero_()
-        d_mix.zero_()
-        self.block.mix_into(d_mix, inbox, inbox, copy=d_hat, plan=plan)
-        self._in_flight = False
-        if self.alpha == 1.0:
-            self.copy.add_(d_hat)
-            self.mixed.add_(d_mix)
-            return self.copy, self.mixed
-        if self._wide_pair is None:
-            self._wide_pair = (torch.empty_like(self.copy), torch.empty_like(self.mixed))
-        z_hat, z_mix = self._wide_pair
-        torch.add(self.copy, d_hat, out=z_hat)
-        torch.add(self.mixed, d_mix, out=z_mix)
-        self.copy.add_(d_hat, alpha=self.alpha)
-        self.mixed.add_(d_mix, alpha=self.alpha)
-        return z_hat, z_mix
+            self._move(inbox)
 
     def gap(self, inbox: Any = None) -> torch.Tensor:
-        """``ẑm − ẑ``, the compressed ``(M − I) z``, after mixing ``inbox`` (:meth:`mix`); per
-        arc, ``Σ_in w_ij ĉ_ji − Σ_out w_ji ô_ij`` (:class:`_ArcCopies`). Without ``inbox``:
-        ``hm − h`` of the copies as they are, per arc ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``
-        (CHOCO's consensus step with the last round's copies). A buffer of the
-        channel, valid until its next ``send``, ``mix`` or ``gap``: the rows the next message is
-        built in when no message is in flight (one [m, d] buffer less to keep in cache: a CHOCO
-        top-1% round at n = 25, d = 2000 measured 3-5 % faster), never the rows of one that is."""
+        """``ẑm − ẑ``, the compressed ``(M − I) z``, after moving the copies by ``inbox``
+        (:meth:`mix`); per arc, ``Σ_in w_ij ĉ_ji − Σ_out w_ji ô_ij`` (:class:`_ArcCopies`).
+        Without ``inbox``: the gap ``g = hm − h`` of the copies as they are, per arc
+        ``Σ_in w_ij c_ji − Σ_out w_ji o_ij`` (CHOCO's consensus step with the last round's
+        copies). Read it, do not write into it: the copies' own gap when α = 1 or without
+        ``inbox``, else a buffer of the channel valid until its next ``send``, ``mix`` or
+        ``gap``."""
         if self.arcs is not None:
             return self.arcs.laplacian(inbox)
         if inbox is None:
             if self.copy is None:
                 raise ConfigError(f"channel {self.name!r} keeps no copies: gap() needs the inbox")
-            return torch.sub(self.mixed, self.copy, out=self._scratch())
-        z_hat, z_mix = self.mix(inbox)
-        if z_mix is self.mixed:  # the copies: leave them be
-            return torch.sub(z_mix, z_hat, out=self._scratch())
-        return z_mix.sub_(z_hat)
+            return self.diff
+        if self.copy is None and self.wide:  # Σ_{j≠i} m_ij C(q_j) + (m_ii − 1) C(q_i)
+            return self.increments(inbox)[1]
+        if self.copy is None:
+            out = self._buffer("_gap")
+            self.block.mix_into(out, inbox, inbox, plan=self.gap_plan(), add=False)
+            self._in_flight = False
+            return out
+        if self.alpha == 1.0 and not self.wide:
+            self._move(inbox)
+            return self.diff
+        d_hat, d_gap = self.increments(inbox)
+        out = torch.add(self.diff, d_gap, out=self._buffer("_gap", self.copy))
+        self._move_by(d_hat, d_gap)
+        return out
 
-    def _scratch(self) -> torch.Tensor:
-        """Where :meth:`gap` writes: the send rows, unless they hold a message in flight."""
-        return self._buffer("_gap") if self._in_flight else self._send_rows()
+    def _move(self, inbox: Any) -> None:
+        """Move ``h`` by ``α·C(q_i)`` and ``g`` by ``α·(Σ_{j≠i} m_ij C(q_j) + (m_ii − 1) C(q_i))``:
+        with α = 1 (and the copies in the model's dtype) decoded straight into both, in one
+        decode when they are one stacked tensor."""
+        if self.alpha == 1.0 and not self.wide:
+            self.block.mix_into(self.diff, inbox, inbox, copy=self.copy, plan=self.gap_plan())
+            self._in_flight = False
+        else:
+            self._move_by(*self.increments(inbox))
+
+    def increments(self, inbox: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """``C(q_i)`` and ``Σ_{j≠i} m_ij C(q_j) + (m_ii − 1) C(q_i)`` of every row, in buffers of
+        the channel valid until the next decode: with a wider dtype (:attr:`wide`) every message
+        is decoded once in the model's dtype and the weighted sums are taken in the wider one
+        (:class:`_WideMix`), else both are decoded in the model's dtype."""
+        self._in_flight = False
+        if self.wide:
+            return self._wide_mixes.get(self.gap_plan(), lambda: _WideMix(self))(inbox)
+        if self._pair is None:
+            self._pair = self.block.stacked(2)
+        d_hat, d_gap = self._pair
+        d_hat.zero_()
+        self.block.mix_into(d_gap, inbox, inbox, copy=d_hat, plan=self.gap_plan(), add=False)
+        return d_hat, d_gap
+
+    def _move_by(self, d_hat: torch.Tensor, d_gap: torch.Tensor) -> None:
+        """``h += α·d_hat``, ``g += α·d_gap`` (float32 copies of a half-precision model add the
+        16-bit increments without rounding them again)."""
+        self.copy.add_(d_hat, alpha=self.alpha)
+        self.diff.add_(d_gap, alpha=self.alpha)
 
     def decoded(self, q: Any) -> torch.Tensor:
         """``C(q_i)``: every node's own message of ``q`` decoded (e.g. DeepSqueeze's error
@@ -331,6 +358,68 @@ class Channel:
             return block.plan
         return self._plans.get(block.plan, lambda: _weighted_plan(
             block, [self.weights(nd) for nd in block.nodes]))
+
+    def gap_plan(self) -> MixPlan:
+        """:meth:`plan` with every own weight ``m_ii − 1``: its mix is ``(M − I)`` applied to the
+        messages, the increment of the gap ``g``."""
+        plan = self.plan()
+        return self._gap_plans.get(plan, lambda: dataclasses.replace(
+            plan, self_weight=plan.self_weight - 1.0, cache={}))
+
+
+
+class _WideMix:
+    """A round's :meth:`Channel._increments` summed in the channel's wider dtype.
+
+    Every message the round's gap plan uses (the block's own and the received ones) is decoded
+    once, unweighted, in the model's dtype; then, per row, ``(m_ii − 1)·C(q_i)`` and each
+    neighbor's ``m_ij·C(q_j)`` in sorted order are multiplied and added in the wider dtype (the
+    order of a per-node run: in process and under MPI the same numbers). The node sum of the
+    increments, zero in exact arithmetic (``M`` is column stochastic), is then off by a rounding
+    of the wider dtype, which a dual or tracker fed by the gap can integrate for 10⁸ rounds and
+    more before a float32 model sees it.
+    """
+
+    def __init__(self, channel: Channel):
+        block, plan = channel.block, channel.gap_plan()
+        m, x = block.m, block.x
+        device = x.device
+        srcs = [s for s, _, _ in plan.slots]
+        used = torch.unique(torch.cat([torch.arange(m, device=device), *srcs]))  # sorted
+        pos = torch.full((int(used.max()) + 1,), -1, dtype=torch.int64, device=device)
+        pos[used] = torch.arange(used.numel(), device=device)
+        first = int(used[0])
+        self.span = (slice(first, first + used.numel())
+                     if torch.equal(used.cpu(), torch.arange(first, first + used.numel())) else None)
+        self.used = used
+        self.slots = [(pos[s], d, w[:, None]) for s, d, w in plan.slots]
+        self.own_weight = plan.self_weight[:, None]
+        self.block, self.compressor = block, channel.compressor
+        wide = channel.wide
+        self.decoded = torch.empty((used.numel(), x.shape[1]), dtype=x.dtype, device=device)
+        self.hat = torch.empty((m, x.shape[1]), dtype=wide, device=device)
+        self.gap = torch.empty_like(self.hat)
+        self.term = torch.empty_like(self.hat)  # one slot's weighted messages
+        self.rows = torch.empty((m, x.shape[1]), dtype=x.dtype, device=device)
+
+    def __call__(self, inbox: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        dec, block = self.decoded, self.block
+        dec.zero_()
+        block._decode_add(inbox.compressor, dec, inbox.gather(self.used, self.span), 1.0, None,
+                          self.used)
+        hat, gap, m = self.hat, self.gap, block.m
+        hat.copy_(dec[:m])  # the own rows come first among the used ones
+        torch.mul(hat, self.own_weight, out=gap)
+        for src, dst, w in self.slots:
+            k = src.numel()
+            rows, term = self.rows[:k], self.term[:k]
+            torch.index_select(dec, 0, src, out=rows)
+            term.copy_(rows).mul_(w)
+            if dst is None:
+                gap.add_(term)
+            else:
+                gap.index_add_(0, dst, term)
+        return hat, gap
 
 
 def _weighted_plan(block: Any, weights: list[Weights | None]) -> MixPlan:
