@@ -368,7 +368,8 @@ def _report(traces: dict[str, Trace], data: dict[str, Any], bits: dict[str, str]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description=__doc__.splitlines()[0],
+        description="Every built-in algorithm's trajectory: portable checkpoints and exact bits "
+                    "(module docstring: tests/helpers/trajectories.py).",
         epilog="without options: compare a run with the recorded file")
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--write", action="store_true",
