@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODES ?= 8
 
-.PHONY: install test test-fast run lint bench clean
+.PHONY: install test test-fast trajectories run lint bench clean
 
 install: $(STAMP)
 
@@ -26,6 +26,15 @@ test: install
 # the quick loop while editing: skips tests marked slow (MPI launches, long runs); ~5 min on 2 cores
 test-fast: install
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow"
+
+# a refactoring's guard: the first call saves every algorithm's trajectory (its bits), each later
+# one compares with it and names the trajectories that changed (rm $(BEFORE) to start again)
+BEFORE ?= results/trajectories-before.json
+trajectories: install
+	@mkdir -p $(dir $(BEFORE))
+	@if [ -f $(BEFORE) ]; then OMP_NUM_THREADS=1 $(BIN)/python tests/helpers/trajectories.py --compare $(BEFORE); \
+	else OMP_NUM_THREADS=1 $(BIN)/python tests/helpers/trajectories.py --save $(BEFORE) && \
+		echo "after the change, make trajectories again compares with it"; fi
 
 run: install
 	mkdir -p results
