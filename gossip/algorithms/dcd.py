@@ -33,7 +33,7 @@ class DCD(Algorithm):
         eta: step size, a number or a schedule ``eta(t)``. Default 0.
     """
     name = "dcd"
-    state_copies = 5
+    state_copies = 8
     trains = True
     step_schedule = True
     step_rule = "dgd"

@@ -64,7 +64,7 @@ class LEAD(Algorithm):
         gamma_dual: dual step in (0, 1] (1 = NIDS); default from ω and the graph's β.
     """
     name = "lead"
-    state_copies = 10
+    state_copies = 12
     trains = True
     requires = Requirements(gradients=True, compressor="bounded-variance")
     step_rule = "exact"

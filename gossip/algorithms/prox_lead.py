@@ -25,7 +25,7 @@ class ProxLEAD(LEAD):
         eta, alpha, gamma_dual: as for :class:`LEAD`.
     """
     name = "prox-lead"
-    state_copies = 10
+    state_copies = 12
 
     def validate_block(self, block: Block) -> None:
         if not all(getattr(nd.oracle, "has_prox", False) for nd in block.nodes):

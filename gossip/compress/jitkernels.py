@@ -352,3 +352,38 @@ def topk_rows(keys, k, top, stats):
         stats[r, 0] = best[0]
         stats[r, 1] = kth
         stats[r, 2] = best[k]
+
+
+# -- a channel's gap summed in a wider dtype (gossip.engine.channel._WideMix) -----------------
+@numba.njit(cache=True, nogil=True, boundscheck=False)
+def wide_gap(dec, own_w, indptr, src, w, hat, gap, d, add, chunk):
+    """``_WideMix``'s sums over flat rows of ``d`` entries: for every row ``r`` the own decoded
+    message ``v = dec[r]`` (converted exactly to the wider dtype) gives ``hat[r] (+)= v`` and
+    ``gap[r] (+)= own_w[r]·v`` (``add``: added, else written), then its terms
+    ``indptr[r]..indptr[r+1]`` in order give ``gap[r] += w[k]·dec[src[k]]``: each product
+    rounded, then each sum (the torch twin's two roundings), a cache-sized column chunk of the
+    row at a time."""
+    m = own_w.shape[0]
+    for r in range(m):
+        a = own_w[r]
+        base = r * d
+        for c0 in range(0, d, chunk):
+            n = min(chunk, d - c0)
+            h = hat[base + c0 : base + c0 + n]
+            g = gap[base + c0 : base + c0 + n]
+            own = dec[base + c0 : base + c0 + n]
+            if add:
+                for i in range(n):
+                    v = np.float64(own[i])
+                    h[i] = h[i] + v
+                    g[i] = g[i] + a * v
+            else:
+                for i in range(n):
+                    v = np.float64(own[i])
+                    h[i] = v
+                    g[i] = a * v
+            for k in range(indptr[r], indptr[r + 1]):
+                row = dec[src[k] * d + c0 : src[k] * d + c0 + n]
+                wk = w[k]
+                for i in range(n):
+                    g[i] = g[i] + wk * np.float64(row[i])

@@ -56,8 +56,11 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
+from torch.autograd.graph import increment_version
 
+from gossip.compress import jit
 from gossip.engine.cache import IdentityCache
 from gossip.engine.routing import ArcPlan, MixPlan, RowSums
 from gossip.errors import ConfigError
@@ -205,7 +208,10 @@ class Channel:
             return self.arcs.send(z)
         block = self.block
         self._in_flight = True
-        if self.copy is not None:
+        if self.copy is not None and self.wide:  # z − h with h rounded to z's dtype
+            d = self._send_rows().copy_(self.copy)
+            torch.sub(z, d, out=d)
+        elif self.copy is not None:
             d = torch.sub(z, self.copy, out=self._send_rows())
         elif block.in_message_rows(z):
             d = z  # block.x: with none only the headers are written, else it is encoded as it is
@@ -256,16 +262,15 @@ class Channel:
             self._in_flight = False
             return z_hat, z_mix
         # ẑ = h + C(q_i), ẑm = ẑ + g + Σ_j m_ij C(q_j) − C(q_i), from the copies before the move
-        z_hat, z_mix = self._buffer("_hat", self.copy), self._buffer("_mixed", self.copy)
-        if self.alpha == 1.0 and not self.wide:  # the copies move by the whole message
-            self._move(inbox)
-            torch.add(self.copy, self.diff, out=z_mix)
-            return z_hat.copy_(self.copy), z_mix
-        d_hat, d_gap = self.increments(inbox)
-        torch.add(self.copy, d_hat, out=z_hat)
-        torch.add(self.diff, d_gap, out=z_mix).add_(z_hat)
-        self._move_by(d_hat, d_gap)
-        return z_hat, z_mix
+        z_hat, z_mix = self._buffer("_hat"), self._buffer("_mixed")
+        if self.alpha == 1.0:
+            gap = self.gap(inbox)  # moves the copies
+            z_hat.copy_(self.copy)
+        else:  # ẑ = h + C(q_i) with the copy before it moves
+            d_hat, d_gap = self.increments(inbox)
+            z_hat.copy_(self.copy).add_(z_mix.copy_(d_hat))
+            gap = self._move_gap(d_hat, d_gap)
+        return z_hat, torch.add(z_hat, gap, out=z_mix)
 
     def update(self, inbox: Any) -> None:
         """Move the copies by this channel's exchanged messages ``inbox`` and nothing else:
@@ -291,31 +296,45 @@ class Channel:
         if inbox is None:
             if self.copy is None:
                 raise ConfigError(f"channel {self.name!r} keeps no copies: gap() needs the inbox")
-            return self.diff
-        if self.copy is None and self.wide:  # Σ_{j≠i} m_ij C(q_j) + (m_ii − 1) C(q_i)
-            return self.increments(inbox)[1]
-        if self.copy is None:
+            return self._narrow(self.diff)
+        if self.copy is None and not self.wide:  # Σ_{j≠i} m_ij C(q_j) + (m_ii − 1) C(q_i)
             out = self._buffer("_gap")
             self.block.mix_into(out, inbox, inbox, plan=self.gap_plan(), add=False)
             self._in_flight = False
             return out
-        if self.alpha == 1.0 and not self.wide:
+        if self.copy is None:
+            return self._narrow(self.increments(inbox)[1])
+        if self.alpha == 1.0:
             self._move(inbox)
-            return self.diff
-        d_hat, d_gap = self.increments(inbox)
-        out = torch.add(self.diff, d_gap, out=self._buffer("_gap", self.copy))
-        self._move_by(d_hat, d_gap)
-        return out
+            return self._narrow(self.diff)
+        return self._move_gap(*self.increments(inbox))
+
+    def _move_gap(self, d_hat: torch.Tensor, d_gap: torch.Tensor) -> torch.Tensor:
+        """Move the copies by α of the increments (:meth:`increments`); returns ``ẑm − ẑ``
+        (``g`` + the increment) in the model's dtype."""
+        out = d_gap.add_(self.diff)
+        self.copy.add_(d_hat, alpha=self.alpha)
+        self.diff.lerp_(out, self.alpha)  # g + α·increment (a rounding of the small gap)
+        return self._narrow(out)
+
+    def _narrow(self, t: torch.Tensor) -> torch.Tensor:
+        """``t`` in the model's dtype: itself, or rounded into a buffer of the channel."""
+        if t.dtype == self.block.x.dtype:
+            return t
+        return self._buffer("_gap").copy_(t)
 
     def _move(self, inbox: Any) -> None:
         """Move ``h`` by ``α·C(q_i)`` and ``g`` by ``α·(Σ_{j≠i} m_ij C(q_j) + (m_ii − 1) C(q_i))``:
         with α = 1 (and the copies in the model's dtype) decoded straight into both, in one
         decode when they are one stacked tensor."""
-        if self.alpha == 1.0 and not self.wide:
+        if self.alpha == 1.0 and self.wide:
+            self._in_flight = False
+            self._wide_mix()(inbox, into=(self.copy, self.diff))
+        elif self.alpha == 1.0:
             self.block.mix_into(self.diff, inbox, inbox, copy=self.copy, plan=self.gap_plan())
             self._in_flight = False
         else:
-            self._move_by(*self.increments(inbox))
+            self._move_gap(*self.increments(inbox))
 
     def increments(self, inbox: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """``C(q_i)`` and ``Σ_{j≠i} m_ij C(q_j) + (m_ii − 1) C(q_i)`` of every row, in buffers of
@@ -324,7 +343,7 @@ class Channel:
         (:class:`_WideMix`), else both are decoded in the model's dtype."""
         self._in_flight = False
         if self.wide:
-            return self._wide_mixes.get(self.gap_plan(), lambda: _WideMix(self))(inbox)
+            return self._wide_mix()(inbox)
         if self._pair is None:
             self._pair = self.block.stacked(2)
         d_hat, d_gap = self._pair
@@ -332,11 +351,9 @@ class Channel:
         self.block.mix_into(d_gap, inbox, inbox, copy=d_hat, plan=self.gap_plan(), add=False)
         return d_hat, d_gap
 
-    def _move_by(self, d_hat: torch.Tensor, d_gap: torch.Tensor) -> None:
-        """``h += α·d_hat``, ``g += α·d_gap`` (float32 copies of a half-precision model add the
-        16-bit increments without rounding them again)."""
-        self.copy.add_(d_hat, alpha=self.alpha)
-        self.diff.add_(d_gap, alpha=self.alpha)
+    def _wide_mix(self) -> _WideMix:
+        """The round's :class:`_WideMix` (cached per gap plan)."""
+        return self._wide_mixes.get(self.gap_plan(), lambda: _WideMix(self))
 
     def decoded(self, q: Any) -> torch.Tensor:
         """``C(q_i)``: every node's own message of ``q`` decoded (e.g. DeepSqueeze's error
@@ -392,33 +409,67 @@ class _WideMix:
         self.span = (slice(first, first + used.numel())
                      if torch.equal(used.cpu(), torch.arange(first, first + used.numel())) else None)
         self.used = used
+        self.ones = torch.ones(used.numel(), dtype=torch.float64, device=device)
         self.slots = [(pos[s], d, w[:, None]) for s, d, w in plan.slots]
         self.own_weight = plan.self_weight[:, None]
-        self.block, self.compressor = block, channel.compressor
-        wide = channel.wide
+        self.block = block
+        self.wide = channel.wide
         self.decoded = torch.empty((used.numel(), x.shape[1]), dtype=x.dtype, device=device)
-        self.hat = torch.empty((m, x.shape[1]), dtype=wide, device=device)
-        self.gap = torch.empty_like(self.hat)
-        self.term = torch.empty_like(self.hat)  # one slot's weighted messages
         self.rows = torch.empty((m, x.shape[1]), dtype=x.dtype, device=device)
+        self.term = torch.empty((m, x.shape[1]), dtype=self.wide, device=device)
+        self._out: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.kernel = None  # the numba kernel, for long float32 rows on the CPU
+        if device.type == "cpu" and x.dtype == torch.float32 and x.shape[1] >= jit.JIT_FROM:
+            self.kernel = jit.get("wide_gap")
+            every = torch.arange(m, device=device)
+            src = torch.cat([p for p, _, _ in self.slots] or [every[:0]])
+            dst = torch.cat([every if d is None else d for _, d, _ in self.slots] or [every[:0]])
+            w = torch.cat([w.reshape(-1) for _, _, w in self.slots] or [plan.self_weight[:0]])
+            order = torch.sort(dst, stable=True).indices  # per row, its terms in slot order
+            indptr = torch.zeros(m + 1, dtype=torch.int64)
+            indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=m), 0)
+            self.csr = (plan.self_weight.numpy(), indptr.numpy(), src[order].numpy(),
+                        w[order].numpy())
 
-    def __call__(self, inbox: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        dec, block = self.decoded, self.block
+    def __call__(self, inbox: Any, into: tuple[torch.Tensor, torch.Tensor] | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(C(q_i), Σ_{j≠i} m_ij C(q_j) + (m_ii − 1) C(q_i))`` in the wider dtype: written into
+        buffers of its own, or added to the tensors ``into`` (the copies ``h``, ``g`` when they
+        move by the whole message). Each product is rounded, then each sum, in the order of a
+        per-node run (own term, then the neighbors sorted); the numba kernel
+        (:func:`gossip.compress.jitkernels.wide_gap`) does it in one pass per term, its torch
+        twin with operands of one dtype only (torch's mixed-dtype kernels run 10-30x slower)."""
+        dec, block, term = self.decoded, self.block, self.term
         dec.zero_()
-        block._decode_add(inbox.compressor, dec, inbox.gather(self.used, self.span), 1.0, None,
-                          self.used)
-        hat, gap, m = self.hat, self.gap, block.m
-        hat.copy_(dec[:m])  # the own rows come first among the used ones
-        torch.mul(hat, self.own_weight, out=gap)
+        block._decode_from(inbox.compressor, dec, inbox, self.used, self.span, self.ones, None)
+        if into is None:
+            if self._out is None:
+                self._out = (torch.empty_like(term), torch.empty_like(term))
+            hat, gap = self._out
+        else:
+            hat, gap = into
+        if self.kernel is not None and hat.is_contiguous() and gap.is_contiguous():
+            own_w, indptr, src, w = self.csr
+            self.kernel(dec.numpy().reshape(-1), own_w, indptr, src, w, hat.numpy().reshape(-1),
+                        gap.numpy().reshape(-1), dec.shape[1], into is not None, jit.TOPK_CHUNK)
+            increment_version(hat)
+            increment_version(gap)
+            return hat, gap
+        own = dec[: block.m]  # the own rows come first among the used ones
+        if into is None:
+            hat.copy_(own)
+            torch.mul(hat, self.own_weight, out=gap)
+        else:
+            own = term.copy_(own)
+            hat.add_(own)
+            gap.add_(own.mul_(self.own_weight))
         for src, dst, w in self.slots:
             k = src.numel()
-            rows, term = self.rows[:k], self.term[:k]
-            torch.index_select(dec, 0, src, out=rows)
-            term.copy_(rows).mul_(w)
-            if dst is None:
-                gap.add_(term)
+            wide = term[:k].copy_(torch.index_select(dec, 0, src, out=self.rows[:k])).mul_(w)
+            if dst is None:  # every row has a k-th neighbor
+                gap.add_(wide)
             else:
-                gap.index_add_(0, dst, term)
+                gap.index_add_(0, dst, wide)
         return hat, gap
 
 

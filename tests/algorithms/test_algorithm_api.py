@@ -51,10 +51,10 @@ def test_a_run_never_changes_the_algorithm_object(name):
 
 def test_scratch_lives_in_the_workspace_not_the_checkpointed_state():
     engine = _engine(make_algorithm("choco", gamma=0.5), "topk:0.25")
-    assert set(engine.block.state) == {"x_hat", "s"}
+    assert set(engine.block.state) == {"x_hat", "gap"}
     assert "channel" in engine.block.workspace  # the channel holds the message rows (scratch)
     saved = engine.node_state_dicts()[0]["state"]
-    assert set(saved) == {"x_hat", "s"}
+    assert set(saved) == {"x_hat", "gap"}
 
 
 def test_a_checkpoint_with_former_scratch_keys_still_loads():
@@ -66,6 +66,6 @@ def test_a_checkpoint_with_former_scratch_keys_still_loads():
     node = engine.nodes[0]
     saved = {k: v.clone() + 1.0 for k, v in node.state.items()}
     _load_node_state(node, saved | {"diff": torch.zeros(12)})
-    assert torch.equal(node.state["s"], saved["s"])
+    assert torch.equal(node.state["gap"], saved["gap"])
     with pytest.raises(ConfigError, match="missing \\['x_hat'\\]"):
-        _load_node_state(node, {"s": saved["s"]})
+        _load_node_state(node, {"gap": saved["gap"]})

@@ -82,9 +82,9 @@ def test_lead(spec, rounds):
     assert_same(ours, theirs)
     d = np.stack([eng.nodes[i].state["d"].numpy() for i in range(N)])
     h = np.stack([eng.nodes[i].state["h"].numpy() for i in range(N)])
-    hw = np.stack([eng.nodes[i].state["hw"].numpy() for i in range(N)])
+    gap = np.stack([eng.nodes[i].state["gap"].numpy() for i in range(N)])
     assert np.abs(d.sum(0)).max() < 1e-9  # Σ_i d_i = 0
-    np.testing.assert_allclose(hw, W @ h, atol=1e-12)
+    np.testing.assert_allclose(gap, W @ h - h, atol=1e-12)  # hw − h
 
 
 def test_lead_without_compression_is_nids():

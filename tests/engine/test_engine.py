@@ -70,8 +70,8 @@ def test_choco_keeps_s_equal_to_weighted_public_copies():
     for _ in range(25):
         eng.step()
     x_hat = np.stack([eng.nodes[i].state["x_hat"].numpy() for i in range(10)])
-    s = np.stack([eng.nodes[i].state["s"].numpy() for i in range(10)])
-    np.testing.assert_allclose(s, W @ x_hat, atol=1e-12)
+    gap = np.stack([eng.nodes[i].state["gap"].numpy() for i in range(10)])
+    np.testing.assert_allclose(gap, W @ x_hat - x_hat, atol=1e-12)  # s − x̂
     np.testing.assert_allclose(stack(eng).mean(0), xbar0, atol=1e-13)
 
 
