@@ -56,7 +56,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
@@ -78,6 +78,16 @@ PEERS = ("random", "next")
 turn (activation k: neighbor k mod degree, SGP's one-peer schedule), none when it is away."""
 
 _WAKE, _ARRIVE = 0, 1
+
+IDLE_EVENTS = 1_000_000
+"""Events in a row without an activation after which :meth:`EventLoop.run` stops: every clock
+that rang was an away node's (churn), so the run would spin in virtual time and make no
+progress. Rate churn that leaves a node present too rarely is refused before (network.py,
+``MIN_PRESENT``); this bounds whatever else could."""
+MAX_CHURN_CYCLES = 100_000
+"""Rate churn's leave-and-back cycles per node over a run's virtual time above which the run is
+refused (:meth:`EventLoop.check_horizon`): the draws alone would take minutes, and a node that
+flips that often per step is not a model of anything."""
 
 
 @dataclass
@@ -360,6 +370,7 @@ class EventLoop:
         that arrive at that same instant."""
         heap = self._heap
         self._restored.clear()  # a checkpoint's payloads are in the heap now
+        idle, seen, since = 0, self.activations, self.now
         while self.activations < activations or (heap and heap[0][2] == _ARRIVE
                                                  and heap[0][0] <= self.now):
             if not heap:
@@ -371,7 +382,21 @@ class EventLoop:
                 self._arrive(item, time)
             else:
                 self._wake(item, time)
+            if self.activations != seen:
+                idle, seen, since = 0, self.activations, time
+            else:
+                idle += 1
+                if idle > IDLE_EVENTS:
+                    self._stalled(since)
         self._reap()
+
+    def _stalled(self, since: float) -> NoReturn:
+        """Stop a run whose last :data:`IDLE_EVENTS` events activated no node."""
+        raise ConfigError(
+            f"--network {self.engine.network.spec()}: {IDLE_EVENTS} events in a row (virtual "
+            f"time {since:.6g} s to {self.now:.6g} s) activated no node: every clock that rang "
+            f"was an away node's, so the run makes no progress; let the nodes be present more "
+            f"often (churn= with a smaller rate or mean_away)")
 
     def _wake(self, i: int, time: float) -> None:
         self._k[i] += 1
@@ -420,12 +445,22 @@ class EventLoop:
 
     def check_horizon(self, sweeps: int) -> None:
         """Refuse a delay no message can outlive: every post would arrive after a run of
-        ``sweeps`` sweeps ends (about sweeps × the mean compute time of virtual time)."""
+        ``sweeps`` sweeps ends (about sweeps × the mean compute time of virtual time); and rate
+        churn that would flip each node more than :data:`MAX_CHURN_CYCLES` times by then."""
         net = self.engine.network
-        if net.delay is None or net.delay.low <= 0:
-            return
         step = net.compute.mean if net.compute is not None else 1.0
         horizon = self.now + sweeps * step
+        churn = net.churn
+        if churn is not None and churn.schedule is None and churn.rate > 0:
+            cycles = horizon / (1.0 / churn.rate + churn.mean_away)
+            if cycles > MAX_CHURN_CYCLES:
+                raise ConfigError(
+                    f"--network {net.spec()}: each node would leave and come back about "
+                    f"{cycles:.3g} times in the run's {horizon:.3g} s of virtual time ({sweeps} "
+                    f"more sweeps of {step:g} s steps), more than {MAX_CHURN_CYCLES:g}: give a "
+                    "smaller churn rate or a longer mean_away")
+        if net.delay is None or net.delay.low <= 0:
+            return
         if net.delay.low >= horizon:
             raise ConfigError(
                 f"--network delay={net.delay.spec()}: every message takes at least "
