@@ -6,8 +6,8 @@ and rank 0 prints the one line it stops with::
     CASE name: ErrorClass: message        (or "CASE name: no error")
 
 then both ranks meet at a barrier and go on with the next case. The rogue speaks the run's own
-protocol (the engine's own round-0 record, the free run's own sends) with its bytes altered on
-the way to MPI, so the cases hold whatever the honest side checks.
+protocol (the engine's own round-0 record, the free run's own sends, a snapshot's row) with its bytes
+altered on the way to MPI, so the cases hold whatever the honest side checks.
 
 ``mpi_rogue_async.py [CASE ...]``: the cases to run (default: all of :data:`CASES`).
 """
@@ -76,6 +76,7 @@ CASES = {
     "request-garbage": ("ad-psgd", "request", garbage),
     "reply-inf": ("ad-psgd", "reply", last_inf),
     "request-choco-bad-header": ("async-choco", "request", first_byte),  # a compressor's bytes
+    "snapshot-row-garbage": ("gossip-learning", "row", garbage),  # a node record's scalars
     "virtual-exchange-nan": ("ad-psgd", "virtual", last_nan),
     "virtual-exchange-bad-header": ("ad-psgd", "virtual", first_byte),
     "virtual-post-inf": ("gossip-learning", "virtual", last_inf),
@@ -90,8 +91,8 @@ class RogueComm:
 
     def Isend(self, spec, dest, tag):
         arr, kind = spec
-        if tag in (fr.REQUEST, fr.REPLY, fr.POST) and arr.size:
-            arr = self.corrupt(np.asarray(arr))
+        if tag in (fr.REQUEST, fr.REPLY, fr.POST, fr.LOG) and arr.size:
+            arr = self.corrupt(np.asarray(arr).reshape(-1).view(np.uint8))
         self.kept.append(arr)  # alive until sent
         return self.comm.Isend([arr, kind], dest=dest, tag=tag)
 
@@ -116,7 +117,7 @@ def rogue_link(link, corrupt) -> None:
 def engine_for(world: World, name: str, where: str) -> Engine:
     """A 2-node ring of float64 models, one node per rank; in a free run (0.01 wall s per
     virtual second) the node that must not act first is 1000 times slower."""
-    slow = {"post": 0, "request": 0, "reply": 1}.get(where)
+    slow = {"post": 0, "request": 0, "reply": 1, "row": 0}.get(where)
     network = f"slow=nodes:{slow}x1000" if slow is not None else None
     x0 = PROBLEM.initial_point()
     return Engine(make_algorithm(name, eta=0.01), topologies.build("ring", 2), lambda i: x0 + i,
@@ -157,10 +158,14 @@ def rogue(world: World, name: str, where: str, corrupt) -> None:
         free.post(1, 0, 0.0, engine.algorithm.message_like(engine.block, 0))
     elif where == "request":
         free.exchange(1, 0, 0.0, 1)  # no reply comes: routed around after the timeout
+    elif where == "row":
+        free._instants = [(10, 0.0)]  # the snapshot of round 10, its row to rank 0
+        free._snapshot()
     else:
         free._serve_for(1.0)  # answers rank 0's request
     deadline = time.monotonic() + 3
-    while any(not req.Test() for req, *_ in free._sends) and time.monotonic() < deadline:
+    sends = [req for req, *_ in free._sends] + [req for req, _ in free._log_sends]
+    while any(not req.Test() for req in sends) and time.monotonic() < deadline:
         time.sleep(1e-3)
 
 
