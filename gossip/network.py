@@ -82,6 +82,10 @@ DIST_FORMS = "S | fixed:S | exp:MEAN | uniform:LO,HI | lognormal:MEDIAN,SIGMA"
 LAG_FORMS = "K | fixed:K | geom:P | uniform:LO,HI | arcs:I>J@LAG+...[+*@LAG]"
 """The forms of a lag in rounds (``stale=``)."""
 MODELS = ("loss", "stale", "delay", "compute", "slow", "churn")
+MIN_PRESENT = 1e-3
+"""The smallest long-run fraction of time rate churn may leave a node present
+(:attr:`Churn.present_fraction`): below it nearly every event of an asynchronous run is the
+clock ring of an away node, and the run makes next to no progress."""
 """The model kinds, in the order a canonical spec lists them."""
 
 
@@ -337,6 +341,16 @@ class Churn:
     schedule: tuple[tuple[int, float, float], ...] | None = None
     fresh: bool = False
 
+    @property
+    def present_fraction(self) -> float | None:
+        """Rate churn: the long-run fraction of time a node is present, ``1 / (1 + R·S)`` (mean
+        up-time 1/R of every cycle of mean length 1/R + S); None for a schedule. An
+        asynchronous run's clock rings find their node present about this often, so it takes
+        about ``1 / present_fraction`` rings per activation."""
+        if self.schedule is not None:
+            return None
+        return 1.0 / (1.0 + self.rate * self.mean_away)
+
     def spec(self) -> str:
         if self.schedule is None:
             text = f"rate:{num(self.rate)},mean_away:{num(self.mean_away)}"
@@ -387,7 +401,8 @@ class Network:
         churning node that does not exist, a per-arc lag on an arc that does not exist (on a
         static ``topology``: not one of its arcs); and for a churn schedule, a time at which every node
         is away, or (``topology`` given, a static one) nodes present from some time until the end
-        that leave the graph disconnected for good. Rate churn has nothing to check."""
+        that leave the graph disconnected for good. Rate churn is checked as it is parsed (a node
+        present at least :data:`MIN_PRESENT` of the time)."""
         where = f"--network {self.spec()}"
         if isinstance(self.stale, ArcLags):
             for i, j, _ in self.stale.arcs:
@@ -600,9 +615,18 @@ def _churn(text: str, spec: str) -> Churn:
         if not away.startswith("mean_away:"):
             raise ConfigError(f"network spec {spec!r}: churn=rate:R,mean_away:S[,fresh] needs "
                               "mean_away:S after the rate")
-        return Churn(rate=_seconds("churn rate", rate_text, spec),
-                     mean_away=_seconds("churn mean_away", away[len("mean_away:"):], spec),
-                     fresh=fresh)
+        churn = Churn(rate=_seconds("churn rate", rate_text, spec),
+                      mean_away=_seconds("churn mean_away", away[len("mean_away:"):], spec),
+                      fresh=fresh)
+        present = churn.present_fraction
+        if present < MIN_PRESENT:
+            raise ConfigError(
+                f"network spec {spec!r}: with churn=rate:R,mean_away:S a node is present "
+                f"1 / (1 + R·S) = {present:.3g} of the time, so an asynchronous run would ring "
+                f"about {1 / present:.3g} clocks of away nodes per activation and never get "
+                f"through its sweeps; keep R·S <= {1 / MIN_PRESENT - 1:g} (a node present at "
+                f"least {MIN_PRESENT:.1%} of the time), e.g. a smaller rate or mean_away")
+        return churn
     if kind != "at" or not sep:
         raise ConfigError(f"network spec {spec!r}: churn={text!r} is not rate:R,mean_away:S[,fresh] "
                           "or at:NODE@LEAVE-BACK+...[,fresh]")

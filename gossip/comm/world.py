@@ -8,6 +8,15 @@ Every reduction is made of nonblocking point-to-point byte messages waited for a
 run's deadline (``timeout``, the transport's): a rank that stops answering inside a metric
 reduction, a barrier or a stop-signal vote ends the run with :class:`CommTimeout` naming it,
 like a silent neighbor does during an exchange, instead of hanging the job.
+
+What a rank receives in a reduction is checked before it is used, as a round's messages are:
+its size (exactly what the settings give), and for the metrics' values (:meth:`World.node_values`,
+:meth:`World.ordered_sum`) that they are finite unless the sender says they are not. Each such
+message ends with one float64 *flag*: 1.0 when the rank's own numbers are not all finite (its
+model diverged: the caller's divergence check then names the run as diverged, as in process),
+else 0.0. NaN/Inf that no flag announces, or a flag that is neither, is what a corrupt message
+or a faulty rank sends, and stops the run with :class:`CommError` naming the sender, instead of
+reading as "the run diverged".
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from gossip.comm.launch import (  # noqa: F401
     launcher_size,
 )
 from gossip.comm.link import Link
-from gossip.errors import CommConfigError, CommTimeout
+from gossip.errors import CommConfigError, CommError, CommTimeout
 
 
 class World:
@@ -139,9 +148,20 @@ class World:
         if self.link is None:
             return mine
         placement = self.placement(n)
-        sizes = [placement.count(r) * 8 for r in range(self.size)]
-        out = np.empty(n, dtype=np.float64)
-        self._all_to_all(mine.view(np.uint8), out.view(np.uint8), sizes, _TAG_VALUES, what)
+        counts = [placement.count(r) for r in range(self.size)]
+        sent = np.append(mine, _flag(np.isfinite(mine).all()))  # the values, then the flag
+        got = np.empty(n + self.size, dtype=np.float64)
+        self._all_to_all(sent.view(np.uint8), got.view(np.uint8), [8 * (c + 1) for c in counts],
+                         _TAG_VALUES, what)
+        out, at = np.empty(n, dtype=np.float64), 0
+        for r, count in enumerate(counts):
+            values = got[at + r: at + r + count]  # rank r's section: its values, then its flag
+            if r != self.rank:
+                nodes = f"node {at}" if count == 1 else f"nodes {at}..{at + count - 1}"
+                self._check_values(bool(np.isfinite(values).all()), float(got[at + r + count]),
+                                   r, f"{what.removeprefix('metrics: ')} {nodes}")
+            out[at: at + count] = values
+            at += count
         return out
 
     def ordered_sum(self, n: int, local: Mapping[int, torch.Tensor]) -> torch.Tensor:
@@ -158,10 +178,12 @@ class World:
             self.barrier("metrics: the barrier before the running sum with")
         if self.link is not None and self.rank > 0:
             like = next(iter(local.values()))
-            host = torch.empty(like.shape, dtype=like.dtype)
+            got = _flagged(torch.empty(like.shape, dtype=like.dtype))
             before = tuple(range(self.rank))
-            self._wait([(_bytes(host), self.rank - 1)], [], _TAG_CHAIN, [(self.rank - 1, before)],
+            self._wait([(got, self.rank - 1)], [], _TAG_CHAIN, [(self.rank - 1, before)],
                        "metrics: the running sum from")
+            host = self._check_sum(got, like, self.rank - 1,
+                                   f"the running sum of ranks 0..{self.rank - 1}")
             acc = host.to(like.device)
         for i in sorted(local):
             acc = local[i].clone() if acc is None else acc.add_(local[i])
@@ -169,17 +191,39 @@ class World:
         if self.link is None:
             return acc
         host = acc.detach().cpu().contiguous()
+        sent = _flagged(host, bool(torch.isfinite(host).all()))
         if self.rank < last:
-            total = torch.empty_like(host)
+            total = torch.empty_like(sent)
             after = tuple(range(self.rank + 1, self.size))
-            self._wait([(_bytes(total), last)], [(_bytes(host), self.rank + 1)], _TAG_SUM,
+            self._wait([(total, last)], [(sent, self.rank + 1)], _TAG_SUM,
                        [(last, after), (self.rank + 1, (self.rank + 1,))],
                        "metrics: the running sum (passed from rank to rank) with",
                        send_tag=_TAG_CHAIN)
-            return total.to(acc.device)
-        self._wait([], [(_bytes(host), r) for r in range(last)], _TAG_SUM, list(range(last)),
+            return self._check_sum(total, host, last, "the sum over every rank").to(acc.device)
+        self._wait([], [(sent, r) for r in range(last)], _TAG_SUM, list(range(last)),
                    "metrics: the sum to be received by")
         return acc
+
+    def _check_sum(self, got: torch.Tensor, like: torch.Tensor, sender: int,
+                   what: str) -> torch.Tensor:
+        """The tensor (shaped like ``like``) of a flagged sum from ``sender``, checked."""
+        nbytes = got.numel() - 8
+        values = got[:nbytes].view(like.dtype).view(like.shape)
+        flag = float(got[nbytes:].view(torch.float64)[0])
+        self._check_values(bool(torch.isfinite(values).all()), flag, sender,
+                           f"{what} for the mean model")
+        return values
+
+    def _check_values(self, finite: bool, flag: float, sender: int, what: str) -> None:
+        """Refuse, naming ``sender``, values that are not all ``finite`` while its flag does
+        not announce it, or a flag that is neither 0 nor 1 (module doc)."""
+        if flag == 0.0 and finite or flag == 1.0:
+            return
+        wrong = (f"a flag of {flag!r} (0 or 1 are sent)" if flag not in (0.0, 1.0) else
+                 "NaN/Inf that its flag does not announce (a rank whose model diverged says so)")
+        raise CommError(f"metrics: rank {self.rank}: rank {sender} sent {what} with {wrong}: a "
+                        f"corrupt message or a faulty rank; check rank {sender}'s process and "
+                        "host", rank=self.rank)
 
     def any(self, flag: bool) -> bool:
         """True on every process when ``flag`` is true on any."""
@@ -239,7 +283,8 @@ class World:
         text = f"{purpose}rank {self.rank} waited {{timeout}} for {what.removeprefix(purpose)}"
         try:
             self.link.wait(handles, timeout=self.timeout, what=text,
-                           peers=[(f"rank {r}", blame) for r, blame in peers])
+                           peers=[(f"rank {r}", blame) for r, blame in peers],
+                           sizes=[buf.numel() for buf, _ in recvs])
         except CommTimeout as exc:
             if not any(len(blame) > 1 for _, blame in peers):
                 raise
@@ -308,3 +353,13 @@ _TAG_VALUES, _TAG_CHAIN, _TAG_SUM, _TAG_ANY, _TAG_BARRIER, _TAG_ROLL, _TAG_STOP 
 def _bytes(t: torch.Tensor) -> torch.Tensor:
     """The bytes of a contiguous CPU tensor (shared memory, any dtype)."""
     return t.reshape(-1).view(torch.uint8)
+
+
+def _flag(finite: bool) -> float:
+    """A rank's flag on its metric values (module doc): 0.0 when all are finite, else 1.0."""
+    return 0.0 if finite else 1.0
+
+
+def _flagged(t: torch.Tensor, finite: bool = True) -> torch.Tensor:
+    """A contiguous CPU tensor's bytes followed by its 8-byte flag (one new uint8 buffer)."""
+    return torch.cat([_bytes(t), torch.tensor([_flag(finite)], dtype=torch.float64).view(torch.uint8)])

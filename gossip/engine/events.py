@@ -56,12 +56,12 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import torch
 
 from gossip.comm.link import TAG_SPACE
-from gossip.errors import ConfigError, ContractError
+from gossip.errors import CompressionError, ConfigError, ContractError, DivergenceError, RowsError
 from gossip.timing import KeyedDraws, Timing
 
 if TYPE_CHECKING:
@@ -78,6 +78,16 @@ PEERS = ("random", "next")
 turn (activation k: neighbor k mod degree, SGP's one-peer schedule), none when it is away."""
 
 _WAKE, _ARRIVE = 0, 1
+
+IDLE_EVENTS = 1_000_000
+"""Events in a row without an activation after which :meth:`EventLoop.run` stops: every clock
+that rang was an away node's (churn), so the run would spin in virtual time and make no
+progress. Rate churn that leaves a node present too rarely is refused before (network.py,
+``MIN_PRESENT``); this bounds whatever else could."""
+MAX_CHURN_CYCLES = 100_000
+"""Rate churn's leave-and-back cycles per node over a run's virtual time above which the run is
+refused (:meth:`EventLoop.check_horizon`): the draws alone would take minutes, and a node that
+flips that often per step is not a model of anything."""
 
 
 @dataclass
@@ -265,27 +275,40 @@ class EventLoop:
             got = [tuple(p.clone() for p in offers[1]), tuple(p.clone() for p in offers[0])]
         else:
             s, parts = sides[0], offers[0]
-            buf, _ = _flat(parts)
-            got = [_split(self._swap(buf, s.peer, s.was_heard, s.heard, tag, time), parts)]
+            buf = frame(parts, self._where(time, s.node)) if s.was_heard else None
+            got = self._swap(buf, framed_nbytes(parts), s.peer, s.heard, tag, time)
+            where = self._where(time, s.node, s.peer)
+            heard = unframe(got, parts, where, s.peer, s.node) if s.heard else None
+            if heard is not None:
+                heard = tuple(p.to(block.x.device) for p in heard)
+            merged(lambda: alg.merge(block, s, heard), where, s.peer, s.node)
+            return s if s.initiated else None
         for s, parts in zip(sides, got):
             alg.merge(block, s, parts if s.heard else None)
         return sides[0] if sides[0].initiated else None
 
-    def _swap(self, buf: torch.Tensor, peer: int, send: bool, recv: bool, tag: int,
+    def _where(self, time: float, node: int, sender: int | None = None) -> str:
+        """How an error about a message names it: the virtual time and ``node`` with its rank
+        (and the ``sender`` with its, for a message ``node`` received)."""
+        rank = self.transport.placement
+        head = f"virtual time {time:.6g}: node {node} (rank {rank[node]})"
+        return head if sender is None else f"{head} refused the message from node {sender} (rank {rank[sender]})"
+
+    def _swap(self, buf: torch.Tensor | None, size: int, peer: int, recv: bool, tag: int,
               time: float) -> torch.Tensor:
-        """Send ``buf`` to ``peer``'s rank (when ``send``) and receive its offer (same size,
-        when ``recv``)."""
+        """Send ``buf`` (a host :func:`frame`; None: nothing) to ``peer``'s rank and receive
+        its offer (``size`` bytes, when ``recv``)."""
         rank = self.transport.placement[peer]
-        host = buf.cpu() if buf.device.type != "cpu" else buf
-        out = torch.empty_like(host)
+        out = torch.empty(size, dtype=torch.uint8)
         link = self.transport.link
-        handles = link.exchange([(out, rank)] if recv else [], [(host, rank)] if send else [], tag)
+        handles = link.exchange([(out, rank)] if recv else [],
+                                [(buf, rank)] if buf is not None else [], tag)
         label = (f"node {peer} (rank {rank})", rank)
         link.wait(handles, timeout=self.transport.timeout, peers=[label] * len(handles),
-                  sizes=[host.numel()] * int(recv),
+                  sizes=[size] * int(recv),
                   what=f"virtual time {time:.6g}: rank {self.transport.rank} waited {{timeout}} "
                        "in a pairwise exchange with")
-        return out.to(buf.device)
+        return out
 
     def post(self, i: int, j: int, time: float, parts: tuple[torch.Tensor, ...]) -> bool:
         """The post of i (local) to j: its fate, and the parts on their way."""
@@ -296,8 +319,7 @@ class EventLoop:
         if self.local(j):
             payload: Any = tuple(p.clone() for p in parts)
         else:  # on its way to j's rank now; j's rank receives it at the arrival
-            buf, _ = _flat(parts)
-            host = buf.cpu() if buf.device.type != "cpu" else buf.clone()
+            host = frame(parts, self._where(time, i))
             rank = self.transport.placement[j]
             self._sends.append((self.transport.link.exchange([], [(host, rank)], tag), host, j))
             payload = None
@@ -322,9 +344,9 @@ class EventLoop:
         if not self.local(j):
             return None
         like = self.algorithm.message_like(self.block, self.row_of[j])
-        size = _nbytes(like)
+        size = framed_nbytes(like)
         rank = self.transport.placement[i]
-        incoming = _Incoming(torch.empty(size, dtype=torch.uint8), like, rank, i)
+        incoming = _Incoming(torch.empty(size, dtype=torch.uint8), like, rank, i, j)
         incoming.handles = self.transport.link.exchange([(incoming.host, rank)], [], tag)
         self._recvs.append(incoming)
         return incoming
@@ -333,17 +355,22 @@ class EventLoop:
         i, j, sent, payload, tag = item
         if isinstance(payload, _Incoming):
             self._finish(payload)
-            payload = _split(payload.host.to(self.block.x.device), payload.like)
+            payload = tuple(p.to(self.block.x.device) for p in payload.parts)
         if not self.present(j, time):
             self.messages_lost += 1
             return
         if self.trace is not None:
             self.trace.append(("arrive", time, i, j))
         if self.local(j):
-            self.algorithm.receive(self.block, Message(i, j, self.row_of[j], payload, sent, time))
+            msg = Message(i, j, self.row_of[j], payload, sent, time)
+            if self.local(i):
+                self.algorithm.receive(self.block, msg)
+            else:
+                merged(lambda: self.algorithm.receive(self.block, msg), self._where(time, j, i), i, j)
 
     def _finish(self, incoming: _Incoming) -> None:
-        """Wait for a message from another rank (at its arrival, or at the end of a run)."""
+        """Wait for a message from another rank (at its arrival, or at the end of a run) and
+        check it (:func:`unframe`)."""
         if incoming.handles is None:
             return
         rank = incoming.rank
@@ -353,6 +380,9 @@ class EventLoop:
             what=f"virtual time {self.now:.6g}: rank {self.transport.rank} waited {{timeout}} for "
                  "a message from")
         incoming.handles = None
+        incoming.parts = unframe(incoming.host, incoming.like,
+                                 self._where(self.now, incoming.dst, incoming.src),
+                                 incoming.src, incoming.dst)
 
     # -- running -----------------------------------------------------------------------------
     def run(self, activations: int) -> None:
@@ -360,6 +390,7 @@ class EventLoop:
         that arrive at that same instant."""
         heap = self._heap
         self._restored.clear()  # a checkpoint's payloads are in the heap now
+        idle, seen, since = 0, self.activations, self.now
         while self.activations < activations or (heap and heap[0][2] == _ARRIVE
                                                  and heap[0][0] <= self.now):
             if not heap:
@@ -371,7 +402,21 @@ class EventLoop:
                 self._arrive(item, time)
             else:
                 self._wake(item, time)
+            if self.activations != seen:
+                idle, seen, since = 0, self.activations, time
+            else:
+                idle += 1
+                if idle > IDLE_EVENTS:
+                    self._stalled(since)
         self._reap()
+
+    def _stalled(self, since: float) -> NoReturn:
+        """Stop a run whose last :data:`IDLE_EVENTS` events activated no node."""
+        raise ConfigError(
+            f"--network {self.engine.network.spec()}: {IDLE_EVENTS} events in a row (virtual "
+            f"time {since:.6g} s to {self.now:.6g} s) activated no node: every clock that rang "
+            f"was an away node's, so the run makes no progress; let the nodes be present more "
+            f"often (churn= with a smaller rate or mean_away)")
 
     def _wake(self, i: int, time: float) -> None:
         self._k[i] += 1
@@ -420,12 +465,22 @@ class EventLoop:
 
     def check_horizon(self, sweeps: int) -> None:
         """Refuse a delay no message can outlive: every post would arrive after a run of
-        ``sweeps`` sweeps ends (about sweeps × the mean compute time of virtual time)."""
+        ``sweeps`` sweeps ends (about sweeps × the mean compute time of virtual time); and rate
+        churn that would flip each node more than :data:`MAX_CHURN_CYCLES` times by then."""
         net = self.engine.network
-        if net.delay is None or net.delay.low <= 0:
-            return
         step = net.compute.mean if net.compute is not None else 1.0
         horizon = self.now + sweeps * step
+        churn = net.churn
+        if churn is not None and churn.schedule is None and churn.rate > 0:
+            cycles = horizon / (1.0 / churn.rate + churn.mean_away)
+            if cycles > MAX_CHURN_CYCLES:
+                raise ConfigError(
+                    f"--network {net.spec()}: each node would leave and come back about "
+                    f"{cycles:.3g} times in the run's {horizon:.3g} s of virtual time ({sweeps} "
+                    f"more sweeps of {step:g} s steps), more than {MAX_CHURN_CYCLES:g}: give a "
+                    "smaller churn rate or a longer mean_away")
+        if net.delay is None or net.delay.low <= 0:
+            return
         if net.delay.low >= horizon:
             raise ConfigError(
                 f"--network delay={net.delay.spec()}: every message takes at least "
@@ -458,7 +513,7 @@ class EventLoop:
             if kind == _ARRIVE and item[1] == i:
                 payload = item[3]
                 if isinstance(payload, _Incoming):  # received at the last sweep's end (_reap)
-                    payload = _split(payload.host, payload.like)
+                    payload = payload.parts
                 if payload is not None:
                     inbox[seq] = [p.clone() for p in payload]
         out: dict[str, Any] = {"inbox": inbox}
@@ -510,31 +565,100 @@ class EventLoop:
 
 @dataclass
 class _Incoming:
-    """A post from node ``src`` on another rank: its receive buffer, the parts it holds."""
+    """A post from node ``src`` on another rank to node ``dst``: its receive buffer (framed,
+    :func:`frame`), tensors like its parts, and once received and checked the parts."""
 
     host: torch.Tensor
     like: tuple[torch.Tensor, ...]
     rank: int
     src: int
+    dst: int
     handles: Any = None
+    parts: tuple[torch.Tensor, ...] | None = None
+
+
+# -- messages between processes ----------------------------------------------------------------
+_framer: Any = None
+
+
+def _none() -> Any:
+    """The ``none`` compressor that frames floating parts (made once, on first use)."""
+    global _framer
+    if _framer is None:
+        from gossip.compress import make
+
+        _framer = make("none")
+    return _framer
+
+
+def frame(parts: tuple[torch.Tensor, ...], sender: str = "a node") -> torch.Tensor:
+    """An asynchronous message as it travels between processes (a host uint8 buffer of its
+    own): each floating part as the ``none`` compressor's message of its entries (the wire
+    header of :mod:`gossip.compress.wire`, then the values), a uint8 part as it is (a
+    compressor's message already: async-choco's). What a synchronous round sends, so the
+    receiver checks it the same way (:func:`unframe`). A floating part with NaN/Inf is not
+    sent: the sender's model diverged (``sender`` names it in the error). The bytes counted are
+    the parts' (:func:`_nbytes`), in process and across processes alike."""
+    out = []
+    for p in parts:
+        if p.is_floating_point():
+            try:
+                out.append(_none().encode(p.detach().reshape(-1)).to_bytes().cpu())
+            except CompressionError as exc:
+                raise DivergenceError(f"{sender} has NaN/Inf in the message it would send: the "
+                                      "run diverged. Lower the step sizes (gamma, eta).") from exc
+        else:
+            out.append(p.detach().reshape(-1).view(torch.uint8).cpu().clone())
+    return out[0] if len(out) == 1 else torch.cat(out)
+
+
+def framed_nbytes(like: tuple[torch.Tensor, ...]) -> int:
+    """Bytes of the :func:`frame` of parts like ``like``."""
+    return sum(_none().fixed_nbytes(p.reshape(-1)) if p.is_floating_point()
+               else p.numel() * p.element_size() for p in like)
+
+
+def unframe(buf: torch.Tensor, like: tuple[torch.Tensor, ...], where: str, sender: int,
+            receiver: int) -> tuple[torch.Tensor, ...]:
+    """The parts (host tensors shaped like ``like``) of a received :func:`frame`, checked as a
+    synchronous round checks a message (``Compressor.from_bytes``: wire header, exact size,
+    NaN/Inf); a uint8 part is checked for its size here and for the rest by the algorithm's
+    decoder (:func:`merged`). A refused message raises :class:`RowsError` starting with
+    ``where`` (the receiver, and the sender it names), its fields ``sender`` and ``receiver``
+    the nodes."""
+    out, at = [], 0
+    for k, p in enumerate(like):
+        size = framed_nbytes((p,))
+        chunk = buf[at:] if k == len(like) - 1 else buf[at: at + size]  # the last takes the rest
+        at += size
+        try:
+            if p.is_floating_point():
+                flat = p.reshape(-1)
+                out.append(_none().decode(_none().from_bytes(chunk, flat)).view(p.shape))
+                continue
+            if chunk.numel() != size:
+                raise CompressionError(
+                    f"message is {'truncated' if chunk.numel() < size else 'extended'}: part {k} "
+                    f"holds {chunk.numel()} bytes, expected {size}")
+        except CompressionError as exc:
+            raise RowsError(f"{where}: {exc}", sender=sender, receiver=receiver) from exc
+        out.append(chunk.view(p.dtype).view(p.shape))
+    return tuple(out)
+
+
+def merged(call: Any, where: str, sender: int, receiver: int) -> None:
+    """Run ``call()``, the algorithm's merge or receive of a message from another process:
+    a message its decoder refuses (a compressor's, carried as bytes) raises
+    :class:`RowsError` naming the sender, as :func:`unframe` does."""
+    try:
+        call()
+    except RowsError:
+        raise
+    except CompressionError as exc:
+        raise RowsError(f"{where}: {exc}", sender=sender, receiver=receiver) from exc
 
 
 def _nbytes(parts: tuple[torch.Tensor, ...]) -> int:
+    """Bytes of a message's parts: what is counted as sent."""
     return sum(p.numel() * p.element_size() for p in parts)
 
-
-def _flat(parts: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    """The parts' bytes as one uint8 buffer (what goes on the wire), and the parts."""
-    if len(parts) == 1 and parts[0].is_contiguous():
-        return parts[0].reshape(-1).view(torch.uint8), parts
-    return torch.cat([p.contiguous().reshape(-1).view(torch.uint8) for p in parts]), parts
-
-
-def _split(buf: torch.Tensor, like: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
-    """Parts shaped and typed like ``like`` from the bytes :func:`_flat` made."""
-    out, at = [], 0
-    for p in like:
-        size = p.numel() * p.element_size()
-        out.append(buf[at: at + size].view(p.dtype).view(p.shape))
-        at += size
-    return tuple(out)

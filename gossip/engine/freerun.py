@@ -24,13 +24,23 @@ a collective then. Instead every rank snapshots its own node at the common wall 
 ``t_k = k · log_every · sweep_s`` (since a barrier at the start; ``sweep_s`` is the wall time of
 one mean compute time, so instant k falls where the event loop logs sweep ``k · log_every``):
 the model (kept until the end), its local steps, bits sent and the ``node_metrics`` a node can
-compute alone. The scalars travel to rank 0 at once, one buffer per snapshot (``node``
-records); after the run rank 0 writes them in wall-time order, then every rank puts its
-snapshot models back in turn so that the usual collective metrics give one ``round`` record
+compute alone. The scalars travel to rank 0 at once, one buffer per snapshot, and rank 0
+hands each ``node`` record to the log as it gets it (in the order they arrive: each node's in
+its order, the nodes' interleaved as the wall clock made them); after the run every rank puts
+its snapshot models back in turn so that the usual collective metrics give one ``round`` record
 per instant (consensus error, distance of the average, ...) — the network as it was at t_k,
 computed after the fact with nothing waited for during the run. A rank that stops answering
 loses only what it had not sent: the other ranks' node records and its own up to the stop are
-written before the collectives (which then stop with a timeout naming it).
+in the log before the collectives (which then stop with a timeout naming it), and so they are
+when a rank is killed and the launcher ends the job with it.
+
+Checks: everything a rank receives is checked before it is read, as in a synchronous round.
+A request, reply or post travels as :func:`~gossip.engine.events.frame` makes it (each
+floating part with the wire header), and :func:`~gossip.engine.events.unframe` refuses a
+message of the wrong size, a bad header or NaN/Inf values; a control message or a snapshot row
+of the wrong size, or a row for another node, is refused too. The run then stops with one line
+naming the sender's node and rank and what was wrong (a truncated message used to end in an
+internal error, a NaN in a merged model and a misleading "diverged").
 
 Step-size schedules: the event loop sets ``block.round`` (what schedules and the trainer's
 optimizers read) to the sweep an event falls in; a free run sets it to the sweep of the wall
@@ -72,9 +82,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from gossip.engine.events import Activation, Message, Side, _flat, _nbytes, _split
+from gossip.engine.events import (
+    Activation,
+    Message,
+    Side,
+    _nbytes,
+    frame,
+    merged,
+    unframe,
+)
 from gossip.engine.wallclock import sleep_serving
-from gossip.errors import ConfigError
+from gossip.errors import CommError, ConfigError
 from gossip.timing import KeyedDraws, Timing
 
 if TYPE_CHECKING:
@@ -198,6 +216,8 @@ class FreeRun:
         self._log_sends: list[tuple[Any, np.ndarray]] = []
         self.rows: list[np.ndarray] = []  # rank 0: every node's snapshot rows
         self.log_ended: set[int] = set()  # rank 0: the ranks that sent all their rows
+        self.on_record: Callable[[dict[str, Any]], None] | None = None
+        """Rank 0: where the node records go as the rows come (the run's ``on_record``)."""
 
     # -- what an activation calls (the event loop's interface) --------------------------------
     def exchange(self, i: int, j: int, time_s: float, seq: int) -> Side | None:
@@ -208,24 +228,23 @@ class FreeRun:
             return side
         side.was_heard = True
         self._count(_nbytes(parts))
-        buf, _ = _flat(parts)
-        host = buf.cpu().clone()
+        host = frame(parts, self._where())
         request = self.comm.Isend([host.numpy(), self.MPI.BYTE], dest=self.rank_of[j], tag=REQUEST)
         self._sends.append((request, host, j))
-        reply = self._serve_until(reply_from=j, size=buf.numel())
+        reply = self._serve_until(reply_from=j)
         if reply is None:  # j stopped answering: it is routed around, nothing merged
             return None
         side.heard = reply.numel() > 0  # empty: j's reply was lost (LOST)
-        self.algorithm.merge(self.block, side,
-                             _split(reply.to(buf.device), parts) if side.heard else None)
+        where = self._where(j)
+        heard = self._device(unframe(reply, parts, where, j, i)) if side.heard else None
+        merged(lambda: self.algorithm.merge(self.block, side, heard), where, j, i)
         return side
 
     def post(self, i: int, j: int, time_s: float, parts: tuple[torch.Tensor, ...]) -> bool:
         if self._lost(j):
             return False
-        buf, _ = _flat(parts)
-        host = buf.cpu().clone()
-        self._count(host.numel())
+        host = frame(parts, self._where())
+        self._count(_nbytes(parts))
         delay = self.timing.delay_s(i, j, self.sent_on[j]) * self.scale
         if delay > 0:  # handed over when it is due (_flush), the receiver takes it in then
             heapq.heappush(self._outbox, (time.monotonic() + delay, next(self._posts), host, j))
@@ -274,9 +293,10 @@ class FreeRun:
 
         ``log_every`` (sweeps; needs ``seconds``): snapshot the node at the wall instants of
         rounds ``log_every``, ``2 · log_every``, ... before the budget's end; ``on_record``
-        then gets, before the end record, rank 0 the ``node`` records (``NODE_FIELDS`` and
-        ``node_metrics``' values) in wall-time order and every rank the ``round`` record of
-        each instant (``metrics`` on the snapshots; module doc)."""
+        then gets, on rank 0 during the run, the ``node`` records (``NODE_FIELDS`` and
+        ``node_metrics``' values) as the rows come, and after it, before the end record, on
+        every rank the ``round`` record of each instant (``metrics`` on the snapshots; module
+        doc)."""
         if steps is None and seconds is None:
             raise ConfigError("a free run needs a number of steps or a time budget")
         if log_every is not None and (seconds is None or log_every < 1):
@@ -284,6 +304,7 @@ class FreeRun:
                               "common wall instants before the end of a time budget: give "
                               "seconds and log_every >= 1")
         self.node_metrics = list(node_metrics)
+        self.on_record = on_record
         x = self.block.x[0]
         self.metric_names = [name for m in self.node_metrics for name in m(self.node, x)]
         self.engine.world.barrier("the common start of a free run with")
@@ -326,7 +347,7 @@ class FreeRun:
                 if time.monotonic() > deadline:
                     self._route_around(j)
                 time.sleep(1e-5)
-        self._gather_log(on_record)
+        self._gather_log()
         self.comm.Free()
         for rec in self.snapshot_records(metrics):
             if on_record is not None:
@@ -335,6 +356,19 @@ class FreeRun:
 
     def _now(self) -> float:
         return time.monotonic() - self._start
+
+    def _where(self, sender: int | None = None) -> str:
+        """How an error names this node at this instant (and the ``sender`` of a message it
+        refuses)."""
+        head = f"free run at {self._now():.3f} s: node {self.node} (rank {self.rank_of[self.node]})"
+        if sender is None:
+            return head
+        return f"{head} refused the message from node {sender} (rank {self.rank_of[sender]})"
+
+    def _device(self, parts: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """Received parts (host tensors) on the model's device."""
+        device = self.block.x.device
+        return parts if device.type == "cpu" else tuple(p.to(device) for p in parts)
 
     def _set_sweep(self) -> None:
         """``block.round`` (and the node's ``round``) to the sweep of the wall clock, what
@@ -362,14 +396,14 @@ class FreeRun:
         """Compute for ``seconds`` of wall time, answering whoever asks meanwhile."""
         sleep_serving(seconds, self._serve_one)
 
-    def _serve_until(self, reply_from: int | None = None, size: int = 0,
+    def _serve_until(self, reply_from: int | None = None,
                      all_done: bool = False) -> torch.Tensor | None:
         """Serve requests until ``reply_from``'s reply arrives (returned; None when it stays
         silent past the timeout and is routed around) or, with ``all_done``, until every
         neighbor still there has said DONE."""
         deadline = time.monotonic() + self.timeout
         while True:
-            got = self._serve_one(reply_from, size)
+            got = self._serve_one(reply_from)
             if got is not None:
                 return got
             if all_done and all(j in self.done_from or j in self.left for j in self.peers):
@@ -382,9 +416,12 @@ class FreeRun:
                 return None
             time.sleep(1e-5)
 
-    def _serve_one(self, reply_from: int | None = None, size: int = 0) -> torch.Tensor | None:
+    def _serve_one(self, reply_from: int | None = None) -> torch.Tensor | None:
         """Handle one message waiting for this rank, if any; a reply from ``reply_from`` is
-        returned instead."""
+        returned instead (its bytes, checked by the caller). What arrives is checked before
+        anything reads it: the size of every message (:meth:`_check_size`), and the wire
+        header and values of a request or a post (:func:`~gossip.engine.events.unframe`, as a
+        synchronous round checks a message); a bad one stops the run naming its sender."""
         if self._instants and time.monotonic() - self._start >= self._instants[-1][1]:
             self._snapshot()
         if self._outbox and self._outbox[0][0] <= time.monotonic():
@@ -398,8 +435,15 @@ class FreeRun:
         j = self.rank_of.index(src_rank)
         buf = torch.empty(count, dtype=torch.uint8)
         self.comm.Recv([buf.numpy(), MPI.BYTE], source=src_rank, tag=tag)
+        self._check_size(buf, tag, j)
         if tag == LOG:  # rank 0 keeps every rank's rows, routed around or not
-            self.rows.append(buf.numpy().view(np.float64).copy())
+            row = buf.numpy().view(np.float64).copy()
+            if row[0] != j or not np.isfinite(row[:len(NODE_FIELDS)]).all():
+                raise CommError(f"{self._where()}: node {j} (rank {src_rank}) sent a snapshot row "
+                                f"whose fields {NODE_FIELDS} are {row[:len(NODE_FIELDS)].tolist()}: "
+                                "not its own node's, or not finite (a faulty rank)",
+                                rank=self.comm.Get_rank())
+            self._take_row(row)
             return None
         if tag == LOG_END:
             self.log_ended.add(src_rank)
@@ -418,10 +462,30 @@ class FreeRun:
         elif tag == POST:
             self._set_sweep()
             like = self.algorithm.message_like(self.block, 0)
-            parts = _split(buf.to(self.block.x.device), like)
+            where = self._where(j)
+            parts = self._device(unframe(buf, like, where, j, self.node))
             now = self._now()
-            self.algorithm.receive(self.block, Message(j, self.node, 0, parts, now, now))
+            msg = Message(j, self.node, 0, parts, now, now)
+            merged(lambda: self.algorithm.receive(self.block, msg), where, j, self.node)
         return None
+
+    _SIZES = {DONE: 1, LOG_END: 1, LOST: 0}
+    """Bytes of the control messages (the others' sizes depend on the run)."""
+
+    def _check_size(self, buf: torch.Tensor, tag: int, j: int) -> None:
+        """Refuse a control message or a snapshot row whose size is not the one this rank's
+        settings give (the data messages' sizes are checked with their header, by
+        :func:`~gossip.engine.events.unframe`), or a message of no kind of the run."""
+        if tag in (REQUEST, REPLY, POST):
+            return
+        size = (8 * (len(NODE_FIELDS) + len(self.metric_names)) if tag == LOG
+                else self._SIZES.get(tag))
+        if size is None or buf.numel() != size:
+            what = (f"a message of {buf.numel()} bytes, expected {size}" if size is not None else
+                    f"a message of no kind a free run sends (tag {tag})")
+            raise CommError(f"{self._where()}: node {j} (rank {self.rank_of[j]}) sent {what} (the "
+                            "ranks run different settings? start every rank with the same flags "
+                            "and files)", rank=self.comm.Get_rank())
 
     def _answer(self, j: int, request: torch.Tensor) -> None:
         """j asked for an exchange: reply with this end's offer (or, when the network loses
@@ -431,13 +495,14 @@ class FreeRun:
         side.heard = True
         side.was_heard = not self._lost(j)
         parts = self.algorithm.offer(self.block, side)
-        buf, _ = _flat(parts)
-        host = buf.cpu().clone() if side.was_heard else torch.zeros(0, dtype=torch.uint8)
+        where = self._where(j)
+        heard = self._device(unframe(request, parts, where, j, self.node))
+        host = frame(parts, self._where()) if side.was_heard else torch.zeros(0, dtype=torch.uint8)
         self._sends.append((self.comm.Isend([host.numpy(), self.MPI.BYTE], dest=self.rank_of[j],
                                             tag=REPLY if side.was_heard else LOST), host, j))
         if side.was_heard:
             self._count(_nbytes(parts))
-        self.algorithm.merge(self.block, side, _split(request.to(buf.device), parts))
+        merged(lambda: self.algorithm.merge(self.block, side, heard), where, j, self.node)
 
     # -- trajectories (module doc) -------------------------------------------------------------
     def _snapshot(self, final: bool = False) -> None:
@@ -459,16 +524,24 @@ class FreeRun:
                                            x.clone()))
             row = np.array([self.node, rnd, now, self.steps, 8 * nbytes, *values], dtype=np.float64)
             if self.comm.Get_rank() == 0:
-                self.rows.append(row)
+                self._take_row(row)
             else:
                 self._log_sends.append((self.comm.Isend([row, self.MPI.BYTE], dest=0, tag=LOG),
                                         row))
 
-    def _gather_log(self, on_record: Callable[[dict[str, Any]], None] | None) -> None:
+    def _take_row(self, row: np.ndarray) -> None:
+        """Rank 0: keep a snapshot row (its own or one another rank sent) and hand its node
+        record to the run's ``on_record`` at once: the log has it even if the job then ends
+        abruptly (a rank killed, and the launcher with it the others)."""
+        self.rows.append(row)
+        if self.on_record is not None:
+            self.on_record(self._node_record(row))
+
+    def _gather_log(self) -> None:
         """Rank 0 waits (serving) until every rank has sent all its rows or the timeout
-        passes, hands the node records to ``on_record`` and tells the ranks that answered; the
-        others wait for that, so no rank enters the collectives (which stop the job when a
-        rank is silent) before the node records are written."""
+        passes (handing each node record on as it comes, :meth:`_take_row`) and tells the
+        ranks that answered; the others wait for that, so no rank enters the collectives
+        (which stop the job when a rank is silent) before the node records are written."""
         MPI, rank, size = self.MPI, self.comm.Get_rank(), self.comm.Get_size()
         deadline = time.monotonic() + self.timeout
         if rank == 0:
@@ -480,9 +553,6 @@ class FreeRun:
                 log.warning("rank(s) %s did not send the end of their node records within %g s: "
                             "the records they sent before are kept", sorted(others - self.log_ended),
                             self.timeout)
-            if on_record is not None:
-                for rec in self.node_records():
-                    on_record(rec)
             flag = np.zeros(1, dtype=np.uint8)
             sends = [self.comm.Isend([flag, MPI.BYTE], dest=r, tag=WRITTEN)
                      for r in sorted(self.log_ended)]
@@ -506,19 +576,20 @@ class FreeRun:
 
     def node_records(self) -> list[dict[str, Any]]:
         """Rank 0: every snapshot row it holds as a ``node`` record, in wall-time order."""
+        return [self._node_record(row) for row in sorted(self.rows, key=lambda r: (r[2], r[0]))]
+
+    def _node_record(self, row: np.ndarray) -> dict[str, Any]:
+        """The ``node`` record of a snapshot row."""
         names = [*NODE_FIELDS, *self.metric_names]
-        out = []
-        for row in sorted(self.rows, key=lambda r: (r[2], r[0])):
-            if len(row) != len(names):
-                raise ConfigError(f"a node record of {len(row)} values where this rank's node "
-                                  f"metrics make {len(names)} ({names}): every rank must be given "
-                                  "the same node metrics")
-            rec: dict[str, Any] = {"type": "node"}
-            rec.update(zip(names, row.tolist()))
-            for key in ("node", "round", "local_steps"):
-                rec[key] = int(rec[key])
-            out.append(rec)
-        return out
+        if len(row) != len(names):
+            raise ConfigError(f"a node record of {len(row)} values where this rank's node "
+                              f"metrics make {len(names)} ({names}): every rank must be given "
+                              "the same node metrics")
+        rec: dict[str, Any] = {"type": "node"}
+        rec.update(zip(names, row.tolist()))
+        for key in ("node", "round", "local_steps"):
+            rec[key] = int(rec[key])
+        return rec
 
     def snapshot_records(self, metrics: list[Any]) -> list[dict[str, Any]]:
         """One ``round`` record per instant (collective): each rank puts its snapshot's model

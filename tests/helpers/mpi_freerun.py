@@ -2,8 +2,9 @@
 (round 0, the node and round records of the snapshots every LOG_EVERY sweeps, the run's end) go
 to a JSON-lines file. Started under mpiexec by tests/asynchronous/test_freerun_mpi.py.
 Usage: python tests/helpers/mpi_freerun.py OUT.jsonl ALGORITHM NETWORK SECONDS [STOP_RANK [LOG_EVERY]]
-(with STOP_RANK >= 0, that rank stops answering, SIGSTOP, a third of the way through; -1: none;
-LOG_EVERY: default 100, the end record only). Records carry distance_to_optimum (node records:
+(with STOP_RANK >= 0, that rank stops answering, SIGSTOP, a third of the way through; with
+kill:R, rank R kills itself then, SIGKILL; -1: none; LOG_EVERY: default 100, the end record
+only). Records carry distance_to_optimum (node records:
 the node's own) and node records its local loss.
 """
 
@@ -28,7 +29,9 @@ from gossip.problems import make_problem  # noqa: E402
 
 torch.set_num_threads(1)
 out, name, network, seconds = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
-stop_rank = int(sys.argv[5]) if len(sys.argv) > 5 else -1
+stop = sys.argv[5] if len(sys.argv) > 5 else "-1"
+stop_signal = signal.SIGKILL if stop.startswith("kill:") else signal.SIGSTOP
+stop_rank = int(stop.removeprefix("kill:"))
 log_every = int(sys.argv[6]) if len(sys.argv) > 6 else 100
 world = World.detect()
 n = world.size
@@ -50,7 +53,7 @@ def node_distance(i, x):
 
 
 if world.rank == stop_rank:
-    threading.Timer(seconds / 3, lambda: os.kill(os.getpid(), signal.SIGSTOP)).start()
+    threading.Timer(seconds / 3, lambda: os.kill(os.getpid(), stop_signal)).start()
 with JsonlLogger(out, enabled=world.is_root) as logger:
     try:
         engine.run(100, log_every=log_every, on_record=logger.write, metrics=[distance],
