@@ -44,6 +44,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -232,21 +233,42 @@ def load_script(path: Path) -> ModuleType:
 
 
 def validate(run: Run, source: str) -> None:
-    """Parse the run's flags with its script's own parser, before anything runs."""
+    """Check the run before anything runs: its flags with its script's own parser, then, when
+    the script has a ``check(argv)`` (the built-in ones do), the whole construction of its
+    runs (algorithm, compressor, network model, hyper-parameters, the algorithm's own checks
+    against the graph) in this process. A run for mpiexec is checked as its in-process twin,
+    without ``--free-run`` (which needs one node per rank): what depends on the ranks is
+    checked when it starts."""
     module = load_script(script_path(run.script, source))
     parse = getattr(module, "parse_args", None)
     if parse is None:
         return
+    _refused(run, source, lambda: parse(run.argv))
+    check = getattr(module, "check", None)
+    if check is not None:
+        flags = {k: v for k, v in run.flags.items() if not (run.mpi and k == "free_run")}
+        _refused(run, source, lambda: check([*to_argv(flags), "--out", str(run.log)]))
+
+
+def _refused(run: Run, source: str, call: Callable[[], Any]) -> None:
+    """Run ``call`` (a parse or a check of ``run``); a refusal becomes a :class:`SweepError`
+    naming the file and the run."""
+    from gossip.errors import GossipError
+
     err = io.StringIO()
     argv0 = sys.argv[0]
     sys.argv[0] = str(script_path(run.script, source))  # argparse names the run's script
     try:
         with contextlib.redirect_stderr(err):
-            parse(run.argv)
+            call()
     except SystemExit as exc:
         if exc.code not in (0, None):
             msg = err.getvalue().strip().splitlines()
-            raise SweepError(f"{source}: run '{run.label}': {msg[-1] if msg else exc}") from None
+            text = exc.code if isinstance(exc.code, str) else (msg[-1] if msg else exc)
+            raise SweepError(f"{source}: run '{run.label}': "
+                             f"{str(text).removeprefix('error: ')}") from None
+    except (GossipError, ValueError) as exc:
+        raise SweepError(f"{source}: run '{run.label}': {exc}") from None
     finally:
         sys.argv[0] = argv0
 
@@ -401,14 +423,14 @@ def main(argv: list[str] | None = None) -> str:
         x_keys = tuple(_type(source, "x_keys", sweep.get("x_keys", ["round", "bits_per_node"]),
                              list, "an array of record keys"))
         relative = _type(source, "relative", sweep.get("relative", False), bool, "a boolean")
-        if not args.no_run:
+        if not args.dry_run:
+            check_out(out, "--out" if args.out else f"{source}'s 'out'", args.no_run)
+        if not args.no_run:  # every run, before the first one starts
             for run in runs:
                 if not args.dry_run or run.script in SCRIPTS:  # a user's script is not imported
                     validate(run, source)
     except (SweepError, ConfigFileError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    if not args.dry_run:
-        check_out(out, "--out" if args.out else f"{source}'s 'out'", args.no_run)
     if args.dry_run and any(r.script not in SCRIPTS for r in runs):
         print("note: --dry-run does not import the sweep's own script, so its flags are not "
               "checked", file=sys.stderr)

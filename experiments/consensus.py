@@ -15,6 +15,7 @@ import logging
 import math
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ from gossip.cli import (  # noqa: E402
     add_list_argument,
     add_run_arguments,
     check_asynchronous,
+    check_entries,
     check_memory,
     checkpoint_options,
     exit_status,
@@ -144,7 +146,13 @@ def parse_shape(args: argparse.Namespace, data: np.ndarray | None = None) -> tup
     return (int(m[1]), int(m[2]))
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def check(argv: list[str] | None = None) -> None:
+    """Parse and build every run ``argv`` asks for, then stop (compare.py's check of a sweep
+    entry before any entry runs); a run that cannot start raises ``SystemExit``."""
+    main(argv, check_only=True)
+
+
+def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     args = parse_args(argv)
     import numpy as np
 
@@ -180,10 +188,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     x0 = initial_vectors(args, data, shape)
     node_metrics = [] if args.free_run is None else [average_distance(x0, topology.n)]
     gammas = split_per_run(args.gamma, len(args.compressor), "--gamma")
-    logger = JsonlLogger(args.out, enabled=world.is_root)
-    rows, curves = [], {}
-    for index, (spec, gamma) in enumerate(zip(args.compressor, gammas)):
-        def build(gamma, spec=spec) -> Engine:
+
+    def builder(spec: str) -> Callable[[float | None], Engine]:
+        def build(gamma: float | None) -> Engine:
             hp = {} if gamma is None else {"gamma": gamma}
             if args.rank is not None:
                 hp["rank"] = args.rank
@@ -194,7 +201,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 device=args.device, dtype=torch_dtype(args.dtype),
                 free_run=args.free_run,
             )
+        return build
 
+    builds = [builder(spec) for spec in args.compressor]
+    if check_only or len(builds) > 1:  # every entry before the first run ('auto': the default)
+        check_entries([(spec, lambda b=b, g=g: b(None if g == "auto" else g))
+                       for spec, g, b in zip(args.compressor, gammas, builds)], "--compressor")
+    if check_only:
+        return []
+    logger = JsonlLogger(args.out, enabled=world.is_root)
+    rows, curves = [], {}
+    for index, (spec, gamma, build) in enumerate(zip(args.compressor, gammas, builds)):
         search = None
         if gamma == "auto":
             search = tune_gamma(build, max(1, args.rounds // 10), "consensus_error")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,6 +33,7 @@ from gossip.cli import (  # noqa: E402
     add_overlap_argument,
     add_run_arguments,
     check_asynchronous,
+    check_entries,
     check_hparam_types,
     check_memory,
     checkpoint_options,
@@ -215,7 +217,14 @@ def federated_runs(args: argparse.Namespace) -> bool:
     return kinds == {True}
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def check(argv: list[str] | None = None) -> None:
+    """Parse and build every run ``argv`` asks for, then stop (compare.py's check of a sweep
+    entry before any entry runs); a run that cannot start raises ``SystemExit`` with its
+    ``error:`` line."""
+    main(argv, check_only=True)
+
+
+def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     args = parse_args(argv)
     federated = federated_runs(args)
     if args.topology is None:
@@ -269,13 +278,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return {"distance_to_optimum": float(((x - x_star) ** 2).sum()) / norm_star,
                 "loss": problem.local_loss(i - federated, x)}
 
-    logger = JsonlLogger(args.out, enabled=world.is_root)
-    rows, curves = [], {}
-    for index, (label, name, base_hp, comp) in enumerate(specs):
-        hp = hyperparameters(name, base_hp, args, problem, topology)
-
-        def build(gamma, name=name, hp=hp, comp=comp) -> Engine:
+    def builder(name: str, hp: dict, comp: str) -> Callable[[float | None], Engine]:
+        def build(gamma: float | None) -> Engine:
             kw = hp if gamma is None else hp | {"gamma": gamma}
+            if kw.get("gamma") == "auto":  # a check before the search: the algorithm's default
+                kw = {k: v for k, v in kw.items() if k != "gamma"}
             return Engine(
                 make_algorithm(name, **kw), topology, lambda i: x0, compressor=comp,
                 seed=args.seed, world=world, timeout=args.timeout, device=args.device,
@@ -285,7 +292,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 oracles=lambda i, gen: (None if federated and i == 0 else problem.oracle(
                     i - federated, gen, args.estimator, args.batch_size)),
             )
+        return build
 
+    planned = [(label, name, comp, hyperparameters(name, base_hp, args, problem, topology))
+               for label, name, base_hp, comp in specs]
+    builds = [builder(name, hp, comp) for _, name, comp, hp in planned]
+    if check_only or len(planned) > 1:  # every entry before the first run
+        check_entries([(label, lambda b=b: b(None)) for (label, *_), b in zip(planned, builds)],
+                      "--compare" if args.compare else "--algorithm")
+    if check_only:
+        return []
+    logger = JsonlLogger(args.out, enabled=world.is_root)
+    rows, curves = [], {}
+    for index, ((label, name, comp, hp), build) in enumerate(zip(planned, builds)):
         search = None
         if hp.get("gamma") == "auto":
             search = tune_gamma(build, max(1, args.iterations // 10), "distance_to_optimum",

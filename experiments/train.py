@@ -435,7 +435,14 @@ def local_epoch_steps(args: argparse.Namespace, train_set: Any, n: int) -> list[
 # -- main ------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def check(argv: list[str] | None = None) -> None:
+    """Parse and build the run ``argv`` asks for (data, model, trainer, engine), then stop
+    (compare.py's check of a sweep entry before any entry runs; ``--gamma auto`` is checked
+    with the algorithm's default); a run that cannot start raises ``SystemExit``."""
+    main(argv, check_only=True)
+
+
+def main(argv: list[str] | None = None, check_only: bool = False) -> dict[str, Any]:
     args = parse_args(argv)
     from gossip.algorithms import accepted_hparams, algorithm_class, make_algorithm
     from gossip.errors import ConfigError, DatasetError, TuningError
@@ -474,6 +481,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         log_every = args.log_every or max(1, round(args.eval_every * rpe))
         search = None
         gamma = args.gamma
+        if gamma == "auto" and check_only:
+            gamma = None
         if gamma == "auto":
             search = tune_gamma(args, model, train_set, topology, total, rpe)
             gamma = search.pick
@@ -483,6 +492,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 rpe)
     except (ConfigError, DatasetError, TuningError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
+    if check_only:
+        return {}
 
     # all-reduce methods compress inside their collective: name their codec, not --compressor
     wire = getattr(trainer.engine.algorithm, "codec", None) or args.compressor

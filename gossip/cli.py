@@ -661,6 +661,26 @@ def checkpoint_options(args: argparse.Namespace, index: int) -> dict[str, Any]:
             "flags": flag_defaults(args)}
 
 
+def check_entries(entries: list[tuple[str, Callable[[], Any]]], flag: str) -> None:
+    """Build every entry of a multi-run script (``flag``: ``--compare``, ``--compressor``) and
+    drop it, before the first one runs: each ``(label, build)`` goes through the same
+    construction as its run (algorithm, compressor, network model, hyper-parameters, the
+    algorithm's ``validate`` against the graph), so a refusal of the last entry comes at once,
+    naming it, rather than after the earlier runs (whose table would be lost)."""
+    from gossip.errors import GossipError
+
+    for label, build in entries:
+        try:
+            build()
+        except (GossipError, ValueError) as exc:
+            raise SystemExit(f"error: {flag} '{label}': {exc}") from None
+        except SystemExit as exc:
+            if exc.code in (0, None):
+                raise
+            text = str(exc.code).removeprefix("error: ")
+            raise SystemExit(f"error: {flag} '{label}': {text}") from None
+
+
 def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
     """After a script printed its table: raise :class:`gossip.errors.RunFailed` (exit status 1
     under :func:`guarded`) unless every run ended "ok".
