@@ -13,6 +13,8 @@ as its ``--config`` file; every run is checked before any starts)::
     metric = "consensus_error"    # table column and first plot (default: the script's own)
     plots = ["consensus_error"]   # one PNG per metric, against rounds and against bits
     relative = true               # divide error metrics by their round-0 value (table, plots)
+    target = 1e-6                 # optional: rounds, bits/node and, for timed runs, virtual
+                                  # and wall seconds to reach this value of the metric
     columns = []                  # more record keys to show (final values) in the table
     out = "results/consensus"     # logs, table.md, PNGs (default results/<file name>)
 
@@ -62,7 +64,7 @@ SCRIPTS = {"consensus": "consensus.py", "optimize": "optimize.py", "train": "tra
 DEFAULT_METRIC = {"consensus": "consensus_error", "optimize": "distance_to_optimum",
                   "train": "test_accuracy"}
 TOP_KEYS = {"title", "script", "mpi", "metric", "plots", "columns", "out", "x_keys", "defaults",
-            "grid", "run", "relative"}
+            "grid", "run", "relative", "target"}
 RUN_KEYS = {"label", "script", "mpi"}
 
 
@@ -372,9 +374,17 @@ def relative_to_start(recs: list[dict], metrics: list[str]) -> list[dict]:
 
 
 def table(rows: list[tuple[str, list[dict], dict, str]], metric: str, columns: list[str],
-          relative: bool = False) -> str:
+          relative: bool = False, target: float | None = None) -> str:
+    """The sweep's markdown table, one row per run. With a ``target`` of the metric, what each
+    run took to reach it: rounds, bits per node and, for runs on a clock, virtual seconds (the
+    network's timing models: stragglers, asynchronous runs) and wall seconds (``--free-run``)."""
+    from gossip.outputs import clocks_of, first_reached, to_target_cell
+
     name = f"{metric} (rel.)" if relative and not _higher_is_better(metric) else metric
-    head = ["run", f"final {name}", f"best {name}", "rounds", "bits/node", *columns,
+    clocks = clocks_of(recs for _, recs, _, _ in rows) if target is not None else []
+    reach = ([] if target is None else
+             [f"{what} to {target:g}" for what in ("rounds", "bits/node", *(h for _, h in clocks))])
+    head = ["run", f"final {name}", f"best {name}", "rounds", "bits/node", *reach, *columns,
             "wall s", "status"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, recs, summary, status in rows:
@@ -383,8 +393,12 @@ def table(rows: list[tuple[str, list[dict], dict, str]], metric: str, columns: l
         last = recs[-1] if recs else {}
         status = summary.get("status", status) if status == "ok" else status
         cells = [label, _fmt(values[-1] if values else None), _fmt(best), _fmt(last.get("round")),
-                 _fmt(last.get("bits_per_node")), *(_fmt(last.get(c)) for c in columns),
-                 _fmt(summary.get("wall_time_s")), status]
+                 _fmt(last.get("bits_per_node"))]
+        if target is not None:
+            hit = first_reached(recs, metric, target, higher=_higher_is_better(metric))
+            cells += [to_target_cell(hit, "round", "d"), to_target_cell(hit, "bits_per_node", ".4g"),
+                      *(to_target_cell(hit, key) for key, _ in clocks)]
+        cells += [*(_fmt(last.get(c)) for c in columns), _fmt(summary.get("wall_time_s")), status]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -423,6 +437,9 @@ def main(argv: list[str] | None = None) -> str:
         x_keys = tuple(_type(source, "x_keys", sweep.get("x_keys", ["round", "bits_per_node"]),
                              list, "an array of record keys"))
         relative = _type(source, "relative", sweep.get("relative", False), bool, "a boolean")
+        target = sweep.get("target")
+        if target is not None:
+            _type(source, "target", target, (int, float), "a number (of the metric)")
         if not args.dry_run:
             check_out(out, "--out" if args.out else f"{source}'s 'out'", args.no_run)
         if not args.no_run:  # every run, before the first one starts
@@ -454,7 +471,7 @@ def main(argv: list[str] | None = None) -> str:
         rows = [(label, relative_to_start(recs, [metric, *plots]), summary, status)
                 for label, recs, summary, status in rows]
     title = sweep.get("title") or Path(source).stem
-    text = table(rows, metric, list(columns), relative)
+    text = table(rows, metric, list(columns), relative, target)
     out.mkdir(parents=True, exist_ok=True)
     commands = "\n".join(f"    {command_line(r, source)}" for r in runs)
     try:

@@ -234,7 +234,9 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
         rows.append(table_row(label, result.records, result.summary, args.target))
     logger.close()
     if world.is_root:
-        print(format_table(rows, args.target))
+        from gossip.outputs import clocks_of
+
+        print(format_table(rows, args.target, clocks_of(curves.values())))
         if args.plot:
             from gossip.plot import plot_runs
 
@@ -261,6 +263,7 @@ def average_distance(x0, n: int):
 
 def table_row(label: str, records: list[dict], summary: dict, target_rel: float) -> dict:
     from gossip.metrics import first_reach
+    from gossip.outputs import CLOCKS
 
     reached = first_reach(records, "consensus_error_rel", target_rel)
     final = records[-1] if records else {}
@@ -270,26 +273,32 @@ def table_row(label: str, records: list[dict], summary: dict, target_rel: float)
         else final.get("consensus_error_rel", float("nan")),
         "rounds_to_target": reached["round"] if reached else None,
         "bits_to_target": reached["bits_per_node"] if reached else None,
+        **{key: (reached or {}).get(key) for key, _ in CLOCKS},  # seconds to target
         "ms_per_round": 1e3 * summary["seconds_per_round"],
         "status": summary["status"],
         "rounds_run": final.get("round"),
     }
 
 
-def format_table(rows: list[dict], target: float) -> str:
+def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]] = ()) -> str:
     """The markdown table of the runs; a run whose error never fell to ``target`` says "not
-    reached" in both to-target columns, and a note under the table says when it ended."""
+    reached" in every to-target column, and a note under the table says when it ended. Runs on
+    a clock (``clocks``, :func:`gossip.outputs.clocks_of`: virtual time of the network's timing
+    models, wall time of ``--free-run``) also show the seconds they took to reach it."""
     from gossip.cli import target_note
 
-    head = (f"| run | final error (rel.) | rounds to {target:g} | bits/node to {target:g} "
-            "| ms/round | status |")
-    lines = [head, "|---|---|---|---|---|---|"]
+    head = (f"| run | final error (rel.) | rounds to {target:g} | bits/node to {target:g} |"
+            + "".join(f" {name} to {target:g} |" for _, name in clocks) + " ms/round | status |")
+    lines = [head, "|---|---|---|---|" + "---|" * len(clocks) + "---|---|"]
     for r in rows:
         missed = r["rounds_to_target"] is None
         rounds = "not reached" if missed else str(r["rounds_to_target"])
         bits = "not reached" if missed else f"{r['bits_to_target']:.3g}"
-        lines.append(f"| {r['run']} | {r['final_rel_error']:.3g} | {rounds} | {bits} "
-                     f"| {r['ms_per_round']:.3f} | {r['status']} |")
+        times = "".join(" not reached |" if missed else
+                        f" {'—' if r.get(key) is None else format(r[key], '.4g')} |"
+                        for key, _ in clocks)
+        lines.append(f"| {r['run']} | {r['final_rel_error']:.3g} | {rounds} | {bits} |{times} "
+                     f"{r['ms_per_round']:.3f} | {r['status']} |")
     note = target_note([(r["run"], r.get("rounds_run")) for r in rows if r["rounds_to_target"] is None],
                        target, "relative consensus error", "--rounds")
     return "\n".join(lines + ([note] if note else []))

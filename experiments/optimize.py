@@ -224,6 +224,23 @@ def check(argv: list[str] | None = None) -> None:
     main(argv, check_only=True)
 
 
+def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]]) -> str:
+    """The runs' markdown table: final distance, rounds, bits and, for runs on a clock
+    (``clocks``: virtual time of the network's timing models, wall time of ``--free-run``),
+    the seconds each took to reach ``target``."""
+    times = "".join(f" {head} to {target:g} |" for _, head in clocks)
+    lines = [f"| run | final distance to x* | rounds to {target:g} | bits/node to {target:g} |"
+             f"{times} ms/round | status |", "|---|---|---|---|" + "---|" * len(clocks) + "---|---|"]
+    for r in rows:
+        missed = r["rounds"] is None
+        cells = "".join(" not reached |" if missed else f" {'—' if r[key] is None else format(r[key], '.4g')} |"
+                        for key, _ in clocks)
+        lines.append(f"| {r['run']} | {r['final']:.3g} | {'not reached' if missed else r['rounds']}"
+                     f" | {'not reached' if missed else format(r['bits'], '.3g')} |{cells} "
+                     f"{r['ms']:.3f} | {r['status']} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     args = parse_args(argv)
     federated = federated_runs(args)
@@ -233,6 +250,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     from gossip.engine import Engine
     from gossip.errors import GossipError
     from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions
+    from gossip.outputs import CLOCKS, clocks_of
     from gossip.problems import default_hparams, make_problem
     from gossip.runner import execute
     from gossip.tuning import tune_gamma
@@ -336,17 +354,12 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
         rows.append({"run": label, "final": last.get("distance_to_optimum", float("nan")),
                      "rounds": reached["round"] if reached else None,
                      "bits": reached["bits_per_node"] if reached else None,
+                     **{key: (reached or {}).get(key) for key, _ in CLOCKS},  # seconds to target
                      "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status,
                      "last_round": last.get("round")})
     logger.close()
     if world.is_root:
-        print(f"| run | final distance to x* | rounds to {args.target:g} | bits/node to "
-              f"{args.target:g} | ms/round | status |\n|---|---|---|---|---|---|")
-        for r in rows:
-            missed = r["rounds"] is None
-            print(f"| {r['run']} | {r['final']:.3g} | {'not reached' if missed else r['rounds']}"
-                  f" | {'not reached' if missed else format(r['bits'], '.3g')} | {r['ms']:.3f} "
-                  f"| {r['status']} |")
+        print(format_table(rows, args.target, clocks_of(curves.values())))
         note = target_note([(r["run"], r["last_round"]) for r in rows if r["rounds"] is None],
                            args.target, "distance to x*", "--iterations")
         if note:
