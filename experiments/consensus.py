@@ -38,6 +38,7 @@ from gossip.cli import (  # noqa: E402
     positive_float,
     positive_int,
     read_npy,
+    run_label,
     setup,
     split_per_run,
     torch_dtype,
@@ -219,7 +220,8 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
             if world.is_root:
                 print(f"{args.algorithm} {spec}: {search.describe()}")
         engine = build(gamma)
-        label = f"{args.algorithm} {spec}" + (f" γ={gamma:g}" if gamma is not None else "")
+        label = run_label(args.algorithm, spec, {}, sep=" ") + (
+            f" γ={gamma:g}" if gamma is not None else "")
         config = {
             "script": "consensus", "args": vars(args), "algorithm": args.algorithm,
             "hparams": engine.hparams, "compressor": spec, "nodes": topology.n,

@@ -950,7 +950,11 @@ def check_hparam_types(name: str, given: dict[str, Any]) -> None:
 def run_label(head: str, wire: str | None, hparams: dict[str, Any], sep: str = "@") -> str:
     """A run's label: what differs between runs, the algorithm, what it sends (its compressor or,
     for an all-reduce method, its codec) and every ``--hparam`` it was given, e.g.
-    ``onebit-adam@sign_l1 freeze_step=20``."""
+    ``onebit-adam@sign_l1 freeze_step=20``; a plug-in by its short label
+    (:func:`gossip.plugins.short_label`: ``int8``, not ``path/to/my_parts.py:StochasticInt8``)."""
+    from gossip.plugins import short_label
+
+    head, wire = short_label(head), None if wire is None else short_label(wire)
     label = head if wire is None else f"{head}{sep}{wire}"
     return label + "".join(f" {k}={_label_value(v)}" for k, v in hparams.items()
                            if not (k == "codec" and v == wire))
