@@ -248,7 +248,8 @@ def validate(run: Run, source: str) -> None:
     _refused(run, source, lambda: parse(run.argv))
     check = getattr(module, "check", None)
     if check is not None:
-        flags = {k: v for k, v in run.flags.items() if not (run.mpi and k == "free_run")}
+        flags = {k: v for k, v in run.flags.items()
+                 if not (run.mpi and k.replace("-", "_") == "free_run")}
         _refused(run, source, lambda: check([*to_argv(flags), "--out", str(run.log)]))
 
 

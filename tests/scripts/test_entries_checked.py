@@ -64,3 +64,18 @@ def test_sweep_checks_a_training_run_whole(tmp_path):
         compare.main([str(sweep), "--out", str(out)])
     assert "run 'needs a complete graph'" in str(exc.value)
     assert not list(out.glob("*.jsonl"))
+
+
+def test_sweep_checks_a_free_run_for_mpiexec_as_its_in_process_twin(tmp_path):
+    """--free-run needs one node per rank: a run for mpiexec is checked without it (what
+    depends on the ranks is checked when it starts), one in this process is refused."""
+    compare = script("compare")
+    sweep = tmp_path / "s.toml"
+    body = ('[defaults]\niterations = 5\nnodes = 4\nnetwork = "compute=exp:1"\nfree-run = 0.01\n'
+            '[[run]]\nlabel = "async"\nalgorithm = "ad-psgd"\n')
+    sweep.write_text('script = "optimize"\nmpi = 4\n' + body)
+    text = compare.main([str(sweep), "--dry-run", "--out", str(tmp_path / "out")])
+    assert text.startswith("mpiexec -n 4 ") and "--free-run=0.01" in text
+    sweep.write_text('script = "optimize"\nmpi = 0\n' + body)
+    with pytest.raises(SystemExit, match="run 'async'.*--free-run needs mpiexec"):
+        compare.main([str(sweep), "--dry-run", "--out", str(tmp_path / "out")])
