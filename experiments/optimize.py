@@ -224,20 +224,25 @@ def check(argv: list[str] | None = None) -> None:
     main(argv, check_only=True)
 
 
-def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]]) -> str:
+def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]],
+                 federated: bool = False) -> str:
     """The runs' markdown table: final distance, rounds, bits and, for runs on a clock
     (``clocks``: virtual time of the network's timing models, wall time of ``--free-run``),
-    the seconds each took to reach ``target``."""
-    times = "".join(f" {head} to {target:g} |" for _, head in clocks)
-    lines = [f"| run | final distance to x* | rounds to {target:g} | bits/node to {target:g} |"
-             f"{times} ms/round | status |", "|---|---|---|---|" + "---|" * len(clocks) + "---|---|"]
+    the seconds each took to reach ``target``. ``federated``: the bits each client sent up and
+    received down (counted from the bytes) instead of the mean over nodes and server."""
+    bits = [("bits_up", "bits up/client"), ("bits_down", "bits down/client")] if federated \
+        else [("bits", "bits/node")]
+    heads = [f"rounds to {target:g}", *(f"{h} to {target:g}" for _, h in bits),
+             *(f"{h} to {target:g}" for _, h in clocks)]
+    lines = ["| run | final distance to x* | " + " | ".join(heads) + " | ms/round | status |",
+             "|---|---|" + "---|" * len(heads) + "---|---|"]
     for r in rows:
         missed = r["rounds"] is None
-        cells = "".join(" not reached |" if missed else f" {'—' if r[key] is None else format(r[key], '.4g')} |"
-                        for key, _ in clocks)
-        lines.append(f"| {r['run']} | {r['final']:.3g} | {'not reached' if missed else r['rounds']}"
-                     f" | {'not reached' if missed else format(r['bits'], '.3g')} |{cells} "
-                     f"{r['ms']:.3f} | {r['status']} |")
+        cells = ["not reached"] * len(heads) if missed else [
+            str(r["rounds"]), *(format(r[k], ".3g") for k, _ in bits),
+            *("—" if r[k] is None else format(r[k], ".4g") for k, _ in clocks)]
+        lines.append(f"| {r['run']} | {r['final']:.3g} | " + " | ".join(cells)
+                     + f" | {r['ms']:.3f} | {r['status']} |")
     return "\n".join(lines)
 
 
@@ -354,12 +359,15 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
         rows.append({"run": label, "final": last.get("distance_to_optimum", float("nan")),
                      "rounds": reached["round"] if reached else None,
                      "bits": reached["bits_per_node"] if reached else None,
+                     **({"bits_up": reached["bits_up_per_client"] if reached else None,
+                         "bits_down": reached["bits_down_per_client"] if reached else None}
+                        if federated else {}),
                      **{key: (reached or {}).get(key) for key, _ in CLOCKS},  # seconds to target
                      "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status,
                      "last_round": last.get("round")})
     logger.close()
     if world.is_root:
-        print(format_table(rows, args.target, clocks_of(curves.values())))
+        print(format_table(rows, args.target, clocks_of(curves.values()), federated))
         note = target_note([(r["run"], r["last_round"]) for r in rows if r["rounds"] is None],
                            args.target, "distance to x*", "--iterations")
         if note:

@@ -159,3 +159,20 @@ def test_federated_digits_table_has_rounds_and_bits_each_way():
     assert fedavg["bits up/client"] == "2e+03" and fedavg["bits down/client"] == "6e+03"
     assert dpsgd["bits up/client"] == "—" and dpsgd["bits sent/node (ring)"] == "1e+03"
     assert "epoch" not in text
+
+
+def test_federated_optimize_table_gives_bits_each_way_to_the_target(tmp_path, capsys):
+    log = tmp_path / "f.jsonl"
+    rows = script("optimize").main(["--compare", "fedavg", "scaffold", "--iterations", "20",
+                                    "--nodes", "7", "--dim", "10", "--target", "0.05",
+                                    "--out", str(log)])
+    out = capsys.readouterr().out
+    records = _rounds(log)
+    for row in rows:
+        hit = first_reached([r for r in records if r["label"] == row["run"]],
+                            "distance_to_optimum", 0.05)
+        cells = _cells(out, row["run"])
+        assert "bits/node to 0.05" not in cells
+        assert float(cells["bits up/client to 0.05"]) == pytest.approx(hit["bits_up_per_client"], rel=1e-2)
+        assert float(cells["bits down/client to 0.05"]) == pytest.approx(hit["bits_down_per_client"],
+                                                                         rel=1e-2)
