@@ -34,7 +34,6 @@ class StochasticInt8(Codec):
     the rows of a block of nodes at once (a single tensor is a block of one row).
     """
 
-    kind: ClassVar[int] = 64  # wire kind byte: unique among registered compressors
     unbiased: ClassVar[bool] = True
     randomized: ClassVar[bool] = True  # draws from the nodes' random streams
 

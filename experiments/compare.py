@@ -13,6 +13,8 @@ as its ``--config`` file; every run is checked before any starts)::
     metric = "consensus_error"    # table column and first plot (default: the script's own)
     plots = ["consensus_error"]   # one PNG per metric, against rounds and against bits
     relative = true               # divide error metrics by their round-0 value (table, plots)
+    target = 1e-6                 # optional: rounds, bits/node and, for timed runs, virtual
+                                  # and wall seconds to reach this value of the metric
     columns = []                  # more record keys to show (final values) in the table
     out = "results/consensus"     # logs, table.md, PNGs (default results/<file name>)
 
@@ -44,6 +46,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -61,7 +64,7 @@ SCRIPTS = {"consensus": "consensus.py", "optimize": "optimize.py", "train": "tra
 DEFAULT_METRIC = {"consensus": "consensus_error", "optimize": "distance_to_optimum",
                   "train": "test_accuracy"}
 TOP_KEYS = {"title", "script", "mpi", "metric", "plots", "columns", "out", "x_keys", "defaults",
-            "grid", "run", "relative"}
+            "grid", "run", "relative", "target"}
 RUN_KEYS = {"label", "script", "mpi"}
 
 
@@ -232,21 +235,43 @@ def load_script(path: Path) -> ModuleType:
 
 
 def validate(run: Run, source: str) -> None:
-    """Parse the run's flags with its script's own parser, before anything runs."""
+    """Check the run before anything runs: its flags with its script's own parser, then, when
+    the script has a ``check(argv)`` (the built-in ones do), the whole construction of its
+    runs (algorithm, compressor, network model, hyper-parameters, the algorithm's own checks
+    against the graph) in this process. A run for mpiexec is checked as its in-process twin,
+    without ``--free-run`` (which needs one node per rank): what depends on the ranks is
+    checked when it starts."""
     module = load_script(script_path(run.script, source))
     parse = getattr(module, "parse_args", None)
     if parse is None:
         return
+    _refused(run, source, lambda: parse(run.argv))
+    check = getattr(module, "check", None)
+    if check is not None:
+        flags = {k: v for k, v in run.flags.items()
+                 if not (run.mpi and k.replace("-", "_") == "free_run")}
+        _refused(run, source, lambda: check([*to_argv(flags), "--out", str(run.log)]))
+
+
+def _refused(run: Run, source: str, call: Callable[[], Any]) -> None:
+    """Run ``call`` (a parse or a check of ``run``); a refusal becomes a :class:`SweepError`
+    naming the file and the run."""
+    from gossip.errors import GossipError
+
     err = io.StringIO()
     argv0 = sys.argv[0]
     sys.argv[0] = str(script_path(run.script, source))  # argparse names the run's script
     try:
         with contextlib.redirect_stderr(err):
-            parse(run.argv)
+            call()
     except SystemExit as exc:
         if exc.code not in (0, None):
             msg = err.getvalue().strip().splitlines()
-            raise SweepError(f"{source}: run '{run.label}': {msg[-1] if msg else exc}") from None
+            text = exc.code if isinstance(exc.code, str) else (msg[-1] if msg else exc)
+            raise SweepError(f"{source}: run '{run.label}': "
+                             f"{str(text).removeprefix('error: ')}") from None
+    except (GossipError, ValueError) as exc:
+        raise SweepError(f"{source}: run '{run.label}': {exc}") from None
     finally:
         sys.argv[0] = argv0
 
@@ -350,9 +375,17 @@ def relative_to_start(recs: list[dict], metrics: list[str]) -> list[dict]:
 
 
 def table(rows: list[tuple[str, list[dict], dict, str]], metric: str, columns: list[str],
-          relative: bool = False) -> str:
+          relative: bool = False, target: float | None = None) -> str:
+    """The sweep's markdown table, one row per run. With a ``target`` of the metric, what each
+    run took to reach it: rounds, bits per node and, for runs on a clock, virtual seconds (the
+    network's timing models: stragglers, asynchronous runs) and wall seconds (``--free-run``)."""
+    from gossip.outputs import clocks_of, first_reached, to_target_cell
+
     name = f"{metric} (rel.)" if relative and not _higher_is_better(metric) else metric
-    head = ["run", f"final {name}", f"best {name}", "rounds", "bits/node", *columns,
+    clocks = clocks_of(recs for _, recs, _, _ in rows) if target is not None else []
+    reach = ([] if target is None else
+             [f"{what} to {target:g}" for what in ("rounds", "bits/node", *(h for _, h in clocks))])
+    head = ["run", f"final {name}", f"best {name}", "rounds", "bits/node", *reach, *columns,
             "wall s", "status"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, recs, summary, status in rows:
@@ -361,8 +394,12 @@ def table(rows: list[tuple[str, list[dict], dict, str]], metric: str, columns: l
         last = recs[-1] if recs else {}
         status = summary.get("status", status) if status == "ok" else status
         cells = [label, _fmt(values[-1] if values else None), _fmt(best), _fmt(last.get("round")),
-                 _fmt(last.get("bits_per_node")), *(_fmt(last.get(c)) for c in columns),
-                 _fmt(summary.get("wall_time_s")), status]
+                 _fmt(last.get("bits_per_node"))]
+        if target is not None:
+            hit = first_reached(recs, metric, target, higher=_higher_is_better(metric))
+            cells += [to_target_cell(hit, "round", "d"), to_target_cell(hit, "bits_per_node", ".4g"),
+                      *(to_target_cell(hit, key) for key, _ in clocks)]
+        cells += [*(_fmt(last.get(c)) for c in columns), _fmt(summary.get("wall_time_s")), status]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -401,14 +438,17 @@ def main(argv: list[str] | None = None) -> str:
         x_keys = tuple(_type(source, "x_keys", sweep.get("x_keys", ["round", "bits_per_node"]),
                              list, "an array of record keys"))
         relative = _type(source, "relative", sweep.get("relative", False), bool, "a boolean")
-        if not args.no_run:
+        target = sweep.get("target")
+        if target is not None:
+            _type(source, "target", target, (int, float), "a number (of the metric)")
+        if not args.dry_run:
+            check_out(out, "--out" if args.out else f"{source}'s 'out'", args.no_run)
+        if not args.no_run:  # every run, before the first one starts
             for run in runs:
                 if not args.dry_run or run.script in SCRIPTS:  # a user's script is not imported
                     validate(run, source)
     except (SweepError, ConfigFileError) as exc:
         raise SystemExit(f"error: {exc}") from None
-    if not args.dry_run:
-        check_out(out, "--out" if args.out else f"{source}'s 'out'", args.no_run)
     if args.dry_run and any(r.script not in SCRIPTS for r in runs):
         print("note: --dry-run does not import the sweep's own script, so its flags are not "
               "checked", file=sys.stderr)
@@ -432,7 +472,7 @@ def main(argv: list[str] | None = None) -> str:
         rows = [(label, relative_to_start(recs, [metric, *plots]), summary, status)
                 for label, recs, summary, status in rows]
     title = sweep.get("title") or Path(source).stem
-    text = table(rows, metric, list(columns), relative)
+    text = table(rows, metric, list(columns), relative, target)
     out.mkdir(parents=True, exist_ok=True)
     commands = "\n".join(f"    {command_line(r, source)}" for r in runs)
     try:

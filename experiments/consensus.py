@@ -15,6 +15,7 @@ import logging
 import math
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,6 +29,7 @@ from gossip.cli import (  # noqa: E402
     add_list_argument,
     add_run_arguments,
     check_asynchronous,
+    check_entries,
     check_memory,
     checkpoint_options,
     exit_status,
@@ -36,6 +38,7 @@ from gossip.cli import (  # noqa: E402
     positive_float,
     positive_int,
     read_npy,
+    run_label,
     setup,
     split_per_run,
     torch_dtype,
@@ -144,7 +147,13 @@ def parse_shape(args: argparse.Namespace, data: np.ndarray | None = None) -> tup
     return (int(m[1]), int(m[2]))
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def check(argv: list[str] | None = None) -> None:
+    """Parse and build every run ``argv`` asks for, then stop (compare.py's check of a sweep
+    entry before any entry runs); a run that cannot start raises ``SystemExit``."""
+    main(argv, check_only=True)
+
+
+def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     args = parse_args(argv)
     import numpy as np
 
@@ -180,10 +189,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     x0 = initial_vectors(args, data, shape)
     node_metrics = [] if args.free_run is None else [average_distance(x0, topology.n)]
     gammas = split_per_run(args.gamma, len(args.compressor), "--gamma")
-    logger = JsonlLogger(args.out, enabled=world.is_root)
-    rows, curves = [], {}
-    for index, (spec, gamma) in enumerate(zip(args.compressor, gammas)):
-        def build(gamma, spec=spec) -> Engine:
+
+    def builder(spec: str) -> Callable[[float | None], Engine]:
+        def build(gamma: float | None) -> Engine:
             hp = {} if gamma is None else {"gamma": gamma}
             if args.rank is not None:
                 hp["rank"] = args.rank
@@ -194,7 +202,17 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 device=args.device, dtype=torch_dtype(args.dtype),
                 free_run=args.free_run,
             )
+        return build
 
+    builds = [builder(spec) for spec in args.compressor]
+    if check_only or len(builds) > 1:  # every entry before the first run ('auto': the default)
+        check_entries([(spec, lambda b=b, g=g: b(None if g == "auto" else g))
+                       for spec, g, b in zip(args.compressor, gammas, builds)], "--compressor")
+    if check_only:
+        return []
+    logger = JsonlLogger(args.out, enabled=world.is_root)
+    rows, curves = [], {}
+    for index, (spec, gamma, build) in enumerate(zip(args.compressor, gammas, builds)):
         search = None
         if gamma == "auto":
             search = tune_gamma(build, max(1, args.rounds // 10), "consensus_error")
@@ -202,7 +220,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
             if world.is_root:
                 print(f"{args.algorithm} {spec}: {search.describe()}")
         engine = build(gamma)
-        label = f"{args.algorithm} {spec}" + (f" γ={gamma:g}" if gamma is not None else "")
+        label = run_label(args.algorithm, spec, {}, sep=" ") + (
+            f" γ={gamma:g}" if gamma is not None else "")
         config = {
             "script": "consensus", "args": vars(args), "algorithm": args.algorithm,
             "hparams": engine.hparams, "compressor": spec, "nodes": topology.n,
@@ -217,7 +236,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows.append(table_row(label, result.records, result.summary, args.target))
     logger.close()
     if world.is_root:
-        print(format_table(rows, args.target))
+        from gossip.outputs import clocks_of
+
+        print(format_table(rows, args.target, clocks_of(curves.values())))
         if args.plot:
             from gossip.plot import plot_runs
 
@@ -244,6 +265,7 @@ def average_distance(x0, n: int):
 
 def table_row(label: str, records: list[dict], summary: dict, target_rel: float) -> dict:
     from gossip.metrics import first_reach
+    from gossip.outputs import CLOCKS
 
     reached = first_reach(records, "consensus_error_rel", target_rel)
     final = records[-1] if records else {}
@@ -253,26 +275,32 @@ def table_row(label: str, records: list[dict], summary: dict, target_rel: float)
         else final.get("consensus_error_rel", float("nan")),
         "rounds_to_target": reached["round"] if reached else None,
         "bits_to_target": reached["bits_per_node"] if reached else None,
+        **{key: (reached or {}).get(key) for key, _ in CLOCKS},  # seconds to target
         "ms_per_round": 1e3 * summary["seconds_per_round"],
         "status": summary["status"],
         "rounds_run": final.get("round"),
     }
 
 
-def format_table(rows: list[dict], target: float) -> str:
+def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]] = ()) -> str:
     """The markdown table of the runs; a run whose error never fell to ``target`` says "not
-    reached" in both to-target columns, and a note under the table says when it ended."""
+    reached" in every to-target column, and a note under the table says when it ended. Runs on
+    a clock (``clocks``, :func:`gossip.outputs.clocks_of`: virtual time of the network's timing
+    models, wall time of ``--free-run``) also show the seconds they took to reach it."""
     from gossip.cli import target_note
 
-    head = (f"| run | final error (rel.) | rounds to {target:g} | bits/node to {target:g} "
-            "| ms/round | status |")
-    lines = [head, "|---|---|---|---|---|---|"]
+    head = (f"| run | final error (rel.) | rounds to {target:g} | bits/node to {target:g} |"
+            + "".join(f" {name} to {target:g} |" for _, name in clocks) + " ms/round | status |")
+    lines = [head, "|---|---|---|---|" + "---|" * len(clocks) + "---|---|"]
     for r in rows:
         missed = r["rounds_to_target"] is None
         rounds = "not reached" if missed else str(r["rounds_to_target"])
         bits = "not reached" if missed else f"{r['bits_to_target']:.3g}"
-        lines.append(f"| {r['run']} | {r['final_rel_error']:.3g} | {rounds} | {bits} "
-                     f"| {r['ms_per_round']:.3f} | {r['status']} |")
+        times = "".join(" not reached |" if missed else
+                        f" {'—' if r.get(key) is None else format(r[key], '.4g')} |"
+                        for key, _ in clocks)
+        lines.append(f"| {r['run']} | {r['final_rel_error']:.3g} | {rounds} | {bits} |{times} "
+                     f"{r['ms_per_round']:.3f} | {r['status']} |")
     note = target_note([(r["run"], r.get("rounds_run")) for r in rows if r["rounds_to_target"] is None],
                        target, "relative consensus error", "--rounds")
     return "\n".join(lines + ([note] if note else []))

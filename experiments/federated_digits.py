@@ -5,9 +5,11 @@
 32 data holders, a Dirichlet(0.1) label split (strongly non-iid), an MLP 64-128-10, batch 32.
 FedAvg, SCAFFOLD and FedAdam run on the star (node 0 the server, 32 clients, 10 sampled a round,
 5 local steps); CHOCO-SGD (top-10 %) and D-PSGD on the 32-ring (every node, one step a round).
-Bits are what a participant sends and receives: ``bits_up_per_client + bits_down_per_client``
+The plot's bits are what a participant sends and receives: ``bits_up_per_client + bits_down_per_client``
 on the star, ``2 · bits_per_node`` on the ring (each node receives what its neighbors send, as
-much as it sends). Prints a table; ``--plot`` draws both panels. Every run goes through
+much as it sends). Prints a table of rounds (not epochs: a federated round holds 5 local steps),
+accuracy and the bits counted from the bytes sent (up and down per client on the star, sent
+per node on the ring); ``--plot`` draws both panels. Every run goes through
 ``train.py`` (its flags, logs under ``--out``).
 """
 
@@ -43,6 +45,26 @@ def exchanged_bits(rec: dict[str, Any]) -> float:
     if "bits_up_per_client" in rec:
         return rec["bits_up_per_client"] + rec["bits_down_per_client"]
     return 2.0 * rec["bits_per_node"]
+
+
+def format_table(curves: dict[str, list[dict[str, Any]]]) -> str:
+    """One row per run: the rounds it ran (a federated round is one exchange with the sampled
+    clients, whatever its local steps), final and best test accuracy, and the bits counted
+    from the bytes sent: up (a client to the server) and down (the server to a client) per
+    client on the star, sent per node on the ring."""
+    def f(v: float | None) -> str:
+        return "—" if v is None else f"{v:.3g}"
+
+    lines = ["| run | rounds | final test acc | best test acc | bits up/client | bits down/client "
+             "| bits sent/node (ring) |", "|---|---|---|---|---|---|---|"]
+    for label, recs in curves.items():
+        last = recs[-1]
+        star = "bits_up_per_client" in last
+        best = max(r["test_accuracy"] for r in recs)
+        lines.append(f"| {label} | {last['round']} | {last['test_accuracy']:.2%} | {best:.2%} "
+                     f"| {f(last.get('bits_up_per_client'))} | {f(last.get('bits_down_per_client'))} "
+                     f"| {'—' if star else f(last['bits_per_node'])} |")
+    return "\n".join(lines)
 
 
 def check_paths(args: argparse.Namespace) -> None:
@@ -89,11 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         recs = [r | {"bits_exchanged": exchanged_bits(r)} for r in read_jsonl(log)
                 if r["type"] == "round"]
         curves[label] = recs
-    print("| run | final test acc | best test acc | Mbit exchanged per participant |\n|---|---|---|---|")
-    for label, recs in curves.items():
-        best = max(r["test_accuracy"] for r in recs)
-        print(f"| {label} | {recs[-1]['test_accuracy']:.2%} | {best:.2%} | "
-              f"{recs[-1]['bits_exchanged'] / 1e6:.3g} |")
+    print(format_table(curves))
     if args.plot:
         from gossip.plot import plot_runs
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -32,6 +33,7 @@ from gossip.cli import (  # noqa: E402
     add_overlap_argument,
     add_run_arguments,
     check_asynchronous,
+    check_entries,
     check_hparam_types,
     check_memory,
     checkpoint_options,
@@ -215,7 +217,36 @@ def federated_runs(args: argparse.Namespace) -> bool:
     return kinds == {True}
 
 
-def main(argv: list[str] | None = None) -> list[dict]:
+def check(argv: list[str] | None = None) -> None:
+    """Parse and build every run ``argv`` asks for, then stop (compare.py's check of a sweep
+    entry before any entry runs); a run that cannot start raises ``SystemExit`` with its
+    ``error:`` line."""
+    main(argv, check_only=True)
+
+
+def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]],
+                 federated: bool = False) -> str:
+    """The runs' markdown table: final distance, rounds, bits and, for runs on a clock
+    (``clocks``: virtual time of the network's timing models, wall time of ``--free-run``),
+    the seconds each took to reach ``target``. ``federated``: the bits each client sent up and
+    received down (counted from the bytes) instead of the mean over nodes and server."""
+    bits = [("bits_up", "bits up/client"), ("bits_down", "bits down/client")] if federated \
+        else [("bits", "bits/node")]
+    heads = [f"rounds to {target:g}", *(f"{h} to {target:g}" for _, h in bits),
+             *(f"{h} to {target:g}" for _, h in clocks)]
+    lines = ["| run | final distance to x* | " + " | ".join(heads) + " | ms/round | status |",
+             "|---|---|" + "---|" * len(heads) + "---|---|"]
+    for r in rows:
+        missed = r["rounds"] is None
+        cells = ["not reached"] * len(heads) if missed else [
+            str(r["rounds"]), *(format(r[k], ".3g") for k, _ in bits),
+            *("—" if r[k] is None else format(r[k], ".4g") for k, _ in clocks)]
+        lines.append(f"| {r['run']} | {r['final']:.3g} | " + " | ".join(cells)
+                     + f" | {r['ms']:.3f} | {r['status']} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     args = parse_args(argv)
     federated = federated_runs(args)
     if args.topology is None:
@@ -224,6 +255,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from gossip.engine import Engine
     from gossip.errors import GossipError
     from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions
+    from gossip.outputs import CLOCKS, clocks_of
     from gossip.problems import default_hparams, make_problem
     from gossip.runner import execute
     from gossip.tuning import tune_gamma
@@ -269,13 +301,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         return {"distance_to_optimum": float(((x - x_star) ** 2).sum()) / norm_star,
                 "loss": problem.local_loss(i - federated, x)}
 
-    logger = JsonlLogger(args.out, enabled=world.is_root)
-    rows, curves = [], {}
-    for index, (label, name, base_hp, comp) in enumerate(specs):
-        hp = hyperparameters(name, base_hp, args, problem, topology)
-
-        def build(gamma, name=name, hp=hp, comp=comp) -> Engine:
+    def builder(name: str, hp: dict, comp: str) -> Callable[[float | None], Engine]:
+        def build(gamma: float | None) -> Engine:
             kw = hp if gamma is None else hp | {"gamma": gamma}
+            if kw.get("gamma") == "auto":  # a check before the search: the algorithm's default
+                kw = {k: v for k, v in kw.items() if k != "gamma"}
             return Engine(
                 make_algorithm(name, **kw), topology, lambda i: x0, compressor=comp,
                 seed=args.seed, world=world, timeout=args.timeout, device=args.device,
@@ -285,7 +315,19 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 oracles=lambda i, gen: (None if federated and i == 0 else problem.oracle(
                     i - federated, gen, args.estimator, args.batch_size)),
             )
+        return build
 
+    planned = [(label, name, comp, hyperparameters(name, base_hp, args, problem, topology))
+               for label, name, base_hp, comp in specs]
+    builds = [builder(name, hp, comp) for _, name, comp, hp in planned]
+    if check_only or len(planned) > 1:  # every entry before the first run
+        check_entries([(label, lambda b=b: b(None)) for (label, *_), b in zip(planned, builds)],
+                      "--compare" if args.compare else "--algorithm")
+    if check_only:
+        return []
+    logger = JsonlLogger(args.out, enabled=world.is_root)
+    rows, curves = [], {}
+    for index, ((label, name, comp, hp), build) in enumerate(zip(planned, builds)):
         search = None
         if hp.get("gamma") == "auto":
             search = tune_gamma(build, max(1, args.iterations // 10), "distance_to_optimum",
@@ -317,17 +359,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows.append({"run": label, "final": last.get("distance_to_optimum", float("nan")),
                      "rounds": reached["round"] if reached else None,
                      "bits": reached["bits_per_node"] if reached else None,
+                     **({"bits_up": reached["bits_up_per_client"] if reached else None,
+                         "bits_down": reached["bits_down_per_client"] if reached else None}
+                        if federated else {}),
+                     **{key: (reached or {}).get(key) for key, _ in CLOCKS},  # seconds to target
                      "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status,
                      "last_round": last.get("round")})
     logger.close()
     if world.is_root:
-        print(f"| run | final distance to x* | rounds to {args.target:g} | bits/node to "
-              f"{args.target:g} | ms/round | status |\n|---|---|---|---|---|---|")
-        for r in rows:
-            missed = r["rounds"] is None
-            print(f"| {r['run']} | {r['final']:.3g} | {'not reached' if missed else r['rounds']}"
-                  f" | {'not reached' if missed else format(r['bits'], '.3g')} | {r['ms']:.3f} "
-                  f"| {r['status']} |")
+        print(format_table(rows, args.target, clocks_of(curves.values()), federated))
         note = target_note([(r["run"], r["last_round"]) for r in rows if r["rounds"] is None],
                            args.target, "distance to x*", "--iterations")
         if note:

@@ -194,6 +194,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="training length in rounds (overrides --epochs)")
     r.add_argument("--eval-every", type=positive_float, default=1.0,
                    help="evaluate and log every this many epochs (--log-every K rounds overrides)")
+    r.add_argument("--target", type=positive_float, default=None, metavar="ACCURACY",
+                   help="test accuracy (e.g. 0.9) counted as reached: the table adds the rounds "
+                        "and, for timed runs, the virtual and wall seconds to reach it")
     add_federated_arguments(p)
     fed = next(g for g in p._action_groups if g.title and g.title.startswith("federated"))
     fed.add_argument("--local-epochs", type=positive_float, default=None, metavar="E",
@@ -435,7 +438,14 @@ def local_epoch_steps(args: argparse.Namespace, train_set: Any, n: int) -> list[
 # -- main ------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
+def check(argv: list[str] | None = None) -> None:
+    """Parse and build the run ``argv`` asks for (data, model, trainer, engine), then stop
+    (compare.py's check of a sweep entry before any entry runs; ``--gamma auto`` is checked
+    with the algorithm's default); a run that cannot start raises ``SystemExit``."""
+    main(argv, check_only=True)
+
+
+def main(argv: list[str] | None = None, check_only: bool = False) -> dict[str, Any]:
     args = parse_args(argv)
     from gossip.algorithms import accepted_hparams, algorithm_class, make_algorithm
     from gossip.errors import ConfigError, DatasetError, TuningError
@@ -474,6 +484,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         log_every = args.log_every or max(1, round(args.eval_every * rpe))
         search = None
         gamma = args.gamma
+        if gamma == "auto" and check_only:
+            gamma = None
         if gamma == "auto":
             search = tune_gamma(args, model, train_set, topology, total, rpe)
             gamma = search.pick
@@ -483,6 +495,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 rpe)
     except (ConfigError, DatasetError, TuningError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
+    if check_only:
+        return {}
 
     # all-reduce methods compress inside their collective: name their codec, not --compressor
     wire = getattr(trainer.engine.algorithm, "codec", None) or args.compressor
@@ -516,7 +530,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     epochs = trainer.engine.round / rpe
     summary["epochs"] = epochs
     summary["seconds_per_epoch"] = summary["wall_time_s"] / epochs if epochs else float("nan")
-    row = table_row(label, records, summary)
+    row = table_row(label, records, summary, args.target)
     if world.is_root:
         print(format_table([row]))
         if args.plot:
@@ -524,39 +538,74 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return row
 
 
-def table_row(label: str, records: list[dict], summary: dict) -> dict[str, Any]:
+def table_row(label: str, records: list[dict], summary: dict,
+              target: float | None = None) -> dict[str, Any]:
+    """The run's table row from its records and summary. A federated run (its records count
+    ``bits_up_per_client`` / ``bits_down_per_client`` from the bytes sent each way) keeps both
+    directions; with a ``target`` test accuracy, the round and the virtual and wall seconds
+    (the records' clocks, :data:`gossip.outputs.CLOCKS`) at which the run first reached it."""
+    from gossip.outputs import CLOCKS, first_reached
+
     last = records[-1] if records else {}
-    return {"run": label, "epochs": summary["epochs"], "train_loss": last.get("train_loss"),
-            "test_loss": last.get("test_loss"), "test_accuracy": last.get("test_accuracy"),
-            "worst_node_accuracy": last.get("worst_node_accuracy"),
-            "consensus_error": last.get("consensus_error"),
-            "bits_per_node": last.get("bits_per_node"),
-            "seconds_per_epoch": summary["seconds_per_epoch"], "status": summary["status"],
-            **({"time_virtual_s": last["time_virtual_s"]} if "time_virtual_s" in last else {}),
-            **({"wall_s": last["wall_s"]} if "wall_s" in last else {})}
+    row = {"run": label, "epochs": summary["epochs"], "rounds": last.get("round"),
+           "train_loss": last.get("train_loss"),
+           "test_loss": last.get("test_loss"), "test_accuracy": last.get("test_accuracy"),
+           "worst_node_accuracy": last.get("worst_node_accuracy"),
+           "consensus_error": last.get("consensus_error"),
+           "bits_per_node": last.get("bits_per_node"),
+           "seconds_per_epoch": summary["seconds_per_epoch"],
+           "seconds_per_round": summary.get("seconds_per_round"), "status": summary["status"],
+           **({"time_virtual_s": last["time_virtual_s"]} if "time_virtual_s" in last else {}),
+           **({"wall_s": last["wall_s"]} if "wall_s" in last else {})}
+    if "bits_up_per_client" in last:
+        row["bits_up_per_client"] = last["bits_up_per_client"]
+        row["bits_down_per_client"] = last["bits_down_per_client"]
+    if target is not None:
+        hit = first_reached(records, "test_accuracy", target, higher=True)
+        row["target"] = {"accuracy": target, "reached": hit is not None,
+                         "round": hit["round"] if hit else None,
+                         **{key: (hit or {}).get(key) for key, _ in CLOCKS}}
+    return row
 
 
 def format_table(rows: list[dict]) -> str:
+    """The runs' markdown table. Federated runs (every row) count rounds, not epochs (a round
+    is one exchange with the sampled clients, however many local steps it holds), and show the
+    bits each client sent up and received down; timed runs add their final virtual time, free
+    runs their wall time, and with a target accuracy the rounds and seconds to reach it."""
+    from gossip.outputs import CLOCKS, to_target_cell
+
     def f(v: Any, spec: str) -> str:
         return "—" if v is None else format(v, spec)
 
+    federated = bool(rows) and all("bits_up_per_client" in r for r in rows)
     virtual = any("time_virtual_s" in r for r in rows)  # asynchronous runs: their virtual time
     wall = any("wall_s" in r for r in rows)  # --free-run: the wall seconds paced by the draws
-    lines = ["| run | epochs | train loss | test loss | test acc | worst node acc | consensus "
-             "error | bits/node | s/epoch | " + ("virtual s | " if virtual else "")
-             + ("wall s | " if wall else "") + "status |",
-             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if virtual else "")
-             + ("---|" if wall else "")]
+    goal = next((r["target"]["accuracy"] for r in rows if "target" in r), None)
+    clocks = [(key, head) for key, head in CLOCKS if any(key in r for r in rows)]
+    head = ["run", "rounds" if federated else "epochs", "train loss", "test loss", "test acc",
+            "worst node acc", "consensus error",
+            *(["bits up/client", "bits down/client"] if federated else ["bits/node"]),
+            "s/round" if federated else "s/epoch", *(["virtual s"] if virtual else []),
+            *(["wall s"] if wall else []),
+            *([f"rounds to {goal:.4g}", *(f"{h} to {goal:.4g}" for _, h in clocks)]
+              if goal is not None else []), "status"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cell = f" {f(r.get('time_virtual_s'), '.4g')} |" if virtual else ""
-        cell += f" {f(r.get('wall_s'), '.4g')} |" if wall else ""
-        lines.append(
-            f"| {r['run']} | {f(r['epochs'], '.3g')} | {f(r['train_loss'], '.4f')} "
-            f"| {f(r['test_loss'], '.4f')} | {f(r['test_accuracy'], '.2%')} "
-            f"| {f(r['worst_node_accuracy'], '.2%')} | {f(r['consensus_error'], '.3g')} "
-            f"| {f(r['bits_per_node'], '.3g')} | {f(r['seconds_per_epoch'], '.3f')} |{cell}"
-            f" {r['status']} |"
-        )
+        cells = [r["run"], f(r["rounds"], "d") if federated else f(r["epochs"], ".3g"),
+                 f(r["train_loss"], ".4f"), f(r["test_loss"], ".4f"), f(r["test_accuracy"], ".2%"),
+                 f(r["worst_node_accuracy"], ".2%"), f(r["consensus_error"], ".3g")]
+        cells += ([f(r["bits_up_per_client"], ".3g"), f(r["bits_down_per_client"], ".3g"),
+                   f(r["seconds_per_round"], ".3f")] if federated else
+                  [f(r["bits_per_node"], ".3g"), f(r["seconds_per_epoch"], ".3f")])
+        cells += [f(r.get("time_virtual_s"), ".4g")] if virtual else []
+        cells += [f(r.get("wall_s"), ".4g")] if wall else []
+        if goal is not None:
+            hit = r.get("target", {})
+            hit = hit if hit.get("reached") else None
+            cells += [to_target_cell(hit, "round", "d"),
+                      *(to_target_cell(hit, key) for key, _ in clocks)]
+        lines.append("| " + " | ".join(cells + [str(r["status"])]) + " |")
     return "\n".join(lines)
 
 

@@ -661,6 +661,26 @@ def checkpoint_options(args: argparse.Namespace, index: int) -> dict[str, Any]:
             "flags": flag_defaults(args)}
 
 
+def check_entries(entries: list[tuple[str, Callable[[], Any]]], flag: str) -> None:
+    """Build every entry of a multi-run script (``flag``: ``--compare``, ``--compressor``) and
+    drop it, before the first one runs: each ``(label, build)`` goes through the same
+    construction as its run (algorithm, compressor, network model, hyper-parameters, the
+    algorithm's ``validate`` against the graph), so a refusal of the last entry comes at once,
+    naming it, rather than after the earlier runs (whose table would be lost)."""
+    from gossip.errors import GossipError
+
+    for label, build in entries:
+        try:
+            build()
+        except (GossipError, ValueError) as exc:
+            raise SystemExit(f"error: {flag} '{label}': {exc}") from None
+        except SystemExit as exc:
+            if exc.code in (0, None):
+                raise
+            text = str(exc.code).removeprefix("error: ")
+            raise SystemExit(f"error: {flag} '{label}': {text}") from None
+
+
 def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
     """After a script printed its table: raise :class:`gossip.errors.RunFailed` (exit status 1
     under :func:`guarded`) unless every run ended "ok".
@@ -930,7 +950,11 @@ def check_hparam_types(name: str, given: dict[str, Any]) -> None:
 def run_label(head: str, wire: str | None, hparams: dict[str, Any], sep: str = "@") -> str:
     """A run's label: what differs between runs, the algorithm, what it sends (its compressor or,
     for an all-reduce method, its codec) and every ``--hparam`` it was given, e.g.
-    ``onebit-adam@sign_l1 freeze_step=20``."""
+    ``onebit-adam@sign_l1 freeze_step=20``; a plug-in by its short label
+    (:func:`gossip.plugins.short_label`: ``int8``, not ``path/to/my_parts.py:StochasticInt8``)."""
+    from gossip.plugins import short_label
+
+    head, wire = short_label(head), None if wire is None else short_label(wire)
     label = head if wire is None else f"{head}{sep}{wire}"
     return label + "".join(f" {k}={_label_value(v)}" for k, v in hparams.items()
                            if not (k == "codec" and v == wire))

@@ -6,13 +6,16 @@ leaves every file as it was): an existing file must be a writable file, not a di
 path that does not exist yet needs its nearest existing ancestor to be a directory it may
 create entries in. :func:`write_all` appends a line whole or not at all, and
 :func:`os_reason` / :func:`write_fix` turn an ``OSError`` into the reason and the fix of one
-``error:`` line.
+``error:`` line. The scripts' summary tables take what a run needed to reach a target (rounds,
+bits, and the virtual or wall seconds of its clocks) from :func:`first_reached` and
+:func:`clocks_of`.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +97,40 @@ def _read_only(path: Path) -> bool:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
     except OSError:
         return False
+
+
+# -- summary tables: what a run took to reach a target ---------------------------------------------
+
+CLOCKS: tuple[tuple[str, str], ...] = (("time_virtual_s", "virtual s"), ("wall_s", "wall s"))
+"""The round records' clocks and their table headings: ``time_virtual_s``, the virtual time of
+the network's timing models (``compute=``, ``slow=``, ``delay=``: stragglers, asynchronous
+runs), and ``wall_s``, the wall seconds of a ``--free-run``. Rounds say how many exchanges a run
+needed; with stragglers what matters is how long they took."""
+
+
+def first_reached(records: Iterable[Mapping[str, Any]], key: str, target: float,
+                  higher: bool = False) -> Mapping[str, Any] | None:
+    """The first round record whose ``key`` is at or below ``target`` (at or above it when
+    ``higher``, e.g. an accuracy); None when no record reached it."""
+    for rec in records:
+        value = rec.get(key)
+        if rec.get("type", "round") == "round" and value is not None and (
+                value >= target if higher else value <= target):
+            return rec
+    return None
+
+
+def clocks_of(runs: Iterable[Iterable[Mapping[str, Any]]]) -> list[tuple[str, str]]:
+    """The :data:`CLOCKS` that some round record of ``runs`` (each a list of records) carries:
+    the time columns a summary table shows (none for untimed runs)."""
+    have = {k for recs in runs for r in recs if r.get("type", "round") == "round" for k in r}
+    return [(key, head) for key, head in CLOCKS if key in have]
+
+
+def to_target_cell(reached: Mapping[str, Any] | None, key: str, spec: str = ".4g") -> str:
+    """One "to target" cell: the reached record's ``key`` formatted, ``not reached`` when the
+    run never got there, ``—`` when the record has no such value (an untimed run)."""
+    if reached is None:
+        return "not reached"
+    value = reached.get(key)
+    return "—" if value is None else format(value, spec)

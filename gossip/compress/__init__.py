@@ -68,7 +68,7 @@ from gossip.compress.rows import GRAIN_SIZE, pack_bits, unpack_bits
 from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
 from gossip.compress.vote import Vote
-from gossip.compress.wire import HEADER_NBYTES, KINDS, PER_TENSOR
+from gossip.compress.wire import HEADER_NBYTES, KINDS, PER_TENSOR, assigned_kind
 from gossip.errors import CompressionError, CompressorSpecError
 from gossip.layout import Layout
 from gossip.plugins import PluginError
@@ -130,8 +130,28 @@ _KIND_CLASS: dict[int, type] = {}
 """Wire kind -> the compressor class whose messages carry it (one class per kind)."""
 
 
+_ASSIGNED: set[type] = set()
+"""The classes whose wire kind the package assigned (:func:`_assign`)."""
+
+
+def _assign(cls: type) -> None:
+    """Give a :class:`Codec` class whose body sets no wire kind one the package chooses
+    (:func:`gossip.compress.wire.assigned_kind`, from its module and name). A subclass gets
+    its own rather than its parent's: each class its own kind, so their messages are never
+    mistaken for each other's."""
+    if not (inspect.isclass(cls) and issubclass(cls, Codec)) or "kind" in vars(cls):
+        return
+    kind = assigned_kind(f"{cls.__module__}.{cls.__qualname__}", _KIND_CLASS)
+    cls.kind = kind
+    _ASSIGNED.add(cls)
+
+
 def _claim(kind: object, cls: type, name: str) -> None:
-    """Reserve wire ``kind`` for ``cls``; refuse it when another class already uses it."""
+    """Reserve wire ``kind`` for ``cls`` (assigning one first when the class sets none);
+    refuse it when another class already uses it."""
+    if inspect.isclass(cls) and "kind" not in vars(cls) and isinstance(kind, int):
+        _assign(cls)
+        kind = cls.kind
     if not isinstance(kind, int) or kind == 0:
         return
     if not 1 <= kind < PER_TENSOR:
@@ -145,7 +165,8 @@ def _claim(kind: object, cls: type, name: str) -> None:
         raise CompressionError(
             f"compressor {name!r} ({cls.__name__}): wire kind {kind} is already used by "
             f"{KINDS.get(kind, owner.__name__)!r} ({owner.__name__}), so their messages could be "
-            f"mistaken for each other; give the class another `kind` (free: {free[0]}..{free[-1]})"
+            f"mistaken for each other; leave `kind` out of the class (the package assigns a free "
+            f"one) or give it another (free: {free[0]}..{free[-1]})"
         )
 
 
@@ -171,10 +192,12 @@ def register_compressor(
             ``build`` again is a no-op (a module imported twice; the new ``forms`` and
             ``usage`` are kept) and another one is refused, naming the owner.
 
-    The wire kind of its messages (the class attribute ``kind``, 1..127) must not be used by
-    another class: two encodings with one kind could be mistaken for each other, so a taken
-    kind is refused, naming the owner and the free kinds (checked here for a class, at the
-    first build for a function). Returns ``build``.
+    The wire kind of its messages (the header byte that tells a receiver which encoding it
+    holds) is assigned by the package when the class sets none (:func:`_assign`: here for a
+    class, at the first build for a function or a ``module:Class`` spec). A class that sets
+    ``kind`` itself (1..127) keeps it; a kind another class uses is refused, naming the owner
+    and the free kinds, since two encodings with one kind could be mistaken for each other.
+    Returns ``build``.
     """
     if not isinstance(name, str) or not name or ":" in name or name != name.strip().lower():
         raise CompressionError(f"compressor name {name!r} must be a non-empty lower-case string without ':'")
@@ -227,6 +250,8 @@ def factory_for(compressor: str | Compressor, layout: Layout | None = None) -> C
     if layout is not None and not isinstance(layout, Layout):
         raise CompressionError(f"layout must be a gossip.layout.Layout, got {type(layout).__name__}")
     if isinstance(compressor, Compressor):
+        if "kind" not in vars(type(compressor)):  # a class never registered nor built by spec
+            _claim(0, type(compressor), type(compressor).__name__)
         if isinstance(compressor, PerTensor):
             if layout is not None and compressor.layout != layout:
                 raise CompressionError(f"{compressor!r} was built for another layout than {layout!r}")

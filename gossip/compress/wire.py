@@ -4,7 +4,8 @@ Header (little-endian)::
 
     byte 0      magic 0xC5
     byte 1      version (high nibble, currently 1) | value dtype code (low nibble)
-    byte 2      compressor kind (``KINDS``; +0x80 when applied per tensor of a layout)
+    byte 2      compressor kind (``KINDS``; +0x80 when applied per tensor of a layout): the
+                built-ins' fixed ones, or one the package assigns (``assigned_kind``)
     byte 3      one compressor parameter (bit width, index format, rank, flags)
     bytes 4..7  numel of the tensor mod 2³² (uint32)
 
@@ -16,7 +17,8 @@ the receiving tensor's shape and dtype, so no lengths travel: a receiver checks 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import zlib
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -62,6 +64,27 @@ NP_DTYPES: dict[torch.dtype, type] = {
     torch.int32: np.int32,
     torch.int64: np.int64,
 }
+
+
+ASSIGNED_KINDS = range(32, PER_TENSOR)
+"""Kinds the package gives compressor classes that leave ``kind`` unset (the built-ins' fixed
+kinds are below 32)."""
+
+
+def assigned_kind(key: str, taken: Container[int]) -> int:
+    """The wire kind for the compressor class named ``key`` (``module.QualifiedName``): the
+    CRC-32 of the name picks a start in :data:`ASSIGNED_KINDS` and the first kind from there
+    not in ``taken`` is it. Every process that imports the same classes gets the same kinds
+    (the name decides, not the order of imports, unless two names meet on one start); nothing
+    about them is stored, so they may differ between versions of the code."""
+    size = len(ASSIGNED_KINDS)
+    start = zlib.crc32(key.encode("utf-8")) % size
+    for step in range(size):
+        kind = ASSIGNED_KINDS[(start + step) % size]
+        if kind not in taken:
+            return kind
+    raise CompressionError(f"{key}: every wire kind {ASSIGNED_KINDS.start}..{ASSIGNED_KINDS.stop - 1} "
+                           "is taken by another compressor class; register fewer classes")
 
 
 def kind_name(kind: int) -> str:
