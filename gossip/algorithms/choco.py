@@ -12,9 +12,10 @@ differences ``q_i = C(x_i − x̂_i)`` travel. Memory-efficient form: ``x``, ``x
 Works with any contractive compressor; γ must be tuned (too large diverges, sometimes late).
 The sender updates x̂_i with the decoded message, exactly what receivers add.
 
-Precision: ``s_i`` is maintained incrementally, so in float32 its rounding accumulates (about
-one ulp of ‖x‖ per round); once consensus passes ~1e-8 relative the error creeps back up.
-Use float64 for long high-precision consensus runs.
+Precision: the channel keeps ``s_i − x̂_i`` rather than ``s_i`` (it shrinks with the consensus
+error, so its roundings do too) and, for a float32 model, keeps and sums it in float64: the
+error stays where it converged and the average where it was
+(:mod:`gossip.engine.channel`, tests/algorithms/test_precision.py).
 """
 
 from __future__ import annotations

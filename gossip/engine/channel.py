@@ -48,6 +48,16 @@ keeps one copy per arc instead (``block.arc_state[name + ".out"]``, ``[name + ".
 by both ends of the arc and updated by both only when its message is delivered, and sends one
 message per current arc: see :class:`_ArcCopies`; there :meth:`Channel.gap` is the compressed
 ``(W(t) − I) z`` and its sum over the nodes is zero whatever was lost.
+
+Precision. The node sum of the gaps, ``Σ_i g_i``, is zero in exact arithmetic (``M`` is column
+stochastic); what rounding leaves of it stays in ``g`` for good, and a method that integrates
+the gap (CHOCO's model, LEAD's dual, a tracker) moves by it every round: the average of a
+consensus wanders off, an exact method's optimum drifts. So the increments are summed, and
+``h`` and ``g`` kept, in a wider dtype than a 16- or 32-bit model's (:data:`WIDER`): every
+message is decoded once in the model's dtype, then weighted and added in the wider one
+(:class:`_WideMix`); what is left is a rounding of the wider dtype, far below anything the
+model sees. Methods read the gap in the model's dtype. Float64 models have no wider dtype:
+their error stays flat too, their average may move by about an ulp of the model per round.
 """
 
 from __future__ import annotations
