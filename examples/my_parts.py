@@ -92,7 +92,7 @@ class LocalGossip(Algorithm):
 
     def setup(self, block) -> None:
         # x̂ and s live in block.state (checkpointed); one decode of the messages updates both
-        block.workspace["channel"] = Channel(block, "x", memory="choco", keys=("x_hat", "s"))
+        block.workspace["channel"] = Channel(block, "x", memory="choco", keys=("x_hat", "gap"))
         block.workspace["grad"] = torch.empty_like(block.x)
 
     def step(self, block) -> Round:
@@ -104,7 +104,7 @@ class LocalGossip(Algorithm):
             return  # no exchange this round (the same on every node)
         x.add_(ch.gap(), alpha=self.gamma)  # x ← x + γ (s − x̂)
         inbox = yield ch.send(x)  # q = C(x − x̂)
-        ch.mix(inbox)  # x̂ += q;  s += Σ_j w_ij q_j
+        ch.update(inbox)  # x̂ += q;  s += Σ_j w_ij q_j (kept as s − x̂)
 
 
 register_compressor("int8", StochasticInt8)

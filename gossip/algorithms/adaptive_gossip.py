@@ -273,7 +273,7 @@ class ChocoAMSGrad(TrackedAMSGrad):
 
     def setup(self, block: Block) -> None:
         super().setup(block)
-        # public copies x̂, û and their mixes s_x, s_u (block.state); both channels encode with
+        # public copies x̂, û and their gaps s_x − x̂, s_u − û (block.state); both channels encode with
         # the main compressor and stream, x's draws first
         block.workspace["channels"] = (Channel(block, "x", memory="choco", keys=("x_hat", "gap_x")),
                                        Channel(block, "u", memory="choco", keys=("u_hat", "gap_u")))

@@ -60,9 +60,10 @@ class BEER(Algorithm):
         self.move(block)  # x¹ = x⁰ − η v (the states are still zero)
 
     def channels(self, block: Block) -> tuple[Channel, Channel]:
-        """The model's and the tracker's EF21 states: ``h``, ``sh = Σ_j w_ij h_j`` for x (the
-        main compressor) and ``g``, ``sg`` for v (its own instance ``"tracker"``: stateful
-        compressors keep one state per stream); beer-arcs keeps them per arc instead."""
+        """The model's and the tracker's EF21 states: ``h`` and the gap ``sh − h`` (``sh = Σ_j
+        w_ij h_j``) for x (the main compressor) and ``g``, ``sg − g`` for v (its own instance
+        ``"tracker"``: stateful compressors keep one state per stream); beer-arcs keeps them
+        per arc instead."""
         return (Channel(block, "x", memory="ef21", keys=("h", "h_gap")),
                 Channel(block, "tracker", memory="ef21", keys=("g", "g_gap"), own_compressor=True))
 

@@ -66,7 +66,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
