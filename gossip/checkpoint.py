@@ -24,7 +24,8 @@ and loses nothing: a file that cannot be written (no permission, disk full, a fi
 stops the run with every record written so far (a line that did not fit is taken back) and the
 last good checkpoint (a round is in the manifest only once all its files were written); a
 manifest larger than :data:`MAX_MANIFEST_BYTES` is refused unread; a damaged ``records.jsonl``
-line is named by its number; rounds that cannot be loaded are warned about one by one up to
+line is named by its number, except a cut last line (a crash or a full disk), which is dropped
+with a warning, the resume starting from the newest checkpoint whose records are intact; rounds that cannot be loaded are warned about one by one up to
 :data:`WARN_ROUNDS`, the rest in one line with a count. A round loaded without a SHA-256 check
 (a format-1 manifest, or a round the manifest lists no checksums for) says so in a warning; the
 manifest is always rewritten as format 2, with the checksums of every round it keeps.
@@ -124,6 +125,8 @@ class Checkpointer:
         self._old_handlers: dict[int, Any] = {}
         self._lock: Any = None
         self._saved_round: int | None = None
+        self._torn: int | None = None  # see records_intact_until()
+        self._torn_warned = False
         if self.is_root:
             try:
                 self.dir.mkdir(parents=True, exist_ok=True)
@@ -237,21 +240,24 @@ class Checkpointer:
         return out
 
     def _records(self) -> list[dict[str, Any]]:
-        """Every stored record, each checked (a torn last line, from a kill, is skipped)."""
+        """Every stored record, each checked. A torn last line (what a kill, a crash or a full
+        disk leaves) is dropped with a warning; :meth:`records_intact_until` then bounds the
+        rounds a resume may restart from. An undecodable line before the last is an error
+        naming it."""
         path = self.dir / "records.jsonl"
         out: list[dict[str, Any]] = []
-        torn = None
+        torn: tuple[int, bytes] | None = None
         try:
             with open(path, "rb") as fh:
                 for number, line in enumerate(fh, 1):
                     if torn is not None:  # an undecodable line that was not the last
-                        raise self._bad_record(path, torn, "not JSON")
+                        raise self._bad_record(path, torn[0], "not JSON")
                     if not line.strip():
                         continue
                     try:
                         rec = json.loads(line)
                     except (ValueError, RecursionError):
-                        torn = number
+                        torn = (number, line)
                         continue
                     problem = _record_problem(rec)
                     if problem:
@@ -262,7 +268,24 @@ class Checkpointer:
         except OSError as exc:
             raise CheckpointError(f"cannot read {path}: {os_reason(exc)}; make it readable, or "
                                   "start the run again with a new --checkpoint-dir") from None
+        self._torn = None
+        if torn is not None:
+            self._torn = _torn_limit(torn[1], out)
+            if not self._torn_warned:
+                self._torn_warned = True
+                log.warning("%s, line %d (the last) is cut off, as a crash or a full disk "
+                            "leaves it: dropped; a resume starts from a checkpoint whose records "
+                            "are all intact (%s)", path, torn[0],
+                            "only the summary was cut" if self._torn is None
+                            else f"round {max(self._torn, 0)} at most")
         return out
+
+    def records_intact_until(self) -> int | None:
+        """The last round a resume may restart from with every record up to it kept: None when
+        ``records.jsonl`` is whole (or only a summary was cut), else the round before the cut
+        line's (-1: no round's records are intact)."""
+        self._records()
+        return self._torn
 
     def _bad_record(self, path: Path, number: int, problem: str) -> CheckpointError:
         return CheckpointError(
@@ -512,6 +535,16 @@ class Checkpointer:
         self.check_identity(m)
         failed: list[tuple[int, str]] = []
         rounds = sorted(set(m["rounds"]), reverse=True)
+        intact = self.records_intact_until()
+        if intact is not None and any(r > intact for r in rounds):
+            later = [r for r in rounds if r > intact]
+            rounds = [r for r in rounds if r <= intact]
+            log.warning("%s: the checkpoint(s) of round(s) %s are past the cut in records.jsonl "
+                        "(records up to round %d are intact): %s", self.dir, sorted(later),
+                        max(intact, 0), f"resuming from round {rounds[0]}" if rounds else
+                        "no checkpoint is left before it, so the run starts again from round 0")
+            if not rounds:
+                return 0
         for round_ in rounds:
             sums = m.get("files", {}).get(str(round_)) if m["format"] >= 2 else None
             try:
@@ -605,6 +638,23 @@ def _manifest_problem(m: Any) -> str | None:
         ):
             return "'files' (the checksums of each round's files) is missing or malformed"
     return None
+
+
+_ROUND_HEAD = re.compile(rb'\{"type": "round", "round": (\d+)[,}]')
+
+
+def _torn_limit(line: bytes, before: list[dict[str, Any]]) -> int | None:
+    """The last round whose records a cut ``line`` leaves intact: the round before its own
+    when it is a round record whose number survived the cut, None when the records before it
+    end with a summary (only the summary is lost), else the round of the last whole round
+    record (-1 when there is none)."""
+    head = _ROUND_HEAD.match(line)
+    if head:
+        return int(head[1]) - 1
+    if before and before[-1].get("type") == "summary":
+        return None
+    rounds = [r["round"] for r in before if r.get("type") == "round"]
+    return rounds[-1] if rounds else -1
 
 
 def _record_problem(rec: Any) -> str | None:

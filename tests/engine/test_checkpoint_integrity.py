@@ -104,6 +104,26 @@ def test_a_finished_run_continues_with_more_rounds(finished, tmp_path):
     assert [r["type"] for r in recs].count("summary") == 1 and recs[-1]["rounds"] == 20
 
 
+@pytest.mark.parametrize("cut", ["summary", '"round": 12,', '"round": 8,'])
+def test_a_cut_last_records_line_is_dropped_and_the_run_resumes_whole(finished, tmp_path, cut):
+    """A crash or a full disk cuts records.jsonl's last line: the resume drops it with a
+    warning naming the line and restarts from a checkpoint whose records are intact (the last,
+    round 10, or none: round 0), so the log is whole and ends with its summary."""
+    ck = copy_of(finished, tmp_path, complete=cut == "summary")
+    path = ck / "run00" / "records.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    at = next(k for k, line in enumerate(lines) if cut.encode() in line)
+    path.write_bytes(b"".join(lines[:at]) + lines[at][:len(lines[at]) // 2])
+    log = tmp_path / "r.jsonl"
+    res = run_py([*ARGS, "--rounds", "12", "--out", str(log), "--resume", str(ck)])
+    assert res.returncode == 0, res.stderr
+    assert f"records.jsonl, line {at + 1} (the last) is cut off" in res.stderr, res.stderr
+    assert rounds_of(log) == rounds_of(finished / "run.jsonl")
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [r["type"] for r in recs].count("config") == 1
+    assert recs[-1]["type"] == "summary" and recs[-1]["rounds"] == 12
+
+
 # -- the library, in process -----------------------------------------------------------------------
 
 
