@@ -39,6 +39,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import re
 import shlex
 import shutil
@@ -601,7 +602,7 @@ class Checkpointer:
             if hashlib.sha256(data).hexdigest() != want:
                 raise CheckpointError("its SHA-256 differs from the manifest's (the file was altered "
                                       "or damaged after it was written)")
-        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        return load_plain(io.BytesIO(data), CheckpointError)
 
     # -- signals ---------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -616,6 +617,27 @@ class Checkpointer:
         for sig, old in self._old_handlers.items():
             signal.signal(sig, old)
         self._old_handlers.clear()
+
+
+def load_plain(source: Any, error: type[GossipError]) -> Any:
+    """``torch.load(source, weights_only=True)`` on the CPU: tensors, numbers, strings, lists
+    and dicts only. A file holding other Python objects raises ``error`` with
+    :func:`pickle_refusal`'s reason (torch's own text advises loading it with code execution
+    allowed, which is never the fix for a file this library reads)."""
+    try:
+        return torch.load(source, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        raise error(pickle_refusal(exc)) from None
+
+
+def pickle_refusal(exc: BaseException) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, without torch's advice."""
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)|Unsupported operand \d+|"
+                      r"Unsupported class [\w.]+", str(exc))
+    what = f" ({found[0]})" if found else ""
+    return ("it holds Python objects other than tensors, numbers, strings, lists and dicts"
+            f"{what}, which no file this library reads may hold: it was refused (no code in it "
+            "ran); use a file made by this library (or torch.save of plain tensors) instead")
 
 
 def _manifest_problem(m: Any) -> str | None:

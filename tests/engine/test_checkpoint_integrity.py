@@ -177,6 +177,27 @@ def test_unusable_node_state_falls_back_then_names_the_file(tmp_path, change):
     ck.close()
 
 
+class _Code:
+    """An object whose unpickling would call a function: what weights_only refuses."""
+
+    def __reduce__(self):
+        return (print, ("code ran",))
+
+
+def test_a_pickled_object_is_refused_without_advising_an_unsafe_load(tmp_path, caplog, capsys):
+    """A node file holding a pickled object (its checksum forged to match) falls back to the
+    older round; the warning names the object and never advises ``weights_only=False``."""
+    _, ck = saved(tmp_path)
+    rewrite(ck, 6, "node-0002.pt", lambda blob: blob.__setitem__("x", _Code()))
+    with caplog.at_level("WARNING", logger="gossip.checkpoint"):
+        assert ck.restore(engine()) == 3
+    text = caplog.text
+    assert "node-0002.pt" in text and "GLOBAL print" in text, text
+    assert "weights_only" not in text and "trust" not in text, text
+    assert "code ran" not in capsys.readouterr().out
+    ck.close()
+
+
 @pytest.mark.parametrize("text", ["[1, 2]", '{"format": 2}', "{not json", '{"format": 2, "fingerprint": "a", '
                                   '"identity": {}, "rounds": ["x"], "files": {}}'])
 def test_a_bad_manifest_is_a_checkpoint_error(tmp_path, text):
