@@ -28,7 +28,11 @@ line is named by its number, except a cut last line (a crash or a full disk), wh
 with a warning, the resume starting from the newest checkpoint whose records are intact; rounds that cannot be loaded are warned about one by one up to
 :data:`WARN_ROUNDS`, the rest in one line with a count. A round loaded without a SHA-256 check
 (a format-1 manifest, or a round the manifest lists no checksums for) says so in a warning; the
-manifest is always rewritten as format 2, with the checksums of every round it keeps.
+manifest is always rewritten as format 3, with the checksums of every round it keeps. Every file
+also holds the fingerprint (config hash) of the run that wrote it: one naming another run is
+refused, naming both hashes, whatever the manifest says (a round written by an older version,
+whose files name no run, is loaded with a warning; the manifest lists such rounds as
+``unbound``).
 """
 
 from __future__ import annotations
@@ -56,7 +60,12 @@ from gossip.outputs import os_reason, write_all, write_fix
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # 2: per-file SHA-256 in the manifest ("files"); 1 (no checksums) is still read
+FORMAT = 3
+"""3: every file names its run (:data:`RUN_KEY`); 2: per-file SHA-256 in the manifest
+("files"); 1: no checksums. Formats 1 and 2 are still read."""
+RUN_KEY = "run_fingerprint"
+"""The key, in every node file and ``engine.pt``, of the fingerprint (config hash) of the run
+that wrote it: a file of another run is refused even under a manifest altered to admit it."""
 ROUND_DIR = re.compile(r"round-(\d{6,})")
 MAX_MANIFEST_BYTES = 64 << 20
 """A manifest holds a run's identity and one checksum per file of the rounds it keeps (a few
@@ -128,6 +137,7 @@ class Checkpointer:
         self._saved_round: int | None = None
         self._torn: int | None = None  # see records_intact_until()
         self._torn_warned = False
+        self._unnamed = False  # the round being loaded has a file naming no run
         if self.is_root:
             try:
                 self.dir.mkdir(parents=True, exist_ok=True)
@@ -339,8 +349,15 @@ class Checkpointer:
 
     def _write_manifest(self, rounds: list[int], files: dict[str, dict[str, str]],
                         complete: bool = False) -> None:
-        """Write a format-2 manifest: rounds kept without checksums (read from a format-1
-        manifest) get theirs now, from their files as they are."""
+        """Write a format-3 manifest: rounds kept without checksums (read from a format-1
+        manifest) get theirs now, from their files as they are; rounds kept from a format-1 or
+        2 manifest, whose files name no run, are listed as ``unbound``."""
+        try:
+            old = self.manifest()
+        except CheckpointError:
+            old = None
+        legacy = (set() if old is None else set(old.get("unbound", [])) if old["format"] >= 3
+                  else set(old["rounds"]))
         sums = {}
         for r in rounds:
             sums[str(r)] = files.get(str(r))
@@ -349,7 +366,8 @@ class Checkpointer:
                 log.info("%s: the checkpoint of round %d had no checksums; the manifest holds "
                          "those of its files now", self.dir, r)
         data = {"format": FORMAT, "fingerprint": self.fingerprint, "identity": self.identity,
-                "rounds": rounds, "files": sums, "complete": complete}
+                "rounds": rounds, "files": sums, "complete": complete,
+                "unbound": sorted(r for r in set(rounds) if r in legacy)}
         atomic_write_bytes(self.dir / "manifest.json", json.dumps(data, default=str).encode())
 
     def _checksums(self, round_: int) -> dict[str, str]:
@@ -419,10 +437,10 @@ class Checkpointer:
             rdir.mkdir(parents=True, exist_ok=True)
             for i, blob in engine.node_state_dicts().items():
                 path = rdir / f"node-{i:04d}.pt"
-                atomic_save(blob, path)
+                atomic_save({**blob, RUN_KEY: self.fingerprint}, path)
             if self.is_root:
                 path = rdir / "engine.pt"
-                atomic_save(engine.run_state_dict(), path)
+                atomic_save({**engine.run_state_dict(), RUN_KEY: self.fingerprint}, path)
         except OSError as exc:
             failure = (path, exc)
         self._agree(engine, failure, rdir)
@@ -548,8 +566,9 @@ class Checkpointer:
                 return 0
         for round_ in rounds:
             sums = m.get("files", {}).get(str(round_)) if m["format"] >= 2 else None
+            bound = m["format"] >= 3 and round_ not in m.get("unbound", [])
             try:
-                self._load_round(engine, round_, sums)
+                self._load_round(engine, round_, sums, bound)
             except CheckpointError as exc:
                 failed.append((round_, str(exc)))
                 if len(failed) <= WARN_ROUNDS:
@@ -562,6 +581,10 @@ class Checkpointer:
                        else f"lists no checksums for round {round_}")
                 log.warning("%s %s: the checkpoint of round %d was loaded without a SHA-256 check "
                             "(its next save writes them)", self.dir / "manifest.json", why, round_)
+            if self._unnamed:
+                log.warning("%s: the files of round %d were written by an older version and name "
+                            "no run: loaded without checking they are this run's (config hash %s)",
+                            self.dir, round_, self.fingerprint)
             return round_
         if len(failed) > WARN_ROUNDS:
             log.warning("%s", _more_failures(failed))
@@ -572,16 +595,19 @@ class Checkpointer:
         raise CheckpointError(f"no intact checkpoint left in {self.dir} ({which}): {reasons}{more}; "
                               "start the run again with a new --checkpoint-dir")
 
-    def _load_round(self, engine: Any, round_: int, sums: dict[str, str] | None) -> None:
-        """Load one round on every process; any file failing anywhere fails it everywhere."""
+    def _load_round(self, engine: Any, round_: int, sums: dict[str, str] | None,
+                    bound: bool = True) -> None:
+        """Load one round on every process; any file failing anywhere fails it everywhere.
+        ``bound``: every file must name this run (else a file naming no run is accepted)."""
         rdir = self.dir / f"round-{round_:06d}"
         reason = None
         path = rdir / "engine.pt"
+        self._unnamed = False  # set by _read: a file of this round names no run
         try:
-            run_state = self._read(path, sums)
+            run_state = self._read(path, sums, bound)
             for i in engine.nodes:
                 path = rdir / f"node-{i:04d}.pt"
-                engine.load_state_dicts({i: self._read(path, sums)}, run_state)
+                engine.load_state_dicts({i: self._read(path, sums, bound)}, run_state)
             if int(run_state["round"]) != round_:
                 path = rdir / "engine.pt"
                 raise CheckpointError(f"it holds round {run_state['round']}", round=round_)
@@ -592,8 +618,8 @@ class Checkpointer:
         raise CheckpointError(reason or f"checkpoint of round {round_} is unreadable on another "
                               "process (see its warning)", round=round_)
 
-    @staticmethod
-    def _read(path: Path, sums: dict[str, str] | None) -> Any:
+    def _read(self, path: Path, sums: dict[str, str] | None, bound: bool) -> Any:
+        """One file's state, its checksum (``sums``) and run (:data:`RUN_KEY`) checked."""
         data = path.read_bytes()
         if sums is not None:
             want = sums.get(path.name)
@@ -602,7 +628,18 @@ class Checkpointer:
             if hashlib.sha256(data).hexdigest() != want:
                 raise CheckpointError("its SHA-256 differs from the manifest's (the file was altered "
                                       "or damaged after it was written)")
-        return load_plain(io.BytesIO(data), CheckpointError)
+        blob = load_plain(io.BytesIO(data), CheckpointError)
+        theirs = blob.pop(RUN_KEY, None) if isinstance(blob, dict) else None
+        self._unnamed |= theirs is None
+        if theirs is None and bound:
+            raise CheckpointError("it names no run (no config hash), so it is not a file this "
+                                  "version wrote for this checkpoint")
+        if theirs is not None and theirs != self.fingerprint:
+            raise CheckpointError(
+                f"it was written by the run with config hash {_short(theirs, 40)}, not by this "
+                f"run ({self.fingerprint}): the manifest was altered, or the files were copied "
+                "from another run's checkpoint")
+        return blob
 
     # -- signals ---------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -644,8 +681,11 @@ def _manifest_problem(m: Any) -> str | None:
     """What is wrong with a parsed manifest (None when it is usable)."""
     if not isinstance(m, dict):
         return f"expected a JSON object, got {type(m).__name__}"
-    if m.get("format") not in (1, FORMAT):
-        return f"format {_short(m.get('format'))} is not one this version reads (1, {FORMAT})"
+    if m.get("format") not in (1, 2, FORMAT):
+        return f"format {_short(m.get('format'))} is not one this version reads (1, 2, {FORMAT})"
+    unbound = m.get("unbound", [])
+    if not isinstance(unbound, list) or not all(_is_count(r) for r in unbound):
+        return f"'unbound' must be a list of round numbers, got {_short(unbound)}"
     if not isinstance(m.get("fingerprint"), str) or not isinstance(m.get("identity"), dict):
         return "'fingerprint' (a string) or 'identity' (an object) is missing"
     rounds = m.get("rounds")
