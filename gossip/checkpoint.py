@@ -25,8 +25,9 @@ stops the run with every record written so far (a line that did not fit is taken
 last good checkpoint (a round is in the manifest only once all its files were written); a
 manifest larger than :data:`MAX_MANIFEST_BYTES` is refused unread; a damaged ``records.jsonl``
 line is named by its number, except a cut last line (a crash or a full disk), which is dropped
-with a warning, the resume starting from the newest checkpoint whose records are intact; rounds that cannot be loaded are warned about one by one up to
-:data:`WARN_ROUNDS`, the rest in one line with a count. A round loaded without a SHA-256 check
+with a warning, the resume starting from the newest checkpoint whose records are intact; rounds
+that cannot be loaded are warned about one by one up to :data:`WARN_ROUNDS`, the rest in one
+line with a count. A round loaded without a SHA-256 check
 (a format-1 manifest, or a round the manifest lists no checksums for) says so in a warning; the
 manifest is always rewritten as format 3, with the checksums of every round it keeps. Every file
 also holds the fingerprint (config hash) of the run that wrote it: one naming another run is
