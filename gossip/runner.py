@@ -98,7 +98,14 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
             ckpt.check_identity(manifest)  # refused before anything is written
             if manifest.get("complete"):
                 finished = _finished_round(ckpt)
-                if finished is None:  # its summary was cut off: run on from the checkpoint
+                cut = finished is None  # its summary was cut off: run on from its last round
+                if cut:
+                    finished = max(manifest["rounds"], default=0)
+                if cut and rounds < finished:
+                    raise CheckpointError(
+                        f"{ckpt.dir}: the run finished at round {finished} but its summary record "
+                        f"was cut off; resume it with --rounds {finished} (or more) to write it")
+                if cut and rounds == finished:
                     pass
                 elif rounds <= finished:
                     return _replay_complete(ckpt, logger, result)

@@ -104,12 +104,15 @@ def test_a_finished_run_continues_with_more_rounds(finished, tmp_path):
     assert [r["type"] for r in recs].count("summary") == 1 and recs[-1]["rounds"] == 20
 
 
-@pytest.mark.parametrize("cut", ["summary", '"round": 12,', '"round": 8,'])
-def test_a_cut_last_records_line_is_dropped_and_the_run_resumes_whole(finished, tmp_path, cut):
-    """A crash or a full disk cuts records.jsonl's last line: the resume drops it with a
-    warning naming the line and restarts from a checkpoint whose records are intact (the last,
-    round 10, or none: round 0), so the log is whole and ends with its summary."""
-    ck = copy_of(finished, tmp_path, complete=cut == "summary")
+@pytest.mark.parametrize("cut, complete", [("summary", True), ('"round": 12,', False),
+                                           ('"round": 8,', False), ('"round": 8,', True)])
+def test_a_cut_last_records_line_is_dropped_and_the_run_resumes_whole(finished, tmp_path, cut,
+                                                                      complete):
+    """A crash or a full disk cuts records.jsonl's last line (of a finished run, or of one
+    killed after its last checkpoint): the resume drops it with a warning naming the line and
+    restarts from a checkpoint whose records are intact (the last, round 10, or none: round 0),
+    so the log is whole and ends with its summary."""
+    ck = copy_of(finished, tmp_path, complete=complete)
     path = ck / "run00" / "records.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     at = next(k for k, line in enumerate(lines) if cut.encode() in line)
