@@ -283,7 +283,7 @@ class Checkpointer:
         self._torn = None
         if torn is not None:
             self._torn = _torn_limit(torn[1], out)
-            if not self._torn_warned:
+            if not self._torn_warned and self.is_root:  # every process reads it: one says so
                 self._torn_warned = True
                 log.warning("%s, line %d (the last) is cut off, as a crash or a full disk "
                             "leaves it: dropped; a resume starts from a checkpoint whose records "
@@ -559,10 +559,12 @@ class Checkpointer:
         if intact is not None and any(r > intact for r in rounds):
             later = [r for r in rounds if r > intact]
             rounds = [r for r in rounds if r <= intact]
-            log.warning("%s: the checkpoint(s) of round(s) %s are past the cut in records.jsonl "
-                        "(records up to round %d are intact): %s", self.dir, sorted(later),
-                        max(intact, 0), f"resuming from round {rounds[0]}" if rounds else
-                        "no checkpoint is left before it, so the run starts again from round 0")
+            if self.is_root:
+                log.warning("%s: the checkpoint(s) of round(s) %s are past the cut in "
+                            "records.jsonl (records up to round %d are intact): %s", self.dir,
+                            sorted(later), max(intact, 0), f"resuming from round {rounds[0]}"
+                            if rounds else "no checkpoint is left before it, so the run starts "
+                            "again from round 0")
             if not rounds:
                 return 0
         for round_ in rounds:
