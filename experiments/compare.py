@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _toml_value(text: str) -> Any:
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (ValueError, RecursionError):  # not TOML, nested too deep, or a number too long
         return text
 
 

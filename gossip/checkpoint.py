@@ -24,10 +24,16 @@ and loses nothing: a file that cannot be written (no permission, disk full, a fi
 stops the run with every record written so far (a line that did not fit is taken back) and the
 last good checkpoint (a round is in the manifest only once all its files were written); a
 manifest larger than :data:`MAX_MANIFEST_BYTES` is refused unread; a damaged ``records.jsonl``
-line is named by its number; rounds that cannot be loaded are warned about one by one up to
-:data:`WARN_ROUNDS`, the rest in one line with a count. A round loaded without a SHA-256 check
+line is named by its number, except a cut last line (a crash or a full disk), which is dropped
+with a warning, the resume starting from the newest checkpoint whose records are intact; rounds
+that cannot be loaded are warned about one by one up to :data:`WARN_ROUNDS`, the rest in one
+line with a count. A round loaded without a SHA-256 check
 (a format-1 manifest, or a round the manifest lists no checksums for) says so in a warning; the
-manifest is always rewritten as format 2, with the checksums of every round it keeps.
+manifest is always rewritten as format 3, with the checksums of every round it keeps. Every file
+also holds the fingerprint (config hash) of the run that wrote it: one naming another run is
+refused, naming both hashes, whatever the manifest says (a round written by an older version,
+whose files name no run, is loaded with a warning; the manifest lists such rounds as
+``unbound``).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import io
 import json
 import logging
 import os
+import pickle
 import re
 import shlex
 import shutil
@@ -54,7 +61,12 @@ from gossip.outputs import os_reason, write_all, write_fix
 
 log = logging.getLogger(__name__)
 
-FORMAT = 2  # 2: per-file SHA-256 in the manifest ("files"); 1 (no checksums) is still read
+FORMAT = 3
+"""3: every file names its run (:data:`RUN_KEY`); 2: per-file SHA-256 in the manifest
+("files"); 1: no checksums. Formats 1 and 2 are still read."""
+RUN_KEY = "run_fingerprint"
+"""The key, in every node file and ``engine.pt``, of the fingerprint (config hash) of the run
+that wrote it: a file of another run is refused even under a manifest altered to admit it."""
 ROUND_DIR = re.compile(r"round-(\d{6,})")
 MAX_MANIFEST_BYTES = 64 << 20
 """A manifest holds a run's identity and one checksum per file of the rounds it keeps (a few
@@ -124,6 +136,9 @@ class Checkpointer:
         self._old_handlers: dict[int, Any] = {}
         self._lock: Any = None
         self._saved_round: int | None = None
+        self._torn: int | None = None  # see records_intact_until()
+        self._torn_warned = False
+        self._unnamed = False  # the round being loaded has a file naming no run
         if self.is_root:
             try:
                 self.dir.mkdir(parents=True, exist_ok=True)
@@ -237,21 +252,24 @@ class Checkpointer:
         return out
 
     def _records(self) -> list[dict[str, Any]]:
-        """Every stored record, each checked (a torn last line, from a kill, is skipped)."""
+        """Every stored record, each checked. A torn last line (what a kill, a crash or a full
+        disk leaves) is dropped with a warning; :meth:`records_intact_until` then bounds the
+        rounds a resume may restart from. An undecodable line before the last is an error
+        naming it."""
         path = self.dir / "records.jsonl"
         out: list[dict[str, Any]] = []
-        torn = None
+        torn: tuple[int, bytes] | None = None
         try:
             with open(path, "rb") as fh:
                 for number, line in enumerate(fh, 1):
                     if torn is not None:  # an undecodable line that was not the last
-                        raise self._bad_record(path, torn, "not JSON")
+                        raise self._bad_record(path, torn[0], "not JSON")
                     if not line.strip():
                         continue
                     try:
                         rec = json.loads(line)
                     except (ValueError, RecursionError):
-                        torn = number
+                        torn = (number, line)
                         continue
                     problem = _record_problem(rec)
                     if problem:
@@ -262,7 +280,24 @@ class Checkpointer:
         except OSError as exc:
             raise CheckpointError(f"cannot read {path}: {os_reason(exc)}; make it readable, or "
                                   "start the run again with a new --checkpoint-dir") from None
+        self._torn = None
+        if torn is not None:
+            self._torn = _torn_limit(torn[1], out)
+            if not self._torn_warned and self.is_root:  # every process reads it: one says so
+                self._torn_warned = True
+                log.warning("%s, line %d (the last) is cut off, as a crash or a full disk "
+                            "leaves it: dropped; a resume starts from a checkpoint whose records "
+                            "are all intact (%s)", path, torn[0],
+                            "only the summary was cut" if self._torn is None
+                            else f"round {max(self._torn, 0)} at most")
         return out
+
+    def records_intact_until(self) -> int | None:
+        """The last round a resume may restart from with every record up to it kept: None when
+        ``records.jsonl`` is whole (or only a summary was cut), else the round before the cut
+        line's (-1: no round's records are intact)."""
+        self._records()
+        return self._torn
 
     def _bad_record(self, path: Path, number: int, problem: str) -> CheckpointError:
         return CheckpointError(
@@ -315,8 +350,15 @@ class Checkpointer:
 
     def _write_manifest(self, rounds: list[int], files: dict[str, dict[str, str]],
                         complete: bool = False) -> None:
-        """Write a format-2 manifest: rounds kept without checksums (read from a format-1
-        manifest) get theirs now, from their files as they are."""
+        """Write a format-3 manifest: rounds kept without checksums (read from a format-1
+        manifest) get theirs now, from their files as they are; rounds kept from a format-1 or
+        2 manifest, whose files name no run, are listed as ``unbound``."""
+        try:
+            old = self.manifest()
+        except CheckpointError:
+            old = None
+        legacy = (set() if old is None else set(old.get("unbound", [])) if old["format"] >= 3
+                  else set(old["rounds"]))
         sums = {}
         for r in rounds:
             sums[str(r)] = files.get(str(r))
@@ -325,7 +367,8 @@ class Checkpointer:
                 log.info("%s: the checkpoint of round %d had no checksums; the manifest holds "
                          "those of its files now", self.dir, r)
         data = {"format": FORMAT, "fingerprint": self.fingerprint, "identity": self.identity,
-                "rounds": rounds, "files": sums, "complete": complete}
+                "rounds": rounds, "files": sums, "complete": complete,
+                "unbound": sorted(r for r in set(rounds) if r in legacy)}
         atomic_write_bytes(self.dir / "manifest.json", json.dumps(data, default=str).encode())
 
     def _checksums(self, round_: int) -> dict[str, str]:
@@ -395,10 +438,10 @@ class Checkpointer:
             rdir.mkdir(parents=True, exist_ok=True)
             for i, blob in engine.node_state_dicts().items():
                 path = rdir / f"node-{i:04d}.pt"
-                atomic_save(blob, path)
+                atomic_save({**blob, RUN_KEY: self.fingerprint}, path)
             if self.is_root:
                 path = rdir / "engine.pt"
-                atomic_save(engine.run_state_dict(), path)
+                atomic_save({**engine.run_state_dict(), RUN_KEY: self.fingerprint}, path)
         except OSError as exc:
             failure = (path, exc)
         self._agree(engine, failure, rdir)
@@ -512,10 +555,23 @@ class Checkpointer:
         self.check_identity(m)
         failed: list[tuple[int, str]] = []
         rounds = sorted(set(m["rounds"]), reverse=True)
+        intact = self.records_intact_until()
+        if intact is not None and any(r > intact for r in rounds):
+            later = [r for r in rounds if r > intact]
+            rounds = [r for r in rounds if r <= intact]
+            if self.is_root:
+                log.warning("%s: the checkpoint(s) of round(s) %s are past the cut in "
+                            "records.jsonl (records up to round %d are intact): %s", self.dir,
+                            sorted(later), max(intact, 0), f"resuming from round {rounds[0]}"
+                            if rounds else "no checkpoint is left before it, so the run starts "
+                            "again from round 0")
+            if not rounds:
+                return 0
         for round_ in rounds:
             sums = m.get("files", {}).get(str(round_)) if m["format"] >= 2 else None
+            bound = m["format"] >= 3 and round_ not in m.get("unbound", [])
             try:
-                self._load_round(engine, round_, sums)
+                self._load_round(engine, round_, sums, bound)
             except CheckpointError as exc:
                 failed.append((round_, str(exc)))
                 if len(failed) <= WARN_ROUNDS:
@@ -528,6 +584,10 @@ class Checkpointer:
                        else f"lists no checksums for round {round_}")
                 log.warning("%s %s: the checkpoint of round %d was loaded without a SHA-256 check "
                             "(its next save writes them)", self.dir / "manifest.json", why, round_)
+            if self._unnamed:
+                log.warning("%s: the files of round %d were written by an older version and name "
+                            "no run: loaded without checking they are this run's (config hash %s)",
+                            self.dir, round_, self.fingerprint)
             return round_
         if len(failed) > WARN_ROUNDS:
             log.warning("%s", _more_failures(failed))
@@ -538,16 +598,19 @@ class Checkpointer:
         raise CheckpointError(f"no intact checkpoint left in {self.dir} ({which}): {reasons}{more}; "
                               "start the run again with a new --checkpoint-dir")
 
-    def _load_round(self, engine: Any, round_: int, sums: dict[str, str] | None) -> None:
-        """Load one round on every process; any file failing anywhere fails it everywhere."""
+    def _load_round(self, engine: Any, round_: int, sums: dict[str, str] | None,
+                    bound: bool = True) -> None:
+        """Load one round on every process; any file failing anywhere fails it everywhere.
+        ``bound``: every file must name this run (else a file naming no run is accepted)."""
         rdir = self.dir / f"round-{round_:06d}"
         reason = None
         path = rdir / "engine.pt"
+        self._unnamed = False  # set by _read: a file of this round names no run
         try:
-            run_state = self._read(path, sums)
+            run_state = self._read(path, sums, bound)
             for i in engine.nodes:
                 path = rdir / f"node-{i:04d}.pt"
-                engine.load_state_dicts({i: self._read(path, sums)}, run_state)
+                engine.load_state_dicts({i: self._read(path, sums, bound)}, run_state)
             if int(run_state["round"]) != round_:
                 path = rdir / "engine.pt"
                 raise CheckpointError(f"it holds round {run_state['round']}", round=round_)
@@ -558,8 +621,8 @@ class Checkpointer:
         raise CheckpointError(reason or f"checkpoint of round {round_} is unreadable on another "
                               "process (see its warning)", round=round_)
 
-    @staticmethod
-    def _read(path: Path, sums: dict[str, str] | None) -> Any:
+    def _read(self, path: Path, sums: dict[str, str] | None, bound: bool) -> Any:
+        """One file's state, its checksum (``sums``) and run (:data:`RUN_KEY`) checked."""
         data = path.read_bytes()
         if sums is not None:
             want = sums.get(path.name)
@@ -568,7 +631,18 @@ class Checkpointer:
             if hashlib.sha256(data).hexdigest() != want:
                 raise CheckpointError("its SHA-256 differs from the manifest's (the file was altered "
                                       "or damaged after it was written)")
-        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        blob = load_plain(io.BytesIO(data), CheckpointError)
+        theirs = blob.pop(RUN_KEY, None) if isinstance(blob, dict) else None
+        self._unnamed |= theirs is None
+        if theirs is None and bound:
+            raise CheckpointError("it names no run (no config hash), so it is not a file this "
+                                  "version wrote for this checkpoint")
+        if theirs is not None and theirs != self.fingerprint:
+            raise CheckpointError(
+                f"it was written by the run with config hash {_short(theirs, 40)}, not by this "
+                f"run ({self.fingerprint}): the manifest was altered, or the files were copied "
+                "from another run's checkpoint")
+        return blob
 
     # -- signals ---------------------------------------------------------------------------
     def install_signal_handlers(self) -> None:
@@ -585,12 +659,36 @@ class Checkpointer:
         self._old_handlers.clear()
 
 
+def load_plain(source: Any, error: type[GossipError]) -> Any:
+    """``torch.load(source, weights_only=True)`` on the CPU: tensors, numbers, strings, lists
+    and dicts only. A file holding other Python objects raises ``error`` with
+    :func:`pickle_refusal`'s reason (torch's own text advises loading it with code execution
+    allowed, which is never the fix for a file this library reads)."""
+    try:
+        return torch.load(source, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        raise error(pickle_refusal(exc)) from None
+
+
+def pickle_refusal(exc: BaseException) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, without torch's advice."""
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)|Unsupported operand \d+|"
+                      r"Unsupported class [\w.]+", str(exc))
+    what = f" ({found[0]})" if found else ""
+    return ("it holds Python objects other than tensors, numbers, strings, lists and dicts"
+            f"{what}, which no file this library reads may hold: it was refused (no code in it "
+            "ran); use a file made by this library (or torch.save of plain tensors) instead")
+
+
 def _manifest_problem(m: Any) -> str | None:
     """What is wrong with a parsed manifest (None when it is usable)."""
     if not isinstance(m, dict):
         return f"expected a JSON object, got {type(m).__name__}"
-    if m.get("format") not in (1, FORMAT):
-        return f"format {_short(m.get('format'))} is not one this version reads (1, {FORMAT})"
+    if m.get("format") not in (1, 2, FORMAT):
+        return f"format {_short(m.get('format'))} is not one this version reads (1, 2, {FORMAT})"
+    unbound = m.get("unbound", [])
+    if not isinstance(unbound, list) or not all(_is_count(r) for r in unbound):
+        return f"'unbound' must be a list of round numbers, got {_short(unbound)}"
     if not isinstance(m.get("fingerprint"), str) or not isinstance(m.get("identity"), dict):
         return "'fingerprint' (a string) or 'identity' (an object) is missing"
     rounds = m.get("rounds")
@@ -605,6 +703,23 @@ def _manifest_problem(m: Any) -> str | None:
         ):
             return "'files' (the checksums of each round's files) is missing or malformed"
     return None
+
+
+_ROUND_HEAD = re.compile(rb'\{"type": "round", "round": (\d+)[,}]')
+
+
+def _torn_limit(line: bytes, before: list[dict[str, Any]]) -> int | None:
+    """The last round whose records a cut ``line`` leaves intact: the round before its own
+    when it is a round record whose number survived the cut, None when the records before it
+    end with a summary (only the summary is lost), else the round of the last whole round
+    record (-1 when there is none)."""
+    head = _ROUND_HEAD.match(line)
+    if head:
+        return int(head[1]) - 1
+    if before and before[-1].get("type") == "summary":
+        return None
+    rounds = [r["round"] for r in before if r.get("type") == "round"]
+    return rounds[-1] if rounds else -1
 
 
 def _record_problem(rec: Any) -> str | None:

@@ -245,8 +245,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "process), mpi, torch (torchrun; NCCL for --device cuda, else gloo), "
                         "gloo (CPU tensors) or nccl (CUDA tensors); docs/transports.md")
     g.add_argument("--timeout", type=seconds, default=120.0,
-                   help="seconds to wait for a neighbor before stopping with an error naming it "
-                        "(default 120)")
+                   help="seconds to wait for a neighbor, or for the other ranks at start-up, "
+                        "before stopping with an error naming it (default 120)")
     g.add_argument("--network", type=network_spec, default="none", metavar="SPEC",
                    help="what messages meet on the way (docs/network.md): none (default), "
                         "loss=P (each message lost with probability P), loss=bernoulli:P, or "
@@ -768,7 +768,8 @@ def guarded(main_fn, world_of=None, memory_hint: str = DEFAULT_MEMORY_HINT):
     rank that saw it.
     SIGINT/SIGTERM during a checkpointed run end with exit status 128 + signal, after the
     final checkpoint (every rank stops at the same round, so nothing is aborted).
-    ``world_of`` gives the world (default :meth:`World.detect`, imported only on an error).
+    ``world_of`` gives the world (default :meth:`World.current`, imported only on an error:
+    the world the script detected, never a second wait at start-up).
     """
     from gossip.errors import CommError, ConfigError, GossipError, Interrupted
 
@@ -776,7 +777,7 @@ def guarded(main_fn, world_of=None, memory_hint: str = DEFAULT_MEMORY_HINT):
         def world_of() -> World:
             from gossip.comm.world import World
 
-            return World.detect()
+            return World.current()
 
     try:
         return main_fn()

@@ -179,6 +179,17 @@ def load_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigFileError(f"{path}: not valid TOML: not UTF-8 text ({exc.reason})") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigFileError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:  # arrays or inline tables nested thousands deep
+        raise ConfigFileError(f"{path}: arrays or tables nested too deep to read; a run file "
+                              "holds flat 'flag = value' lines (arrays of plain values)") from None
+    except ValueError as exc:  # an integer past Python's digit limit for text conversion
+        raise ConfigFileError(f"{path}: a number too long to read ({_first_line(exc)}); give "
+                              "flag values of ordinary size") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0].split(";")[0] if text else type(exc).__name__
 
 
 def valid_keys(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:

@@ -98,29 +98,40 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
             ckpt.check_identity(manifest)  # refused before anything is written
             if manifest.get("complete"):
                 finished = _finished_round(ckpt)
-                if finished is None or rounds <= finished:
+                cut = finished is None  # its summary was cut off: run on from its last round
+                if cut:
+                    finished = max(manifest["rounds"], default=0)
+                if cut and rounds < finished:
+                    raise CheckpointError(
+                        f"{ckpt.dir}: the run finished at round {finished} but its summary record "
+                        f"was cut off; resume it with --rounds {finished} (or more) to write it")
+                if cut and rounds == finished:
+                    pass
+                elif rounds <= finished:
                     return _replay_complete(ckpt, logger, result)
-                if not_extendable:
+                elif not_extendable:
                     raise CheckpointError(f"{ckpt.dir}: the run finished at round {finished} and "
                                           f"cannot be continued to round {rounds}: {not_extendable}")
-                if finished not in manifest["rounds"]:
+                elif finished not in manifest["rounds"]:
                     raise CheckpointError(
                         f"{ckpt.dir}: the run finished at round {finished} but its newest "
                         f"checkpoint is of round {max(manifest['rounds'], default=0)}, so it cannot "
                         f"be continued to round {rounds}; start it again with a new "
                         "--checkpoint-dir"
                     )
-                log.info("%s: continuing the finished run from round %d to %d", label, finished,
-                         rounds)
+                else:
+                    log.info("%s: continuing the finished run from round %d to %d", label,
+                             finished, rounds)
                 ckpt.mark_complete(False)  # killed while continuing: resumed, not replayed
-            start_round = ckpt.restore(engine)
-            replay = [r for r in ckpt.records_until(start_round) if r.get("type") != "summary"]
-            ckpt.reset_records(replay)
-            for rec in replay:
-                logger.write(rec)
-                if rec.get("type") == "round":
-                    result.records.append(rec)
-            log.info("%s: resumed from the checkpoint of round %d", label, start_round)
+            start_round = ckpt.restore(engine)  # 0: none left before a cut in the records
+            if start_round:
+                replay = [r for r in ckpt.records_until(start_round) if r.get("type") != "summary"]
+                ckpt.reset_records(replay)
+                for rec in replay:
+                    logger.write(rec)
+                    if rec.get("type") == "round":
+                        result.records.append(rec)
+                log.info("%s: resumed from the checkpoint of round %d", label, start_round)
     if start_round == 0:
         if ckpt is not None:
             ckpt.reset_records([])

@@ -162,15 +162,60 @@ class KeyedDraws:
         return float(hit[2][k - hit[0]])
 
 
+Z_MAX = math.sqrt(2.0 * 53.0 * math.log(2.0))
+"""The largest |z| :func:`_normals` draws (Box-Muller of a 53-bit uniform): ≈ 8.57."""
+E_MAX = 53.0 * math.log(2.0)
+"""The largest ``−log(1−u)`` of a 53-bit uniform u: ≈ 36.7 means."""
+_LOG_MAX = math.log(np.finfo(np.float64).max)
+
+
+def _log_largest(dist: Any) -> float:
+    """log of the largest value ``dist`` draws, or of its mean when larger (-inf for 0)."""
+    if isinstance(dist, Fixed):
+        top = dist.seconds
+    elif isinstance(dist, Exponential):
+        top = dist.mean * E_MAX
+    elif isinstance(dist, LogNormal):
+        if dist.median == 0.0:
+            return -math.inf
+        return math.log(dist.median) + max(dist.sigma * Z_MAX, 0.5 * dist.sigma**2)
+    else:  # uniform
+        top = dist.hi
+    return math.log(top) if top > 0.0 else -math.inf
+
+
+def check_finite(network: Network) -> None:
+    """Refuse (:class:`ConfigError`, one line) a ``compute=`` or ``delay=`` distribution whose
+    largest draw (times a straggler's factor) or mean is past the largest float: its draws
+    would be infinite (and numpy would warn of an overflow at each one)."""
+    slow = network.slow.factor if network.slow is not None else 1.0
+    for model, factor in (("compute", slow), ("delay", 1.0)):
+        dist = getattr(network, model)
+        if dist is None or _log_largest(dist) + math.log(factor) < _LOG_MAX:
+            continue
+        fix = "give smaller values"
+        if isinstance(dist, LogNormal):
+            room = _LOG_MAX - math.log(factor) - math.log(dist.median)
+            bound = min(room / Z_MAX, math.sqrt(2.0 * room)) if room > 0 else 0.0
+            fix = f"give a SIGMA of at most {math.floor(bound * 10) / 10:g} with this median"
+        scaled = f", times the slow factor {factor:g}," if factor != 1.0 else ""
+        raise ConfigError(
+            f"--network {network.spec()}: {model}={dist.spec()} draws values{scaled} past the "
+            f"largest float ({np.finfo(np.float64).max:.3g} s), so its times would be infinite; "
+            f"{fix}")
+
+
 class Timing:
     """The virtual-time draws of ``network`` for a run of ``n`` nodes with seed ``seed``
     (module doc: every value a pure function of (seed, node or arc, counter)).
 
     Refuses (:meth:`Network.check`) a slow or churning node that does not exist, and a churn
-    schedule under which every node is away at some time."""
+    schedule under which every node is away at some time; and (:func:`check_finite`) a
+    distribution whose draws or mean pass the largest float."""
 
     def __init__(self, network: Network, seed: int, n: int) -> None:
         network.check(n)
+        check_finite(network)
         self.network, self.seed, self.n = network, int(seed), int(n)
         factor = np.ones(n)
         slow = network.slow

@@ -327,9 +327,9 @@ def wrap(
         raise WrapError(f"the model mixes dtypes/devices {sorted(map(str, kinds))}: the flat model is "
                         "one tensor; move it first (model.to(dtype=..., device=...))")
     dtype, device = params[0].dtype, params[0].device
-    if world is None:  # the engine gives it the timeout
+    if world is None:  # the timeout bounds the start-up too (torchrun's rendezvous)
         try:
-            world = World.detect(transport=transport, device=device)
+            world = World.detect(timeout=timeout, transport=transport, device=device)
         except ConfigError as exc:
             raise WrapError(f"transport={transport!r}: {exc}") from None
     _check_launch(world)

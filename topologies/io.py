@@ -2,7 +2,9 @@
 
 Formats (chosen by suffix): edge lists (`.edgelist`, `.txt`, `.csv`, `.tsv` or no suffix: "u v [w]"
 per line, '#' starts a comment, a line with a single label adds an isolated node, a header line
-such as "source,target,weight" is skipped), GraphML (`.graphml`), GML (`.gml`) and node-link
+such as "source,target,weight" is skipped; a label is an id, an integer 0..2^63-1, or a name, a
+letter or '_' then letters, digits and `_ . - : @ /`, at most 200 characters: any other token is
+an error naming its line), GraphML (`.graphml`), GML (`.gml`) and node-link
 JSON (`.json`, with "edges" or "links").  Node labels of any kind are relabeled to 0..n-1 in a
 deterministic order: numerically when every label is an integer (or an integer written as a
 string), else sorted, else sorted by str.  The mapping new id -> original label is kept in
@@ -38,6 +40,12 @@ MAX_EDGELIST_BYTES = 64 << 20
 networkx objects to load)."""
 
 _INT = re.compile(r"[+-]?\d+")
+_ID = re.compile(r"\d+")
+_NAME = re.compile(r"[^\W\d][\w.:@/-]*")
+MAX_ID = 2**63 - 1
+"""The largest integer node id an edge list may use (an int64: what the fast reader holds)."""
+MAX_NAME_CHARS = 200
+"""The longest name label of an edge list."""
 _HEADER_WORDS = {"source", "target", "src", "dst", "from", "to", "u", "v", "node1", "node2",
                  "weight", "w"}
 
@@ -136,8 +144,8 @@ def _clean(graph: nx.Graph, source: str) -> nx.Graph:
 def _integer_pairs(text: str) -> nx.Graph | None:
     """The common file at speed: every line "u v", two integers, no comment, header or weight;
     None otherwise (the line-by-line parser then reads it, with its line-numbered errors)."""
-    if "#" in text or "," in text:
-        return None
+    if "#" in text or "," in text or "-" in text or "+" in text:
+        return None  # comments, commas, signs: the general parser reads (or names) them
     try:
         ids = np.array(text.split(), dtype=np.int64)
     except (ValueError, OverflowError):
@@ -183,6 +191,10 @@ def _read_edgelist(path: Path) -> nx.Graph:
                 f"{path}:{lineno}: expected 'u v [weight]', got {len(fields)} fields: "
                 f"{raw.strip()!r}"
             )
+        for token in fields[:2]:
+            problem = _label_problem(token)
+            if problem:
+                raise GraphFileError(f"{path}:{lineno}: {problem}; fix the line")
         rows.append((lineno, fields))
     tokens = [f for _, fields in rows for f in fields[:2]]
     numeric = all(_INT.fullmatch(t) for t in tokens)
@@ -216,6 +228,24 @@ def _read_edgelist(path: Path) -> nx.Graph:
             )
         graph.add_edge(u, v, **attrs)
     return graph
+
+
+def _label_problem(token: str) -> str | None:
+    """What is wrong with an edge list's node label (None: an id or a name, see the module doc)."""
+    if _ID.fullmatch(token):
+        if len(token) > len(str(MAX_ID)) or int(token) > MAX_ID:
+            return (f"node id {token[:30]}{'...' if len(token) > 30 else ''} ({len(token)} digits) "
+                    f"is past the largest id, {MAX_ID} (2^63 - 1): number the nodes from 0")
+        return None
+    if _INT.fullmatch(token):
+        return f"node id {token[:30]!r} is signed; ids are integers >= 0 (e.g. 0, 1, 2)"
+    if _NAME.fullmatch(token):
+        if len(token) > MAX_NAME_CHARS:
+            return (f"node name {token[:30]!r}... has {len(token)} characters, more than the "
+                    f"{MAX_NAME_CHARS} a name may have")
+        return None
+    return (f"node label {token[:30]!r} is neither an id (an integer >= 0) nor a name (a letter "
+            "or '_' then letters, digits and _ . - : @ /)")
 
 
 def _read_gml(path: Path) -> nx.Graph:

@@ -47,6 +47,8 @@ class DCD(Algorithm):
         # s − x rather than s: it shrinks with the consensus error, so its roundings do too,
         # kept (and summed) in the channel's wider dtype (docs/algorithms/dcd.md, "Precision")
         block.state["gap"] = torch.zeros_like(block.x, dtype=ch.wide or block.x.dtype)
+        if ch.wide:  # x is the public copy: kept whole in the wider dtype, the model its rounding
+            block.state["x_wide"] = block.x.to(ch.wide)
         block.workspace["diff"] = torch.empty_like(block.x)
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
@@ -64,7 +66,10 @@ class DCD(Algorithm):
             diff.copy_(gap)
         inbox = yield ch.send(diff)  # z = C(s − η∇f(x) − x)
         z_own, z_gap = ch.increments(inbox)
-        x.add_(z_own)  # x += z_i
+        if ch.wide:  # x += z_i
+            x.copy_(block.state["x_wide"].add_(z_own))
+        else:
+            x.add_(z_own)
         gap.add_(z_gap)  # s − x += Σ_j w_ij z_j − z_i
 
 

@@ -55,7 +55,28 @@ class World:
         gloo), ``local`` (in process), or ``auto``: whichever launcher started it.
 
         A world of one process is in process. A torch.distributed process group the script
-        initialised itself is used as it is."""
+        initialised itself is used as it is. ``timeout`` bounds the start-up too (torchrun's
+        rendezvous). The outcome is remembered for :meth:`current`."""
+        _DETECTED["failed"] = True  # until it returns: an error here leaves no world to join
+        world = cls._detect(timeout, transport, device)
+        _DETECTED.update(world=world, failed=False)
+        return world
+
+    @classmethod
+    def current(cls) -> World:
+        """The world of this process for an error handler, never waiting on a start-up again:
+        the last one :meth:`detect` returned; a process alone (rank from the launcher) when
+        detection failed (the ranks never formed a group); else detected now (an error before
+        the script looked for its world: all ranks meet the same one)."""
+        if _DETECTED["world"] is not None:
+            return _DETECTED["world"]
+        if _DETECTED["failed"]:
+            return cls(None)
+        return cls.detect()
+
+    @classmethod
+    def _detect(cls, timeout: float, transport: str,
+                device: str | torch.device | None) -> World:
         if transport not in TRANSPORTS:
             raise CommConfigError(f"unknown transport {transport!r}; choose one of {', '.join(TRANSPORTS)}")
         cuda = device is not None and torch.device(device).type == "cuda"
@@ -343,6 +364,8 @@ def _torch_initialized() -> bool:
 
 
 TRANSPORTS = ("auto", "local", "mpi", "torch", "gloo", "nccl")
+_DETECTED: dict = {"world": None, "failed": False}
+"""The outcome of this process's last :meth:`World.detect` (see :meth:`World.current`)."""
 MPI_HINT = "mpiexec -n {n}"  # the launcher named to a run in process
 
 # Tags of the reductions: above every tag the transport uses (round tags are below TAG_SPACE).

@@ -65,15 +65,15 @@ class MixPlan:
                            if not is_local(j))
         staging_of = {edge: m + e for e, edge in enumerate(remote_in)}
         deg = max((len(v.in_neighbors) for v in views), default=0)
+        columns: list[tuple[list[int], list[int], list[float]]] = [([], [], []) for _ in range(deg)]
+        for r, (i, v) in enumerate(zip(ids, views)):  # each arc once: O(arcs), not O(deg · m)
+            for k, (j, weight) in enumerate(zip(v.in_neighbors, v.in_weights)):
+                src, dst, w = columns[k]
+                src.append(row_of[j] if j in row_of else staging_of[(j, i)])
+                dst.append(r)
+                w.append(weight)
         slots = []
-        for k in range(deg):
-            src, dst, w = [], [], []
-            for r, (i, v) in enumerate(zip(ids, views)):
-                if k < len(v.in_neighbors):
-                    j = v.in_neighbors[k]
-                    src.append(row_of[j] if j in row_of else staging_of[(j, i)])
-                    dst.append(r)
-                    w.append(v.in_weights[k])
+        for src, dst, w in columns:
             as_long = torch.tensor(src, dtype=torch.int64, device=device)
             rows = None if len(dst) == m else torch.tensor(dst, dtype=torch.int64, device=device)
             slots.append((as_long, rows, torch.tensor(w, dtype=torch.float64, device=device)))

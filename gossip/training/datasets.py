@@ -16,6 +16,7 @@ so every process of an MPI run builds the same sets.
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,12 @@ def load_tensor_file(
         with np.load(path, allow_pickle=False) as f:
             arrays = {k: f[k] for k in f.files}
     elif path.suffix in (".pt", ".pth"):
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        from gossip.checkpoint import pickle_refusal
+
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as exc:
+            raise DatasetError(f"{path}: {pickle_refusal(exc)}") from None
         if isinstance(obj, (tuple, list)) and len(obj) == 2:
             obj = {"x": obj[0], "y": obj[1]}
         if not isinstance(obj, dict):

@@ -104,6 +104,29 @@ def test_a_finished_run_continues_with_more_rounds(finished, tmp_path):
     assert [r["type"] for r in recs].count("summary") == 1 and recs[-1]["rounds"] == 20
 
 
+@pytest.mark.parametrize("cut, complete", [("summary", True), ('"round": 12,', False),
+                                           ('"round": 8,', False), ('"round": 8,', True)])
+def test_a_cut_last_records_line_is_dropped_and_the_run_resumes_whole(finished, tmp_path, cut,
+                                                                      complete):
+    """A crash or a full disk cuts records.jsonl's last line (of a finished run, or of one
+    killed after its last checkpoint): the resume drops it with a warning naming the line and
+    restarts from a checkpoint whose records are intact (the last, round 10, or none: round 0),
+    so the log is whole and ends with its summary."""
+    ck = copy_of(finished, tmp_path, complete=complete)
+    path = ck / "run00" / "records.jsonl"
+    lines = path.read_bytes().splitlines(keepends=True)
+    at = next(k for k, line in enumerate(lines) if cut.encode() in line)
+    path.write_bytes(b"".join(lines[:at]) + lines[at][:len(lines[at]) // 2])
+    log = tmp_path / "r.jsonl"
+    res = run_py([*ARGS, "--rounds", "12", "--out", str(log), "--resume", str(ck)])
+    assert res.returncode == 0, res.stderr
+    assert f"records.jsonl, line {at + 1} (the last) is cut off" in res.stderr, res.stderr
+    assert rounds_of(log) == rounds_of(finished / "run.jsonl")
+    recs = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [r["type"] for r in recs].count("config") == 1
+    assert recs[-1]["type"] == "summary" and recs[-1]["rounds"] == 12
+
+
 # -- the library, in process -----------------------------------------------------------------------
 
 
@@ -154,6 +177,78 @@ def test_unusable_node_state_falls_back_then_names_the_file(tmp_path, change):
     rewrite(ck, 3, "node-0002.pt", change)
     with pytest.raises(CheckpointError, match=r"no intact checkpoint left.*round-000003/node-0002\.pt"):
         ck.restore(engine())
+    ck.close()
+
+
+@pytest.mark.parametrize("claimed_format", [3, 2])
+def test_another_runs_files_under_a_forged_manifest_are_refused_naming_both_hashes(
+        tmp_path, claimed_format):
+    """Run A's files under a manifest forged to carry run B's identity (and A's checksums):
+    every file names the run that wrote it, so B's resume refuses them, naming both config
+    hashes, whatever format the manifest claims."""
+    _, a = saved(tmp_path)
+    b = Checkpointer(tmp_path / "b", {"test": 2})
+    eng = engine()
+    eng.run(3, log_every=3)
+    b.save(eng)
+    forged = json.loads((b.dir / "manifest.json").read_text())
+    forged |= {k: json.loads((a.dir / "manifest.json").read_text())[k] for k in ("rounds", "files")}
+    forged["format"] = claimed_format
+    (a.dir / "manifest.json").write_text(json.dumps(forged))
+    a.close()
+    b.close()
+    b_on_a = Checkpointer(a.dir, {"test": 2})
+    with pytest.raises(CheckpointError, match="no intact checkpoint left") as exc:
+        b_on_a.restore(engine())
+    assert a.fingerprint in str(exc.value) and b.fingerprint in str(exc.value)
+    b_on_a.close()
+
+
+def test_files_of_an_older_version_load_with_a_warning_only_where_the_manifest_admits_them(
+        tmp_path, caplog):
+    """Files that name no run (written before checkpoints named their run) load with a warning
+    under a format-2 manifest and the rounds it kept (``unbound`` once rewritten); a format-3
+    manifest that does not list them refuses them."""
+    from gossip.checkpoint import RUN_KEY
+
+    _, ck = saved(tmp_path)
+    for r in (3, 6):
+        for name in ["engine.pt"] + [f"node-000{i}.pt" for i in range(4)]:
+            rewrite(ck, r, name, lambda blob: blob.pop(RUN_KEY))
+    with pytest.raises(CheckpointError, match="names no run"):
+        ck.restore(engine())
+    m = json.loads((ck.dir / "manifest.json").read_text())
+    (ck.dir / "manifest.json").write_text(json.dumps(m | {"format": 2}))
+    eng = engine()
+    with caplog.at_level("WARNING", logger="gossip.checkpoint"):
+        assert ck.restore(eng) == 6
+    assert "written by an older version and name no run" in caplog.text
+    eng.run(3, log_every=3)
+    ck.save(eng)  # rewritten as format 3: round 6 is kept as unbound, round 9 names the run
+    m = json.loads((ck.dir / "manifest.json").read_text())
+    assert m["format"] == 3 and m["unbound"] == [6] and m["rounds"] == [6, 9]
+    assert ck.restore(engine()) == 9
+    ck.close()
+
+
+class _Code:
+    """An object whose unpickling would call a function: what weights_only refuses."""
+
+    def __reduce__(self):
+        return (print, ("code ran",))
+
+
+def test_a_pickled_object_is_refused_without_advising_an_unsafe_load(tmp_path, caplog, capsys):
+    """A node file holding a pickled object (its checksum forged to match) falls back to the
+    older round; the warning names the object and never advises ``weights_only=False``."""
+    _, ck = saved(tmp_path)
+    rewrite(ck, 6, "node-0002.pt", lambda blob: blob.__setitem__("x", _Code()))
+    with caplog.at_level("WARNING", logger="gossip.checkpoint"):
+        assert ck.restore(engine()) == 3
+    text = caplog.text
+    assert "node-0002.pt" in text and "GLOBAL print" in text, text
+    assert "weights_only" not in text and "trust" not in text, text
+    assert "code ran" not in capsys.readouterr().out
     ck.close()
 
 
@@ -243,7 +338,7 @@ def test_many_unreadable_rounds_are_summed_up_in_one_warning(tmp_path, caplog):
     ck.close()
 
 
-def test_a_format_1_manifest_is_loaded_with_a_warning_and_rewritten_as_format_2(tmp_path, caplog):
+def test_a_format_1_manifest_is_loaded_with_a_warning_and_rewritten_as_the_current_format(tmp_path, caplog):
     eng, ck = saved(tmp_path)
     m = json.loads((ck.dir / "manifest.json").read_text())
     (ck.dir / "manifest.json").write_text(json.dumps({k: v for k, v in m.items() if k != "files"}
@@ -254,7 +349,7 @@ def test_a_format_1_manifest_is_loaded_with_a_warning_and_rewritten_as_format_2(
     eng.run(3, log_every=3)
     ck.save(eng)
     m2 = json.loads((ck.dir / "manifest.json").read_text())
-    assert m2["format"] == 2 and m2["rounds"] == [6, 9] and set(m2["files"]) == {"6", "9"}
+    assert m2["format"] == 3 and m2["rounds"] == [6, 9] and set(m2["files"]) == {"6", "9"}
     assert m2["files"]["6"] == m["files"]["6"]  # the kept round's checksums, from its files
     ck.close()
 

@@ -71,6 +71,26 @@ def test_churn_checks_that_pass():
     parse_network("churn=rate:1,mean_away:100").check(2)  # nothing to check
 
 
+@pytest.mark.parametrize("spec, fragment", [
+    ("compute=lognormal:1,1e6", "SIGMA of at most 37.6"), ("compute=lognormal:1,40", "37.6"),
+    ("compute=exp:1e307", "compute=exp:1e+307"), ("compute=2;slow=0.5x1e308", "slow factor"),
+    ("delay=exp:5e306", "delay=exp"),
+])
+def test_draws_past_the_largest_float_are_refused(spec, fragment):
+    """A distribution whose draws or mean overflow is one ConfigError naming it, before any
+    draw (no numpy overflow warning, no infinite times)."""
+    with pytest.raises(ConfigError, match="past the largest float") as exc:
+        Timing(parse_network(spec), 0, 4)
+    assert fragment in str(exc.value)
+
+
+def test_a_wide_lognormal_within_range_draws_without_warnings():
+    with np.errstate(all="raise"):  # an overflow in any draw would raise here
+        timing = Timing(parse_network("compute=lognormal:1,37.5"), 0, 4)
+        draws = [timing.compute_s(i, k) for i in range(4) for k in range(1, 2000)]
+    assert all(math.isfinite(d) for d in draws)
+
+
 def test_block_draws_equal_streams():
     rows = [5, 7 << 32 | 2]
     s = Stream(11, rows, "network.delay")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import signal
 import sys
+import time
 
 import pytest
 import torch
@@ -91,6 +92,36 @@ def test_a_killed_rank_is_named_without_a_wait_it_did_not_do(tmp_path):
     assert any(re.search(r"for [^(]*\(?rank 2\)? \(torch.distributed: ", ln) for ln in lines), out
     assert all("did that rank die or get killed?" in ln for ln in lines), out[-3000:]
     assert not any("waited 5 s" in ln or "pair.cc" in ln for ln in lines), out[-3000:]
+
+
+def test_a_rank_missing_at_start_up_is_named_within_the_timeout():
+    """A rank that never reaches the rendezvous: the others wait --timeout (3 s), not torch's
+    default, and end with one line naming it; no store error, no second wait at start-up."""
+    start = time.monotonic()
+    res = run_torchrun(2, ["tests/helpers/torch_stop_at_start.py", "experiments/consensus.py",
+                           "--nodes", "4", "--dim", "8", "--rounds", "3", "--timeout", "3"],
+                       timeout=170, env_extra={"GOSSIP_TEST_STOP_RANK": "1"})
+    seconds = time.monotonic() - start
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    lines = [ln for ln in out.splitlines() if ln.startswith(("error:", "[rank 0] error:"))]
+    assert len(lines) == 1 and "waited 3 s at start-up" in lines[0], out[-3000:]
+    assert "rank(s) [1] never arrived" in lines[0]
+    assert "DistStoreError" not in out and "During handling" not in out, out[-3000:]
+    assert seconds < 100, seconds  # launch and teardown included; 120 s waits are gone
+
+
+def test_a_rank_that_stops_stepping_is_named_by_every_rank():
+    """gossip.wrap under torchrun, rank 1's script ends after two steps: every other rank's
+    error names rank 1 (its neighbors directly, rank 3 through rank 0's note), none blames a
+    rank that failed because of it, and gloo's raw error is not shown."""
+    res = run_torchrun(4, ["tests/helpers/torch_wrap_stop.py", "5"], timeout=170)
+    out = res.stdout + res.stderr
+    assert res.returncode != 0
+    errors = [ln for ln in out.splitlines() if "gossip.errors.Comm" in ln]
+    assert {ln[:7] for ln in errors} == {"[rank0]", "[rank2]", "[rank3]"}, out[-4000:]
+    assert all("rank 1 stopped stepping early" in ln for ln in errors), out[-4000:]
+    assert "GLHF" not in out and "pair.cc" not in out, out[-4000:]
 
 
 def test_bad_transport_choices_say_the_fix():

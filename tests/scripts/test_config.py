@@ -90,6 +90,19 @@ def test_bad_file_errors_name_the_file(tmp_path):
         load_toml(bad)
 
 
+@pytest.mark.parametrize("text, fragment", [
+    ("nodes = " + "[" * 50_000 + "]" * 50_000, "nested too deep"),
+    ("nodes = " + "9" * 5000, "number too long"),
+])
+def test_a_hostile_file_is_a_config_error_naming_it(tmp_path, text, fragment):
+    """Arrays nested 50,000 deep and a 5000-digit integer: one error naming the file, not
+    Python's RecursionError or digit-limit ValueError."""
+    path = write(tmp_path, text + "\n")
+    with pytest.raises(ConfigFileError, match=fragment) as exc:
+        load_toml(path)
+    assert str(path) in str(exc.value)
+
+
 def test_scripts_read_config_and_report_errors(tmp_path, capsys):
     consensus = script("consensus")
     path = write(tmp_path, 'nodes = 5\ncompressor = ["none", "sign"]\ngamma = [1, 0.4]\n'

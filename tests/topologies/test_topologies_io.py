@@ -112,6 +112,29 @@ def test_unparsable_files(tmp_path, name, text, match):
         T.load(tmp_path / name)
 
 
+@pytest.mark.parametrize("bad, fragment", [
+    ("-1", "signed"), ("+2", "signed"), ("12345678901234567890", "past the largest id"),
+    ("$$$", "neither an id"), ("2.5", "neither an id"), ("n" * 201, "more than the 200"),
+])
+@pytest.mark.parametrize("other", ["0", "a"])
+def test_bad_edge_list_labels_are_named_with_their_line(tmp_path, bad, fragment, other):
+    """A signed or oversized id, a name too long and a token that is neither an id nor a name
+    are errors naming the file and line, on the fast (integer pairs) path and the general one."""
+    path = tmp_path / "g.txt"
+    path.write_text(f"{other} 1\n1 {bad}\n")
+    with pytest.raises(GraphFileError, match=r"g\.txt:2: .*" + fragment):
+        T.load(path)
+
+
+def test_ids_up_to_int64_and_names_with_punctuation_are_labels(tmp_path):
+    path = tmp_path / "g.txt"
+    path.write_text(f"0 {2**63 - 1}\n0 7\n")
+    assert T.load(path).graph["labels"] == {0: 0, 1: 7, 2: 2**63 - 1}
+    path.write_text("host-1.lab:22 user@example.org/x\n_b Zürich\n_b host-1.lab:22\n")
+    assert sorted(T.load(path).graph["labels"].values()) == sorted(
+        ["host-1.lab:22", "user@example.org/x", "_b", "Zürich"])
+
+
 def test_self_loops_are_named(tmp_path):
     (tmp_path / "loop.edgelist").write_text("a b\nb b\n")
     with pytest.raises(SelfLoopError, match=r"loop.edgelist:2: self-loop on node 'b'"):

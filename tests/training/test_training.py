@@ -174,6 +174,10 @@ def test_datasets_from_files_and_errors(tmp_path):
         load_tensor_file(tmp_path / "bad.npz")
     with pytest.raises(DatasetError, match="nothing is downloaded"):
         load_dataset("cifar10")
+    torch.save({"x": torch.zeros(4, 2), "y": print}, tmp_path / "obj.pt")  # a pickled function
+    with pytest.raises(DatasetError, match=r"obj\.pt: it holds Python objects") as exc:
+        load_tensor_file(tmp_path / "obj.pt")
+    assert "weights_only" not in str(exc.value) and "trust" not in str(exc.value)
     (tmp_path / "imgs" / "cat").mkdir(parents=True)
     try:
         import torchvision  # noqa: F401

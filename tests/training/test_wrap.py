@@ -89,6 +89,22 @@ def test_every_trainable_algorithm_works_as_documented(name):
         assert torch.equal(x_got, x_want)
 
 
+def test_the_timeout_reaches_the_detection_of_the_world(monkeypatch):
+    """``wrap(timeout=...)`` bounds the start-up too: World.detect gets it (torchrun's
+    rendezvous would otherwise wait torch's default)."""
+    seen = {}
+    detect = World.detect.__func__
+
+    def spy(cls, timeout=120.0, **kwargs):
+        seen["timeout"] = timeout
+        return detect(cls, timeout, **kwargs)
+
+    monkeypatch.setattr(World, "detect", classmethod(spy))
+    net = wrap_runs.model()
+    wrap(net, torch.optim.SGD(net.parameters(), lr=0.1), algorithm="dpsgd", timeout=7.5)
+    assert seen == {"timeout": 7.5}
+
+
 def test_the_model_is_the_nodes_row_of_x():
     model, opt = wrap_runs.wrapped("choco", None)
     assert opt.n == 1 and opt.models[0] is model and opt.node == 0 and opt.rank == 0
