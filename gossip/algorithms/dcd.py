@@ -58,7 +58,7 @@ class DCD(Algorithm):
         gap, diff, ch = block.state["gap"], ws["diff"], ws["channel"]
         if block.round == 1:  # every model uncompressed: s_i − x_i = Σ_{j∈N_i⁺} w_ij x_j − x_i
             inbox = yield block.encode(x, compressor=make("none"))
-            gap.copy_(ch.gap(inbox))
+            gap.copy_(ch.increments(inbox)[1])  # in the gap's own dtype
         if block.has_oracle:
             torch.sub(gap, block.gradients(ws["grad"]), alpha=scheduled(self.eta, block.round),
                       out=diff)

@@ -92,12 +92,17 @@ def test_consensus_methods_stay_converged_in_float32(name, spec, hparams):
     ("c-gt", "lead:2", {}),
     ("beer", "topk:0.5", {}),
     ("diging", "none", {}),
-    ("dcd", "none", {"eta": 0.02}),
 ])
 def test_exact_methods_stay_at_the_optimum_in_float32(name, spec, hparams):
     errors = _run(name, spec, hparams, 1_000, 20_000)
     _assert_flat(errors, floor=1e-16)
     assert errors[1][1] < 1e-10  # at x* to float32's precision
+
+
+@pytest.mark.slow
+def test_dcd_stays_where_its_constant_step_leads():
+    # DCD-PSGD with a constant step converges near x*, not to it: where it settles, it stays
+    _assert_flat(_run("dcd", "none", {"eta": 0.02}, 1_000, 20_000))
 
 
 def test_the_gap_of_the_copies_sums_to_zero_over_the_nodes():
