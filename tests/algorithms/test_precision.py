@@ -3,7 +3,9 @@ and EXTRA's duals, trackers, DCD's replicas) never carry their roundings forward
 that creeps back up, and the average that consensus keeps does not wander off.
 
 Each run is float32, converges within a few hundred rounds, then keeps running: its error at the
-end may not exceed ten times its error just after converging.
+end may not exceed ten times its error just after converging (or a floor: the average of a
+consensus may move by a few ulps of float32). Before the channels kept their gap in float64, each
+of these failed: the errors grew as t² once converged.
 """
 
 from __future__ import annotations
@@ -59,10 +61,15 @@ def _run(name: str, spec: str, hparams: dict, converged: int, rounds: int,
     return out
 
 
+ULPS = 1e-12
+"""A relative squared distance of a few float32 ulps (1e-6 relative): what an average may move
+by when its nodes' updates round."""
+
+
 def _assert_flat(errors: list[tuple[float, float]], floor: float = 1e-30) -> None:
     (c0, d0), (c1, d1) = errors
     assert c1 <= 10 * max(c0, floor), f"consensus error {c0:.3g} -> {c1:.3g}"
-    assert d1 <= 10 * max(d0, floor), f"distance {d0:.3g} -> {d1:.3g}"
+    assert d1 <= 10 * max(d0, floor, ULPS), f"distance {d0:.3g} -> {d1:.3g}"
 
 
 @pytest.mark.slow
@@ -82,7 +89,7 @@ def test_choco_consensus_keeps_its_error_and_its_average_for_1e5_rounds():
     ("dcd", "none", {}),
 ])
 def test_consensus_methods_stay_converged_in_float32(name, spec, hparams):
-    _assert_flat(_run(name, spec, hparams, 2_000, 20_000, problem=False))
+    _assert_flat(_run(name, spec, hparams, 2_000, 8_000, problem=False))
 
 
 @pytest.mark.slow
@@ -94,7 +101,7 @@ def test_consensus_methods_stay_converged_in_float32(name, spec, hparams):
     ("diging", "none", {}),
 ])
 def test_exact_methods_stay_at_the_optimum_in_float32(name, spec, hparams):
-    errors = _run(name, spec, hparams, 1_000, 20_000)
+    errors = _run(name, spec, hparams, 1_000, 6_000)
     _assert_flat(errors, floor=1e-16)
     assert errors[1][1] < 1e-10  # at x* to float32's precision
 
@@ -102,7 +109,7 @@ def test_exact_methods_stay_at_the_optimum_in_float32(name, spec, hparams):
 @pytest.mark.slow
 def test_dcd_stays_where_its_constant_step_leads():
     # DCD-PSGD with a constant step converges near x*, not to it: where it settles, it stays
-    _assert_flat(_run("dcd", "none", {"eta": 0.02}, 1_000, 20_000))
+    _assert_flat(_run("dcd", "none", {"eta": 0.02}, 1_000, 6_000))
 
 
 def test_the_gap_of_the_copies_sums_to_zero_over_the_nodes():
