@@ -692,14 +692,18 @@ def target_note(missed: list[tuple[str, int | None]], target: float, metric: str
             f"{target:g} ({ended}); raise {rounds_flag} or --target to see it reached")
 
 
-def gamma_value(text: str) -> float | str:
-    """A consensus step, or 'auto' for a short grid search."""
+def gamma_value(text: str) -> float | str | None:
+    """A consensus step, 'auto' for a short grid search, or 'default' (None: the algorithm's
+    default, e.g. CHOCO's rule; for one run of a per-run list)."""
     if text == "auto":
         return text
+    if text == "default":
+        return None
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"gamma must be a number or 'auto', got '{text}'") from None
+        raise argparse.ArgumentTypeError(
+            f"gamma must be a number, 'auto' or 'default', got '{text}'") from None
 
 
 def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
