@@ -918,17 +918,22 @@ def check_hparam_types(name: str, given: dict[str, Any]) -> None:
     params = inspect.signature(algorithm_class(name).__init__).parameters
     for key, value in given.items():
         default = params[key].default if key in params else inspect.Parameter.empty
+        numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if default is None and key in params:  # resolved by the run: its annotation says the kind
+            numeric = params[key].annotation in ("float | None", "int | None", "float | int | None")
         if isinstance(default, bool):
             ok, kind = isinstance(value, bool), "true or false"
-        elif isinstance(default, (int, float)):
+        elif numeric:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             kind = "a number"
         else:
             continue
         if not ok:
-            example = str(default).lower() if isinstance(default, bool) else f"{default:g}"
+            example = (str(default).lower() if isinstance(default, bool)
+                       else "0.1" if default is None else f"{default:g}")
+            said = "set by the run" if default is None else example
             raise SystemExit(f"error: --hparam {key}={_label_value(value)}: {name}'s {key} is "
-                             f"{kind} (default {example}); give one, e.g. --hparam {key}={example}")
+                             f"{kind} (default {said}); give one, e.g. --hparam {key}={example}")
 
 
 def run_label(head: str, wire: str | None, hparams: dict[str, Any], sep: str = "@") -> str:

@@ -49,7 +49,7 @@ class Choco(Algorithm):
         gamma: consensus step, > 0 (too large diverges). CHOCO's analysis covers (0, 1]; above 1
             a warning is logged (PowerGossip's reference code runs 1.3 with sign on a ring), and
             a γ at which even exact gossip diverges on the graph, ``γ ≥ 2 / (1 − λ_min(W))``, is
-            refused. Default (None): ``min(1, δ / (2 max_i (1 − w_ii)))`` from the compressor's
+            refused. Default (None): ``min(1, δ / (3 max_i (1 − w_ii)))`` from the compressor's
             contraction δ (1/(1 + ω) for an unbiased one) and the mixing weights
             (:func:`gossip.algorithms.consensus_step.default_gamma`), resolved at setup into
             ``block.hparams`` (the log's config record); 1 with no compression.

@@ -10,9 +10,11 @@ consensus (d = 400, 400 rounds; docs/algorithms/choco.md, "The default γ"), the
 γ on a grid was 0.7-1.8 × ``δ / (1 − w_ii)`` for rand-k (whose δ = k/d is exact) and scaled
 QSGD, whatever the graph (ring, torus, complete; 8-32 nodes), while the spectral gap set only
 the speed (CHOCO's Theorem 2 value ``γ* = gap² δ / (16 gap + gap² + 4β² + 2 gap β² − 8 gap δ)``
-also converges, 80-800× more slowly). Hence the rule, with a factor 2 of margin::
+also converges, 80-800× more slowly). Near those limits the error jitters (rand-k with 6 of 64
+entries on the complete graph of 8: bumps of 7× at 0.5 × the ratio, a smooth descent at 0.33),
+hence the rule, with a factor 2-3 of margin::
 
-    γ = min(1, SAFETY · δ / max_i (1 − w_ii)),    SAFETY = 1/2
+    γ = min(1, SAFETY · δ / max_i (1 − w_ii)),    SAFETY = 1/3
 
 δ is read from the compressor's properties (never its spec), so a user's compressor gets the
 rule its properties say:
@@ -26,8 +28,8 @@ rule its properties say:
   ``1/d``, ``qsgd:…:biased`` ``1/(1 + ω)``, the 16-bit casts ≈ 1);
 * none known (one warm-started low-rank power step, ``sign_l2``, ``vote``, a compressor that
   says nothing): δ = :data:`UNKNOWN_DELTA`, the quality of ``lowrank:1`` on a 40×50 matrix
-  (stable up to γ ≈ 0.04 on the ring of 8), with a warning that γ should be tuned
-  (``--gamma auto``).
+  (stable up to γ ≈ 0.04 on the ring of 8, where this gives 0.015), with a warning that γ
+  should be tuned (``--gamma auto``).
 
 Worst-case δ makes the rule slow where the data are kinder than the worst case (top-k and
 sign on dense vectors): it is a default that converges, not the fastest γ; ``--gamma auto``
@@ -41,12 +43,12 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-SAFETY = 0.5
-"""The rule's margin below the largest stable γ measured (``δ / (1 − w_ii)`` at the least)."""
+SAFETY = 1.0 / 3.0
+"""The rule's margin below the largest stable γ measured (0.7 × ``δ / (1 − w_ii)`` at the least)."""
 
 UNKNOWN_DELTA = 0.03
 """δ assumed for a compressor that reports none (``lowrank:1``: stable up to γ ≈ 0.04 on a
-ring of 8 with a 40×50 matrix, where this gives γ ≈ 0.022)."""
+ring of 8 with a 40×50 matrix, where this gives γ = 0.015)."""
 
 
 def copy_damping(compressor: Any, numel: int) -> float:

@@ -69,17 +69,17 @@ def check_converges(errors: list[float], gamma: float, gap: float, rounds: int, 
 def test_the_default_converges_where_the_former_gamma_diverged():
     """qsgd:4bit (unbiased, ω = 2.8 at d = 64) on an 8-ring: γ = 0.05 diverged; the default
     rescales the compressor as CHOCO does and sizes γ from its δ."""
-    errors, gamma = consensus_curve("qsgd:4bit", "ring", 8, 150)
+    errors, gamma = consensus_curve("qsgd:4bit", "ring", 8, 200)
     assert 0 < gamma <= 1
-    check_converges(errors, gamma, topologies.build("ring", 8).gap, 150, "qsgd:4bit ring 8")
-    assert errors[-1] < 1e-9  # linear convergence, far below the 3-order floor of the check
+    check_converges(errors, gamma, topologies.build("ring", 8).gap, 200, "qsgd:4bit ring 8")
+    assert errors[-1] < 1e-8  # linear convergence (2e-10 measured), far below the check's 3 orders
 
 
 def test_rule_values_and_explicit_gamma_kept():
     ring = topologies.build("ring", 8)  # Metropolis: w_ii = 1/3
     assert default_gamma(make_compressor("none"), 64, ring) == 1.0
-    assert default_gamma(make_compressor("topk:0.1"), 100, ring) == pytest.approx(0.5 * 0.1 / (2 / 3))
-    assert default_gamma(make_compressor("natural"), 64, ring) == pytest.approx(0.5 / (1.125 * 2 / 3))
+    assert default_gamma(make_compressor("topk:0.1"), 100, ring) == pytest.approx(0.1 / 3 / (2 / 3))
+    assert default_gamma(make_compressor("natural"), 64, ring) == pytest.approx(1 / 3 / (1.125 * 2 / 3))
     # the rule sits between the theory's safe step and 1
     delta = 0.1
     assert theory_gamma(delta, ring) < default_gamma(make_compressor("topk:0.1"), 100, ring) < 1
