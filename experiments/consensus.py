@@ -70,8 +70,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help=f"compressor specs, one run each: {catalog.compressor_usage()}")
     g.add_argument("--gamma", nargs="+", type=gamma_value, default=None, metavar="G",
                    help="consensus step: one for all runs or one per compressor; 'auto' "
-                        "searches the grid 1, 0.5, 0.2, ..., 0.01 on a tenth of the rounds "
-                        "(default: the algorithm's own default)")
+                        "searches the grid 1, 0.5, 0.2, ..., 0.01 on a tenth of the rounds, "
+                        "'default' takes the algorithm's default for that run "
+                        "(default: the algorithm's own default; CHOCO's is sized from the "
+                        "compressor's contraction and the mixing weights, the label gives it)")
     g.add_argument("--rank", type=positive_int, default=None,
                    help="PowerGossip's rank (only with --algorithm powergossip)")
     g.add_argument("--dim", type=positive_int, default=None,
@@ -220,8 +222,10 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
             if world.is_root:
                 print(f"{args.algorithm} {spec}: {search.describe()}")
         engine = build(gamma)
+        if gamma is None:  # the algorithm's default, as its setup resolved it (CHOCO's rule)
+            gamma = engine.hparams.get("gamma")
         label = run_label(args.algorithm, spec, {}, sep=" ") + (
-            f" γ={gamma:g}" if gamma is not None else "")
+            f" γ={gamma:.3g}" if isinstance(gamma, float) else "")
         config = {
             "script": "consensus", "args": vars(args), "algorithm": args.algorithm,
             "hparams": engine.hparams, "compressor": spec, "nodes": topology.n,

@@ -2,13 +2,15 @@
 
 In process:   python experiments/optimize.py --problem least-squares --algorithm lead --compressor lead:2
 Compare:      python experiments/optimize.py --compare lead@lead:2 nids@none dpsgd choco@lead:2 --plot p.png
-Under MPI:    mpiexec -n 8 python experiments/optimize.py --problem lasso --algorithm prox-lead
+Under MPI:    mpiexec -n 8 python experiments/optimize.py --problem lasso --algorithm prox-lead --compressor lead:2
 
 The exact optimum x* is computed centrally (scipy / proximal gradient in float64); each record
 carries distance_to_optimum = (1/n) Σ ‖x_i − x*‖² / ‖x*‖², the objective at the average model and
 its gap to the optimal value, consensus error and bits per node. Step sizes default to what each
 algorithm suggests for the problem (η = 1/L with full gradients, 1/(6 L_max) with sampled ones,
-a fifth of that for gradient tracking), so a run with no tuning flag works.
+a fifth of that for gradient tracking), so a run with no tuning flag works. Messages are exact
+(``none``) unless a compressor is named (``--compressor``, or ``ALG@SPEC`` in ``--compare``), and
+labels always name it (``dgd@none``).
 """
 
 from __future__ import annotations
@@ -84,18 +86,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "compression, dgd = dpsgd, ef-c-gt = c-gt with error feedback, sgp = push-sum "
                         "with no compression), or module:Class")
     a.add_argument("--compressor", default=None,
-                   help=f"compressor spec: {catalog.compressor_usage()} (default: lead:2, or none for "
-                        "the algorithms that take no gossip compressor: "
-                        f"{', '.join(catalog.algorithms(lambda t: t.compressor == 'identity'))})")
+                   help=f"compressor spec: {catalog.compressor_usage()} (default: none, exact "
+                        "messages; the same rule as an item of --compare without @COMPRESSOR)")
     a.add_argument("--compare", nargs="+", default=None, metavar="ALG[@COMPRESSOR]",
                    help="run several algorithms, e.g. lead@lead:2 nids dgd choco@lead:2 "
-                        "beer@topk:0.1; plots distance to optimum vs rounds and bits")
+                        "beer@topk:0.1 (no @COMPRESSOR: exact messages, none); plots distance to "
+                        "optimum vs rounds and bits")
     a.add_argument("--eta", type=positive_float, default=None,
                    help="step size (default: what the algorithm suggests for the problem, e.g. 1/L "
                         "with full gradients, 1/(6 L_max) sampled, 0.2/L for gradient tracking)")
     a.add_argument("--gamma", type=gamma_value, default=None,
-                   help="consensus step (default: the algorithm's suggestion or its own default); "
-                        "'auto' searches 1, 0.5, 0.2, ..., 0.01 on a tenth of the iterations")
+                   help="consensus step (default: the algorithm's suggestion or its own default; "
+                        "CHOCO's is sized from the compressor's contraction and the mixing "
+                        "weights); 'auto' searches 1, 0.5, 0.2, ..., 0.01 on a tenth of the "
+                        "iterations")
     add_hparam_argument(a, "--hparam codec=sign_l1 freeze_step=50 (onebit-adam), --hparam "
                            "period=2 (c-ecl); with --compare, each goes to the runs whose algorithm "
                            "takes it")
@@ -119,6 +123,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 MEMORY_FLAGS = "--nodes, --dim or --samples-per-node"
+DEFAULT_COMPRESSOR = "none"
+"""What a run sends when no compressor is named: exact messages, for every algorithm (LEAD and
+Prox-LEAD included: with ``none`` they are NIDS and its proximal form, the methods they
+compress; a compressor is a choice of the run, as the graph is)."""
 
 
 def problem_bytes(args: argparse.Namespace, n: int | None) -> dict[str, float]:
@@ -139,13 +147,19 @@ def problem_bytes(args: argparse.Namespace, n: int | None) -> dict[str, float]:
 
 
 def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
-    """(label, algorithm, hyper-parameters, compressor) for each run asked for."""
+    """(label, algorithm, hyper-parameters, compressor) for each run asked for.
+
+    One rule for ``--algorithm X`` and ``--compare X``: the compressor named (``--compressor``,
+    or ``X@SPEC``), else ``none``: a default never turns an exact method into a compressed one.
+    The label names the compressor either way (``dpsgd@none``; an alias keeps its name,
+    ``nids@none``)."""
     from gossip.algorithms import algorithm_class
 
     items = args.compare or [args.algorithm + (f"@{args.compressor}" if args.compressor else "")]
     out = []
     for item in items:
-        name, _, comp = item.partition("@")
+        head, _, comp = item.partition("@")
+        name = head
         hp: dict = {}
         if name in ALIASES:
             name, hp, forced = ALIASES[name]
@@ -160,22 +174,14 @@ def run_specs(args: argparse.Namespace) -> list[tuple[str, str, dict, str]]:
             raise SystemExit(f"--algorithm/--compare '{item}': {name} uses no gradients, so it cannot "
                              f"minimize a problem; use one of "
                              f"{', '.join(trainable())}")
-        comp = comp or ("none" if args.compare else default_compressor(name))
-        out.append((item if args.compare else f"{name}@{comp}", name, hp, comp))
+        comp = comp or DEFAULT_COMPRESSOR
+        out.append((f"{head}@{comp}", name, hp, comp))
     return out
 
 
 def trainable() -> list[str]:
     """Registered algorithms that use gradients (``trains``): the ones that can minimize."""
     return catalog.algorithms(lambda t: t.trains)
-
-
-def default_compressor(name: str) -> str:
-    """``lead:2``, or ``none`` for an algorithm that takes no gossip compressor (it compresses by
-    itself or mixes exact models: its ``requires.compressor`` is ``"identity"``)."""
-    from gossip.algorithms import algorithm_class
-
-    return "none" if algorithm_class(name).requires.compressor == "identity" else "lead:2"
 
 
 def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, topology=None) -> dict:

@@ -712,14 +712,18 @@ def target_note(missed: list[tuple[str, int | None]], target: float, metric: str
             f"{target:g} ({ended}); raise {rounds_flag} or --target to see it reached")
 
 
-def gamma_value(text: str) -> float | str:
-    """A consensus step, or 'auto' for a short grid search."""
+def gamma_value(text: str) -> float | str | None:
+    """A consensus step, 'auto' for a short grid search, or 'default' (None: the algorithm's
+    default, e.g. CHOCO's rule; for one run of a per-run list)."""
     if text == "auto":
         return text
+    if text == "default":
+        return None
     try:
         return float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"gamma must be a number or 'auto', got '{text}'") from None
+        raise argparse.ArgumentTypeError(
+            f"gamma must be a number, 'auto' or 'default', got '{text}'") from None
 
 
 def split_per_run(values: list[Any] | None, count: int, name: str) -> list[Any]:
@@ -935,17 +939,22 @@ def check_hparam_types(name: str, given: dict[str, Any]) -> None:
     params = inspect.signature(algorithm_class(name).__init__).parameters
     for key, value in given.items():
         default = params[key].default if key in params else inspect.Parameter.empty
+        numeric = isinstance(default, (int, float)) and not isinstance(default, bool)
+        if default is None and key in params:  # resolved by the run: its annotation says the kind
+            numeric = params[key].annotation in ("float | None", "int | None", "float | int | None")
         if isinstance(default, bool):
             ok, kind = isinstance(value, bool), "true or false"
-        elif isinstance(default, (int, float)):
+        elif numeric:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             kind = "a number"
         else:
             continue
         if not ok:
-            example = str(default).lower() if isinstance(default, bool) else f"{default:g}"
+            example = (str(default).lower() if isinstance(default, bool)
+                       else "0.1" if default is None else f"{default:g}")
+            said = "set by the run" if default is None else example
             raise SystemExit(f"error: --hparam {key}={_label_value(value)}: {name}'s {key} is "
-                             f"{kind} (default {example}); give one, e.g. --hparam {key}={example}")
+                             f"{kind} (default {said}); give one, e.g. --hparam {key}={example}")
 
 
 def run_label(head: str, wire: str | None, hparams: dict[str, Any], sep: str = "@") -> str:

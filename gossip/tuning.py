@@ -13,6 +13,10 @@ nodes drift apart, too large and the run blows up, sometimes late. The search:
    distance to the optimum for convex problems, the averaged model's training loss f(x̄) for
    training runs.
 
+Without ``--gamma``, CHOCO takes the rule of :mod:`gossip.algorithms.consensus_step` (from the
+compressor's contraction and the mixing weights), which converges but is sized for the
+compressor's worst case; the search looks for a faster γ on the run's own data.
+
 Caveat: instability can appear only after many rounds (CHOCO top-1 % with γ = 0.06 on the
 25-ring looks fine for 3000 rounds, docs/experiments.md#consensus), so a short search can pick a γ that
 diverges later; the full run still stops cleanly if it does.

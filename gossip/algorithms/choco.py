@@ -9,8 +9,11 @@ differences ``q_i = C(x_i − x̂_i)`` travel. Memory-efficient form: ``x``, ``x
     q_i = C(x_i − x̂_i);  send q_i, receive q_j
     x̂_i ← x̂_i + q_i;  s_i ← s_i + Σ_{j∈N_i⁺} w_ij q_j
 
-Works with any contractive compressor; γ must be tuned (too large diverges, sometimes late).
-The sender updates x̂_i with the decoded message, exactly what receivers add.
+Works with any contractive compressor; an unbiased one with variance ω enters rescaled, as
+``C/(1 + ω)`` (the copies move by 1/(1 + ω) of each message: CHOCO's form of such a compressor).
+γ defaults to a rule from the compressor's δ and the graph (:mod:`gossip.algorithms.consensus_step`);
+too large a γ diverges, sometimes late. The sender updates x̂_i with the decoded message, exactly
+what receivers add.
 
 Precision: the channel keeps ``s_i − x̂_i`` rather than ``s_i`` (it shrinks with the consensus
 error, so its roundings do too) and, for a float32 model, keeps and sums it in float64: the
@@ -28,6 +31,7 @@ from typing import Any
 import torch
 
 from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
+from gossip.algorithms.consensus_step import copy_damping, default_gamma
 from gossip.engine.block import Block
 from gossip.engine.channel import Channel
 from gossip.errors import ConfigError
@@ -43,10 +47,13 @@ class Choco(Algorithm):
     See docs/algorithms/choco.md.
 
     Args:
-        gamma: consensus step, > 0; tune it (too large diverges). CHOCO's analysis covers
-            (0, 1]; above 1 a warning is logged (PowerGossip's reference code runs 1.3 with
-            sign on a ring), and a γ at which even exact gossip diverges on the graph,
-            ``γ ≥ 2 / (1 − λ_min(W))``, is refused. Default 0.05.
+        gamma: consensus step, > 0 (too large diverges). CHOCO's analysis covers (0, 1]; above 1
+            a warning is logged (PowerGossip's reference code runs 1.3 with sign on a ring), and
+            a γ at which even exact gossip diverges on the graph, ``γ ≥ 2 / (1 − λ_min(W))``, is
+            refused. Default (None): ``min(1, δ / (3 max_i (1 − w_ii)))`` from the compressor's
+            contraction δ (1/(1 + ω) for an unbiased one) and the mixing weights
+            (:func:`gossip.algorithms.consensus_step.default_gamma`), resolved at setup into
+            ``block.hparams`` (the log's config record); 1 with no compression.
         eta: local step size or schedule (training uses the node's optimizer). Default 0.
     """
     name = "choco"
@@ -59,9 +66,10 @@ class Choco(Algorithm):
     step_rule = "dgd"
     on_loss = "drop"  # q_j increments the receiver's copy x̂_j: a lost one is missed
 
-    def __init__(self, gamma: float = 0.05, eta: float | Callable[[int], float] = 0.0):
-        check_range("gamma", gamma, 0.0, math.inf, "CHOCO's consensus step; tune it on a grid.",
-                    include_high=False)
+    def __init__(self, gamma: float | None = None, eta: float | Callable[[int], float] = 0.0):
+        if gamma is not None:
+            check_range("gamma", gamma, 0.0, math.inf, "CHOCO's consensus step; tune it on a grid.",
+                        include_high=False)
         self.gamma = gamma
         self.eta = eta
 
@@ -69,7 +77,7 @@ class Choco(Algorithm):
         """Refuse a γ at which the exact iteration ``x ← x + γ (W − I) x`` already diverges
         (its eigenvalues ``1 + γ (λ − 1)`` leave [−1, 1] for ``γ ≥ 2 / (1 − λ_min)``); warn
         above 1, where convergence depends on the compressor."""
-        if self.gamma <= 1.0:
+        if self.gamma is None or self.gamma <= 1.0:  # the default rule gives at most 1
             return
         spectrum = getattr(topology, "spectrum", None)
         lam = getattr(spectrum, "lambda_min", None)
@@ -86,13 +94,25 @@ class Choco(Algorithm):
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
                         topology: Any = None) -> dict[str, Any]:
-        """``eta`` by the ``"dgd"`` rule and γ = 0.5, which converges on the built-in convex
-        problems with the built-in compressors (training keeps the cautious default 0.05)."""
-        return super().suggest_hparams(problem, estimator, topology) | {"gamma": 0.5}
+        """``eta`` by the ``"dgd"`` rule; γ is left to the default rule (setup), which sizes it
+        from the compressor and the graph."""
+        return super().suggest_hparams(problem, estimator, topology)
+
+    def resolve(self, block: Block) -> float:
+        """Fill the default γ into ``block.hparams`` (an explicit one is kept as given) and
+        return how far the public copies move by each message: 1, or 1/(1 + ω) for an unbiased
+        compressor (``"choco"`` memory when 1)."""
+        numel = block.x.shape[1]
+        if block.hparams["gamma"] is None:
+            block.hparams["gamma"] = default_gamma(block.compressor, numel, block.topology,
+                                                   name=self.name, warn=0 in block.ids)
+        return copy_damping(block.compressor, numel)
 
     def setup(self, block: Block) -> None:
         # x̂ and s − x̂ in block.state, updated by one decode of the messages
-        block.workspace["channel"] = Channel(block, "x", memory="choco", keys=("x_hat", "gap"))
+        alpha = self.resolve(block)
+        block.workspace["channel"] = Channel(block, "x", memory="choco" if alpha == 1.0 else alpha,
+                                             keys=("x_hat", "gap"))
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
 
@@ -101,6 +121,6 @@ class Choco(Algorithm):
         ch = ws["channel"]
         if block.has_oracle:
             block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
-        x.add_(ch.gap(), alpha=self.gamma)  # x ← x + γ (s − x̂), the copies of last round
+        x.add_(ch.gap(), alpha=block.hparams["gamma"])  # x ← x + γ (s − x̂), the last copies
         inbox = yield ch.send(x)  # q = C(x − x̂)
         ch.update(inbox)  # x̂ += q;  s += Σ_j w_ij q_j (kept as s − x̂)

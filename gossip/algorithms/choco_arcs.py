@@ -51,7 +51,8 @@ class ChocoArcs(Choco):
 
     Args:
         gamma: consensus step, > 0, as CHOCO's (the same checks: above 1 a warning, at or
-            past ``2 / (1 − λ_min(W))`` refused). Default 0.05.
+            past ``2 / (1 − λ_min(W))`` refused; the same default rule from the compressor and
+            the graph).
         eta: local step size or schedule (training uses the node's optimizer). Default 0.
     """
     name = "choco-arcs"
@@ -64,14 +65,16 @@ class ChocoArcs(Choco):
                            "per stream: use a stateless compressor (topk, randk, qsgd, sign, none)")
     on_loss = "ack"  # both ends apply a delivered q_ij, neither a lost one
 
-    def __init__(self, gamma: float = 0.05, eta: float | Callable[[int], float] = 0.0):
+    def __init__(self, gamma: float | None = None, eta: float | Callable[[int], float] = 0.0):
         super().__init__(gamma=gamma, eta=eta)
 
     def setup(self, block: Block) -> None:
         # x̂_ij (out-arcs, "x_hat_to{j}") and x̂_ji (in-arcs, "x_hat_from{j}"): per-arc copies
         # moving by the whole message at both ends of a delivered arc. The channel is named
         # "arc": a randomized compressor draws from the arcs' "arc" streams (block.arc_rng).
-        block.workspace["channel"] = Channel(block, "arc", memory="choco", route="arcs",
+        alpha = self.resolve(block)  # γ's default; the copies' step (1/(1 + ω) if unbiased)
+        block.workspace["channel"] = Channel(block, "arc", memory="choco" if alpha == 1.0 else alpha,
+                                             route="arcs",
                                              keys=("x_hat_to{j}", "x_hat_from{j}"))
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
@@ -81,6 +84,7 @@ class ChocoArcs(Choco):
         ch = ws["channel"]
         if block.has_oracle:
             block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
-        x.add_(ch.gap(), alpha=self.gamma)  # Σ_j w_ij x̂_ji − Σ_j w_ji x̂_ij, the copies as they are
+        # Σ_j w_ij x̂_ji − Σ_j w_ji x̂_ij, the copies as they are
+        x.add_(ch.gap(), alpha=block.hparams["gamma"])
         q = yield ch.send(x)  # q_ij = C(x_i − x̂_ij) on every out-arc
         ch.update(q)  # delivered: x̂_ij += q_ij at i (acknowledged) and at j; lost: neither

@@ -1,4 +1,5 @@
-"""Which algorithms each script offers, and the compressor optimize.py gives each by default."""
+"""Which algorithms each script offers, and the compressor optimize.py gives each by default
+(exact messages, ``none``, unless one is named, with --algorithm and --compare alike)."""
 
 from __future__ import annotations
 
@@ -26,16 +27,40 @@ def test_identity_only_algorithms_refuse_a_lossy_compressor(name):
         algorithm.validate(topology, compressor)
 
 
-def test_optimize_default_compressor_per_algorithm():
+def test_optimize_sends_exact_messages_unless_a_compressor_is_named():
     optimize = script("optimize")
     for name in sorted(n for n in REGISTRY if algorithm_class(n).trains):
-        (_, _, _, comp), = optimize.run_specs(optimize.parse_args(["--algorithm", name]))
-        identity_only = algorithm_class(name).requires.compressor == "identity"
-        assert comp == ("none" if identity_only else "lead:2"), name
-    # a compressor the user names is kept, refused or not
+        (label, _, _, comp), = optimize.run_specs(optimize.parse_args(["--algorithm", name]))
+        (clabel, _, _, ccomp), = optimize.run_specs(optimize.parse_args(["--compare", name]))
+        assert comp == ccomp == "none", name  # one rule for both forms
+        assert label == clabel == f"{name}@none", name
+    # a compressor the user names is kept, refused or not, in both forms
     (_, _, _, comp), = optimize.run_specs(optimize.parse_args(["--algorithm", "adasum",
                                                                "--compressor", "sign"]))
     assert comp == "sign"
+    specs = optimize.run_specs(optimize.parse_args(["--compare", "lead@lead:2", "nids", "dgd"]))
+    assert [(s[0], s[3]) for s in specs] == [("lead@lead:2", "lead:2"), ("nids@none", "none"),
+                                             ("dgd@none", "none")]
+
+
+def test_algorithm_and_compare_run_the_same_method_and_log_the_compressor(tmp_path):
+    import json
+
+    optimize = script("optimize")
+    common = ["--nodes", "4", "--dim", "10", "--samples-per-node", "10", "--iterations", "20",
+              "--log-every", "20"]
+    one, many = tmp_path / "one.jsonl", tmp_path / "many.jsonl"
+    rows = optimize.main([*common, "--algorithm", "dpsgd", "--out", str(one)])
+    compared = optimize.main([*common, "--compare", "dpsgd", "lead@lead:2", "--out", str(many)])
+    assert rows[0]["run"] == compared[0]["run"] == "dpsgd@none"
+    assert rows[0]["final"] == compared[0]["final"]  # the same run, not a quantized one
+    assert compared[1]["run"] == "lead@lead:2"
+    for path in (one, many):
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        configs = [r for r in records if r["type"] == "config"]
+        assert configs and all("@" in r["label"] and r["label"].endswith("@" + r["compressor"])
+                               for r in configs)
+        assert all(r["label"] in {c["label"] for c in configs} for r in records if "label" in r)
 
 
 def test_optimize_refuses_an_algorithm_without_gradients():

@@ -33,7 +33,7 @@ def test_one_run_logging_several_algorithms_gives_several_rows(tmp_path):
     compare = script("compare")
     text = compare.main([str(CONFIGS / "sweep_lead.toml"), "--out", str(tmp_path),
                          "--set", "iterations=30"])
-    for inner in ("lead@lead:2", "nids", "dgd", "choco@lead:2"):
+    for inner in ("lead@lead:2", "nids@none", "dgd@none", "choco@lead:2"):
         assert f"| least squares / {inner} |" in text
     assert (tmp_path / "distance_to_optimum.png").exists()
 

@@ -104,5 +104,5 @@ def test_an_hparam_of_the_wrong_kind_names_the_kind_and_an_example():
     with pytest.raises(SystemExit) as info:
         check_hparam_types("choco", {"gamma": "[1,2]"})
     assert str(info.value) == ("error: --hparam gamma=[1,2]: choco's gamma is a number (default "
-                               "0.05); give one, e.g. --hparam gamma=0.05")
+                               "set by the run); give one, e.g. --hparam gamma=0.1")
     check_hparam_types("choco", {"gamma": 0.5, "eta": 1})  # numbers pass, ints for floats too
