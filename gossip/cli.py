@@ -863,7 +863,9 @@ def _fail(world: World, text: str, code: int, at_once: bool):
     """End the job with ``text`` as one ``error:`` line and exit status ``code``."""
     text = text if text.startswith("error:") else f"error: {text}"
     tell_torchrun(text)
-    if not _stop_job(world, text, code, at_once=at_once):
+    if _stop_job(world, text, code, at_once=at_once):
+        raise SystemExit(code) from None
+    if world.is_root or at_once:  # ranks whose group never formed: rank 0 says what all met
         print(text, file=sys.stderr, flush=True)
     raise SystemExit(code) from None
 

@@ -71,7 +71,9 @@ class World:
         if _DETECTED["world"] is not None:
             return _DETECTED["world"]
         if _DETECTED["failed"]:
-            return cls(None)
+            alone = cls(None)
+            alone.rank = launcher_rank()  # so that rank 0 alone prints what every rank met
+            return alone
         return cls.detect()
 
     @classmethod

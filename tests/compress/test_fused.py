@@ -69,10 +69,12 @@ def test_not_usable_without_numba_or_off_cpu(monkeypatch):
     assert not fused.usable(x)
 
 
-@pytest.mark.parametrize("alg, kwargs", [("gossip", {}), ("gossip", {"gamma": 0.7}),
-                                         ("choco", {"gamma": 0.5})])
-def test_a_run_has_the_bits_of_the_numpy_path(alg, kwargs, monkeypatch):
-    """Exact gossip (and CHOCO's copy) on long rows: the same bits with and without the kernel."""
+@pytest.mark.parametrize("alg, kwargs, dtype", [("gossip", {}, torch.float32),
+                                                ("gossip", {"gamma": 0.7}, torch.float32),
+                                                ("choco", {"gamma": 0.5}, torch.float64)])
+def test_a_run_has_the_bits_of_the_numpy_path(alg, kwargs, dtype, monkeypatch):
+    """Exact gossip (and CHOCO's copy of a float64 model) on long rows: the same bits with and
+    without the kernel."""
     topo = topologies.build("torus", 9)
     calls = []
     real = fused.DenseMix.__call__
@@ -81,7 +83,7 @@ def test_a_run_has_the_bits_of_the_numpy_path(alg, kwargs, monkeypatch):
     def run():
         eng = Engine(make_algorithm(alg, **kwargs), topo,
                      lambda i: torch.randn(LOOP_FROM + 3, generator=torch.Generator().manual_seed(i)),
-                     compressor="none", dtype=torch.float32)
+                     compressor="none", dtype=dtype)
         for _ in range(3):
             eng.step()
         return eng.block.x.clone()
@@ -92,6 +94,46 @@ def test_a_run_has_the_bits_of_the_numpy_path(alg, kwargs, monkeypatch):
     n = len(calls)
     assert torch.equal(run(), with_kernel)
     assert len(calls) == n  # and this time it did not
+
+
+@pytest.mark.parametrize("alg, spec, kwargs", [("choco", "none", {"gamma": 0.5}),
+                                               ("choco", "topk:0.1", {"gamma": 0.3}),
+                                               ("lead", "lead:4", {}), ("c-gt", "none", {})])
+def test_the_wide_gap_kernel_has_the_bits_of_its_torch_twin(alg, spec, kwargs, monkeypatch):
+    """A float32 model's channel sums its gap in float64: the numba kernel (long rows on the
+    CPU) and its torch twin give the same bits, copies moved in place (α = 1) or not."""
+    from gossip.problems import make_problem
+
+    topo = topologies.build("torus", 9)  # in-process rows: the own ones, then neighbors
+    d = jit.JIT_FROM + 3
+    problem = make_problem("least-squares", n_nodes=9, dim=d, samples_per_node=4, seed=1,
+                           dtype=torch.float32)
+    calls = []
+    real_get = jit.get
+
+    def counting(name):
+        kernel = real_get(name)
+        if name != "wide_gap" or kernel is None:
+            return kernel
+        return lambda *a: calls.append(1) or kernel(*a)
+
+    monkeypatch.setattr(jit, "get", counting)
+
+    def run():
+        oracles = None if alg == "choco" else (lambda i, g: problem.oracle(i, g))
+        eng = Engine(make_algorithm(alg, **kwargs), topo,
+                     lambda i: torch.randn(d, generator=torch.Generator().manual_seed(i)),
+                     compressor=spec, dtype=torch.float32, oracles=oracles)
+        for _ in range(3):
+            eng.step()
+        return [eng.block.x.clone(), *(t.clone() for t in eng.block.state.values())]
+
+    with_kernel = run()
+    assert calls  # the kernel ran
+    monkeypatch.setattr(jit, "ENABLED", False)
+    n = len(calls)
+    assert all(torch.equal(a, b) for a, b in zip(run(), with_kernel))
+    assert len(calls) == n
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -75,7 +75,8 @@ def test_diverged_or_failed_runs_exit_non_zero(tmp_path):
                      'dim = 8\nrounds = 4\n[[run]]\nlabel = "fine"\n[[run]]\nlabel = "bad"\n'
                      'init = "missing.npy"\n')
     res = run_py(["experiments/compare.py", str(sweep)])
-    clean_error(res, "1 of 2 run(s) did not finish", "bad: failed")
+    clean_error(res, "run 'bad'", "missing.npy")  # refused before any run started
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
 def _npy_files(tmp_path):

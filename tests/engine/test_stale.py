@@ -212,9 +212,10 @@ def test_push_sum_conserves_mass_in_flight_and_reaches_the_average(graph, spec):
 
 
 def test_choco_copies_lag_behind_and_catch_up():
-    """CHOCO's mixed copy s_i = w_ii x̂_i + Σ_j w_ij x̂_j as the increments arrived: with a fixed
-    lag K it is exactly the neighbors' copies of K rounds ago; with geometric lags it is W x̂
-    less the increments in flight (so it equals W x̂ once they arrive)."""
+    """CHOCO's mixed copy s_i = w_ii x̂_i + Σ_j w_ij x̂_j as the increments arrived (kept as the
+    gap s_i − x̂_i): with a fixed lag K it is exactly the neighbors' copies of K rounds ago; with
+    geometric lags it is W x̂ less the increments in flight (so it equals W x̂ once they
+    arrive)."""
     n, K = 6, 2
     topo = topologies.build("ring", n)
     W = torch.tensor(_ring_weights(topo, n))
@@ -228,7 +229,8 @@ def test_choco_copies_lag_behind_and_catch_up():
         hist.append(e.block.state["x_hat"].clone())
         old = hist[t - K] if t >= K else hist[0]
         want = D @ hist[t] + (W - D) @ old
-        assert torch.allclose(e.block.state["s"], want, rtol=0, atol=1e-12), t
+        s = e.block.state["gap"] + e.block.state["x_hat"]
+        assert torch.allclose(s, want, rtol=0, atol=1e-12), t
     g = Engine(make_algorithm("choco", gamma=0.4), topo, x0, compressor="none",
                network="stale=geom:0.3", seed=2)
     for _ in range(30):
@@ -237,7 +239,8 @@ def test_choco_copies_lag_behind_and_catch_up():
         for h in g.stale.in_flight():
             flight[h.receiver] += h.weight * h.data[8:].view(torch.float64)
         x_hat = g.block.state["x_hat"]
-        assert torch.allclose(g.block.state["s"] + flight, W @ x_hat, rtol=0, atol=1e-12)
+        s = g.block.state["gap"] + x_hat
+        assert torch.allclose(s + flight, W @ x_hat, rtol=0, atol=1e-12)
     assert g.stale.late_total.sum() > 0
 
 
