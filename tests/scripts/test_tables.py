@@ -36,7 +36,7 @@ def test_optimize_prints_the_note(capsys, tmp_path):
     out = capsys.readouterr().out
     assert rows[0]["rounds"] is None
     assert f"| {rows[0]['run']} | " in out and "| not reached | not reached |" in out
-    assert "(lead@lead:2 after 4 rounds); raise --iterations or --target" in out
+    assert "(lead@none after 4 rounds); raise --iterations or --target" in out
 
 
 def test_a_run_that_diverges_before_its_first_record_is_a_failed_row(tmp_path):
