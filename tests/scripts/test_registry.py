@@ -54,14 +54,14 @@ PLUGIN = textwrap.dedent('''
         return "from the file"
 
     class Scaled(TopK):
-        kind = 99
+        kind = 30
 
         def __init__(self, spec, ratio="0.5", *rest):
             super().__init__(spec, ratio=float(ratio))
             self.rest = rest
 
     class Scaled2(Scaled):  # the file and the module are two copies: one kind each
-        kind = 98
+        kind = 29
 ''')
 
 
