@@ -18,10 +18,10 @@ from typing import Any, ClassVar
 import torch
 
 from gossip.algorithms import Algorithm, Round, register_algorithm
-from gossip.algorithms.base import check_range, scheduled
 from gossip.compress import Codec, register_compressor
 from gossip.compress.wire import Sections, numel_of
-from gossip.engine.channel import Channel
+from gossip.core.algorithm import check_range, scheduled
+from gossip.core.channel import Channel
 from gossip.errors import CompressionError
 
 

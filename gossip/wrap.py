@@ -42,10 +42,10 @@ import torch
 from torch import nn
 
 from gossip.algorithms import REGISTRY, make_algorithm
-from gossip.algorithms.base import Algorithm
 from gossip.comm.launch import launched_by_mpi
 from gossip.comm.world import World
 from gossip.compress import Compressor
+from gossip.core.algorithm import Algorithm
 from gossip.engine import Engine
 from gossip.errors import ConfigError, GossipError, NodeError, WrapError
 from gossip.metrics import consensus_error

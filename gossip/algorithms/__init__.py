@@ -6,123 +6,20 @@
 
 from __future__ import annotations
 
-import inspect
-from typing import Any
-
-from gossip.algorithms.ad_psgd import ADPSGD
-from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, TrackedAMSGrad
-from gossip.algorithms.adasum import Adasum
-from gossip.algorithms.base import Algorithm, Round
-from gossip.algorithms.beer import BEER
-from gossip.algorithms.beer_arcs import BEERArcs
-from gossip.algorithms.cada import CADA, GCADA
-from gossip.algorithms.choco import Choco
-from gossip.algorithms.choco_arcs import ChocoArcs
-from gossip.algorithms.choco_async import AsyncChoco
-from gossip.algorithms.dcd import DCD
-from gossip.algorithms.deepsqueeze import DeepSqueeze
-from gossip.algorithms.directed import CPP, PushSum
-from gossip.algorithms.dpsgd import DPSGD
-from gossip.algorithms.ecd import ECD
-from gossip.algorithms.ecl import CECL
-from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi, Scaffold
-from gossip.algorithms.gossip import Gossip
-from gossip.algorithms.gossip_learning import GossipLearning
-from gossip.algorithms.lead import LEAD
-from gossip.algorithms.lead_arcs import LEADArcs
-from gossip.algorithms.momentum import DoCoM, MoTEF
-from gossip.algorithms.onebit_adam import OneBitAdam
-from gossip.algorithms.onebit_lamb import OneBitLamb
-from gossip.algorithms.pairwise import PairwiseGossip
-from gossip.algorithms.powergossip import PowerGossip
-from gossip.algorithms.prox_lead import ProxLEAD, ProxLEADArcs
-from gossip.algorithms.requirements import Graph, Requirements
-from gossip.algorithms.sgp_async import AsyncSGP
-from gossip.algorithms.signum import SignumVote
-from gossip.algorithms.tracking import CGT, EXTRA, CGTArcs, DIGing
-from gossip.algorithms.zero_one_adam import ZeroOneAdam
+import gossip.algorithms.builtin  # noqa: F401  (registers the built-in algorithms)
+from gossip.core.algorithm import Algorithm, Round
+from gossip.core.registry import (
+    ALGORITHMS,
+    REGISTRY,
+    accepted_hparams,
+    algorithm_class,
+    available,
+    make_algorithm,
+    register,
+    register_algorithm,
+)
+from gossip.core.requirements import Graph, Requirements
 from gossip.errors import ConfigError
-from gossip.registry import registry
-
-ALGORITHMS = registry("algorithm", error=ConfigError, form="module:Class")
-"""Every algorithm by name (a :class:`gossip.registry.Registry`); join it with :func:`register_algorithm`."""
-for _cls in (Gossip, DPSGD, Choco, ChocoArcs, DeepSqueeze, DCD, ECD, LEAD, LEADArcs, ProxLEAD,
-             ProxLEADArcs, PowerGossip, BEER, BEERArcs, DIGing, EXTRA, CGT, CGTArcs, PushSum, CPP, DoCoM, MoTEF, CECL,
-             OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
-             ChocoAMSGrad, DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold,
-             CADA, GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco):
-    ALGORITHMS.register(_cls.name, _cls)
-
-REGISTRY: dict[str, type[Algorithm]] = ALGORITHMS.objects
-"""The live ``name -> class`` dict of :data:`ALGORITHMS` (read it; register through
-:func:`register_algorithm`)."""
-
-
-def register_algorithm(cls: type[Algorithm], *, replace: bool = False) -> type[Algorithm]:
-    """Add an :class:`Algorithm` subclass to the registry under ``cls.name`` (usable as a decorator).
-
-    Scripts then accept ``--algorithm NAME``. The same class again is a no-op (a module imported
-    twice); a name taken by another class is refused, naming it, unless ``replace`` is set.
-    """
-    if not (inspect.isclass(cls) and issubclass(cls, Algorithm)):
-        raise ConfigError(f"register_algorithm takes an Algorithm subclass, got {cls!r}")
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not name or ":" in name or name != name.strip():
-        raise ConfigError(f"{cls.__name__}.name = {name!r}: give the class a `name` class attribute "
-                          "(a string without ':' or spaces), its registry name")
-    if inspect.isabstract(cls):
-        missing = ", ".join(sorted(cls.__abstractmethods__))
-        raise ConfigError(f"{cls.__name__} cannot be registered: it does not define {missing}")
-    return ALGORITHMS.register(name, cls, replace=replace)
-
-
-register = register_algorithm
-"""The former name of :func:`register_algorithm`."""
-
-
-def available() -> list[str]:
-    """Registered algorithm names, sorted."""
-    return ALGORITHMS.available()
-
-
-def algorithm_class(spec: str | type[Algorithm]) -> type[Algorithm]:
-    """The class a registry name or a ``module:Class`` spec names (the class itself passes)."""
-    if inspect.isclass(spec) and issubclass(spec, Algorithm):
-        return spec
-    if not isinstance(spec, str):
-        raise ConfigError(f"an algorithm is a registry name, 'module:Class' or an Algorithm, got {spec!r}")
-    found = ALGORITHMS.resolve(spec)
-    if found.name is not None:
-        return found.obj
-    obj = found.obj
-    if not (inspect.isclass(obj) and issubclass(obj, Algorithm)):
-        raise ConfigError(f"{spec!r} is not a gossip.algorithms.Algorithm subclass")
-    if inspect.isabstract(obj):
-        raise ConfigError(f"{spec!r} does not define {', '.join(sorted(obj.__abstractmethods__))}")
-    return obj
-
-
-def make_algorithm(spec: str | type[Algorithm] | Algorithm, **hparams: Any) -> Algorithm:
-    """Build an algorithm from a registry name, ``module:Class`` or class, with keyword
-    hyper-parameters (unknown ones rejected, naming the accepted ones); an instance passes."""
-    if isinstance(spec, Algorithm):
-        if hparams:
-            raise ConfigError(f"{spec.name} is already built; set {sorted(hparams)} on its constructor")
-        return spec
-    cls = algorithm_class(spec)
-    accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
-    unknown = set(hparams) - accepted
-    if unknown:
-        raise ConfigError(
-            f"{cls.name} does not take {sorted(unknown)}; its hyper-parameters are {sorted(accepted)}"
-        )
-    return cls(**hparams)
-
-
-def accepted_hparams(spec: str | type[Algorithm]) -> set[str]:
-    """The keyword hyper-parameters the algorithm's constructor takes."""
-    return set(inspect.signature(algorithm_class(spec).__init__).parameters) - {"self"}
-
 
 __all__ = ["ALGORITHMS", "Algorithm", "ConfigError", "Graph", "REGISTRY", "Requirements", "Round",
            "accepted_hparams",

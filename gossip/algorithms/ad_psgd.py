@@ -21,10 +21,10 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Asynchronous, check_range, scheduled
-from gossip.algorithms.requirements import Graph, Requirements
-from gossip.engine.block import Block
-from gossip.engine.events import Activation, Side
+from gossip.core.activation import Activation, Side
+from gossip.core.algorithm import Asynchronous, check_range, scheduled
+from gossip.core.block import Block
+from gossip.core.requirements import Graph, Requirements
 
 
 class ADPSGD(Asynchronous):

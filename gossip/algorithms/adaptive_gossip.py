@@ -20,10 +20,10 @@ from typing import Any
 import torch
 
 from gossip.algorithms.allreduce import adam_moments_, adaptive_hparams, check_betas, preconditioned
-from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
-from gossip.algorithms.requirements import Requirements
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
+from gossip.core.algorithm import Algorithm, Round, check_range, scheduled
+from gossip.core.block import Block
+from gossip.core.channel import Channel
+from gossip.core.requirements import Requirements
 from gossip.errors import CompressionError, ConfigError
 
 
@@ -32,7 +32,7 @@ class ExactRows:
     ``d·itemsize`` bytes. A received row with a NaN/Inf value is refused (:meth:`check_rows`),
     as the ``none`` compressor refuses it. Decoding adds ``w·v`` with one rounding, as
     ``add_(v, alpha=w)`` does (``w_ii v_i`` on a zero row is the product itself). Enough of the
-    compressor interface for :meth:`gossip.engine.block.Block.encode` and ``mix_into``."""
+    compressor interface for :meth:`gossip.core.block.Block.encode` and ``mix_into``."""
 
     stateful = False
     randomized = False

@@ -3,9 +3,9 @@
 The all-reduce family (1-bit Adam, 0/1 Adam, 1-bit LAMB, Signum with majority vote, Adasum)
 keeps every node's model and optimizer state identical: each round ends with the same averaged
 quantity on every node. We build the collective from the engine's block phases (one message per
-arc, :meth:`gossip.engine.block.Block.arc_plan`, then one message per node), so it runs unchanged in
+arc, :meth:`gossip.core.block.Block.arc_plan`, then one message per node), so it runs unchanged in
 one process and under ``mpiexec``, for all of a process's nodes at once (the rows of a
-:class:`~gossip.engine.block.Block`), and its bytes are counted where they are handed over.
+:class:`~gossip.core.block.Block`), and its bytes are counted where they are handed over.
 
 :class:`ChunkedAllReduce` is a reduce-scatter followed by an all-gather. The flat input of
 ``D`` entries is zero-padded to ``D'`` and cut into ``n`` chunks of ``c = D'/n``; node ``j``
@@ -60,10 +60,10 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round
-from gossip.algorithms.requirements import Graph, Requirements
 from gossip.compress import GRAIN_SIZE, Compressor, Vote, make
-from gossip.engine.cache import IdentityCache
+from gossip.core.algorithm import Algorithm, Round
+from gossip.core.cache import IdentityCache
+from gossip.core.requirements import Graph, Requirements
 from gossip.errors import CompressionError, ConfigError
 
 #: the codecs the documentation names; any registered compressor that splits is taken

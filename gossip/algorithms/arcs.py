@@ -1,10 +1,10 @@
 """Per-arc block rounds: a block's own arcs seen from their senders (PowerGossip, C-ECL).
 
-An :class:`~gossip.engine.routing.ArcPlan`'s own rows are the arcs (i, j) the block sends, sorted by
+An :class:`~gossip.core.routing.ArcPlan`'s own rows are the arcs (i, j) the block sends, sorted by
 (sender, receiver); per-edge methods keep state per arc ([A, ...] tensors) and sum over a
 node's arcs. :class:`OutArcs` gives each arc's sender row and weight and adds per-arc values
 into their senders' rows in the order a per-node loop over sorted neighbors uses
-(:class:`~gossip.engine.routing.RowSums`).
+(:class:`~gossip.core.routing.RowSums`).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from typing import Any
 
 import torch
 
-from gossip.engine.routing import ArcPlan, RowSums
+from gossip.core.routing import ArcPlan, RowSums
 from gossip.errors import ConfigError
 
 _ALIGN = 64  # bytes: fresh tensors' alignment (BLAS kernels round differently at others)
 
 
 class OutArcs:
-    """The own arcs of ``route`` (default: the block's :meth:`~gossip.engine.block.Block.arc_plan`).
+    """The own arcs of ``route`` (default: the block's :meth:`~gossip.core.block.Block.arc_plan`).
 
     ``src`` [A] int64: each arc's sender as a local row; ``weight`` [A] float64: ``w_ij`` of
     arc (i, j) (the weight node i gives j); ``lower`` [A] bool: ``i < j``; ``degree``: each

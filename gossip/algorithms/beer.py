@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.algorithms.requirements import Requirements
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
+from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.block import Block
+from gossip.core.channel import Channel
+from gossip.core.requirements import Requirements
 
 
 class BEER(Algorithm):

@@ -38,16 +38,16 @@ the order of the sums.
 The price: ``4·deg`` model-sized copies per node instead of ``h, sh, g, sg`` (4), and one
 message per arc (a different one to each neighbor once losses make the copies differ) instead
 of one broadcast; each message is two compressed vectors, so the bits are BEER's. Both states
-run as per-arc copies of a :class:`~gossip.engine.channel.Channel` (``route="arcs"``): the
+run as per-arc copies of a :class:`~gossip.core.channel.Channel` (``route="arcs"``): the
 mechanism of choco-arcs, lead-arcs and c-gt-arcs.
 """
 
 from __future__ import annotations
 
 from gossip.algorithms.beer import BEER
-from gossip.algorithms.requirements import Requirements
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
+from gossip.core.block import Block
+from gossip.core.channel import Channel
+from gossip.core.requirements import Requirements
 
 
 class BEERArcs(BEER):

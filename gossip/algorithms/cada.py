@@ -19,7 +19,7 @@ The rules' left sides (ξ_m^k one sample drawn in round k, used at both points):
     cada2:   ‖∇ℓ(θ^k; ξ_m^k) − ∇ℓ(θ^{k−τ_m}; ξ_m^k)‖²   (θ^{k−τ_m}: θ at m's last upload; (7b))
     g-cada:  ‖∇ℓ(θ^k; ξ_m^k) − ĝ_m‖²   (against what the server holds: one gradient a round)
 
-The flags and the uploads are :class:`~gossip.engine.star.StarLink` phases, so only uploading
+The flags and the uploads are :class:`~gossip.core.star.StarLink` phases, so only uploading
 workers' arcs carry a gradient and the bits count what was sent; the server's copy ĝ_m of each
 worker's gradient is the link's EF21 memory (exact with the ``none`` compressor, EF21-compressed
 otherwise), and Adam is FedAdam's :class:`~gossip.algorithms.federated.ServerOptimizer`.
@@ -32,11 +32,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.federated import ServerOptimizer
-from gossip.algorithms.requirements import Graph, Requirements
-from gossip.engine.block import Block
-from gossip.engine.star import ClientSampler, StarLink
+from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.block import Block
+from gossip.core.requirements import Graph, Requirements
+from gossip.core.star import ClientSampler, StarLink
 from gossip.errors import ConfigError
 
 RULES = ("cada1", "cada2")

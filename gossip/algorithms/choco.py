@@ -18,7 +18,7 @@ what receivers add.
 Precision: the channel keeps ``s_i − x̂_i`` rather than ``s_i`` (it shrinks with the consensus
 error, so its roundings do too) and, for a float32 model, keeps and sums it in float64: the
 error stays where it converged and the average where it was
-(:mod:`gossip.engine.channel`, tests/algorithms/test_precision.py).
+(:mod:`gossip.core.channel`, tests/algorithms/test_precision.py).
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
 from gossip.algorithms.consensus_step import copy_damping, default_gamma
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
+from gossip.core.algorithm import Algorithm, Round, check_range, scheduled
+from gossip.core.block import Block
+from gossip.core.channel import Channel
 from gossip.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -19,8 +19,8 @@ moves only by the local steps. The price: every node keeps two copies per neighb
 and its in-arc's) instead of one, and sends one message per arc (a different one to each
 neighbor) instead of one per node; each message is one compressed vector, as CHOCO's.
 
-Runs as a block (gossip/engine/block.py): the copies are the per-arc copies of a
-:class:`~gossip.engine.channel.Channel` with ``route="arcs"`` (the mechanism lead-arcs and
+Runs as a block (gossip/core/block.py): the copies are the per-arc copies of a
+:class:`~gossip.core.channel.Channel` with ``route="arcs"`` (the mechanism lead-arcs and
 c-gt-arcs use too), ``block.arc_state`` rows per arc (``x_hat_to{j}``: node i's copy of arc
 (i, j); ``x_hat_from{j}``: its copy of arc (j, i), the in-arcs' rows), the messages go out in
 one per-arc phase, and a randomized compressor draws from the arc's stream
@@ -33,11 +33,11 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Round, scheduled
 from gossip.algorithms.choco import Choco
-from gossip.algorithms.requirements import Requirements
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
+from gossip.core.algorithm import Round, scheduled
+from gossip.core.block import Block
+from gossip.core.channel import Channel
+from gossip.core.requirements import Requirements
 
 
 class ChocoArcs(Choco):

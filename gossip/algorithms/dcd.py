@@ -17,10 +17,10 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, scheduled
 from gossip.compress import make
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
+from gossip.core.algorithm import Algorithm, Round, scheduled
+from gossip.core.block import Block
+from gossip.core.channel import Channel
 
 
 class DCD(Algorithm):

@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
+from gossip.core.algorithm import Algorithm, Round, check_range, scheduled
+from gossip.core.block import Block
+from gossip.core.channel import Channel
 
 
 class DeepSqueeze(Algorithm):

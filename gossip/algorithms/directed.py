@@ -14,11 +14,11 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
-from gossip.algorithms.requirements import Graph, Requirements
 from gossip.algorithms.tracking import CGT, stochastic_kind
-from gossip.engine.channel import Channel, Weights, check_stateless
-from gossip.engine.nodes import Node
+from gossip.core.algorithm import Algorithm, Round, check_range, scheduled
+from gossip.core.channel import Channel, Weights, check_stateless
+from gossip.core.nodes import Node
+from gossip.core.requirements import Graph, Requirements
 from gossip.errors import ConfigError
 
 
@@ -153,7 +153,7 @@ class CPP(CGT):
 
     The model is pulled with row-stochastic weights ``r_ij = 1/(1 + |N_in(i)|)`` and the gradient
     tracker pushed with the topology's column-stochastic ``c_ij`` (``--weights push``); both
-    travel through compressed channels (:mod:`gossip.engine.channel`)::
+    travel through compressed channels (:mod:`gossip.core.channel`)::
 
         x̂, x̂_R = COMM_R(x);   ŷ, ŷ_C = COMM_C(y)
         x_i ← x_i − γ (x̂_i − x̂_R,i) − η y_i

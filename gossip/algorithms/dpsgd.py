@@ -11,9 +11,9 @@ from dataclasses import replace
 
 import torch
 
-from gossip.algorithms.base import Round, scheduled
 from gossip.algorithms.gossip import Gossip
-from gossip.engine.block import Block
+from gossip.core.algorithm import Round, scheduled
+from gossip.core.block import Block
 
 
 class DPSGD(Gossip):

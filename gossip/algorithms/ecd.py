@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, scheduled
 from gossip.algorithms.dcd import exchange_exact
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
+from gossip.core.algorithm import Algorithm, Round, scheduled
+from gossip.core.block import Block
+from gossip.core.channel import Channel
 
 
 class ECD(Algorithm):

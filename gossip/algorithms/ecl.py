@@ -3,7 +3,7 @@
 A primal-dual method: every edge (i, j) carries dual variables, neighbors exchange compressed
 *dual* updates every K rounds, and no model is ever sent.
 
-Runs as a block (gossip/engine/block.py): the duals and mirrors are per-arc state (``block.arc_state``,
+Runs as a block (gossip/core/block.py): the duals and mirrors are per-arc state (``block.arc_state``,
 a row per arc (i, j) the block sends; node i's ``state["z"]`` is the [deg_i, d] view of its
 arcs, sorted by neighbor), and the dual updates go out in one per-arc phase. A randomized
 compressor draws from the arc's stream (``block.arc_rng``, keyed by the arc).
@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from gossip.algorithms.arcs import OutArcs
-from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.algorithms.requirements import Requirements
-from gossip.engine.block import Block
+from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.block import Block
+from gossip.core.requirements import Requirements
 from gossip.errors import ConfigError
 
 

@@ -2,7 +2,7 @@
 
 Node 0 is the server, holding the global model ``x`` (its row of ``block.x``) and the server
 optimizer's state; nodes 1..n−1 are the clients, holding the data (docs/algorithms/fedavg.md).
-One round, for the clients S drawn this round (:class:`~gossip.engine.star.ClientSampler`)::
+One round, for the clients S drawn this round (:class:`~gossip.core.star.ClientSampler`)::
 
     server → i ∈ S:   x, exact or C(x − x̂_i)              (SCAFFOLD: x and c)
     client i ∈ S:     y_i ← x;  K times  y_i ← y_i − η g_i(y_i)
@@ -13,7 +13,7 @@ One round, for the clients S drawn this round (:class:`~gossip.engine.star.Clien
     server:           Δ = (1/|S|) Σ_{i∈S} Δ_i;  x ← ServerOpt(x, Δ)
 
 (with a compressed downlink the client starts from its copy ``x̂_i`` and ``x`` above is it).
-The phases and their memories are :class:`~gossip.engine.star.StarLink`'s; what is left here is
+The phases and their memories are :class:`~gossip.core.star.StarLink`'s; what is left here is
 each paper's update. A client's ``x`` row holds its last local model ``y_i``.
 """
 
@@ -24,11 +24,11 @@ from typing import Any, ClassVar
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.algorithms.requirements import Graph, Requirements
 from gossip.compress import make as make_compressor
-from gossip.engine.block import Block
-from gossip.engine.star import SAMPLINGS, ClientSampler, StarLink
+from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.block import Block
+from gossip.core.requirements import Graph, Requirements
+from gossip.core.star import SAMPLINGS, ClientSampler, StarLink
 from gossip.errors import ConfigError, GossipError
 
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad", "adamw")

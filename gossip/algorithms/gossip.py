@@ -9,10 +9,10 @@ directed and time-varying graphs.
 
 from __future__ import annotations
 
-from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.algorithms.requirements import Graph, Requirements
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
+from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.block import Block
+from gossip.core.channel import Channel
+from gossip.core.requirements import Graph, Requirements
 
 
 class Gossip(Algorithm):

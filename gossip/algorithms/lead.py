@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.algorithms.requirements import Requirements
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
-from gossip.engine.compensated import CompensatedSum
+from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.block import Block
+from gossip.core.channel import Channel
+from gossip.core.compensated import CompensatedSum
+from gossip.core.requirements import Requirements
 
 
 def default_lead_hparams(compressor: Any, dim: int, beta: float) -> dict[str, float]:

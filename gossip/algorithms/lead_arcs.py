@@ -31,7 +31,7 @@ the sums (tested to 1e-12, with ``lead:2`` too).
 The price: ``2·deg`` model-sized copies per node instead of ``h, hw`` (2), and one message per
 arc (a different one to each neighbor once losses make the copies differ) instead of one
 broadcast; each message is one compressed vector, so the bits are LEAD's. The state runs as
-per-arc copies of a :class:`~gossip.engine.channel.Channel` (``route="arcs"``): the mechanism
+per-arc copies of a :class:`~gossip.core.channel.Channel` (``route="arcs"``): the mechanism
 c-gt-arcs uses too.
 """
 
@@ -40,9 +40,9 @@ from __future__ import annotations
 from typing import Any
 
 from gossip.algorithms.lead import LEAD
-from gossip.algorithms.requirements import Requirements
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel, check_stateless
+from gossip.core.block import Block
+from gossip.core.channel import Channel, check_stateless
+from gossip.core.requirements import Requirements
 
 
 class LEADArcs(LEAD):

@@ -11,12 +11,12 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, check_range
 from gossip.algorithms.beer import BEER
-from gossip.algorithms.requirements import Graph, Requirements
 from gossip.algorithms.tracking import compression_defaults, stochastic_kind
-from gossip.engine.block import Block
-from gossip.engine.channel import Channel
+from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.block import Block
+from gossip.core.channel import Channel
+from gossip.core.requirements import Graph, Requirements
 from gossip.errors import ConfigError
 
 

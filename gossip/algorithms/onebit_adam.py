@@ -14,8 +14,8 @@ from gossip.algorithms.allreduce import (
     check_warmup,
     preconditioned,
 )
-from gossip.algorithms.base import Round, check_range, scheduled
-from gossip.engine.block import Block
+from gossip.core.algorithm import Round, check_range, scheduled
+from gossip.core.block import Block
 
 
 class OneBitAdam(AllReduceAlgorithm):

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from gossip.algorithms.base import Asynchronous
-from gossip.algorithms.requirements import Graph, Requirements
-from gossip.engine.block import Block
-from gossip.engine.events import Activation, Side
+from gossip.core.activation import Activation, Side
+from gossip.core.algorithm import Asynchronous
+from gossip.core.block import Block
+from gossip.core.requirements import Graph, Requirements
 
 
 class PairwiseGossip(Asynchronous):

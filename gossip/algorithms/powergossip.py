@@ -18,7 +18,7 @@ gossips, then takes its local step (D-PSGD order). Tensors with ndim ≤ 1 are g
 Differences from the reference code: no skipped first step; a factor that collapses below
 1e-12 (the edge reached consensus) is redrawn from the edge stream instead of staying 0.
 
-Runs as a block (gossip/engine/block.py) with one message per arc: the factors are per-arc state
+Runs as a block (gossip/core/block.py) with one message per arc: the factors are per-arc state
 (``block.arc_state["P{j}"]``, a list over the layout's matrices of [A, rows, r] tensors, a
 row per arc (i, j) the block sends; node i's ``state["P{j}"]`` is its list for edge {i, j},
 as before). Draws, norms, the Gram–Schmidt divisions, differences and the vectors' mixing run
@@ -43,9 +43,9 @@ from typing import Any
 import torch
 
 from gossip.algorithms.arcs import OutArcs, aligned_arcs
-from gossip.algorithms.base import Algorithm, Round, check_range, scheduled
-from gossip.algorithms.requirements import Requirements
-from gossip.engine.block import Block
+from gossip.core.algorithm import Algorithm, Round, check_range, scheduled
+from gossip.core.block import Block
+from gossip.core.requirements import Requirements
 from gossip.errors import ConfigError
 
 EPS = 1e-8

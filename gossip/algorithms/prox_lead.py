@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from gossip.algorithms.lead import LEAD
 from gossip.algorithms.lead_arcs import LEADArcs
-from gossip.engine.block import Block
+from gossip.core.block import Block
 from gossip.errors import ConfigError
 
 

@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 import torch
 
 from gossip.algorithms.allreduce import AllReduceAlgorithm, ChunkedAllReduce, adam_moments_, node_count
-from gossip.algorithms.base import Round, check_range, scheduled
-from gossip.engine.block import Block
+from gossip.core.algorithm import Round, check_range, scheduled
+from gossip.core.block import Block
 from gossip.errors import ConfigError
 
 

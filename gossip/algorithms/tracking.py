@@ -12,11 +12,11 @@ from typing import Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm, Round, check_range
-from gossip.algorithms.requirements import Graph, Requirements
-from gossip.engine.channel import Channel, Weights, check_stateless
-from gossip.engine.compensated import CompensatedSum
-from gossip.engine.nodes import Node
+from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.channel import Channel, Weights, check_stateless
+from gossip.core.compensated import CompensatedSum
+from gossip.core.nodes import Node
+from gossip.core.requirements import Graph, Requirements
 from gossip.errors import ConfigError
 
 
@@ -41,7 +41,7 @@ class CGT(Algorithm):
 
     Each node keeps its model ``x_i``, a tracker ``y_i`` of the average gradient and the last
     gradient ``g_i``; both ``x`` and ``y`` travel through compressed channels (public copies
-    ``h`` with mixed copies ``Σ_j w_ij h_j``, see :mod:`gossip.engine.channel`). One round,
+    ``h`` with mixed copies ``Σ_j w_ij h_j``, see :mod:`gossip.core.channel`). One round,
     one message carrying two compressed vectors::
 
         x̂, x̂_w = COMM_W(x);   ŷ, ŷ_w = COMM_W(y)

@@ -70,7 +70,7 @@ class Transport:
         return self.placement[node] == self.rank
 
     def exchange_rows(self, rows, plan, seq: int, round_: int) -> None:
-        """One phase of a block of nodes (:mod:`gossip.engine.block`): ``rows.own`` are the
+        """One phase of a block of nodes (:mod:`gossip.core.block`): ``rows.own`` are the
         block's messages (row r sent by node ``plan.senders[r]``); the messages of remote
         senders land in ``rows.recv`` at their staging rows (``plan.remote_in``; a plan without
         lost messages fills every row). Local receivers read the senders' rows.

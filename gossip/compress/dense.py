@@ -53,7 +53,7 @@ class Identity(Codec):
     def _fast_encode_rows(self, X, rng=None, *, out=None):
         """Vectorized: one copy of ``X`` into the value sections, a per-row sum as the check.
         When ``X`` is the value section of ``out`` itself (a tensor allocated in message
-        rows, :meth:`gossip.engine.block.Block.message_tensor`), only the headers are written."""
+        rows, :meth:`gossip.core.block.Block.message_tensor`), only the headers are written."""
         if not _rows.is_block(X):
             return self._encode_rows_ref(X, rng, out)
         plan, X, block = _rows.start_encode(self, X, out)

@@ -354,7 +354,7 @@ def topk_rows(keys, k, top, stats):
         stats[r, 2] = best[k]
 
 
-# -- a channel's gap summed in a wider dtype (gossip.engine.channel._WideMix) -----------------
+# -- a channel's gap summed in a wider dtype (gossip.core.channel._WideMix) -----------------
 @numba.njit(cache=True, nogil=True, boundscheck=False)
 def wide_gap(dec, own_w, indptr, src, w, hat, gap, d, add, chunk):
     """``_WideMix``'s sums over flat rows of ``d`` entries: for every row ``r`` the own decoded

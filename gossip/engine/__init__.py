@@ -1,18 +1,16 @@
-"""The engine: runs an algorithm's rounds over the nodes this process hosts.
+"""The engine: runs an algorithm (any :class:`gossip.core.Algorithm`) over the nodes this process
+hosts, through the one protocol of :mod:`gossip.core`. It imports no algorithm module: the
+caller hands it an algorithm object (:func:`gossip.algorithms.make_algorithm` builds one by name).
 
 * :mod:`~gossip.engine.engine` — :class:`Engine`: hosts the nodes, runs rounds, moves each
   phase's messages through the transport, records metrics and checkpoint state;
-* :mod:`~gossip.engine.block` — :class:`Block`: the nodes as rows of [m, d] tensors and the
-  operations an algorithm's round uses (encode, mix, decode, local steps, state);
-* :mod:`~gossip.engine.channel` — :class:`Channel`: one vector sent compressed and mixed, with
-  its copies (CHOCO, EF21, LEAD's α), weights, route and buffers;
-* :mod:`~gossip.engine.routing` — where each phase's messages go, as row indices;
-* :mod:`~gossip.engine.staging` — the message rows an encode writes and the transport moves;
-* :mod:`~gossip.engine.cache` — the one cache type, keyed by object identity;
-* :mod:`~gossip.engine.nodes` — what is kept per node (oracle, generator, compressors).
+* :mod:`~gossip.engine.events` — asynchronous runs in virtual time (activations, messages);
+* :mod:`~gossip.engine.freerun` — asynchronous runs on wall clocks, one node per rank;
+* :mod:`~gossip.engine.clock`, :mod:`~gossip.engine.wallclock` — the synchronous run's clocks;
+* :mod:`~gossip.engine.loss`, :mod:`~gossip.engine.stale` — what a lost or late message means
+  to a receiver, per the algorithm's declared :attr:`~gossip.core.Algorithm.on_loss`.
 
-``Engine``, ``Block`` and ``Channel`` load on first use, so algorithms can import the block's
-types without importing the engine.
+``Engine`` loads on first use, so ``import gossip.engine`` stays cheap.
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {"Engine": "gossip.engine.engine", "Metric": "gossip.engine.engine",
-            "Block": "gossip.engine.block", "Channel": "gossip.engine.channel"}
+_EXPORTS = {"Engine": "gossip.engine.engine", "Metric": "gossip.engine.engine"}
 
 __all__ = list(_EXPORTS)
 

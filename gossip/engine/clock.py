@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from gossip.engine.cache import IdentityCache
+from gossip.core.cache import IdentityCache
 from gossip.network import LossDraws, arc_keys
 from gossip.timing import Timing
 

@@ -1,4 +1,4 @@
-"""The engine: hosts this process's nodes as one :class:`~gossip.engine.block.Block`, runs
+"""The engine: hosts this process's nodes as one :class:`~gossip.core.block.Block`, runs
 the algorithm's round on it, moves each phase's messages through the transport, logs metrics.
 
 Each round the algorithm's :meth:`~gossip.algorithms.Algorithm.step` generator runs over the
@@ -19,17 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gossip.algorithms.base import Algorithm
 from gossip.comm.world import World
 from gossip.compress import Compressor, factory_for
-from gossip.engine.block import Block
-from gossip.engine.cache import IdentityCache
+from gossip.core.algorithm import Algorithm
+from gossip.core.block import Block
+from gossip.core.cache import IdentityCache
+from gossip.core.nodes import Node
+from gossip.core.registry import REGISTRY
+from gossip.core.routing import ArcPlan, MixPlan
+from gossip.core.staging import Rows
 from gossip.engine.clock import SyncClock
 from gossip.engine.events import EventLoop
 from gossip.engine.loss import ARC_POLICIES, Delivery
-from gossip.engine.nodes import Node
-from gossip.engine.routing import ArcPlan, MixPlan
-from gossip.engine.staging import Rows
 from gossip.engine.stale import Staleness, mode_of
 from gossip.engine.wallclock import WallRounds
 from gossip.errors import (
@@ -337,8 +338,6 @@ class Engine:
                               f"{alg.name} is asynchronous (no rounds): its nodes never wait for "
                               "messages anyway; run it without --overlap")
         if self.overlap and not (alg.overlaps and oracles is not None):
-            from gossip.algorithms import REGISTRY
-
             able = sorted(name for name, cls in REGISTRY.items() if cls.overlaps)
             raise ConfigError(
                 f"--overlap: {alg.name} " + ("has no gradients to compute while its messages "

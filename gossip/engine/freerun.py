@@ -82,15 +82,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from gossip.engine.events import (
-    Activation,
-    Message,
-    Side,
-    _nbytes,
-    frame,
-    merged,
-    unframe,
-)
+from gossip.core.activation import Activation, Message, Side
+from gossip.engine.events import _nbytes, frame, merged, unframe
 from gossip.engine.wallclock import sleep_serving
 from gossip.errors import CommError, ConfigError
 from gossip.timing import KeyedDraws, Timing
@@ -297,6 +290,31 @@ class FreeRun:
         ``node_metrics``' values) as the rows come, and after it, before the end record, on
         every rank the ``round`` record of each instant (``metrics`` on the snapshots; module
         doc)."""
+        try:
+            return self._run(steps, seconds, metrics, log_every, node_metrics, on_record)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _abandon(self) -> None:
+        """Leave nothing pending in MPI when the run stops with an error (a refused message, a
+        silent neighbor, an interrupt): this rank's sends still in flight are cancelled and its
+        communicator freed, so the process can end (MPI_Finalize would wait for them)."""
+        pending = [req for req, *_ in self._sends] + [req for req, _ in self._log_sends]
+        for req in pending:
+            if not req.Test():
+                req.Cancel()
+        deadline = time.monotonic() + 1.0
+        while pending and time.monotonic() < deadline:
+            pending = [req for req in pending if not req.Test()]
+            time.sleep(1e-4)
+        self._sends, self._log_sends = [], []
+        if self.comm != self.MPI.COMM_NULL:  # not freed yet by a run that got to its end
+            self.comm.Free()
+
+    def _run(self, steps: int | None, seconds: float | None, metrics: list[Any],
+             log_every: int | None, node_metrics: list[NodeMetric],
+             on_record: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
         if steps is None and seconds is None:
             raise ConfigError("a free run needs a number of steps or a time budget")
         if log_every is not None and (seconds is None or log_every < 1):

@@ -2,7 +2,7 @@
 
 Both ends of an arc draw its drop from the same key (:mod:`gossip.network`), so each process
 knows, before it moves a byte, which of its sends and receives of a phase are lost. The engine
-then hands the transport and the round a *delivered* :class:`~gossip.engine.routing.MixPlan`:
+then hands the transport and the round a *delivered* :class:`~gossip.core.routing.MixPlan`:
 the round's plan without the lost arcs (no send, no receive, no bytes counted for them; the
 receiver's mix skips them) and with the self weights the algorithm's semantics asks for
 (:attr:`gossip.algorithms.Algorithm.on_loss`, docs/network.md):
@@ -17,22 +17,22 @@ receiver's mix skips them) and with the self weights the algorithm's semantics a
   w_ji`` (the columns still sum to one: push-sum's mass ``Σ_i s_i`` and ``Σ_i w_i`` are kept).
 
 * ``"ack"``: the algorithm sends one message per arc (an
-  :class:`~gossip.engine.routing.ArcPlan` phase) and reads which of them arrived. The delivered
+  :class:`~gossip.core.routing.ArcPlan` phase) and reads which of them arrived. The delivered
   plan keeps every row but moves no bytes for the lost arcs (``remote_in`` / ``remote_out``
   without them, ``out_degree`` 0) and carries two masks from the same draws: ``out_delivered``
   (the block's own arcs, as the sender learns it from an acknowledgement in a real network;
   the acknowledgement is not counted in bits) and ``in_delivered`` (the arcs into the block);
-  :meth:`~gossip.engine.block.Block.decode_received` adds only the delivered ones. For methods
+  :meth:`~gossip.core.block.Block.decode_received` adds only the delivered ones. For methods
   whose sender and receiver keep the same per-arc copy (``choco-arcs``, ``lead-arcs``,
-  ``prox-lead-arcs``, ``beer-arcs``, ``c-gt-arcs``: a :class:`~gossip.engine.channel.Channel`
+  ``prox-lead-arcs``, ``beer-arcs``, ``c-gt-arcs``: a :class:`~gossip.core.channel.Channel`
   with ``route="arcs"``; C-ECL's dual mirrors): both ends apply a delivered message, neither a
   lost one, so the copies never disagree.
 * ``"edge"``: an edge sits out a phase, at both ends, when either of its two messages of that
   phase is lost (both ends know it from the same keyed draws, as for ``"ack"``). For methods
   whose exchange on an edge is one antisymmetric move of its two ends (PowerGossip's
-  ``±(u_i − u_j)`` projections, on an :class:`~gossip.engine.routing.ArcPlan` phase: the masks
+  ``±(u_i − u_j)`` projections, on an :class:`~gossip.core.routing.ArcPlan` phase: the masks
   ``out_delivered`` / ``in_delivered`` are the edge's, not the arc's) or whose mixing matrix
-  must stay symmetric (EXTRA, on a :class:`~gossip.engine.routing.MixPlan` phase: a skipped
+  must stay symmetric (EXTRA, on a :class:`~gossip.core.routing.MixPlan` phase: a skipped
   edge's weight goes to the own term at both ends, so ``W_t`` stays symmetric and doubly
   stochastic). A message whose reverse was lost still moves and is counted (its sender did
   not know), but its receiver discards it.
@@ -51,8 +51,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossip.engine.cache import IdentityCache
-from gossip.engine.routing import ArcPlan, MixPlan
+from gossip.core.cache import IdentityCache
+from gossip.core.routing import ArcPlan, MixPlan
 from gossip.errors import ConfigError
 from gossip.network import LossDraws, Network, arc_keys
 
@@ -156,7 +156,7 @@ class _PlanArcs:
 
 
 class _ArcPlanArcs:
-    """An :class:`~gossip.engine.routing.ArcPlan`'s arcs (its own and its incoming ones) as index
+    """An :class:`~gossip.core.routing.ArcPlan`'s arcs (its own and its incoming ones) as index
     tables into one sorted list (the rows of its :class:`~gossip.network.LossDraws`)."""
 
     def __init__(self, plan: ArcPlan, network: Network, seed: int, edge: bool = False):

@@ -25,9 +25,9 @@ What the algorithm is handed in round t follows its
 With ``loss=`` too, a lost message is never held and does not hold up its arc
 (:meth:`Staleness.hold`).
 
-The round's mix then runs on a :class:`~gossip.engine.routing.MixPlan` whose neighbor terms all
+The round's mix then runs on a :class:`~gossip.core.routing.MixPlan` whose neighbor terms all
 read rows of one fresh staging buffer holding those messages (the own rows are copied in front
-of them); the phase's :class:`~gossip.engine.staging.Rows` are pointed at it. Per-arc phases
+of them); the phase's :class:`~gossip.core.staging.Rows` are pointed at it. Per-arc phases
 (``"ack"``: choco-arcs, lead-arcs, prox-lead-arcs, beer-arcs, c-gt-arcs) are refused: :data:`MODES` says why.
 """
 
@@ -41,9 +41,9 @@ import numpy as np
 import torch
 
 from gossip.compress.base import row_stride
-from gossip.engine.cache import IdentityCache
-from gossip.engine.routing import ArcPlan, MixPlan
-from gossip.engine.staging import PackedRows, Rows, message_buffer
+from gossip.core.cache import IdentityCache
+from gossip.core.routing import ArcPlan, MixPlan
+from gossip.core.staging import PackedRows, Rows, message_buffer
 from gossip.errors import ConfigError, ContractError
 from gossip.network import LagDraws, Network, arc_keys
 

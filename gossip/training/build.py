@@ -18,9 +18,9 @@ import torch
 from torch import nn
 
 from gossip.algorithms import REGISTRY
-from gossip.algorithms.base import Algorithm
 from gossip.comm.world import World
 from gossip.compress import Compressor
+from gossip.core.algorithm import Algorithm
 from gossip.engine import Engine
 from gossip.errors import ConfigError
 from gossip.layout import Layout

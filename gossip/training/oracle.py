@@ -10,7 +10,7 @@ local step — its ``torch.optim`` optimizer and scheduler built on those parame
 :class:`ModelOracle` has only ``grad`` (LEAD, BEER and the other algorithms that take the
 gradient directly, docs/algorithms/lead.md); :class:`OptimizerOracle` adds ``apply_step``, which
 D-PSGD, CHOCO-SGD, DeepSqueeze and PowerGossip call instead of ``x -= eta·g``
-(:func:`gossip.algorithms.base.local_step`). :class:`BackwardOracle` and
+(:func:`gossip.core.algorithm.local_step`). :class:`BackwardOracle` and
 :class:`BackwardOptimizerOracle` are their twins for :func:`gossip.wrap`: no batches, the
 gradient is the one the user's ``loss.backward()`` left in ``.grad`` (docs/wrap.md).
 

@@ -68,9 +68,9 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from gossip.algorithms import make_algorithm
-from gossip.algorithms.base import Algorithm
 from gossip.comm.world import World
 from gossip.compress import Compressor
+from gossip.core.algorithm import Algorithm
 from gossip.engine import Engine
 from gossip.errors import ConfigError, DivergenceError
 from gossip.seeding import generator

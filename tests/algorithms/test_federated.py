@@ -13,8 +13,8 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
+from gossip.core.star import ClientSampler
 from gossip.engine import Engine
-from gossip.engine.star import ClientSampler
 from gossip.errors import ConfigError
 from tests.helpers.algorithm_setup import row_compressor
 from tests.helpers.reference_federated import federated

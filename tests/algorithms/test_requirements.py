@@ -12,8 +12,8 @@ import topologies
 from examples.my_parts import StochasticInt8
 from gossip.algorithms import REGISTRY, Algorithm, make_algorithm
 from gossip.algorithms.lead import default_lead_hparams
-from gossip.algorithms.requirements import Graph, Requirements
 from gossip.compress import make
+from gossip.core.requirements import Graph, Requirements
 from gossip.engine import Engine
 from gossip.errors import ConfigError
 from gossip.layout import Layout

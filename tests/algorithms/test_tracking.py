@@ -9,8 +9,8 @@ import torch
 
 import topologies
 from gossip.algorithms import REGISTRY, make_algorithm
+from gossip.core.channel import arcs_over_schedule
 from gossip.engine import Engine
-from gossip.engine.channel import arcs_over_schedule
 from gossip.errors import ConfigError
 from gossip.problems import make_problem
 from tests.helpers import reference_tracking as reft

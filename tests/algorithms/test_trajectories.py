@@ -50,8 +50,8 @@ import numpy as np
 import pytest
 import torch
 
+from gossip.core.block import Block
 from gossip.engine import Engine
-from gossip.engine.block import Block
 from gossip.errors import ConfigError
 from gossip.network import LossDraws
 from tests.helpers import mpi_adaptive, mpi_scenarios, mpi_tracking_scenarios, trajectories

@@ -52,8 +52,8 @@ def test_the_same_row_is_refused_as_by_the_none_compressor():
 
 def test_the_block_names_the_sender_of_a_nan_row():
     """Node 2 lives in another process and sends NaN in an exact-gossip phase (DADAM's)."""
-    from gossip.engine.block import Block
-    from gossip.engine.routing import MixPlan
+    from gossip.core.block import Block
+    from gossip.core.routing import MixPlan
     from gossip.errors import RowsError
 
     topo = topologies.build("ring", 4)

@@ -77,8 +77,8 @@ def test_packed_messages_survive_hostile_bytes():
     from types import SimpleNamespace
 
     import topologies
-    from gossip.engine.block import Block
-    from gossip.engine.routing import MixPlan
+    from gossip.core.block import Block
+    from gossip.core.routing import MixPlan
 
     topo = topologies.build("ring", 4)
     ids = [0, 1]

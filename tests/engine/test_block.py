@@ -1,4 +1,4 @@
-"""Blocks of nodes (gossip/engine/block.py): routing plans, and block rounds equal to the per-node math."""
+"""Blocks of nodes (gossip/core/block.py): routing plans, and block rounds equal to the per-node math."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.algorithms.base import Algorithm
-from gossip.algorithms.requirements import Graph, Requirements
+from gossip.core.algorithm import Algorithm
+from gossip.core.requirements import Graph, Requirements
+from gossip.core.routing import MixPlan
 from gossip.engine import Engine
-from gossip.engine.routing import MixPlan
 
 
 def _irregular() -> topologies.Topology:
@@ -139,7 +139,7 @@ def test_pack_frames_each_nodes_messages_and_checks_every_part():
     from types import SimpleNamespace
 
     from gossip.compress import make
-    from gossip.engine.block import Block
+    from gossip.core.block import Block
     from gossip.errors import RowsError
 
     topo = topologies.build("ring", 6)
@@ -177,7 +177,7 @@ def test_model_rows_and_received_rows_gather_together():
     from types import SimpleNamespace
 
     from gossip.compress import make
-    from gossip.engine.block import Block
+    from gossip.core.block import Block
 
     topo = topologies.build("ring", 6)
     ids = [0, 1, 2]
@@ -230,7 +230,7 @@ def test_arc_phase_routes_one_message_per_arc_and_counts_its_bytes(spec):
 
 
 def test_arc_plan_of_a_partial_block_splits_own_incoming_and_remote_arcs():
-    from gossip.engine.routing import ArcPlan
+    from gossip.core.routing import ArcPlan
 
     arcs = [(0, 1), (1, 0), (1, 2), (2, 1), (2, 3), (3, 2), (0, 3), (3, 0)]
     plan = ArcPlan.build(arcs, [1, 2], torch.device("cpu"))
@@ -331,7 +331,7 @@ def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp
     """Rows of at least LOOP_FROM entries are encoded and mixed one message at a time from views
     of the staging rows (no gather copy): the same bits as the batched block round."""
     import gossip.compress.rows
-    import gossip.engine.block
+    import gossip.core.block
     from gossip.compress import jit
 
     monkeypatch.setattr(jit, "ENABLED", False)  # the numpy loop (tests/compress/test_fused.py: the kernel)
@@ -347,16 +347,16 @@ def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp
         return [eng.block.x.clone(), *(t.clone() for t in eng.block.state.values())]
 
     calls = []
-    decode = gossip.engine.block.Block._decode_add
+    decode = gossip.core.block.Block._decode_add
 
     def counted(self, comp, out, msgs, *args, **kwargs):
         calls.append(msgs.shape[0])  # messages per decode call
         return decode(self, comp, out, msgs, *args, **kwargs)
 
-    monkeypatch.setattr(gossip.engine.block.Block, "_decode_add", counted)
+    monkeypatch.setattr(gossip.core.block.Block, "_decode_add", counted)
     looped = run()
     assert calls.count(1) >= 2 * topo.graph.number_of_edges()  # each received message alone
-    monkeypatch.setattr(gossip.engine.block, "LOOP_FROM", 1 << 40)
+    monkeypatch.setattr(gossip.core.block, "LOOP_FROM", 1 << 40)
     monkeypatch.setattr(gossip.compress.rows, "LOOP_FROM", 1 << 40)
     batched = run()
     assert all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(looped, batched))

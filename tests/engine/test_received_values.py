@@ -76,8 +76,8 @@ def test_a_nan_message_names_its_sender_not_the_receivers_step():
     node 2 lives elsewhere and sends NaN; the error names it and the receiver, node 1."""
     from types import SimpleNamespace
 
-    from gossip.engine.block import Block
-    from gossip.engine.routing import MixPlan
+    from gossip.core.block import Block
+    from gossip.core.routing import MixPlan
     from gossip.errors import RowsError
 
     topo = topologies.build("ring", 4)
@@ -105,8 +105,8 @@ def test_long_dense_rows_are_checked_by_the_mix(bad_value):
 
     from gossip.compress import fused
     from gossip.compress.rows import LOOP_FROM
-    from gossip.engine.block import Block
-    from gossip.engine.routing import MixPlan
+    from gossip.core.block import Block
+    from gossip.core.routing import MixPlan
     from gossip.errors import RowsError
 
     if fused.kernel() is None:

@@ -319,8 +319,8 @@ def test_block_streams_independent_of_placement():
     block or beside others; both ends of an edge draw the same numbers."""
     from types import SimpleNamespace
 
-    from gossip.engine.block import Block
-    from gossip.engine.routing import ArcPlan
+    from gossip.core.block import Block
+    from gossip.core.routing import ArcPlan
 
     def block(ids):
         b = Block([SimpleNamespace(id=i) for i in ids], torch.zeros(len(ids), 3), make("none"),

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import topologies
-from gossip.engine.routing import MixPlan
+from gossip.core.routing import MixPlan
 
 
 @pytest.mark.slow

@@ -121,7 +121,7 @@ def test_per_tensor_compressor_state_round_trips(spec):
 
 
 def test_node_state_holds_tensors_only():
-    from gossip.algorithms.base import Algorithm
+    from gossip.core.algorithm import Algorithm
 
     class Bad(Algorithm):
         name = "bad-state"

@@ -14,6 +14,7 @@ altered on the way to MPI, so the cases hold whatever the honest side checks.
 
 from __future__ import annotations
 
+import faulthandler
 import sys
 import time
 from pathlib import Path
@@ -174,12 +175,14 @@ def main() -> None:
     names = sys.argv[1:] or list(CASES)
     for case in names:
         name, where, corrupt = CASES[case]
+        faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where, not a timeout
         if world.rank == 0:
             print(f"CASE {case}: {honest(world, name, where)}", flush=True)
         else:
             rogue(world, name, where, corrupt)
         world.timeout = 20  # the engine's 2 s deadline is the run's; the cases' ends differ more
         world.barrier("the end of a case with")
+    faulthandler.cancel_dump_traceback_later()
 
 
 if __name__ == "__main__":

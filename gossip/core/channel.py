@@ -6,7 +6,7 @@ weights and the route (one message per node to all out-neighbors, or one per arc
 state keys in ``block.state`` (or ``block.arc_state``), so checkpoints save them, and its
 buffers: the message is built in the channel's own rows, never in a caller's tensor, so a
 caller may change what it sent (``x``, say) before the exchange is decoded; and a copy and its
-mix sit in one :meth:`~gossip.engine.block.Block.stacked` tensor, so one decode updates both.
+mix sit in one :meth:`~gossip.core.block.Block.stacked` tensor, so one decode updates both.
 A round is::
 
     q = ch.send(z)                  # q_i = C(z_i − h_i), or C(z_i) without memory
@@ -70,8 +70,8 @@ import torch
 from torch.autograd.graph import increment_version
 
 from gossip.compress import jit
-from gossip.engine.cache import IdentityCache
-from gossip.engine.routing import ArcPlan, MixPlan, RowSums
+from gossip.core.cache import IdentityCache
+from gossip.core.routing import ArcPlan, MixPlan, RowSums
 from gossip.errors import ConfigError
 from gossip.rng import Stream
 
@@ -103,7 +103,7 @@ class Channel:
     """One compressed vector of every node of a block (see the module docstring).
 
     Args:
-        block: the block it belongs to (:class:`~gossip.engine.block.Block`); build channels in
+        block: the block it belongs to (:class:`~gossip.core.block.Block`); build channels in
             ``setup`` and keep them in ``block.workspace``.
         name: the channel's name: the prefix of its default state keys, the name of its
             compressor and random stream with ``own_compressor``, and of its arcs' streams.
@@ -114,7 +114,7 @@ class Channel:
             Tensors already under these keys are used as they are.
         weights: ``weights(node)`` gives node's mixing weights ``m(j)`` (None, or a None result
             for every node: the topology's ``w_ij``). The weighted plan is built once per round
-            plan, neighbors in sorted order as :class:`~gossip.engine.routing.MixPlan` orders them.
+            plan, neighbors in sorted order as :class:`~gossip.core.routing.MixPlan` orders them.
         own_compressor: encode with ``block.stream_compressor(name)`` and
             ``block.stream_rng(name)`` instead of the block's main compressor and streams
             (stateful compressors keep one state per stream of messages).
@@ -168,7 +168,7 @@ class Channel:
 
     def _copies(self, keys: tuple[str, str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``h`` and ``g`` under ``keys`` in ``block.state``, allocated zero if absent: as one
-        :meth:`~gossip.engine.block.Block.stacked` tensor when α = 1, where one decode moves
+        :meth:`~gossip.core.block.Block.stacked` tensor when α = 1, where one decode moves
         both in place."""
         st = self.block.state
         if keys[0] not in st or keys[1] not in st:
@@ -206,7 +206,7 @@ class Channel:
     # -- a round ---------------------------------------------------------------------------
     def send(self, z: torch.Tensor) -> Any:
         """Encode every row of ``z − h`` (``z`` without memory): the
-        :class:`~gossip.engine.staging.Rows` to ``yield`` (alone or with other channels').
+        :class:`~gossip.core.staging.Rows` to ``yield`` (alone or with other channels').
 
         The message is built in the channel's own rows, so ``z`` may change right away. A
         contiguous, 64-byte aligned ``z`` of a memoryless channel (a fresh tensor's layout) is
@@ -378,7 +378,7 @@ class Channel:
         return t.index_select(0, self.arcs.round_of(self.block.arc_plan()).src)
 
     def plan(self) -> MixPlan:
-        """The round's :class:`~gossip.engine.routing.MixPlan` with this channel's weights."""
+        """The round's :class:`~gossip.core.routing.MixPlan` with this channel's weights."""
         block = self.block
         if self.weights is None:
             return block.plan
@@ -532,7 +532,7 @@ def arcs_over_schedule(topology: Any, i: int) -> tuple[list[int], list[int]]:
 
 
 def schedule_plan(block: Any, topology: Any) -> ArcPlan:
-    """The :class:`~gossip.engine.routing.ArcPlan` of every arc into or out of the block's
+    """The :class:`~gossip.core.routing.ArcPlan` of every arc into or out of the block's
     nodes over the whole schedule (:func:`arcs_over_schedule`): the rows of per-arc copies."""
     arcs = []
     for i in block.ids:
@@ -564,7 +564,7 @@ class _ArcCopies:
     averages (or trackers, or LEAD's dual sum) are preserved on time-varying graphs, where a
     single shared copy per node could not be kept up to date, and on lossy networks. The
     memory α is the channel's (1: the copies move by the whole message, EF21-style).
-    One message per current arc (a per-arc phase, :meth:`~gossip.engine.block.Block.arc_plan`).
+    One message per current arc (a per-arc phase, :meth:`~gossip.core.block.Block.arc_plan`).
 
     The copies are per-arc state over the arcs of a whole period (:func:`schedule_plan`):
     ``block.arc_state[keys[0]]`` has a row per arc the block's nodes may send on (``o_ij``),

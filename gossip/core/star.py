@@ -1,7 +1,7 @@
 """The server–clients phases of a federated round on a star: node 0 the server, 1..n−1 clients.
 
 A federated algorithm is an ordinary :class:`~gossip.algorithms.Algorithm` on the star graph:
-its round has two phases routed by arcs (:meth:`~gossip.engine.block.Block.arc_plan`), so the
+its round has two phases routed by arcs (:meth:`~gossip.core.block.Block.arc_plan`), so the
 engine, the transports, byte counts, logs and checkpoints serve it unchanged::
 
     S = link.begin()                         # this round's clients, the same on every process
@@ -107,7 +107,7 @@ class StarLink:
     Build it in ``setup`` and keep it in ``block.workspace``.
 
     Args:
-        block: the block (:class:`~gossip.engine.block.Block`) of a star run.
+        block: the block (:class:`~gossip.core.block.Block`) of a star run.
         name: prefix of its state keys and random streams.
         sampler: the round's clients.
         up_dim, down_dim: entries of the uplink and downlink vectors.

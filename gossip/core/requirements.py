@@ -9,7 +9,7 @@ algorithm (a user's included)::
     class Exact(MyMethod):
         requires = replace(MyMethod.requires, compressor="identity")
 
-What is left to :meth:`~gossip.algorithms.base.Algorithm.validate` is only what no field says
+What is left to :meth:`~gossip.core.algorithm.Algorithm.validate` is only what no field says
 (a power-of-two node count, column-stochastic weights, a hyper-parameter against the graph).
 Compressors are read through their properties (``is_identity``, ``bounded_variance``,
 ``stateful``), never their spec string, so a user's compressor is treated like a built-in one.

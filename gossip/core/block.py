@@ -6,8 +6,8 @@ rows, a compressor encodes the block into message rows (one message per row), an
 for every node, its in-neighbors' messages in sorted order (one degree slot at a time, or all
 slots in one ordered decode). Every node's sums therefore run in the same order wherever the
 node sits, so a run gives the same bits in one process, one node per MPI rank, or several per
-rank. Routing lives in :mod:`gossip.engine.routing`, message buffers in
-:mod:`gossip.engine.staging`.
+rank. Routing lives in :mod:`gossip.core.routing`, message buffers in
+:mod:`gossip.core.staging`.
 
 The model ``x`` is allocated in message rows (:meth:`Block.message_tensor`), so it goes out
 with the ``none`` compressor without an encode's copy: only the 8-byte headers are written.
@@ -28,9 +28,9 @@ from gossip.compress import fused as _fused
 from gossip.compress.base import row_stride
 from gossip.compress.checks import unchecked
 from gossip.compress.rows import LOOP_FROM, header_int64, host_decode, section
-from gossip.engine.cache import IdentityCache
-from gossip.engine.routing import ArcPlan, MixPlan
-from gossip.engine.staging import ALIGN, PackedParts, PackedRows, Rows, message_buffer, pack_header
+from gossip.core.cache import IdentityCache
+from gossip.core.routing import ArcPlan, MixPlan
+from gossip.core.staging import ALIGN, PackedParts, PackedRows, Rows, message_buffer, pack_header
 from gossip.errors import CompressionError, ConfigError, ContractError, RowsError
 from gossip.rng import Stream
 
@@ -47,7 +47,7 @@ class Block:
     tensors with a row per arc of :meth:`arc_plan` (node i saves the rows of its out-arcs,
     sorted by receiver; an entry may be a list of tensors, and a key with ``{j}`` gives node i
     one entry per out-arc (i, j), named with j: per-neighbor state such as PowerGossip's
-    ``P{j}``). ``plan`` is the round's :class:`~gossip.engine.routing.MixPlan` that mixing
+    ``P{j}``). ``plan`` is the round's :class:`~gossip.core.routing.MixPlan` that mixing
     reads (its weights; after an exchange with lost messages, the plan of what was delivered,
     :mod:`gossip.engine.loss`), ``routing`` the round's whole plan that messages are encoded
     for, ``topology`` the run's graph, ``nodes`` the per-node objects (oracles, generators, ids).
@@ -345,7 +345,7 @@ class Block:
         """``out += scale·(w_ii·C(own) + Σ_j w_ij·C(q_j))`` for every row, neighbors in sorted
         order (the order a per-node loop sums in); with ``copy`` (and ``own``) also
         ``copy += C(own)``, a public copy such as CHOCO's x̂. ``plan``: the round's plan with
-        other weights (a :class:`~gossip.engine.channel.Channel`'s; default ``self.plan``).
+        other weights (a :class:`~gossip.core.channel.Channel`'s; default ``self.plan``).
         ``add=False`` writes the sum into ``out`` instead (``0 + …``: the same bits as zeroing
         ``out`` first, without the pass over it). ``alpha`` adds ``alpha·sum`` to ``out``: a
         model's own update ``x ← x + α·(mix)``, where ``out`` may be the model the messages were
@@ -646,7 +646,7 @@ class Block:
     # -- messages of several parts --------------------------------------------------------
     def pack(self, parts: list[Rows | torch.Tensor]) -> PackedRows:
         """Several messages of one phase sent as one (framed by
-        :func:`~gossip.engine.staging.pack_header`); what the engine does with messages yielded
+        :func:`~gossip.core.staging.pack_header`); what the engine does with messages yielded
         together (``qa, qb = yield qa, qb``). Each part is :class:`Rows` from :meth:`encode` or
         a raw [m, b] uint8 tensor (e.g. push-sum's weight); ``yield`` the result, then decode
         ``packed.parts[k]`` as if that part had been sent alone. The parts share one route

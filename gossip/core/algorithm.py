@@ -1,6 +1,6 @@
 """What an algorithm is: immutable configuration plus a round written as a generator over a block.
 
-A round runs for all of a process's nodes at once (a :class:`~gossip.engine.block.Block`: row
+A round runs for all of a process's nodes at once (a :class:`~gossip.core.block.Block`: row
 r of every [m, d] tensor is node r). It yields each phase's messages and gets them back
 exchanged, so it reads like the paper's update and never touches a transport::
 
@@ -18,18 +18,18 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gossip.algorithms.requirements import Requirements
+from gossip.core.requirements import Requirements
 from gossip.errors import ConfigError, ContractError
 
 if TYPE_CHECKING:
     import torch
 
     from gossip.compress import Compressor
-    from gossip.engine.block import Block
-    from gossip.engine.events import Activation, Message, Side
+    from gossip.core.activation import Activation, Message, Side
+    from gossip.core.block import Block
 
 Round = Generator[Any, Any, None]
-"""A round: yields a phase's :class:`~gossip.engine.staging.Rows`, receives them exchanged."""
+"""A round: yields a phase's :class:`~gossip.core.staging.Rows`, receives them exchanged."""
 
 
 class Algorithm(ABC):
@@ -39,7 +39,7 @@ class Algorithm(ABC):
     The instance is configuration only: its constructor checks and stores hyper-parameters,
     and nothing a run derives is stored on it (that goes to the block). What the algorithm
     *needs* of a run is one value, :attr:`requires` (graph kind, gradients, compressor; see
-    :class:`~gossip.algorithms.requirements.Requirements`), checked once by the engine before
+    :class:`~gossip.core.requirements.Requirements`), checked once by the engine before
     any message, so bad runs are refused up front. What it *offers* to scripts (``trains``,
     ``takes_optimizer``, ``tunable``, ``step_schedule``, ``step_rule``, ``needs_layout``,
     :meth:`suggest_hparams`) stays in separate class attributes: each is read on its own by the
@@ -116,14 +116,14 @@ class Algorithm(ABC):
     docs/asynchronous.md): the engine calls :meth:`activate` each time a node's clock rings and
     :meth:`receive` for each message that arrives, and never :meth:`step`."""
     clock: ClassVar[str] = "compute"
-    """An asynchronous algorithm's clocks (:data:`gossip.engine.events.CLOCKS`): ``"compute"``
+    """An asynchronous algorithm's clocks (:data:`gossip.core.activation.CLOCKS`): ``"compute"``
     (a node rings when its local step ends) or ``"poisson"`` (randomized gossip's clocks)."""
     contact: ClassVar[str] = "exchange"
     """How an asynchronous algorithm's activation talks to its peer: ``"exchange"`` (a pairwise
     exchange, :meth:`offer` and :meth:`merge` at each end) or ``"post"`` (a one-way message,
     :meth:`receive` at the other end). Declared, so that every process knows the trace."""
     peer: ClassVar[str] = "random"
-    """Whom an activation talks to (:data:`gossip.engine.events.PEERS`): ``"random"`` (a uniform
+    """Whom an activation talks to (:data:`gossip.core.activation.PEERS`): ``"random"`` (a uniform
     present out-neighbor) or ``"next"`` (the out-neighbors in turn)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -135,7 +135,7 @@ class Algorithm(ABC):
             raise ConfigError(
                 f"{cls.__name__} declares {', '.join(former)}: an algorithm says what it needs in "
                 "one value, requires = Requirements(graph=Graph(static=..., symmetric=..., "
-                "complete=...), gradients=..., compressor=...) (gossip.algorithms.requirements)"
+                "complete=...), gradients=..., compressor=...) (gossip.core.requirements)"
             )
 
     @classmethod
@@ -202,7 +202,7 @@ class Algorithm(ABC):
     def activate(self, block: Block, event: Activation) -> None:
         """An asynchronous algorithm's work when node ``event.node``'s clock rings (its row
         ``event.row``): tensor ops on the rows of ``block``, partners and messages through
-        ``event`` (:class:`~gossip.engine.events.Activation`)."""
+        ``event`` (:class:`~gossip.core.activation.Activation`)."""
         raise ContractError(f"{self.name} is not asynchronous: it runs in rounds (step)")
 
     def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
@@ -222,7 +222,7 @@ class Algorithm(ABC):
 
     def receive(self, block: Block, message: Message) -> None:
         """An asynchronous algorithm's work when ``message`` (one it posted with
-        :meth:`Activation.post <gossip.engine.events.Activation.post>`) arrives at its
+        :meth:`Activation.post <gossip.core.activation.Activation.post>`) arrives at its
         receiver, block row ``message.row``."""
         raise ContractError(f"{self.name} posts no messages, yet one arrived")
 
