@@ -28,7 +28,7 @@ max_i ‖x_i − x̄_0‖ / ‖x̄_0‖, the messages lost in all, the bits each
 messages only: a lost message moves no bytes) and their ratio to the same method without loss.
 
 Optimization (what ``experiments/optimize.py --nodes 16 --dim 50 --samples-per-node 50
---heterogeneity 1 --iterations T --algorithm A --compressor C --network N --seed S --dtype
+--heterogeneity 1 --rounds T --algorithm A --compressor C --network N --seed S --dtype
 float64`` runs: heterogeneous least squares, full gradients, x⁰ = 0, each method's own
 suggested step sizes): D-PSGD (``dpsgd``, exact messages), CHOCO-SGD with ``topk:0.1`` and with
 ``none``, the same with a copy per arc (``choco-arcs``: a lost message changes neither end's

@@ -27,6 +27,7 @@ from gossip import catalog  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
     add_list_argument,
+    add_rounds_argument,
     add_run_arguments,
     check_asynchronous,
     check_entries,
@@ -84,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     g.add_argument("--init", default="gaussian",
                    help="'gaussian' (x_i ~ N(0, I), seeded per node) or a .npy file of shape "
                         "(n, d) or (n, m, k); d or (m, k) are then read from the file")
-    g.add_argument("--rounds", type=positive_int, default=1000, help="rounds per run")
+    add_rounds_argument(g, 1000)
     g.add_argument("--target", type=positive_float, default=1e-6,
                    help="consensus error, relative to the initial one, that counts as reached")
     add_run_arguments(p)

@@ -23,7 +23,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gossip.cli import HelpFormatter, guarded, positive_int  # noqa: E402
+from gossip.cli import HelpFormatter, add_rounds_argument, guarded, positive_int  # noqa: E402
 
 COMMON = ["--data", "digits", "--model", "mlp", "--hidden", "128", "--partition", "dirichlet:0.1",
           "--batch-size", "32", "--seed", "0"]
@@ -79,9 +79,9 @@ def check_paths(args: argparse.Namespace) -> None:
     check_outputs(argparse.Namespace(plot=args.plot))
 
 
-def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter)
-    p.add_argument("--rounds", type=positive_int, default=300, help="rounds per run")
+    add_rounds_argument(p, 300)
     p.add_argument("--log-every", type=positive_int, default=10, help="rounds between records")
     p.add_argument("--out", default="results/federated_digits", help="folder of the logs")
     p.add_argument("--plot", default=None, help="image of accuracy vs rounds and vs bits")
@@ -89,7 +89,11 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     from gossip.config import suggest_flags
 
     suggest_flags(p)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
+    args = parse_args(argv)
     check_paths(args)
     import importlib.util
 

@@ -33,6 +33,7 @@ from gossip.cli import (  # noqa: E402
     add_hparam_argument,
     add_list_argument,
     add_overlap_argument,
+    add_rounds_argument,
     add_run_arguments,
     check_asynchronous,
     check_entries,
@@ -99,7 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="consensus step (default: the algorithm's suggestion or its own default; "
                         "CHOCO's is sized from the compressor's contraction and the mixing "
                         "weights); 'auto' searches 1, 0.5, 0.2, ..., 0.01 on a tenth of the "
-                        "iterations")
+                        "rounds")
     add_hparam_argument(a, "--hparam codec=sign_l1 freeze_step=50 (onebit-adam), --hparam "
                            "period=2 (c-ecl); with --compare, each goes to the runs whose algorithm "
                            "takes it")
@@ -109,7 +110,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     a.add_argument("--estimator", choices=ESTIMATORS, default="full",
                    help="gradient estimator (sampled ones need a finite-sum problem)")
     a.add_argument("--batch-size", type=positive_int, default=1, help="samples per sampled gradient")
-    a.add_argument("--iterations", type=positive_int, default=300, help="rounds per run")
+    add_rounds_argument(a, 300, aliases=("--iterations",))
     a.add_argument("--target", type=positive_float, default=1e-8,
                    help="distance to optimum counted as reached in the table")
     add_federated_arguments(p)
@@ -336,7 +337,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     for index, ((label, name, comp, hp), build) in enumerate(zip(planned, builds)):
         search = None
         if hp.get("gamma") == "auto":
-            search = tune_gamma(build, max(1, args.iterations // 10), "distance_to_optimum",
+            search = tune_gamma(build, max(1, args.rounds // 10), "distance_to_optimum",
                                 [metrics])
             hp["gamma"] = search.pick
             if world.is_root:
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
         if search is not None:
             config["gamma_search"] = search.record()
         result = execute(engine, label=label, config=config, logger=logger,
-                         rounds=args.iterations, log_every=args.log_every, metrics=[metrics],
+                         rounds=args.rounds, log_every=args.log_every, metrics=[metrics],
                          node_metrics=[node_metrics],
                          progress=args.progress, **checkpoint_options(args, index))
         curves[label] = result.records
@@ -375,7 +376,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     if world.is_root:
         print(format_table(rows, args.target, clocks_of(curves.values()), federated))
         note = target_note([(r["run"], r["last_round"]) for r in rows if r["rounds"] is None],
-                           args.target, "distance to x*", "--iterations")
+                           args.target, "distance to x*", "--rounds")
         if note:
             print(note)
         if args.plot:

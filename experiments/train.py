@@ -43,6 +43,7 @@ from gossip.cli import (  # noqa: E402
     add_hparam_argument,
     add_list_argument,
     add_overlap_argument,
+    add_rounds_argument,
     add_run_arguments,
     check_asynchronous,
     check_hparam_types,
@@ -189,9 +190,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     s.add_argument("--min-lr-factor", type=non_negative_float, default=0.0,
                    help="final multiplier of the cosine schedule")
     r = p.add_argument_group("length and evaluation")
-    r.add_argument("--epochs", type=positive_float, default=20.0, help="training length in epochs")
-    r.add_argument("--rounds", type=positive_int, default=None,
-                   help="training length in rounds (overrides --epochs)")
+    r.add_argument("--epochs", type=positive_float, default=20.0,
+                   help="training length in epochs (a fraction allowed): an epoch is one pass over "
+                        "each node's data, ceil(N_train / (nodes × batch size)) rounds, as every "
+                        "node draws one mini-batch a round (a federated round draws clients per "
+                        "round × local steps of them)")
+    add_rounds_argument(r, None, note="overrides --epochs (default: --epochs × the rounds of an "
+                                      "epoch)")
     r.add_argument("--eval-every", type=positive_float, default=1.0,
                    help="evaluate and log every this many epochs (--log-every K rounds overrides)")
     r.add_argument("--target", type=positive_float, default=None, metavar="ACCURACY",

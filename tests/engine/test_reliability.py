@@ -153,7 +153,7 @@ def test_graph_file_size_mismatch_says_what_works(tmp_path, nodes, world_size, f
     import argparse
     import types
 
-    from gossip.cli import build_topology
+    from gossip.cli.start import build_topology
 
     path = tmp_path / "g.edgelist"
     path.write_text("0 1\n1 2\n2 3\n3 0\n")
@@ -195,11 +195,11 @@ def test_a_problem_in_another_dtype_is_refused_before_round_1(problem_dtype):
 
 
 def test_an_error_line_is_left_for_torchrun(tmp_path, monkeypatch):
-    """gossip.cli.tell_torchrun writes the worker's error file torchrun names (its failure
+    """gossip.cli.guard.tell_torchrun writes the worker's error file torchrun names (its failure
     summary reads the line from it), and does nothing outside torchrun."""
     import json
 
-    from gossip.cli import TORCHRUN_ERROR_FILE, tell_torchrun
+    from gossip.cli.guard import TORCHRUN_ERROR_FILE, tell_torchrun
 
     monkeypatch.delenv(TORCHRUN_ERROR_FILE, raising=False)
     tell_torchrun("error: x")  # no file named: nothing written, no error

@@ -81,7 +81,7 @@ def test_hostile_flags_end_in_one_error_line_with_status_2():
 def test_a_memory_refusal_says_how_more_processes_would_help():
     """In process: start it on several; under a world: more processes than it has, up to one
     per node; a world of one node per process is told nothing about spreading."""
-    from gossip.cli import spread_hint
+    from gossip.cli.checks import spread_hint
 
     assert "mpiexec -n 4" in spread_hint(1, 8)
     assert spread_hint(2, 4) == (" (or start more than 2 processes, up to one per node, to "

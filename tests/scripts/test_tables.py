@@ -31,12 +31,12 @@ def test_no_note_when_every_run_reached_the_target():
 
 
 def test_optimize_prints_the_note(capsys, tmp_path):
-    rows = script("optimize").main(["--iterations", "4", "--nodes", "4", "--dim", "4",
+    rows = script("optimize").main(["--rounds", "4", "--nodes", "4", "--dim", "4",
                                     "--out", str(tmp_path / "o.jsonl")])
     out = capsys.readouterr().out
     assert rows[0]["rounds"] is None
     assert f"| {rows[0]['run']} | " in out and "| not reached | not reached |" in out
-    assert "(lead@none after 4 rounds); raise --iterations or --target" in out
+    assert "(lead@none after 4 rounds); raise --rounds or --target" in out
 
 
 def test_a_run_that_diverges_before_its_first_record_is_a_failed_row(tmp_path):

@@ -1,0 +1,86 @@
+"""Refusals of a whole run before any work: flags an asynchronous algorithm cannot honour,
+and a run larger than the memory this process may use."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def check_asynchronous(args: argparse.Namespace, name: str) -> None:
+    """Refuse, in one line and before any work, the flags an asynchronous algorithm (no rounds,
+    virtual time: docs/asynchronous.md) cannot honour: ``--overlap``, ``--link-latency`` and,
+    with ``--free-run``, the checkpoint flags (the engine and the runner refuse them too, but
+    only once the data and models are built; in virtual time checkpoints work)."""
+    from gossip.algorithms import algorithm_class
+
+    if not algorithm_class(name).asynchronous:
+        return
+    why = []
+    if getattr(args, "overlap", False):
+        why.append("--overlap (its nodes never wait for messages: there is nothing to overlap)")
+    if getattr(args, "link_latency", 0.0):
+        why.append("--link-latency (a wall-clock delay of rounds: give messages a virtual delay "
+                   "with --network delay=SECONDS)")
+    ckpt = [flag for flag, dest in (("--checkpoint-dir", "checkpoint_dir"), ("--resume", "resume"),
+                                    ("--checkpoint-every", "checkpoint_every"))
+            if getattr(args, dest, None)]
+    if ckpt and getattr(args, "free_run", None) is not None:
+        why.append(f"--free-run and {'/'.join(ckpt)} together (a free run's events happen in "
+                   "wall-clock time and differ from run to run: checkpoint it in virtual time)")
+    if getattr(args, "free_run", None) is not None and str(getattr(args, "gamma", None)) == "auto":
+        why.append("--free-run and --gamma auto together (a free run's numbers change from run "
+                   "to run, so they cannot rank the candidates: tune in virtual time first)")
+    if why:
+        raise SystemExit(f"error: {name} is asynchronous (no rounds, virtual time; "
+                         f"docs/asynchronous.md) and cannot run with {'; '.join(why)}")
+
+
+def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms: list[Any],
+                 compressors: list[str], lower: str, topology: Any = None, nodes: int | None = None,
+                 shape: tuple[int, ...] | None = None, extra: dict[str, float] | None = None) -> None:
+    """Refuse, before anything is allocated, a run larger than the memory this process may use
+    (:mod:`gossip.memory`; ``--max-memory`` replaces the machine's figure).
+
+    ``numel`` entries per node, the largest of ``algorithms``' (classes) ``state_copies`` (+
+    ``neighbor_copies`` x the topology's largest degree), one message per node of the largest
+    of ``compressors`` and, under MPI, one received per remote neighbor; ``extra`` adds the
+    script's own allocations (a problem's data). Without a ``topology`` (the check before it is
+    built, from ``nodes``) the graph is counted at its smallest. Under MPI the share of the rank
+    with the most nodes is checked. ``lower``: the flags named in the refusal (which adds how
+    more processes would help, :func:`spread_hint`).
+    """
+    from gossip import memory
+
+    n = topology.n if topology is not None else (nodes or 8)
+    local = memory.local_share(n, world.size)
+    itemsize = 8 if getattr(args, "dtype", "float32") == "float64" else 4
+    fp = memory.Footprint()
+    degree = 0
+    if topology is not None:
+        degree = int(topology.at_round(1).degrees().max()) if n > 1 else 0
+    else:
+        fp.add("graph", n * 1200.0)  # a ring's networkx graph and CSR weights (measured)
+    message = max([memory.message_bytes(c, numel, itemsize, shape) for c in compressors] or [0.0])
+    state = max((cls.state_copies + cls.neighbor_copies * degree, cls.state_copies, cls.neighbor_copies)
+                for cls in algorithms)
+    memory.block_footprint(nodes=local, numel=numel, itemsize=itemsize, state_copies=state[1],
+                           neighbor_copies=state[2], degree=degree, message=message,
+                           remote_rows=local * degree if world.size > 1 else 0, footprint=fp)
+    fp.add("per-node objects", local * 4096.0)
+    for name, nbytes in (extra or {}).items():
+        fp.add(name, nbytes)
+    where = f"rank {world.rank}'s share: {local} of {n} nodes" if world.size > 1 else ""
+    memory.check(fp, lower=lower + spread_hint(world.size, local), where=where,
+                 limit=getattr(args, "max_memory", None))
+
+
+def spread_hint(size: int, local: int) -> str:
+    """How more processes would shrink each one's share of the nodes, for a memory refusal of
+    a world of ``size`` processes whose largest share is ``local`` nodes ("" when every
+    process already hosts one node)."""
+    if local <= 1:
+        return ""
+    if size <= 1:
+        return " (or start it on several processes, e.g. mpiexec -n 4, to spread the nodes over them)"
+    return f" (or start more than {size} processes, up to one per node, to spread the nodes further)"
