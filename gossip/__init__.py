@@ -35,13 +35,13 @@ __version__ = "0.2.0"
 _EXPORTS: dict[str, str] = {
     # running
     "Engine": "gossip.engine",
-    "Block": "gossip.engine",
+    "Block": "gossip.core",
     "World": "gossip.comm.world",
     "Layout": "gossip.layout",
     "Checkpointer": "gossip.checkpoint",
     "DecentralizedTrainer": "gossip.training",
     # algorithms
-    "Algorithm": "gossip.algorithms",
+    "Algorithm": "gossip.core",
     "make_algorithm": "gossip.algorithms",
     "register_algorithm": "gossip.algorithms",
     # compressors
