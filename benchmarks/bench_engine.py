@@ -50,6 +50,9 @@ from gossip.engine import Engine  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
 from gossip.seeding import generator, init_seed  # noqa: E402
 
+SPECS = ("none", "topk:0.01", "sign", "qsgd:4", "lowrank:1")
+"""The compressors of the MPI table (``--specs``' default)."""
+
 HEADERS = {
     "mpi": "| run | message | engine round | its transport part | bare exchange | floor "
            "| round / floor | round / bare | hand-fused numpy round | round / fused |\n"
@@ -336,7 +339,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dims", type=int, nargs="+", default=[10_000, 1_000_000],
                    help="vector sizes for part (a)")
     p.add_argument("--compressors", nargs="+",
-                   default=["none", "topk:0.01", "sign", "qsgd:4", "lowrank:1"],
+                   default=list(SPECS),
                    help="compressors for part (a) (low-rank on the vector as a near-square matrix)")
     p.add_argument("--rounds", type=int, default=200, help="timed rounds per measurement")
     p.add_argument("--large", action=argparse.BooleanOptionalAction, default=True,

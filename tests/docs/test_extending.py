@@ -20,7 +20,7 @@ from gossip.errors import CompressionError, ConfigError
 from gossip.plugins import PluginError
 from gossip.problems import make_problem
 from tests.helpers.extending_driver import RUNS, script
-from tests.helpers.launch import ROOT, run_mpi, run_py
+from tests.helpers.launch import run_mpi, run_py
 
 
 @pytest.fixture(autouse=True)
@@ -43,15 +43,6 @@ def restore_registries():
 def rounds(path) -> list[dict]:
     recs = [json.loads(line) for line in open(path)]
     return [{k: v for k, v in r.items() if not k.endswith("_s")} for r in recs if r["type"] == "round"]
-
-
-def test_example_parts_are_short():
-    """The closing note's claim: each part of the user file is under 100 lines."""
-    src = (ROOT / "examples" / "my_parts.py").read_text().splitlines()
-    starts = {name: next(i for i, line in enumerate(src) if line.startswith(f"class {name}("))
-              for name in ("StochasticInt8", "LocalGossip")}
-    assert starts["LocalGossip"] - starts["StochasticInt8"] < 100
-    assert len(src) - starts["LocalGossip"] < 100
 
 
 def test_int8_compressor_is_unbiased_and_exact_in_size():
