@@ -48,7 +48,7 @@ from gossip.compress import Codec, pack_bits, register_compressor, unpack_bits  
 from gossip.compress.wire import Sections, numel_of  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
-from gossip.seeding import generator, init_seed  # noqa: E402
+from gossip.rng import generator, init_seed  # noqa: E402
 
 HEADERS = {
     "mpi": "| run | message | engine round | its transport part | bare exchange | floor "

@@ -3,7 +3,7 @@
 The split reuses :func:`gossip.problems.data.partition` (``iid``, ``sorted``, ``dirichlet:ALPHA``)
 on the data set's labels, seeded from the run seed only, so every process computes the same
 split whatever the MPI layout. Each node's ``DataLoader`` shuffles with its own seeded
-``torch.Generator`` (:func:`gossip.training.seeds.data_seed`): the same seed gives the same
+``torch.Generator`` (:func:`gossip.rng.data_seed`): the same seed gives the same
 mini-batches in process and under ``mpiexec``.
 
 A ``TensorDataset`` takes a fast path: the node's rows are gathered once into its own
@@ -30,8 +30,7 @@ from torch.utils.data import (
 
 from gossip.errors import DatasetError
 from gossip.problems.data import partition
-from gossip.seeding import generator
-from gossip.training.seeds import data_seed, partition_seed
+from gossip.rng import data_seed, generator, partition_seed
 
 
 def labels_of(dataset: Dataset) -> np.ndarray:

@@ -1,7 +1,7 @@
 """Data sets that need no download: scikit-learn's digits, synthetic classes, files on disk.
 
 Each loader returns ``(train, test)`` map-style data sets whose samples are ``(input, label)``
-with an int64 label; the split is stratified and seeded (:func:`gossip.training.seeds.split_seed`),
+with an int64 label; the split is stratified and seeded (:func:`gossip.rng.split_seed`),
 so every process of an MPI run builds the same sets.
 
 * :func:`digits` — the 1797 8×8 handwritten digits shipped inside scikit-learn (10 classes),

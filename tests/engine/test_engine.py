@@ -12,7 +12,7 @@ import topologies
 from gossip.algorithms import make_algorithm
 from gossip.engine import Engine
 from gossip.errors import ConfigError, DivergenceError
-from gossip.seeding import generator, init_seed
+from gossip.rng import generator, init_seed
 
 
 def gaussian(d, seed=0, dtype=torch.float64):

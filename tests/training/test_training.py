@@ -14,7 +14,7 @@ from torch.utils.data import Dataset, TensorDataset
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.errors import ConfigError, DatasetError, DivergenceError, TuningError
-from gossip.seeding import generator
+from gossip.rng import data_seed, generator
 from gossip.training import (
     MLP,
     BatchStream,
@@ -34,7 +34,6 @@ from gossip.training import (
     partition_indices,
     resnet20,
 )
-from gossip.training.seeds import data_seed
 from gossip.tuning import GammaSearch, log_grid, search_gamma
 
 
@@ -341,7 +340,7 @@ def test_gamma_search_picks_lowest_non_diverged():
 
 def test_gamma_search_on_a_consensus_engine():
     from gossip.engine import Engine
-    from gossip.seeding import init_seed
+    from gossip.rng import init_seed
     from gossip.tuning import final_score
 
     topo = topologies.build("ring", 8)
