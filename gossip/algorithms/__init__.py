@@ -41,11 +41,11 @@ from gossip.algorithms.sgp_async import AsyncSGP
 from gossip.algorithms.signum import SignumVote
 from gossip.algorithms.tracking import CGT, EXTRA, CGTArcs, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
-from gossip.errors import ConfigError
-from gossip.registry import registry
+from gossip.errors import ConfigError, PluginError
+from topologies.registry import Registry
 
-ALGORITHMS = registry("algorithm", error=ConfigError, form="module:Class")
-"""Every algorithm by name (a :class:`gossip.registry.Registry`); join it with :func:`register_algorithm`."""
+ALGORITHMS = Registry("algorithm", error=ConfigError, plugin_error=PluginError, form="module:Class")
+"""Every algorithm by name (a :class:`topologies.registry.Registry`); join it with :func:`register_algorithm`."""
 for _cls in (Gossip, DPSGD, Choco, ChocoArcs, DeepSqueeze, DCD, ECD, LEAD, LEADArcs, ProxLEAD,
              ProxLEADArcs, PowerGossip, BEER, BEERArcs, DIGing, EXTRA, CGT, CGTArcs, PushSum, CPP, DoCoM, MoTEF, CECL,
              OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,

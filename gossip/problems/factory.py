@@ -13,18 +13,18 @@ import torch
 
 from gossip.catalog import DEFAULT_L1
 from gossip.catalog import PROBLEMS as BUILTIN_PROBLEMS
-from gossip.errors import ProblemError
+from gossip.errors import PluginError, ProblemError
 from gossip.problems.base import Problem
 from gossip.problems.data import load_libsvm, partition, synthetic
 from gossip.problems.glm import GLM, L1Logistic, Lasso, LeastSquares, Logistic
-from gossip.registry import registry
+from topologies.registry import Registry
 
 ProblemBuilder = Callable[..., Problem]
 """``build(**options) -> Problem``; options are :func:`make_problem`'s keywords (``n_nodes``,
 ``dim``, ``seed``, ``dtype``, ``device``, …): take the ones you need and ``**_`` the rest."""
 
-BUILDERS = registry("problem", error=ProblemError, form="module:function")
-"""Every problem builder by name (a :class:`gossip.registry.Registry`); see :func:`register_problem`."""
+BUILDERS = Registry("problem", error=ProblemError, plugin_error=PluginError, form="module:function")
+"""Every problem builder by name (a :class:`topologies.registry.Registry`); see :func:`register_problem`."""
 _BUILDERS: dict[str, ProblemBuilder] = BUILDERS.objects
 PROBLEMS: list[str] = []
 """Registered problem names (kept in sync by :func:`register_problem`)."""

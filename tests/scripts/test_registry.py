@@ -10,11 +10,11 @@ import pytest
 import topologies
 from gossip.algorithms import ALGORITHMS, Algorithm, ConfigError, make_algorithm, register_algorithm
 from gossip.compress import COMPRESSORS, CompressionError, TopK, make, register_compressor
-from gossip.plugins import PluginError, import_object, looks_like_target
+from gossip.errors import PluginError
 from gossip.problems import ProblemError, make_problem, register_problem
 from gossip.problems.factory import BUILDERS
-from gossip.registry import Registry, Target, parse_target
 from topologies.errors import SpecError
+from topologies.registry import Registry, Target, import_target, parse_target
 from topologies.spec import STATIC, TIME_VARYING
 
 
@@ -177,7 +177,6 @@ def test_unknown_name_lists_the_names_and_the_plugin_form():
 ])
 def test_one_parser(spec, target):
     assert parse_target(spec) == target
-    assert looks_like_target(spec) is (target is not None)
 
 
 def test_plugins_resolve_through_the_one_loader(plugin):
@@ -186,7 +185,7 @@ def test_plugins_resolve_through_the_one_loader(plugin):
     file_fn = reg.get(f"{plugin}:build")
     assert module_fn() == file_fn() == "from the file"
     assert reg.get(f"{plugin}:build") is file_fn  # a file runs once per process
-    assert import_object(f"{plugin}:Scaled:0.1") is reg.get(f"{plugin}:Scaled")
+    assert import_target(f"{plugin}:Scaled:0.1", error=KindError) is reg.get(f"{plugin}:Scaled")
     with pytest.raises(KindError, match="nothing after 'build'"):
         reg.get("registry_plugin_mod:build:extra")
     with pytest.raises(KindError, match="cannot import module 'no_such_mod_xyz'"):
