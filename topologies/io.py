@@ -25,7 +25,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
-from .errors import GraphFileError, SelfLoopError, SpecError
+from .errors import GraphFileError, SpecError
 from .registry import import_target
 
 __all__ = ["load", "load_callable", "load_function", "takes_round", "call_graph", "relabel",
@@ -118,7 +118,7 @@ def _clean(graph: nx.Graph, source: str) -> nx.Graph:
             "nodes could never communicate"
         )
     for u, _ in nx.selfloop_edges(graph):
-        raise SelfLoopError(
+        raise GraphFileError(
             f"{source}: self-loop on node {u!r}; remove it: a node's own weight comes from the "
             "weight rule (or is 1 - the sum of its explicit edge weights)"
         )
@@ -210,7 +210,7 @@ def _read_edgelist(path: Path) -> nx.Graph:
             continue
         u, v = label(fields[0]), label(fields[1])
         if u == v:
-            raise SelfLoopError(
+            raise GraphFileError(
                 f"{path}:{lineno}: self-loop on node {u!r}; remove the line: a node's own weight "
                 "comes from the weight rule (or is 1 - the sum of its explicit edge weights)"
             )
@@ -301,7 +301,7 @@ def load(path: str | os.PathLike[str]) -> nx.Graph:
     fmt = _FORMAT_NAMES.get(suffix, "edge list")
     try:
         graph = reader(path)
-    except (GraphFileError, SelfLoopError):
+    except GraphFileError:
         raise
     except Exception as exc:  # parsers raise many types (ParseError, KeyError, JSONDecodeError)
         raise GraphFileError(
