@@ -448,7 +448,7 @@ def check(argv: list[str] | None = None) -> None:
 def main(argv: list[str] | None = None, check_only: bool = False) -> dict[str, Any]:
     args = parse_args(argv)
     from gossip.algorithms import accepted_hparams, algorithm_class, make_algorithm
-    from gossip.errors import ConfigError, DatasetError, TuningError
+    from gossip.errors import ConfigError, TuningError
     from gossip.metrics import JsonlLogger, versions
     from gossip.runner import execute
     from gossip.training import batches_per_round, epoch_rounds
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> dict[str, A
                 print(search.describe(), flush=True)
         trainer = build_trainer(args, model, train_set, test_set, topology, world, gamma, total,
                                 rpe)
-    except (ConfigError, DatasetError, TuningError, ValueError) as exc:
+    except (ConfigError, TuningError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     if check_only:
         return {}

@@ -11,7 +11,7 @@ import topologies
 from gossip.algorithms import ALGORITHMS, Algorithm, ConfigError, make_algorithm, register_algorithm
 from gossip.compress import COMPRESSORS, CompressionError, TopK, make, register_compressor
 from gossip.errors import PluginError
-from gossip.problems import ProblemError, make_problem, register_problem
+from gossip.problems import make_problem, register_problem
 from gossip.problems.factory import BUILDERS
 from topologies.errors import SpecError
 from topologies.registry import Registry, Target, import_target, parse_target
@@ -119,7 +119,7 @@ def test_another_object_under_a_taken_name_names_the_owner():
                                           r"\(gossip.algorithms.choco.Choco\)"):
         register_algorithm(type("Other", (ALGORITHMS.get("gossip"),), {"name": "choco"}))
     register_problem("tiny", widget)
-    with pytest.raises(ProblemError, match=r"'tiny' is already registered \(tests.scripts.test_registry.widget\)"):
+    with pytest.raises(ConfigError, match=r"'tiny' is already registered \(tests.scripts.test_registry.widget\)"):
         register_problem("tiny", gadget)
 
 
@@ -153,7 +153,7 @@ def test_unknown_name_lists_the_names_and_the_plugin_form():
     with pytest.raises(ConfigError, match=r"unknown algorithm 'chocoo' \(did you mean 'choco'\?\); "
                                           r"choose one of: .*choco.*module:Class"):
         make_algorithm("chocoo")
-    with pytest.raises(ProblemError, match=r"unknown problem 'ridge'; choose one of: .*lasso.*module:function"):
+    with pytest.raises(ConfigError, match=r"unknown problem 'ridge'; choose one of: .*lasso.*module:function"):
         make_problem("ridge")
     with pytest.raises(CompressionError, match=r"unknown compressor 'nope'.*topk:RATIO.*module:Class\[:PARAMS\]"):
         make("nope:3")
