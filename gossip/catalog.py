@@ -331,14 +331,18 @@ def read_algorithms() -> dict[str, Traits]:
 
 @functools.cache
 def builtin_algorithms() -> dict[str, Traits]:
-    """:func:`read_algorithms`, once per process and, between processes, from
-    ``gossip/algorithms/__pycache__/catalog.json`` while every source file there has the size
-    and modification time it had when the file was written (as Python's ``.pyc`` files are
-    checked): reading the sources costs a help text about 30 ms, the file 1 ms.
-    ``tests/scripts/test_startup.py`` checks the reading against the classes."""
+    """:func:`read_algorithms`, once per process and, between processes, from a
+    ``catalog.json`` beside Python's ``.pyc`` files (``gossip/algorithms/__pycache__/``, or
+    under ``PYTHONPYCACHEPREFIX``), used while every source file has the size and modification
+    time it had when the file was written (as ``.pyc`` files are checked); nothing is written
+    when Python writes no ``.pyc`` (``PYTHONDONTWRITEBYTECODE``). Reading the sources costs a
+    help text 10-30 ms, the file about 1 ms. ``tests/scripts/test_startup.py`` checks the
+    reading against the classes."""
     stamp = [[rel, st.st_size, st.st_mtime_ns] for rel in _sources(_ALGORITHMS_DIR)
              for st in (os.stat(os.path.join(_ALGORITHMS_DIR, rel)),)]
-    cache = _ALGORITHMS_DIR / "__pycache__" / "catalog.json"
+    prefix = sys.pycache_prefix  # where Python keeps its .pyc files (PYTHONPYCACHEPREFIX)
+    folder = Path(prefix, *_ALGORITHMS_DIR.parts[1:]) if prefix else _ALGORITHMS_DIR / "__pycache__"
+    cache = folder / "catalog.json"
     try:
         saved = json.loads(cache.read_text(encoding="utf-8"))
         if saved["stamp"] == stamp:
@@ -348,7 +352,7 @@ def builtin_algorithms() -> dict[str, Traits]:
     traits = read_algorithms()
     if not sys.dont_write_bytecode:
         try:
-            cache.parent.mkdir(exist_ok=True)
+            cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = cache.with_name(f"catalog.{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"stamp": stamp, "traits": [[n, asdict(t)] for n, t in traits.items()]}),
                            encoding="utf-8")

@@ -96,6 +96,7 @@ def test_catalog_caches_the_reading_while_the_sources_are_unchanged(tmp_path, mo
     shutil.copytree(catalog._ALGORITHMS_DIR, root, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(catalog, "_ALGORITHMS_DIR", root)
     monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
     read = catalog.builtin_algorithms.__wrapped__  # the function without its per-process cache
     first = read()
     cache = root / "__pycache__" / "catalog.json"
