@@ -48,7 +48,7 @@ from gossip.compress import Codec, pack_bits, register_compressor, unpack_bits  
 from gossip.compress.wire import Sections, numel_of  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
-from gossip.seeding import generator, init_seed  # noqa: E402
+from gossip.rng import generator, init_seed  # noqa: E402
 
 SPECS = ("none", "topk:0.01", "sign", "qsgd:4", "lowrank:1")
 """The compressors of the MPI table (``--specs``' default)."""

@@ -89,7 +89,7 @@ from gossip.errors import DivergenceError  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
 from gossip.metrics import squared_distance  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
-from gossip.seeding import generator, init_seed  # noqa: E402
+from gossip.rng import generator, init_seed  # noqa: E402
 
 NODES = 16
 NETWORKS = ("none", "loss=0.01", "loss=0.1", "loss=0.3", "loss=ge:p_gb=0.02,p_bg=0.18")

@@ -108,7 +108,7 @@ def parts(device: str, calls: int, repeat: int) -> str:
     import torch
 
     from gossip.compress import make
-    from gossip.seeding import generator
+    from gossip.rng import generator
     from gossip.training import MLP, BatchStream, ModelOracle, digits, flat, node_loader
 
     dev = torch.device(device)

@@ -120,7 +120,7 @@ def initial_vectors(args: argparse.Namespace, data: np.ndarray | None, shape: tu
     import numpy as np
     import torch
 
-    from gossip.seeding import generator, init_seed
+    from gossip.rng import generator, init_seed
 
     dtype = torch_dtype(args.dtype)
     if data is None:

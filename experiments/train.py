@@ -224,8 +224,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def load_data(args: argparse.Namespace) -> tuple[Any, Any]:
+    from gossip.rng import split_seed
     from gossip.training import load_dataset
-    from gossip.training.seeds import split_seed
 
     image = args.model in ("cnn", "resnet20")
     return load_dataset(
@@ -240,8 +240,8 @@ def build_model(args: argparse.Namespace, shape: tuple[int, ...], classes: int) 
     """The initial model, drawn from the run seed: identical on every process."""
     import torch
 
+    from gossip.rng import model_seed
     from gossip.training import make_model
-    from gossip.training.seeds import model_seed
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(model_seed(args.seed))
@@ -322,8 +322,8 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
     hp = algorithm_hparams(args, gamma, total_rounds, rpe)
     if (hp.get("sampling") == "weighted" or hp.get("aggregation") == "data") \
             and hp.get("client_weights") is None:  # by the clients' data sizes
+        from gossip.rng import partition_seed
         from gossip.training.data import partition_indices
-        from gossip.training.seeds import partition_seed
 
         parts = partition_indices(train_set, topology.n - 1, args.partition,
                                   partition_seed(args.seed))  # the trainer's split of the clients
@@ -428,8 +428,8 @@ def local_epoch_steps(args: argparse.Namespace, train_set: Any, n: int) -> list[
     """--local-epochs E as one K per client: ``⌈E·n_i/B⌉`` over the trainer's split of the data
     among the n − 1 clients."""
     from gossip.algorithms import accepted_hparams
+    from gossip.rng import partition_seed
     from gossip.training.data import partition_indices
-    from gossip.training.seeds import partition_seed
 
     if "local_steps" not in accepted_hparams(args.algorithm):
         raise SystemExit(f"error: --local-epochs does not apply to {args.algorithm} (the federated "
@@ -453,7 +453,7 @@ def check(argv: list[str] | None = None) -> None:
 def main(argv: list[str] | None = None, check_only: bool = False) -> dict[str, Any]:
     args = parse_args(argv)
     from gossip.algorithms import accepted_hparams, algorithm_class, make_algorithm
-    from gossip.errors import ConfigError, DatasetError, TuningError
+    from gossip.errors import ConfigError, TuningError
     from gossip.metrics import JsonlLogger, versions
     from gossip.runner import execute
     from gossip.training import batches_per_round, epoch_rounds
@@ -498,7 +498,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> dict[str, A
                 print(search.describe(), flush=True)
         trainer = build_trainer(args, model, train_set, test_set, topology, world, gamma, total,
                                 rpe)
-    except (ConfigError, DatasetError, TuningError, ValueError) as exc:
+    except (ConfigError, TuningError, ValueError) as exc:
         raise SystemExit(f"error: {exc}") from None
     if check_only:
         return {}

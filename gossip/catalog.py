@@ -3,28 +3,38 @@
 The registries (:data:`gossip.algorithms.ALGORITHMS`, :data:`gossip.compress.COMPRESSORS`,
 :data:`gossip.problems.factory.BUILDERS`) hold classes and functions whose modules import torch,
 which takes longer than a help text should. This module imports nothing but the standard
-library and holds what the help texts and the parsers' ``choices`` need:
+library (and :mod:`gossip.errors`) and holds what the help texts and the parsers' ``choices`` need:
 
 * the single definition of the plain name lists that the torch modules import from here:
   :data:`COMPRESSOR_SPECS` (the built-in compressors' spec forms and usage lines, registered by
   :mod:`gossip.compress`), :data:`PROBLEMS` (registered by :mod:`gossip.problems.factory`),
   :data:`DEFAULT_L1`, :data:`ESTIMATORS`, :data:`MODELS`, :data:`NORMS`, :data:`OPTIMIZERS`,
   :data:`SCHEDULES`;
-* a copy of what the built-in algorithm classes declare (:data:`ALGORITHMS`, one
-  :class:`Traits` each, read from a class by :func:`traits_of`).
+* what the built-in algorithm classes declare (:func:`builtin_algorithms`, one :class:`Traits`
+  each), read from their modules' source with :mod:`ast`, so each fact is written once, in its
+  class (:func:`traits_of` reads the same from a class).
 
 The functions :func:`algorithms`, :func:`compressor_usage` and :func:`problems` read the live
 registry once its module has been imported (so parts a user registered are listed too) and
 these tables before that. ``tests/scripts/test_startup.py`` checks that the tables equal the
-live registries and that every ``--help`` reads the same either way.
+live registries (the source reading included) and that every ``--help`` reads the same either way.
 """
 
 from __future__ import annotations
 
+import ast
+import bisect
+import functools
+import json
+import os
+import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+
+from gossip.errors import ContractError
 
 # ---------------------------------------------------------------- compressors
 COMPRESSOR_SPECS: dict[str, tuple[tuple[str, ...] | None, str | None]] = {
@@ -77,7 +87,8 @@ SCHEDULES: tuple[str, ...] = ("constant", "step", "cosine")
 # ---------------------------------------------------------------- algorithms
 @dataclass(frozen=True)
 class Traits:
-    """What the help texts select algorithms by; :func:`traits_of` reads them from a class.
+    """What the help texts select algorithms by, as a class declares it (:func:`traits_of`; the
+    built-in ones read from their source by :func:`builtin_algorithms`).
 
     Attributes:
         gradients: ``requires.gradients`` (needs a gradient oracle; consensus.py has none).
@@ -91,15 +102,15 @@ class Traits:
         asynchronous: ``asynchronous`` (runs on events in virtual time, not in rounds).
     """
 
-    gradients: bool = True
-    trains: bool = True
-    takes_optimizer: bool = False
-    compressor: str = "any"
-    complete: bool = False
-    tunable: tuple[str, ...] = ()
-    state_copies: int = 4
-    neighbor_copies: int = 0
-    asynchronous: bool = False
+    gradients: bool
+    trains: bool
+    takes_optimizer: bool
+    compressor: str
+    complete: bool
+    tunable: tuple[str, ...]
+    state_copies: int
+    neighbor_copies: int
+    asynchronous: bool
 
 
 def traits_of(cls: Any) -> Traits:
@@ -112,65 +123,235 @@ def traits_of(cls: Any) -> Traits:
                   asynchronous=bool(cls.asynchronous))
 
 
-_AVERAGING = {"gradients": False, "trains": False}
-_ALLREDUCE = {"compressor": "identity", "complete": True}
+# Reading the traits from the algorithm modules' source (no import: torch takes longer to import
+# than a help text should). Only what the class bodies declare is kept and parsed: each class's
+# header and its class-level assignments (``state_copies = 6``, ``requires = Requirements(...)``,
+# ``requires = replace(Parent.requires, ...)``, ``state_copies = Other.state_copies``), which are
+# then evaluated through the classes' bases (Python's method resolution order).
+_ALGORITHMS_DIR = Path(__file__).resolve().parent / "algorithms"
+_CORE_DIR = _ALGORITHMS_DIR.parent / "core"  # the Algorithm base and Requirements
+_TOP = re.compile(r"\n[^\s#)\]}]")  # a line at column 0 (not closing a bracket)
+_HEADER = re.compile(r"\nclass \w+(?:\([^)]*\))?:")
+_ASSIGNMENT = re.compile(r"\n    [A-Za-z_]\w*[ \t]*(?::[^=\n]+)?=(?!=)[^\n]*(?:\n(?:        |    [)\]}])[^\n]*)*")
+"""Line starts are matched as ``\\n`` (the text gets one in front), which the regular expression
+engine finds several times faster than a ``^`` in multi-line mode."""
 
-ALGORITHMS: dict[str, Traits] = {
-    "gossip": Traits(**_AVERAGING, state_copies=3),
-    "dpsgd": Traits(takes_optimizer=True, state_copies=4),
-    "choco": Traits(gradients=False, takes_optimizer=True, tunable=("gamma",), state_copies=6),
-    "choco-arcs": Traits(gradients=False, takes_optimizer=True, compressor="stateless",
-                         tunable=("gamma",), state_copies=4, neighbor_copies=4),
-    "deepsqueeze": Traits(gradients=False, takes_optimizer=True, tunable=("gamma",), state_copies=7),
-    "dcd": Traits(gradients=False, state_copies=8),
-    "ecd": Traits(gradients=False, state_copies=5),
-    "lead": Traits(compressor="bounded-variance", state_copies=12),
-    "lead-arcs": Traits(compressor="bounded-variance", state_copies=8, neighbor_copies=5),
-    "prox-lead": Traits(compressor="bounded-variance", state_copies=12),
-    "prox-lead-arcs": Traits(compressor="bounded-variance", state_copies=8, neighbor_copies=5),
-    "powergossip": Traits(gradients=False, takes_optimizer=True, compressor="identity",
-                          state_copies=4, neighbor_copies=1),
-    "beer": Traits(state_copies=11),
-    "beer-arcs": Traits(compressor="stateless", state_copies=9, neighbor_copies=10),
-    "diging": Traits(compressor="identity", state_copies=15),
-    "extra": Traits(compressor="identity", state_copies=11),
-    "c-gt": Traits(tunable=("gamma",), state_copies=15),
-    "c-gt-arcs": Traits(compressor="stateless", tunable=("gamma",), state_copies=10,
-                        neighbor_copies=10),
-    "push-sum": Traits(gradients=False, tunable=("gamma",), state_copies=9),
-    "cpp": Traits(tunable=("gamma",), state_copies=15),
-    "docom": Traits(tunable=("gamma",), state_copies=17),
-    "motef": Traits(state_copies=11),
-    "c-ecl": Traits(compressor="stateless", tunable=("theta",), state_copies=4, neighbor_copies=3),
-    "onebit-adam": Traits(**_ALLREDUCE, state_copies=10),
-    "zero-one-adam": Traits(**_ALLREDUCE, state_copies=13),
-    "onebit-lamb": Traits(**_ALLREDUCE, state_copies=13),
-    "signum": Traits(**_ALLREDUCE, state_copies=6),
-    "adasum": Traits(**_ALLREDUCE, state_copies=12),
-    "dadam": Traits(compressor="identity", state_copies=9),
-    "tracked-amsgrad": Traits(compressor="identity", state_copies=15),
-    "choco-amsgrad": Traits(tunable=("gamma",), state_copies=15),
-    "desloc": Traits(compressor="identity", state_copies=6),
-    "fedavg": Traits(takes_optimizer=True, compressor="stateless", state_copies=14),
-    "fedprox": Traits(takes_optimizer=True, compressor="stateless", state_copies=14),
-    "fedadam": Traits(takes_optimizer=True, compressor="stateless", state_copies=14),
-    "fedyogi": Traits(takes_optimizer=True, compressor="stateless", state_copies=14),
-    "fedadagrad": Traits(takes_optimizer=True, compressor="stateless", state_copies=14),
-    "scaffold": Traits(compressor="stateless", state_copies=24),
-    "cada": Traits(compressor="stateless", state_copies=16),
-    "g-cada": Traits(compressor="stateless", state_copies=14),
-    "pairwise-gossip": Traits(**_AVERAGING, compressor="identity", state_copies=2,
-                              asynchronous=True),
-    "ad-psgd": Traits(takes_optimizer=True, compressor="identity", state_copies=3,
-                      asynchronous=True),
-    "gossip-learning": Traits(gradients=False, takes_optimizer=True, compressor="identity",
-                              state_copies=3, asynchronous=True),
-    "async-sgp": Traits(gradients=False, compressor="identity", state_copies=4, asynchronous=True),
-    "async-choco": Traits(gradients=False, takes_optimizer=True, compressor="stateless",
-                          tunable=("gamma",), state_copies=4, neighbor_copies=2, asynchronous=True),
-}
-"""The built-in algorithms' :class:`Traits`, in registration order (a copy of what their classes
-declare; a test compares it with :func:`traits_of` of each registered class)."""
+
+@dataclass
+class _Source:
+    """A class as its source declares it: module, bases (names) and class-level assignments."""
+
+    module: str
+    bases: list[str]
+    body: dict[str, ast.expr]
+
+
+def _class_lines(text: str) -> str:
+    """The class headers (a ``pass`` after each) and class-level assignments of a module's
+    source, indentation kept, leaving out functions, docstrings and everything else (regular
+    expressions over the whole text: a fraction of a full parse's time)."""
+    text = "\n" + text
+    kept: list[str] = []
+    quotes = _Quotes(text)
+    for header in _HEADER.finditer(text):
+        if quotes.inside(header.start()):
+            continue
+        top = _TOP.search(text, header.end())
+        while top is not None and quotes.inside(top.start()):
+            top = _TOP.search(text, top.end())
+        end = len(text) if top is None else top.start()
+        kept += [header.group(0), "\n    pass"]
+        for m in _ASSIGNMENT.finditer(text, header.end(), end):
+            if quotes.inside(m.start()):
+                continue
+            stop = m.end()
+            if quotes.inside(stop):  # it opens a multi-line string: keep it up to its end
+                stop = quotes.close(stop)
+            kept.append(text[m.start():stop])
+    return "".join(kept) + "\n"
+
+
+def _find_all(text: str, word: str) -> list[int]:
+    """Where ``word`` occurs in ``text`` (``str.find``: faster than a regular expression)."""
+    found, at = [], text.find(word)
+    while at >= 0:
+        found.append(at)
+        at = text.find(word, at + len(word))
+    return found
+
+
+class _Quotes:
+    """Where a source's triple-quoted strings are (the positions of its triple quotes)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.marks = sorted(_find_all(text, '"""') + _find_all(text, "\'\'\'"))
+
+    def inside(self, pos: int) -> bool:
+        """True when an odd number of triple quotes precede ``pos``."""
+        return bisect.bisect_left(self.marks, pos) % 2 == 1
+
+    def close(self, pos: int) -> int:
+        """The end of the line on which the string open at ``pos`` closes."""
+        k = bisect.bisect_left(self.marks, pos)
+        close = self.marks[k] if k < len(self.marks) else len(self.text)
+        end = self.text.find("\n", close)
+        return len(self.text) if end < 0 else end
+
+
+def _sources(root: Path) -> list[str]:
+    """The ``.py`` files under ``root``, relative to it, sorted."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        found += [os.path.relpath(os.path.join(folder, f), root) for f in files if f.endswith(".py")]
+    return sorted(found)
+
+
+def _classes_of(path: str, module: str) -> dict[str, _Source]:
+    """The classes a module's source declares (its class-level assignments)."""
+    with open(path, encoding="utf-8") as file:
+        text = file.read()
+    try:
+        tree = ast.parse(_class_lines(text))
+    except SyntaxError:  # a layout the line filter does not follow: read the whole module
+        tree = ast.parse(text)
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            body: dict[str, ast.expr] = {}
+            for stmt in node.body:
+                if isinstance(stmt, ast.Assign) and stmt.value is not None:
+                    body.update({t.id: stmt.value for t in stmt.targets if isinstance(t, ast.Name)})
+                elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None and isinstance(stmt.target, ast.Name):
+                    body[stmt.target.id] = stmt.value
+            bases = [ast.unparse(b.value if isinstance(b, ast.Subscript) else b) for b in node.bases]
+            found[node.name] = _Source(module, bases, body)
+    return found
+
+
+class _SourceReader:
+    """The algorithm classes of ``gossip/algorithms`` as their source declares them."""
+
+    def __init__(self, *roots: Path) -> None:
+        self.classes: dict[str, _Source] = {}
+        for root in roots:
+            for rel in _sources(root):
+                module = ".".join(("gossip", root.name, *rel[:-3].split(os.sep)))
+                self.classes.update(_classes_of(os.path.join(root, rel), module))
+
+    @functools.cache  # noqa: B019 (one reader per process)
+    def mro(self, name: str) -> list[str]:
+        """C3 linearization of the class ``name`` (bases outside the package are left out)."""
+        bases = [b for b in self.classes[name].bases if b in self.classes]
+        seqs = [self.mro(b) for b in bases] + [bases]
+        out = [name]
+        while any(seqs):
+            seqs = [s for s in seqs if s]
+            head = next(s[0] for s in seqs if not any(s[0] in t[1:] for t in seqs))
+            out.append(head)
+            seqs = [s[1:] if s[0] == head else s for s in seqs]
+        return out
+
+    def attr(self, cls: str, attr: str) -> Any:
+        """The value of ``cls.attr``: the first class of its MRO that assigns it, evaluated."""
+        for owner in self.mro(cls):
+            expr = self.classes[owner].body.get(attr)
+            if expr is not None:
+                return self.value(expr, owner)
+        raise ContractError(f"{cls}.{attr} is assigned in no class of {self.mro(cls)} (gossip/algorithms, gossip/core)")
+
+    def value(self, expr: ast.expr, where: str) -> Any:
+        """What ``expr`` (a class-level assignment of class ``where``) evaluates to."""
+        if isinstance(expr, ast.Constant):
+            return expr.value
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return tuple(self.value(e, where) for e in expr.elts)
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) \
+                and expr.value.id in self.classes:
+            return self.attr(expr.value.id, expr.attr)
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name):
+            func = expr.func.id
+            kwargs = {k.arg: self.value(k.value, where) for k in expr.keywords if k.arg}
+            if func == "replace" and len(expr.args) == 1:
+                return {**self.value(expr.args[0], where), **kwargs}
+            if func == "field" and not expr.args and set(kwargs) == {"default_factory"}:
+                return kwargs["default_factory"]
+            if func in self.classes and len(expr.keywords) == len(kwargs):
+                fields = self.classes[func].body  # a dataclass: its fields and their defaults
+                given = dict(zip(fields, (self.value(a, where) for a in expr.args)))
+                return self.record(func, {**given, **kwargs})
+        if isinstance(expr, ast.Name) and expr.id in self.classes:
+            return self.record(expr.id, {})  # a default_factory
+        raise ContractError(f"{self.classes[where].module}.{where}: gossip.catalog cannot read "
+                            f"{ast.unparse(expr)!r} without importing it; write a trait as a literal, "
+                            "Requirements(...), replace(Parent.requires, ...) or Other.attribute")
+
+    def record(self, cls: str, given: dict[str, Any]) -> dict[str, Any]:
+        """The fields of an instance of the dataclass ``cls``: ``given``, defaults for the rest."""
+        return {key: given[key] if key in given else self.value(expr, cls)
+                for key, expr in self.classes[cls].body.items()}
+
+    def traits(self, cls: str) -> Traits:
+        """The :class:`Traits` of class ``cls`` (what :func:`traits_of` reads from the class)."""
+        requires = self.attr(cls, "requires")
+        return Traits(gradients=bool(requires["gradients"]), trains=bool(self.attr(cls, "trains")),
+                      takes_optimizer=bool(self.attr(cls, "takes_optimizer")),
+                      compressor=requires["compressor"], complete=bool(requires["graph"]["complete"]),
+                      tunable=tuple(self.attr(cls, "tunable")), state_copies=int(self.attr(cls, "state_copies")),
+                      neighbor_copies=int(self.attr(cls, "neighbor_copies")),
+                      asynchronous=bool(self.attr(cls, "asynchronous")))
+
+
+def _registered(builtin: Path) -> list[str]:
+    """The classes ``gossip/algorithms/builtin.py`` registers, in order: the names of its
+    ``BUILTIN = (A, B, ...)`` tuple."""
+    for node in ast.parse(builtin.read_text(encoding="utf-8")).body:
+        target = node.target if isinstance(node, ast.AnnAssign) else \
+            node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        if isinstance(target, ast.Name) and target.id == "BUILTIN" and isinstance(node.value, ast.Tuple):
+            return [e.id for e in node.value.elts if isinstance(e, ast.Name)]
+    raise ContractError(f"{builtin}: no BUILTIN = (...) tuple of the built-in algorithm classes")
+
+
+def read_algorithms() -> dict[str, Traits]:
+    """The built-in algorithms' :class:`Traits`, in registration order, read from the source of
+    ``gossip/algorithms`` without importing it (:func:`builtin_algorithms` caches it)."""
+    reader = _SourceReader(_ALGORITHMS_DIR, _CORE_DIR)
+    return {reader.attr(cls, "name"): reader.traits(cls) for cls in _registered(_ALGORITHMS_DIR / "builtin.py")}
+
+
+@functools.cache
+def builtin_algorithms() -> dict[str, Traits]:
+    """:func:`read_algorithms`, once per process and, between processes, from a
+    ``catalog.json`` beside Python's ``.pyc`` files (``gossip/algorithms/__pycache__/``, or
+    under ``PYTHONPYCACHEPREFIX``), used while every source file has the size and modification
+    time it had when the file was written (as ``.pyc`` files are checked); nothing is written
+    when Python writes no ``.pyc`` (``PYTHONDONTWRITEBYTECODE``). Reading the sources costs a
+    help text 10-30 ms, the file about 1 ms. ``tests/scripts/test_startup.py`` checks the
+    reading against the classes."""
+    stamp = [[os.path.join(root.name, rel), st.st_size, st.st_mtime_ns] for root in (_ALGORITHMS_DIR, _CORE_DIR)
+             for rel in _sources(root) for st in (os.stat(os.path.join(root, rel)),)]
+    prefix = sys.pycache_prefix  # where Python keeps its .pyc files (PYTHONPYCACHEPREFIX)
+    folder = Path(prefix, *_ALGORITHMS_DIR.parts[1:]) if prefix else _ALGORITHMS_DIR / "__pycache__"
+    cache = folder / "catalog.json"
+    try:
+        saved = json.loads(cache.read_text(encoding="utf-8"))
+        if saved["stamp"] == stamp:
+            return {name: Traits(**{**t, "tunable": tuple(t["tunable"])}) for name, t in saved["traits"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # no cache yet, or one of another version: read the sources
+    traits = read_algorithms()
+    if not sys.dont_write_bytecode:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cache.with_name(f"catalog.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"stamp": stamp, "traits": [[n, asdict(t)] for n, t in traits.items()]}),
+                           encoding="utf-8")
+            os.replace(tmp, cache)
+        except OSError:
+            pass  # a read-only install: every process reads the sources
+    return traits
 
 
 # ---------------------------------------------------------------- live or static
@@ -184,7 +365,7 @@ def algorithm_traits() -> dict[str, Traits]:
     :mod:`gossip.algorithms` is imported)."""
     registry = _loaded("gossip.algorithms", "REGISTRY")
     if registry is None:
-        return dict(ALGORITHMS)
+        return dict(builtin_algorithms())
     return {name: traits_of(cls) for name, cls in registry.items()}
 
 
@@ -208,6 +389,6 @@ def problems() -> list[str]:
     return list(PROBLEMS if live is None else live)
 
 
-__all__ = ["ALGORITHMS", "COMPRESSOR_SPECS", "DEFAULT_L1", "ESTIMATORS", "MODELS", "NORMS",
+__all__ = ["builtin_algorithms", "read_algorithms", "COMPRESSOR_SPECS", "DEFAULT_L1", "ESTIMATORS", "MODELS", "NORMS",
            "OPTIMIZERS", "PLUGIN_COMPRESSOR", "PROBLEMS", "SCHEDULES", "Traits", "algorithm_traits",
            "algorithms", "compressor_usage", "problems", "traits_of"]

@@ -19,11 +19,7 @@ The tree (builtin bases in brackets)::
     │   ├── ConfigFileError               ... a run file (TOML) that cannot be used
     │   ├── CommConfigError               ... a communication setting (deadline, ranks)
     │   ├── PluginError                   ... a module:Name spec that cannot be imported
-    │   ├── ProblemError                  ... a problem, oracle or regularizer definition
-    │   ├── MemoryLimitError              ... a run too large for the memory it may use
-    │   ├── WrapError                     ... what gossip.wrap cannot train (algorithm, model, launch)
-    │   └── DatasetError                  ... data that cannot be loaded, made or split
-    │       └── LibSVMFormatError         ... a malformed LibSVM file
+    │   └── WrapError                     ... what gossip.wrap cannot train (algorithm, model, launch)
     ├── CompressionError [ValueError]     bad input to a compressor, a malformed buffer
     │   ├── CompressorSpecError           ... a spec that names no compressor (a ConfigError too)
     │   └── RowsError                     ... a refused message of a block phase
@@ -38,14 +34,13 @@ The tree (builtin bases in brackets)::
     ├── RunFailed [RuntimeError]          a script's run(s) did not finish (diverged, failed)
     └── Interrupted [RuntimeError]        stopped by a signal after a final checkpoint
 
-Why the problem and data errors are config errors: every one of them is raised while a run
-is being set up, from values the user chose (a problem name, its arguments, a data file, a
-partition scheme), never by a run that was going well; the fix is always to change those
-inputs. So ``except ConfigError`` is the one "the inputs are wrong, nothing ran" handler a
-script needs, while the subclasses
-still let a caller single out, say, an unreadable data file. A run file, a communication
-setting and an argument of the wrong type are inputs too, hence the other subclasses: there
-is one config error family, not three unrelated ones.
+One class per way a caller handles an error: a problem, its data, a data set or a run too
+large for the memory it may use are all inputs the user chose and all raise ``ConfigError``
+itself (``except ConfigError`` is the one "the inputs are wrong, nothing ran" handler a script
+needs; the message names the input and the fix); a subclass exists where a caller does
+something else with it: a run file (the scripts name the file), a communication setting, an
+argument of the wrong type (also a ``TypeError``), a plug-in spec, and what :func:`gossip.wrap`
+cannot train (the wrapper tells it from its own errors).
 """
 
 from __future__ import annotations
@@ -91,25 +86,6 @@ class ConfigFileError(ConfigError):
 class CommConfigError(ConfigError):
     """A communication setting that cannot work (a deadline that is not a positive number, more
     MPI ranks than nodes)."""
-
-
-class ProblemError(ConfigError):
-    """A problem or oracle was asked for something it cannot give (the message says why)."""
-
-
-class DatasetError(ConfigError):
-    """Data that cannot be used: a data set that cannot be loaded (missing file, unknown format,
-    missing optional package), generated from the arguments given, or split over the nodes."""
-
-
-class LibSVMFormatError(DatasetError):
-    """A malformed LibSVM file; the message names the file, the line number and the token."""
-
-
-class MemoryLimitError(ConfigError):
-    """The run would need more memory than the machine has available (or ``--max-memory``
-    allows); the message gives both figures and the flag to lower. Raised before anything is
-    allocated (:mod:`gossip.memory`), or when an allocation failed during the run."""
 
 
 class WrapError(ConfigError):
@@ -205,16 +181,12 @@ __all__ = [
     "ConfigFileError",
     "ConfigTypeError",
     "ContractError",
-    "DatasetError",
     "DivergenceError",
     "GossipError",
     "Interrupted",
-    "LibSVMFormatError",
-    "MemoryLimitError",
     "NodeError",
     "OutputError",
     "PluginError",
-    "ProblemError",
     "RowsError",
     "RunFailed",
     "TuningError",

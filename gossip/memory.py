@@ -22,7 +22,7 @@ import re
 import resource
 from dataclasses import dataclass, field
 
-from gossip.errors import MemoryLimitError
+from gossip.errors import ConfigError
 
 _UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
 
@@ -174,7 +174,7 @@ def block_footprint(*, nodes: int, numel: int, itemsize: int, state_copies: int,
 
 def check(footprint: Footprint, *, lower: str, limit: int | None = None,
           where: str = "") -> None:
-    """Raise :class:`MemoryLimitError` when ``footprint`` exceeds ``limit`` (``--max-memory``,
+    """Raise :class:`ConfigError` when ``footprint`` exceeds ``limit`` (``--max-memory``,
     which replaces the machine's figure) or else the memory available to this process;
     ``lower`` names the flags that shrink the run, ``where`` the share checked (e.g. "rank 1's share: 4 of 8 nodes")."""
     need = footprint.total
@@ -187,7 +187,7 @@ def check(footprint: Footprint, *, lower: str, limit: int | None = None,
     if need <= have:
         return
     share = f" ({where})" if where else ""
-    raise MemoryLimitError(
+    raise ConfigError(
         f"this run needs about {format_size(need)} of memory{share} ({footprint.describe()}) but "
         f"{format_size(have)} is available ({source}); lower {lower}"
         + ("" if limit is not None else ", or pass --max-memory SIZE if the estimate is wrong")

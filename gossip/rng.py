@@ -1,4 +1,5 @@
-"""Counter-based random numbers keyed by (seed, stream, node, round, call, index).
+"""The run's randomness: counter-based random numbers keyed by (seed, stream, node, round, call,
+index), and the whole seeds derived from the run seed (:func:`node_seed`, :func:`data_seed`, ...).
 
 A :class:`Stream` stands for the randomness of ``m`` nodes (row ``r`` = node ``nodes[r]``). Every
 value it gives is a pure function of its key, never of a hidden generator state::
@@ -495,4 +496,64 @@ def as_stream(generator: Any) -> Stream | None:
                           f"{type(generator).__name__}")
 
 
-__all__ = ["Stream", "Draw16", "PreDrawn", "as_stream", "as_generator", "stream_id", "clear_scratch"]
+# ---------------------------------------------------------------- seeds of the run seed
+# Whole seeds, each a pure function of (run seed, purpose, node id), never of the MPI layout:
+# what keeps an MPI run and an in-process run equal. The purposes are fixed numbers: changing
+# one changes every run's numbers. The engine's (node, init) and the training side's (model,
+# data, split, partition, oracle) purposes are disjoint, so adding data shuffling or a model
+# never shifts a compressor's randomness.
+_NODE, _INIT = 1, 3
+_MODEL, _DATA, _SPLIT, _PARTITION, _ORACLE = 11, 12, 13, 14, 15
+
+
+def derive(*words: int) -> int:
+    """A 63-bit seed from non-negative integers (``numpy.random.SeedSequence``)."""
+    state = np.random.SeedSequence([int(w) for w in words]).generate_state(1, np.uint64)[0]
+    return int(state >> 1)
+
+
+def node_seed(seed: int, node: int) -> int:
+    """Seed of node ``node``'s private generator (compressor dither, sample draws)."""
+    return derive(seed, _NODE, node)
+
+
+def init_seed(seed: int, node: int) -> int:
+    """Seed for drawing node ``node``'s initial vector (separate from its run-time stream)."""
+    return derive(seed, _INIT, node)
+
+
+def model_seed(seed: int) -> int:
+    """Seed for initialising the model (the same initial model on every node and process)."""
+    return derive(seed, _MODEL)
+
+
+def data_seed(seed: int, node: int) -> int:
+    """Seed of node ``node``'s mini-batch shuffling."""
+    return derive(seed, _DATA, node)
+
+
+def split_seed(seed: int) -> int:
+    """Seed of the train/test split of a built-in data set."""
+    return derive(seed, _SPLIT)
+
+
+def partition_seed(seed: int) -> int:
+    """Seed of the split of the training set over the nodes."""
+    return derive(seed, _PARTITION)
+
+
+def oracle_seed(seed: int, node: int) -> int:
+    """Seed of node ``node``'s private state of torch's global generator (its model's dropout)."""
+    return derive(seed, _ORACLE, node)
+
+
+def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch generator on ``device`` seeded with ``seed``."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
+
+
+__all__ = ["Stream", "Draw16", "PreDrawn", "as_stream", "as_generator", "stream_id", "clear_scratch",
+           "derive", "node_seed", "init_seed", "model_seed", "data_seed", "split_seed",
+           "partition_seed", "oracle_seed", "generator"]

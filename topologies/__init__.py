@@ -16,23 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from .errors import (
-    DisconnectedGraphError,
-    GraphFileError,
-    MatrixShapeError,
-    MixingMatrixError,
-    NegativeWeightError,
-    NonFiniteWeightError,
-    NoSpectralGapError,
-    NotDoublyStochasticError,
-    NotNeighborError,
-    NotSymmetricError,
-    OffGraphWeightError,
-    SelfLoopError,
-    SpecError,
-    TopologyError,
-    WeightRuleError,
-)
+from .errors import GraphFileError, MixingMatrixError, NotNeighborError, SpecError, TopologyError
 
 _LAZY: dict[str, str] = {
     "build": "factory",
@@ -100,18 +84,8 @@ __all__ = [
     "TopologyError",
     "SpecError",
     "GraphFileError",
-    "SelfLoopError",
-    "WeightRuleError",
-    "NotNeighborError",
     "MixingMatrixError",
-    "MatrixShapeError",
-    "NonFiniteWeightError",
-    "OffGraphWeightError",
-    "NegativeWeightError",
-    "NotDoublyStochasticError",
-    "NotSymmetricError",
-    "DisconnectedGraphError",
-    "NoSpectralGapError",
+    "NotNeighborError",
 ]
 
 

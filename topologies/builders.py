@@ -4,7 +4,7 @@ Each builder sets `graph.graph["name"]`; grid-shaped graphs also set `graph.grap
 (rows, cols) with node id = row * cols + col, and ring-like graphs set
 `graph.graph["layout"] = "circular"` (used only for plotting).  Random builders take an integer
 `seed` and, when they must return a connected graph, redraw with seeds derived from (seed, try)
-a bounded number of times before giving up with `DisconnectedGraphError`.
+a bounded number of times before giving up with `MixingMatrixError`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import warnings
 import networkx as nx
 import numpy as np
 
-from .errors import DisconnectedGraphError, TopologyError
+from .errors import MixingMatrixError, TopologyError
 
 __all__ = [
     "ring",
@@ -289,7 +289,7 @@ def _redraw(draw, seed: int, builder: str, hint: str) -> nx.Graph:
         if nx.is_connected(graph):
             graph.graph["draws"] = attempt + 1
             return graph
-    raise DisconnectedGraphError(
+    raise MixingMatrixError(
         f"{builder}: all {MAX_TRIES} draws (seed={seed}) were disconnected; {hint}"
     )
 
@@ -388,7 +388,7 @@ def watts_strogatz(n: int, k: int = 4, p: float = 0.3, seed: int = 0) -> nx.Grap
                 n, k, p, tries=MAX_TRIES, seed=_derived_seed(seed, 0)
             )
     except nx.NetworkXError as exc:
-        raise DisconnectedGraphError(
+        raise MixingMatrixError(
             f"watts_strogatz: no connected graph in {MAX_TRIES} draws (n={n}, k={k}, p={p}, "
             f"seed={seed}): {exc}; lower p or raise k"
         ) from None

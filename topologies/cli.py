@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     describe.add_argument("spec", metavar="SPEC",
                           help="topology spec, e.g. ring, torus:rows=4, erdos-renyi:p=0.3, a graph "
-                          "file, or module:function (see below)")
+                          "file, or module:function: f(n) or, time-varying, f(n, t) (see below)")
     describe.add_argument("-n", "--nodes", type=int, default=None, metavar="N",
                           help="number of nodes (required unless SPEC is a graph file)")
     describe.add_argument("--weights", default="metropolis", metavar="RULE",

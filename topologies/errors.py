@@ -1,24 +1,16 @@
-"""Exceptions raised by `topologies`: each names the offending value and says how to fix it."""
+"""Exceptions raised by `topologies`: each names the offending value and says how to fix it.
+
+One class per way a caller handles them: ``TopologyError`` (a ValueError) is the base every
+script catches; ``SpecError`` is a spec string (or a ``module:function``) that cannot be
+understood or loaded, ``GraphFileError`` a graph that cannot be used as given (a file, a
+function's return, a self-loop), ``MixingMatrixError`` a mixing matrix that cannot be built from
+the graph or fails ``topologies.validate`` (shape, weights, stochasticity, symmetry,
+connectivity, spectral gap), and ``NotNeighborError`` also a KeyError (a lookup by node).
+"""
 
 from __future__ import annotations
 
-__all__ = [
-    "TopologyError",
-    "SpecError",
-    "GraphFileError",
-    "SelfLoopError",
-    "WeightRuleError",
-    "NotNeighborError",
-    "MixingMatrixError",
-    "MatrixShapeError",
-    "NonFiniteWeightError",
-    "OffGraphWeightError",
-    "NegativeWeightError",
-    "NotDoublyStochasticError",
-    "NotSymmetricError",
-    "DisconnectedGraphError",
-    "NoSpectralGapError",
-]
+__all__ = ["TopologyError", "SpecError", "GraphFileError", "MixingMatrixError", "NotNeighborError"]
 
 
 class TopologyError(ValueError):
@@ -26,19 +18,21 @@ class TopologyError(ValueError):
 
 
 class SpecError(TopologyError):
-    """A topology spec string could not be understood (unknown name, bad parameter)."""
+    """A topology spec string could not be understood (unknown name, bad parameter) or its
+    ``module:function`` could not be loaded."""
 
 
 class GraphFileError(TopologyError):
-    """A graph file (or a graph-returning callable) is missing, unreadable or empty."""
+    """A graph that cannot be used as given: a graph file (or a graph-returning callable) that
+    is missing, unreadable or empty, or a graph with a self-loop (self weights come from the
+    weight rule, never from an edge)."""
 
 
-class SelfLoopError(TopologyError):
-    """The graph has a self-loop; self weights are implied by the mixing rule, never by an edge."""
-
-
-class WeightRuleError(TopologyError):
-    """The requested weight rule cannot produce a mixing matrix for this graph."""
+class MixingMatrixError(TopologyError):
+    """No valid mixing matrix: the weight rule cannot build one for this graph, or W fails a
+    check of `topologies.validate` (square and of the graph's size, finite, only on edges,
+    nonnegative, stochastic, symmetric when required, connected with a spectral gap); a random
+    graph that stayed disconnected after every draw too. The message says which and the fix."""
 
 
 class NotNeighborError(TopologyError, KeyError):
@@ -46,39 +40,3 @@ class NotNeighborError(TopologyError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message; keep it readable.
         return str(self.args[0]) if self.args else ""
-
-
-class MixingMatrixError(TopologyError):
-    """Base class of the checks done by `topologies.validate`."""
-
-
-class MatrixShapeError(MixingMatrixError):
-    """W is not square, or its size does not match the graph."""
-
-
-class NonFiniteWeightError(MixingMatrixError):
-    """W holds a NaN or an infinity."""
-
-
-class OffGraphWeightError(MixingMatrixError):
-    """W puts weight on a pair (i, j) that is not an edge of the graph."""
-
-
-class NegativeWeightError(MixingMatrixError):
-    """W has a negative entry."""
-
-
-class NotDoublyStochasticError(MixingMatrixError):
-    """A row or a column of W does not sum to 1."""
-
-
-class NotSymmetricError(MixingMatrixError):
-    """W is not symmetric although the algorithm (or an undirected graph) requires it."""
-
-
-class DisconnectedGraphError(MixingMatrixError):
-    """The graph (or W's support) is not (strongly) connected, so nodes cannot reach consensus."""
-
-
-class NoSpectralGapError(MixingMatrixError):
-    """rho(W) = 1: gossip with W never contracts (e.g. periodic W on a bipartite graph)."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 
 from .errors import SpecError
+from .io import load_function, takes_round
 from .mixing import normalize_rule
-from .spec import TIME_VARYING, canonical_name, convert, parse, split
-from .timevarying import one_peer_exponential, random_matchings
+from .spec import TIME_VARYING, canonical_name, convert, is_callable_spec, parse, split
+from .timevarying import from_function
 from .topology import TimeVaryingTopology, Topology
 
 __all__ = ["build"]
@@ -22,16 +23,22 @@ def build(
     lazy: bool = False,
     seed: int = 0,
 ) -> Topology | TimeVaryingTopology:
-    """Topology for a spec (everything `parse` accepts, plus one-peer-exponential and matchings)."""
+    """Topology for a spec: everything `parse` accepts (a static graph), the time-varying
+    names (one-peer-exponential, matchings) and a time-varying ``module:function`` ``f(n, t)``."""
     rule = normalize_rule(weights)
     if isinstance(spec, str) and canonical_name(spec) in TIME_VARYING:
         name, params = split(spec)
-        kwargs = convert(TIME_VARYING[name], params, spec)
+        entry = TIME_VARYING[name]
+        kwargs = convert(entry, params, spec)
+        if entry.random:
+            kwargs.setdefault("seed", seed)
         if n is None:
             raise SpecError(f"{spec!r}: the number of nodes n is required (--nodes N)")
-        if name == "matchings":
-            return random_matchings(n, kwargs.get("seed", seed), weights=rule, lazy=lazy)
-        return one_peer_exponential(n, weights=rule, lazy=lazy)
+        return entry.build(n, **kwargs, weights=rule, lazy=lazy)
+    if isinstance(spec, str) and is_callable_spec(spec.strip()) and takes_round(load_function(spec.strip())):
+        if n is None:
+            raise SpecError(f"{spec!r}: the number of nodes n is required (--nodes N)")
+        return from_function(spec.strip(), n, seed, weights=rule, lazy=lazy)
     graph = parse(spec, n, seed=seed)
     if rule != "weights" and any("weight" in d for _, _, d in graph.edges(data=True)):
         logger.warning(

@@ -19,16 +19,17 @@ import logging
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import networkx as nx
 import numpy as np
 
-from .errors import GraphFileError, SelfLoopError, SpecError
+from .errors import GraphFileError, SpecError
 from .registry import import_target
 
-__all__ = ["load", "load_callable", "relabel", "EDGELIST_SUFFIXES", "GRAPH_SUFFIXES"]
+__all__ = ["load", "load_callable", "load_function", "takes_round", "call_graph", "relabel",
+           "EDGELIST_SUFFIXES", "GRAPH_SUFFIXES"]
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +118,7 @@ def _clean(graph: nx.Graph, source: str) -> nx.Graph:
             "nodes could never communicate"
         )
     for u, _ in nx.selfloop_edges(graph):
-        raise SelfLoopError(
+        raise GraphFileError(
             f"{source}: self-loop on node {u!r}; remove it: a node's own weight comes from the "
             "weight rule (or is 1 - the sum of its explicit edge weights)"
         )
@@ -209,7 +210,7 @@ def _read_edgelist(path: Path) -> nx.Graph:
             continue
         u, v = label(fields[0]), label(fields[1])
         if u == v:
-            raise SelfLoopError(
+            raise GraphFileError(
                 f"{path}:{lineno}: self-loop on node {u!r}; remove the line: a node's own weight "
                 "comes from the weight rule (or is 1 - the sum of its explicit edge weights)"
             )
@@ -300,7 +301,7 @@ def load(path: str | os.PathLike[str]) -> nx.Graph:
     fmt = _FORMAT_NAMES.get(suffix, "edge list")
     try:
         graph = reader(path)
-    except (GraphFileError, SelfLoopError):
+    except GraphFileError:
         raise
     except Exception as exc:  # parsers raise many types (ParseError, KeyError, JSONDecodeError)
         raise GraphFileError(
@@ -316,13 +317,22 @@ def load(path: str | os.PathLike[str]) -> nx.Graph:
 # user callables
 
 
-def _import_target(target: str) -> object:
-    """Resolve "module:attr" (or "path/to/file.py:attr") to the named callable."""
-    obj = import_target(target, error=SpecError, form="module:function")
-    if not callable(obj):
-        attr = target.rpartition(":")[2]
-        raise SpecError(f"{target!r}: {attr!r} is not callable ({type(obj).__name__})")
-    return obj
+def load_function(target: str) -> Callable[..., nx.Graph]:
+    """The function ``module:function`` (or ``path/to/file.py:function``) names."""
+    fn = import_target(target, error=SpecError, form="module:function")
+    if not callable(fn):
+        raise SpecError(f"{target!r}: {target.rpartition(':')[2]!r} is not callable ({type(fn).__name__})")
+    return fn
+
+
+def _positional(fn: object) -> list[inspect.Parameter] | None:
+    """fn's positional parameters (None when its signature cannot be read)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    return [p for p in params if p.kind in (inspect.Parameter.POSITIONAL_ONLY,
+                                            inspect.Parameter.POSITIONAL_OR_KEYWORD)]
 
 
 def _accepts_seed(fn: object) -> bool:
@@ -334,21 +344,38 @@ def _accepts_seed(fn: object) -> bool:
     return any(p.name == "seed" or p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
-def load_callable(target: str, n: int, seed: int | None = None) -> nx.Graph:
-    """Import "module:function", call it with n (and seed= if it takes one), check and relabel."""
-    fn = _import_target(target)
-    graph = fn(n, seed=seed) if seed is not None and _accepts_seed(fn) else fn(n)
+def takes_round(fn: object) -> bool:
+    """True when fn is time-varying, ``f(n, t)``: a positional parameter after n other than
+    ``seed`` (``f(n)`` and ``f(n, seed=0)`` are static)."""
+    params = _positional(fn)
+    return params is not None and any(p.name != "seed" for p in params[1:])
+
+
+def call_graph(fn: Callable[..., nx.Graph], target: str, n: int, seed: int | None = None,
+               t: int | None = None) -> nx.Graph:
+    """``fn(n)``, or ``fn(n, t)`` for round t, with ``seed=`` if it takes one; the graph
+    checked (a networkx graph of n nodes), cleaned and relabeled to 0..n-1."""
+    args = (n,) if t is None else (n, t)
+    graph = fn(*args, seed=seed) if seed is not None and _accepts_seed(fn) else fn(*args)
+    where = target if t is None else f"{target} (round t={t})"
     if not isinstance(graph, nx.Graph):
-        raise GraphFileError(
-            f"{target!r} returned {type(graph).__name__}, expected a networkx Graph or DiGraph"
-        )
+        raise GraphFileError(f"{where} returned {type(graph).__name__}, expected a networkx Graph "
+                             "or DiGraph")
     graph = graph.copy()  # _clean converts weights in place: leave the caller's graph alone
     if graph.number_of_nodes() != n:
-        raise GraphFileError(
-            f"{target!r} returned a graph with {graph.number_of_nodes()} nodes, but n={n} was "
-            "requested; the function must build exactly n nodes"
-        )
-    graph = _clean(graph, target)
+        raise GraphFileError(f"{where} returned a graph with {graph.number_of_nodes()} nodes, but "
+                             f"n={n} was requested; the function must build exactly n nodes")
+    graph = _clean(graph, where)
     graph.graph.setdefault("name", target)
     graph.graph["source"] = target
-    return relabel(graph, source=target)
+    return relabel(graph, source=where)
+
+
+def load_callable(target: str, n: int, seed: int | None = None) -> nx.Graph:
+    """Import "module:function", call it with n (and seed= if it takes one), check and relabel.
+    A time-varying function ``f(n, t)`` is refused: :func:`topologies.build` makes its schedule."""
+    fn = load_function(target)
+    if takes_round(fn):
+        raise SpecError(f"{target!r} is time-varying (it takes a round t after n); use "
+                        f"topologies.build({target!r}, n) to get a TimeVaryingTopology")
+    return call_graph(fn, target, n, seed)

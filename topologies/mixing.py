@@ -41,17 +41,9 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from .errors import (
-    DisconnectedGraphError,
-    MatrixShapeError,
-    NegativeWeightError,
-    NonFiniteWeightError,
-    NoSpectralGapError,
-    NotDoublyStochasticError,
-    NotSymmetricError,
-    OffGraphWeightError,
-    SelfLoopError,
+    GraphFileError,
+    MixingMatrixError,
     TopologyError,
-    WeightRuleError,
 )
 from .spectral import DENSE_MAX_N, rho
 
@@ -77,7 +69,7 @@ _ALIASES = {
 def normalize_rule(rule: str) -> str:
     """Canonical rule name ('max_degree' -> 'max-degree', 'mh' -> 'metropolis')."""
     if not isinstance(rule, str):
-        raise WeightRuleError(
+        raise MixingMatrixError(
             f"weight rule must be a string, one of {', '.join(RULES)}; got {rule!r}"
         )
     key = rule.strip().lower().replace("_", "-")
@@ -85,7 +77,7 @@ def normalize_rule(rule: str) -> str:
     if key not in RULES:
         close = difflib.get_close_matches(key, [*RULES, *_ALIASES], n=1)
         hint = f" (did you mean {_ALIASES.get(close[0], close[0])!r}?)" if close else ""
-        raise WeightRuleError(f"unknown weight rule {rule!r}{hint}; valid rules: {', '.join(RULES)}")
+        raise MixingMatrixError(f"unknown weight rule {rule!r}{hint}; valid rules: {', '.join(RULES)}")
     return key
 
 
@@ -107,7 +99,7 @@ def check_graph(graph: nx.Graph) -> int:
             "topologies.io.relabel(graph)"
         )
     for u, _ in nx.selfloop_edges(graph):
-        raise SelfLoopError(
+        raise GraphFileError(
             f"self-loop on node {u}; remove it (graph.remove_edge({u}, {u})): self weights come "
             "from the weight rule"
         )
@@ -122,12 +114,12 @@ def _arcs(graph: nx.Graph) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _regular_degree(in_deg: np.ndarray, out_deg: np.ndarray, rule: str, directed: bool) -> int:
-    """The common degree d of a regular graph, or WeightRuleError naming an offending node."""
+    """The common degree d of a regular graph, or MixingMatrixError naming an offending node."""
     if directed:
         bad = np.flatnonzero(in_deg != out_deg)
         if bad.size:
             i = int(bad[0])
-            raise WeightRuleError(
+            raise MixingMatrixError(
                 f"rule {rule!r} on a directed graph needs in-degree = out-degree at every node, "
                 f"but node {i} has in-degree {in_deg[i]} and out-degree {out_deg[i]}; use "
                 "rule='push' (column-stochastic, for push-sum methods) or 'pull' (row-stochastic), "
@@ -137,7 +129,7 @@ def _regular_degree(in_deg: np.ndarray, out_deg: np.ndarray, rule: str, directed
         i, j = int(in_deg.argmin()), int(in_deg.argmax())
         fix = ("use rule='max-degree' or explicit weights" if directed
                else "use rule='metropolis' (doubly stochastic on any graph)")
-        raise WeightRuleError(
+        raise MixingMatrixError(
             f"rule {rule!r} needs a regular graph, but node {i} has degree {in_deg[i]} and node "
             f"{j} has degree {in_deg[j]} (rows 1/(d_i+1) would not be doubly stochastic); {fix}"
         )
@@ -149,14 +141,14 @@ def _explicit_weights(graph: nx.Graph, u: np.ndarray, v: np.ndarray) -> np.ndarr
     weights = np.empty(len(u))
     for k, (a, b, w) in enumerate(graph.edges(data="weight")):
         if w is None:
-            raise WeightRuleError(
+            raise MixingMatrixError(
                 f"rule 'weights' needs a 'weight' attribute on every edge; edge ({a}, {b}) has "
                 "none: add it, or use rule='metropolis'"
             )
         if not np.isfinite(w):
-            raise NonFiniteWeightError(f"edge ({a}, {b}) has weight {w}; weights must be finite")
+            raise MixingMatrixError(f"edge ({a}, {b}) has weight {w}; weights must be finite")
         if w < 0:
-            raise NegativeWeightError(
+            raise MixingMatrixError(
                 f"edge ({a}, {b}) has negative weight {w}; mixing weights must be >= 0"
             )
         weights[k] = w
@@ -207,7 +199,7 @@ def mixing_matrix(
     self_w = 1.0 - np.bincount(rows, weights=vals, minlength=n)
     if rule == "weights" and self_w.min() < -1e-12:
         i = int(self_w.argmin())
-        raise NegativeWeightError(
+        raise MixingMatrixError(
             f"node {i}: its explicit edge weights sum to {1 - self_w[i]:.6g} > 1, which leaves a "
             f"negative self weight {self_w[i]:.6g}; scale node {i}'s weights so they sum to <= 1"
         )
@@ -293,9 +285,9 @@ def validate(
     n = check_graph(graph)
     shape = getattr(W, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] != shape[1]:
-        raise MatrixShapeError(f"W must be a square n x n matrix, got shape {shape}")
+        raise MixingMatrixError(f"W must be a square n x n matrix, got shape {shape}")
     if shape[0] != n:
-        raise MatrixShapeError(
+        raise MixingMatrixError(
             f"W is {shape[0]} x {shape[1]} but the graph has {n} nodes; build W from this graph "
             "(topologies.mixing_matrix(graph))"
         )
@@ -305,7 +297,7 @@ def validate(
     bad = np.flatnonzero(~np.isfinite(vals))
     if bad.size:
         k = bad[0]
-        raise NonFiniteWeightError(
+        raise MixingMatrixError(
             f"W[{rows[k]}, {cols[k]}] = {vals[k]}; every weight must be a finite number"
         )
 
@@ -318,7 +310,7 @@ def validate(
         k = int(np.flatnonzero(outside)[0])
         i, j = int(rows[k]), int(cols[k])
         link = f"arc {j} -> {i}" if directed else f"edge ({i}, {j})"
-        raise OffGraphWeightError(
+        raise MixingMatrixError(
             f"W[{i}, {j}] = {vals[k]:.6g} but the graph has no {link}: node {i} would mix a value "
             f"it never receives; set W[{i}, {j}] = 0 or add the edge"
         )
@@ -326,7 +318,7 @@ def validate(
     negative = vals < -atol
     if negative.any():
         k = int(np.argmin(np.where(negative, vals, np.inf)))
-        raise NegativeWeightError(
+        raise MixingMatrixError(
             f"W[{rows[k]}, {cols[k]}] = {vals[k]:.6g} < 0; mixing weights must be nonnegative "
             "(use rule='metropolis', or lower the neighbours' weights so self weights stay >= 0)"
         )
@@ -344,7 +336,7 @@ def validate(
                        else "the weights others give to node {i}'s value").format(i=i)
             need = ("doubly stochastic so gossip preserves the average" if stochastic == "double"
                     else f"{stochastic}-stochastic")
-            raise NotDoublyStochasticError(
+            raise MixingMatrixError(
                 f"{what} {i} of W sums to {sums[i]:.12g}, not 1 ({meaning}); W must be {need}: "
                 f"use topologies.mixing_matrix(graph) or fix node {i}'s weights"
             )
@@ -361,7 +353,7 @@ def validate(
             k = int(gaps.argmax())
             i, j = int(min(di[k], dj[k])), int(max(di[k], dj[k]))
             wij, wji = _entry(W, i, j), _entry(W, j, i)
-            raise NotSymmetricError(
+            raise MixingMatrixError(
                 f"W[{i}, {j}] = {wij:.6g} but W[{j}, {i}] = {wji:.6g}; this use requires a "
                 "symmetric W (w_ij = w_ji): use rule='metropolis' on an undirected graph, or pass "
                 "symmetric=False if the algorithm accepts directed mixing"
@@ -371,19 +363,19 @@ def validate(
         return
     message = _component_message(W, n, directed=directed or not symmetric)
     if message is not None:
-        raise DisconnectedGraphError(message)
+        raise MixingMatrixError(message)
     diagonal = W.diagonal() if sp.issparse(W) else np.diag(W)
     if diagonal.min() > atol:
         return  # connected + stochastic + positive diagonal => primitive (rho < 1 if doubly)
     if stochastic != "double":
         i = int(diagonal.argmin())
-        raise NoSpectralGapError(
+        raise MixingMatrixError(
             f"W[{i}, {i}] = {diagonal[i]:.6g}: a {stochastic}-stochastic W needs a positive "
             "diagonal to be primitive (push-sum converges only then); use lazy=True"
         )
     value = rho(W)
     if value >= 1.0 - 1e-12:
-        raise NoSpectralGapError(
+        raise MixingMatrixError(
             f"rho(W) = ||W - J||_2 = {value:.12g}, so the spectral gap is 0 and gossip never "
             "converges (W is periodic, e.g. zero self weights on a bipartite graph); use "
             "lazy=True ((I + W) / 2) or give every node a positive self weight"

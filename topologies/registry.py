@@ -5,11 +5,15 @@ compressors and problems); ``get`` resolves a registered name or a plug-in spec
 ``module:Name[:PARAMS]`` / ``path/to/file.py:Name[:PARAMS]``, parsed by :func:`parse_target`
 and imported by :func:`import_target`, the only parser and loader of such specs.
 
+One error rule: a registry raises its ``error`` for its names (unknown, taken) and its
+``plugin_error`` (by default ``error``) for a plug-in spec that cannot be loaded; gossip's
+registries name :class:`gossip.errors.PluginError`, topologies' :class:`SpecError`.
+
 Why it lives here: ``topologies`` is standalone (it imports nothing from ``gossip``) while
-``gossip`` already depends on ``topologies``, so the lower layer holds the single copy and
-``gossip.registry`` re-exports it; a second, duplicated copy could drift. This module imports
-nothing but the standard library (``topologies/__init__`` loads its names lazily), so
-``gossip.compress`` and ``gossip.algorithms`` get it without networkx or scipy.
+``gossip`` already depends on it, so the lower layer holds the single copy, which gossip
+imports from here. This module imports nothing but the standard library
+(``topologies/__init__`` loads its names lazily), so ``gossip.compress`` and
+``gossip.algorithms`` get it without networkx or scipy.
 """
 
 from __future__ import annotations
@@ -73,8 +77,7 @@ def parse_target(spec: str) -> Target | None:
     return Target(module, attr, tuple(params))
 
 
-def import_target(target: str | Target, *, error: type[Exception] = LookupError,
-                  form: str = "module:Name") -> object:
+def import_target(target: str | Target, *, error: type[Exception], form: str = "module:Name") -> object:
     """The object a plug-in spec names (its params are ignored: they are the caller's).
 
     Raises ``error`` saying what to fix: a spec that is not ``form``, a module that cannot be

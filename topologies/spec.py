@@ -2,8 +2,9 @@
 
 A spec is ``NAME`` or ``NAME:key=value,key=value`` (for example ``torus:rows=4``,
 ``watts-strogatz:k=4,p=0.3``), a graph file path (anything containing '/', ending in a known
-suffix, or naming an existing file) or ``module:function`` (also ``path/to/file.py:function``),
-a function called with n that returns a networkx graph.  Names are case-insensitive and '_' may
+suffix, or naming an existing file) or ``module:function`` (also ``path/to/file.py:function``):
+``f(n)`` returns a networkx graph, ``f(n, t)`` (a second positional parameter other than
+``seed``) the graph of round t of a time-varying topology.  Names are case-insensitive and '_' may
 replace '-'.  Random graphs take their seed from the `seed` argument unless the spec sets
 ``seed=S``.
 """
@@ -14,7 +15,7 @@ import difflib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import SpecError
 from .registry import Registry, parse_target
@@ -56,23 +57,28 @@ class Param:
 
 @dataclass(frozen=True)
 class Entry:
-    """A named topology: its builder (a function of :mod:`topologies.builders`, by name, or
-    None for a time-varying one), parameters, and whether it is random (takes a seed)."""
+    """A named topology: its builder (the name of a function of ``topologies.<module>``:
+    :mod:`~topologies.builders` for a static graph, :mod:`~topologies.timevarying` for a
+    schedule), parameters, and whether it is random (takes a seed)."""
 
     name: str
-    builder: str | None
+    builder: str
     params: tuple[Param, ...] = ()
     random: bool = False
     help: str = ""
+    module: str = "builders"
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.builder, str) and self.builder.isidentifier()):
+            raise SpecError(f"topology {self.name!r} has no builder ({self.builder!r}): give the "
+                            f"name of its function in topologies.{self.module}")
 
     @property
-    def build(self) -> Callable[..., nx.Graph] | None:
-        """The builder function (imports :mod:`topologies.builders`, hence networkx)."""
-        if self.builder is None:
-            return None
-        from . import builders
+    def build(self) -> Callable[..., Any]:
+        """The builder function (imports its module, hence networkx)."""
+        import importlib
 
-        return getattr(builders, self.builder)
+        return getattr(importlib.import_module(f"{__package__}.{self.module}"), self.builder)
 
     def usage(self) -> str:
         """e.g. 'watts-strogatz[:k=4,p=0.3]' or 'erdos-renyi:p=P'."""
@@ -124,9 +130,13 @@ STATIC = _registry("topology", [
 """The static topologies' builders (a :class:`~topologies.registry.Registry` of Entry)."""
 
 TIME_VARYING = _registry("time-varying topology", [
-    Entry("one-peer-exponential", None, help="time-varying: one peer 2^m away per round"),
-    Entry("matchings", None, (_SEED,), True, "time-varying: random perfect matching per round"),
+    Entry("one-peer-exponential", "one_peer_exponential", help="time-varying: one peer 2^m away "
+          "per round", module="timevarying"),
+    Entry("matchings", "random_matchings", (_SEED,), True,
+          "time-varying: random perfect matching per round", module="timevarying"),
 ])
+"""The time-varying topologies' builders (functions of :mod:`topologies.timevarying` taking n,
+their spec's parameters and ``weights=``, ``lazy=``; each returns a TimeVaryingTopology)."""
 
 _ALIASES = {
     "cycle": "ring",
@@ -149,7 +159,8 @@ def spec_help() -> str:
 
     lines = [f"  {e.usage():<28} {e.help}" for e in (*STATIC.values(), *TIME_VARYING.values())]
     lines.append(f"  {'PATH':<28} graph file ({' '.join(GRAPH_SUFFIXES)})")
-    lines.append(f"  {'module:function':<28} function(n) returning a networkx graph")
+    lines.append(f"  {'module:function':<28} f(n) returning a networkx graph, or f(n, t) the graph")
+    lines.append(f"  {'':<28} of round t = 1, 2, ... (time-varying); also path/to/file.py:f")
     return "\n".join(lines)
 
 

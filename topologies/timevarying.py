@@ -6,9 +6,10 @@ import networkx as nx
 import numpy as np
 
 from .builders import _check_n, _check_seed, _tau
+from .io import call_graph, load_function
 from .topology import TimeVaryingTopology, Topology
 
-__all__ = ["one_peer_exponential", "random_matchings"]
+__all__ = ["from_function", "one_peer_exponential", "random_matchings"]
 
 
 def one_peer_exponential(
@@ -58,3 +59,26 @@ def random_matchings(
                         name=f"matchings[t={t}]")
 
     return TimeVaryingTopology(n, at, name="matchings", period=None, info={"seed": seed})
+
+
+def from_function(
+    target: str, n: int, seed: int = 0, *, weights: str = "metropolis", lazy: bool = False
+) -> TimeVaryingTopology:
+    """The schedule of a user's ``module:function`` ``f(n, t)`` (also ``path/to/file.py:f``):
+    round t's graph is ``f(n, t)`` (with ``seed=`` if f takes one), t = 1, 2, ...
+
+    Each round's graph is checked as a static function's is (a networkx graph of n nodes, no
+    self-loop); round 1 is built here, so a bad return is refused before a run starts. The
+    schedule has no period: a per-arc method keeps a copy for every pair of nodes.
+    """
+    n = _check_n(n, target)
+    fn = load_function(target)
+
+    def at(t: int) -> Topology:
+        graph = call_graph(fn, target, n, seed, t)
+        return Topology(graph, rule=weights, lazy=lazy, require_connected=False,
+                        name=f"{target}[t={t}]")
+
+    schedule = TimeVaryingTopology(n, at, name=target, period=None, info={"seed": seed})
+    schedule.at_round(1)
+    return schedule

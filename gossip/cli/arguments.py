@@ -29,7 +29,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "larger value hosts several nodes per rank")
     g.add_argument("--topology", default="ring",
                    help=f"graph spec: {topology_forms()}, a graph file (edge list, GraphML, GML, "
-                        "JSON node-link) or module:function (default: ring)")
+                        "JSON node-link) or module:function: f(n) a graph, f(n, t) the graph of round t "
+                        "(default: ring)")
     g.add_argument("--weights", default="metropolis",
                    help="mixing rule: metropolis, max-degree, uniform, weights (explicit edge "
                         "'weight' attributes), push / pull (column- / row-stochastic, directed "

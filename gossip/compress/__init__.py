@@ -69,10 +69,9 @@ from gossip.compress.sign import ScaledSign, ScaledSignL2
 from gossip.compress.sparse import RandK, TopK
 from gossip.compress.vote import Vote
 from gossip.compress.wire import HEADER_NBYTES, KINDS, PER_TENSOR, assigned_kind
-from gossip.errors import CompressionError, CompressorSpecError
+from gossip.errors import CompressionError, CompressorSpecError, PluginError
 from gossip.layout import Layout
-from gossip.plugins import PluginError
-from gossip.registry import Registry, parse_target
+from topologies.registry import Registry, parse_target
 
 __all__ = [
     "CompressionError",
@@ -123,7 +122,7 @@ class _Compressors(Registry):
 
 COMPRESSORS = _Compressors("compressor", error=CompressionError, plugin_error=PluginError, normalize=str.lower,
                            takes_params=True, form="module:Class[:PARAMS]")
-"""Every compressor builder by name (a :class:`gossip.registry.Registry`); see
+"""Every compressor builder by name (a :class:`topologies.registry.Registry`); see
 :func:`register_compressor`."""
 _REGISTRY: dict[str, Builder] = COMPRESSORS.objects
 _KIND_CLASS: dict[int, type] = {}

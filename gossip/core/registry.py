@@ -11,11 +11,11 @@ import inspect
 from typing import Any
 
 from gossip.core.algorithm import Algorithm
-from gossip.errors import ConfigError
-from gossip.registry import registry
+from gossip.errors import ConfigError, PluginError
+from topologies.registry import Registry
 
-ALGORITHMS = registry("algorithm", error=ConfigError, form="module:Class")
-"""Every algorithm by name (a :class:`gossip.registry.Registry`); join it with :func:`register_algorithm`."""
+ALGORITHMS = Registry("algorithm", error=ConfigError, plugin_error=PluginError, form="module:Class")
+"""Every algorithm by name (a :class:`topologies.registry.Registry`); join it with :func:`register_algorithm`."""
 REGISTRY: dict[str, type[Algorithm]] = ALGORITHMS.objects
 """The live ``name -> class`` dict of :data:`ALGORITHMS` (read it; register through
 :func:`register_algorithm`)."""

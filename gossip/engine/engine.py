@@ -45,7 +45,7 @@ from gossip.errors import (
 from gossip.layout import Layout
 from gossip.metrics import consensus_error
 from gossip.network import Network, parse_network
-from gossip.seeding import generator, node_seed
+from gossip.rng import generator, node_seed
 from gossip.stateful import Stateful
 from gossip.timing import Timing
 

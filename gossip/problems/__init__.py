@@ -9,10 +9,9 @@ metrics use ``problem.objective(x)`` and ``problem.solution()``.
     >>> eta = default_hparams(pb)["eta"]
 """
 
-from gossip.problems.base import Problem, ProblemError, Smoothness
+from gossip.problems.base import Problem, Smoothness
 from gossip.problems.consensus import Consensus
 from gossip.problems.data import (
-    LibSVMFormatError,
     SyntheticData,
     load_libsvm,
     partition,
@@ -44,11 +43,9 @@ __all__ = [
     "L1Logistic",
     "Lasso",
     "LeastSquares",
-    "LibSVMFormatError",
     "Logistic",
     "Oracle",
     "Problem",
-    "ProblemError",
     "Regularizer",
     "Smoothness",
     "SyntheticData",

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from gossip.errors import ProblemError
+from gossip.errors import ConfigError
 
 if TYPE_CHECKING:
     from gossip.problems.oracles import Oracle
@@ -47,9 +47,9 @@ class Smoothness:
 
 
 def check_node(problem: Problem, i: int) -> int:
-    """``i`` as an int, or a :class:`ProblemError` naming the valid range."""
+    """``i`` as an int, or a :class:`ConfigError` naming the valid range."""
     if not isinstance(i, int | np.integer) or not 0 <= int(i) < problem.n_nodes:
-        raise ProblemError(f"node index must be an int in [0, {problem.n_nodes}), got {i!r}")
+        raise ConfigError(f"node index must be an int in [0, {problem.n_nodes}), got {i!r}")
     return int(i)
 
 
@@ -104,7 +104,7 @@ class Problem(ABC):
 
     def sample_grads(self, i: int, idx: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Per-sample gradients ``∇f_{i,l}(x)``, ``l`` in ``idx``: a ``len(idx) × dim`` tensor."""
-        raise ProblemError(
+        raise ConfigError(
             f"{type(self).__name__} is not a finite sum: it has no per-sample gradients"
         )
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from gossip.errors import ProblemError
+from gossip.errors import ConfigError
 from gossip.problems.base import Problem, Smoothness, check_node
 
 
@@ -31,7 +31,7 @@ class Consensus(Problem):
             targets = torch.as_tensor(np.asarray(targets, dtype=np.float64))
         c = targets
         if c.dim() != 2 or c.shape[0] == 0 or c.shape[1] == 0:
-            raise ProblemError(
+            raise ConfigError(
                 f"targets must be an n_nodes × dim matrix, got shape {tuple(c.shape)}"
             )
         self.device = torch.device(device)

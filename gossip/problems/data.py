@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gossip.errors import DatasetError, LibSVMFormatError
+from gossip.errors import ConfigError
 from topologies.registry import did_you_mean
 
 KINDS = ("least-squares", "lasso", "logistic", "l1-logistic")
@@ -71,17 +71,17 @@ def synthetic(
     ``heterogeneity=0`` gives identical truths (homogeneous data up to sampling noise).
     """
     if kind not in KINDS:
-        raise DatasetError(f"unknown synthetic kind {kind!r}; choose one of {KINDS}")
+        raise ConfigError(f"unknown synthetic kind {kind!r}; choose one of {KINDS}")
     for name, v in (("n_nodes", n_nodes), ("dim", dim), ("samples_per_node", samples_per_node)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise DatasetError(f"{name} must be an int >= 1, got {v!r}")
+            raise ConfigError(f"{name} must be an int >= 1, got {v!r}")
     if not heterogeneity >= 0 or not common >= 0:
-        raise DatasetError(
+        raise ConfigError(
             f"heterogeneity and common must be >= 0, got heterogeneity={heterogeneity}, "
             f"common={common}"
         )
     if not 0 < density <= 1:
-        raise DatasetError(f"density must be in (0, 1], got {density}")
+        raise ConfigError(f"density must be in (0, 1], got {density}")
     classification = kind in ("logistic", "l1-logistic")
     sparse = kind in ("lasso", "l1-logistic")
     if noise is None:
@@ -137,7 +137,7 @@ def load_libsvm(
             labels as read.
 
     Raises:
-        LibSVMFormatError: with ``path:line`` for a bad label, token, index (< 1, duplicate, too
+        ConfigError: with ``path:line`` for a bad label, token, index (< 1, duplicate, too
             large) or value (not a finite number), or for a file without samples.
     """
     path = os.fspath(path)
@@ -148,8 +148,8 @@ def load_libsvm(
     cols: list[int] = []
     vals: list[float] = []
 
-    def fail(lineno: int, msg: str) -> LibSVMFormatError:
-        return LibSVMFormatError(f"{path}:{lineno}: {msg}")
+    def fail(lineno: int, msg: str) -> ConfigError:
+        return ConfigError(f"{path}:{lineno}: {msg}")
 
     with opener(path, "rt", encoding="utf-8") as fh:
         for lineno, raw in enumerate(fh, start=1):
@@ -196,12 +196,12 @@ def load_libsvm(
                 vals.append(v)
             labels.append(label)
     if not labels:
-        raise LibSVMFormatError(f"{path}: no samples (empty file or only comments)")
+        raise ConfigError(f"{path}: no samples (empty file or only comments)")
     d = n_features if n_features is not None else (max(cols) + 1 if cols else 0)
     dense = 8.0 * len(labels) * d
     if dense > MAX_DENSE_BYTES:
         widest = max(range(len(cols)), key=cols.__getitem__) if cols else 0
-        raise LibSVMFormatError(
+        raise ConfigError(
             f"{path}: {len(labels)} samples x {d} features (the largest index, {cols[widest] + 1}, "
             f"on line {row_lines[rows[widest]]}) would be a {dense / 2**30:.3g} GiB dense matrix, "
             f"more than the {MAX_DENSE_BYTES / 2**30:.0f} GiB the problems hold: renumber the "
@@ -212,7 +212,7 @@ def load_libsvm(
     distinct = np.unique(y)
     if binary or (binary is None and distinct.size == 2):
         if distinct.size != 2:
-            raise LibSVMFormatError(
+            raise ConfigError(
                 f"{path}: binary=True needs exactly two distinct labels, found {distinct.size}: "
                 f"{distinct[:10].tolist()}"
             )
@@ -244,7 +244,7 @@ def partition(
     Every sample goes to exactly one node and every node gets at least one sample.
     """
     if isinstance(n_nodes, bool) or not isinstance(n_nodes, int) or n_nodes < 1:
-        raise DatasetError(f"n_nodes must be an int >= 1, got {n_nodes!r}")
+        raise ConfigError(f"n_nodes must be an int >= 1, got {n_nodes!r}")
     if isinstance(labels, int | np.integer):
         y = None
         N = int(labels)
@@ -252,7 +252,7 @@ def partition(
         y = np.asarray(labels).reshape(-1)
         N = y.size
     if N < n_nodes:
-        raise DatasetError(f"cannot give each of {n_nodes} nodes a sample: only {N} samples; use at "
+        raise ConfigError(f"cannot give each of {n_nodes} nodes a sample: only {N} samples; use at "
                            f"most {N} nodes or more samples")
     rng = np.random.default_rng(seed)
     name, _, arg = scheme.partition(":")
@@ -260,24 +260,24 @@ def partition(
         parts = np.array_split(rng.permutation(N), n_nodes)
     elif name == "sorted" and not arg:
         if y is None:
-            raise DatasetError("the 'sorted' partition needs the labels, not just a sample count")
+            raise ConfigError("the 'sorted' partition needs the labels, not just a sample count")
         parts = np.array_split(np.argsort(y, kind="stable"), n_nodes)
     elif name == "dirichlet":
         try:
             alpha = float(arg)
         except ValueError:
-            raise DatasetError(
+            raise ConfigError(
                 f"bad partition {scheme!r}: write dirichlet:ALPHA with ALPHA > 0, "
                 "e.g. dirichlet:0.5"
             ) from None
         if not alpha > 0 or not math.isfinite(alpha):
-            raise DatasetError(f"bad partition {scheme!r}: the Dirichlet ALPHA must be > 0")
+            raise ConfigError(f"bad partition {scheme!r}: the Dirichlet ALPHA must be > 0")
         if y is None:
-            raise DatasetError("the 'dirichlet' partition needs the labels, not just a sample count")
+            raise ConfigError("the 'dirichlet' partition needs the labels, not just a sample count")
         parts = _dirichlet(y, n_nodes, alpha, rng)
     else:
         hint = did_you_mean(name, ("iid", "sorted", "dirichlet"))
-        raise DatasetError(
+        raise ConfigError(
             f"unknown partition {scheme!r}{hint}; use 'iid', 'sorted' or 'dirichlet:ALPHA'"
         )
     return [np.sort(np.asarray(p, dtype=np.int64)) for p in parts]
@@ -287,7 +287,7 @@ def _dirichlet(y: np.ndarray, n_nodes: int, alpha: float, rng: np.random.Generat
     y = y.astype(np.float64)
     if not np.all(np.isfinite(y)) or not np.all(y == np.round(y)):
         bad = y[~(np.isfinite(y) & (y == np.round(y)))][0]
-        raise DatasetError(
+        raise ConfigError(
             f"the dirichlet partition splits classes; labels must be integers, got {bad}"
         )
     parts: list[list[int]] = [[] for _ in range(n_nodes)]

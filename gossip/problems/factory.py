@@ -13,18 +13,18 @@ import torch
 
 from gossip.catalog import DEFAULT_L1
 from gossip.catalog import PROBLEMS as BUILTIN_PROBLEMS
-from gossip.errors import ProblemError
+from gossip.errors import ConfigError, PluginError
 from gossip.problems.base import Problem
 from gossip.problems.data import load_libsvm, partition, synthetic
 from gossip.problems.glm import GLM, L1Logistic, Lasso, LeastSquares, Logistic
-from gossip.registry import registry
+from topologies.registry import Registry
 
 ProblemBuilder = Callable[..., Problem]
 """``build(**options) -> Problem``; options are :func:`make_problem`'s keywords (``n_nodes``,
 ``dim``, ``seed``, ``dtype``, ``device``, …): take the ones you need and ``**_`` the rest."""
 
-BUILDERS = registry("problem", error=ProblemError, form="module:function")
-"""Every problem builder by name (a :class:`gossip.registry.Registry`); see :func:`register_problem`."""
+BUILDERS = Registry("problem", error=ConfigError, plugin_error=PluginError, form="module:function")
+"""Every problem builder by name (a :class:`topologies.registry.Registry`); see :func:`register_problem`."""
 _BUILDERS: dict[str, ProblemBuilder] = BUILDERS.objects
 PROBLEMS: list[str] = []
 """Registered problem names (kept in sync by :func:`register_problem`)."""
@@ -38,9 +38,9 @@ def register_problem(name: str, build: ProblemBuilder, *, replace: bool = False)
     unless ``replace`` is set.
     """
     if not isinstance(name, str) or not name or ":" in name:
-        raise ProblemError(f"problem name {name!r} must be a non-empty string without ':'")
+        raise ConfigError(f"problem name {name!r} must be a non-empty string without ':'")
     if not callable(build):
-        raise ProblemError(f"register_problem({name!r}, ...): build must be callable, got {build!r}")
+        raise ConfigError(f"register_problem({name!r}, ...): build must be callable, got {build!r}")
     BUILDERS.register(name, build, replace=replace)
     if name not in PROBLEMS:
         PROBLEMS.append(name)
@@ -90,10 +90,10 @@ def make_problem(
                    partition_scheme=partition_scheme, l2=l2, l1=l1, dtype=dtype, device=device)
     build = BUILDERS.get(name)
     if not callable(build):
-        raise ProblemError(f"{name!r} is not callable")
+        raise ConfigError(f"{name!r} is not callable")
     problem = build(**options)
     if not isinstance(problem, Problem):
-        raise ProblemError(f"problem builder {name!r} returned a {type(problem).__name__}, not a "
+        raise ConfigError(f"problem builder {name!r} returned a {type(problem).__name__}, not a "
                            "gossip.problems.Problem")
     return problem
 
@@ -161,6 +161,6 @@ def default_hparams(problem: Problem, estimator: str = "full") -> dict[str, floa
     elif estimator in ("sgd", "lsvrg", "saga"):
         eta = 1.0 / (6.0 * s.L_max)
     else:
-        raise ProblemError(f"unknown gradient estimator {estimator!r}; choose one of full, sgd, lsvrg, saga")
+        raise ConfigError(f"unknown gradient estimator {estimator!r}; choose one of full, sgd, lsvrg, saga")
     return {"eta": float(eta), "L": s.L, "L_max": s.L_max, "mu": s.mu}
 

@@ -23,7 +23,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from gossip.errors import ProblemError
+from gossip.errors import ConfigError
 from gossip.problems.base import Problem, Smoothness, check_node
 from gossip.problems.regularizers import L1
 from gossip.problems.solvers import (
@@ -94,14 +94,14 @@ class GLM(Problem):
         device: torch.device | str = "cpu",
     ):
         if len(A) == 0 or len(A) != len(b):
-            raise ProblemError(
+            raise ConfigError(
                 f"need one (A_i, b_i) pair per node, got {len(A)} matrices and {len(b)} vectors"
             )
         if not dtype.is_floating_point:
-            raise ProblemError(f"dtype must be a floating point type, got {dtype}")
+            raise ConfigError(f"dtype must be a floating point type, got {dtype}")
         for name, v in (("l2", l2), ("l1", l1)):
             if not np.isfinite(v) or v < 0:
-                raise ProblemError(f"{name} must be a finite number >= 0, got {v}")
+                raise ConfigError(f"{name} must be a finite number >= 0, got {v}")
         self.device = torch.device(device)
         self.dtype = dtype
         self.n_nodes = len(A)
@@ -115,19 +115,19 @@ class GLM(Problem):
             Ai = torch.as_tensor(Ai).to(device=self.device, dtype=dtype).contiguous()
             bi = torch.as_tensor(bi).to(device=self.device, dtype=dtype).reshape(-1).contiguous()
             if Ai.dim() != 2 or Ai.shape[0] == 0:
-                raise ProblemError(
+                raise ConfigError(
                     f"A_{i} must be a non-empty 2-D matrix, got shape {tuple(Ai.shape)}"
                 )
             if dim is None:
                 dim = Ai.shape[1]
             if Ai.shape[1] != dim:
-                raise ProblemError(f"A_{i} has {Ai.shape[1]} columns, A_0 has {dim}")
+                raise ConfigError(f"A_{i} has {Ai.shape[1]} columns, A_0 has {dim}")
             if bi.numel() != Ai.shape[0]:
-                raise ProblemError(
+                raise ConfigError(
                     f"A_{i} has {Ai.shape[0]} rows but b_{i} has {bi.numel()} entries"
                 )
             if not (torch.isfinite(Ai).all() and torch.isfinite(bi).all()):
-                raise ProblemError(f"A_{i} or b_{i} contains NaN or Inf")
+                raise ConfigError(f"A_{i} or b_{i} contains NaN or Inf")
             self.A.append(Ai)
             self.b.append(bi)
         self.dim = int(dim)
@@ -175,7 +175,7 @@ class GLM(Problem):
         if out is None:
             out = torch.empty_like(x)
         elif out.data_ptr() == x.data_ptr():
-            raise ProblemError("grad_full: out must not alias x")
+            raise ConfigError("grad_full: out must not alias x")
         c = self.coefficients(i, x)
         torch.mv(self.A[i].T, c, out=out)
         out.mul_(1.0 / self.A[i].shape[0])
@@ -199,7 +199,7 @@ class GLM(Problem):
         if out is None:
             out = torch.empty_like(x)
         elif out.data_ptr() == x.data_ptr():
-            raise ProblemError("batch_grad: out must not alias x")
+            raise ConfigError("batch_grad: out must not alias x")
         rows = self.A[i].index_select(0, idx)
         c = self._dphi(torch.mv(rows, x), self.b[i].index_select(0, idx))
         torch.mv(rows.T, c, out=out)
@@ -284,7 +284,7 @@ class Lasso(LeastSquares):
 
     def __init__(self, A, b, l1: float, l2: float = 0.0, *, dtype=torch.float32, device="cpu"):
         if not l1 > 0:
-            raise ProblemError(f"Lasso needs l1 > 0, got {l1} (use LeastSquares for l1 = 0)")
+            raise ConfigError(f"Lasso needs l1 > 0, got {l1} (use LeastSquares for l1 = 0)")
         GLM.__init__(self, A, b, l2=l2, l1=l1, dtype=dtype, device=device)
 
 
@@ -296,7 +296,7 @@ class Logistic(GLM):
 
     def __init__(self, A, b, l2: float, *, dtype=torch.float32, device="cpu"):
         if not l2 > 0:
-            raise ProblemError(
+            raise ConfigError(
                 f"Logistic needs l2 > 0 (without it separable data has no minimizer), got {l2}"
             )
         super().__init__(A, b, l2=l2, l1=0.0, dtype=dtype, device=device)
@@ -305,7 +305,7 @@ class Logistic(GLM):
         for i, b in enumerate(self.b):
             if not bool(((b == 1) | (b == -1)).all()):
                 bad = b[(b != 1) & (b != -1)][0].item()
-                raise ProblemError(f"logistic labels must be +1 or -1; node {i} has label {bad}")
+                raise ConfigError(f"logistic labels must be +1 or -1; node {i} has label {bad}")
 
     def _phi(self, z, b):
         z = z.mul_(b).neg_()
@@ -321,5 +321,5 @@ class L1Logistic(Logistic):
 
     def __init__(self, A, b, l1: float, l2: float = 0.0, *, dtype=torch.float32, device="cpu"):
         if not l1 > 0:
-            raise ProblemError(f"L1Logistic needs l1 > 0, got {l1} (use Logistic for l1 = 0)")
+            raise ConfigError(f"L1Logistic needs l1 > 0, got {l1} (use Logistic for l1 = 0)")
         GLM.__init__(self, A, b, l2=l2, l1=l1, dtype=dtype, device=device)

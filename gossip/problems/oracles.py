@@ -33,7 +33,7 @@ from typing import Any, ClassVar
 import torch
 
 from gossip.catalog import ESTIMATORS
-from gossip.errors import ProblemError
+from gossip.errors import ConfigError
 from gossip.problems.base import Problem, check_node
 from gossip.problems.glm import GLM
 
@@ -67,7 +67,7 @@ class Oracle(ABC):
     def prox(self, v: torch.Tensor, eta: float, out: torch.Tensor | None = None) -> torch.Tensor:
         """``prox_{η r}(v)`` of the problem's regularizer (``out`` may alias ``v``)."""
         if self.problem.regularizer is None:
-            raise ProblemError(
+            raise ConfigError(
                 f"{type(self.problem).__name__} has no regularizer, so there is no prox; "
                 "check oracle.has_prox first or use a problem with l1 > 0 (Lasso, L1Logistic)"
             )
@@ -85,7 +85,7 @@ class Oracle(ABC):
         if out is None:
             return torch.empty_like(x)
         if out.data_ptr() == x.data_ptr():
-            raise ProblemError(f"{self.estimator} oracle: out must not alias x")
+            raise ConfigError(f"{self.estimator} oracle: out must not alias x")
         return out
 
     def __repr__(self) -> str:
@@ -152,7 +152,7 @@ class LSVRG(_Sampled):
         super().__init__(problem, node, generator, batch_size)
         self.p = 1.0 / self.m if p is None else float(p)
         if not 0.0 < self.p <= 1.0:
-            raise ProblemError(f"the LSVRG refresh probability p must be in (0, 1], got {p} (default "
+            raise ConfigError(f"the LSVRG refresh probability p must be in (0, 1], got {p} (default "
                                f"1/m = {1.0 / self.m:g} for node {self.node})", node=self.node)
         self.w: torch.Tensor | None = None
         self.mu: torch.Tensor | None = None
@@ -294,26 +294,26 @@ def make_oracle(
     """Build node ``node``'s oracle; see :meth:`Problem.oracle` for the arguments and errors."""
     node = check_node(problem, node)
     if estimator not in ESTIMATORS:
-        raise ProblemError(f"unknown gradient estimator {estimator!r}; choose one of {ESTIMATORS}",
+        raise ConfigError(f"unknown gradient estimator {estimator!r}; choose one of {ESTIMATORS}",
                            node=node)
     if p is not None and estimator != "lsvrg":
-        raise ProblemError(f"p is the LSVRG refresh probability; estimator {estimator!r} takes none "
+        raise ConfigError(f"p is the LSVRG refresh probability; estimator {estimator!r} takes none "
                            "(drop p, or use estimator='lsvrg')", node=node)
     if estimator == "full":
         return FullGradient(problem, node, generator)
     if not problem.finite_sum:
-        raise ProblemError(
+        raise ConfigError(
             f"estimator {estimator!r} samples from a finite sum, but {type(problem).__name__} is "
             "not one (it has no per-sample losses); use estimator='full'", node=node,
         )
     m = problem.n_samples(node)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= m:
-        raise ProblemError(
+        raise ConfigError(
             f"batch_size must be an int in [1, m_i] = [1, {m}] for node {node}, got {batch_size!r}",
             node=node,
         )
     if not isinstance(generator, torch.Generator):
-        raise ProblemError(
+        raise ConfigError(
             f"estimator {estimator!r} needs the node's torch.Generator for its sampling, "
             f"got {generator!r}; pass generator=torch.Generator().manual_seed(...)", node=node,
         )

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from gossip.errors import ProblemError
+from gossip.errors import ConfigError
 
 
 @runtime_checkable
@@ -34,13 +34,13 @@ class L1:
     def __init__(self, lam: float):
         lam = float(lam)
         if not np.isfinite(lam) or lam < 0:
-            raise ProblemError(f"the L1 weight must be a finite number >= 0, got {lam}")
+            raise ConfigError(f"the L1 weight must be a finite number >= 0, got {lam}")
         self.lam = lam
 
     def prox(self, v: torch.Tensor, eta: float, out: torch.Tensor | None = None) -> torch.Tensor:
         eta = float(eta)
         if not eta > 0:
-            raise ProblemError(f"the prox step eta must be > 0, got {eta}")
+            raise ConfigError(f"the prox step eta must be > 0, got {eta}")
         res = F.softshrink(v, self.lam * eta)
         if out is None:
             return res

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from gossip.errors import ProblemError
+from gossip.errors import ConfigError
 
 # scipy is imported by the solvers that use it, when they first run: problems built without an
 # exact optimum (and the training code, which imports gossip.problems.data) never load it.
@@ -203,5 +203,5 @@ def solve_composite(
 
         x0 = np.zeros(d)
     else:
-        raise ProblemError(f"unknown loss {loss!r}; solve_composite takes 'squares' or 'logistic'")
+        raise ConfigError(f"unknown loss {loss!r}; solve_composite takes 'squares' or 'logistic'")
     return fista(grad, prox, L, x0)

@@ -21,7 +21,6 @@ algorithms call), :mod:`~gossip.training.evaluate` (loss/accuracy sums) and
 :mod:`~gossip.training.trainer` (all of it on an engine).
 """
 
-from gossip.errors import DatasetError
 from gossip.training.data import (
     BatchStream,
     labels_of,
@@ -54,7 +53,6 @@ __all__ = [
     "OPTIMIZERS",
     "SCHEDULES",
     "BatchStream",
-    "DatasetError",
     "DecentralizedTrainer",
     "ModelOracle",
     "OptimizerOracle",

@@ -3,7 +3,7 @@
 The split reuses :func:`gossip.problems.data.partition` (``iid``, ``sorted``, ``dirichlet:ALPHA``)
 on the data set's labels, seeded from the run seed only, so every process computes the same
 split whatever the MPI layout. Each node's ``DataLoader`` shuffles with its own seeded
-``torch.Generator`` (:func:`gossip.training.seeds.data_seed`): the same seed gives the same
+``torch.Generator`` (:func:`gossip.rng.data_seed`): the same seed gives the same
 mini-batches in process and under ``mpiexec``.
 
 A ``TensorDataset`` takes a fast path: the node's rows are gathered once into its own
@@ -28,10 +28,9 @@ from torch.utils.data import (
     TensorDataset,
 )
 
-from gossip.errors import DatasetError
+from gossip.errors import ConfigError
 from gossip.problems.data import partition
-from gossip.seeding import generator
-from gossip.training.seeds import data_seed, partition_seed
+from gossip.rng import data_seed, generator, partition_seed
 
 
 def labels_of(dataset: Dataset) -> np.ndarray:
@@ -42,7 +41,7 @@ def labels_of(dataset: Dataset) -> np.ndarray:
     """
     if isinstance(dataset, TensorDataset):
         if len(dataset.tensors) < 2:
-            raise DatasetError("a TensorDataset needs (inputs, labels) tensors to be partitioned; got "
+            raise ConfigError("a TensorDataset needs (inputs, labels) tensors to be partitioned; got "
                                f"{len(dataset.tensors)} tensor(s): build it as TensorDataset(x, y)")
         return np.asarray(dataset.tensors[1].detach().cpu().numpy()).reshape(-1)
     targets = getattr(dataset, "targets", None)
@@ -91,7 +90,7 @@ def node_loader(
     sets are cast batch by batch by the oracle).
     """
     if batch_size < 1:
-        raise DatasetError(f"batch_size must be >= 1, got {batch_size}")
+        raise ConfigError(f"batch_size must be >= 1, got {batch_size}")
     idx = torch.as_tensor(np.asarray(indices, dtype=np.int64))
     if isinstance(dataset, TensorDataset):
         local = TensorDataset(*(_cast(t[idx], dtype) for t in dataset.tensors))
@@ -117,7 +116,7 @@ class BatchStream:
 
     def __init__(self, loader: DataLoader):
         if len(loader) == 0:
-            raise DatasetError("a node's loader yields no batch (no data, or less than one batch with "
+            raise ConfigError("a node's loader yields no batch (no data, or less than one batch with "
                                "drop_last=True); lower batch_size, give the node more data or set "
                                "drop_last=False")
         self.loader = loader
@@ -159,7 +158,7 @@ class BatchStream:
             self._it, self._pass_state, self._drawn = None, None, 0
             return
         if self.loader.generator is None:
-            raise DatasetError("a BatchStream whose loader has no generator cannot be restored: build the "
+            raise ConfigError("a BatchStream whose loader has no generator cannot be restored: build the "
                                "DataLoader with generator=torch.Generator() (node_loader does)")
         self.loader.generator.set_state(state["pass_state"])
         self._start_pass()
@@ -184,16 +183,16 @@ class NodeSampler(Sampler[int]):
     def __init__(self, dataset: Dataset, node: int, nodes: int, *, seed: int = 0,
                  partition: str | Sequence[Sequence[int]] = "iid"):
         if not 0 <= int(node) < int(nodes):
-            raise DatasetError(f"node {node} is not one of the {nodes} nodes (0..{int(nodes) - 1})")
+            raise ConfigError(f"node {node} is not one of the {nodes} nodes (0..{int(nodes) - 1})")
         if isinstance(partition, str):
             parts = partition_indices(dataset, int(nodes), partition, partition_seed(seed))
         else:
             parts = [np.sort(np.asarray(p, dtype=np.int64)) for p in partition]
             if len(parts) != int(nodes):
-                raise DatasetError(f"an explicit partition needs {nodes} index arrays, got {len(parts)}")
+                raise ConfigError(f"an explicit partition needs {nodes} index arrays, got {len(parts)}")
         self.indices = np.asarray(parts[int(node)], dtype=np.int64)
         if self.indices.size == 0:
-            raise DatasetError(f"node {node} got no sample of the {len(dataset)} (partition "  # type: ignore[arg-type]
+            raise ConfigError(f"node {node} got no sample of the {len(dataset)} (partition "  # type: ignore[arg-type]
                                f"{partition!r} over {nodes} nodes): use fewer nodes or an iid split")
         self.node, self.nodes = int(node), int(nodes)
         self.generator = generator(data_seed(seed, self.node))

@@ -1,7 +1,7 @@
 """Data sets that need no download: scikit-learn's digits, synthetic classes, files on disk.
 
 Each loader returns ``(train, test)`` map-style data sets whose samples are ``(input, label)``
-with an int64 label; the split is stratified and seeded (:func:`gossip.training.seeds.split_seed`),
+with an int64 label; the split is stratified and seeded (:func:`gossip.rng.split_seed`),
 so every process of an MPI run builds the same sets.
 
 * :func:`digits` — the 1797 8×8 handwritten digits shipped inside scikit-learn (10 classes),
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Subset, TensorDataset
 
-from gossip.errors import DatasetError
+from gossip.errors import ConfigError
 from topologies.registry import did_you_mean
 
 BUILTIN = ("digits", "synthetic")
@@ -35,7 +35,7 @@ def stratified_split(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Sorted (train, test) index arrays; each class puts ``round(fraction·count)`` into test."""
     if not 0.0 < test_fraction < 1.0:
-        raise DatasetError(f"test fraction must be in (0, 1), got {test_fraction}")
+        raise ConfigError(f"test fraction must be in (0, 1), got {test_fraction}")
     rng = np.random.default_rng(seed)
     train, test = [], []
     for c in np.unique(labels):
@@ -52,7 +52,7 @@ def _tensor_sets(
     xt = torch.as_tensor(np.asarray(x), dtype=torch.float32)
     yt = torch.as_tensor(np.asarray(y)).to(torch.int64).reshape(-1)
     if xt.shape[0] != yt.shape[0]:
-        raise DatasetError(f"{xt.shape[0]} inputs but {yt.shape[0]} labels")
+        raise ConfigError(f"{xt.shape[0]} inputs but {yt.shape[0]} labels")
     tr, te = stratified_split(yt.numpy(), test_fraction, seed)
     return TensorDataset(xt[tr], yt[tr]), TensorDataset(xt[te], yt[te])
 
@@ -82,7 +82,7 @@ def _digits_arrays() -> tuple[np.ndarray, np.ndarray]:
 
     spec = importlib.util.find_spec("sklearn")
     if spec is None:
-        raise DatasetError("the digits data set needs scikit-learn: pip install scikit-learn")
+        raise ConfigError("the digits data set needs scikit-learn: pip install scikit-learn")
     for root in spec.submodule_search_locations or []:
         path = Path(root) / "datasets" / "data" / "digits.csv.gz"
         if path.is_file():
@@ -109,7 +109,7 @@ def synthetic_classification(
     Larger ``separation`` makes the task easier.
     """
     if samples < classes or features < 1 or classes < 2:
-        raise DatasetError(
+        raise ConfigError(
             f"need samples >= classes >= 2 and features >= 1, got samples={samples}, "
             f"features={features}, classes={classes}"
         )
@@ -139,14 +139,14 @@ def load_tensor_file(
         try:
             obj = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as exc:
-            raise DatasetError(f"{path}: {pickle_refusal(exc)}") from None
+            raise ConfigError(f"{path}: {pickle_refusal(exc)}") from None
         if isinstance(obj, (tuple, list)) and len(obj) == 2:
             obj = {"x": obj[0], "y": obj[1]}
         if not isinstance(obj, dict):
-            raise DatasetError(f"{path}: expected a dict of tensors, got {type(obj).__name__}")
+            raise ConfigError(f"{path}: expected a dict of tensors, got {type(obj).__name__}")
         arrays = {k: v for k, v in obj.items()}
     else:
-        raise DatasetError(f"{path}: unknown data file type '{path.suffix}' (use .npz or .pt)")
+        raise ConfigError(f"{path}: unknown data file type '{path.suffix}' (use .npz or .pt)")
     keys = set(arrays)
     if {"x_train", "y_train", "x_test", "y_test"} <= keys:
         def ds(x, y):
@@ -155,7 +155,7 @@ def load_tensor_file(
         return ds(arrays["x_train"], arrays["y_train"]), ds(arrays["x_test"], arrays["y_test"])
     if {"x", "y"} <= keys:
         return _tensor_sets(arrays["x"], arrays["y"], test_fraction, seed)
-    raise DatasetError(
+    raise ConfigError(
         f"{path} holds keys {sorted(keys)}; expected 'x' and 'y', or 'x_train', 'y_train', "
         "'x_test' and 'y_test'"
     )
@@ -173,7 +173,7 @@ def image_folder(
     try:
         from torchvision import datasets, transforms
     except ImportError:
-        raise DatasetError(
+        raise ConfigError(
             f"{root} is a directory: reading an ImageFolder needs torchvision, which is not "
             "installed (pip install torchvision); or save the images as a .npz file with "
             "arrays x (N×C×H×W floats) and y (N labels) and pass that file"
@@ -204,7 +204,7 @@ def load_dataset(
         return image_folder(path, test_fraction, seed)
     if path.is_file():
         return load_tensor_file(path, test_fraction, seed)
-    raise DatasetError(
+    raise ConfigError(
         f"--data {name!r}{did_you_mean(name, BUILTIN)}: not a built-in data set "
         f"({', '.join(BUILTIN)}) and no such file or directory; nothing is downloaded at run time"
     )

@@ -73,7 +73,7 @@ from gossip.compress import Compressor
 from gossip.core.algorithm import Algorithm
 from gossip.engine import Engine
 from gossip.errors import ConfigError, DivergenceError
-from gossip.seeding import generator
+from gossip.rng import data_seed, generator, oracle_seed, partition_seed
 from gossip.training import flat
 from gossip.training.build import (  # the two listings are read from here too
     check_trainable,
@@ -86,7 +86,6 @@ from gossip.training.data import BatchStream, node_loader, partition_indices
 from gossip.training.evaluate import Sums, evaluate, shard
 from gossip.training.oracle import LossFn, ModelOracle, OptimizerOracle
 from gossip.training.precision import HALF_DTYPES, MasterWeights, autocast_dtype, wants_master_weights
-from gossip.training.seeds import data_seed, derive, partition_seed
 
 SAME_START_FIX = ("build it after seeding torch identically on every process (e.g. "
                   "torch.manual_seed(seed) before the model)")
@@ -95,8 +94,6 @@ OptimizerFactory = Callable[[list[nn.Parameter]], torch.optim.Optimizer]
 SchedulerFactory = Callable[[torch.optim.Optimizer], Any]
 
 log = logging.getLogger("gossip")
-
-_RNG = 15  # seed purpose: a node's private state of torch's global generator
 
 
 def epoch_rounds(train_size: int, nodes: int, batch_size: int) -> int:
@@ -283,7 +280,7 @@ class DecentralizedTrainer:
         loader = node_loader(self.train_set, self.partition[i], self.batch_size,
                              generator(data_seed(self.seed, i)), dtype=self.dtype)
         stream = BatchStream(loader)
-        rng = derive(self.seed, _RNG, i)
+        rng = oracle_seed(self.seed, i)
         if self._optimizer is None:
             return ModelOracle(module, stream, self.loss_fn, buffers=self.gossip_buffers,
                                l2=self._l2, rng_seed=rng, autocast=self.autocast)

@@ -15,8 +15,7 @@ from gossip.errors import ConfigError
 from gossip.metrics import squared_distance
 from gossip.network import arc_keys
 from gossip.problems import make_problem
-from gossip.rng import Stream
-from gossip.seeding import generator, init_seed
+from gossip.rng import Stream, generator, init_seed
 
 D = 30
 

@@ -11,7 +11,7 @@ import topologies
 from gossip.algorithms import make_algorithm
 from gossip.engine import Engine
 from gossip.errors import ConfigError
-from gossip.seeding import generator, node_seed
+from gossip.rng import generator, node_seed
 from tests.helpers import reference as ref
 from tests.helpers import reference_tracking as reft
 from tests.helpers.algorithm_setup import (

@@ -16,8 +16,7 @@ from examples.my_parts import LocalGossip, StochasticInt8
 from gossip.algorithms import REGISTRY, make_algorithm, register_algorithm
 from gossip.compress import TopK, available, make, register_compressor
 from gossip.engine import Engine
-from gossip.errors import CompressionError, ConfigError
-from gossip.plugins import PluginError
+from gossip.errors import CompressionError, ConfigError, PluginError
 from gossip.problems import make_problem
 from tests.helpers.extending_driver import RUNS, script
 from tests.helpers.launch import run_mpi, run_py
@@ -146,9 +145,9 @@ def test_wire_kinds_are_assigned_by_the_package(tmp_path):
     assert int(sent[2]) == type(by_path).kind  # the header's kind byte
     with pytest.raises(CompressionError, match="produced by compressor 'Free'"):
         make("int8").from_bytes(sent, x)
-    from gossip.registry import import_target
+    from topologies.registry import import_target
 
-    loose = import_target(f"{tmp_path / 'free_codec.py'}:Loose")("loose")  # never registered
+    loose = import_target(f"{tmp_path / 'free_codec.py'}:Loose", error=PluginError)("loose")  # never registered
     topo = topologies.build("ring", 4)
     Engine(make_algorithm("choco"), topo, lambda i: torch.zeros(8), compressor=loose)
     assert type(loose).kind in wire.ASSIGNED_KINDS and type(loose).kind not in kinds

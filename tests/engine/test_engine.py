@@ -12,7 +12,7 @@ import topologies
 from gossip.algorithms import make_algorithm
 from gossip.engine import Engine
 from gossip.errors import ConfigError, DivergenceError
-from gossip.seeding import generator, init_seed
+from gossip.rng import generator, init_seed
 
 
 def gaussian(d, seed=0, dtype=torch.float64):
@@ -124,6 +124,38 @@ def test_one_peer_exponential_gossip_averages_exactly_in_log2_n_rounds():
     xbar = stack(eng).mean(0)
     eng.run(4, log_every=1)
     np.testing.assert_allclose(stack(eng), np.tile(xbar, (16, 1)), atol=1e-14)
+
+
+USER_SCHEDULE = """
+import networkx as nx
+
+ROUNDS = []
+
+def shifting(n, t):
+    ROUNDS.append(t)
+    g = nx.Graph()
+    g.add_nodes_from(range(n))
+    shift = 1 + (t - 1) % (n - 1)
+    g.add_edges_from((i, (i + shift) % n) for i in range(n))
+    return g
+"""
+
+
+def test_a_users_function_of_n_and_t_drives_the_engines_rounds(tmp_path, monkeypatch):
+    """``--topology module:f`` with ``f(n, t)``: round t of the engine mixes with f(n, t)'s W."""
+    (tmp_path / "user_schedule_mod.py").write_text(USER_SCHEDULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import user_schedule_mod as module
+
+    topo = topologies.build("user_schedule_mod:shifting", 7)
+    eng = Engine(make_algorithm("gossip"), topo, gaussian(5))
+    X = stack(eng)
+    for t in range(1, 10):
+        eng.step()
+        W = topologies.Topology(module.shifting(7, t), require_connected=False).dense()
+        X = W @ X
+        np.testing.assert_allclose(stack(eng), X, atol=1e-13)
+    assert set(module.ROUNDS) == set(range(1, 10))
 
 
 def test_nan_in_a_model_stops_with_a_divergence_error_naming_node_and_round():

@@ -39,8 +39,8 @@ def test_every_class_keeps_a_builtin_base(cls):
 
 
 def test_the_builtin_bases_that_callers_catch():
-    for cls in (errors.ConfigError, errors.ConfigFileError, errors.CommConfigError, errors.ProblemError,
-                errors.DatasetError, errors.LibSVMFormatError, errors.CompressionError, errors.RowsError):
+    for cls in (errors.ConfigError, errors.ConfigFileError, errors.CommConfigError, errors.PluginError,
+                errors.WrapError, errors.CompressionError, errors.RowsError):
         assert issubclass(cls, ValueError), cls
     for cls in (errors.DivergenceError, errors.NodeError, errors.CommError, errors.CommTimeout,
                 errors.CheckpointError, errors.TuningError, errors.Interrupted, errors.ContractError):
@@ -49,10 +49,9 @@ def test_the_builtin_bases_that_callers_catch():
 
 
 def test_one_config_family():
-    for cls in (errors.ConfigTypeError, errors.ConfigFileError, errors.CommConfigError, errors.ProblemError,
-                errors.DatasetError, errors.LibSVMFormatError):
+    for cls in (errors.ConfigTypeError, errors.ConfigFileError, errors.CommConfigError, errors.PluginError,
+                errors.WrapError, errors.CompressorSpecError):
         assert issubclass(cls, errors.ConfigError), cls
-    assert issubclass(errors.LibSVMFormatError, errors.DatasetError)
     assert issubclass(errors.CommTimeout, errors.CommError)
     assert issubclass(errors.RowsError, errors.CompressionError)
 
@@ -85,15 +84,11 @@ def test_public_modules_reexport_the_same_classes():
     from gossip.checkpoint import CheckpointError, Interrupted
     from gossip.comm import CommError, CommTimeout
     from gossip.config import ConfigFileError
-    from gossip.problems import LibSVMFormatError, ProblemError
-    from gossip.training import DatasetError
     from gossip.tuning import TuningError
 
-    assert (CheckpointError, Interrupted, CommError, CommTimeout, ConfigFileError, LibSVMFormatError,
-            ProblemError, DatasetError, TuningError) == (
+    assert (CheckpointError, Interrupted, CommError, CommTimeout, ConfigFileError, TuningError) == (
         errors.CheckpointError, errors.Interrupted, errors.CommError, errors.CommTimeout,
-        errors.ConfigFileError, errors.LibSVMFormatError, errors.ProblemError, errors.DatasetError,
-        errors.TuningError)
+        errors.ConfigFileError, errors.TuningError)
     for name in errors.__all__:
         assert getattr(gossip, name) is getattr(errors, name), name
         assert name in gossip.__all__, name

@@ -16,7 +16,7 @@ from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine
 from gossip.errors import ConfigError, ContractError, NodeError
 from gossip.problems import make_problem
-from gossip.seeding import generator, init_seed
+from gossip.rng import generator, init_seed
 
 N, D = 6, 10
 PROBLEM = make_problem("least-squares", n_nodes=N, dim=D, samples_per_node=20, seed=3,

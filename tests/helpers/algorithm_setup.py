@@ -11,7 +11,7 @@ import topologies
 from gossip.compress import make
 from gossip.engine import Engine
 from gossip.problems import make_problem
-from gossip.seeding import generator, init_seed
+from gossip.rng import generator, init_seed
 
 N, D = 8, 12
 TOPO = topologies.build("erdos-renyi:p=0.4", N, seed=7)

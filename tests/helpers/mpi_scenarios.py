@@ -20,7 +20,7 @@ from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
 from gossip.metrics import JsonlLogger  # noqa: E402
-from gossip.seeding import generator, init_seed  # noqa: E402
+from gossip.rng import generator, init_seed  # noqa: E402
 
 # name -> (algorithm, hyper-parameters, compressor, topology spec, shape)
 SCENARIOS: dict[str, tuple[str, dict, str, str, tuple]] = {

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from gossip.errors import LibSVMFormatError, ProblemError
+from gossip.errors import ConfigError
 from gossip.problems import (
     PROBLEMS,
     Consensus,
@@ -332,7 +332,7 @@ def test_prox():
     assert o.prox(y, 0.4, out=y) is y and torch.allclose(y, expected)
     o2 = small("logistic").oracle(0)
     assert not o2.has_prox
-    with pytest.raises(ProblemError, match="no regularizer"):
+    with pytest.raises(ConfigError, match="no regularizer"):
         o2.prox(x, 0.1)
 
 
@@ -351,26 +351,26 @@ def test_oracle_errors():
         pb.oracle(0, g, "sgd", p=0.5)
     with pytest.raises(ValueError, match=r"in \(0, 1\]"):
         pb.oracle(0, g, "lsvrg", p=0.0)
-    with pytest.raises(ProblemError, match=r"node index must be an int in \[0, 3\)"):
+    with pytest.raises(ConfigError, match=r"node index must be an int in \[0, 3\)"):
         pb.oracle(3, g)
     x = torch.zeros(pb.dim, dtype=F64)
-    with pytest.raises(ProblemError, match="must not alias"):
+    with pytest.raises(ConfigError, match="must not alias"):
         pb.oracle(0).grad(x, out=x)
 
 
 def test_problem_construction_errors():
     A, b = [np.ones((3, 2))], [np.array([1.0, -1.0, 2.0])]
-    with pytest.raises(ProblemError, match=r"labels must be \+1 or -1; node 0 has label 2"):
+    with pytest.raises(ConfigError, match=r"labels must be \+1 or -1; node 0 has label 2"):
         Logistic(A, b, 0.1)
-    with pytest.raises(ProblemError, match="needs l2 > 0"):
+    with pytest.raises(ConfigError, match="needs l2 > 0"):
         Logistic(A, [np.ones(3)], 0.0)
-    with pytest.raises(ProblemError, match="needs l1 > 0"):
+    with pytest.raises(ConfigError, match="needs l1 > 0"):
         Lasso(A, b, 0.0)
-    with pytest.raises(ProblemError, match="A_0 has 3 rows but b_0 has 2"):
+    with pytest.raises(ConfigError, match="A_0 has 3 rows but b_0 has 2"):
         LeastSquares(A, [np.ones(2)])
-    with pytest.raises(ProblemError, match="A_1 has 3 columns"):
+    with pytest.raises(ConfigError, match="A_1 has 3 columns"):
         LeastSquares(A + [np.ones((2, 3))], b + [np.ones(2)])
-    with pytest.raises(ProblemError, match="NaN"):
+    with pytest.raises(ConfigError, match="NaN"):
         LeastSquares([np.full((1, 1), np.nan)], [np.ones(1)])
     with pytest.raises(ValueError, match="unknown problem 'ridge'"):
         make_problem("ridge")
@@ -501,7 +501,7 @@ def test_load_libsvm(tmp_path):
     multi = tmp_path / "multi.svm"
     multi.write_text("1 1:1\n2 1:2\n3 2:1\n")
     assert np.array_equal(load_libsvm(multi)[1], [1, 2, 3])
-    with pytest.raises(LibSVMFormatError, match="exactly two distinct labels, found 3"):
+    with pytest.raises(ConfigError, match="exactly two distinct labels, found 3"):
         load_libsvm(multi, binary=True)
 
 
@@ -521,7 +521,7 @@ def test_load_libsvm(tmp_path):
 def test_load_libsvm_errors_name_the_line(tmp_path, line, match):
     p = tmp_path / "bad.svm"
     p.write_text("1 1:1\n# fine\n" + line + "\n")
-    with pytest.raises(LibSVMFormatError, match=f"bad.svm:3: {match}"):
+    with pytest.raises(ConfigError, match=f"bad.svm:3: {match}"):
         load_libsvm(p, n_features=4)
 
 
@@ -529,7 +529,7 @@ def test_load_libsvm_refuses_a_huge_index_before_allocating(tmp_path):
     """Feature index 10^12: a 14.6 TiB dense matrix, refused with the line, not attempted."""
     p = tmp_path / "huge.svm"
     p.write_text("1 1:0.5\n# fine\n-1 2:1 1000000000000:1\n")
-    with pytest.raises(LibSVMFormatError, match=r"huge.svm: 2 samples x 1000000000000 features "
+    with pytest.raises(ConfigError, match=r"huge.svm: 2 samples x 1000000000000 features "
                                                 r"\(the largest index, 1000000000000, on line 3\)"):
         load_libsvm(p)
 
@@ -537,7 +537,7 @@ def test_load_libsvm_refuses_a_huge_index_before_allocating(tmp_path):
 def test_load_libsvm_empty(tmp_path):
     p = tmp_path / "empty.svm"
     p.write_text("# nothing\n\n")
-    with pytest.raises(LibSVMFormatError, match="no samples"):
+    with pytest.raises(ConfigError, match="no samples"):
         load_libsvm(p)
 
 

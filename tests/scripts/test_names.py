@@ -11,7 +11,7 @@ import pytest
 
 from gossip.algorithms import make_algorithm
 from gossip.compress import make
-from gossip.errors import CompressionError, ConfigError, DatasetError, ProblemError
+from gossip.errors import CompressionError, ConfigError
 from gossip.problems import make_problem
 from gossip.problems.data import partition
 from gossip.training.datasets import load_dataset
@@ -25,11 +25,11 @@ from topologies.errors import TopologyError
     (lambda: make_algorithm("dpsdg"), ConfigError, "'dpsgd'"),
     (lambda: make("topkk:0.1"), CompressionError, "'topk'"),
     (lambda: make("qsdg:4"), CompressionError, "'qsgd'"),
-    (lambda: make_problem("lasoo"), ProblemError, "'lasso'"),
+    (lambda: make_problem("lasoo"), ConfigError, "'lasso'"),
     (lambda: build("rign", 4), TopologyError, "'ring'"),
     (lambda: build("ring", 4, weights="metropolsi"), TopologyError, "'metropolis'"),
-    (lambda: load_dataset("digitz"), DatasetError, "'digits'"),
-    (lambda: partition(list(range(20)), 4, "dirichlt:0.5"), DatasetError, "'dirichlet'"),
+    (lambda: load_dataset("digitz"), ConfigError, "'digits'"),
+    (lambda: partition(list(range(20)), 4, "dirichlt:0.5"), ConfigError, "'dirichlet'"),
 ])
 def test_a_misspelt_name_gets_a_suggestion(call, error, suggestion):
     with pytest.raises(error, match=f"did you mean {suggestion}\\?"):

@@ -7,11 +7,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import time
 
 import pytest
 
 from gossip import catalog
+from gossip.errors import ContractError
 from tests.helpers.launch import ROOT
 
 SCRIPTS = sorted(p.name for p in (ROOT / "experiments").glob("*.py"))
@@ -73,14 +75,123 @@ def test_help_reads_the_same_before_and_after_the_registries_load(name):
     assert static.stdout == live.stdout
 
 
-def test_catalog_copies_the_builtin_algorithms_traits():
+def test_catalog_reads_the_builtin_algorithms_traits_from_their_source():
+    """What the catalog reads from gossip/algorithms' source without importing it (the
+    per-process reading and the file cache between processes) is what the classes declare."""
     from gossip.algorithms import REGISTRY
 
     builtin = [n for n, cls in REGISTRY.items() if cls.__module__.startswith("gossip.algorithms.")]
-    assert builtin == list(catalog.ALGORITHMS), "add or remove the algorithm in gossip/catalog.py"
+    read = catalog.read_algorithms()
+    assert list(read) == builtin and list(catalog.builtin_algorithms()) == builtin
     for name in builtin:
-        assert catalog.traits_of(REGISTRY[name]) == catalog.ALGORITHMS[name], (
-            f"gossip/catalog.py ALGORITHMS[{name!r}] should be {catalog.traits_of(REGISTRY[name])}")
+        assert read[name] == catalog.traits_of(REGISTRY[name]) == catalog.builtin_algorithms()[name], (
+            f"gossip/catalog.py reads {read[name]} from the source of {REGISTRY[name].__qualname__}")
+
+
+def test_catalog_caches_the_reading_while_the_sources_are_unchanged(tmp_path, monkeypatch):
+    import json
+    import shutil
+
+    root = tmp_path / "algorithms"
+    shutil.copytree(catalog._ALGORITHMS_DIR, root, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(catalog, "_ALGORITHMS_DIR", root)
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.setattr(sys, "pycache_prefix", None)
+    read = catalog.builtin_algorithms.__wrapped__  # the function without its per-process cache
+    first = read()
+    cache = root / "__pycache__" / "catalog.json"
+    saved = json.loads(cache.read_text())
+    saved["traits"][0][1]["state_copies"] = 1000
+    cache.write_text(json.dumps(saved))
+    assert read()[saved["traits"][0][0]].state_copies == 1000  # the file is what is read
+    with open(root / "choco.py", "a") as file:
+        file.write("\n# an edit\n")
+    assert read() == first  # an edited source: read again
+
+
+def test_catalog_source_reading_follows_the_class_bodies(tmp_path):
+    """Inheritance (two bases: Python's MRO), ``replace(Parent.requires, ...)``, ``Other.attr``,
+    annotated defaults, docstrings that look like assignments, and a function of the module
+    that does not belong to any class."""
+    (tmp_path / "builtin.py").write_text(textwrap.dedent('''
+        from gossip.algorithms.a import A, B, AB
+
+        BUILTIN: tuple[type, ...] = (A, B, AB)
+        for _cls in BUILTIN:
+            ALGORITHMS.register(_cls.name, _cls)
+    '''))
+    (tmp_path / "a.py").write_text(textwrap.dedent('''
+        from dataclasses import dataclass, field, replace
+
+        @dataclass(frozen=True)
+        class Graph:
+            complete: bool = False
+
+        @dataclass(frozen=True)
+        class Requirements:
+            graph: Graph = field(default_factory=Graph)
+            gradients: bool = False
+            compressor: str = "any"
+
+        class Algorithm:
+            """Doc.
+
+            state_copies = 99
+            """
+            requires: ClassVar[Requirements] = Requirements()
+            trains: ClassVar[bool] = False
+            takes_optimizer = False
+            tunable: tuple[str, ...] = ()
+            state_copies = 4
+            neighbor_copies = 0
+            asynchronous = False
+
+            def method(self):
+                state_copies = 1
+                return state_copies
+
+        def helper():
+            trains = True
+            return trains
+
+        class A(Algorithm):
+            name = "a"
+            trains = True
+            state_copies = 7
+            requires = Requirements(
+                gradients=True,
+                compressor="stateless",
+            )
+
+        class B(Algorithm):
+            __doc__ = """B: a doc string assigned,
+        spanning lines."""
+            name = "b"
+            tunable = ("gamma",)
+            requires = Requirements(graph=Graph(complete=True))
+
+        class AB(A, B):
+            name = "ab"
+            requires = replace(A.requires, compressor="identity")
+            neighbor_copies = B.state_copies
+
+        class Odd(Algorithm):
+            state_copies = 2 * Algorithm.state_copies
+    '''))
+    def traits(**given):
+        return catalog.Traits(**{**dict(gradients=False, trains=False, takes_optimizer=False, compressor="any",
+                                        complete=False, tunable=(), state_copies=4, neighbor_copies=0,
+                                        asynchronous=False), **given})
+
+    reader = catalog._SourceReader(tmp_path)
+    assert reader.mro("AB") == ["AB", "A", "B", "Algorithm"]
+    assert reader.traits("A") == traits(gradients=True, trains=True, compressor="stateless", state_copies=7)
+    assert reader.traits("B") == traits(complete=True, tunable=("gamma",))
+    assert reader.traits("AB") == traits(gradients=True, trains=True, compressor="identity",
+                                         tunable=("gamma",), state_copies=7, neighbor_copies=4)
+    with pytest.raises(ContractError, match=r"Odd: gossip.catalog cannot read '2 \* Algorithm.state_copies'"):
+        reader.traits("Odd")
+    assert catalog._registered(tmp_path / "builtin.py") == ["A", "B", "AB"]
 
 
 def test_catalog_names_are_the_registered_ones():

@@ -13,8 +13,8 @@ import scipy.sparse as sp
 
 import topologies as T
 from topologies import (
+    MixingMatrixError,
     NodeView,
-    NotDoublyStochasticError,
     SpecError,
     TimeVaryingTopology,
     Topology,
@@ -97,7 +97,7 @@ def test_explicit_w_and_lazy():
     assert Topology(g, rule="max-degree", lazy=True).gap == pytest.approx(lazy.gap)
     bad = W.copy()
     bad[0, 0] += 0.1
-    with pytest.raises(NotDoublyStochasticError):
+    with pytest.raises(MixingMatrixError):
         Topology(g, bad)
     sparse = Topology(g, sp.csr_array(W))
     assert sparse.view(2) == topo.view(2)
@@ -307,7 +307,7 @@ def test_build_every_form():
     assert T.build("matchings", 8, lazy=True).at_round(1).view(0).self_weight == 0.75
     assert T.build(str(DATA / "letters.edgelist"), None, weights="weights").view(0).weights == (
         pytest.approx((0.25, 0.1, 0.25)))
-    with pytest.raises(T.WeightRuleError, match="unknown weight rule"):
+    with pytest.raises(T.MixingMatrixError, match="unknown weight rule"):
         T.build("ring", 8, weights="best")
 
 
@@ -316,3 +316,93 @@ def test_build_warns_when_weights_are_ignored(caplog):
         topo = T.build(str(DATA / "letters.edgelist"), 4)
     assert topo.rule == "metropolis"
     assert "weights='weights'" in caplog.text
+
+
+SCHEDULES = textwrap.dedent(
+    """
+    import networkx as nx
+    import numpy as np
+
+    CALLS = []
+
+    def shifting(n, t):
+        CALLS.append(t)
+        g = nx.Graph()
+        g.add_nodes_from(range(n))
+        shift = 1 + (t - 1) % (n - 1)
+        g.add_edges_from((i, (i + shift) % n) for i in range(n))
+        return g
+
+    def matched(n, t, seed=0):
+        perm = np.random.default_rng([seed, t]).permutation(n)
+        return nx.Graph([tuple(map(int, p)) for p in perm.reshape(-1, 2)])
+
+    def static_seeded(n, seed=0):
+        return nx.cycle_graph(n)
+
+    def late_garbage(n, t):
+        return nx.cycle_graph(n) if t < 3 else "a ring"
+
+    def shrinking(n, t):
+        return nx.cycle_graph(n - t)
+
+    def loop(n, t):
+        g = nx.cycle_graph(n)
+        g.add_edge(0, 0)
+        return g
+    """
+)
+
+
+@pytest.fixture
+def schedules(tmp_path, monkeypatch):
+    path = tmp_path / "user_schedules_mod.py"
+    path.write_text(SCHEDULES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return path
+
+
+def test_a_function_of_n_and_t_is_a_time_varying_topology(schedules):
+    import user_schedules_mod as mod
+
+    for spec in ("user_schedules_mod:shifting", f"{schedules}:shifting"):
+        tv = T.build(spec, 6)
+        assert isinstance(tv, TimeVaryingTopology) and tv.n == 6 and tv.period is None
+        for t in (1, 2, 5, 6, 7):
+            assert sorted(tv.at_round(t).graph.edges()) == sorted(mod.shifting(6, t).edges())
+    a, b = T.build("user_schedules_mod:matched", 8, seed=1), T.build("user_schedules_mod:matched", 8, seed=2)
+    assert sorted(a.at_round(3).graph.edges()) != sorted(b.at_round(3).graph.edges())  # seed= reaches f
+    static = T.build("user_schedules_mod:static_seeded", 6)  # f(n, seed=...) stays static
+    assert not static.time_varying
+    with pytest.raises(SpecError, match="time-varying"):
+        T.parse("user_schedules_mod:shifting", 6)
+
+
+def test_a_bad_round_graph_is_a_one_line_error_naming_the_round(schedules):
+    tv = T.build("user_schedules_mod:late_garbage", 5)  # rounds 1 and 2 are fine
+    with pytest.raises(T.GraphFileError, match=r"round t=3\) returned str") as err:
+        tv.at_round(3)
+    assert "\n" not in str(err.value)
+    with pytest.raises(T.GraphFileError, match=r"round t=1\) returned a graph with 5 nodes, but n=6"):
+        T.build("user_schedules_mod:shrinking", 6)  # refused when built: round 1 is checked
+    with pytest.raises(T.GraphFileError, match=r"round t=1\).*self-loop on node 0"):
+        T.build("user_schedules_mod:loop", 6)
+    with pytest.raises(SpecError, match="cannot import module 'no_such_schedule_mod'"):
+        T.build("no_such_schedule_mod:f", 6)
+
+
+def test_every_time_varying_name_has_its_builder():
+    from topologies.spec import TIME_VARYING, Entry
+
+    for name, entry in TIME_VARYING.items():
+        tv = T.build(name, 8)
+        assert tv.time_varying and entry.build.__module__ == "topologies.timevarying"
+    by_name, by_function = T.build("matchings:seed=3", 8), T.random_matchings(8, 3)
+    assert by_name.at_round(2).graph.edges() == by_function.at_round(2).graph.edges()
+    with pytest.raises(SpecError, match="no builder"):
+        Entry("spinning", None)
+    TIME_VARYING.register("shuffles", Entry("shuffles", "random_matchings", module="timevarying"))
+    try:  # a new name builds with its own builder
+        assert T.build("shuffles", 8, seed=5).name == "matchings"
+    finally:
+        del TIME_VARYING.objects["shuffles"]

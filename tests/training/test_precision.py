@@ -12,7 +12,7 @@ from torch import nn
 
 import topologies
 from gossip.errors import ConfigError
-from gossip.seeding import generator
+from gossip.rng import generator
 from gossip.training import MLP, BatchStream, DecentralizedTrainer, ModelOracle, digits, flat, node_loader
 from gossip.training.precision import GROWTH_INTERVAL, INITIAL_SCALE, LossScaler
 from tests.helpers.launch import script

@@ -13,8 +13,8 @@ from torch.utils.data import Dataset, TensorDataset
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.errors import ConfigError, DatasetError, DivergenceError, TuningError
-from gossip.seeding import generator
+from gossip.errors import ConfigError, DivergenceError, TuningError
+from gossip.rng import data_seed, generator
 from gossip.training import (
     MLP,
     BatchStream,
@@ -34,7 +34,6 @@ from gossip.training import (
     partition_indices,
     resnet20,
 )
-from gossip.training.seeds import data_seed
 from gossip.tuning import GammaSearch, log_grid, search_gamma
 
 
@@ -170,19 +169,19 @@ def test_datasets_from_files_and_errors(tmp_path):
     tr, te = load_dataset(str(tmp_path / "d.pt"))
     assert len(tr) == 4 and len(te) == 2
     np.savez(tmp_path / "bad.npz", a=x)
-    with pytest.raises(DatasetError, match="expected 'x' and 'y'"):
+    with pytest.raises(ConfigError, match="expected 'x' and 'y'"):
         load_tensor_file(tmp_path / "bad.npz")
-    with pytest.raises(DatasetError, match="nothing is downloaded"):
+    with pytest.raises(ConfigError, match="nothing is downloaded"):
         load_dataset("cifar10")
     torch.save({"x": torch.zeros(4, 2), "y": print}, tmp_path / "obj.pt")  # a pickled function
-    with pytest.raises(DatasetError, match=r"obj\.pt: it holds Python objects") as exc:
+    with pytest.raises(ConfigError, match=r"obj\.pt: it holds Python objects") as exc:
         load_tensor_file(tmp_path / "obj.pt")
     assert "weights_only" not in str(exc.value) and "trust" not in str(exc.value)
     (tmp_path / "imgs" / "cat").mkdir(parents=True)
     try:
         import torchvision  # noqa: F401
     except ImportError:
-        with pytest.raises(DatasetError, match="needs torchvision"):
+        with pytest.raises(ConfigError, match="needs torchvision"):
             load_dataset(str(tmp_path / "imgs"))
 
 
@@ -341,7 +340,7 @@ def test_gamma_search_picks_lowest_non_diverged():
 
 def test_gamma_search_on_a_consensus_engine():
     from gossip.engine import Engine
-    from gossip.seeding import init_seed
+    from gossip.rng import init_seed
     from gossip.tuning import final_score
 
     topo = topologies.build("ring", 8)

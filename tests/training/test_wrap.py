@@ -20,9 +20,8 @@ import topologies
 from gossip.algorithms import REGISTRY, Algorithm
 from gossip.comm.world import World
 from gossip.errors import ConfigError, WrapError
-from gossip.seeding import generator
+from gossip.rng import data_seed, generator, partition_seed
 from gossip.training import MLP, BatchStream, digits, node_loader, partition_indices
-from gossip.training.seeds import data_seed, partition_seed
 from gossip.training.trainer import trainable_algorithms
 from gossip.wrap import NodeSampler, wrap
 from tests.helpers import wrap_runs
