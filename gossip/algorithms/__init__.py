@@ -14,10 +14,8 @@ from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, Track
 from gossip.algorithms.adasum import Adasum
 from gossip.algorithms.base import Algorithm, Round
 from gossip.algorithms.beer import BEER
-from gossip.algorithms.beer_arcs import BEERArcs
 from gossip.algorithms.cada import CADA, GCADA
 from gossip.algorithms.choco import Choco
-from gossip.algorithms.choco_arcs import ChocoArcs
 from gossip.algorithms.choco_async import AsyncChoco
 from gossip.algorithms.dcd import DCD
 from gossip.algorithms.deepsqueeze import DeepSqueeze
@@ -29,29 +27,30 @@ from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, Fe
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.lead import LEAD
-from gossip.algorithms.lead_arcs import LEADArcs
 from gossip.algorithms.momentum import DoCoM, MoTEF
 from gossip.algorithms.onebit_adam import OneBitAdam
 from gossip.algorithms.onebit_lamb import OneBitLamb
 from gossip.algorithms.pairwise import PairwiseGossip
 from gossip.algorithms.powergossip import PowerGossip
-from gossip.algorithms.prox_lead import ProxLEAD, ProxLEADArcs
+from gossip.algorithms.prox_lead import ProxLEAD
 from gossip.algorithms.requirements import Graph, Requirements
 from gossip.algorithms.sgp_async import AsyncSGP
 from gossip.algorithms.signum import SignumVote
-from gossip.algorithms.tracking import CGT, EXTRA, CGTArcs, DIGing
+from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
 from gossip.errors import ConfigError
 from gossip.registry import registry
 
 ALGORITHMS = registry("algorithm", error=ConfigError, form="module:Class")
 """Every algorithm by name (a :class:`gossip.registry.Registry`); join it with :func:`register_algorithm`."""
-for _cls in (Gossip, DPSGD, Choco, ChocoArcs, DeepSqueeze, DCD, ECD, LEAD, LEADArcs, ProxLEAD,
-             ProxLEADArcs, PowerGossip, BEER, BEERArcs, DIGing, EXTRA, CGT, CGTArcs, PushSum, CPP, DoCoM, MoTEF, CECL,
+for _cls in (Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER,
+             DIGing, EXTRA, CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
              OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad,
              ChocoAMSGrad, DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold,
              CADA, GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco):
     ALGORITHMS.register(_cls.name, _cls)
+    if vars(_cls).get("arcs_form"):  # its robust per-arc form, the method with arcs=True
+        ALGORITHMS.register(_cls.with_arcs().name, _cls.with_arcs())
 
 REGISTRY: dict[str, type[Algorithm]] = ALGORITHMS.objects
 """The live ``name -> class`` dict of :data:`ALGORITHMS` (read it; register through
@@ -62,7 +61,9 @@ def register_algorithm(cls: type[Algorithm], *, replace: bool = False) -> type[A
     """Add an :class:`Algorithm` subclass to the registry under ``cls.name`` (usable as a decorator).
 
     Scripts then accept ``--algorithm NAME``. The same class again is a no-op (a module imported
-    twice); a name taken by another class is refused, naming it, unless ``replace`` is set.
+    twice); a name taken by another class is refused, naming it, unless ``replace`` is set. A
+    class that declares an ``arcs_form`` (its robust per-arc form, docs/extending.md) is
+    registered with it: ``NAME-arcs`` is the class with ``arcs=True``.
     """
     if not (inspect.isclass(cls) and issubclass(cls, Algorithm)):
         raise ConfigError(f"register_algorithm takes an Algorithm subclass, got {cls!r}")
@@ -73,7 +74,12 @@ def register_algorithm(cls: type[Algorithm], *, replace: bool = False) -> type[A
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise ConfigError(f"{cls.__name__} cannot be registered: it does not define {missing}")
-    return ALGORITHMS.register(name, cls, replace=replace)
+    forms = [cls, cls.with_arcs()] if vars(cls).get("arcs_form") else [cls]
+    for form in forms:  # both names checked before either is taken
+        ALGORITHMS.check(form.name, form, replace=replace)
+    for form in forms:
+        ALGORITHMS.register(form.name, form, replace=replace)
+    return cls
 
 
 register = register_algorithm
@@ -102,14 +108,20 @@ def algorithm_class(spec: str | type[Algorithm]) -> type[Algorithm]:
     return obj
 
 
-def make_algorithm(spec: str | type[Algorithm] | Algorithm, **hparams: Any) -> Algorithm:
+def make_algorithm(spec: str | type[Algorithm] | Algorithm, *, arcs: bool = False,
+                   **hparams: Any) -> Algorithm:
     """Build an algorithm from a registry name, ``module:Class`` or class, with keyword
-    hyper-parameters (unknown ones rejected, naming the accepted ones); an instance passes."""
+    hyper-parameters (unknown ones rejected, naming the accepted ones); an instance passes.
+    ``arcs=True``: the method's robust per-arc form (``make_algorithm("choco", arcs=True)`` is
+    ``make_algorithm("choco-arcs")``; :meth:`Algorithm.with_arcs`)."""
     if isinstance(spec, Algorithm):
-        if hparams:
-            raise ConfigError(f"{spec.name} is already built; set {sorted(hparams)} on its constructor")
+        if hparams or arcs:
+            given = sorted(hparams) + (["arcs"] if arcs else [])
+            raise ConfigError(f"{spec.name} is already built; set {given} on its constructor")
         return spec
     cls = algorithm_class(spec)
+    if arcs:
+        cls = cls.with_arcs()
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
     unknown = set(hparams) - accepted
     if unknown:
