@@ -313,11 +313,22 @@ def _arcs_class(cls: type[Algorithm], form: ArcsForm) -> type[Algorithm]:
     doc = (f"{cls.__name__} with its ``arcs`` option on (``{name}``): every channel keeps one "
            "copy per arc, moved at both ends only when its message is delivered, so a lost "
            f"message only delays. See docs/algorithms/{name}.md.\n\n{inspect.getdoc(cls)}")
+    def __reduce__(self: Algorithm) -> tuple[Any, ...]:  # pickled by its method, not by name
+        return _rebuild_arcs, (cls, dict(vars(self)))
+
     attrs = {"__module__": cls.__module__, "__qualname__": f"{cls.__qualname__}Arcs",
              "__doc__": doc, "name": name, "arcs": True, "arcs_form": None, "on_loss": "ack",
              "state_copies": form.state_copies, "neighbor_copies": form.neighbor_copies,
-             "requires": form.requires, "validate": validate}
+             "requires": form.requires, "validate": validate, "__reduce__": __reduce__}
     return type(f"{cls.__name__}Arcs", (cls,), attrs)
+
+
+def _rebuild_arcs(method: type[Algorithm], state: dict[str, Any]) -> Algorithm:
+    """An unpickled instance of ``method``'s per-arc form with the attributes ``state``."""
+    form = method.with_arcs()
+    obj = form.__new__(form)
+    obj.__dict__.update(state)
+    return obj
 
 
 _FORMER_NEEDS = frozenset({"static_topology", "symmetric", "needs_oracle", "needs_complete_graph",
