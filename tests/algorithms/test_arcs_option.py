@@ -10,8 +10,15 @@ import pytest
 import torch
 
 import topologies
-from gossip.algorithms import (ALGORITHMS, REGISTRY, Algorithm, Requirements, algorithm_class,
-                               make_algorithm, register_algorithm)
+from gossip.algorithms import (
+    ALGORITHMS,
+    REGISTRY,
+    Algorithm,
+    Requirements,
+    algorithm_class,
+    make_algorithm,
+    register_algorithm,
+)
 from gossip.algorithms.base import ArcsForm
 from gossip.engine import Engine
 from gossip.engine.channel import ArcRoute, Channel
