@@ -30,7 +30,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -283,6 +283,8 @@ class _SourceReader:
                 return self.record(func, {**given, **kwargs})
         if isinstance(expr, ast.Name) and expr.id in self.classes:
             return self.record(expr.id, {})  # a default_factory
+        if isinstance(expr, ast.Name) and expr.id in self.classes[where].body:
+            return self.value(self.classes[where].body[expr.id], where)  # an earlier one of the body
         raise ContractError(f"{self.classes[where].module}.{where}: gossip.catalog cannot read "
                             f"{ast.unparse(expr)!r} without importing it; write a trait as a literal, "
                             "Requirements(...), replace(Parent.requires, ...) or Other.attribute")
@@ -303,6 +305,21 @@ class _SourceReader:
                       asynchronous=bool(self.attr(cls, "asynchronous")))
 
 
+def _arcs_traits(reader: _SourceReader, cls: str) -> Traits | None:
+    """The :class:`Traits` of ``cls``'s robust per-arc form (``NAME-arcs``), from the
+    ``arcs_form = ArcsForm(...)`` its own body declares (or ``Other.arcs_form``); None without one."""
+    expr = reader.classes[cls].body.get("arcs_form")
+    while isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id in reader.classes:
+        expr = reader.classes[expr.value.id].body.get(expr.attr)
+    if not (isinstance(expr, ast.Call) and isinstance(expr.func, ast.Name) and expr.func.id == "ArcsForm"):
+        return None
+    form = {k.arg: reader.value(k.value, cls) for k in expr.keywords if k.arg}
+    requires = form["requires"]
+    return replace(reader.traits(cls), gradients=bool(requires["gradients"]), compressor=requires["compressor"],
+                   complete=bool(requires["graph"]["complete"]), state_copies=int(form["state_copies"]),
+                   neighbor_copies=int(form["neighbor_copies"]))
+
+
 def _registered(builtin: Path) -> list[str]:
     """The classes ``gossip/algorithms/builtin.py`` registers, in order: the names of its
     ``BUILTIN = (A, B, ...)`` tuple."""
@@ -318,7 +335,14 @@ def read_algorithms() -> dict[str, Traits]:
     """The built-in algorithms' :class:`Traits`, in registration order, read from the source of
     ``gossip/algorithms`` without importing it (:func:`builtin_algorithms` caches it)."""
     reader = _SourceReader(_ALGORITHMS_DIR, _CORE_DIR)
-    return {reader.attr(cls, "name"): reader.traits(cls) for cls in _registered(_ALGORITHMS_DIR / "builtin.py")}
+    out: dict[str, Traits] = {}
+    for cls in _registered(_ALGORITHMS_DIR / "builtin.py"):
+        name = reader.attr(cls, "name")
+        out[name] = reader.traits(cls)
+        arcs = _arcs_traits(reader, cls)
+        if arcs is not None:  # registered right after it (gossip.core.registry.register_algorithm)
+            out[f"{name}-arcs"] = arcs
+    return out
 
 
 @functools.cache

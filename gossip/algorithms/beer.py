@@ -14,13 +14,19 @@ paper's iteration starts with the model's step; a round here ends with it, so th
 with the gradient at the model it holds (what :func:`gossip.wrap` hands over): the same
 iterates, the model after round t being the paper's x^{t+1}. Contractive compressors; the mean
 of v tracks the mean of the last gradients exactly (needs a doubly stochastic W).
+
+Robust per arc (``arcs``, registered as ``beer-arcs``, docs/algorithms/beer-arcs.md): both states
+are kept per arc, ``h_ij`` and ``g_ij`` at both ends, moved by both only when the arc's message
+was delivered; ``sh − h`` becomes ``Σ_j w_ij h_ji − Σ_j w_ji h_ij``, whose sum over the nodes is
+zero whatever was lost (W symmetric), so ``Σ_i v_i = Σ_i ∇f_i(x_i)`` and the fixed point stays
+x*. Every arc draws its sender's numbers, so without loss the run is BEER's to rounding.
 """
 
 from __future__ import annotations
 
 import torch
 
-from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.algorithm import Algorithm, ArcsForm, Round, check_range
 from gossip.core.block import Block
 from gossip.core.channel import Channel
 from gossip.core.requirements import Requirements
@@ -31,7 +37,9 @@ class BEER(Algorithm):
 
     ``v_i += γ (sg_i − g_i) + ∇f_i(x_i) − ∇f_i(x_i^prev)``; one message carries
     ``C(x_i − h_i)`` and ``C(v_i − g_i)``; then ``x_i += γ (sh_i − h_i) − η v_i``. See
-    docs/algorithms/beer.md.
+    docs/algorithms/beer.md. With its ``arcs`` option (``beer-arcs``) both states are kept
+    per arc and moved at both ends only on delivery, which keeps the tracker's sum under any
+    loss (docs/algorithms/beer-arcs.md).
 
     Args:
         eta: step size (constant); ``0.2/L`` converges. Default 0.05.
@@ -43,6 +51,13 @@ class BEER(Algorithm):
     requires = Requirements(gradients=True)
     step_rule = "tracking"
     on_loss = "drop"  # both messages increment copies (h, g): a lost one is missed
+    arcs_form = ArcsForm(  # per channel: out- and in-arc copies, the differences, the messages
+        state_copies=9, neighbor_copies=10,
+        requires=Requirements(
+            gradients=True, compressor="stateless",
+            compressor_message="{name} sends a different message on every arc; '{spec}' keeps "
+                               "state per stream: use a stateless compressor (topk, randk, qsgd, "
+                               "lead, none)"))
 
     def __init__(self, eta: float = 0.05, gamma: float = 0.4):
         check_range("eta", eta, 0.0, float("inf"), "Try 0.2/L to 0.5/L.")
@@ -62,10 +77,14 @@ class BEER(Algorithm):
     def channels(self, block: Block) -> tuple[Channel, Channel]:
         """The model's and the tracker's EF21 states: ``h`` and the gap ``sh − h`` (``sh = Σ_j
         w_ij h_j``) for x (the main compressor) and ``g``, ``sg − g`` for v (its own instance
-        ``"tracker"``: stateful compressors keep one state per stream); beer-arcs keeps them
-        per arc instead."""
-        return (Channel(block, "x", memory="ef21", keys=("h", "h_gap")),
-                Channel(block, "tracker", memory="ef21", keys=("g", "g_gap"), own_compressor=True))
+        ``"tracker"``: stateful compressors keep one state per stream); per arc (``arcs``)
+        ``block.arc_state`` ``"h_to{j}"``, ``"h_from{j}"``, ``"g_to{j}"``, ``"g_from{j}"``
+        (node i's out- and in-arcs), every arc drawing its sender's numbers (the tracker's
+        from its own stream)."""
+        return (Channel(block, "x", memory="ef21", keys=("h", "h_gap"),
+                        route=self.route(keys=("h_to{j}", "h_from{j}"), draws="sender")),
+                Channel(block, "tracker", memory="ef21", keys=("g", "g_gap"), own_compressor=True,
+                        route=self.route(keys=("g_to{j}", "g_from{j}"), draws="sender")))
 
     def move(self, block: Block) -> None:
         """The model's step ``x += γ (sh − h) − η v``, with the states the last messages built."""

@@ -7,10 +7,8 @@ from gossip.algorithms.ad_psgd import ADPSGD
 from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, TrackedAMSGrad
 from gossip.algorithms.adasum import Adasum
 from gossip.algorithms.beer import BEER
-from gossip.algorithms.beer_arcs import BEERArcs
 from gossip.algorithms.cada import CADA, GCADA
 from gossip.algorithms.choco import Choco
-from gossip.algorithms.choco_arcs import ChocoArcs
 from gossip.algorithms.choco_async import AsyncChoco
 from gossip.algorithms.dcd import DCD
 from gossip.algorithms.deepsqueeze import DeepSqueeze
@@ -22,28 +20,28 @@ from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, Fe
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.lead import LEAD
-from gossip.algorithms.lead_arcs import LEADArcs
 from gossip.algorithms.momentum import DoCoM, MoTEF
 from gossip.algorithms.onebit_adam import OneBitAdam
 from gossip.algorithms.onebit_lamb import OneBitLamb
 from gossip.algorithms.pairwise import PairwiseGossip
 from gossip.algorithms.powergossip import PowerGossip
-from gossip.algorithms.prox_lead import ProxLEAD, ProxLEADArcs
+from gossip.algorithms.prox_lead import ProxLEAD
 from gossip.algorithms.sgp_async import AsyncSGP
 from gossip.algorithms.signum import SignumVote
-from gossip.algorithms.tracking import CGT, EXTRA, CGTArcs, DIGing
+from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
 from gossip.core.algorithm import Algorithm
-from gossip.core.registry import ALGORITHMS
+from gossip.core.registry import register_algorithm
 
 BUILTIN: tuple[type[Algorithm], ...] = (
-    Gossip, DPSGD, Choco, ChocoArcs, DeepSqueeze, DCD, ECD, LEAD, LEADArcs, ProxLEAD, ProxLEADArcs,
-    PowerGossip, BEER, BEERArcs, DIGing, EXTRA, CGT, CGTArcs, PushSum, CPP, DoCoM, MoTEF, CECL,
+    Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER, DIGing, EXTRA,
+    CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
     OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
     DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA, GCADA, PairwiseGossip,
     ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
 )
-"""Every built-in algorithm class, in the order ``--help`` lists them."""
+"""Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
+``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""
 
 for _cls in BUILTIN:
-    ALGORITHMS.register(_cls.name, _cls)
+    register_algorithm(_cls)

@@ -15,6 +15,12 @@ Works with any contractive compressor; an unbiased one with variance ω enters r
 too large a γ diverges, sometimes late. The sender updates x̂_i with the decoded message, exactly
 what receivers add.
 
+Robust per arc (``arcs``, registered as ``choco-arcs``, docs/algorithms/choco-arcs.md): the
+channel keeps a copy ``x̂_ij`` per arc instead, held by both ends and moved by both only when
+``q_ij = C(x_i − x̂_ij)`` was delivered; the consensus step becomes
+``x_i ← x_i + γ Σ_j w_ij (x̂_ji − x̂_ij)``, whose sum over the nodes is zero whatever was lost
+(W symmetric), so the average moves only by the local steps. The round is the same code.
+
 Precision: the channel keeps ``s_i − x̂_i`` rather than ``s_i`` (it shrinks with the consensus
 error, so its roundings do too) and, for a float32 model, keeps and sums it in float64: the
 error stays where it converged and the average where it was
@@ -31,9 +37,10 @@ from typing import Any
 import torch
 
 from gossip.algorithms.consensus_step import copy_damping, default_gamma
-from gossip.core.algorithm import Algorithm, Round, check_range, scheduled
+from gossip.core.algorithm import Algorithm, ArcsForm, Round, check_range, scheduled
 from gossip.core.block import Block
 from gossip.core.channel import Channel
+from gossip.core.requirements import Requirements
 from gossip.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -44,7 +51,9 @@ class Choco(Algorithm):
 
     One round: ``x_i ← x_i − η ∇f_i(x_i)`` (with an oracle); ``x_i ← x_i + γ (s_i − x̂_i)``;
     send ``q_i = C(x_i − x̂_i)``; ``x̂_i += q_i``; ``s_i += Σ_{j∈N_i⁺} w_ij q_j``.
-    See docs/algorithms/choco.md.
+    See docs/algorithms/choco.md. With its ``arcs`` option (``choco-arcs``) the public copies
+    are kept per arc and acknowledged: ``x_i ← x_i + γ Σ_j w_ij (x̂_ji − x̂_ij)``, ``q_ij`` on
+    every arc, applied at both ends where delivered (docs/algorithms/choco-arcs.md).
 
     Args:
         gamma: consensus step, > 0 (too large diverges). CHOCO's analysis covers (0, 1]; above 1
@@ -65,6 +74,13 @@ class Choco(Algorithm):
     step_schedule = True
     step_rule = "dgd"
     on_loss = "drop"  # q_j increments the receiver's copy x̂_j: a lost one is missed
+    arcs_form = ArcsForm(  # x̂_ij and x̂_ji per arc; the message scratch and rows per arc
+        state_copies=4, neighbor_copies=4,
+        requires=Requirements(
+            compressor="stateless",
+            compressor_message="{name} sends a different message on every arc; '{spec}' keeps "
+                               "state per stream: use a stateless compressor (topk, randk, qsgd, "
+                               "sign, none)"))
 
     def __init__(self, gamma: float | None = None, eta: float | Callable[[int], float] = 0.0):
         if gamma is not None:
@@ -109,10 +125,13 @@ class Choco(Algorithm):
         return copy_damping(block.compressor, numel)
 
     def setup(self, block: Block) -> None:
-        # x̂ and s − x̂ in block.state, updated by one decode of the messages
+        # x̂ and s − x̂ in block.state, updated by one decode of the messages; per arc x̂_ij
+        # ("x_hat_to{j}") and x̂_ji ("x_hat_from{j}") in block.arc_state, a randomized
+        # compressor drawing from the arcs' "arc" streams
         alpha = self.resolve(block)
-        block.workspace["channel"] = Channel(block, "x", memory="choco" if alpha == 1.0 else alpha,
-                                             keys=("x_hat", "gap"))
+        block.workspace["channel"] = Channel(
+            block, "x", memory="choco" if alpha == 1.0 else alpha, keys=("x_hat", "gap"),
+            route=self.route(keys=("x_hat_to{j}", "x_hat_from{j}"), stream="arc"))
         if block.has_oracle:
             block.workspace["grad"] = torch.empty_like(block.x)
 
@@ -123,4 +142,4 @@ class Choco(Algorithm):
             block.local_step(block.gradients(ws["grad"]), scheduled(self.eta, block.round))
         x.add_(ch.gap(), alpha=block.hparams["gamma"])  # x ← x + γ (s − x̂), the last copies
         inbox = yield ch.send(x)  # q = C(x − x̂)
-        ch.update(inbox)  # x̂ += q;  s += Σ_j w_ij q_j (kept as s − x̂)
+        ch.update(inbox)  # x̂ += q;  s += Σ_j w_ij q_j (kept as s − x̂); per arc: where delivered

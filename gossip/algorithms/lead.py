@@ -11,6 +11,12 @@ First (no communication): ``x_i ← x_i⁰ − η ∇f_i(x_i⁰)``. Then each ro
 
 With the ``none`` compressor and γ_dual = 1 the iterates are NIDS's. Theory: unbiased
 compressors with variance ω, α ≤ 1/(1+ω); biased ones (top-k, sign) work with smaller α, γ_dual.
+
+Robust per arc (``arcs``, registered as ``lead-arcs``, docs/algorithms/lead-arcs.md): the state
+is kept per arc, ``h_ij`` at both ends, moved by both only when ``q_ij = C(y_i − h_ij)`` was
+delivered; the dual step becomes ``d_i += γ_dual/(2η) (Σ_j w_ji ŷ_ij − Σ_j w_ij ŷ_ji)``, whose
+sum over the nodes stays 0 whatever was lost (W symmetric), so the fixed point stays x*. Every
+arc draws its sender's numbers, so without loss the run is LEAD's to rounding.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 import torch
 
-from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.algorithm import Algorithm, ArcsForm, Round, check_range
 from gossip.core.block import Block
 from gossip.core.channel import Channel
 from gossip.core.compensated import CompensatedSum
@@ -56,7 +62,9 @@ class LEAD(Algorithm):
 
     ``y_i = x_i − η g − η d_i``; send ``q_i``; ``h_i, hw_i`` move by ``α`` towards
     ``h_i + q_i`` and ``hw_i + Σ_j w_ij q_j``; ``d_i += γ_dual/(2η) (ŷ_i − ŷw_i)``;
-    ``x_i ← x_i − η g − η d_i``. See docs/algorithms/lead.md.
+    ``x_i ← x_i − η g − η d_i``. See docs/algorithms/lead.md. With its ``arcs`` option
+    (``lead-arcs``) ``h`` is kept per arc and moved at both ends only on delivery, which keeps
+    ``Σ_i d_i = 0`` under any loss (docs/algorithms/lead-arcs.md).
 
     Args:
         eta: step size (constant); ``1/L`` converges. Default 0.1.
@@ -69,6 +77,13 @@ class LEAD(Algorithm):
     requires = Requirements(gradients=True, compressor="bounded-variance")
     step_rule = "exact"
     on_loss = "drop"  # q_j increments the receiver's state hw: a lost one is missed
+    arcs_form = ArcsForm(  # out- and in-arc copies, their reconstructions, the differences
+        state_copies=8, neighbor_copies=5,
+        requires=Requirements(
+            gradients=True, compressor="bounded-variance",
+            compressor_message="{name} needs an unbiased compressor of bounded variance (or a "
+                               "contractive one) and sends a different message on every arc; "
+                               "'{spec}' is neither: use lead:2, qsgd, randk, topk or none"))
 
     def __init__(self, eta: float = 0.1, alpha: float | None = None, gamma_dual: float | None = None):
         check_range("eta", eta, 0.0, float("inf"), "Use eta = 1/L (the problem's smoothness).")
@@ -96,9 +111,11 @@ class LEAD(Algorithm):
 
     def channel(self, block: Block, alpha: float) -> Channel:
         """Where ``y`` goes: public copies ``h`` and ``hw = Σ_j w_ij h_j`` damped by α
-        (``block.state`` keys ``"h"`` and ``"gap"`` = ``hw − h``); lead-arcs keeps them per arc
-        instead."""
-        return Channel(block, "y", memory=alpha, keys=("h", "gap"))
+        (``block.state`` keys ``"h"`` and ``"gap"`` = ``hw − h``); per arc (``arcs``) the
+        copies ``h_ij`` (``block.arc_state`` ``"h_to{j}"``: node i's out-arcs, ``"h_from{j}"``:
+        its in-arcs), every arc drawing its sender's numbers."""
+        return Channel(block, "y", memory=alpha, keys=("h", "gap"),
+                       route=self.route(keys=("h_to{j}", "h_from{j}"), draws="sender"))
 
     def finish(self, block: Block) -> None:
         """The last line of a step (Prox-LEAD applies its prox here)."""
@@ -110,6 +127,7 @@ class LEAD(Algorithm):
         torch.sub(x, g, alpha=eta, out=y).sub_(d, alpha=eta)  # y = x − ηg − ηd
         inbox = yield ch.send(y)  # q = C(y − h)
         # d += γ_dual/(2η) (ŷ − ŷw), ŷw − ŷ being the channel's gap; h, hw move by α
+        # (per arc: −(Σ_j w_ij ŷ_ji − Σ_j w_ji ŷ_ij), the copies of the delivered arcs moved)
         ws["dual"].add_(ch.gap(inbox), alpha=-block.hparams["gamma_dual"] / (2.0 * eta))
         x.sub_(g, alpha=eta).sub_(d, alpha=eta)
         self.finish(block)

@@ -5,27 +5,30 @@ with the local prox: ``x_i ← prox_{ηr}(x_i − η g − η d_i)``, including 
 ``x_i ← prox_{ηr}(x_i⁰ − η g⁰)``. The gradient estimator (full, SGD, LSVRG, SAGA) lives in
 the node's oracle; with ``r = 0`` this is LEAD.
 
-:class:`ProxLEADArcs` (``prox-lead-arcs``) is the same with LEAD's state kept per arc
-(:mod:`gossip.algorithms.lead_arcs`): robust to lost messages.
+With LEAD's ``arcs`` option (``prox-lead-arcs``) the state is kept per arc, as LEAD's
+(:mod:`gossip.algorithms.lead`): robust to lost messages.
 """
 
 from __future__ import annotations
 
 from gossip.algorithms.lead import LEAD
-from gossip.algorithms.lead_arcs import LEADArcs
 from gossip.core.block import Block
 from gossip.errors import ConfigError
 
 
 class ProxLEAD(LEAD):
     """Prox-LEAD: :class:`LEAD` whose primal updates end with ``prox_{ηr}`` of the problem's
-    regularizer, for ``(1/n) Σ f_i + r``. See docs/algorithms/prox-lead.md.
+    regularizer, for ``(1/n) Σ f_i + r``. See docs/algorithms/prox-lead.md. With LEAD's
+    ``arcs`` option (``prox-lead-arcs``) its dual sum ``Σ_i d_i = 0`` is kept under any loss;
+    the prox acts on x only, after the dual step, so the fixed point is Prox-LEAD's whatever was
+    lost (docs/algorithms/prox-lead-arcs.md).
 
     Args:
         eta, alpha, gamma_dual: as for :class:`LEAD`.
     """
     name = "prox-lead"
     state_copies = 12
+    arcs_form = LEAD.arcs_form
 
     def validate_block(self, block: Block) -> None:
         if not all(getattr(nd.oracle, "has_prox", False) for nd in block.nodes):
@@ -39,17 +42,3 @@ class ProxLEAD(LEAD):
             xr = block.x[r]
             nd.oracle.prox(xr, self.eta, out=xr)
 
-
-class ProxLEADArcs(ProxLEAD, LEADArcs):
-    """Prox-LEAD with the state ``h`` kept per arc and updated at both ends only on delivery:
-    :class:`~gossip.algorithms.lead_arcs.LEADArcs`'s round (its dual sum ``Σ_i d_i = 0`` kept
-    under any loss) whose primal updates end with ``prox_{ηr}``, as :class:`ProxLEAD`'s. The
-    prox acts on x only, after the dual step, so the fixed point is Prox-LEAD's whatever was
-    lost. See docs/algorithms/prox-lead-arcs.md.
-
-    Args:
-        eta, alpha, gamma_dual: as for :class:`LEAD`.
-    """
-    name = "prox-lead-arcs"
-    state_copies = LEADArcs.state_copies
-    neighbor_copies = LEADArcs.neighbor_copies

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from gossip.core.algorithm import Algorithm, Round, check_range
+from gossip.core.algorithm import Algorithm, ArcsForm, Round, check_range
 from gossip.core.channel import Channel, Weights, check_stateless
 from gossip.core.compensated import CompensatedSum
 from gossip.core.nodes import Node
@@ -63,6 +63,11 @@ class CGT(Algorithm):
     and ``x̂_w − x̂`` becomes ``Σ_in w_ij c_ji − Σ_out w_ji o_ij``, whose sum over nodes is zero
     for any compressor, so ``Σ y = Σ g`` still holds. One message per current out-neighbor.
 
+    With its ``arcs`` option (``c-gt-arcs``, docs/algorithms/c-gt-arcs.md) both channels keep a
+    copy per arc on a static undirected graph too, moved by α at both ends only when the arc's
+    message was delivered, every arc drawing its sender's numbers: ``Σ_i y_i = Σ_i ∇f_i(x_i)``
+    holds under any loss, and without loss the run is C-GT's to rounding.
+
     Args:
         eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
         gamma: consensus step γ ∈ (0, 1] (default by compressor: 1 uncompressed, 0.5 unbiased,
@@ -83,6 +88,13 @@ class CGT(Algorithm):
     needs: tuple[str, ...] = ("double",)
     step_rule = "tracking"
     on_loss = "drop"  # both messages increment copies (x̂, ŷ): a lost one is missed
+    arcs_form = ArcsForm(  # per channel: out- and in-arc copies, reconstructions, differences
+        state_copies=10, neighbor_copies=10,
+        requires=replace(
+            requires, graph=Graph(), compressor="stateless",
+            compressor_message="{name} sends a different message on every arc; '{spec}' keeps "
+                               "state per stream: use a stateless compressor (topk, randk, qsgd, "
+                               "lead, none)"))
 
     def __init__(self, eta: float = 0.05, gamma: float | None = None, alpha: float | None = None,
                  error_feedback: bool = False):
@@ -140,12 +152,15 @@ class CGT(Algorithm):
     def _channels(self, block: Any, alpha: float) -> tuple[Channel, Channel]:
         """The model's channel ``sx`` (main compressor) and the tracker's ``sy`` (its own): per-arc
         copies on a time-varying graph (α > 0; they move by the whole message), else public
-        copies moving by α."""
+        copies moving by α, per arc in the ``arcs`` form (``block.arc_state`` ``"sx.out"``,
+        ``"sx.in"``, ``"sy.out"``, ``"sy.in"``; every arc drawing its sender's numbers)."""
         if block.workspace["per_arc"]:
             return (Channel(block, "sx", memory="ef21", route="arcs"),
                     Channel(block, "sy", memory="ef21", route="arcs", own_compressor=True))
-        return (Channel(block, "sx", memory=alpha, weights=self.weights_x),
-                Channel(block, "sy", memory=alpha, weights=self.weights_y, own_compressor=True))
+        route = self.route(draws="sender")
+        return (Channel(block, "sx", memory=alpha, weights=self.weights_x, route=route),
+                Channel(block, "sy", memory=alpha, weights=self.weights_y, own_compressor=True,
+                        route=route))
 
     def setup(self, block: Any) -> None:
         x, st, hp = block.x, block.state, block.hparams
@@ -256,52 +271,3 @@ class EXTRA(Algorithm):
         x.add_(gap).sub_(g, alpha=self.eta).add_(block.state["d"])  # x + (W − I)x − ηg + d
         ws["dual"].add_(gap, alpha=0.5)  # d += (W − W̃) x = (W − I) x / 2
 
-
-class CGTArcs(CGT):
-    r"""C-GT with a public copy per arc for ``x`` and ``y``, robust to lost messages.
-
-    C-GT's round with both channels kept per arc (``x̂_ij``, ``ŷ_ij``, held by i and j, moved
-    by both only when the message of arc (i, j) is delivered, ``δ_ij``)::
-
-        q_ij = (C(x_i − x̂_ij), C(y_i − ŷ_ij)) on every out-arc (i, j), one message
-        x̃_ij = x̂_ij + δ_ij C(x_i − x̂_ij);   x̂_ij ← (1 − α) x̂_ij + α x̃_ij     (ỹ, ŷ alike)
-        D^x_i = Σ_j w_ij x̃_ji − Σ_j w_ji x̃_ij;   D^y_i = Σ_j w_ij ỹ_ji − Σ_j w_ji ỹ_ij
-        x_i ← x_i + γ D^x_i − η y_i
-        y_i ← y_i + γ D^y_i + ∇f_i(x_i^new) − ∇f_i(x_i^old)
-
-    ``Σ_i D^y_i = 0`` whatever was lost (each arc's ``ỹ_ij`` enters once with + at j and once
-    with − at i, both ends holding the same value), so ``Σ_i y_i = Σ_i ∇f_i(x_i)`` at every
-    round, the invariant that makes C-GT's fixed point exact; likewise ``Σ_i D^x_i = 0``, so
-    the model's average moves by ``−η ȳ`` only. Without loss every arc of node i draws node i's
-    numbers (``draws="sender"``) and its out-copies stay C-GT's ``x̂_i``, ``ŷ_i``: the run is
-    C-GT's up to the order of the sums. See docs/algorithms/c-gt-arcs.md.
-
-    Needs a static undirected graph with a symmetric W, and a stateless compressor (one
-    stream of messages per arc).
-
-    Args:
-        eta: step size (default 0.05; ``suggest_hparams``: 0.2/L, step rule "tracking").
-        gamma: consensus step γ ∈ (0, 1] (default by compressor, as C-GT).
-        alpha: how far the copies follow the reconstructions, α ∈ [0, 1] (default as gamma).
-        error_feedback: α = 1 (EF21-style), as C-GT's.
-    """
-
-    name = "c-gt-arcs"
-    state_copies = 10
-    neighbor_copies = 10  # per channel: out- and in-arc copies, reconstructions, differences
-    requires = replace(
-        CGT.requires, graph=Graph(), compressor="stateless",
-        compressor_message="{name} sends a different message on every arc; '{spec}' keeps state "
-                           "per stream: use a stateless compressor (topk, randk, qsgd, lead, none)")
-    on_loss = "ack"  # both ends apply a delivered message, neither a lost one
-
-    @staticmethod
-    def _per_arc(topology: Any, alpha: float) -> bool:
-        return True
-
-    def _channels(self, block: Any, alpha: float) -> tuple[Channel, Channel]:
-        """The model's and the tracker's per-arc copies (``block.arc_state`` ``"sx.out"``,
-        ``"sx.in"``, ``"sy.out"``, ``"sy.in"``), moving by α, drawing the sender's numbers."""
-        return (Channel(block, "sx", memory=alpha, route="arcs", draws="sender"),
-                Channel(block, "sy", memory=alpha, route="arcs", draws="sender",
-                        own_compressor=True))

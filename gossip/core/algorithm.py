@@ -14,10 +14,13 @@ to ``block.hparams``, never onto the algorithm, so one instance serves several r
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from gossip.core.channel import ArcRoute, check_stateless
 from gossip.core.requirements import Requirements
 from gossip.errors import ConfigError, ContractError
 
@@ -30,6 +33,29 @@ if TYPE_CHECKING:
 
 Round = Generator[Any, Any, None]
 """A round: yields a phase's :class:`~gossip.core.staging.Rows`, receives them exchanged."""
+
+
+@dataclass(frozen=True)
+class ArcsForm:
+    """What a method's robust per-arc form declares (its ``arcs`` option:
+    :meth:`Algorithm.with_arcs`, registered as ``<name>-arcs``).
+
+    The form runs the method's own code: its channels, built with ``route=self.route(...)``
+    (:meth:`Algorithm.route`), keep one copy per arc, held by both ends and moved by both only
+    when the message was delivered (the sender learns it from an acknowledgement: ``on_loss``
+    is ``"ack"``), so a lost message only delays. What changes is what it declares:
+
+    Attributes:
+        state_copies: its :attr:`Algorithm.state_copies`.
+        neighbor_copies: its :attr:`Algorithm.neighbor_copies` (the copies kept per arc).
+        requires: its :attr:`Algorithm.requires` (per-arc copies need a static graph with a
+            symmetric W; one message per arc a stateless compressor, which the form's
+            :meth:`~Algorithm.validate` checks whatever ``requires`` says).
+    """
+
+    state_copies: int
+    neighbor_copies: int
+    requires: Requirements
 
 
 class Algorithm(ABC):
@@ -111,6 +137,15 @@ class Algorithm(ABC):
     messages is lost sits the phase out at both ends: PowerGossip, EXTRA). None (the default):
     not defined, and a run that may lose messages is refused before it starts."""
 
+    arcs: ClassVar[bool] = False
+    """The method's robust per-arc form (its ``arcs`` option, :meth:`with_arcs`): its channels
+    route per arc with acknowledged copies (:meth:`route`) and :attr:`on_loss` is ``"ack"``."""
+    arcs_form: ClassVar[ArcsForm | None] = None
+    """What the method's per-arc form declares (:class:`ArcsForm`; None: it has none). Offered
+    only by a class that declares it itself: a subclass re-declares it to keep it (its changes
+    may not hold per arc). :func:`~gossip.algorithms.register_algorithm` registers the form
+    as ``<name>-arcs`` beside the method."""
+
     asynchronous: ClassVar[bool] = False
     """Runs on events in virtual time, not in rounds (:mod:`gossip.engine.events`,
     docs/asynchronous.md): the engine calls :meth:`activate` each time a node's clock rings and
@@ -137,6 +172,30 @@ class Algorithm(ABC):
                 "one value, requires = Requirements(graph=Graph(static=..., symmetric=..., "
                 "complete=...), gradients=..., compressor=...) (gossip.core.requirements)"
             )
+
+    @classmethod
+    def with_arcs(cls) -> type[Algorithm]:
+        """The method with its ``arcs`` option on: the class the registry names ``<name>-arcs``,
+        made once from :attr:`arcs_form` (the method's code; the form's traits, ``on_loss =
+        "ack"``, and a :meth:`validate` that also refuses a stateful compressor). Itself when
+        it is that form already; :class:`ConfigError` for a method without one."""
+        if cls.arcs:
+            return cls
+        form = vars(cls).get("arcs_form")
+        if form is None:
+            raise ConfigError(f"{cls.name} has no per-arc form (arcs=True): its class declares "
+                              "no arcs_form (docs/extending.md, 'Robust per arc')")
+        made = _ARCS_FORMS.get(cls)
+        if made is None:
+            made = _ARCS_FORMS[cls] = _arcs_class(cls, form)
+        return made
+
+    def route(self, **options: Any) -> str | ArcRoute:
+        """The route of the method's channels: ``"broadcast"``, or in its per-arc form
+        (:attr:`arcs`) an :class:`~gossip.core.channel.ArcRoute` with ``options`` (the
+        per-arc copies' ``keys``, ``draws``, ``stream``), so that one channel call serves both
+        forms: ``Channel(block, "y", memory=a, keys=("h", "gap"), route=self.route(...))``."""
+        return ArcRoute(**options) if self.arcs else "broadcast"
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -235,6 +294,41 @@ class Algorithm(ABC):
         """The constructor's hyper-parameters (the log's config record; ``block.hparams``
         starts from them)."""
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+_ARCS_FORMS: dict[type[Algorithm], type[Algorithm]] = {}
+"""Each method's per-arc form (:meth:`Algorithm.with_arcs`), made once."""
+
+
+def _arcs_class(cls: type[Algorithm], form: ArcsForm) -> type[Algorithm]:
+    """``cls`` with its ``arcs`` option on: a subclass that adds no code, only the traits
+    ``form`` declares, ``on_loss = "ack"`` and the per-arc stateless check."""
+    name = f"{cls.name}-arcs"
+    own_validate = cls.validate
+
+    def validate(self: Algorithm, topology: Any, compressor: Compressor) -> None:
+        own_validate(self, topology, compressor)
+        check_stateless(self.name, compressor)  # one message per arc: one compressor for all
+
+    doc = (f"{cls.__name__} with its ``arcs`` option on (``{name}``): every channel keeps one "
+           "copy per arc, moved at both ends only when its message is delivered, so a lost "
+           f"message only delays. See docs/algorithms/{name}.md.\n\n{inspect.getdoc(cls)}")
+    def __reduce__(self: Algorithm) -> tuple[Any, ...]:  # pickled by its method, not by name
+        return _rebuild_arcs, (cls, dict(vars(self)))
+
+    attrs = {"__module__": cls.__module__, "__qualname__": f"{cls.__qualname__}Arcs",
+             "__doc__": doc, "name": name, "arcs": True, "arcs_form": None, "on_loss": "ack",
+             "state_copies": form.state_copies, "neighbor_copies": form.neighbor_copies,
+             "requires": form.requires, "validate": validate, "__reduce__": __reduce__}
+    return type(f"{cls.__name__}Arcs", (cls,), attrs)
+
+
+def _rebuild_arcs(method: type[Algorithm], state: dict[str, Any]) -> Algorithm:
+    """An unpickled instance of ``method``'s per-arc form with the attributes ``state``."""
+    form = method.with_arcs()
+    obj = form.__new__(form)
+    obj.__dict__.update(state)
+    return obj
 
 
 _FORMER_NEEDS = frozenset({"static_topology", "symmetric", "needs_oracle", "needs_complete_graph",

@@ -44,10 +44,13 @@ is never a difference of two large numbers. The memory is α:
 With the identity compressor ``ẑ = z`` and ``ẑm = M z`` for any α.
 
 On a graph that changes every round, or on a network that loses messages, ``route="arcs"``
-keeps one copy per arc instead (``block.arc_state[name + ".out"]``, ``[name + ".in"]``), held
-by both ends of the arc and updated by both only when its message is delivered, and sends one
-message per current arc: see :class:`_ArcCopies`; there :meth:`Channel.gap` is the compressed
-``(W(t) − I) z`` and its sum over the nodes is zero whatever was lost.
+(or an :class:`ArcRoute` with its options) keeps one copy per arc instead
+(``block.arc_state[name + ".out"]``, ``[name + ".in"]``), held by both ends of the arc and
+updated by both only when its message is delivered (acknowledged), and sends one message per
+current arc: see :class:`_ArcCopies`; there :meth:`Channel.gap` is the compressed
+``(W(t) − I) z`` and its sum over the nodes is zero whatever was lost. The same round code
+runs either route: a method's robust per-arc form (``choco-arcs``, ...) is its channels built
+with ``route=self.route(...)`` (:meth:`gossip.core.algorithm.Algorithm.route`).
 
 Precision. The node sum of the gaps, ``Σ_i g_i``, is zero in exact arithmetic (``M`` is column
 stochastic); what rounding leaves of it stays in ``g`` for good, and a method that integrates
@@ -99,6 +102,32 @@ def _alpha(memory: float | str | None) -> float:
     return alpha
 
 
+@dataclasses.dataclass(frozen=True)
+class ArcRoute:
+    """A channel routed per arc (``Channel(route=ArcRoute(...))``; ``route="arcs"`` is
+    ``ArcRoute()``): one copy per arc, held by both ends and moved by both only when its
+    message is delivered, and one message per arc (:class:`_ArcCopies`).
+
+    Attributes:
+        keys: the ``block.arc_state`` keys of the out- and in-arc copies (default
+            ``name + ".out"``, ``name + ".in"``; a ``{j}`` in a key names a node's checkpoint
+            entry by the neighbor, as :meth:`~gossip.core.block.Block.mirror_state` does).
+        draws: what a randomized compressor draws from: ``"arc"`` (the arc's own stream) or
+            ``"sender"`` (the sender's numbers of the channel's node stream, shared by its
+            arcs: without loss the copies of a node's out-arcs stay equal and the run is the
+            broadcast channel's to rounding).
+        stream: the name of the arcs' streams with ``draws="arc"`` (default: the channel's).
+    """
+
+    keys: tuple[str, str] | None = None
+    draws: str = "arc"
+    stream: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.draws not in ("arc", "sender"):
+            raise ConfigError(f"ArcRoute(draws={self.draws!r}): use 'arc' or 'sender'")
+
+
 class Channel:
     """One compressed vector of every node of a block (see the module docstring).
 
@@ -109,28 +138,26 @@ class Channel:
             compressor and random stream with ``own_compressor``, and of its arcs' streams.
         memory: ``None``, ``"choco"``, ``"ef21"`` or α in [0, 1] (module docstring).
         keys: the ``block.state`` keys of the copy ``h`` and the gap ``g = hm − h`` (default
-            ``name + ".h"``, ``name + ".gap"``; with ``route="arcs"`` the ``block.arc_state``
-            keys of the out- and in-copies, default ``name + ".out"``, ``name + ".in"``).
-            Tensors already under these keys are used as they are.
+            ``name + ".h"``, ``name + ".gap"``), with the broadcast route; a per-arc route
+            names its copies itself (:attr:`ArcRoute.keys`). Tensors already under these keys
+            are used as they are.
         weights: ``weights(node)`` gives node's mixing weights ``m(j)`` (None, or a None result
             for every node: the topology's ``w_ij``). The weighted plan is built once per round
             plan, neighbors in sorted order as :class:`~gossip.core.routing.MixPlan` orders them.
         own_compressor: encode with ``block.stream_compressor(name)`` and
             ``block.stream_rng(name)`` instead of the block's main compressor and streams
             (stateful compressors keep one state per stream of messages).
-        route: ``"broadcast"`` (one message per node to all its out-neighbors) or ``"arcs"``
-            (one copy and one message per arc, shared by its two ends: for graphs that change
-            every round, and for lossy networks, where both ends apply a message only when it
-            was delivered; the topology's weights, a stateless compressor).
-        draws: with ``route="arcs"``, what a randomized compressor draws from: ``"arc"``
-            (the arc's own stream) or ``"sender"`` (the sender's numbers of the channel's node
-            stream, shared by its arcs: :class:`_ArcCopies`).
+        route: ``"broadcast"`` (one message per node to all its out-neighbors), ``"arcs"`` or
+            an :class:`ArcRoute` (one copy and one message per arc, shared by its two ends:
+            for graphs that change every round, and for lossy networks, where both ends apply
+            a message only when it was delivered; the topology's weights, a stateless
+            compressor).
     """
 
     def __init__(self, block: Any, name: str, *, memory: float | str | None = None,
                  keys: tuple[str, str] | None = None,
                  weights: Callable[[Any], Weights | None] | None = None,
-                 own_compressor: bool = False, route: str = "broadcast", draws: str = "arc"):
+                 own_compressor: bool = False, route: str | ArcRoute = "broadcast"):
         self.block = block
         self.name = name
         self.alpha = _alpha(memory)
@@ -147,12 +174,16 @@ class Channel:
         """``g = hm − h = (M − I) h``, the gap of the mixed copies ([m, d], in ``block.state``;
         None without memory)."""
         if route == "arcs":
-            if weights is not None:
+            route = ArcRoute()
+        if isinstance(route, ArcRoute):
+            if weights is not None and any(weights(nd) is not None for nd in block.nodes):
                 raise ConfigError(f"channel {name!r}: per-arc copies mix with the topology's "
                                   "weights")
-            self.arcs = _ArcCopies(self, keys or (f"{name}.out", f"{name}.in"), draws)
+            self.arcs = _ArcCopies(self, route.keys or (f"{name}.out", f"{name}.in"),
+                                   route.draws, route.stream or name)
         elif route != "broadcast":
-            raise ConfigError(f"channel {name!r}: route {route!r} is not 'broadcast' or 'arcs'")
+            raise ConfigError(f"channel {name!r}: route {route!r} is not 'broadcast', 'arcs' or "
+                              "an ArcRoute")
         elif self.alpha > 0:
             self.copy, self.diff = self._copies(keys or (f"{name}.h", f"{name}.gap"))
         self._send: torch.Tensor | None = None  # the rows a message is built in
@@ -571,19 +602,19 @@ class _ArcCopies:
     ``block.arc_state[keys[1]]`` a row per arc they may receive on (``c_ji``); node i's
     ``state[keys[0]]`` / ``[keys[1]]`` are the [k, d] views of its arcs, in the order of its
     sorted out- / in-neighbors over the schedule. A randomized compressor draws, with
-    ``draws="arc"``, from the arc's stream (``block.arc_rng(route, name)``); with
+    ``draws="arc"``, from the arc's stream (``block.arc_rng(route, stream)``, ``stream`` the
+    :class:`ArcRoute`'s, by default the channel's name); with
     ``draws="sender"``, every arc of node i draws node i's numbers of the channel's node stream
     (the draws a broadcast channel would make, shared by i's arcs: without loss the copies of
     i's out-arcs stay equal and the run is the broadcast channel's to rounding).
     """
 
-    def __init__(self, channel: Channel, keys: tuple[str, str], draws: str = "arc"):
-        if draws not in ("arc", "sender"):
-            raise ConfigError(f"channel {channel.name!r}: draws={draws!r} is not 'arc' or 'sender'")
+    def __init__(self, channel: Channel, keys: tuple[str, str], draws: str, stream: str):
         block = channel.block
         x = block.x
         self.channel = channel
         self.draws = draws
+        self.stream = stream
         self.schedule = schedule = schedule_plan(block, block.topology)
         st = block.arc_state
         for key, rows, incoming in ((keys[0], len(schedule.arcs), False),
@@ -606,7 +637,7 @@ class _ArcCopies:
         """The stream a round's messages draw from (class docstring, ``draws``)."""
         ch = self.channel
         if self.draws == "arc":
-            return ch.block.arc_rng(route, ch.name)
+            return ch.block.arc_rng(route, self.stream)
         rng = self._senders.get(route, lambda: Stream(ch.block.seed, list(route.senders),
                                                       ch.rng.stream))
         rng.sync(ch.rng)  # the node stream's current (round, call)

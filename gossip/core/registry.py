@@ -25,7 +25,9 @@ def register_algorithm(cls: type[Algorithm], *, replace: bool = False) -> type[A
     """Add an :class:`Algorithm` subclass to the registry under ``cls.name`` (usable as a decorator).
 
     Scripts then accept ``--algorithm NAME``. The same class again is a no-op (a module imported
-    twice); a name taken by another class is refused, naming it, unless ``replace`` is set.
+    twice); a name taken by another class is refused, naming it, unless ``replace`` is set. A
+    class that declares an ``arcs_form`` (its robust per-arc form, docs/extending.md) is
+    registered with it: ``NAME-arcs`` is the class with ``arcs=True``.
     """
     if not (inspect.isclass(cls) and issubclass(cls, Algorithm)):
         raise ConfigError(f"register_algorithm takes an Algorithm subclass, got {cls!r}")
@@ -36,7 +38,12 @@ def register_algorithm(cls: type[Algorithm], *, replace: bool = False) -> type[A
     if inspect.isabstract(cls):
         missing = ", ".join(sorted(cls.__abstractmethods__))
         raise ConfigError(f"{cls.__name__} cannot be registered: it does not define {missing}")
-    return ALGORITHMS.register(name, cls, replace=replace)
+    forms = [cls, cls.with_arcs()] if vars(cls).get("arcs_form") else [cls]
+    for form in forms:  # both names checked before either is taken
+        ALGORITHMS.check(form.name, form, replace=replace)
+    for form in forms:
+        ALGORITHMS.register(form.name, form, replace=replace)
+    return cls
 
 
 register = register_algorithm
@@ -65,14 +72,20 @@ def algorithm_class(spec: str | type[Algorithm]) -> type[Algorithm]:
     return obj
 
 
-def make_algorithm(spec: str | type[Algorithm] | Algorithm, **hparams: Any) -> Algorithm:
+def make_algorithm(spec: str | type[Algorithm] | Algorithm, *, arcs: bool = False,
+                   **hparams: Any) -> Algorithm:
     """Build an algorithm from a registry name, ``module:Class`` or class, with keyword
-    hyper-parameters (unknown ones rejected, naming the accepted ones); an instance passes."""
+    hyper-parameters (unknown ones rejected, naming the accepted ones); an instance passes.
+    ``arcs=True``: the method's robust per-arc form (``make_algorithm("choco", arcs=True)`` is
+    ``make_algorithm("choco-arcs")``; :meth:`Algorithm.with_arcs`)."""
     if isinstance(spec, Algorithm):
-        if hparams:
-            raise ConfigError(f"{spec.name} is already built; set {sorted(hparams)} on its constructor")
+        if hparams or arcs:
+            given = sorted(hparams) + (["arcs"] if arcs else [])
+            raise ConfigError(f"{spec.name} is already built; set {given} on its constructor")
         return spec
     cls = algorithm_class(spec)
+    if arcs:
+        cls = cls.with_arcs()
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
     unknown = set(hparams) - accepted
     if unknown:
