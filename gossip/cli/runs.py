@@ -24,13 +24,43 @@ def run_label(head: str, wire: str | None, hparams: dict[str, Any], sep: str = "
     """A run's label: what differs between runs, the algorithm, what it sends (its compressor or,
     for an all-reduce method, its codec) and every ``--hparam`` it was given, e.g.
     ``onebit-adam@sign_l1 freeze_step=20``; a plug-in by its short label
-    (:func:`gossip.plugins.short_label`: ``int8``, not ``path/to/my_parts.py:StochasticInt8``)."""
-    from gossip.plugins import short_label
-
+    (:func:`short_label`: ``int8``, not ``path/to/my_parts.py:StochasticInt8``)."""
     head, wire = short_label(head), None if wire is None else short_label(wire)
     label = head if wire is None else f"{head}{sep}{wire}"
     return label + "".join(f" {k}={label_value(v)}" for k, v in hparams.items()
                            if not (k == "codec" and v == wire))
+
+
+def short_label(spec: str) -> str:
+    """The label of a part in tables, plots and log records: ``spec`` itself for a registered
+    name (``topk:0.1``); for a plug-in spec (``path/to/my_parts.py:StochasticInt8:PARAMS`` or
+    ``module:Class``), the name the class is registered under (``int8``, ``local-gossip``),
+    else its own name, followed by the spec's parameters. A path says where the code is, not
+    what the run was; the config record keeps the spec as given."""
+    from gossip.errors import PluginError
+    from topologies.registry import import_target, parse_target
+
+    target = parse_target(spec) if isinstance(spec, str) else None
+    if target is None:
+        return spec
+    try:
+        obj = import_target(target, error=PluginError)
+    except PluginError:
+        return spec  # the run refuses it with the reason; a label is no place for that
+    name = _registered_name(obj) or target.attr.rsplit(".", 1)[-1]
+    return ":".join((name, *target.params))
+
+
+def _registered_name(obj: object) -> str | None:
+    """The name ``obj`` is registered under as a compressor or an algorithm (None if neither)."""
+    from gossip.algorithms import REGISTRY
+    from gossip.compress import COMPRESSORS
+
+    for registry in (COMPRESSORS.objects, REGISTRY):
+        for name, value in registry.items():
+            if value is obj:
+                return name
+    return None
 
 
 def check_entries(entries: list[tuple[str, Callable[[], Any]]], flag: str) -> None:

@@ -272,7 +272,7 @@ def test_optimize_takes_a_problem_builder_by_path(tmp_path):
 def test_a_plugin_loaded_by_path_has_a_short_label(tmp_path):
     """Tables and records name a plug-in by its registered name (or class name) and its
     parameters, not by the file's path; the config keeps the spec as given."""
-    from gossip.plugins import short_label
+    from gossip.cli.runs import short_label
 
     (tmp_path / "labelled.py").write_text(textwrap.dedent('''
         from examples.my_parts import LocalGossip, StochasticInt8
