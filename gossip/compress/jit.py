@@ -1,6 +1,5 @@
-"""Optional numba kernels of the CPU compressors: which exist, when they serve, their shared
-constants. The kernels live in :mod:`gossip.compress.jitkernels`, imported on first use
-(numba's import, ~0.3 s, and the kernels compiled once into numba's on-disk cache, then
+"""Optional numba kernels of the CPU compressors: which exist and when they serve. The kernels
+live in :mod:`gossip.compress.jitkernels`, imported on first use (numba's import, ~0.3 s, and the kernels compiled once into numba's on-disk cache, then
 loaded from it).
 
 Each kernel has a numpy/torch twin that gives the same bytes: the callers run the twin when
@@ -34,11 +33,6 @@ log = logging.getLogger(__name__)
 ENABLED = True
 
 _kernels: Any = None  # the module gossip.compress.jitkernels; False when numba is not there
-
-_U = np.uint64
-_C1, _C2 = _U(0xBF58476D1CE4E5B9), _U(0x94D049BB133111EB)  # SplitMix64's (gossip.rng)
-_LOW_BITS = _U(0x0101010101010101)  # bit 0 of each byte of a word
-_GATHER = _U(sum(1 << (56 - 7 * i) for i in range(8)))  # byte i's bit 0 -> bit 56 + i
 
 
 def get(name: str) -> Any:

@@ -13,7 +13,10 @@ import numba
 import numpy as np
 from numba.core.extending import intrinsic
 
-from gossip.compress.jit import _C1, _C2, _GATHER, _LOW_BITS, _U
+_U = np.uint64
+_C1, _C2 = _U(0xBF58476D1CE4E5B9), _U(0x94D049BB133111EB)  # SplitMix64's (gossip.rng)
+_LOW_BITS = _U(0x0101010101010101)  # bit 0 of each byte of a word
+_GATHER = _U(sum(1 << (56 - 7 * i) for i in range(8)))  # byte i's bit 0 -> bit 56 + i
 
 
 @intrinsic
