@@ -1,6 +1,6 @@
 """Optional numba kernels of the CPU compressors: which exist and when they serve. The kernels
-live in :mod:`gossip.compress.jitkernels`, imported on first use (numba's import, ~0.3 s, and the kernels compiled once into numba's on-disk cache, then
-loaded from it).
+live in :mod:`gossip.compress.jitkernels`, imported on first use (numba's import, ~0.3 s,
+and the kernels compiled once into numba's on-disk cache, then loaded from it).
 
 Each kernel has a numpy/torch twin that gives the same bytes: the callers run the twin when
 :func:`get` returns None (numba missing, or :data:`ENABLED` off, which the tests use to
