@@ -134,12 +134,5 @@ class Transport:
             host = self._host[key] = torch.empty(rows.shape, dtype=torch.uint8, pin_memory=True)
         return host
 
-    def barrier(self) -> None:
-        """Wait for every process (no-op in process)."""
-        if self.link is not None:
-            from gossip.comm.world import World
-
-            World(self.link, timeout=self.timeout).barrier()
-
     def close(self) -> None:
         """Release communication resources."""
