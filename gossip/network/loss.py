@@ -54,7 +54,8 @@ import torch
 from gossip.core.cache import IdentityCache
 from gossip.core.routing import ArcPlan, MixPlan
 from gossip.errors import ConfigError
-from gossip.network import LossDraws, Network, arc_keys
+from gossip.network.draws import LossDraws, arc_keys
+from gossip.network.spec import Network
 
 POLICIES = ("renormalize", "drop", "keep-mass", "ack", "edge")
 """What a lost message means to an algorithm (module doc)."""
