@@ -73,7 +73,7 @@ _WAKE, _ARRIVE = 0, 1
 IDLE_EVENTS = 1_000_000
 """Events in a row without an activation after which :meth:`EventLoop.run` stops: every clock
 that rang was an away node's (churn), so the run would spin in virtual time and make no
-progress. Rate churn that leaves a node present too rarely is refused before (network.py,
+progress. Rate churn that leaves a node present too rarely is refused before (spec.py,
 ``MIN_PRESENT``); this bounds whatever else could."""
 MAX_CHURN_CYCLES = 100_000
 """Rate churn's leave-and-back cycles per node over a run's virtual time above which the run is

@@ -1,4 +1,4 @@
-"""Lost messages in the engine: which of a phase's messages arrive, and the plan without the rest.
+"""Lost messages of synchronous rounds: which of a phase's messages arrive, and the plan without the rest.
 
 Both ends of an arc draw its drop from the same key (:mod:`gossip.network`), so each process
 knows, before it moves a byte, which of its sends and receives of a phase are lost. The engine

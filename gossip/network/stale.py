@@ -1,4 +1,4 @@
-"""Late messages in the engine (``--network stale=LAG``, docs/network.md): a message of round t
+"""Late messages of synchronous rounds (``--network stale=LAG``, docs/network.md): a message of round t
 moves in round t (both ends post and complete the exchange then; its bits are counted then),
 and the engine holds it at the receiver and hands it to the algorithm in round ``t + lag``.
 
