@@ -26,7 +26,7 @@ One mechanism, two users: :func:`sleep_serving` is how both a free-running async
 (:class:`WallRounds`, nothing to answer) spend a compute draw.
 
 **Synchronous rounds.** With one node per rank, rank i's round t sleeps ``c_i(t) × SCALE``
-(:meth:`Timing.compute_s`, counter t, as :class:`gossip.network.clock.SyncClock` draws it) once
+(:meth:`Timing.compute_s`, counter t, as :class:`SyncClock` draws it) once
 its round's first messages are ready and before it posts them; it then waits for its
 in-neighbors' messages as usual. Rank i thus ends round t at
 ``W_i(t) ≈ max(W_i(t−1) + c_i(t)·S, max_{j→i delivered} W_j(t−1) + c_j(t)·S)``: the SyncClock's
