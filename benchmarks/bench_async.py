@@ -43,9 +43,9 @@ time reached.
 **3. The same under mpiexec** (``--mpi SCALE``, optional): the methods of table 1 on the same
 problem, graph, step size and networks, each under ``mpiexec -n 8`` with
 ``Engine(free_run=SCALE)``, one node per rank. The asynchronous ones run free
-(gossip/engine/freerun.py): a node's k-th step sleeps its ``compute=``/``slow=`` draw × SCALE
+(gossip/network/freerun.py): a node's k-th step sleeps its ``compute=``/``slow=`` draw × SCALE
 wall seconds, exchanges happen in wall-clock order, and the run is snapshot every sweep (every
-SCALE wall seconds). D-PSGD keeps its rounds (gossip/engine/wallclock.py): each rank sleeps
+SCALE wall seconds). D-PSGD keeps its rounds (gossip/network/clock.py): each rank sleeps
 its node's draw of the round × SCALE before sending and waits for its neighbors' messages, a
 record every round giving the round's end in wall time (the records' own time taken out).
 Seeds ``--mpi-seeds`` (default: the first of ``--seeds``), ``--mpi-sweeps`` sweeps (default
@@ -404,7 +404,7 @@ def pairwise_engine(graph: str, n: int, d: int, sweeps: int) -> Row:
     return {"setup": t1 - t0, "rate": sweeps * n / (t3 - t1),
             "last_us": max(t3 - t2 - (t4 - t3), 0.0) / n * 1e6,
             "rss": _maxrss_mib() - rss0, "consensus": _consensus(engine.block.x) / error0,
-            "virtual": engine.events.now, "events": float(engine.events.activations)}
+            "virtual": engine.network.events.now, "events": float(engine.network.events.activations)}
 
 
 def pairwise_bare(graph: str, n: int, d: int, sweeps: int) -> Row:

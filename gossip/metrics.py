@@ -8,7 +8,7 @@ Record schema (stable; other tools read it): every record has ``type``: ``config
 ``round`` (``round`` 0 = before any exchange, ``consensus_error``, ``bits_per_node`` mean
 cumulative, ``bits_per_node_max``, ``time_s``, ``compute_s``, ``comm_s``, plus problem metrics),
 ``node`` (free runs only: one node's snapshot, ``node``, ``round``, ``wall_s``, ``local_steps``,
-``bits_sent`` plus node metrics; :mod:`gossip.engine.freerun`) and ``summary`` (last:
+``bits_sent`` plus node metrics; :mod:`gossip.network.freerun`) and ``summary`` (last:
 ``wall_time_s``, ``seconds_per_round``).
 """
 

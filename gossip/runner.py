@@ -13,9 +13,9 @@ from typing import Any
 
 from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine, Metric
-from gossip.engine.freerun import NodeMetric
 from gossip.errors import CheckpointError, ConfigError, DivergenceError, OutputError
 from gossip.metrics import JsonlLogger
+from gossip.network import NodeMetric
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def execute(
     result = RunResult(label)
     config = {"type": "config", "label": label} | config
     ckpt = None
-    if checkpoint_dir is not None and engine.free_run is not None:
+    if checkpoint_dir is not None and engine.network.free_run is not None:
         raise ConfigError(f"{engine.algorithm.name} --free-run: a free run's events happen in "
                           "wall-clock time and differ from run to run, so it cannot be "
                           "checkpointed; run it in virtual time (without --free-run)")

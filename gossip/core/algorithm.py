@@ -147,7 +147,7 @@ class Algorithm(ABC):
     as ``<name>-arcs`` beside the method."""
 
     asynchronous: ClassVar[bool] = False
-    """Runs on events in virtual time, not in rounds (:mod:`gossip.engine.events`,
+    """Runs on events in virtual time, not in rounds (:mod:`gossip.network.events`,
     docs/asynchronous.md): the engine calls :meth:`activate` each time a node's clock rings and
     :meth:`receive` for each message that arrives, and never :meth:`step`."""
     clock: ClassVar[str] = "compute"

@@ -49,7 +49,7 @@ class Block:
     one entry per out-arc (i, j), named with j: per-neighbor state such as PowerGossip's
     ``P{j}``). ``plan`` is the round's :class:`~gossip.core.routing.MixPlan` that mixing
     reads (its weights; after an exchange with lost messages, the plan of what was delivered,
-    :mod:`gossip.engine.loss`), ``routing`` the round's whole plan that messages are encoded
+    :mod:`gossip.network.loss`), ``routing`` the round's whole plan that messages are encoded
     for, ``topology`` the run's graph, ``nodes`` the per-node objects (oracles, generators, ids).
     """
 

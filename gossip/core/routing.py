@@ -120,7 +120,7 @@ class ArcPlan:
     receivers: list[int] = field(default_factory=list)  # incoming arc -> receiver node id
     out_delivered: torch.Tensor | None = None
     """[A] bool: own arc a's message of this phase was delivered (None: every one was). Set on
-    the plan a phase that lost messages is delivered on (:mod:`gossip.engine.loss`): the
+    the plan a phase that lost messages is delivered on (:mod:`gossip.network.loss`): the
     sender's acknowledgements."""
     in_delivered: torch.Tensor | None = None
     """[E] bool: the message of ``incoming[e]`` arrived (None: every one did); the receiver's

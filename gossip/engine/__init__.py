@@ -2,13 +2,10 @@
 hosts, through the one protocol of :mod:`gossip.core`. It imports no algorithm module: the
 caller hands it an algorithm object (:func:`gossip.algorithms.make_algorithm` builds one by name).
 
-* :mod:`~gossip.engine.engine` — :class:`Engine`: hosts the nodes, runs rounds, moves each
-  phase's messages through the transport, records metrics and checkpoint state;
-* :mod:`~gossip.engine.events` — asynchronous runs in virtual time (activations, messages);
-* :mod:`~gossip.engine.freerun` — asynchronous runs on wall clocks, one node per rank;
-* :mod:`~gossip.engine.clock`, :mod:`~gossip.engine.wallclock` — the synchronous run's clocks;
-* :mod:`~gossip.engine.loss`, :mod:`~gossip.engine.stale` — what a lost or late message means
-  to a receiver, per the algorithm's declared :attr:`~gossip.core.Algorithm.on_loss`.
+:class:`~gossip.engine.engine.Engine` hosts the nodes, runs rounds, moves each phase's messages
+through the transport, records metrics and checkpoint state. What messages meet on their way
+(loss, lateness, clocks) and the asynchronous runs (the event loop in virtual time, free runs on
+wall clocks) are the network's: it talks to one :class:`gossip.network.Simulator`.
 
 ``Engine`` loads on first use, so ``import gossip.engine`` stays cheap.
 """

@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -26,13 +26,8 @@ from gossip.core.block import Block
 from gossip.core.cache import IdentityCache
 from gossip.core.nodes import Node
 from gossip.core.registry import REGISTRY
-from gossip.core.routing import ArcPlan, MixPlan
+from gossip.core.routing import MixPlan
 from gossip.core.staging import Rows
-from gossip.engine.clock import SyncClock
-from gossip.engine.events import EventLoop
-from gossip.engine.loss import ARC_POLICIES, Delivery
-from gossip.engine.stale import Staleness, mode_of
-from gossip.engine.wallclock import WallRounds
 from gossip.errors import (
     CompressionError,
     ConfigError,
@@ -44,13 +39,9 @@ from gossip.errors import (
 )
 from gossip.layout import Layout
 from gossip.metrics import consensus_error
-from gossip.network import Network, parse_network
+from gossip.network import Network, NodeMetric, build
 from gossip.rng import generator, node_seed
 from gossip.stateful import Stateful
-from gossip.timing import Timing
-
-if TYPE_CHECKING:
-    from gossip.engine.freerun import FreeRun, NodeMetric
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +74,8 @@ class Engine:
             :attr:`~gossip.algorithms.Algorithm.on_loss` says (docs/network.md). With timing
             models (``delay=``, ``compute=``, ``slow=``) the rounds keep a virtual clock and
             records gain ``time_virtual_s``; ``churn=`` is refused (asynchronous runs only).
-            ``stale=`` makes messages arrive whole rounds late (:mod:`gossip.engine.stale`).
+            ``stale=`` makes messages arrive whole rounds late (:mod:`gossip.network.stale`).
+            The engine holds it as :attr:`network`, the run's :class:`gossip.network.Simulator`.
         overlap: compute the next round's gradients while this round's messages travel
             (algorithms whose :attr:`~gossip.algorithms.Algorithm.overlaps` is set; the same
             numbers, less wall time when messages are slow; docs/overlap.md).
@@ -91,9 +83,9 @@ class Engine:
             transfer (a simulated link delay, to measure what ``overlap`` hides); default 0.
         free_run: under mpiexec with one node per rank, this many wall seconds per virtual
             second of compute time (the ``compute=``/``slow=`` draws). An asynchronous
-            algorithm runs free, in wall-clock order (:mod:`gossip.engine.freerun`); a
+            algorithm runs free, in wall-clock order (:mod:`gossip.network.freerun`); a
             synchronous one keeps its rounds and sleeps each round's compute draw before
-            sending, its records gaining ``wall_s`` (:mod:`gossip.engine.wallclock`). None
+            sending, its records gaining ``wall_s`` (:mod:`gossip.network.clock`). None
             (default): virtual time only (the event loop, the same on every rank; the rounds'
             clock).
     """
@@ -131,25 +123,15 @@ class Engine:
         self.compressor_spec = (compressor if isinstance(compressor, str)
                                 else getattr(compressor, "spec", type(compressor).__name__))
         self._new_compressor = factory_for(compressor, layout)
-        self.network = parse_network(network) if not isinstance(network, Network) else network
-        self.clock = self._new_clock() if self.network.timed else None
-        """Virtual time of the rounds (None without timing models; gossip/engine/clock.py)."""
+        self.network = build(network, algorithm=algorithm, topology=topology, seed=seed,
+                             free_run=free_run)
+        """What messages and nodes meet: loss, lateness, clocks, asynchronous runs
+        (:class:`gossip.network.Simulator`)."""
         self.overlap = overlap
         self._check_config(oracles)
         self.local_ids = self.world.local_nodes(self.n)
         self.transport = self.world.transport(self.n, timeout=timeout)
         self.transport.latency = _check_latency(link_latency)
-        self.free_run = free_run
-        if free_run is not None:
-            from gossip.engine.freerun import check
-
-            check(self, free_run)
-        self.last_free_run: FreeRun | None = None
-        """The :class:`~gossip.engine.freerun.FreeRun` of the last free run (its counters)."""
-        self.wall: WallRounds | None = None
-        """The rounds' wall clock (synchronous algorithms with ``free_run``)."""
-        if free_run is not None and not algorithm.asynchronous:
-            self.wall = WallRounds(Timing(self.network, seed, self.n), self.local_ids[0], free_run)
         if link_latency and algorithm.asynchronous:
             raise ConfigError(f"--link-latency delays real messages of rounds; {algorithm.name} runs "
                               "in virtual time: give its messages a delay with --network "
@@ -192,13 +174,7 @@ class Engine:
         self._plans = IdentityCache()
         self.block = self._new_block()
         algorithm.validate_block(self.block)
-        self.delivery: Delivery | None = None
-        """Message loss (None on a network that loses nothing: the rounds are unchanged)."""
-        self.stale: Staleness | None = None
-        """Late messages (None on a network where none is late: the rounds are unchanged)."""
-        self._check_stale()
-        self.events: EventLoop | None = None
-        """An asynchronous algorithm's event queue in virtual time (None for rounds)."""
+        self.network.attach(self, self._new_compressor)
         self.is_set_up = False
         if not defer_setup:
             self.setup()
@@ -218,14 +194,7 @@ class Engine:
             self.algorithm.setup(block)
         _check_state(self.algorithm, block)
         block.mirror_state()
-        if self.algorithm.asynchronous:  # its events meet the network themselves
-            self.events = EventLoop(self)
-        elif self.network.lossy:
-            self.delivery = self._new_delivery()
-        if self.network.late:
-            self.stale = Staleness(self.network, self.seed,
-                                   self.algorithm.loss_semantics(self._new_compressor()),
-                                   self.block.ids, self.algorithm.name)
+        self.network.setup()
         self.is_set_up = True
 
     @property
@@ -269,64 +238,6 @@ class Engine:
                     f"the models are {want}: build the problem with {what}={want} or run the engine "
                     f"with {what}={have} (the scripts' --{what} sets both)", node=node.id)
 
-    def _new_delivery(self) -> Delivery:
-        """The run's message loss; refuses, before any message, an algorithm without loss
-        semantics or one that keeps per-arc state without reading what was delivered (only
-        ``on_loss = "ack"`` or ``"edge"`` defines lost per-arc messages)."""
-        policy = self.algorithm.loss_semantics(self._new_compressor())
-        if self.block.arc_state and policy not in ARC_POLICIES:  # they read what was delivered
-            raise ConfigError(
-                f"--network {self.network.spec()}: {self.algorithm.name} keeps state per arc "
-                f"({', '.join(sorted(self.block.arc_state))}) and sends a message per arc; lost "
-                "messages have no defined meaning there yet: run it on a static graph or without "
-                "loss")
-        return Delivery(self.network, self.seed, policy, self.block.ids)
-
-    def _check_stale(self) -> None:
-        """Refuse, before any message, ``stale=`` where late rounds have no meaning: an
-        asynchronous algorithm (no rounds: its messages take ``delay=`` seconds), together with
-        ``delay=``, per-arc lags on arcs the graph lacks, an algorithm without loss semantics,
-        with acknowledged per-arc copies or with other per-arc state (what a late message means
-        follows :attr:`~gossip.algorithms.Algorithm.on_loss`, :mod:`gossip.engine.stale`)."""
-        net, alg = self.network, self.algorithm
-        if not net.late:
-            return
-        where = f"--network {net.spec()}"
-        if alg.asynchronous:
-            raise ConfigError(f"{where}: stale= makes messages of synchronous rounds late; "
-                              f"{alg.name} is asynchronous (no rounds): give its messages a "
-                              "delay in seconds with delay= instead")
-        if net.delay is not None:
-            raise ConfigError(f"{where}: stale= (rounds late) and delay= (seconds a receiver "
-                              "waits) are two models of one thing; give one of them")
-        net.check(self.n, self.topology)
-        try:
-            policy = alg.loss_semantics(self._new_compressor())
-        except ConfigError as exc:
-            raise ConfigError(f"{where}: a late message means what a lost one means to its "
-                              f"algorithm (docs/network.md), and {alg.name} has no such meaning "
-                              f"here ({str(exc).removeprefix('--network: ')}); run it without "
-                              "stale=") from None
-        mode_of(policy, net, alg.name)
-        if self.block.arc_state:
-            raise ConfigError(f"{where}: {alg.name} keeps state per arc "
-                              f"({', '.join(sorted(self.block.arc_state))}); late messages have "
-                              "no defined meaning there yet: run it without stale=")
-
-    def _new_clock(self) -> SyncClock | None:
-        """The rounds' virtual clock (None for an asynchronous algorithm: its events keep the
-        time); refuses churn for rounds (they wait for every node)."""
-        if self.algorithm.asynchronous:
-            self.network.check(self.n, self.topology)
-            return None
-        if self.network.churn is not None:
-            raise ConfigError(f"--network {self.network.spec()}: churn is modeled for asynchronous "
-                              "algorithms (nodes away in an event run's virtual time); synchronous "
-                              f"rounds wait for every node, so {self.algorithm.name} cannot run "
-                              "with churn=: drop it")
-        self.network.check(self.n, self.topology)
-        return SyncClock(Timing(self.network, self.seed, self.n), self.topology)
-
     def _check_config(self, oracles: Any) -> None:
         """Refuse, before any message, what this algorithm cannot run on: its
         :attr:`~gossip.algorithms.Algorithm.requires`, then its own ``validate``."""
@@ -355,14 +266,11 @@ class Engine:
         gradients at x as it then stands (``overlap``: :meth:`run` asks it for every round
         but those that end in a log, a checkpoint or the run's end, where the next round's
         mini-batches must not be drawn yet). For an asynchronous algorithm a "round" is a
-        sweep: the events up to n more activations (:mod:`gossip.engine.events`)."""
+        sweep: the events up to n more activations (:mod:`gossip.network.events`)."""
         if self.algorithm.asynchronous:
             self.setup()
-            self.block.round = self.round + 1  # what step-size schedules read
-            for node in self.nodes.values():
-                node.round = self.block.round
             tic = time.perf_counter()
-            self.events.run((self.round + 1) * self.n)
+            self.network.sweep(self.round + 1)
             self.compute_s += time.perf_counter() - tic
             self.round += 1
             return
@@ -395,15 +303,10 @@ class Engine:
             node.round = t
         block = self.block
         block.begin_round(t, self._plan(topo))
-        if self.delivery is not None:
-            self.delivery.begin_round()
-        if self.stale is not None:
-            self.stale.begin_round()
         tic = time.perf_counter()
         gen = self.algorithm.step(block)
         msg = self._advance(gen, None)
-        if self.wall is not None:  # the round's compute draw, slept before its messages leave
-            self.wall.pace(t)
+        self.network.begin_round(t)  # (a wall-clock round sleeps its compute draw here)
         self.compute_s += time.perf_counter() - tic
         self._open = _Round(t, topo, gen)
         self._post(msg)
@@ -421,18 +324,13 @@ class Engine:
             toc = time.perf_counter()
             self.comm_s += toc - tic
             phase, msg = rnd.phase, rnd.msg
-            if self.stale is not None:  # held at the receivers; the ones due now handed over
-                self.block.check_received(phase)
-                phase.settle()
-                self.block.plan = self.stale.hold(phase, rnd.t, rnd.phases - 1,
-                                                  self.block.routing)
+            self.network.arrived(phase, rnd.t, rnd.phases - 1)  # late ones held at the receivers
             msg = self._advance(rnd.gen, phase, phase.parts if phase is not msg else phase)
             self.compute_s += time.perf_counter() - toc
             self._post(msg)
         self._open = None
         self.round = rnd.t
-        if self.wall is not None:
-            self.wall.finished()
+        self.network.end_round()
 
     @property
     def in_round(self) -> bool:
@@ -449,21 +347,11 @@ class Engine:
         # several messages yielded together travel as one (their parts come back)
         phase = self.block.pack(list(msg)) if isinstance(msg, tuple | list) else msg
         self._seq += 1
-        if self.delivery is not None:  # the lost messages are neither sent nor mixed
-            self._deliver(phase, self.delivery.route(phase.route, rnd.topo, rnd.t, rnd.phases))
+        self.network.send(phase, rnd.topo, rnd.t, rnd.phases)  # lost messages: neither sent nor mixed
         rnd.phases += 1
         rnd.phase, rnd.msg = phase, msg
         rnd.pending = self.transport.start_rows(phase, phase.route, self._seq, rnd.t)
         self.comm_s += time.perf_counter() - tic
-
-    def _deliver(self, phase: Rows, plan: MixPlan | ArcPlan) -> None:
-        """Route ``phase`` (and the round's mixing, until the next phase) on the delivered
-        ``plan``: its transport skips the lost messages, its mix their terms."""
-        phase.route = plan
-        for part in getattr(phase, "parts", ()):
-            part.route = plan
-        if isinstance(plan, MixPlan):  # an arc phase's masks ride on its rows' route
-            self.block.plan = plan
 
     def _advance(self, gen, received: Rows | None, reply: Any = None) -> Any:
         """Run the round to its next phase (after checking the rows ``received`` from other
@@ -547,32 +435,15 @@ class Engine:
                 key.rsplit(".", 1)[-1]: float(self.node_values(
                     {i: float(state[key][r]) for r, i in enumerate(ids)}).sum())
                 for key in self.algorithm.counts}))
-        if self.events is not None and self.free_run is None:
-            rec.update(self.events.log_fields())
-        if self.delivery is not None:
-            lost = self.delivery
-            ids = self.block.ids
-            rec["messages_lost"] = int(self.node_values(dict(zip(ids, lost.lost_round.tolist()))).sum())
-            rec["messages_lost_total"] = int(self.node_values(dict(zip(ids, lost.lost_total.tolist()))).sum())
-        if self.stale is not None:
-            late, ids = self.stale, self.block.ids
-            rec["messages_late"] = int(self.node_values(dict(zip(ids, late.late_round.tolist()))).sum())
-            rec["messages_late_total"] = int(self.node_values(dict(zip(ids, late.late_total.tolist()))).sum())
-        if self.clock is not None:
-            rec["time_virtual_s"] = self.clock.time(self.round)
-        finishes = None
-        if self.wall is not None:  # the round's end in wall time: the latest node's
-            finishes = self.node_values({self.wall.node: self.wall.finish})
-            rec["wall_s"] = float(finishes.max())
+        rec.update(self.network.fields())
         for metric in metrics:
             rec.update(metric(self, xbar))
         rec.update(
-            time_s=time.perf_counter() - self._start,
+            time_s=self.elapsed_s(),
             compute_s=self.compute_s,
             comm_s=self.comm_s,
         )
-        if finishes is not None:  # the record's own time taken out of the wall clock
-            self.wall.resume(finishes)
+        self.network.after_record()  # a wall clock's restart, the record's time taken out
         self._check_divergence(rec, noise=1e-12 * float(torch.sum(xbar * xbar)))
         return rec
 
@@ -614,44 +485,24 @@ class Engine:
         ``checkpointer`` (a :class:`gossip.checkpoint.Checkpointer`) saves every K rounds and
         turns SIGINT/SIGTERM into a final checkpoint. ``node_metrics`` (free runs: what one
         node computes from its own model, ``metric(node, x) -> {name: value}``) go into the
-        ``node`` records of a free run's snapshots (:mod:`gossip.engine.freerun`); the other
+        ``node`` records of a free run's snapshots (:mod:`gossip.network.freerun`); the other
         runs record every node at once and do not use them.
         """
         records = []
 
-        def emit() -> None:
-            rec = self.record(metrics)
-            if self.free_run is not None and self.wall is None:  # a free run's start: its
-                # fields, so columns line up
-                rec.update(wall_s=0.0, local_steps=0, routed_around=0, messages=0,
-                           messages_lost_total=0)
+        def deliver(rec: dict[str, Any]) -> None:
             records.append(rec)
             if on_record is not None:
                 on_record(rec)
 
         if self.algorithm.asynchronous:
             self.setup()
-            self.events.check_horizon(rounds)
-        self._check_lags(rounds, checkpointer)
-        if self.round == 0:
-            emit()
-        if self.wall is not None:  # a common start (or restart) of the rounds' wall clock
-            self.wall.resume(self.node_values({self.wall.node: self.wall.finish}))
-        if self.free_run is not None and self.wall is None:  # snapshots at wall instants
-            from gossip.engine.freerun import FreeRun
-
-            free = self.last_free_run = FreeRun(self, self.free_run)
-
-            def deliver(rec: dict[str, Any]) -> None:
-                records.append(rec)
-                if on_record is not None:
-                    on_record(rec)
-
-            self.round += rounds  # the end record's (metrics read it); each snapshot's its own
-            rec = free.run(seconds=rounds * free.sweep_s, metrics=metrics, log_every=log_every,
-                           node_metrics=node_metrics, on_record=deliver)
-            rec["round"] = self.round
-            deliver(rec)
+        self.network.begin_run(rounds, checkpointer is not None)
+        if self.round == 0:  # (a free run's start gains its fields, so the columns line up)
+            deliver(self.record(metrics) | self.network.start_fields())
+        if self.network.runs_free:  # snapshots at wall instants, then the end record
+            deliver(self.network.run_free(rounds, metrics=metrics, log_every=log_every,
+                                          node_metrics=node_metrics, on_record=deliver))
             return records
         bar = _progress(rounds, progress and self.world.is_root)
         last = self.round + rounds
@@ -663,7 +514,7 @@ class Engine:
         while self.round < last:
             self.step(prefetch=self.overlap and not boundary(self.round + 1))
             if self.round % log_every == 0 or self.round == last:
-                emit()
+                deliver(self.record(metrics))
             if checkpointer is not None:
                 checkpointer.after_round(self)
             if bar is not None:
@@ -672,33 +523,11 @@ class Engine:
             bar.close()
         return records
 
-    def _check_lags(self, rounds: int, checkpointer: Any) -> None:
-        """Refuse, before this call's first round, ``stale=`` lags no message can outlive (the
-        smallest lag reaches this call's last round: a run made of several calls is judged by
-        each) and checkpoints (the messages held in flight are not saved)."""
-        if not self.network.late:
-            return
-        where = f"--network {self.network.spec()}"
-        last = self.round + rounds
-        if self.network.stale.low >= last:
-            raise ConfigError(f"{where}: every message is at least {self.network.stale.low} rounds "
-                              f"late, so none sent in this run of {last} rounds would arrive "
-                              "before it ends: give a smaller lag or more rounds")
-        if checkpointer is not None:
-            raise ConfigError(f"{where}: the messages held in flight are not checkpointed yet; "
-                              "run it without --checkpoint-every")
-
     # -- checkpoints -------------------------------------------------------------------------
     def node_state_dicts(self) -> dict[int, dict[str, Any]]:
         """Each local node's whole state: model, algorithm state, generators, compressors,
         oracle, bytes sent (tensors, numbers, lists and dicts only: loadable weights_only)."""
-        if self.free_run is not None:
-            raise ConfigError(f"{self.algorithm.name} --free-run: a free run's events happen in "
-                              "wall-clock time and differ from run to run, so there is no state "
-                              "to resume to; checkpoint it in virtual time (without --free-run)")
-        if self.stale is not None:
-            raise ConfigError(f"--network {self.network.spec()}: the messages held in flight are "
-                              "not checkpointed yet; run it without checkpoints")
+        self.network.check_checkpoint()
         sent = self.transport.bytes_sent
         _check_state(self.algorithm, self.block)  # a round may have added to it since setup
         self.block.mirror_state()
@@ -713,11 +542,8 @@ class Engine:
                 "compressors": {name: c.state_dict() for name, c in nd.compressors.items()},
                 "oracle": nd.oracle.state_dict() if isinstance(nd.oracle, Stateful) else None,
                 "bytes_sent": int(sent.get(i, 0)),
+                **self.network.node_state(i),  # its lost messages, the messages in flight to it
             }
-            if self.delivery is not None:
-                out[i]["messages_lost"] = int(self.delivery.lost_total[self.block.ids.index(i)])
-            if self.events is not None:  # the messages in flight to it (events.py: checkpoints)
-                out[i]["events"] = self.events.node_state(i)
         return out
 
     def run_state_dict(self) -> dict[str, Any]:
@@ -726,9 +552,8 @@ class Engine:
                "reference": dict(self._reference),
                "algorithm": self.algorithm.state_dict(),
                "compute_s": self.compute_s, "comm_s": self.comm_s,
-               "elapsed_s": time.perf_counter() - self._start}
-        if self.events is not None:  # the event queue between sweeps (identical everywhere)
-            out["events"] = self.events.state_dict()
+               "elapsed_s": self.elapsed_s(),
+               **self.network.state_dict()}  # an event queue between sweeps
         return out
 
     def load_state_dicts(self, nodes: Mapping[int, dict[str, Any]], run: dict[str, Any]) -> None:
@@ -749,15 +574,8 @@ class Engine:
             if isinstance(nd.oracle, Stateful):
                 nd.oracle.load_state_dict(blob["oracle"])
             self.transport.bytes_sent[i] = int(blob["bytes_sent"])
-            if self.delivery is not None:
-                self.delivery.lost_total[self.block.ids.index(i)] = int(blob.get("messages_lost", 0))
         self.algorithm.load_state_dict(run.get("algorithm", {}))
-        if self.events is not None:
-            if "events" not in run:
-                raise ConfigError(f"{self.algorithm.name} is asynchronous but the checkpoint holds "
-                                  "no event queue: it is another run's; start with a new "
-                                  "--checkpoint-dir")
-            self.events.load_state_dict(run["events"], {i: blob["events"] for i, blob in nodes.items()})
+        self.network.load_state_dicts(nodes, run)
         self.round = int(run["round"])
         self._seq = int(run["seq"])
         self._reference = dict(run["reference"])
@@ -769,9 +587,13 @@ class Engine:
             nd.view = self.topology.at_round(max(self.round, 1)).view(nd.id)
         self._viewed = None
 
+    def elapsed_s(self) -> float:
+        """Wall seconds since the run started (a resumed run's include the saved run's)."""
+        return time.perf_counter() - self._start
+
     def summary(self) -> dict[str, Any]:
         """The run's total wall time and mean seconds per round."""
-        wall = time.perf_counter() - self._start
+        wall = self.elapsed_s()
         return {
             "type": "summary",
             "rounds": self.round,

@@ -65,7 +65,7 @@ def training_engine(algorithm: Algorithm, topology: Any, initial: torch.Tensor, 
     to start from the same model (``fix`` says how to make them equal). ``defer_setup``: the
     algorithm's setup waits for :meth:`Engine.setup` (:func:`gossip.wrap`: its first gradients
     are the user's first backward). ``free_run``: the engine's wall seconds per virtual second
-    under mpiexec (:mod:`gossip.engine.freerun`, :mod:`gossip.engine.wallclock`)."""
+    under mpiexec (:mod:`gossip.network.freerun`, :mod:`gossip.network.clock`)."""
     engine = Engine(
         algorithm, topology, lambda i: initial, compressor=compressor,
         layout=layout if (per_tensor or algorithm.needs_layout) else None,

@@ -24,7 +24,7 @@
   (the engine refuses them); checkpoints save their event queue (docs/asynchronous.md).
 * ``free_run=SCALE`` under ``mpiexec`` with one node per rank: the nodes train in wall-clock
   order, each local step lasting its ``--network`` compute draw × SCALE wall seconds
-  (asynchronous algorithms: :mod:`gossip.engine.freerun`; rounds: :mod:`gossip.engine.wallclock`).
+  (asynchronous algorithms: :mod:`gossip.network.freerun`; rounds: :mod:`gossip.network.clock`).
   An asynchronous free run's schedule follows the sweep of the wall clock (one mean compute
   time × SCALE per sweep), common to all nodes, as in virtual time; its records are taken at
   the common wall instants of every ``log_every`` sweeps after the run, from each node's
@@ -338,17 +338,17 @@ class DecentralizedTrainer:
     @property
     def _free(self) -> bool:
         """An asynchronous free run: records made after the run from snapshots."""
-        return self.engine.free_run is not None and self.algorithm.asynchronous
+        return self.engine.network.runs_free
 
     def node_metrics(self, node: int, x: torch.Tensor) -> dict[str, float]:
         """What an asynchronous free run's snapshot keeps of this rank's node (a
-        :data:`~gossip.engine.freerun.NodeMetric`, called during the run at each instant):
+        :data:`~gossip.network.freerun.NodeMetric`, called during the run at each instant):
         its mean train loss since the last instant (NaN without a step) and its learning rate
         (NaN without an optimizer), also kept here for :meth:`metrics`, which makes the
         instant's record after the run."""
         oracle = self.engine.nodes[node].oracle
         lr = oracle.lr if isinstance(oracle, OptimizerOracle) else None
-        free = self.engine.last_free_run
+        free = self.engine.network.last_free_run
         rnd = free.snapshot_round if free is not None else None
         if rnd is None:  # the names' probe before the start: nothing taken
             loss, count = float(oracle.loss_sum), oracle.loss_count

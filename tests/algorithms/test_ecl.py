@@ -103,7 +103,7 @@ def test_lossy_duals_keep_their_mirrors_and_reach_the_exact_optimum(spec):
                  seed=1, network=spec)
     for _ in range(3000):
         eng.step()
-    assert eng.delivery.lost_total.sum() > 0.05 * 1500 * 16
+    assert eng.network.delivery.lost_total.sum() > 0.05 * 1500 * 16
     for i, nd in eng.nodes.items():
         for j, r in zip(nd.view.neighbors, nd.state["r"], strict=True):
             k = eng.nodes[j].view.neighbors.index(i)

@@ -1,4 +1,4 @@
-"""PowerGossip under message loss (on_loss "edge", gossip/engine/loss.py): an edge either of
+"""PowerGossip under message loss (on_loss "edge", gossip/network/loss.py): an edge either of
 whose messages of a step is lost sits the step out at both ends. Against a float64 replay of
 the same drops, the average kept exactly, the factors equal at both ends, consensus reached,
 the masks and bytes of a delivered phase."""
@@ -50,7 +50,7 @@ def test_lossy_powergossip_equals_its_float64_replay(rank, spec):
         ours = np.stack([eng.nodes[i].x.numpy().reshape(m, k) for i in range(N)])
         np.testing.assert_allclose(ours, theirs[r + 2], atol=1e-10, err_msg=f"round {r + 1}")
     np.testing.assert_allclose(ours.mean(0), Ms.mean(0), atol=1e-13)  # average kept
-    assert eng.delivery.lost_total.sum() > 0
+    assert eng.network.delivery.lost_total.sum() > 0
     for i in range(N):  # both ends hold bit-identical factors
         for j in TOPO.view(i).neighbors:
             assert torch.equal(eng.nodes[i].state[f"P{j}"][0], eng.nodes[j].state[f"P{i}"][0])
@@ -72,7 +72,7 @@ def test_lossy_powergossip_keeps_the_average_and_reaches_consensus(spec):
     x = eng.block.x
     assert torch.allclose(x.mean(0), mean0, rtol=0, atol=1e-13)
     assert float((x - mean0).norm() / (x0 - mean0).norm()) < 1e-6
-    assert eng.delivery.lost_total.sum() > 0.5 * float(spec.split("=")[1]) * 300 * 2 * 16
+    assert eng.network.delivery.lost_total.sum() > 0.5 * float(spec.split("=")[1]) * 300 * 2 * 16
 
 
 def test_an_edge_phase_masks_the_edge_and_counts_the_arc():
@@ -82,9 +82,9 @@ def test_an_edge_phase_masks_the_edge_and_counts_the_arc():
     eng = Engine(make_algorithm("powergossip"), topologies.build("ring", 8),
                  x0_fn(1, (4, 3)), layout=Layout([(4, 3)]), network="loss=0.3", seed=5)
     route = eng.block.workspace["edges"].arcs.route
-    model = eng.network.loss
+    model = eng.network.model.loss
     for t in (1, 7):
-        plan = eng.delivery.route(route, eng.topology, t, 0)
+        plan = eng.network.delivery.route(route, eng.topology, t, 0)
         out = LossDraws(model, 5, arc_keys(route.arcs)).lost(t, 0)
         back = LossDraws(model, 5, arc_keys([(j, i) for i, j in route.arcs])).lost(t, 0)
         assert plan.out_delivered.tolist() == (~(out | back)).tolist()

@@ -12,8 +12,8 @@ import topologies
 from gossip.algorithms import REGISTRY, make_algorithm
 from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine
-from gossip.engine.events import _ARRIVE
 from gossip.errors import CheckpointError
+from gossip.network.events import _ARRIVE
 from gossip.problems import make_problem
 
 N, D, K = 8, 12, 5
@@ -70,7 +70,7 @@ def test_resume_equals_uninterrupted(tmp_path, case):
     ck = Checkpointer(tmp_path, identity={"run": case}, every=K)
     first.run(K, log_every=K)
     if CASES[case][2] == POSTS:  # the payloads in flight are part of the checkpoint
-        assert any(kind == _ARRIVE for _, _, kind, _ in first.events._heap)
+        assert any(kind == _ARRIVE for _, _, kind, _ in first.network.events._heap)
     ck.save(first)
     resumed = build(case)
     assert ck.restore(resumed) == K

@@ -1,4 +1,4 @@
-"""Asynchronous algorithms in virtual time (gossip/engine/events.py): each against a float64
+"""Asynchronous algorithms in virtual time (gossip/network/events.py): each against a float64
 matrix-form replay of its own event trace, the invariants their papers rest on (pairwise
 gossip keeps the sum, push-sum the mass), and the refusals."""
 
@@ -28,7 +28,7 @@ def _engine(name, topo=TOPO, x0=None, problem=None, trace=True, **kw):
     eng = Engine(make_algorithm(name, **hp), topo, x0 or x0_fn(), oracles=oracles(problem) if problem else None,
                  **kw)
     if trace:
-        eng.events.trace = []
+        eng.network.events.trace = []
     return eng
 
 
@@ -41,8 +41,8 @@ def test_pairwise_gossip_keeps_the_sum_and_reaches_the_average():
     np.testing.assert_allclose(eng.block.x.sum(0).numpy(), X.sum(0).numpy(), atol=1e-12)
     np.testing.assert_allclose(eng.block.x.numpy(), X.mean(0).expand(16, -1).numpy(), atol=1e-9)
     # every wake of a node that found a partner is one exchange, both ways heard
-    wakes = [e for e in eng.events.trace if e[0] == "wake"]
-    pairs = [e for e in eng.events.trace if e[0] == "exchange"]
+    wakes = [e for e in eng.network.events.trace if e[0] == "wake"]
+    pairs = [e for e in eng.network.events.trace if e[0] == "exchange"]
     assert len(wakes) == len(pairs) == 4800 and all(e[4] and e[5] for e in pairs)
 
 
@@ -51,16 +51,16 @@ def test_pairwise_gossip_replays_its_trace_and_clocks_are_poisson():
     eng = _engine("pairwise-gossip", RING, x0)
     eng.run(50, log_every=50)
     Y = X.numpy().copy()
-    for e in eng.events.trace:
+    for e in eng.network.events.trace:
         if e[0] == "exchange":
             _, _, i, j, _, _ = e
             Y[i] = Y[j] = (Y[i] + Y[j]) / 2
     np.testing.assert_array_equal(eng.block.x.numpy(), Y)
     # Poisson clocks of rate 1: after 800 activations the virtual time is about 800/16 = 50
-    times = [e[1] for e in eng.events.trace if e[0] == "wake"]
+    times = [e[1] for e in eng.network.events.trace if e[0] == "wake"]
     assert times == sorted(times)
     assert 45 < times[-1] < 55
-    partners = [e[3] for e in eng.events.trace if e[0] == "exchange" and e[2] == 0]
+    partners = [e[3] for e in eng.network.events.trace if e[0] == "exchange" and e[2] == 0]
     assert set(partners) == {1, 15}
 
 
@@ -69,8 +69,8 @@ def test_same_seed_same_events_other_seed_other_events():
     a, b, c = (_engine("pairwise-gossip", RING, x0, seed=s) for s in (3, 3, 4))
     for e in (a, b, c):
         e.run(5, log_every=5)
-    assert a.events.trace == b.events.trace
-    assert a.events.trace != c.events.trace
+    assert a.network.events.trace == b.network.events.trace
+    assert a.network.events.trace != c.network.events.trace
     assert torch.equal(a.block.x, b.block.x)
 
 
@@ -80,7 +80,7 @@ def test_async_choco_exact_messages_is_pairwise_gossip():
     ch = _engine("async-choco", RING, x0, gamma=1.0)
     pw.run(40, log_every=40)
     ch.run(40, log_every=40)
-    assert [e[:4] for e in pw.events.trace] == [e[:4] for e in ch.events.trace]
+    assert [e[:4] for e in pw.network.events.trace] == [e[:4] for e in ch.network.events.trace]
     np.testing.assert_allclose(ch.block.x.numpy(), pw.block.x.numpy(), atol=1e-12)
 
 
@@ -130,7 +130,7 @@ def test_ad_psgd_replays_its_trace_in_matrix_form():
     eng = _engine("ad-psgd", problem=HETERO, x0=x0_fn(shape=(40,)), eta=0.02)
     eng.run(30, log_every=30)
     X = np.stack([x0_fn(shape=(40,))(i).numpy() for i in range(8)])
-    Y = _replay_ad_psgd(eng.events.trace, X, _grad(HETERO), 0.02)
+    Y = _replay_ad_psgd(eng.network.events.trace, X, _grad(HETERO), 0.02)
     np.testing.assert_allclose(eng.block.x.numpy(), Y, atol=1e-12, rtol=0)
 
 
@@ -160,7 +160,7 @@ def test_async_sgp_replays_its_trace_and_keeps_the_mass():
         S[j] += s
         w[j] += ww
 
-    for (_, _, i), after in _activations(eng.events.trace):
+    for (_, _, i), after in _activations(eng.network.events.trace):
         S[i] -= 0.01 * G[i]
         applied += 0.01 * G[i]
         for e in after:  # activate's post, then the arrivals up to the next wake
@@ -192,8 +192,8 @@ def test_async_sgp_averages_on_a_directed_graph():
 def test_gossip_learning_merges_and_steps():
     eng = _engine("gossip-learning", problem=HETERO, x0=x0_fn(shape=(40,)), eta=0.01)
     recs = eng.run(800, log_every=800)
-    posts = sum(1 for e in eng.events.trace if e[0] == "post")
-    arrivals = sum(1 for e in eng.events.trace if e[0] == "arrive")
+    posts = sum(1 for e in eng.network.events.trace if e[0] == "post")
+    arrivals = sum(1 for e in eng.network.events.trace if e[0] == "arrive")
     assert posts == arrivals == 800 * 8  # no delay model: every post has arrived
     x_star = HETERO.solution()
     gap = float(((eng.mean_model() - x_star) ** 2).sum() / (x_star**2).sum())
@@ -229,7 +229,7 @@ def test_churn_away_nodes_do_nothing_and_fresh_ones_restart_with_agreeing_copies
     eng = _engine("async-choco", RING, x0, gamma=0.6, compressor="topk:0.5",
                   network="churn=at:2@3-9+7@5-inf,fresh")
     recs = eng.run(300, log_every=300)
-    trace = eng.events.trace
+    trace = eng.network.events.trace
     assert not [e for e in trace if e[0] == "wake" and e[2] == 2 and 3 <= e[1] < 9]
     assert not [e for e in trace if e[0] == "wake" and e[2] == 7 and e[1] >= 5]
     assert not [e for e in trace if e[0] == "exchange" and 7 in e[2:4] and e[1] >= 5]
@@ -247,13 +247,13 @@ def test_fresh_rejoin_restarts_from_the_initial_model():
     X, x0 = _ring_x0(5)
     eng = _engine("pairwise-gossip", RING, x0, network="churn=at:3@2-4,fresh")
     eng.run(2, log_every=2)  # to virtual time ≈ 2: node 3 still here
-    while eng.events.now < 4.5:
+    while eng.network.events.now < 4.5:
         eng.step()
-    wakes = [e[1] for e in eng.events.trace if e[0] == "wake" and e[2] == 3 and e[1] >= 4]
+    wakes = [e[1] for e in eng.network.events.trace if e[0] == "wake" and e[2] == 3 and e[1] >= 4]
     first = wakes[0]
     # replay: node 3's model right after its return is x⁰_3, then its exchanges from there on
     Y = X.numpy().copy()
-    for e in eng.events.trace:
+    for e in eng.network.events.trace:
         if e[0] == "wake" and e[2] == 3 and e[1] == first:
             Y[3] = X[3].numpy()
         if e[0] == "exchange":
@@ -269,6 +269,6 @@ def test_a_delay_is_refused_where_it_means_nothing_or_nothing_would_arrive():
     eng = _engine("gossip-learning", x0=x0_fn(shape=(40,)), network="delay=uniform:30,40")
     with pytest.raises(ConfigError, match=r"at least 30 s, but the run ends at about 20 s") as info:
         eng.run(20)
-    assert eng.events.activations == 0 and "\n" not in str(info.value)
+    assert eng.network.events.activations == 0 and "\n" not in str(info.value)
     recs = eng.run(31, log_every=31)  # long enough: the first posts arrive
     assert recs[-1]["time_virtual_s"] > 30

@@ -1,4 +1,4 @@
-"""How an asynchronous message travels between processes (gossip/engine/events.py: frame,
+"""How an asynchronous message travels between processes (gossip/network/frames.py: frame,
 unframe): the synchronous path's wire header on each floating part, and the same checks."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from gossip.engine.events import frame, framed_nbytes, unframe
 from gossip.errors import DivergenceError, RowsError
+from gossip.network.frames import frame, framed_nbytes, unframe
 
 PARTS = (torch.linspace(-1, 1, 5, dtype=torch.float64), torch.ones(1, dtype=torch.float32))
 

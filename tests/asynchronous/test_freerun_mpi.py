@@ -1,4 +1,4 @@
-"""Free-running asynchronous runs under mpiexec (gossip/engine/freerun.py): one node per rank,
+"""Free-running asynchronous runs under mpiexec (gossip/network/freerun.py): one node per rank,
 wall-clock order; they end without a hang, learn, log their trajectory (node records as they
 go, round records at common wall instants), route around a rank that stops answering,
 keeping what it logged before (tests/helpers/mpi_freerun.py), and lose and delay messages
@@ -12,9 +12,9 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.engine import Engine
-from gossip.engine.freerun import NODE_FIELDS
 from gossip.errors import ConfigError
 from gossip.metrics import read_jsonl
+from gossip.network.freerun import NODE_FIELDS
 from tests.helpers.launch import mpiexec, run_mpi
 
 needs_mpi = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")

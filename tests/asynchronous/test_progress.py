@@ -1,4 +1,4 @@
-"""An asynchronous run either makes progress or is refused (gossip/engine/events.py): rate
+"""An asynchronous run either makes progress or is refused (gossip/network/events.py): rate
 churn that leaves a node present too rarely, or flips it too often, is refused before the first
 event, and the event loop stops whatever else would spin without an activation."""
 
@@ -12,9 +12,9 @@ import torch
 import topologies
 from gossip.algorithms import make_algorithm
 from gossip.cli import guarded
-from gossip.engine import Engine, events
+from gossip.engine import Engine
 from gossip.errors import ConfigError
-from gossip.network import parse_network
+from gossip.network import events, parse_network
 from tests.helpers.launch import script
 
 
@@ -53,7 +53,7 @@ def test_rate_churn_that_flips_nodes_too_often_is_refused_before_the_first_event
     start = time.monotonic()
     with pytest.raises(ConfigError, match=r"leave and come back about 2.5e\+09 times"):
         engine.run(5)
-    assert time.monotonic() - start < 2 and engine.events.activations == 0
+    assert time.monotonic() - start < 2 and engine.network.events.activations == 0
 
 
 def test_the_event_loop_stops_when_no_node_is_activated_for_too_long(monkeypatch):

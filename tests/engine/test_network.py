@@ -1,4 +1,4 @@
-"""Message loss (gossip.network, gossip.engine.loss): spec parsing, drop frequencies, semantics."""
+"""Message loss (gossip.network, gossip.network.loss): spec parsing, drop frequencies, semantics."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_no_loss_is_the_ideal_run():
     runs = []
     for net in (None, "none", "loss=0"):
         e = Engine(make_algorithm("choco", gamma=0.5), topo, x0, compressor="topk:0.4", network=net)
-        assert e.delivery is None
+        assert e.network.delivery is None
         e.run(10)
         runs.append(torch.stack([nd.x for nd in e.nodes.values()]))
     assert all(torch.equal(runs[0], r) for r in runs)
@@ -88,9 +88,9 @@ def test_an_arc_phase_is_delivered_without_its_lost_arcs():
                  lambda i: torch.zeros(4, dtype=torch.float64), compressor="topk:0.5",
                  network="loss=0.3", seed=5)
     route = eng.block.arc_plan()  # the round's per-arc phase
-    model = eng.network.loss
+    model = eng.network.model.loss
     for t in (1, 7):
-        plan = eng.delivery.route(route, eng.topology, t, 0)
+        plan = eng.network.delivery.route(route, eng.topology, t, 0)
         out = LossDraws(model, 5, arc_keys(route.arcs)).lost(t, 0)
         into = LossDraws(model, 5, arc_keys(route.incoming)).lost(t, 0)
         assert out.any() and plan is not route
@@ -98,7 +98,7 @@ def test_an_arc_phase_is_delivered_without_its_lost_arcs():
         assert plan.in_delivered.tolist() == (~into).tolist()
         assert plan.out_degree == [int(not lost) for lost in out]
         assert plan.arcs == route.arcs and plan.incoming == route.incoming  # every row kept
-    assert eng.delivery.lost_total.sum() == sum(
+    assert eng.network.delivery.lost_total.sum() == sum(
         int(LossDraws(model, 5, arc_keys(route.incoming)).lost(t, 0).sum()) for t in (1, 7))
 
 
@@ -136,7 +136,7 @@ def test_edge_loss_on_a_broadcast_is_a_symmetric_doubly_stochastic_mix():
     eng = Engine(EdgeGossip(), topo, x0, network="loss=0.3", seed=2)
     X = eng.block.x.clone()
     mean0 = X.mean(0)
-    model = eng.network.loss
+    model = eng.network.model.loss
     for t in range(1, 31):
         Wt = W.clone()
         for i in range(8):
@@ -148,7 +148,7 @@ def test_edge_loss_on_a_broadcast_is_a_symmetric_doubly_stochastic_mix():
         X = Wt @ X
         eng.step()
         assert torch.allclose(eng.block.x, X, rtol=0, atol=1e-13), t
-    assert eng.delivery.lost_total.sum() > 0
+    assert eng.network.delivery.lost_total.sum() > 0
     assert torch.allclose(eng.block.x.mean(0), mean0, rtol=0, atol=1e-14)
     directed = Engine(EdgeGossip(), topologies.build("directed-random:p=0.3", 8, weights="push", seed=3), x0,
                       network="loss=0.3")
@@ -202,11 +202,11 @@ def test_adaptive_gossip_under_loss(name):
         return eng
 
     ideal, lossy = run(make_algorithm(name, **hp), None), run(make_algorithm(name, **hp), "loss=0.1")
-    assert lossy.delivery.lost_total.sum() > 0
+    assert lossy.network.delivery.lost_total.sum() > 0
     assert distance(lossy, HETERO) < 3 * distance(ideal, HETERO)
     if name == "dadam":
         late = run(make_algorithm(name, **hp), "stale=geom:0.5;loss=0.1")
-        assert late.stale.late_total.sum() > 0
+        assert late.network.stale.late_total.sum() > 0
         assert distance(late, HETERO) < 1.5 * distance(ideal, HETERO)
     if name == "tracked-amsgrad":
         from gossip.algorithms.adaptive_gossip import TrackedAMSGrad

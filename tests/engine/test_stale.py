@@ -1,4 +1,4 @@
-"""Late messages (``--network stale=``, gossip.engine.stale): lag draws, FIFO per arc, the
+"""Late messages (``--network stale=``, gossip.network.stale): lag draws, FIFO per arc, the
 meaning per family against float64 replays, push-sum's mass, CHOCO's copies, refusals."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import torch
 
 import topologies
 from gossip import Engine, make_algorithm
-from gossip.engine.stale import fifo_due
 from gossip.errors import ConfigError
 from gossip.network import (
     GeometricLag,
@@ -22,6 +21,7 @@ from gossip.network import (
     arc_keys,
     parse_network,
 )
+from gossip.network.stale import fifo_due
 
 ARCS = arc_keys([(i, j) for i in range(40) for j in range(40) if i != j])
 
@@ -136,7 +136,7 @@ def test_gossip_with_stale_values_equals_its_matrix_replay(spec):
         X = Y
         eng.step()
         assert np.allclose(eng.block.x.numpy(), X, rtol=0, atol=1e-12), t
-    assert late > 0 and int(eng.stale.late_total.sum()) == late
+    assert late > 0 and int(eng.network.stale.late_total.sum()) == late
 
 
 def test_fixed_lag_counts_every_message_late_and_records_it():
@@ -146,7 +146,7 @@ def test_fixed_lag_counts_every_message_late_and_records_it():
     recs = eng.run(5)
     assert [r["messages_late"] for r in recs[1:]] == [16] * 5
     assert recs[-1]["messages_late_total"] == 80
-    assert len(eng.stale.in_flight()) == 16  # round 5's messages, due in round 6
+    assert len(eng.network.stale.in_flight()) == 16  # round 5's messages, due in round 6
 
 
 def test_messages_on_an_arc_keep_their_order():
@@ -160,7 +160,7 @@ def test_messages_on_an_arc_keep_their_order():
     overtaken = 0
     for _ in range(30):
         eng.step()
-        for h in eng.stale.in_flight():
+        for h in eng.network.stale.in_flight():
             seen[(h.sender, h.receiver)][h.sent] = h.due
     for (j, i), dues in seen.items():
         draws = LagDraws(model, seed, arc_keys([(j, i)]))
@@ -179,7 +179,7 @@ def test_stale_zero_is_the_ideal_run():
     runs = []
     for net in (None, "stale=0", "stale=geom:1", "stale=uniform:0,0"):
         e = Engine(make_algorithm("choco", gamma=0.5), topo, x0, compressor="topk:0.4", network=net)
-        assert e.stale is None
+        assert e.network.stale is None
         e.run(10)
         runs.append(torch.stack([nd.x for nd in e.nodes.values()]))
     assert all(torch.equal(runs[0], r) for r in runs)
@@ -199,7 +199,7 @@ def test_push_sum_conserves_mass_in_flight_and_reaches_the_average(graph, spec):
     e = Engine(make_algorithm("push-sum"), topo, x0, network=spec)
     for _ in range(40):
         e.step()
-        flight = e.stale.in_flight()
+        flight = e.network.stale.in_flight()
         # a packed message: header, then ŝ_j (8-byte header + values), then w_j (8 bytes)
         w_flight = sum(h.weight * float(h.data[-8:].view(torch.float64)) for h in flight)
         s_flight = sum(h.weight * h.data[-8 - 32:-8].view(torch.float64) for h in flight)
@@ -236,12 +236,12 @@ def test_choco_copies_lag_behind_and_catch_up():
     for _ in range(30):
         g.step()
         flight = torch.zeros(n, 3, dtype=torch.float64)
-        for h in g.stale.in_flight():
+        for h in g.network.stale.in_flight():
             flight[h.receiver] += h.weight * h.data[8:].view(torch.float64)
         x_hat = g.block.state["x_hat"]
         s = g.block.state["gap"] + x_hat
         assert torch.allclose(s + flight, W @ x_hat, rtol=0, atol=1e-12)
-    assert g.stale.late_total.sum() > 0
+    assert g.network.stale.late_total.sum() > 0
 
 
 def test_refusals_name_the_algorithm_and_why():

@@ -1,4 +1,4 @@
-"""Timing models (gossip.network's grammar, gossip.timing's keyed draws): parsing, refusals,
+"""Timing models (gossip.network's grammar, gossip.network.timing's keyed draws): parsing, refusals,
 distributions, purity, stragglers, churn."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 import topologies
 from gossip.errors import ConfigError
 from gossip.network import Exponential, LogNormal, Uniform, parse_network
+from gossip.network.timing import BLOCK, Timing, _normals, _uniforms
 from gossip.rng import Stream
-from gossip.timing import BLOCK, Timing, _normals, _uniforms
 
 SPECS = ["delay=0.01", "delay=fixed:0.5", "compute=exp:1;slow=0.125x5", "slow=nodes:3+0x5",
          "delay=uniform:1,2.5;compute=lognormal:1,0.5;loss=0.1",
@@ -232,7 +232,7 @@ def test_sync_clock_lost_messages_delay_nobody():
 
 def test_sync_clock_refuses_churn_and_replays():
     from gossip import Engine, make_algorithm
-    from gossip.engine.clock import SyncClock
+    from gossip.network.clock import SyncClock
 
     with pytest.raises(ConfigError, match="churn is modeled for asynchronous") as err:
         Engine(make_algorithm("gossip"), topologies.build("ring", 4), lambda i: torch.zeros(2),
@@ -248,7 +248,7 @@ def test_sync_clock_refuses_churn_and_replays():
 
 
 def test_asynchronous_runs_meet_the_timing_models():
-    """An event run (gossip/engine/events.py) under delay, stragglers, loss and rate churn: a
+    """An event run (gossip/network/events.py) under delay, stragglers, loss and rate churn: a
     node away never wakes, and the same seed gives the same records."""
     from gossip import Engine, make_algorithm
 
@@ -257,14 +257,14 @@ def test_asynchronous_runs_meet_the_timing_models():
     runs = []
     for _ in range(2):
         e = Engine(make_algorithm("async-sgp"), topologies.build("ring", 8), x0, network=net, seed=4)
-        e.events.trace = []
+        e.network.events.trace = []
         runs.append((e.run(20, log_every=10), e))
     (a, ea), (b, _) = runs
     assert a == [{**r, "time_s": x["time_s"], "compute_s": x["compute_s"], "comm_s": x["comm_s"]}
                  for r, x in zip(b, a)]
     assert a[-1]["messages_lost_total"] > 0
-    timing = ea.events.timing
-    wakes = [(t, i) for kind, t, i, *_ in ea.events.trace if kind == "wake"]
+    timing = ea.network.events.timing
+    wakes = [(t, i) for kind, t, i, *_ in ea.network.events.trace if kind == "wake"]
     assert wakes and all(timing.present(i, t) for t, i in wakes)
     assert any(not timing.present(i, t) for i in range(8) for t in np.linspace(0, a[-1]["time_virtual_s"], 200))
     with pytest.raises(ConfigError, match="does not exist"):

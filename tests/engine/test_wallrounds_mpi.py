@@ -1,5 +1,5 @@
 """Synchronous rounds in wall-clock time (``free_run=SCALE`` on a synchronous algorithm,
-gossip/engine/wallclock.py): under mpiexec, one node per rank, a straggler slows the rounds in
+gossip/network/clock.py): under mpiexec, one node per rank, a straggler slows the rounds in
 wall time as the virtual clock predicts, and the numbers are those of a run that does not sleep
 (one launch of 4 ranks: tests/helpers/mpi_wallrounds.py)."""
 

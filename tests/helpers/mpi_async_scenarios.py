@@ -55,7 +55,7 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
         compressor=spec, seed=11, world=world, timeout=60, network=network,
         oracles=(lambda i, gen: problem.oracle(i, gen, "sgd", 3)) if trains else None,
     )
-    engine.events.trace = []
+    engine.network.events.trace = []
     return engine, {"metrics": [distance_metric(x_star)] if trains else []}
 
 
@@ -74,7 +74,7 @@ def resumed(name: str, n: int, world: World, logger: JsonlLogger, out: str) -> E
         assert ckpt.restore(engine) == 10
     finally:
         ckpt.close()
-    engine.events.trace = first.events.trace
+    engine.network.events.trace = first.network.events.trace
     log_run(engine, name, logger, rounds=10, **kw)
     return engine
 
@@ -90,8 +90,8 @@ def main() -> None:
             else:
                 engine, kw = engine_for(name, n, world)
                 log_run(engine, name, logger, **kw)
-            trace = repr(engine.events.trace).encode()
-            logger.write({"scenario": name, "type": "trace", "events": len(engine.events.trace),
+            trace = repr(engine.network.events.trace).encode()
+            logger.write({"scenario": name, "type": "trace", "events": len(engine.network.events.trace),
                           "sha256": hashlib.sha256(trace).hexdigest()})
 
 

@@ -1,4 +1,4 @@
-"""A free-running asynchronous run (gossip/engine/freerun.py), one node per rank; the records
+"""A free-running asynchronous run (gossip/network/freerun.py), one node per rank; the records
 (round 0, the node and round records of the snapshots every LOG_EVERY sweeps, the run's end) go
 to a JSON-lines file. Started under mpiexec by tests/asynchronous/test_freerun_mpi.py.
 Usage: python tests/helpers/mpi_freerun.py OUT.jsonl ALGORITHM NETWORK SECONDS [STOP_RANK [LOG_EVERY]]

@@ -1,4 +1,4 @@
-"""Free runs under loss and delay (gossip/engine/freerun.py, "Loss and delay"), one node per
+"""Free runs under loss and delay (gossip/network/freerun.py, "Loss and delay"), one node per
 rank, 4 ranks on a ring: each scenario's records (round 0, the end) go to a JSON-lines file,
 followed by a ``check`` record: the messages lost as counted by the nodes and as the keyed
 draws say for the messages each node sent on each arc, and for async-choco whether both ends of
@@ -20,8 +20,8 @@ from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.metrics import JsonlLogger  # noqa: E402
+from gossip.network.timing import Timing  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
-from gossip.timing import Timing  # noqa: E402
 
 SCENARIOS = {
     "ad-psgd": ("ad-psgd", "loss=0.1;compute=exp:1;slow=nodes:0x5", "none"),
@@ -71,8 +71,8 @@ def main(out: str, seconds: float) -> None:
                             free_run=seconds / 100)
             engine.run(100, log_every=100, on_record=lambda rec, name=name: logger.write(
                 {**rec, "scenario": name}))
-            free, i = engine.last_free_run, engine.local_ids[0]
-            timing = Timing(engine.network, engine.seed, n)
+            free, i = engine.network.last_free_run, engine.local_ids[0]
+            timing = Timing(engine.network.model, engine.seed, n)
             drawn = sum(timing.lost(i, j, k) for j, count in free.sent_on.items()
                         for k in range(1, count + 1))
             counted = engine.node_values({i: float(sum(free.lost_on.values()))})

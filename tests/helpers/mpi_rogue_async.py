@@ -29,7 +29,7 @@ from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.comm.link import TAG_SPACE  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
-from gossip.engine import freerun as fr  # noqa: E402
+from gossip.network import freerun as fr  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
 
 torch.set_num_threads(1)
@@ -151,7 +151,7 @@ def rogue(world: World, name: str, where: str, corrupt) -> None:
     # what Engine.run does up to the free run's start, then one message of the protocol
     engine.setup()
     engine.record([])
-    free = fr.FreeRun(engine, engine.free_run)
+    free = fr.FreeRun(engine, engine.network.model, engine.network.free_run)
     free.comm = RogueComm(free.comm, corrupt)
     world.barrier("the common start of a free run with")
     free._start = time.monotonic()

@@ -1,4 +1,4 @@
-"""Synchronous rounds in wall-clock time (gossip/engine/wallclock.py), one node per rank: each
+"""Synchronous rounds in wall-clock time (gossip/network/clock.py), one node per rank: each
 scenario runs D-PSGD twice, paced (``free_run=SCALE``) and not, and writes both runs' records
 to a JSON-lines file (``run`` = "paced" / "plain"). Started under mpiexec by
 tests/engine/test_wallrounds_mpi.py.

@@ -21,7 +21,7 @@ algorithms use; the heap keeps the whole state in one list.
 
 Every draw is keyed: node i's k-th clock interval by (seed, ``"async.clock"``, i, k), its k-th
 choice of peer by (seed, ``"async.partner"``, i, k); compute times, delays, losses and churn by
-:class:`gossip.timing.Timing`. Nothing in the trace depends on the models' values, so **every
+:class:`gossip.network.timing.Timing`. Nothing in the trace depends on the models' values, so **every
 process computes the whole trace**: under ``mpiexec`` each rank walks the same events in the
 same order, works on the ends it hosts, and swaps an exchange's offers with the peer's rank (or
 sends a post to the receiver's rank) through buffer-based point-to-point messages. A rank only
@@ -39,7 +39,7 @@ each message's arc, send time and tag, with its ``seq``), the counters (``now``,
 messages, losses, rejoins, the next ``seq``), each node's clock rings ``k`` and last ring, and
 the count of messages on each arc. Every draw is keyed by those counters (a node's k-th interval
 and peer, an arc's k-th fate and delay, churn by time), so they are the keyed draws' positions,
-and :class:`~gossip.timing.Timing` keeps only caches of pure functions. The payloads in flight
+and :class:`~gossip.network.timing.Timing` keeps only caches of pure functions. The payloads in flight
 are the one thing the trace cannot recompute (they are model values): each is saved with the
 node it is addressed to (its process holds it: every transfer to another rank is complete
 after a sweep, :meth:`EventLoop._reap`), as is the point a fresh node restarts from. Replaying
@@ -56,24 +56,24 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import torch
 
 from gossip.comm.link import TAG_SPACE
 from gossip.core.activation import CLOCKS, CONTACTS, PEERS, Activation, Message, Side
-from gossip.errors import CompressionError, ConfigError, ContractError, DivergenceError, RowsError
-from gossip.timing import KeyedDraws, Timing
-
-if TYPE_CHECKING:
-    from gossip.engine.engine import Engine
+from gossip.errors import ConfigError, ContractError
+from gossip.network.frames import frame, framed_nbytes, merged, parts_nbytes, unframe
+from gossip.network.host import Host
+from gossip.network.spec import Network
+from gossip.network.timing import KeyedDraws, Timing
 
 _WAKE, _ARRIVE = 0, 1
 
 IDLE_EVENTS = 1_000_000
 """Events in a row without an activation after which :meth:`EventLoop.run` stops: every clock
 that rang was an away node's (churn), so the run would spin in virtual time and make no
-progress. Rate churn that leaves a node present too rarely is refused before (network.py,
+progress. Rate churn that leaves a node present too rarely is refused before (spec.py,
 ``MIN_PRESENT``); this bounds whatever else could."""
 MAX_CHURN_CYCLES = 100_000
 """Rate churn's leave-and-back cycles per node over a run's virtual time above which the run is
@@ -84,29 +84,29 @@ flips that often per step is not a model of anything."""
 class EventLoop:
     """The virtual-time event queue of an asynchronous run (module doc)."""
 
-    def __init__(self, engine: Engine):
-        algorithm = engine.algorithm
+    def __init__(self, host: Host, network: Network):
+        algorithm = host.algorithm
         for attr, allowed in (("clock", CLOCKS), ("contact", CONTACTS), ("peer", PEERS)):
             if getattr(algorithm, attr) not in allowed:
                 raise ConfigError(f"{algorithm.name}.{attr} = {getattr(algorithm, attr)!r} is not "
                                   f"one of {', '.join(allowed)}")
-        if algorithm.contact == "exchange" and engine.network.delay is not None:
+        if algorithm.contact == "exchange" and network.delay is not None:
             raise ConfigError(
                 f"--network delay=: {algorithm.name}'s pairwise exchanges are atomic events in "
                 "virtual time, so no message of theirs travels for a while; model slow links "
                 "with compute= (an exchange happens when its activation ends), or use a method "
                 "that posts messages (gossip-learning, async-sgp)")
-        self.engine = engine
+        self.network = network
         self.algorithm = algorithm
-        self.block = engine.block
-        self.transport = engine.transport
-        self.n = engine.n
-        self.timing = Timing(engine.network, engine.seed, engine.n)
-        topo = engine.topology
+        self.block = host.block
+        self.transport = host.transport
+        self.n = host.n
+        self.timing = Timing(network, host.seed, host.n)
+        topo = host.topology
         self.out_neighbors = [topo.view(i).out_neighbors for i in range(self.n)]
         self.row_of = {i: r for r, i in enumerate(self.block.ids)}
-        self.clock_draws = KeyedDraws(engine.seed, "async.clock", None).value
-        self.partner_draws = KeyedDraws(engine.seed, "async.partner", None).value
+        self.clock_draws = KeyedDraws(host.seed, "async.clock", None).value
+        self.partner_draws = KeyedDraws(host.seed, "async.partner", None).value
         self.now = 0.0
         self.activations = 0
         self.messages = 0
@@ -194,7 +194,7 @@ class EventLoop:
         offers = [alg.offer(block, s) for s in sides]
         for s, parts in zip(sides, offers):
             if s.was_heard:
-                self._count(s.node, _nbytes(parts))
+                self._count(s.node, parts_nbytes(parts))
         if len(sides) == 2:  # both ends here: each hears the other's offer as it was sent
             got = [tuple(p.clone() for p in offers[1]), tuple(p.clone() for p in offers[0])]
         else:
@@ -239,7 +239,7 @@ class EventLoop:
         ok, arrive, tag = self._post_fate(i, j, time)
         if not ok:
             return False
-        self._count(i, _nbytes(parts))
+        self._count(i, parts_nbytes(parts))
         if self.local(j):
             payload: Any = tuple(p.clone() for p in parts)
         else:  # on its way to j's rank now; j's rank receives it at the arrival
@@ -337,7 +337,7 @@ class EventLoop:
     def _stalled(self, since: float) -> NoReturn:
         """Stop a run whose last :data:`IDLE_EVENTS` events activated no node."""
         raise ConfigError(
-            f"--network {self.engine.network.spec()}: {IDLE_EVENTS} events in a row (virtual "
+            f"--network {self.network.spec()}: {IDLE_EVENTS} events in a row (virtual "
             f"time {since:.6g} s to {self.now:.6g} s) activated no node: every clock that rang "
             f"was an away node's, so the run makes no progress; let the nodes be present more "
             f"often (churn= with a smaller rate or mean_away)")
@@ -391,7 +391,7 @@ class EventLoop:
         """Refuse a delay no message can outlive: every post would arrive after a run of
         ``sweeps`` sweeps ends (about sweeps × the mean compute time of virtual time); and rate
         churn that would flip each node more than :data:`MAX_CHURN_CYCLES` times by then."""
-        net = self.engine.network
+        net = self.network
         step = net.compute.mean if net.compute is not None else 1.0
         horizon = self.now + sweeps * step
         churn = net.churn
@@ -499,90 +499,3 @@ class _Incoming:
     dst: int
     handles: Any = None
     parts: tuple[torch.Tensor, ...] | None = None
-
-
-# -- messages between processes ----------------------------------------------------------------
-_framer: Any = None
-
-
-def _none() -> Any:
-    """The ``none`` compressor that frames floating parts (made once, on first use)."""
-    global _framer
-    if _framer is None:
-        from gossip.compress import make
-
-        _framer = make("none")
-    return _framer
-
-
-def frame(parts: tuple[torch.Tensor, ...], sender: str = "a node") -> torch.Tensor:
-    """An asynchronous message as it travels between processes (a host uint8 buffer of its
-    own): each floating part as the ``none`` compressor's message of its entries (the wire
-    header of :mod:`gossip.compress.wire`, then the values), a uint8 part as it is (a
-    compressor's message already: async-choco's). What a synchronous round sends, so the
-    receiver checks it the same way (:func:`unframe`). A floating part with NaN/Inf is not
-    sent: the sender's model diverged (``sender`` names it in the error). The bytes counted are
-    the parts' (:func:`_nbytes`), in process and across processes alike."""
-    out = []
-    for p in parts:
-        if p.is_floating_point():
-            try:
-                out.append(_none().encode(p.detach().reshape(-1)).to_bytes().cpu())
-            except CompressionError as exc:
-                raise DivergenceError(f"{sender} has NaN/Inf in the message it would send: the "
-                                      "run diverged. Lower the step sizes (gamma, eta).") from exc
-        else:
-            out.append(p.detach().reshape(-1).view(torch.uint8).cpu().clone())
-    return out[0] if len(out) == 1 else torch.cat(out)
-
-
-def framed_nbytes(like: tuple[torch.Tensor, ...]) -> int:
-    """Bytes of the :func:`frame` of parts like ``like``."""
-    return sum(_none().fixed_nbytes(p.reshape(-1)) if p.is_floating_point()
-               else p.numel() * p.element_size() for p in like)
-
-
-def unframe(buf: torch.Tensor, like: tuple[torch.Tensor, ...], where: str, sender: int,
-            receiver: int) -> tuple[torch.Tensor, ...]:
-    """The parts (host tensors shaped like ``like``) of a received :func:`frame`, checked as a
-    synchronous round checks a message (``Compressor.from_bytes``: wire header, exact size,
-    NaN/Inf); a uint8 part is checked for its size here and for the rest by the algorithm's
-    decoder (:func:`merged`). A refused message raises :class:`RowsError` starting with
-    ``where`` (the receiver, and the sender it names), its fields ``sender`` and ``receiver``
-    the nodes."""
-    out, at = [], 0
-    for k, p in enumerate(like):
-        size = framed_nbytes((p,))
-        chunk = buf[at:] if k == len(like) - 1 else buf[at: at + size]  # the last takes the rest
-        at += size
-        try:
-            if p.is_floating_point():
-                flat = p.reshape(-1)
-                out.append(_none().decode(_none().from_bytes(chunk, flat)).view(p.shape))
-                continue
-            if chunk.numel() != size:
-                raise CompressionError(
-                    f"message is {'truncated' if chunk.numel() < size else 'extended'}: part {k} "
-                    f"holds {chunk.numel()} bytes, expected {size}")
-        except CompressionError as exc:
-            raise RowsError(f"{where}: {exc}", sender=sender, receiver=receiver) from exc
-        out.append(chunk.view(p.dtype).view(p.shape))
-    return tuple(out)
-
-
-def merged(call: Any, where: str, sender: int, receiver: int) -> None:
-    """Run ``call()``, the algorithm's merge or receive of a message from another process:
-    a message its decoder refuses (a compressor's, carried as bytes) raises
-    :class:`RowsError` naming the sender, as :func:`unframe` does."""
-    try:
-        call()
-    except RowsError:
-        raise
-    except CompressionError as exc:
-        raise RowsError(f"{where}: {exc}", sender=sender, receiver=receiver) from exc
-
-
-def _nbytes(parts: tuple[torch.Tensor, ...]) -> int:
-    """Bytes of a message's parts: what is counted as sent."""
-    return sum(p.numel() * p.element_size() for p in parts)
-

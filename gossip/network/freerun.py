@@ -1,7 +1,7 @@
 """Free-running asynchronous runs under MPI: wall-clock order, one node per rank
 (docs/asynchronous.md, "Free-running under mpiexec").
 
-The event loop (:mod:`gossip.engine.events`) runs an asynchronous algorithm in virtual time,
+The event loop (:mod:`gossip.network.events`) runs an asynchronous algorithm in virtual time,
 the same on every rank. Here nothing is shared: each rank runs its node on its own, and the
 order of events is whatever the wall clock makes it. A node's k-th local step lasts
 ``compute_s(i, k) × scale`` wall seconds (the same ``--network`` draws, so stragglers and their
@@ -35,8 +35,8 @@ in the log before the collectives (which then stop with a timeout naming it), an
 when a rank is killed and the launcher ends the job with it.
 
 Checks: everything a rank receives is checked before it is read, as in a synchronous round.
-A request, reply or post travels as :func:`~gossip.engine.events.frame` makes it (each
-floating part with the wire header), and :func:`~gossip.engine.events.unframe` refuses a
+A request, reply or post travels as :func:`~gossip.network.events.frame` makes it (each
+floating part with the wire header), and :func:`~gossip.network.events.unframe` refuses a
 message of the wrong size, a bad header or NaN/Inf values; a control message or a snapshot row
 of the wrong size, or a row for another node, is refused too. The run then stops with one line
 naming the sender's node and rank and what was wrong (a truncated message used to end in an
@@ -77,19 +77,19 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
 
 from gossip.core.activation import Activation, Message, Side
-from gossip.engine.events import _nbytes, frame, merged, unframe
-from gossip.engine.wallclock import sleep_serving
+from gossip.core.algorithm import Algorithm
 from gossip.errors import CommError, ConfigError
-from gossip.timing import KeyedDraws, Timing
-
-if TYPE_CHECKING:
-    from gossip.engine.engine import Engine
+from gossip.network.clock import sleep_serving
+from gossip.network.frames import frame, merged, parts_nbytes, unframe
+from gossip.network.host import Host
+from gossip.network.spec import Network
+from gossip.network.timing import KeyedDraws, Timing
 
 log = logging.getLogger(__name__)
 
@@ -124,16 +124,15 @@ class Snapshot:
     x: torch.Tensor
 
 
-def check(engine: Engine, scale: float) -> None:
-    """Refuse, in one line, a free run this engine cannot make: one node per rank under
-    mpiexec, a positive ``scale``, and the timing models each kind of run takes (an
-    asynchronous free run: ``compute=``/``slow=``; synchronous rounds in wall-clock time,
-    :mod:`gossip.engine.wallclock`: those and ``loss=``, whose lost messages nobody waits
-    for)."""
-    alg, world = engine.algorithm, engine.world
+def check_models(algorithm: Algorithm, network: Network, scale: float) -> None:
+    """Refuse, in one line, a free run of ``algorithm`` on ``network`` that cannot be made: a
+    ``scale`` that is not positive, or a timing model the kind of run does not take (an
+    asynchronous free run: ``compute=``/``slow=``, ``loss=`` and, for posts, ``delay=``;
+    synchronous rounds in wall-clock time, :class:`gossip.network.clock.WallRounds`:
+    ``compute=``/``slow=`` and ``loss=``, whose lost messages nobody waits for)."""
+    alg, net = algorithm, network
     if not scale > 0 or scale != scale:
         raise ConfigError(f"--free-run {scale!r}: give the wall seconds per virtual second (> 0)")
-    net = engine.network
     if alg.asynchronous and (net.churn is not None or net.late):
         raise ConfigError("--free-run: churn= and stale= are modeled in virtual time only; a free "
                           "run takes compute=/slow=, loss= and delay= (drop the others, or run "
@@ -147,34 +146,41 @@ def check(engine: Engine, scale: float) -> None:
         raise ConfigError(f"--free-run: {alg.name} runs in rounds, whose wall-clock pacing sleeps "
                           "the compute=/slow= draws; delay= stays in virtual time "
                           "(time_virtual_s): drop it, or run without --free-run")
-    link = engine.transport.link
-    if link is None or not hasattr(link, "comm") or len(engine.local_ids) != 1:
+
+
+def check_host(host: Host) -> None:
+    """Refuse, in one line, a free run on anything but mpiexec with one node per rank."""
+    link = host.transport.link
+    if link is None or not hasattr(link, "comm") or len(host.local_ids) != 1:
         raise ConfigError("--free-run needs mpiexec with one node per rank (an MPI world of n "
-                          f"processes for n nodes); this run has {world.size} process(es) for "
-                          f"{engine.n} nodes")
+                          f"processes for n nodes); this run has {host.world.size} process(es) for "
+                          f"{host.n} nodes")
+
 
 class FreeRun:
     """One rank's node, run free (module doc). ``scale``: wall seconds per virtual second of
     compute time; ``timeout``: seconds a neighbor may stay silent before it is routed around."""
 
-    def __init__(self, engine: Engine, scale: float = 0.01, timeout: float | None = None):
-        check(engine, scale)
-        if not engine.algorithm.asynchronous:
-            raise ConfigError(f"FreeRun runs asynchronous algorithms; {engine.algorithm.name} "
-                              "runs in rounds, paced by gossip.engine.wallclock.WallRounds")
-        link, net = engine.transport.link, engine.network
+    def __init__(self, host: Host, network: Network, scale: float = 0.01,
+                 timeout: float | None = None):
+        check_models(host.algorithm, network, scale)
+        check_host(host)
+        if not host.algorithm.asynchronous:
+            raise ConfigError(f"FreeRun runs asynchronous algorithms; {host.algorithm.name} "
+                              "runs in rounds, paced by gossip.network.clock.WallRounds")
+        link, net = host.transport.link, network
         from mpi4py import MPI
 
         self.MPI, self.comm = MPI, link.comm.Dup()  # its own traffic, apart from the reductions
-        self.engine, self.algorithm, self.block = engine, engine.algorithm, engine.block
-        self.node = engine.local_ids[0]
-        self.timing = Timing(net, engine.seed, engine.n)
-        self.partner_draws = KeyedDraws(engine.seed, "async.partner", None).value
+        self.host, self.algorithm, self.block = host, host.algorithm, host.block
+        self.node = host.local_ids[0]
+        self.timing = Timing(net, host.seed, host.n)
+        self.partner_draws = KeyedDraws(host.seed, "async.partner", None).value
         self.scale = scale
-        self.timeout = engine.transport.timeout if timeout is None else timeout
-        view = engine.topology.view(self.node)
+        self.timeout = host.transport.timeout if timeout is None else timeout
+        view = host.topology.view(self.node)
         self.peers = sorted(set(view.out_neighbors) | set(view.in_neighbors))
-        self.rank_of = engine.transport.placement
+        self.rank_of = host.transport.placement
         self.left: list[int] = []
         self.done_from: set[int] = set()
         self.steps = 0
@@ -195,7 +201,7 @@ class FreeRun:
         step = net.compute.mean if net.compute is not None else 1.0
         self.sweep_s = step * scale
         """Wall seconds of one sweep: a mean compute time, scaled."""
-        self.first_round = engine.round
+        self.first_round = host.round
         self.last_round: int | None = None
         """The budget's last sweep (``seconds / sweep_s``, rounded up); None: a steps budget."""
         self.snapshot_round: int | None = None
@@ -220,7 +226,7 @@ class FreeRun:
             self.algorithm.merge(self.block, side, None)
             return side
         side.was_heard = True
-        self._count(_nbytes(parts))
+        self._count(parts_nbytes(parts))
         host = frame(parts, self._where())
         request = self.comm.Isend([host.numpy(), self.MPI.BYTE], dest=self.rank_of[j], tag=REQUEST)
         self._sends.append((request, host, j))
@@ -237,7 +243,7 @@ class FreeRun:
         if self._lost(j):
             return False
         host = frame(parts, self._where())
-        self._count(_nbytes(parts))
+        self._count(parts_nbytes(parts))
         delay = self.timing.delay_s(i, j, self.sent_on[j]) * self.scale
         if delay > 0:  # handed over when it is due (_flush), the receiver takes it in then
             heapq.heappush(self._outbox, (time.monotonic() + delay, next(self._posts), host, j))
@@ -325,7 +331,7 @@ class FreeRun:
         self.on_record = on_record
         x = self.block.x[0]
         self.metric_names = [name for m in self.node_metrics for name in m(self.node, x)]
-        self.engine.world.barrier("the common start of a free run with")
+        self.host.world.barrier("the common start of a free run with")
         self._start = time.monotonic()
         if log_every is not None and seconds is not None:
             every = log_every * self.sweep_s
@@ -395,11 +401,11 @@ class FreeRun:
         if self.last_round is not None:
             t = min(t, self.last_round)
         self.block.round = t
-        for node in self.engine.nodes.values():
+        for node in self.host.nodes.values():
             node.round = t
 
     def _peer(self, k: int) -> int | None:
-        alive = [j for j in self.engine.topology.view(self.node).out_neighbors if j not in self.left]
+        alive = [j for j in self.host.topology.view(self.node).out_neighbors if j not in self.left]
         if not alive:
             return None
         if self.algorithm.peer == "next":
@@ -407,7 +413,7 @@ class FreeRun:
         return alive[min(int(self.partner_draws(self.node, k) * len(alive)), len(alive) - 1)]
 
     def _count(self, nbytes: int) -> None:
-        sent = self.engine.transport.bytes_sent
+        sent = self.host.transport.bytes_sent
         sent[self.node] = sent.get(self.node, 0) + nbytes
 
     def _serve_for(self, seconds: float) -> None:
@@ -438,7 +444,7 @@ class FreeRun:
         """Handle one message waiting for this rank, if any; a reply from ``reply_from`` is
         returned instead (its bytes, checked by the caller). What arrives is checked before
         anything reads it: the size of every message (:meth:`_check_size`), and the wire
-        header and values of a request or a post (:func:`~gossip.engine.events.unframe`, as a
+        header and values of a request or a post (:func:`~gossip.network.events.unframe`, as a
         synchronous round checks a message); a bad one stops the run naming its sender."""
         if self._instants and time.monotonic() - self._start >= self._instants[-1][1]:
             self._snapshot()
@@ -493,7 +499,7 @@ class FreeRun:
     def _check_size(self, buf: torch.Tensor, tag: int, j: int) -> None:
         """Refuse a control message or a snapshot row whose size is not the one this rank's
         settings give (the data messages' sizes are checked with their header, by
-        :func:`~gossip.engine.events.unframe`), or a message of no kind of the run."""
+        :func:`~gossip.network.events.unframe`), or a message of no kind of the run."""
         if tag in (REQUEST, REPLY, POST):
             return
         size = (8 * (len(NODE_FIELDS) + len(self.metric_names)) if tag == LOG
@@ -519,7 +525,7 @@ class FreeRun:
         self._sends.append((self.comm.Isend([host.numpy(), self.MPI.BYTE], dest=self.rank_of[j],
                                             tag=REPLY if side.was_heard else LOST), host, j))
         if side.was_heard:
-            self._count(_nbytes(parts))
+            self._count(parts_nbytes(parts))
         merged(lambda: self.algorithm.merge(self.block, side, heard), where, j, self.node)
 
     # -- trajectories (module doc) -------------------------------------------------------------
@@ -537,7 +543,7 @@ class FreeRun:
                 raise ConfigError(f"the node metrics gave {len(values)} value(s) at round {rnd}, "
                                   f"{len(self.metric_names)} at the start ({self.metric_names}): "
                                   "a node metric returns the same names at every call")
-            nbytes = self.engine.transport.bytes_sent.get(self.node, 0)
+            nbytes = self.host.transport.bytes_sent.get(self.node, 0)
             self.snapshots.append(Snapshot(rnd, instant, now, self.steps, nbytes, len(self.left),
                                            x.clone()))
             row = np.array([self.node, rnd, now, self.steps, 8 * nbytes, *values], dtype=np.float64)
@@ -614,21 +620,21 @@ class FreeRun:
         and bytes in place of the node's, the usual record is computed, then the end state is
         put back. ``wall_s`` is the instant, ``snapshot_lag_s`` how long after it the last node
         took its snapshot; the engine's ``round`` is the instant's while its record is made."""
-        engine, block, sent = self.engine, self.block, self.engine.transport.bytes_sent
+        host, block, sent = self.host, self.block, self.host.transport.bytes_sent
         here = block.x.clone()
         nbytes = sent.get(self.node, 0)
-        offset = (time.perf_counter() - engine._start) - self._now()  # engine time at the start
+        offset = host.elapsed_s() - self._now()  # the run's time at the start
         out = []
-        end_round = engine.round
+        end_round = host.round
         try:
             for snap in self.snapshots:
                 block.x[0].copy_(snap.x)
                 sent[self.node] = snap.nbytes
-                engine.round = snap.round  # what metrics read (a trainer's epoch)
-                rec = engine.record(metrics)
-                steps = engine.node_values({self.node: float(snap.steps)})
-                taken = engine.node_values({self.node: snap.wall_s})
-                left = engine.node_values({self.node: float(snap.left)})
+                host.round = snap.round  # what metrics read (a trainer's epoch)
+                rec = host.record(metrics)
+                steps = host.node_values({self.node: float(snap.steps)})
+                taken = host.node_values({self.node: snap.wall_s})
+                left = host.node_values({self.node: float(snap.left)})
                 rec.update(round=snap.round, local_steps=int(steps.sum()), wall_s=snap.instant_s,
                            snapshot_lag_s=float(taken.max()) - snap.instant_s,
                            routed_around=int(left.sum()), time_s=offset + snap.instant_s)
@@ -636,7 +642,7 @@ class FreeRun:
         finally:
             block.x.copy_(here)
             sent[self.node] = nbytes
-            engine.round = end_round
+            host.round = end_round
         return out
 
     def _route_around(self, j: int) -> None:
@@ -646,12 +652,12 @@ class FreeRun:
                         j, self.rank_of[j], self.node, self.timeout)
 
     def _record(self, metrics: list[Any]) -> dict[str, Any]:
-        engine = self.engine
-        rec = engine.record(metrics)
-        steps = engine.node_values({self.node: float(self.steps)})
-        left = engine.node_values({self.node: float(len(self.left))})
-        sent = engine.node_values({self.node: float(sum(self.sent_on.values()))})
-        lost = engine.node_values({self.node: float(sum(self.lost_on.values()))})
+        host = self.host
+        rec = host.record(metrics)
+        steps = host.node_values({self.node: float(self.steps)})
+        left = host.node_values({self.node: float(len(self.left))})
+        sent = host.node_values({self.node: float(sum(self.sent_on.values()))})
+        lost = host.node_values({self.node: float(sum(self.lost_on.values()))})
         rec.update(local_steps=int(steps.sum()), wall_s=self._now(),
                    routed_around=int(left.sum()), messages=int(sent.sum()),
                    messages_lost_total=int(lost.sum()))

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from gossip.errors import ConfigError
-from gossip.network import Bernoulli, Exponential, Fixed, LogNormal, Network
+from gossip.network.spec import Bernoulli, Exponential, Fixed, LogNormal, Network
 from gossip.rng import _M64, _STEP, Stream, _finalize_np, _h, stream_id
 
 BLOCK = 256

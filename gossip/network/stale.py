@@ -1,4 +1,4 @@
-"""Late messages in the engine (``--network stale=LAG``, docs/network.md): a message of round t
+"""Late messages of synchronous rounds (``--network stale=LAG``, docs/network.md): a message of round t
 moves in round t (both ends post and complete the exchange then; its bits are counted then),
 and the engine holds it at the receiver and hands it to the algorithm in round ``t + lag``.
 
@@ -45,7 +45,8 @@ from gossip.core.cache import IdentityCache
 from gossip.core.routing import ArcPlan, MixPlan
 from gossip.core.staging import PackedRows, Rows, message_buffer
 from gossip.errors import ConfigError, ContractError
-from gossip.network import LagDraws, Network, arc_keys
+from gossip.network.draws import LagDraws, arc_keys
+from gossip.network.spec import Network
 
 MODES = {"renormalize": "newest", "drop": "in-order", "keep-mass": "in-order"}
 """What a receiver is handed per :attr:`~gossip.algorithms.Algorithm.on_loss` (module doc).
@@ -68,7 +69,7 @@ def mode_of(policy: str, network: Network, name: str) -> str:
             f"--network {network.spec()}: {name} keeps per-arc copies acknowledged at both ends "
             "(on_loss 'ack'): its sender computes each message against its copy before the late "
             "ones in flight are acknowledged, so they all carry the same gap and the copies "
-            "overshoot (unstable for lags >= 2, see gossip/engine/stale.py); run it without "
+            "overshoot (unstable for lags >= 2, see gossip/network/stale.py); run it without "
             "stale=, or use its broadcast form (choco, lead, c-gt)")
     if policy == "edge":
         raise ConfigError(
@@ -159,7 +160,7 @@ class Staleness:
         point ``rows`` at the messages due now, and return the plan to mix them with.
 
         ``routing``: the round's whole plan when ``rows.route`` is the plan of what was
-        delivered under ``loss=`` (:mod:`gossip.engine.loss`): a lost message is never held
+        delivered under ``loss=`` (:mod:`gossip.network.loss`): a lost message is never held
         (it does not move its arc's order either); the self weights are the delivered plan's
         for ``"in-order"`` (push-sum's kept share), the whole plan's for ``"newest"`` (a
         neighbor whose message was lost this round still counts with its newest value)."""

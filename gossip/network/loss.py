@@ -1,4 +1,4 @@
-"""Lost messages in the engine: which of a phase's messages arrive, and the plan without the rest.
+"""Lost messages of synchronous rounds: which of a phase's messages arrive, and the plan without the rest.
 
 Both ends of an arc draw its drop from the same key (:mod:`gossip.network`), so each process
 knows, before it moves a byte, which of its sends and receives of a phase are lost. The engine
@@ -54,7 +54,8 @@ import torch
 from gossip.core.cache import IdentityCache
 from gossip.core.routing import ArcPlan, MixPlan
 from gossip.errors import ConfigError
-from gossip.network import LossDraws, Network, arc_keys
+from gossip.network.draws import LossDraws, arc_keys
+from gossip.network.spec import Network
 
 POLICIES = ("renormalize", "drop", "keep-mass", "ack", "edge")
 """What a lost message means to an algorithm (module doc)."""
