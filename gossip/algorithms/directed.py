@@ -88,17 +88,12 @@ class PushSum(Algorithm):
         """Copies kept per arc: a graph that changes every round, and compressed messages."""
         return bool(getattr(topology, "time_varying", False)) and not compressor.is_identity
 
-    on_loss = "keep-mass"
-
-    def loss_semantics(self, compressor: Any) -> str:
-        """Exact push-sum keeps a lost share at its sender (``c_ii += c_ji``), so ``Σ s`` and
-        ``Σ w`` stay exact; the compressed form mixes its copies ``ŝ`` incrementally with fixed
-        weights, which moving a share would break, so it is refused under loss for now."""
-        if not compressor.is_identity:
-            raise ConfigError(f"--network: {self.name} with compressor '{compressor.spec}' mixes "
-                              "public copies with fixed weights, which a lost message breaks; "
-                              "run it with --compressor none under loss")
-        return self.on_loss
+    on_loss = "keep-mass"  # the exact form keeps a lost share at its sender (c_ii += c_ji)
+    loss_requires = Requirements(  # the compressed form mixes its copies ŝ with fixed weights
+        compressor="identity",
+        compressor_message="--network: {name} with compressor '{spec}' mixes public copies with "
+                           "fixed weights, which a lost message breaks; run it with --compressor "
+                           "none under loss")
 
     def validate(self, topology: Any, compressor: Any) -> None:
         check_column_stochastic(self.name, topology)

@@ -146,6 +146,11 @@ class Algorithm(ABC):
     may not hold per arc). :func:`~gossip.algorithms.register_algorithm` registers the form
     as ``<name>-arcs`` beside the method."""
 
+    loss_requires: ClassVar[Requirements | None] = None
+    """What :attr:`on_loss` holds only with (None: every run it runs): a run that may lose or
+    delay messages also checks the run's compressor against it, before any message (push-sum's
+    exact form keeps a lost share at its sender; its compressed form is refused under loss)."""
+
     asynchronous: ClassVar[bool] = False
     """Runs on events in virtual time, not in rounds (:mod:`gossip.network.events`,
     docs/asynchronous.md): the engine calls :meth:`activate` each time a node's clock rings and
@@ -215,16 +220,6 @@ class Algorithm(ABC):
         accepted = set(inspect.signature(cls.__init__).parameters)
         eta = default_hparams(problem, estimator)["eta"] * _step_factor(cls.step_rule, topology)
         return {"eta": eta} if "eta" in accepted else {}
-
-    def loss_semantics(self, compressor: Compressor) -> str:
-        """:attr:`on_loss` for a run with ``compressor``, or :class:`ConfigError` when lost
-        messages have no meaning for this method (checked by the engine before any message)."""
-        if self.on_loss is None:
-            raise ConfigError(
-                f"--network: {self.name} has no defined meaning for a lost message yet; run it "
-                "without loss, or use one of the algorithms docs/network.md lists (gossip, dpsgd, "
-                "choco, lead, ...)")
-        return self.on_loss
 
     def state_dict(self) -> dict[str, Any]:
         """Run-wide state beyond ``node.state`` (none by default), saved by checkpoints."""

@@ -174,7 +174,7 @@ class Engine:
         self._plans = IdentityCache()
         self.block = self._new_block()
         algorithm.validate_block(self.block)
-        self.network.attach(self, self._new_compressor)
+        self.network.attach(self)
         self.is_set_up = False
         if not defer_setup:
             self.setup()

@@ -69,7 +69,6 @@ class Simulator:
         self.last_free_run: FreeRun | None = None
         """The :class:`~gossip.network.freerun.FreeRun` of the last free run (its counters)."""
         self._host: Host | None = None
-        self._new_compressor: Callable[[], Any] | None = None
         self._policy: str | None = None
         self._finishes: Any = None  # every node's wall end of round, between fields and after_record
 
@@ -82,18 +81,27 @@ class Simulator:
         return f"--network {self.model.spec()}"
 
     def _loss_policy(self) -> str:
-        """The algorithm's :attr:`~gossip.core.Algorithm.on_loss` for this run's compressor."""
+        """The algorithm's declared :attr:`~gossip.core.Algorithm.on_loss`, once its
+        :attr:`~gossip.core.Algorithm.loss_requires` accept the run's compressor."""
         if self._policy is None:
-            self._policy = self.algorithm.loss_semantics(self._new_compressor())
+            alg = self.algorithm
+            if alg.on_loss is None:
+                raise ConfigError(
+                    f"--network: {alg.name} has no defined meaning for a lost message yet; run it "
+                    "without loss, or use one of the algorithms docs/network.md lists (gossip, "
+                    "dpsgd, choco, lead, ...)")
+            if alg.loss_requires is not None:
+                alg.loss_requires.check_compressor(self._host.block.compressor, name=alg.name)
+            self._policy = alg.on_loss
         return self._policy
 
     # -- building ------------------------------------------------------------------------------
-    def attach(self, host: Host, new_compressor: Callable[[], Any]) -> None:
-        """Bind to the process's nodes once they exist (``new_compressor`` makes the run's
-        compressor, whose algorithm's loss semantics a lost or late message follows), refusing
-        in one line what they cannot run: a free run off mpiexec or with several nodes per
-        rank, ``stale=`` where late rounds have no meaning."""
-        self._host, self._new_compressor = host, new_compressor
+    def attach(self, host: Host) -> None:
+        """Bind to the process's nodes once they exist (their compressor is the run's, which
+        the algorithm's :attr:`~gossip.core.Algorithm.loss_requires` check), refusing in one
+        line what they cannot run: a free run off mpiexec or with several nodes per rank,
+        ``stale=`` where late rounds have no meaning."""
+        self._host = host
         if self.free_run is not None:
             check_host(host)
             if not self.algorithm.asynchronous:
