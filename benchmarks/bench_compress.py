@@ -240,7 +240,7 @@ def bench_kernels(d: int, repeat: int) -> None:
     the two matrix-vector products and the rank-1 update of low-rank."""
     import numpy as np
 
-    from gossip.compress import jit
+    from gossip.compress import dispatch
 
     gen = torch.Generator()
     gen.manual_seed(0)
@@ -261,11 +261,11 @@ def bench_kernels(d: int, repeat: int) -> None:
 
     def with_jit(fn: Callable[[], object], on: bool) -> Callable[[], object]:
         def run() -> object:
-            jit.ENABLED = on
+            dispatch.JIT = on
             try:
                 return fn()
             finally:
-                jit.ENABLED = True
+                dispatch.JIT = True
         return run
 
     floors: dict[str, list[str]] = {}

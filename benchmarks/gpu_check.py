@@ -33,7 +33,7 @@ Which bytes must be equal (a difference exits 1), and which may differ (reported
   bytes (``cross``) must still agree exactly, except for low-rank (P·Qᵀ is a reduction).
 
 With ``--device cpu`` everything runs on the CPU (``--quick`` makes it take seconds): the
-"device" side then takes the torch code path that CUDA tensors take (``bits.USE_NUMPY = False``)
+"device" side then takes the torch code path that CUDA tensors take (``dispatch.NUMPY = False``)
 and the reference the numpy fast path, so the check is meaningful without a GPU too.
 
 Exit status: 0 when every required equality holds, 1 otherwise (or when a compressor raised).
@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.catalog import COMPRESSOR_SPECS  # noqa: E402
-from gossip.compress import bits, make  # noqa: E402
+from gossip.compress import dispatch, make  # noqa: E402
 from gossip.compress.base import row_stride  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.rng import Stream  # noqa: E402  (counter-based: the same draws on every device)
@@ -109,12 +109,12 @@ def decode_block(comp, block: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 @contextlib.contextmanager
 def code_path(torch_path: bool):
     """Run the compressors' torch code path on CPU tensors too (the path CUDA tensors take)."""
-    saved = bits.USE_NUMPY
-    bits.USE_NUMPY = saved and not torch_path
+    saved = dispatch.NUMPY
+    dispatch.NUMPY = saved and not torch_path
     try:
         yield
     finally:
-        bits.USE_NUMPY = saved
+        dispatch.NUMPY = saved
 
 
 # ------------------------------------------------------------------------------ 1. bytes

@@ -59,8 +59,9 @@ from collections.abc import Callable
 
 from gossip.catalog import COMPRESSOR_SPECS, PLUGIN_COMPRESSOR
 from gossip.compress.base import Compressor, Payload
-from gossip.compress.codec import Codec, reference_kernels
+from gossip.compress.codec import Codec
 from gossip.compress.dense import Bf16, Fp16, Identity
+from gossip.compress.dispatch import reference_kernels
 from gossip.compress.lowrank import LowRank
 from gossip.compress.pertensor import PerTensor
 from gossip.compress.quantize import QSGD, LeadQuantizer, Natural

@@ -15,8 +15,8 @@ Flag and code inputs are padded to ``8·⌈d/8⌉`` entries with zeros by the ca
 Bit ``i`` of a packed byte is entry ``8·byte + i`` (little-endian bit order).
 
 On the CPU the same bytes are produced with numpy's ``packbits``/``unpackbits``, which beat
-torch's CPU kernels on uint8/bool work; set ``USE_NUMPY = False`` to run the torch path
-everywhere (the tests check both give identical bytes).
+torch's CPU kernels on uint8/bool work; set ``gossip.compress.dispatch.NUMPY = False`` to run
+the torch path everywhere (the tests check both give identical bytes).
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ import sys
 import numpy as np
 import torch
 
+from gossip.compress.dispatch import numpy_path
 from gossip.errors import CompressionError
-
-USE_NUMPY = True  # numpy fast path for CPU tensors
 
 if sys.byteorder != "little":  # pragma: no cover - every torch platform we target
     raise ImportError("gossip.compress assumes a little-endian host")
@@ -119,12 +118,6 @@ def rows(packed: torch.Tensor, table: torch.Tensor, idx: torch.Tensor, out: torc
     """``out`` (n, 8) gets ``table[packed]``: 8 entries per byte from a (256, 8) table."""
     idx.copy_(packed)
     torch.index_select(table, 0, idx, out=out)
-
-
-def numpy_path(device: torch.device, dtype: torch.dtype | None = None) -> bool:
-    """Whether the numpy fast path serves tensors on ``device`` (of ``dtype``: numpy has no
-    bfloat16)."""
-    return USE_NUMPY and device.type == "cpu" and dtype is not torch.bfloat16
 
 
 def cast_into(dst: torch.Tensor, src: torch.Tensor) -> None:

@@ -24,7 +24,9 @@ compressor as hooks: the numpy twins ``_encode_host`` / ``_parse_host`` / ``_dec
 against a few µs per torch op: what dominates d ~ 10³–10⁵), and ``_fast_encode_rows`` /
 ``_fast_decode_add_rows`` for blocks. Each gives the bytes of the reference and its decoded
 values up to the rounding of the weighted add; ``tests/compress/test_kernels.py`` checks every
-registered compressor against its reference, which :func:`reference_kernels` selects.
+registered compressor against its reference, which
+:func:`gossip.compress.dispatch.reference_kernels` selects; which path serves a call is
+decided in :mod:`gossip.compress.dispatch`.
 Reductions whose value travels (sign's ‖x‖₁, QSGD's ‖x‖₂) and random draws are torch calls on
 every path, since numpy sums in another order.
 
@@ -39,14 +41,12 @@ bodies of several tensors after one header.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from gossip.compress import bits
+from gossip.compress import dispatch
 from gossip.compress import rows as _rows
 from gossip.compress.base import Compressor, Payload, _row_block
 from gossip.compress.checks import (
@@ -81,23 +81,6 @@ def _bump_public(tensors: tuple[torch.Tensor, ...]) -> None:
 
 _bump = getattr(torch._C, "_increment_version", _bump_public)
 
-_reference = False
-
-
-@contextmanager
-def reference_kernels() -> Iterator[None]:
-    """Run every compressor on its reference code only (its batch or per-tensor torch hooks,
-    blocks through the batch form or a loop over rows): no numpy twin, no fast block kernel.
-    What the kernels are checked against; a context manager (not thread-safe)."""
-    global _reference
-    saved = _reference, bits.USE_NUMPY
-    _reference, bits.USE_NUMPY = True, False
-    try:
-        yield
-    finally:
-        _reference, bits.USE_NUMPY = saved
-
-
 def _as_rows(views: dict[str, Any]) -> dict[str, Any]:
     """A single message's sections as a batch of one row ([1, count] views)."""
     return {k: v.view(1, -1) if isinstance(v, torch.Tensor) else v for k, v in views.items()}
@@ -131,7 +114,7 @@ class Codec(Compressor):
     #: sections holding a scale (a norm or a step): a received negative one is refused
     scale_sections: ClassVar[tuple[str, ...]] = ()
 
-    # numpy fast path for CPU tensors (``bits.USE_NUMPY``); None = the torch hooks serve them.
+    # numpy fast path for CPU tensors (``dispatch.NUMPY``); None = the torch hooks serve them.
     # Each works on numpy views of the message (``Plan.host_views``; the section arrays) and
     # must give the same bytes / decoded values as its torch twin.
     #: ``(plan, x, xn, generator, views) -> host parts``: ``x`` contiguous, ``xn`` its flat
@@ -314,7 +297,7 @@ class Codec(Compressor):
             x = x.detach()
         if not x.is_contiguous():
             x = x.contiguous()
-        if plan.host and self._encode_host is not None and bits.USE_NUMPY:
+        if dispatch.host_encode(self, plan):
             if out is None:
                 arr = plan.new_message()
                 buf = torch.from_numpy(arr)
@@ -334,7 +317,7 @@ class Codec(Compressor):
     def _encode_torch(
         self, plan: Plan, x: torch.Tensor, generator: torch.Generator | None, out
     ) -> Payload:
-        host = plan.cpu and bits.USE_NUMPY  # numpy only to lay out the buffer
+        host = dispatch.host_layout(plan)  # numpy only to lay out the buffer
         if host and out is None:
             buf = torch.from_numpy(plan.new_message())
         else:
@@ -356,8 +339,9 @@ class Codec(Compressor):
                     out: torch.Tensor | None = None) -> torch.Tensor:
         """The block version (contract in :meth:`Compressor.encode_rows`): the fast kernel
         when one is registered, else the reference (:meth:`_encode_rows_ref`)."""
-        if self._fast_encode_rows is not None and not _reference and X.dtype in self.fast_dtypes:
-            return self._fast_encode_rows(X, rng, out=out)
+        fast = dispatch.block_kernel(self._fast_encode_rows, X.dtype, self.fast_dtypes)
+        if fast is not None:
+            return fast(X, rng, out=out)
         return self._encode_rows_ref(X, rng, out)
 
     def _encode_rows_ref(self, X: torch.Tensor, rng: Any, out: torch.Tensor | None) -> torch.Tensor:
@@ -412,8 +396,9 @@ class Codec(Compressor):
                          rows: torch.Tensor | None = None, check: bool = True) -> torch.Tensor:
         """The block version (contract in :meth:`Compressor.decode_add_rows_`): the fast kernel
         when one is registered, else the reference (:meth:`_decode_add_rows_ref`)."""
-        if self._fast_decode_add_rows is not None and not _reference and out.dtype in self.fast_dtypes:
-            return self._fast_decode_add_rows(out, block, weight, rows=rows, check=check)
+        fast = dispatch.block_kernel(self._fast_decode_add_rows, out.dtype, self.fast_dtypes)
+        if fast is not None:
+            return fast(out, block, weight, rows=rows, check=check)
         return self._decode_add_rows_ref(out, block, weight, rows, check)
 
     def _decode_add_rows_ref(self, out: torch.Tensor, block: torch.Tensor, weight: Any,
@@ -522,8 +507,9 @@ class Codec(Compressor):
         write each chunk's body straight into its place in ``out`` (a reused [m, n, ≥body]
         uint8 tensor, e.g. a sender's staging rows), with no whole message in between; the
         reference encodes whole messages and cuts them."""
-        if self._fast_encode_split_rows is not None and not _reference:
-            return self._fast_encode_split_rows(X, n, out=out)
+        fast = dispatch.block_kernel(self._fast_encode_split_rows)
+        if fast is not None:
+            return fast(X, n, out=out)
         return self.split_rows(self.encode_rows(X), X[0], n, out=out)
 
     def _split_out(self, X: torch.Tensor, n: int, out: torch.Tensor | None) -> torch.Tensor:
@@ -543,8 +529,9 @@ class Codec(Compressor):
         The bodies are not validated (rows this process's routing carried between its own
         encoders, as ``check=False``); the fast kernels read them where they lie, the
         reference frames them again and decodes every row."""
-        if self._fast_decode_bodies is not None and not _reference:
-            return self._fast_decode_bodies(bodies, out)
+        fast = dispatch.block_kernel(self._fast_decode_bodies)
+        if fast is not None:
+            return fast(bodies, out)
         msgs = self._framed_bodies(bodies, out)
         for r in range(out.shape[0]):
             self.decode(self.from_bytes(msgs[r], out[r]), out=out[r])
@@ -553,8 +540,9 @@ class Codec(Compressor):
     def decode_add_bodies_(self, out: torch.Tensor, bodies: torch.Tensor) -> torch.Tensor:
         """``out[r] += decode`` of the body ``bodies[r]``: :meth:`decode_bodies` added, bit for
         bit ``decode_add_rows_`` of the framed messages (weight 1)."""
-        if self._fast_decode_add_bodies is not None and not _reference:
-            return self._fast_decode_add_bodies(out, bodies)
+        fast = dispatch.block_kernel(self._fast_decode_add_bodies)
+        if fast is not None:
+            return fast(out, bodies)
         return self.decode_add_rows_(out, self._framed_bodies(bodies, out), check=False)
 
     def body_views(self, bodies: torch.Tensor, out: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -679,7 +667,7 @@ class Codec(Compressor):
         """
         buf = as_message(buf, self.spec)
         plan = self.plan(like)
-        if plan.cpu and buf.is_cpu and bits.USE_NUMPY:
+        if dispatch.host_parse(plan, buf):
             bn = buf.numpy()
             if bn.size != plan.nbytes or bn[:HEADER_NBYTES].tobytes() != plan.header:
                 self._check_header(buf, like, plan)

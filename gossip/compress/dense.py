@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from gossip.compress import dispatch
 from gossip.compress import rows as _rows
 from gossip.compress.checks import all_finite, check_scalar, no_grad, nonfinite
 from gossip.compress.codec import Codec
@@ -79,7 +80,7 @@ class Identity(Codec):
             for r, t in enumerate(tgt.tolist()):
                 out[t].add_(vals[r], alpha=1.0 if w is None else float(w[r, 0]))
             return out
-        host = _rows.host_decode(self, out)
+        host = dispatch.host_decode(self, out)
         tmp = None if not host else _rows.scratch(self, "prod", tuple(vals.shape), out.dtype, out.device)
         _rows.add_rows_(out, None if rows is None else tgt, vals, w, fused=not host, tmp=tmp)
         return out
@@ -179,7 +180,7 @@ class Cast(Codec):
     @no_grad
     def _fast_encode_rows(self, X, rng=None, *, out=None):
         """Vectorized: a per-row ``aminmax`` as the check, one cast-copy into the sections."""
-        if not _rows.batch_encode(X):
+        if not dispatch.batch_encode(X):
             return self._encode_rows_ref(X, rng, out)
         plan, X, block = _rows.start_encode(self, X, out)
         self._check_range_rows(X)

@@ -10,7 +10,8 @@ multiply-add where torch's CPU kernels use one, :func:`gossip.compress.jit.torch
 so a model's whole update ``x ← x + α·(mix)`` is one pass too, in place. The
 kernel also reports which rows of the result are finite, which is what lets a receiver skip a
 separate pass over every dense message to look for NaN/Inf (a non-finite term always makes the
-sum non-finite). Without numba (or off CPU) callers keep the numpy/torch path.
+sum non-finite). Without numba (or off CPU) callers keep the numpy/torch path: where the
+kernel serves is :func:`gossip.compress.dispatch.fused_mix`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossip.compress import jit
+from gossip.compress import dispatch, jit
 
 CHUNK_ENTRIES = 1 << 14
 """Entries summed at a time over all rows (64 KiB of float32: the partial sums stay in L2)."""
@@ -28,17 +29,7 @@ CHUNK_ENTRIES = 1 << 14
 
 def kernel() -> Any:
     """The numba kernel (:mod:`gossip.compress.jit`'s ``mix``), None without numba."""
-    return jit.get("mix")
-
-
-def usable(out: torch.Tensor, alpha: float | None = None) -> bool:
-    """Whether :func:`mix_rows_` serves ``out``: a CPU float32/float64 [m, d] tensor numpy can
-    write, with contiguous rows, when numba is there (and, with ``alpha``, when the kernel
-    can round ``out + alpha·sum`` as torch does here)."""
-    return (out.device.type == "cpu" and out.dtype in (torch.float32, torch.float64)
-            and out.dim() == 2 and out.stride(1) == 1 and not out.requires_grad
-            and kernel() is not None
-            and (alpha is None or _alpha_mode(out.numpy().dtype.type) != 0))
+    return dispatch.jit_kernel("mix")
 
 
 def _alpha_mode(dtype: Any) -> int:

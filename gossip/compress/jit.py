@@ -3,8 +3,9 @@ live in :mod:`gossip.compress.jitkernels`, imported on first use (numba's import
 and the kernels compiled once into numba's on-disk cache, then loaded from it).
 
 Each kernel has a numpy/torch twin that gives the same bytes: the callers run the twin when
-:func:`get` returns None (numba missing, or :data:`ENABLED` off, which the tests use to
-compare both paths). CUDA tensors never come here: their path is pure torch.
+:func:`gossip.compress.dispatch.jit_kernel` returns None (numba missing, ``dispatch.JIT``
+off, which the tests use to compare both paths, or a message below its size threshold).
+CUDA tensors never come here: their path is pure torch.
 
 * ``topk_candidates``: one pass over the float bits of x (no ``|x|`` array, no mask): the
   indices whose ``|x_i|`` reaches a threshold, every NaN/Inf among them. Top-k's exact
@@ -29,17 +30,13 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-#: run the numba kernels where they serve (False: every caller takes its numpy/torch twin)
-ENABLED = True
-
 _kernels: Any = None  # the module gossip.compress.jitkernels; False when numba is not there
 
 
 def get(name: str) -> Any:
     """The kernel ``name`` of :mod:`.jitkernels` (imported on first use), or None without
-    numba or when :data:`ENABLED` is off."""
-    if not ENABLED:
-        return None
+    numba. Callers ask :func:`gossip.compress.dispatch.jit_kernel`, which applies the switch
+    and the size threshold."""
     global _kernels
     if _kernels is None:
         try:
@@ -49,11 +46,6 @@ def get(name: str) -> Any:
             _kernels = False
     return getattr(_kernels, name) if _kernels else None
 
-
-#: single messages of at least this many entries are encoded by a kernel (shorter ones by
-#: numpy's calls: the kernel gains little there, and a process that never meets a long row
-#: never pays numba's import)
-JIT_FROM = 1 << 12
 
 #: entries of x flagged at a time by ``topk_candidates`` (its flags stay in L1)
 TOPK_CHUNK = 2048

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossip.compress import bits
+from gossip.compress import dispatch
 from gossip.compress.base import Compressor, Payload
 from gossip.compress.checks import check_dtype, check_generator, no_grad, quiet
 from gossip.compress.codec import Codec, _check_out
@@ -113,7 +113,7 @@ class PerTensor(Compressor):
 
     def _host_plan(self, flat: torch.Tensor) -> _HostPlan | None:
         """The numpy-path plan for CPU float32/float64 messages, else None."""
-        if not (flat.is_cpu and bits.USE_NUMPY and flat.dtype in (torch.float32, torch.float64)):
+        if not dispatch.host_tensor(flat):
             return None
         hp = self._hosts.get(flat.dtype)
         if hp is None:

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gossip.compress import bits, jit
+from gossip.compress import bits, dispatch, jit
 from gossip.compress import rows as _rows
 from gossip.compress.checks import check_scalar, nonfinite, quiet, tame
 from gossip.compress.codec import Codec
@@ -99,7 +99,7 @@ class LevelQuantizer(Codec):
         path lazy per-row draws (each row hashed chunk by chunk as it is encoded), else one
         batched hash pass."""
         d = X[0].numel()
-        if bits.numpy_path(X.device) and X.dtype in _NP_FLOAT:
+        if dispatch.numpy_path(X.device) and X.dtype in _NP_FLOAT:
             return [PreDrawn(draw16=dr) for dr in rng.draw16(d)]
         b = rng.bits16(d, X.device)
         return [PreDrawn(bits16=b[r : r + 1]) for r in range(X.shape[0])]
@@ -182,14 +182,14 @@ class LevelQuantizer(Codec):
     def _encode_jit(self, xn: np.ndarray, draw, nv: float, out: np.ndarray) -> bool:
         """The codes of :meth:`_encode_host`'s loop by the numba kernel ``level_codes``
         (:mod:`.jit`: hash, dither, levels, codes and planes in one pass over x); False where
-        it does not serve (no numba, fewer than ``jit.JIT_FROM`` entries, widths of 8 and
+        it does not serve (no numba, too few entries (:func:`.dispatch.jit_kernel`), widths of 8 and
         more, lanes given rather than keyed, a norm below 1e-30 or not finite, torch's
         ``add(alpha=)`` rounding not identified): the caller runs the loop."""
         key = draw.key
         if (self.width >= 8 or key is None or not (nv == 0 or 1e-30 <= nv < math.inf)
-                or xn.dtype.type not in (np.float32, np.float64) or xn.size < jit.JIT_FROM):
+                or xn.dtype.type not in (np.float32, np.float64)):
             return False
-        fn = jit.get("level_codes")
+        fn = dispatch.jit_kernel("level_codes", xn.size)
         mode = jit.torch_rounding("add_alpha", xn.dtype.type) if fn is not None else 0
         if mode == 0:
             return False
@@ -285,21 +285,21 @@ class LevelQuantizer(Codec):
             bad = _rows.value_mask(self, {"scale": scale}, bad)
             bad = bad | (lo < self.offset - self.s) | (hi > self.offset + self.s)
             _rows.bad_row(self, out, block, tgt, bad, "codes outside the levels")
-        if (_rows.host_decode(self, out) and d >= _rows.LOOP_FROM
+        if (dispatch.host_decode(self, out) and dispatch.loop_rows(d)
                 and isinstance(codes, np.ndarray)):
             step = scale if w is None else scale * w.to(out.dtype)
             self._add_codes_chunked(out.numpy(), t, codes, step.numpy())
             return out
         vals = _rows.scratch(self, "vals", (m, d), out.dtype, out.device)
-        if bits.numpy_path(out.device):
+        if dispatch.numpy_path(out.device):
             np.copyto(vals.numpy(), codes, casting="unsafe")
         else:
             vals.copy_(codes)
         vals.sub_(self.offset)  # exact
         contiguous = out.stride(1) == 1 or d == 1
-        if _rows.host_decode(self, out) or contiguous:  # q·w in the dtype: one product
+        if dispatch.host_decode(self, out) or contiguous:  # q·w in the dtype: one product
             step = scale if w is None else scale * w.to(out.dtype)
-            if _rows.host_decode(self, out):  # numpy: out += (c − o)·(q·w), rounded twice
+            if dispatch.host_decode(self, out):  # numpy: out += (c − o)·(q·w), rounded twice
                 _rows.add_rows_(out, t, vals.mul_(step), None, fused=False)
             else:  # torch: out.addcmul_(c − o, q·w)
                 _rows.add_rows_(out, t, vals, step, fused=True)
@@ -314,11 +314,11 @@ class LevelQuantizer(Codec):
         (:mod:`.jit`), row after row, after every row's checks passed (header, scale, codes
         within the levels: a bad row leaves ``out`` untouched and returns False, so the caller
         raises its error); False where the kernel does not serve (no numba, widths of 8 and
-        more, rows shorter than ``rows.LOOP_FROM``, the torch path)."""
+        more, rows too short for :func:`.dispatch.loop_rows`, the torch path)."""
         d = out.shape[1]
-        if self.width >= 8 or d < _rows.LOOP_FROM or not _rows.host_decode(self, out):
+        if self.width >= 8 or not dispatch.loop_rows(d) or not dispatch.host_decode(self, out):
             return False
-        fn = jit.get("level_add")
+        fn = dispatch.jit_kernel("level_add")
         if fn is None:
             return False
         m, n8 = block.shape[0], bits.nbytes_bits(d)
@@ -363,7 +363,7 @@ class LevelQuantizer(Codec):
         and maxima (tensors). numpy path: a numpy array; torch path: a tensor."""
         m, w = packed.shape[0], self.width
         n8 = bits.nbytes_bits(d)
-        if bits.numpy_path(packed.device):
+        if dispatch.numpy_path(packed.device):
             pn = packed.numpy()
             dt = bits.host_code_dtype(w)
             codes = _rows.scratch(self, "codes", (m, d), _TORCH_INT[dt], packed.device).numpy()

@@ -11,7 +11,8 @@ and the ``row`` attribute are exactly those of the default loop).
 
 Bit equality with the per-row methods is the contract. Where it depends on the path the
 single-message ``decode_add_`` takes (the numpy host path rounds ``w·v`` before the add, the
-torch path fuses ``out + w·v``), :func:`host_decode` says which one a row would take.
+torch path fuses ``out + w·v``), :func:`gossip.compress.dispatch.host_decode` says which one
+a row would take.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 import torch
 
-from gossip.compress import bits
+from gossip.compress import bits, dispatch
 from gossip.compress.base import _row_block
 from gossip.compress.wire import HEADER_NBYTES, Plan
 from gossip.errors import CompressionError
@@ -34,21 +35,6 @@ GRAIN_SIZE = 32768
 def is_block(X: Any) -> bool:
     """A 2-D tensor with at least one row and one column (others take the default loop)."""
     return isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[0] > 0 and X.shape[1] > 0
-
-
-#: CPU rows of at least this many entries encode faster one at a time through the
-#: single-message path (numpy, in cache-sized chunks) than through the batched torch ops
-LOOP_FROM = 1 << 15
-
-
-def batch_encode(X: Any) -> bool:
-    """Whether a vectorized ``encode_rows`` should batch ``X``; else the per-row loop, which
-    gives the same bytes. On CPU a single row, or rows of at least :data:`LOOP_FROM` entries,
-    go through the loop: the single-message encoders of top-k, sign and fp16/bf16 are numpy
-    code working in cache-sized chunks, cheaper per entry than their batched torch twins, which
-    only win on short rows, where per-call overhead dominates. Under MPI with one node per rank
-    every block is a single row."""
-    return is_block(X) and not (X.is_cpu and (X.shape[0] == 1 or X.shape[1] >= LOOP_FROM))
 
 
 def start_encode(comp: Any, X: torch.Tensor, out: torch.Tensor | None) -> tuple[Plan, torch.Tensor, torch.Tensor]:
@@ -214,20 +200,6 @@ def value_mask(comp: Any, views: dict[str, torch.Tensor], bad: torch.Tensor) -> 
     return bad
 
 
-def host_decode(comp: Any, out: torch.Tensor) -> bool:
-    """Whether the single-message ``decode_add_`` of a row of ``out`` takes the numpy path
-    (``Codec.decode_add_``: a host payload and an ``out`` numpy can write)."""
-    return (
-        bits.USE_NUMPY
-        and out.is_cpu
-        and out.dtype in (torch.float32, torch.float64)
-        and type(comp)._decode_add_host is not None
-        and comp._parse_mode != 2
-        and not out.requires_grad
-        and (out.stride(1) == 1 or out.shape[1] == 1)
-    )
-
-
 def scratch(comp: Any, tag: str, shape: tuple[int, int], dtype: torch.dtype,
             device: torch.device) -> torch.Tensor:
     """A [m, d] workspace temporary (reused memory: no first-touch page faults)."""
@@ -244,7 +216,7 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
     ``out``'s dtype, as numpy multiplies a float32 array by a Python float). ``w`` None: plain
     ``out += vals``. ``tmp``: a [m, d] scratch for ``w·vals``."""
     m = vals.shape[0]
-    if (not fused and w is not None and vals.shape[1] >= _CHUNKED_FROM and out.is_cpu and vals.is_cpu
+    if (not fused and w is not None and dispatch.chunked_add(vals.shape[1]) and out.is_cpu and vals.is_cpu
             and out.stride(1) == 1 and vals.stride(1) == 1 and out.dtype == vals.dtype
             and out.dtype in (torch.float32, torch.float64)):
         _add_rows_chunked(out, tgt, vals, w)
@@ -262,7 +234,7 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
         prod = vals if w is None else _product(vals, w, out.dtype, tmp)
         out.index_add_(0, tgt, prod)  # row after row (a repeated target adds in order)
         return
-    if vals.shape[1] >= LOOP_FROM:  # long rows: in place, one row after another (no copies)
+    if dispatch.loop_rows(vals.shape[1]):  # long rows: in place, one row after another (no copies)
         wd = w.to(out.dtype)
         for r, t in enumerate(tgt.tolist()):
             out[t : t + 1].addcmul_(vals[r : r + 1], wd[r : r + 1])
@@ -293,10 +265,9 @@ def _product(vals: torch.Tensor, w: torch.Tensor, dtype: torch.dtype,
     return prod if prod.dtype == dtype else prod.to(dtype)
 
 
-_CHUNKED_FROM = 1 << 15
 _CHUNK = 1 << 17
-"""Rows of at least ``_CHUNKED_FROM`` entries are multiplied and added ``_CHUNK`` entries at a
-time, the product staying in cache (2¹⁷ float32 entries, 512 KiB: small enough for the cache,
+"""Rows long enough for :func:`gossip.compress.dispatch.chunked_add` are multiplied and added
+``_CHUNK`` entries at a time, the product staying in cache (2¹⁷ float32 entries, 512 KiB: small enough for the cache,
 large enough to keep the numpy calls per row few)."""
 
 
@@ -335,7 +306,7 @@ def pack_rows(flags: torch.Tensor, d: int, out: torch.Tensor) -> None:
     """Pack every row of ``flags`` ([m, ≥d] bool; only the first d columns are read, the
     padding bits are 0) into ``out`` ([m, ⌈d/8⌉] uint8 view), bit i of byte j = entry 8j+i."""
     m, n8 = out.shape
-    if bits.numpy_path(flags.device):
+    if dispatch.numpy_path(flags.device):
         import numpy as np
 
         out.numpy()[:] = np.packbits(flags[:, :d].numpy(), axis=1, bitorder="little")
@@ -364,7 +335,7 @@ def unpack_bits(packed: torch.Tensor, d: int) -> torch.Tensor:
 
 def unpack_rows(packed: torch.Tensor, d: int) -> torch.Tensor:
     """[m, d] uint8 0/1 from the packed rows ``packed`` ([m, ⌈d/8⌉])."""
-    if bits.numpy_path(packed.device):
+    if dispatch.numpy_path(packed.device):
         import numpy as np
 
         return torch.from_numpy(np.unpackbits(packed.numpy(), axis=1, count=d, bitorder="little"))

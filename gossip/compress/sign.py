@@ -8,14 +8,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gossip.compress import bits, jit
+from gossip.compress import bits, dispatch, jit
 from gossip.compress import rows as _rows
 from gossip.compress.checks import check_scalar, no_grad, quiet, tame
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
 
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
-_TABLE_FROM = 1 << 18  # above this many entries the table gather (one pass) decodes faster
 _CHUNK = 1 << 16  # entries per chunk of the long-row decode-add (a multiple of 64; in cache)
 class ScaledSign(Codec):
     """``C(x) = (‖x‖₁/d)·sign(x)`` with sign(0) = +1 (−0.0 included).
@@ -71,7 +70,7 @@ class ScaledSign(Codec):
         # the norm by torch on both paths: numpy sums in another order (other bytes)
         xf = x if x.dim() == 1 else torch.from_numpy(xn)
         scratch, absx = self.ws.pair("abs", xn.size, x.dtype)
-        fn = jit.get("sign_bits") if self.abs_norm and xn.size >= jit.JIT_FROM else None
+        fn = dispatch.jit_kernel("sign_bits", xn.size) if self.abs_norm else None
         if fn is not None:  # |x| and the bits in one pass; torch sums |x| as _norm does
             fn(xn, absx, v["bits"], self.ws.host("jit.flags", jit.SIGN_CHUNK, torch.uint8))
             norm = scratch.sum(dtype=_accumulator(x.dtype))
@@ -90,7 +89,7 @@ class ScaledSign(Codec):
 
     def _decode_host(self, host, out: np.ndarray) -> None:
         scale = host["scale"][0]
-        if out.size > _TABLE_FROM:
+        if dispatch.table_decode(out.size):
             self._expand_table(host, torch.from_numpy(out))
         elif tame(scale):
             _expand_host(host["bits"], scale, out)
@@ -101,7 +100,7 @@ class ScaledSign(Codec):
     def _decode_add_host(self, host, out: np.ndarray, weight: float) -> None:
         scale = host["scale"][0]
         tmp = self.ws.host("decode_add", out.size, _TORCH_OF[out.dtype.type])
-        if out.size > _TABLE_FROM:
+        if dispatch.table_decode(out.size):
             tt = torch.from_numpy(tmp)
             self._expand_table(host, tt)
             torch.from_numpy(out).add_(tt, alpha=weight)
@@ -147,7 +146,7 @@ class ScaledSign(Codec):
     @no_grad
     def _fast_encode_rows(self, X, rng=None, *, out=None):
         """Vectorized: the row norms (:meth:`_norm_rows`), the scales, ``X < 0`` packed per row."""
-        if not _rows.batch_encode(X):
+        if not dispatch.batch_encode(X):
             return self._encode_rows_ref(X, rng, out)
         plan, X, block = _rows.start_encode(self, X, out)
         m, d = X.shape
@@ -173,8 +172,8 @@ class ScaledSign(Codec):
                           "bad row")
         m = block.shape[0]
         t = None if rows is None else tgt
-        numpy_rounding = _rows.host_decode(self, out) and d <= _TABLE_FROM
-        if out.is_cpu and d >= _rows.LOOP_FROM and out.stride(1) == 1:
+        numpy_rounding = dispatch.host_decode(self, out) and not dispatch.table_decode(d)
+        if dispatch.loop_decode(out) and out.stride(1) == 1:
             self._add_rows_chunked(out, t, _rows.section(block, plan, "bits"), scale, w,
                                    numpy_rounding)
             return out
@@ -224,7 +223,7 @@ class ScaledSign(Codec):
         per row: ``out += ±factor`` (``wd`` None), else ``out.addcmul_(±factor, wd)`` as
         torch rounds it here (:func:`.jit.torch_rounding`); False without numba, or where that
         rounding is not identified."""
-        fn = jit.get("sign_add")
+        fn = dispatch.jit_kernel("sign_add")
         if fn is None:
             return False
         on, pn = out.numpy(), packed.numpy()

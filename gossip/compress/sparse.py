@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from gossip.compress import bits, jit
+from gossip.compress import bits, dispatch, jit
 from gossip.compress import rows as _rows
 from gossip.compress.checks import all_finite, check_scalar, no_grad, nonfinite
 from gossip.compress.codec import Codec
@@ -78,13 +78,12 @@ class _KSparse(Codec):
         int32 indices, left as they are, or int64 ones, which may be overwritten; a row's
         indices distinct), with a single message's rounding."""
         m, d = vals.shape[0], out.shape[1]
-        if (out.is_contiguous() and out.is_cpu and out.dtype in (torch.float32, torch.float64)
-                and not out.requires_grad):
+        if dispatch.numpy_writable(out):
             # numpy's unbuffered add.at adds in index order (a repeated target row adds in row
             # order), as a serial index_add_ does, with a third of torch's per-call cost
             on, vn = out.numpy().reshape(-1), vals.numpy()
             add = vn if w is None else vn * w.numpy().astype(vn.dtype).reshape(m, 1)
-            if d >= _rows.LOOP_FROM:  # long rows: a gather, add and scatter per row (a row's
+            if dispatch.loop_rows(d):  # long rows: a gather, add and scatter per row (a row's
                 o2, sn = out.numpy(), sel.numpy()  # indices are distinct), ~10x add.at
                 for r, t in enumerate(tgt.tolist()):
                     o2[t, sn[r]] += add[r]
@@ -227,7 +226,7 @@ class TopK(_KSparse):
     def _indices_ge(self, a: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """Increasing int64 indices of ``a >= t`` (host sync on CUDA: variable size)."""
         mask = self.ws.get("mask", a.numel(), torch.bool, a.device)
-        if bits.numpy_path(a.device, a.dtype):  # numpy's greater_equal/flatnonzero beat torch's
+        if dispatch.numpy_path(a.device, a.dtype):  # numpy's greater_equal/flatnonzero beat torch's
             np.greater_equal(a.numpy(), float(t), out=mask.numpy())
             return torch.from_numpy(np.flatnonzero(mask.numpy()))
         torch.ge(a, t, out=mask)
@@ -274,7 +273,7 @@ class TopK(_KSparse):
         d = xn.size
         if d < self.sample_min_d or 8 * k > d or xn.dtype.type not in _BITS_OF:
             return None
-        fn = jit.get("topk_candidates")
+        fn = dispatch.jit_kernel("topk_candidates")
         if fn is None:
             return None
         ints = xn.view(_BITS_OF[xn.dtype.type])
@@ -295,7 +294,7 @@ class TopK(_KSparse):
         if c < k:  # the sample was unlucky (or adversarial)
             return None
         sel = np.empty(k, np.int64)
-        jit.get("topk_keep")(cand, ca, np.partition(ca, c - k)[c - k], k, sel)
+        dispatch.jit_kernel("topk_keep")(cand, ca, np.partition(ca, c - k)[c - k], k, sel)
         return sel
 
     def _select_host(self, a: np.ndarray, k: int) -> np.ndarray:
@@ -399,7 +398,7 @@ class TopK(_KSparse):
         sorted. Rows with a tie there keep every entry above the k-th value and the first ones
         equal to it (a cumulative count): the set and order of :meth:`select`. The largest
         magnitude doubles as the NaN/Inf check, so the common case costs one host sync."""
-        if not _rows.batch_encode(X):
+        if not dispatch.batch_encode(X):
             return self._encode_rows_ref(X, rng, out)
         plan, X, block = _rows.start_encode(self, X, out)
         m, d = X.shape
@@ -508,7 +507,7 @@ def _bitmap_indices(bm: torch.Tensor, d: int, k: int) -> torch.Tensor:
     first d), increasing in each row. On CPU numpy's nonzero on a bool view (cheaper than on
     uint8)."""
     m = bm.shape[0]
-    if bits.numpy_path(bm.device):
+    if dispatch.numpy_path(bm.device):
         flags = np.unpackbits(bm.numpy(), axis=1, count=d, bitorder="little")
         pos = np.flatnonzero(flags.view(bool)).reshape(m, k)
         pos -= np.arange(0, m * d, d, dtype=pos.dtype)[:, None]
@@ -526,7 +525,7 @@ def _top_k_plus_one(A: torch.Tensor, k: int) -> tuple[torch.Tensor, np.ndarray, 
     m, d = A.shape
     if A.is_cpu:
         a = A.numpy()
-        kernel = jit.get("topk_rows") if 8 * (k + 1) <= d else None
+        kernel = dispatch.topk_rows_kernel(k, d)
         if kernel is not None:
             top, stats = np.empty((m, k), np.int64), np.empty((m, 3), a.dtype)
             kernel(a, k, top, stats)

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
-from gossip.compress import Compressor
+from gossip.compress import Compressor, dispatch
 from gossip.compress import fused as _fused
 from gossip.compress.base import row_stride
 from gossip.compress.checks import unchecked
-from gossip.compress.rows import LOOP_FROM, header_int64, host_decode, section
+from gossip.compress.rows import header_int64, section
 from gossip.core.cache import IdentityCache
 from gossip.core.routing import ArcPlan, MixPlan
 from gossip.core.staging import ALIGN, PackedParts, PackedRows, Rows, message_buffer, pack_header
@@ -373,7 +373,7 @@ class Block:
         if own is not None:
             w_own = plan.self_weight if own_weight is None else own_weight
             w_own = w_own * scale if scale != 1.0 else w_own
-        if self._dense_kernel(comp, out, alpha):
+        if dispatch.dense_mix(comp, out, alpha):
             if copy is not None:
                 self._decode_add(comp, copy, own.mine(), 1.0, None, None)
             return self._mix_dense(out, own, inbox, w_own, plan, scale, add, alpha)
@@ -430,19 +430,13 @@ class Block:
         0..k−1), in order. Long CPU rows go one message at a time from views of the staging
         rows: gathering them first would copy every message once per receiver (most of an
         exact gossip round at d = 10⁶), and a batched decode gains nothing on rows that long."""
-        if span is not None or not (out.is_cpu and out.shape[1] >= LOOP_FROM):
+        if span is not None or not dispatch.loop_decode(out):
             self._decode_add(comp, out, inbox.gather(src, span), w, dst, src)
             return
         targets = dst if dst is not None else torch.arange(src.numel(), device=src.device)
         for i, s in enumerate(src.tolist()):
             self._decode_add(comp, out, inbox.gather(src[i : i + 1], slice(s, s + 1)), w[i : i + 1],
                              targets[i : i + 1], src[i : i + 1])
-
-    def _dense_kernel(self, comp: Any, out: torch.Tensor, alpha: float | None = None) -> bool:
-        """Whether dense messages mix into ``out`` by the fused kernel: long CPU rows the numpy
-        path would otherwise add one pass per term (the kernel gives its bits)."""
-        return (getattr(comp, "sends_values_in_place", False) and out.shape[-1] >= LOOP_FROM
-                and out.dim() == 2 and _fused.usable(out, alpha) and host_decode(comp, out))
 
     def _mix_dense(self, out: torch.Tensor, own: Rows | None, inbox: Rows,
                    w_own: torch.Tensor | None, plan: MixPlan, scale: float, add: bool,
@@ -490,7 +484,7 @@ class Block:
         if not remote or rows.compressor is None:
             return
         if (type(rows) is Rows and rows.like is not None
-                and self._dense_kernel(rows.compressor, rows.like.view(1, -1))):
+                and dispatch.dense_mix(rows.compressor, rows.like.view(1, -1))):
             rows.pending = lambda: self._check_received(rows)
             return
         self._check_received(rows)

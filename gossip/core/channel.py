@@ -72,7 +72,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import increment_version
 
-from gossip.compress import jit
+from gossip.compress import dispatch, jit
 from gossip.core.cache import IdentityCache
 from gossip.core.routing import ArcPlan, MixPlan, RowSums
 from gossip.errors import ConfigError
@@ -459,8 +459,8 @@ class _WideMix:
         self.term = torch.empty((m, x.shape[1]), dtype=self.wide, device=device)
         self._out: tuple[torch.Tensor, torch.Tensor] | None = None
         self.kernel = None  # the numba kernel, for long float32 rows on the CPU
-        if device.type == "cpu" and x.dtype == torch.float32 and x.shape[1] >= jit.JIT_FROM:
-            self.kernel = jit.get("wide_gap")
+        if device.type == "cpu" and x.dtype == torch.float32 and dispatch.jit_long(x.shape[1]):
+            self.kernel = dispatch.jit_kernel("wide_gap")
             every = torch.arange(m, device=device)
             src = torch.cat([p for p, _, _ in self.slots] or [every[:0]])
             dst = torch.cat([every if d is None else d for _, d, _ in self.slots] or [every[:0]])

@@ -126,7 +126,7 @@ def test_onebit_lamb_equals_reference(codec, wd):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_sign_l2_compressor_keeps_the_norm_and_matches_the_torch_path(dtype, monkeypatch):
-    from gossip.compress import bits, make
+    from gossip.compress import dispatch, make
 
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(2000, generator=gen, dtype=dtype)
@@ -136,7 +136,7 @@ def test_sign_l2_compressor_keeps_the_norm_and_matches_the_torch_path(dtype, mon
     torch.testing.assert_close(y.norm(), x.norm(), rtol=1e-5, atol=0)
     assert torch.equal(torch.sign(y), torch.where(x < 0, -1.0, 1.0).to(dtype))
     assert host.numel() == make("sign").encode(x).to_bytes().numel()
-    monkeypatch.setattr(bits, "USE_NUMPY", False)
+    monkeypatch.setattr(dispatch, "NUMPY", False)
     assert torch.equal(c.encode(x).to_bytes(), host)
     # not contractive: on a 10-sparse vector in R^2000 the relative error is
     # √(2 − 2‖x‖₁/(√d‖x‖)) ≥ √(2 − 2√(10/2000)) ≈ 1.36 (ℓ1 scale: below 1)

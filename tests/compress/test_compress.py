@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from gossip.compress import bits, make
+from gossip.compress import dispatch, make
 from gossip.compress.sparse import sample_distinct
 from gossip.errors import CompressionError
 from gossip.layout import Layout
@@ -325,7 +325,7 @@ def test_topk_torch_path_matches_numpy_path(monkeypatch):
     x = torch.randn(150_000, generator=gen(2))
     x[::1000] = 5.0  # some ties
     ref = [make(s).encode(x).to_bytes() for s in ("topk:0.01", "topk:0.2")]
-    monkeypatch.setattr(bits, "USE_NUMPY", False)
+    monkeypatch.setattr(dispatch, "NUMPY", False)
     got = [make(s).encode(x).to_bytes() for s in ("topk:0.01", "topk:0.2")]
     assert all(torch.equal(a, b) for a, b in zip(ref, got, strict=True))
 
@@ -397,7 +397,7 @@ def test_torch_path_matches_numpy_path(spec, monkeypatch):
     x[::11] = 0.0
     ref = make(spec).encode(x, gen())
     ref_y = make(spec).decode(ref)
-    monkeypatch.setattr(bits, "USE_NUMPY", False)
+    monkeypatch.setattr(dispatch, "NUMPY", False)
     c = make(spec)
     got = c.encode(x, gen())
     assert torch.equal(ref.to_bytes(), got.to_bytes())

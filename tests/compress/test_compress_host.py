@@ -1,4 +1,4 @@
-"""The numpy fast path for CPU tensors (``bits.USE_NUMPY``) against the torch path (what CUDA
+"""The numpy fast path for CPU tensors (``dispatch.NUMPY``) against the torch path (what CUDA
 runs): the same bytes, the same decoded values, the same errors, no stray warnings; plus the
 bit-plane packing, top-k ties, payload views, autograd and the rand-k index cache."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gossip.compress import bits, make, sparse
+from gossip.compress import bits, dispatch, make, sparse
 from gossip.compress.checks import Workspace
 from gossip.compress.sparse import sample_distinct
 from gossip.errors import CompressionError
@@ -47,9 +47,9 @@ def gen(seed: int = 3) -> torch.Generator:
 def both_paths(fn, monkeypatch):
     """``fn()`` on the numpy path, then on the torch path."""
     a = fn()
-    monkeypatch.setattr(bits, "USE_NUMPY", False)
+    monkeypatch.setattr(dispatch, "NUMPY", False)
     b = fn()
-    monkeypatch.setattr(bits, "USE_NUMPY", True)
+    monkeypatch.setattr(dispatch, "NUMPY", True)
     return a, b
 
 
@@ -64,12 +64,12 @@ def test_pack_codes_numpy_matches_torch(width, d):
     padded[:d] = torch.from_numpy(codes.astype(np.int32 if width > 8 else np.uint8))
     ws = Workspace()
     ref = torch.zeros(bits.packed_nbytes(d, width), dtype=torch.uint8)
-    old = bits.USE_NUMPY
+    old = dispatch.NUMPY
     try:
-        bits.USE_NUMPY = False
+        dispatch.NUMPY = False
         bits.pack_codes(padded, width, ref, ws, torch.device("cpu"))
     finally:
-        bits.USE_NUMPY = old
+        dispatch.NUMPY = old
     got = np.full(ref.numel(), 0xAB, dtype=np.uint8)  # garbage: every byte must be written
     bits.pack_codes_np(codes.astype(bits.host_code_dtype(width)), width, got, ws)
     assert np.array_equal(got, ref.numpy())
@@ -354,7 +354,7 @@ def test_every_byte_is_written(spec, layout, monkeypatch):
     if spec.startswith("lowrank") and layout is None:
         x = x.view(3, 687)
     for use_numpy in (True, False):
-        monkeypatch.setattr(bits, "USE_NUMPY", use_numpy)
+        monkeypatch.setattr(dispatch, "NUMPY", use_numpy)
         got = []
         for fill in (0x00, 0xFF):
             c = make(spec, layout=layout)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip.compress import bits, jit, make
-from gossip.compress import rows as _rows
+from gossip.compress import dispatch, make
 from gossip.compress.base import row_stride
 from gossip.errors import CompressionError
 from tests.helpers.compressor_specs import concrete_specs
@@ -131,7 +130,7 @@ WEIGHTS = torch.tensor([1.0, 0.3, -0.7, 1 / 3, 2.5, 1e-3], dtype=torch.float64)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("spec", SPECS)
 def test_decode_add_rows_equals_decode_add(spec, dtype, numpy_path, monkeypatch):
-    monkeypatch.setattr(bits, "USE_NUMPY", numpy_path)
+    monkeypatch.setattr(dispatch, "NUMPY", numpy_path)
     c = make(spec)
     if c.stateful:
         pytest.skip("stateful: refuses blocks")
@@ -245,7 +244,7 @@ def expect_row_error(c, out, block, row, match=None, rows=None):
 @pytest.mark.parametrize("numpy_path", [True, False])
 @pytest.mark.parametrize("spec", VECTORIZED + ["qsgd:4", "lead:2", "natural"])
 def test_corrupt_rows_name_the_first_bad_row(spec, numpy_path, monkeypatch):
-    monkeypatch.setattr(bits, "USE_NUMPY", numpy_path)
+    monkeypatch.setattr(dispatch, "NUMPY", numpy_path)
     c = make(spec)
     X = blocks(torch.float32)["4x1000"]
     ours, _ = streams(c, 4)
@@ -294,7 +293,7 @@ def test_corrupt_rows_name_the_first_bad_row(spec, numpy_path, monkeypatch):
 
 @pytest.mark.parametrize("numpy_path", [True, False])
 def test_topk_corrupt_indices_and_bitmaps(numpy_path, monkeypatch):
-    monkeypatch.setattr(bits, "USE_NUMPY", numpy_path)
+    monkeypatch.setattr(dispatch, "NUMPY", numpy_path)
     X = blocks(torch.float32)["4x1000"]
     out = torch.zeros(4, 1000)
     c = make("topk:0.01")  # int32 indices
@@ -325,7 +324,7 @@ def test_topk_corrupt_indices_and_bitmaps(numpy_path, monkeypatch):
 @pytest.mark.parametrize("numpy_path", [True, False])
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_duplicate_rows_add_in_order(dtype, numpy_path, monkeypatch):
-    monkeypatch.setattr(bits, "USE_NUMPY", numpy_path)
+    monkeypatch.setattr(dispatch, "NUMPY", numpy_path)
     X = blocks(dtype)["4x1000"]
     for spec in ("none", "sign", "topk:0.1", "qsgd:4", "lead:2", "natural"):
         c = make(spec)
@@ -383,7 +382,7 @@ def test_vectorized_specs_never_loop(spec, dtype, monkeypatch):
     monkeypatch.setattr(Compressor, "encode_rows", loop)
     monkeypatch.setattr(Compressor, "decode_add_rows_", loop)
     for name, X in blocks(dtype).items():
-        if too_small(spec, name) or not _rows.batch_encode(X):  # a single row: the loop's job
+        if too_small(spec, name) or not dispatch.batch_encode(X):  # a single row: the loop's job
             continue
         decode_case(spec, dtype, X, WEIGHTS, True, "padded")
         decode_case(spec, dtype, X, 1.0, False, "contiguous")
@@ -393,7 +392,7 @@ LOOPED = ["fp16", "bf16", "topk:0.01", "topk:3", "sign", "sign_l2"]
 
 
 @pytest.mark.parametrize("spec", LOOPED)
-@pytest.mark.parametrize("shape", [(1, 5000), (3, _rows.LOOP_FROM), (2, _rows.LOOP_FROM + 77)])
+@pytest.mark.parametrize("shape", [(1, 5000), (3, dispatch.LOOP_FROM), (2, dispatch.LOOP_FROM + 77)])
 def test_single_and_long_rows_encode_one_by_one(spec, shape, monkeypatch):
     """On CPU a single row, or rows of at least LOOP_FROM entries, go through the per-row
     single-message encoder, straight into the block's rows, with the batched path's bytes."""
@@ -413,7 +412,7 @@ def test_single_and_long_rows_encode_one_by_one(spec, shape, monkeypatch):
     block = c.encode_rows(X, out=out)
     assert calls == [True] * shape[0]  # one call per row, each into its row of ``out``
     assert block.data_ptr() == out.data_ptr()
-    monkeypatch.setattr(_rows, "LOOP_FROM", 1 << 40)
+    monkeypatch.setattr(dispatch, "LOOP_FROM", 1 << 40)
     calls.clear()
     if shape[0] > 1:  # the batched torch ops give the same bytes
         assert torch.equal(make(spec).encode_rows(X), block)
@@ -481,7 +480,7 @@ def test_long_rows_add_as_each_message(spec, d, dtype, numba, monkeypatch):
     scatter per row, int32 indices or a bitmap), bit for bit the single-message
     ``decode_add_`` of each row (sign: on both sides of its rounding switch at 2^18), with
     float and per-row weights, a repeated target adding in row order."""
-    monkeypatch.setattr(jit, "ENABLED", numba)
+    monkeypatch.setattr(dispatch, "JIT", numba)
     c = make(spec)
     g = torch.Generator().manual_seed(d)
     X = torch.randn(3, d, generator=g, dtype=dtype)

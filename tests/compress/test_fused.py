@@ -10,8 +10,8 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.compress import fused, jit
-from gossip.compress.rows import LOOP_FROM
+from gossip.compress import dispatch, fused, jit
+from gossip.compress.dispatch import LOOP_FROM
 from gossip.engine import Engine
 
 pytestmark = pytest.mark.skipif(fused.kernel() is None, reason="numba is not installed")
@@ -63,10 +63,10 @@ def test_a_non_finite_term_marks_its_target(bad):
 
 def test_not_usable_without_numba_or_off_cpu(monkeypatch):
     x = torch.zeros(1, 10)
-    assert fused.usable(x)
-    assert not fused.usable(x.half())
-    monkeypatch.setattr(jit, "ENABLED", False)
-    assert not fused.usable(x)
+    assert dispatch.fused_mix(x)
+    assert not dispatch.fused_mix(x.half())
+    monkeypatch.setattr(dispatch, "JIT", False)
+    assert not dispatch.fused_mix(x)
 
 
 @pytest.mark.parametrize("alg, kwargs, dtype", [("gossip", {}, torch.float32),
@@ -90,7 +90,7 @@ def test_a_run_has_the_bits_of_the_numpy_path(alg, kwargs, dtype, monkeypatch):
 
     with_kernel = run()
     assert calls  # the kernel ran
-    monkeypatch.setattr(jit, "ENABLED", False)
+    monkeypatch.setattr(dispatch, "JIT", False)
     n = len(calls)
     assert torch.equal(run(), with_kernel)
     assert len(calls) == n  # and this time it did not
@@ -105,7 +105,7 @@ def test_the_wide_gap_kernel_has_the_bits_of_its_torch_twin(alg, spec, kwargs, m
     from gossip.problems import make_problem
 
     topo = topologies.build("torus", 9)  # in-process rows: the own ones, then neighbors
-    d = jit.JIT_FROM + 3
+    d = dispatch.JIT_FROM + 3
     problem = make_problem("least-squares", n_nodes=9, dim=d, samples_per_node=4, seed=1,
                            dtype=torch.float32)
     calls = []
@@ -130,7 +130,7 @@ def test_the_wide_gap_kernel_has_the_bits_of_its_torch_twin(alg, spec, kwargs, m
 
     with_kernel = run()
     assert calls  # the kernel ran
-    monkeypatch.setattr(jit, "ENABLED", False)
+    monkeypatch.setattr(dispatch, "JIT", False)
     n = len(calls)
     assert all(torch.equal(a, b) for a, b in zip(run(), with_kernel))
     assert len(calls) == n

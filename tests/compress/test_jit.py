@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gossip.compress import jit, make
+from gossip.compress import dispatch, jit, make
 from gossip.compress.rows import section
 from gossip.errors import CompressionError
 from gossip.rng import Stream
@@ -34,10 +34,10 @@ def both(fn, *args):
     """``fn(*args)`` with the numba kernels, then with their numpy twins."""
     try:
         out = [fn(*args)]
-        jit.ENABLED = False
+        dispatch.JIT = False
         out.append(fn(*args))
     finally:
-        jit.ENABLED = True
+        dispatch.JIT = True
     return out
 
 
@@ -116,11 +116,11 @@ def test_level_codes_kernel_serves_long_rows_and_zero(spec):
         nv = c._norm_host(x, x.numpy())
         body = np.zeros(c.fixed_nbytes(x), np.uint8)
         assert c._encode_jit(x.numpy(), rng.draw16(x.numel())[0], nv, body)
-        jit.ENABLED = False
+        dispatch.JIT = False
         try:
             want = c.encode(x, Stream(0, [0])).to_bytes().numpy()
         finally:
-            jit.ENABLED = True
+            dispatch.JIT = True
         assert np.array_equal(body[: c.width * ((x.numel() + 7) // 8)],
                               want[-c.width * ((x.numel() + 7) // 8):])
 

@@ -330,12 +330,11 @@ def test_a_nodes_saved_state_holds_its_own_rows_only():
 def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp, monkeypatch):
     """Rows of at least LOOP_FROM entries are encoded and mixed one message at a time from views
     of the staging rows (no gather copy): the same bits as the batched block round."""
-    import gossip.compress.rows
     import gossip.core.block
-    from gossip.compress import jit
+    from gossip.compress import dispatch
 
-    monkeypatch.setattr(jit, "ENABLED", False)  # the numpy loop (tests/compress/test_fused.py: the kernel)
-    d = gossip.compress.rows.LOOP_FROM + 5
+    monkeypatch.setattr(dispatch, "JIT", False)  # the numpy loop (tests/compress/test_fused.py: the kernel)
+    d = dispatch.LOOP_FROM + 5
     topo = _irregular()
 
     def run() -> list[torch.Tensor]:
@@ -356,7 +355,6 @@ def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp
     monkeypatch.setattr(gossip.core.block.Block, "_decode_add", counted)
     looped = run()
     assert calls.count(1) >= 2 * topo.graph.number_of_edges()  # each received message alone
-    monkeypatch.setattr(gossip.core.block, "LOOP_FROM", 1 << 40)
-    monkeypatch.setattr(gossip.compress.rows, "LOOP_FROM", 1 << 40)
+    monkeypatch.setattr(dispatch, "LOOP_FROM", 1 << 40)
     batched = run()
     assert all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(looped, batched))

@@ -25,7 +25,7 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.compress import bits, make
+from gossip.compress import dispatch, make
 from gossip.engine import Engine
 from gossip.layout import Layout
 
@@ -43,11 +43,11 @@ REDUCING = ["sign", "sign_l2", "qsgd:4"]
 @pytest.fixture
 def on_device():
     """Make CPU tensors take the torch code path when DEVICE is the CPU (what CUDA runs)."""
-    saved = bits.USE_NUMPY
+    saved = dispatch.NUMPY
     if DEVICE.type == "cpu":
-        bits.USE_NUMPY = False
+        dispatch.NUMPY = False
     yield DEVICE
-    bits.USE_NUMPY = saved
+    dispatch.NUMPY = saved
 
 
 def block(m: int, d: int, dtype: torch.dtype) -> torch.Tensor:

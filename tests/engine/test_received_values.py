@@ -10,7 +10,7 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.compress import bits, make
+from gossip.compress import bits, dispatch, make
 from gossip.engine import Engine
 from gossip.errors import CompressionError, DivergenceError
 from gossip.layout import Layout
@@ -35,7 +35,7 @@ def altered(buf: torch.Tensor, a: int, b: int, dt: torch.dtype, value) -> torch.
 @pytest.mark.parametrize("host", [True, False])
 @pytest.mark.parametrize("spec", SPECS)
 def test_nan_inf_negative_scales_and_bad_codes_are_refused(spec, host, monkeypatch):
-    monkeypatch.setattr(bits, "USE_NUMPY", host)
+    monkeypatch.setattr(dispatch, "NUMPY", host)
     like = torch.zeros(6, 5)
     comp = make(spec)
     buf, slots = message(spec, like)
@@ -104,7 +104,7 @@ def test_long_dense_rows_are_checked_by_the_mix(bad_value):
     from types import SimpleNamespace
 
     from gossip.compress import fused
-    from gossip.compress.rows import LOOP_FROM
+    from gossip.compress.dispatch import LOOP_FROM
     from gossip.core.block import Block
     from gossip.core.routing import MixPlan
     from gossip.errors import RowsError

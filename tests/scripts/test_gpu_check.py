@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gossip.compress import bits
+from gossip.compress import dispatch
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
@@ -44,7 +44,7 @@ def test_gpu_check_mismatch_exits_1(monkeypatch, capsys):
     monkeypatch.setattr(gc, "specs", lambda: ["randk:0.1", "topk:0.1"])
     original = gc.single_rng
     monkeypatch.setattr(gc, "single_rng", lambda seed, device: original(
-        seed + (0 if bits.USE_NUMPY else 1), device))
+        seed + (0 if dispatch.NUMPY else 1), device))
     assert gc.main(["--device", "cpu", "--quick", "--skip-timing"]) == 1
     out = capsys.readouterr().out
     assert "| randk:0.1 | float32 | encode | rng | no |" in out and "MISMATCH" in out
