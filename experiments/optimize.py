@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     federated = federated_runs(args)
     if args.topology is None:
         args.topology = "star" if federated else "ring"
-    from gossip.algorithms import algorithm_class, make_algorithm
+    from gossip.algorithms import form_class, make_algorithm
     from gossip.engine import Engine
     from gossip.errors import GossipError
     from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     specs = run_specs(args)
 
     def memory(world, topology=None) -> None:
-        check_memory(args, world, numel=args.dim, algorithms=[algorithm_class(s[1]) for s in specs],
+        check_memory(args, world, numel=args.dim, algorithms=[form_class(s[1], s[2]) for s in specs],
                      compressors=[s[3] for s in specs], lower=MEMORY_FLAGS, topology=topology,
                      nodes=args.nodes, extra=problem_bytes(args, topology.n if topology else None))
 

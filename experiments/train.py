@@ -412,12 +412,13 @@ def check_model_memory(args: argparse.Namespace, world: Any, topology: Any, nume
     entries each, :func:`model_numel`), algorithm state and optimizer state exceed the memory
     this process may use."""
     from gossip import memory
-    from gossip.algorithms import algorithm_class
+    from gossip.algorithms import form_class
 
     slots = {"adam": 2, "adamw": 2, "momentum": 1, "nesterov": 1}.get(args.optimizer or "momentum", 0)
     local = memory.local_share(topology.n, world.size)
     itemsize = {"float64": 8, "float32": 4}.get(args.dtype, 2)
-    check_memory(args, world, numel=numel, algorithms=[algorithm_class(args.algorithm)],
+    check_memory(args, world, numel=numel,
+                 algorithms=[form_class(args.algorithm, parse_hparams(args.hparam))],
                  compressors=[args.compressor], topology=topology,
                  lower=MEMORY_FLAGS,
                  extra={"optimizer state": float(local) * numel * itemsize * slots,

@@ -14,6 +14,7 @@ from gossip.core.registry import (
     accepted_hparams,
     algorithm_class,
     available,
+    form_class,
     make_algorithm,
     register,
     register_algorithm,
@@ -23,4 +24,4 @@ from gossip.errors import ConfigError
 
 __all__ = ["ALGORITHMS", "Algorithm", "ConfigError", "Graph", "REGISTRY", "Requirements", "Round",
            "accepted_hparams",
-           "algorithm_class", "available", "make_algorithm", "register", "register_algorithm"]
+           "algorithm_class", "available", "form_class", "make_algorithm", "register", "register_algorithm"]

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from gossip.core.algorithm import Algorithm
@@ -72,6 +73,13 @@ def algorithm_class(spec: str | type[Algorithm]) -> type[Algorithm]:
     return obj
 
 
+def form_class(spec: str | type[Algorithm], hparams: Mapping[str, Any] | None = None) -> type[Algorithm]:
+    """The class :func:`make_algorithm` builds for ``spec`` with ``hparams``: the method's
+    per-arc form when ``hparams["arcs"]`` is true (what sizes its memory), else its class."""
+    cls = algorithm_class(spec)
+    return cls.with_arcs() if (hparams or {}).get("arcs") else cls
+
+
 def make_algorithm(spec: str | type[Algorithm] | Algorithm, *, arcs: bool = False,
                    **hparams: Any) -> Algorithm:
     """Build an algorithm from a registry name, ``module:Class`` or class, with keyword
@@ -83,9 +91,7 @@ def make_algorithm(spec: str | type[Algorithm] | Algorithm, *, arcs: bool = Fals
             given = sorted(hparams) + (["arcs"] if arcs else [])
             raise ConfigError(f"{spec.name} is already built; set {given} on its constructor")
         return spec
-    cls = algorithm_class(spec)
-    if arcs:
-        cls = cls.with_arcs()
+    cls = form_class(spec, {"arcs": arcs})
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self"}
     unknown = set(hparams) - accepted
     if unknown:

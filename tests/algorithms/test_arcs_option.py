@@ -135,3 +135,14 @@ def test_a_per_arc_route_refuses_other_weights_and_unknown_draws():
     Channel(eng.block, "z", memory="ef21", route="arcs", weights=lambda nd: None)  # w_ij: fine
     with pytest.raises(ConfigError, match="draws"):
         ArcRoute(draws="node")
+
+
+def test_the_form_class_is_what_make_algorithm_builds():
+    """Scripts size a run's memory from form_class(name, hparams): with ``arcs`` set it is the
+    per-arc form (its per-arc copies), as make_algorithm builds it."""
+    from gossip.algorithms import REGISTRY, form_class
+
+    assert form_class("choco", {"arcs": True}) is REGISTRY["choco-arcs"]
+    assert type(make_algorithm("choco", arcs=True)) is form_class("choco", {"arcs": True})
+    assert form_class("choco", {"gamma": 0.5}) is REGISTRY["choco"] is form_class("choco")
+    assert form_class("lead", {"arcs": True}).neighbor_copies > REGISTRY["lead"].neighbor_copies
