@@ -228,13 +228,19 @@ def test_ctrl_c_is_one_line_and_keeps_the_log(tmp_path):
     log = tmp_path / "run.jsonl"
     proc = subprocess.Popen([sys.executable, "experiments/consensus.py", "--nodes", "8", "--dim",
                              "16", "--rounds", "10000000", "--log-every", "10", "--out", str(log)],
-                            cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT)),
+                            cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
+                                               PYTHONFAULTHANDLER="1"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while time.time() < deadline and (not log.exists() or log.read_text().count('"round"') < 3):
+    while time.time() < deadline and (not log.exists() or log.read_text().count('"type": "round"') < 3):
         time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # where it waits: faulthandler prints every thread's stack
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"the run did not end within 60 s of SIGINT; its stacks:\n{err[-6000:]}")
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     assert [ln for ln in err.splitlines() if ln.startswith("error:")] == [
