@@ -230,7 +230,10 @@ def test_ctrl_c_is_one_line_and_keeps_the_log(tmp_path):
                              "16", "--rounds", "10000000", "--log-every", "10", "--out", str(log)],
                             cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT),
                                                PYTHONFAULTHANDLER="1"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            # Ctrl-C's default even where this test was started in the background
+                            # (a shell's `cmd &` ignores SIGINT, and the run would keep going)
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and (not log.exists() or log.read_text().count('"type": "round"') < 3):
         time.sleep(0.2)

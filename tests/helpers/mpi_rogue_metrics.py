@@ -83,9 +83,10 @@ def main() -> None:
             line = "no error"
         except Exception as exc:  # the line a user's script would print
             line = f"{type(exc).__name__}: {exc}"
-        if world.rank == 0 or tag is None:
-            print(f"CASE {case}: rank {world.rank}: {line}", flush=True)
-        base.barrier("the end of a case with")
+        for rank in (0, 1):  # in turn: two ranks' lines at once may reach mpiexec's output mixed
+            if world.rank == rank and (rank == 0 or tag is None):
+                print(f"CASE {case}: rank {world.rank}: {line}", flush=True)
+            base.barrier("the end of a case with")
 
 
 if __name__ == "__main__":
