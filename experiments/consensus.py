@@ -200,8 +200,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
                 hp["rank"] = args.rank
             return Engine(
                 make_algorithm(args.algorithm, **hp), topology, x0, compressor=spec,
-                layout=layout, seed=args.seed, world=world, timeout=args.timeout,
-                network=args.network, link_latency=args.link_latency,
+                layout=layout, seed=args.seed, world=world, network=args.network,
                 device=args.device, dtype=torch_dtype(args.dtype),
                 free_run=args.free_run,
             )

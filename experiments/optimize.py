@@ -315,8 +315,8 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
                 kw = {k: v for k, v in kw.items() if k != "gamma"}
             return Engine(
                 make_algorithm(name, **kw), topology, lambda i: x0, compressor=comp,
-                seed=args.seed, world=world, timeout=args.timeout, device=args.device,
-                network=args.network, link_latency=args.link_latency, overlap=args.overlap,
+                seed=args.seed, world=world, device=args.device,
+                network=args.network, overlap=args.overlap,
                 dtype=dtype, watch=("distance_to_optimum",),
                 free_run=args.free_run,
                 oracles=lambda i, gen: (None if federated and i == 0 else problem.oracle(

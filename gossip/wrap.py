@@ -376,9 +376,9 @@ def wrap(
         engine = training_engine(
             alg, topo, flat.flatten(model, gossip_buffers), flat.layout_of(model, gossip_buffers),
             lambda i, _gen: by_id[i], per_tensor=per_tensor,
-            compressor="none" if compressor is None else compressor, seed=seed, world=world,
-            timeout=timeout, network=network, device=device, dtype=dtype, fix=SAME_START_FIX,
-            link_latency=link_latency, defer_setup=True,
+            compressor="none" if compressor is None else compressor, seed=seed,
+            world=world.configure(timeout=timeout, link_latency=link_latency),
+            network=network, device=device, dtype=dtype, fix=SAME_START_FIX, defer_setup=True,
         )
     except GossipError as exc:
         if isinstance(exc.__cause__, WrapError):

@@ -34,7 +34,7 @@ def setup(args: argparse.Namespace, before_topology: Any = None) -> tuple[World,
 
     try:
         world = World.detect(timeout=args.timeout, transport=getattr(args, "transport", "auto"),
-                             device=_device_of(args.device))
+                             device=_device_of(args.device), link_latency=latency)
     except ConfigError as exc:
         raise SystemExit(f"error: {exc}") from None
     if getattr(args, "progress", False) is None:  # neither --progress nor --no-progress

@@ -35,6 +35,14 @@ def check_timeout(value: float) -> float:
     return seconds
 
 
+def check_latency(value: float) -> float:
+    """``value`` as seconds of a simulated link delay: finite and >= 0, else CommConfigError."""
+    if not (isinstance(value, int | float) and 0 <= value < math.inf):
+        raise CommConfigError(f"link_latency must be a number of seconds >= 0, got {value!r} "
+                              "(e.g. --link-latency 0.005 for 5 ms)")
+    return float(value)
+
+
 @dataclass(eq=False)
 class Pending:
     """A phase in flight: posted by :meth:`Transport.start_rows`, ended by ``finish_rows``."""

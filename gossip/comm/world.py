@@ -27,7 +27,7 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from gossip.comm.base import Transport, check_timeout
+from gossip.comm.base import Transport, check_latency, check_timeout
 from gossip.comm.launch import (  # noqa: F401
     launched_by_mpi,
     launched_by_torchrun,
@@ -39,26 +39,49 @@ from gossip.errors import CommConfigError, CommError, CommTimeout
 
 
 class World:
-    """This process's place among the processes of a run (a single process when ``link`` is None)."""
+    """This process's place among the processes of a run (a single process when ``link`` is None),
+    and how its messages travel.
 
-    def __init__(self, link: Link | None = None, timeout: float = 120.0):
+    Args:
+        link: the processes' link (None: this process alone, every node in it).
+        timeout: seconds any wait for another rank (or a neighbor's message) may take before
+            the run stops naming it; the deadline of every transport this world makes.
+        link_latency: seconds every phase's messages take to arrive on top of the real
+            transfer (a simulated link delay, to measure what overlap hides); default 0.
+    """
+
+    def __init__(self, link: Link | None = None, timeout: float = 120.0,
+                 link_latency: float = 0.0):
         self.link = link
         self.rank = 0 if link is None else link.rank
         self.size = 1 if link is None else link.size
-        self.timeout = check_timeout(timeout)  # seconds any wait for another rank may take
+        self.timeout = check_timeout(timeout)
+        self.link_latency = check_latency(link_latency)
+
+    def configure(self, *, timeout: float | None = None,
+                  link_latency: float | None = None) -> World:
+        """Set :attr:`timeout` and :attr:`link_latency` (None: unchanged), checked as in the
+        constructor; returns the world (``Engine(..., world=World.detect().configure(...))``)."""
+        if timeout is not None:
+            self.timeout = check_timeout(timeout)
+        if link_latency is not None:
+            self.link_latency = check_latency(link_latency)
+        return self
 
     @classmethod
     def detect(cls, timeout: float = 120.0, transport: str = "auto",
-               device: str | torch.device | None = None) -> World:
+               device: str | torch.device | None = None, link_latency: float = 0.0) -> World:
         """The world this process was started in: ``transport`` ``mpi`` (mpiexec),
         ``gloo``/``nccl``/``torch`` (torchrun; ``torch`` picks NCCL for a CUDA ``device``, else
         gloo), ``local`` (in process), or ``auto``: whichever launcher started it.
 
         A world of one process is in process. A torch.distributed process group the script
         initialised itself is used as it is. ``timeout`` bounds the start-up too (torchrun's
-        rendezvous). The outcome is remembered for :meth:`current`."""
+        rendezvous); ``link_latency`` as in the constructor. The outcome is remembered for
+        :meth:`current`."""
+        check_latency(link_latency)  # refused before any rendezvous
         _DETECTED["failed"] = True  # until it returns: an error here leaves no world to join
-        world = cls._detect(timeout, transport, device)
+        world = cls._detect(timeout, transport, device).configure(link_latency=link_latency)
         _DETECTED.update(world=world, failed=False)
         return world
 
@@ -151,16 +174,18 @@ class World:
     def local_nodes(self, n: int) -> list[int]:
         return [i for i, r in enumerate(self.placement(n)) if r == self.rank]
 
-    def transport(self, n: int, timeout: float | None = None) -> Transport:
-        """The transport for ``n`` nodes; ``timeout`` (default: this world's) becomes the
-        deadline of every wait of the run, the reductions' included."""
+    def transport(self, n: int) -> Transport:
+        """The transport for ``n`` nodes: :attr:`timeout` is the deadline of its every wait
+        (the reductions' too), :attr:`link_latency` holds each phase back."""
         from gossip.comm.local import LocalTransport
 
-        if timeout is not None:
-            self.timeout = check_timeout(timeout)
         if self.link is None:
-            return LocalTransport(n)
-        return Transport(self.placement(n), rank=self.rank, link=self.link, timeout=self.timeout)
+            transport: Transport = LocalTransport(n)
+        else:
+            transport = Transport(self.placement(n), rank=self.rank, link=self.link,
+                                  timeout=self.timeout)
+        transport.latency = self.link_latency
+        return transport
 
     # -- collectives (point to point, every wait against the deadline) ---------------------
     def node_values(self, n: int, local: Mapping[int, float],

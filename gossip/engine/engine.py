@@ -63,8 +63,9 @@ class Engine:
         oracles: ``oracles(i, generator) -> oracle`` giving node i's gradients, or None.
         seed: the run seed; node generators and the nodes' and edges' random streams
             (:mod:`gossip.rng`) derive from it.
-        world: the process group (default: detected; in process without mpiexec).
-        timeout: seconds any wait for a neighbor may take before the run stops.
+        world: the processes and how their messages travel (default: detected; in process
+            without mpiexec): its ``timeout`` bounds every wait for a neighbor, its
+            ``link_latency`` delays every phase (:class:`~gossip.comm.world.World`).
         divergence_factor: a watched metric above this times its first positive value (or
             non-finite) stops the run with :class:`DivergenceError`.
         watch: metrics watched besides ``consensus_error`` (e.g. ``distance_to_optimum``).
@@ -79,8 +80,6 @@ class Engine:
         overlap: compute the next round's gradients while this round's messages travel
             (algorithms whose :attr:`~gossip.algorithms.Algorithm.overlaps` is set; the same
             numbers, less wall time when messages are slow; docs/overlap.md).
-        link_latency: seconds every phase's messages take to arrive, on top of the real
-            transfer (a simulated link delay, to measure what ``overlap`` hides); default 0.
         free_run: under mpiexec with one node per rank, this many wall seconds per virtual
             second of compute time (the ``compute=``/``slow=`` draws). An asynchronous
             algorithm runs free, in wall-clock order (:mod:`gossip.network.freerun`); a
@@ -101,14 +100,12 @@ class Engine:
         oracles: Callable[[int, torch.Generator], Any] | None = None,
         seed: int = 0,
         world: World | None = None,
-        timeout: float = 120.0,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float64,
         divergence_factor: float = 1e6,
         watch: tuple[str, ...] = (),
         network: Network | str | None = None,
         overlap: bool = False,
-        link_latency: float = 0.0,
         defer_setup: bool = False,
         free_run: float | None = None,
     ):
@@ -130,9 +127,8 @@ class Engine:
         self.overlap = overlap
         self._check_config(oracles)
         self.local_ids = self.world.local_nodes(self.n)
-        self.transport = self.world.transport(self.n, timeout=timeout)
-        self.transport.latency = _check_latency(link_latency)
-        if link_latency and algorithm.asynchronous:
+        self.transport = self.world.transport(self.n)
+        if self.world.link_latency and algorithm.asynchronous:
             raise ConfigError(f"--link-latency delays real messages of rounds; {algorithm.name} runs "
                               "in virtual time: give its messages a delay with --network "
                               "delay=SECONDS (docs/network.md)")
@@ -644,14 +640,6 @@ class _Round:
     phase: Any = None  # the phase in flight and what the round yielded for it
     msg: Any = None
     pending: Any = None  # the transport's handle of the phase in flight (None: no more phases)
-
-
-def _check_latency(value: float) -> float:
-    """``value`` as seconds of a simulated link delay: finite and >= 0, else ConfigError."""
-    if not (isinstance(value, int | float) and 0 <= value < math.inf):
-        raise ConfigError(f"link_latency must be a number of seconds >= 0, got {value!r} "
-                          "(e.g. --link-latency 0.005 for 5 ms)")
-    return float(value)
 
 
 def _progress(total: int, enabled: bool):

@@ -56,10 +56,10 @@ def check_trainable(alg: Algorithm, optimizer: Any, scheduler: Any = None) -> No
 
 def training_engine(algorithm: Algorithm, topology: Any, initial: torch.Tensor, layout: Layout,
                     oracles: Callable[[int, torch.Generator], Any], *, per_tensor: bool,
-                    compressor: str | Compressor, seed: int, world: World | None, timeout: float,
+                    compressor: str | Compressor, seed: int, world: World | None,
                     network: Any, device: torch.device, dtype: torch.dtype,
-                    fix: str, overlap: bool = False, link_latency: float = 0.0,
-                    defer_setup: bool = False, free_run: float | None = None) -> Engine:
+                    fix: str, overlap: bool = False, defer_setup: bool = False,
+                    free_run: float | None = None) -> Engine:
     """The engine of a training run: every node starts from ``initial``, its oracle bound to its
     row of the block (the module's parameters become views into it), and every process checked
     to start from the same model (``fix`` says how to make them equal). ``defer_setup``: the
@@ -69,8 +69,8 @@ def training_engine(algorithm: Algorithm, topology: Any, initial: torch.Tensor, 
     engine = Engine(
         algorithm, topology, lambda i: initial, compressor=compressor,
         layout=layout if (per_tensor or algorithm.needs_layout) else None,
-        oracles=oracles, seed=seed, world=world, timeout=timeout, network=network,
-        overlap=overlap, link_latency=link_latency, defer_setup=defer_setup,
+        oracles=oracles, seed=seed, world=world, network=network,
+        overlap=overlap, defer_setup=defer_setup,
         device=device, dtype=dtype, divergence_factor=float("inf"), free_run=free_run,
     )
     for node in engine.nodes.values():

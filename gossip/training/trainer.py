@@ -148,8 +148,9 @@ class DecentralizedTrainer:
             False compresses the flat vector as a whole.
         l2: weight decay added to the gradient for algorithms without an optimizer.
         seed: run seed (engine, partition, shuffling).
-        nodes, world, device, dtype, timeout, network, overlap, link_latency: as for
-            :class:`Engine`.
+        nodes, world, device, dtype, network, overlap: as for :class:`Engine`.
+        timeout, link_latency: set on ``world`` (detected when None): see
+            :class:`~gossip.comm.world.World`.
         divergence_factor: the run stops with :class:`~gossip.errors.DivergenceError` when the
             logged train loss exceeds this times its first logged value, or anything logged is
             NaN/Inf. (The engine's own consensus-error rule is off: all nodes start equal, so
@@ -244,9 +245,11 @@ class DecentralizedTrainer:
 
         self.engine = training_engine(
             self.algorithm, topology, self.initial, self.layout, self._make_oracle,
-            per_tensor=per_tensor, compressor=compressor, seed=seed, world=world,
-            timeout=timeout, network=network, device=self.device, dtype=dtype, fix=SAME_START_FIX,
-            overlap=overlap, link_latency=link_latency, free_run=free_run,
+            per_tensor=per_tensor, compressor=compressor, seed=seed,
+            world=(world or World.detect(timeout=timeout, device=self.device)).configure(
+                timeout=timeout, link_latency=link_latency),
+            network=network, device=self.device, dtype=dtype, fix=SAME_START_FIX,
+            overlap=overlap, free_run=free_run,
         )
         self._at_instant: dict[int, tuple[float, int, float | None]] = {}
         """An asynchronous free run's (loss sum, samples, lr) of this rank's node at the instant

@@ -13,6 +13,7 @@ import topologies
 from gossip.algorithms import REGISTRY, make_algorithm
 from gossip.algorithms.gossip import Gossip
 from gossip.checkpoint import Checkpointer
+from gossip.comm.world import World
 from gossip.engine import Engine
 from gossip.errors import ConfigError, ContractError, NodeError
 from gossip.problems import make_problem
@@ -120,11 +121,10 @@ def test_an_algorithm_that_changes_x_after_sending_is_caught():
 
 def test_link_latency_holds_every_phase_back():
     eng = Engine(make_algorithm("gossip"), topologies.build("ring", 4), lambda i: torch.ones(3),
-                 link_latency=0.03)
+                 world=World(link_latency=0.03))
     t0 = time.perf_counter()
     eng.run(4, log_every=10)
     assert time.perf_counter() - t0 >= 4 * 0.03
     for bad in (-1.0, float("inf"), "5ms"):
         with pytest.raises(ConfigError, match="link_latency must be a number of seconds >= 0"):
-            Engine(make_algorithm("gossip"), topologies.build("ring", 4), lambda i: torch.ones(3),
-                   link_latency=bad)
+            World(link_latency=bad)

@@ -51,7 +51,7 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict] | None:
     engine = Engine(make_algorithm(alg, **hp), topologies.build(topo, n),
                     lambda i: torch.zeros(23, dtype=torch.float64),
                     compressor="topk:0.5" if alg == "choco-amsgrad" else "none",
-                    layout=Layout([(4, 5), (3,)]), seed=4, world=world, timeout=60,
+                    layout=Layout([(4, 5), (3,)]), seed=4, world=world.configure(timeout=60),
                     oracles=lambda i, gen: QuadraticOracle(data, i))
     return engine, {"rounds": 12, "log_every": 4}
 

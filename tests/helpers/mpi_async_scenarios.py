@@ -52,7 +52,7 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
         hp = hp | {"eta": 0.2 / problem.smoothness().L}
     engine = Engine(
         make_algorithm(alg_name, **hp), topo, (lambda i: x0) if trains else (lambda i: x0 + 0.1 * i),
-        compressor=spec, seed=11, world=world, timeout=60, network=network,
+        compressor=spec, seed=11, world=world.configure(timeout=60), network=network,
         oracles=(lambda i, gen: problem.oracle(i, gen, "sgd", 3)) if trains else None,
     )
     engine.network.events.trace = []

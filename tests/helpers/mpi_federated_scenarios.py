@@ -52,7 +52,7 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
              if k in accepted_hparams(alg_name)}  # CADA takes one gradient a round, no η
     engine = Engine(
         make_algorithm(alg_name, **local, **hp), topologies.build("star", n),
-        lambda i: x0, compressor=spec, seed=11, world=world, timeout=60,
+        lambda i: x0, compressor=spec, seed=11, world=world.configure(timeout=60),
         oracles=lambda i, gen: problem.oracle(i - 1, gen, estimator, 2) if i else None,
     )
 

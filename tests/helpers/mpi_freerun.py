@@ -39,7 +39,7 @@ problem = make_problem("least-squares", n_nodes=n, dim=20, samples_per_node=15, 
                        heterogeneity=1.0, dtype=torch.float64)
 x0, x_star = problem.initial_point(), problem.solution()
 engine = Engine(make_algorithm(name, eta=0.2 / problem.smoothness().L), topologies.build("ring", n),
-                lambda i: x0 + i, world=world, timeout=3, network=network if network != "none" else None,
+                lambda i: x0 + i, world=world.configure(timeout=3), network=network if network != "none" else None,
                 oracles=lambda i, gen: problem.oracle(i, gen, "full"), free_run=seconds / 100)
 
 

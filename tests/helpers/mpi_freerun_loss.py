@@ -65,8 +65,8 @@ def main(out: str, seconds: float) -> None:
     with JsonlLogger(out, enabled=world.is_root) as logger:
         for name, (algorithm, network, compressor) in SCENARIOS.items():
             engine = Engine(make_algorithm(algorithm, eta=0.2 / problem.smoothness().L),
-                            topologies.build("ring", n), lambda i: x0 + i, world=world,
-                            seed=5, timeout=5, network=network, compressor=compressor,
+                            topologies.build("ring", n), lambda i: x0 + i, world=world.configure(timeout=5),
+                            seed=5, network=network, compressor=compressor,
                             oracles=lambda i, gen: problem.oracle(i, gen, "full"),
                             free_run=seconds / 100)
             engine.run(100, log_every=100, on_record=lambda rec, name=name: logger.write(

@@ -20,7 +20,7 @@ from gossip.engine import Engine  # noqa: E402
 world = World.detect()
 d = 100 + world.rank * 250_000  # float32: rank 1's model is 1 MB larger
 engine = Engine(make_algorithm("gossip"), topologies.build("ring", 2), lambda i: torch.ones(d),
-                world=world, timeout=10, dtype=torch.float32)
+                world=world.configure(timeout=10), dtype=torch.float32)
 try:
     if sys.argv[1:] == ["step"]:
         engine.step()

@@ -122,7 +122,7 @@ def engine_for(world: World, name: str, where: str) -> Engine:
     network = f"slow=nodes:{slow}x1000" if slow is not None else None
     x0 = PROBLEM.initial_point()
     return Engine(make_algorithm(name, eta=0.01), topologies.build("ring", 2), lambda i: x0 + i,
-                  world=world, timeout=2, network=network,
+                  world=world.configure(timeout=2), network=network,
                   oracles=lambda i, gen: PROBLEM.oracle(i, gen, "full"),
                   free_run=None if where == "virtual" else 0.01)
 

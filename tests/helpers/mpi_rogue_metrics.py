@@ -70,10 +70,9 @@ def main() -> None:
     base = World.detect(timeout=20)
     for case in sys.argv[1:] or list(CASES):
         tag, corrupt = CASES[case]
-        world = World(MPILink(MPI.COMM_WORLD.Dup()), timeout=20)
+        world = World(MPILink(MPI.COMM_WORLD.Dup()), timeout=2)
         engine = Engine(make_algorithm("gossip"), topologies.build("ring", 2),
-                        lambda i: torch.linspace(0, 1, 6, dtype=torch.float64) + i, world=world,
-                        timeout=2)
+                        lambda i: torch.linspace(0, 1, 6, dtype=torch.float64) + i, world=world)
         if world.rank == 1 and tag is not None:
             rogue_link(world.link, tag, corrupt)
         if world.rank == 1 and tag is None:

@@ -53,8 +53,8 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
 
     engine = Engine(
         make_algorithm(alg_name, **hp), topo, x0, compressor=spec,
-        layout=layout if len(shapes) > 1 or len(shape) > 1 else None, seed=11, world=world,
-        timeout=60,
+        layout=layout if len(shapes) > 1 or len(shape) > 1 else None, seed=11,
+        world=world.configure(timeout=60),
     )
     return engine, {}
 

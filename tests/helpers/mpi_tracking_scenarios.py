@@ -58,7 +58,7 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
     x0 = problem.initial_point()
     engine = Engine(
         make_algorithm(alg_name, eta=eta, **hp), topo, lambda i: x0, compressor=spec, seed=11,
-        world=world, timeout=60, oracles=lambda i, gen: problem.oracle(i, gen, estimator, 2),
+        world=world.configure(timeout=60), oracles=lambda i, gen: problem.oracle(i, gen, estimator, 2),
         overlap=name.endswith("-overlap"),
     )
 

@@ -31,7 +31,7 @@ with open(sys.argv[1], "a") as fh:
 topo = topologies.build("ring", world.size)
 where = sys.argv[2] if len(sys.argv) > 2 else None
 engine = Engine(make_algorithm("pairwise-gossip" if where == "async" else "gossip"), topo,
-                lambda i: torch.randn(1000), world=world, timeout=5)
+                lambda i: torch.randn(1000), world=world.configure(timeout=5))
 
 
 def stop_inside_reduction(eng, xbar):

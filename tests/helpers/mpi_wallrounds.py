@@ -43,8 +43,8 @@ def main(out: str, scale: float) -> None:
         for name, network in SCENARIOS.items():
             for run, free_run in (("paced", scale), ("plain", None)):
                 engine = Engine(make_algorithm("dpsgd", eta=0.2 / problem.smoothness().L),
-                                topologies.build("ring", n), lambda i: x0 + i, world=world,
-                                seed=3, timeout=30, network=network, free_run=free_run,
+                                topologies.build("ring", n), lambda i: x0 + i, world=world.configure(timeout=30),
+                                seed=3, network=network, free_run=free_run,
                                 oracles=lambda i, gen: problem.oracle(i, gen, "full"))
                 engine.run(ROUNDS, log_every=LOG_EVERY, metrics=[distance],
                            on_record=lambda rec, name=name, run=run: logger.write(

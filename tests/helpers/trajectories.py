@@ -91,7 +91,7 @@ def _extra(name: str, n: int, world: World) -> tuple[Engine, dict]:
     eta = 0.2 / problem.smoothness().L
     x0 = problem.initial_point()
     engine = Engine(make_algorithm(alg, eta=eta), topologies.build("ring", n), lambda i: x0,
-                    compressor=spec, seed=11, world=world, timeout=60,
+                    compressor=spec, seed=11, world=world.configure(timeout=60),
                     oracles=lambda i, gen: problem.oracle(i, gen, "sgd", 2))
     return engine, {}
 
