@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 
 from gossip.errors import ConfigError
+from gossip.problems.oracles import Oracle, make_oracle
 
 if TYPE_CHECKING:
-    from gossip.problems.oracles import Oracle
     from gossip.problems.regularizers import Regularizer
 
 
@@ -46,13 +46,6 @@ class Smoothness:
     mu: float
 
 
-def check_node(problem: Problem, i: int) -> int:
-    """``i`` as an int, or a :class:`ConfigError` naming the valid range."""
-    if not isinstance(i, int | np.integer) or not 0 <= int(i) < problem.n_nodes:
-        raise ConfigError(f"node index must be an int in [0, {problem.n_nodes}), got {i!r}")
-    return int(i)
-
-
 class Problem(ABC):
     """A decentralized problem ``min_x (1/n) Σ_i f_i(x) + r(x)`` over torch tensors.
 
@@ -71,8 +64,19 @@ class Problem(ABC):
     device: torch.device
     regularizer: Regularizer | None = None
 
+    linear_model: ClassVar[bool] = False
+    """``f_i(x) = (1/m) Σ_l φ(a_lᵀx, b_l) + (l2/2)‖x‖²`` with data ``A[i]``, ``b[i]`` and
+    ``_dphi`` (:class:`~gossip.problems.glm.GLM`): the variance-reduced oracles then keep one
+    scalar per sample instead of a gradient."""
+
     _smooth_cache: Smoothness | None = None
     _solution_cache: np.ndarray | None = None
+
+    def check_node(self, i: int) -> int:
+        """``i`` as an int, or a :class:`ConfigError` naming the valid range."""
+        if not isinstance(i, int | np.integer) or not 0 <= int(i) < self.n_nodes:
+            raise ConfigError(f"node index must be an int in [0, {self.n_nodes}), got {i!r}")
+        return int(i)
 
     # ---- values and gradients -------------------------------------------------------------
 
@@ -192,8 +196,6 @@ class Problem(ABC):
             ValueError: unknown estimator, stochastic estimator on a problem without a finite sum,
                 ``batch_size`` out of ``[1, m_i]``, or a missing generator.
         """
-        from gossip.problems.oracles import make_oracle
-
         return make_oracle(self, i, generator, estimator, batch_size, p)
 
     def __repr__(self) -> str:

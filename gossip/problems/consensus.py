@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from gossip.errors import ConfigError
-from gossip.problems.base import Problem, Smoothness, check_node
+from gossip.problems.base import Problem, Smoothness
 
 
 class Consensus(Problem):
@@ -40,11 +40,11 @@ class Consensus(Problem):
         self.n_nodes, self.dim = (int(s) for s in self.targets.shape)
 
     def local_loss(self, i: int, x: torch.Tensor) -> float:
-        i = check_node(self, i)
+        i = self.check_node(i)
         return 0.5 * float((x - self.targets[i]).square().sum())
 
     def grad_full(self, i: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        i = check_node(self, i)
+        i = self.check_node(i)
         return torch.sub(x, self.targets[i], out=out)
 
     def _smoothness(self) -> Smoothness:

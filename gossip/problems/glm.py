@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from gossip.errors import ConfigError
-from gossip.problems.base import Problem, Smoothness, check_node
+from gossip.problems.base import Problem, Smoothness
 from gossip.problems.regularizers import L1
 from gossip.problems.solvers import (
     least_squares_hessian,
@@ -79,6 +79,7 @@ class GLM(Problem):
         A, b: lists of per-node tensors on ``device`` (read them, do not modify them).
     """
 
+    linear_model = True
     curvature: ClassVar[float]
     """``sup_z φ''(z, b)``: 1 for squares, 1/4 for the logistic loss."""
     loss_name: ClassVar[str]
@@ -152,10 +153,10 @@ class GLM(Problem):
     # ---- Problem API --------------------------------------------------------------------
 
     def n_samples(self, i: int) -> int:
-        return self.A[check_node(self, i)].shape[0]
+        return self.A[self.check_node(i)].shape[0]
 
     def local_loss(self, i: int, x: torch.Tensor) -> float:
-        i = check_node(self, i)
+        i = self.check_node(i)
         z = torch.mv(self.A[i], x)
         val = self._phi(z, self.b[i]).mean()
         return float(val) + 0.5 * self.l2 * float(torch.dot(x, x))
@@ -164,14 +165,14 @@ class GLM(Problem):
         self, i: int, x: torch.Tensor, idx: torch.Tensor | None = None
     ) -> torch.Tensor:
         """``φ'(a_lᵀx, b_l)`` for the samples ``idx`` of node ``i`` (all samples if None)."""
-        i = check_node(self, i)
+        i = self.check_node(i)
         if idx is None:
             return self._dphi(torch.mv(self.A[i], x), self.b[i])
         rows = self.A[i].index_select(0, idx)
         return self._dphi(torch.mv(rows, x), self.b[i].index_select(0, idx))
 
     def grad_full(self, i: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        i = check_node(self, i)
+        i = self.check_node(i)
         if out is None:
             out = torch.empty_like(x)
         elif out.data_ptr() == x.data_ptr():
@@ -184,7 +185,7 @@ class GLM(Problem):
         return out
 
     def sample_grads(self, i: int, idx: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        i = check_node(self, i)
+        i = self.check_node(i)
         rows = self.A[i].index_select(0, idx)
         c = self._dphi(torch.mv(rows, x), self.b[i].index_select(0, idx))
         g = rows * c.unsqueeze(1)
@@ -195,7 +196,7 @@ class GLM(Problem):
     def batch_grad(
         self, i: int, idx: torch.Tensor, x: torch.Tensor, out: torch.Tensor | None = None
     ) -> torch.Tensor:
-        i = check_node(self, i)
+        i = self.check_node(i)
         if out is None:
             out = torch.empty_like(x)
         elif out.data_ptr() == x.data_ptr():

@@ -28,14 +28,34 @@ term is variance-reduced).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 
 from gossip.catalog import ESTIMATORS
 from gossip.errors import ConfigError
-from gossip.problems.base import Problem, check_node
-from gossip.problems.glm import GLM
+
+
+class Problem(Protocol):
+    """What an oracle reads of its problem (:class:`gossip.problems.base.Problem` has it all): a
+    problem written from scratch serves the ``full`` oracle with the first group alone, and the
+    sampled ones with the finite-sum group too. One with ``linear_model`` set also has the data
+    ``A``, ``b``, ``l2`` and ``_dphi`` of :class:`gossip.problems.glm.GLM`."""
+
+    dtype: torch.dtype
+    device: torch.device
+    regularizer: Any
+    linear_model: bool
+
+    def check_node(self, i: int) -> int: ...
+    def grad_full(self, i: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    @property
+    def finite_sum(self) -> bool: ...
+    def n_samples(self, i: int) -> int | None: ...
+    def sample_grads(self, i: int, idx: torch.Tensor, x: torch.Tensor) -> torch.Tensor: ...
+    def batch_grad(self, i: int, idx: torch.Tensor, x: torch.Tensor,
+                   out: torch.Tensor | None = None) -> torch.Tensor: ...
 
 
 class Oracle(ABC):
@@ -51,7 +71,7 @@ class Oracle(ABC):
 
     def __init__(self, problem: Problem, node: int, generator: torch.Generator | None = None):
         self.problem = problem
-        self.node = check_node(problem, node)
+        self.node = problem.check_node(node)
         self.generator = generator
         self.sample_grads = 0
 
@@ -177,7 +197,7 @@ class LSVRG(_Sampled):
         if self.w is None:
             self._refresh(x)
         pb = self.problem
-        if isinstance(pb, GLM):
+        if pb.linear_model:
             # one gather: A_B^T (φ'(A_B x) − φ'(A_B w))/|B| + μ + l2 (x − w)
             rows = pb.A[self.node].index_select(0, idx)
             bb = pb.b[self.node].index_select(0, idx)
@@ -228,7 +248,7 @@ class SAGA(_Sampled):
 
     def _init(self, x: torch.Tensor) -> None:
         pb = self.problem
-        if isinstance(pb, GLM):
+        if pb.linear_model:
             self.table = pb.coefficients(self.node, x).clone()
             self.mean = torch.mv(pb.A[self.node].T, self.table).mul_(1.0 / self.m)
         else:
@@ -243,7 +263,7 @@ class SAGA(_Sampled):
             self._init(x)
         pb = self.problem
         B = idx.numel()
-        if isinstance(pb, GLM):
+        if pb.linear_model:
             rows = pb.A[self.node].index_select(0, idx)
             c_new = pb._dphi(torch.mv(rows, x), pb.b[self.node].index_select(0, idx))
             delta = c_new - self.table.index_select(0, idx)
@@ -292,7 +312,7 @@ def make_oracle(
     p: float | None = None,
 ) -> Oracle:
     """Build node ``node``'s oracle; see :meth:`Problem.oracle` for the arguments and errors."""
-    node = check_node(problem, node)
+    node = problem.check_node(node)
     if estimator not in ESTIMATORS:
         raise ConfigError(f"unknown gradient estimator {estimator!r}; choose one of {ESTIMATORS}",
                            node=node)

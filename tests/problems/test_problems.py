@@ -256,6 +256,8 @@ def test_saga_generic_table_matches_glm_scalars():
 class _NotGLM:
     """Delegates to a GLM but is not one (exercises the generic finite-sum code paths)."""
 
+    linear_model = False
+
     def __init__(self, pb):
         self._pb = pb
 
