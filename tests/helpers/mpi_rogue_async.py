@@ -28,6 +28,7 @@ import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.comm.link import TAG_SPACE  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
+from gossip.core.activation import Activation  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.network import freerun as fr  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
@@ -158,7 +159,8 @@ def rogue(world: World, name: str, where: str, corrupt) -> None:
     if where == "post":
         free.post(1, 0, 0.0, engine.algorithm.message_like(engine.block, 0))
     elif where == "request":
-        free.exchange(1, 0, 0.0, 1)  # no reply comes: routed around after the timeout
+        # the activation's request; no reply comes: routed around after the timeout
+        engine.algorithm.activate(engine.block, Activation(free, 1, 0, 0.0, 1, 1, 0))
     elif where == "row":
         free._instants = [(10, 0.0)]  # the snapshot of round 10, its row to rank 0
         free._snapshot()
