@@ -78,6 +78,7 @@ CASES = {
     "request-garbage": ("ad-psgd", "request", garbage),
     "reply-inf": ("ad-psgd", "reply", last_inf),
     "request-choco-bad-header": ("async-choco", "request", first_byte),  # a compressor's bytes
+    "reply-choco-bad-header": ("async-choco", "reply", first_byte),  # decoded by activate
     "snapshot-row-garbage": ("gossip-learning", "row", garbage),  # a node record's scalars
     "virtual-exchange-nan": ("ad-psgd", "virtual", last_nan),
     "virtual-exchange-bad-header": ("ad-psgd", "virtual", first_byte),
