@@ -195,7 +195,8 @@ class EventLoop:
                 return i_heard
 
             sent = tuple(p.clone() for p in parts) if j_heard else None
-            answer_request(self.algorithm, self.block, Message(i, j, self.row_of[j], sent, time, time, seq, answer=answer))
+            request = Message(i, j, self.row_of[j], sent, time, time, seq, answer=answer)
+            answer_request(self.algorithm, self.block, request)
             return Message(j, i, row, replies[0] if i_heard else None, time, time, seq,
                            acked=j_heard)
         buf = frame(parts, self._where(time, i)) if j_heard else None
