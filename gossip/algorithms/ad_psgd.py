@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.core.activation import Activation, Side
+from gossip.core.activation import Activation, Message
 from gossip.core.algorithm import Asynchronous, check_range, scheduled
 from gossip.core.block import Block
 from gossip.core.requirements import Graph, Requirements
@@ -56,7 +56,9 @@ class ADPSGD(Asynchronous):
         block.state["grad"] = block.gradients(torch.empty_like(block.x))
 
     def activate(self, block: Block, event: Activation) -> None:
-        event.meet()  # x_i, x_j ← (x_i + x_j)/2
+        reply = event.exchange(block.x[event.row])  # x_i, x_j ← (x_i + x_j)/2
+        if reply is not None:
+            self._average(block, event.row, reply.parts)
         grad = block.state["grad"]
         block.local_step(grad, scheduled(self.eta, block.round), rows=[event.row])
         block.gradients(grad, rows=[event.row])  # the next computation starts at x_i as it is
@@ -66,9 +68,14 @@ class ADPSGD(Asynchronous):
         if node in block.ids:  # its computation starts again at x⁰
             block.gradients(block.state["grad"], rows=[block.ids.index(node)])
 
-    def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
-        return (block.x[side.row],)
+    def message_like(self, block: Block, row: int) -> tuple[torch.Tensor, ...]:
+        return (block.x[row],)
 
-    def merge(self, block: Block, side: Side, heard: tuple[torch.Tensor, ...] | None) -> None:
-        if heard is not None:
-            block.x[side.row].add_(heard[0]).mul_(0.5)
+    def receive(self, block: Block, message: Message) -> None:
+        message.reply(block.x[message.row])  # the neighbor's end: x_j as it is, then the average
+        self._average(block, message.row, message.parts)
+
+    @staticmethod
+    def _average(block: Block, row: int, heard: tuple[torch.Tensor, ...] | None) -> None:
+        if heard is not None:  # None: lost, this end keeps its model
+            block.x[row].add_(heard[0]).mul_(0.5)

@@ -32,7 +32,8 @@ class ExactRows:
     ``d·itemsize`` bytes. A received row with a NaN/Inf value is refused (:meth:`check_rows`),
     as the ``none`` compressor refuses it. Decoding adds ``w·v`` with one rounding, as
     ``add_(v, alpha=w)`` does (``w_ii v_i`` on a zero row is the product itself). Enough of the
-    compressor interface for :meth:`gossip.core.block.Block.encode` and ``mix_into``."""
+    compressor interface for a :class:`~gossip.core.channel.Channel` of its own
+    (:meth:`gossip.core.block.Block.encode` and ``mix_into``)."""
 
     stateful = False
     randomized = False
@@ -126,12 +127,14 @@ class AdaptiveGossip(Algorithm):
         width = sum(v.shape[1] for v in vectors)
         send = vectors[0] if len(vectors) == 1 else self.scratch(block, "send", width)
         acc = self.scratch(block, "acc", width)
+        ch = block.workspace.get("exact")
+        if ch is None:
+            ch = block.workspace["exact"] = Channel(block, "exact", compressor=EXACT)
         for _ in range(steps):
             if len(vectors) > 1:
                 torch.cat(vectors, dim=1, out=send)
-            q = block.encode(send, EXACT)
-            yield q
-            block.mix_into(acc.zero_(), q, q)
+            inbox = yield ch.send(send)
+            ch.mix(inbox, into=(None, acc.zero_()))
             pos = 0
             for v in vectors:
                 v.copy_(acc[:, pos : pos + v.shape[1]])

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import torch
 
-from gossip.core.activation import Activation, Side
+from gossip.core.activation import Activation, Message
 from gossip.core.algorithm import Asynchronous, check_range, scheduled
 from gossip.core.block import Block
 from gossip.core.requirements import Graph, Requirements
@@ -68,7 +68,6 @@ class AsyncChoco(Asynchronous):
         block.arc_state["x_hat_in"] = block.x.new_zeros(len(route.arcs), d)
         ws = block.workspace
         ws["arc"] = {a: e for e, a in enumerate(route.arcs)}
-        ws["q"] = {}  # (node, peer, seq): a node's decoded offer, until the exchange merges
         ws["rng"] = {}
         comp = block.compressor
         ws["fixed"] = comp.fixed_nbytes(block.x[0]) if block.m else None
@@ -81,7 +80,12 @@ class AsyncChoco(Asynchronous):
             grad = block.workspace["grad"]
             block.gradients(grad, rows=[event.row])
             block.local_step(grad, scheduled(self.eta, block.round), rows=[event.row])
-        event.meet()
+        if event.peer is None:
+            return
+        parts, q = self._message(block, event.node, event.peer, event.row, event.seq)
+        reply = event.exchange(*parts)  # q_ij to j; j's reply carries q_ji
+        if reply is not None:
+            self._update(block, event.node, event.peer, event.row, q, reply.acked, reply.parts)
 
     def rejoin(self, block: Block, node: int, x0: torch.Tensor) -> None:
         """A fresh node starts from x⁰ with zero copies, and its neighbors zero their copies of
@@ -92,35 +96,51 @@ class AsyncChoco(Asynchronous):
                 block.arc_state["x_hat_out"][e].zero_()
                 block.arc_state["x_hat_in"][e].zero_()
 
-    def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
-        """``C(x_i − x̂_ij)``'s bytes (keyed randomness: the node's stream at the activation);
-        a compressor of varying size is padded to its maximum behind an 8-byte length."""
-        ws, node = block.workspace, block.nodes[side.row]
-        rng = ws["rng"].get(node.id)
+    def message_like(self, block: Block, row: int) -> tuple[torch.Tensor, ...]:
+        ws = block.workspace
+        size = ws["fixed"] if ws["fixed"] is not None else 8 + ws["size"]
+        return (torch.zeros(size, dtype=torch.uint8),)
+
+    def receive(self, block: Block, message: Message) -> None:
+        """j's end of i's exchange: reply with ``q_ji`` (from x_j as it is), then update."""
+        i, j, r = message.src, message.dst, message.row
+        parts, q = self._message(block, j, i, r, message.seq)
+        acked = message.reply(*parts)
+        self._update(block, j, i, r, q, acked, message.parts)
+
+    def _message(self, block: Block, node: int, peer: int, row: int,
+                 seq: int) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """``C(x_i − x̂_ij)`` for arc node → peer: its bytes as sent (keyed randomness: the
+        node's stream at activation ``seq``; a compressor of varying size is padded to its
+        maximum behind an 8-byte length) and its decoded value."""
+        ws, comp = block.workspace, block.nodes[row].compressor
+        rng = ws["rng"].get(node)
         if rng is None:
-            rng = ws["rng"][node.id] = Stream(block.seed, [node.id], "async.q")
-        rng.begin_round(side.seq)
-        e = ws["arc"][(side.node, side.peer)]
-        payload = node.compressor.encode(block.x[side.row] - block.arc_state["x_hat_out"][e], rng)
-        ws["q"][side.node, side.peer, side.seq] = node.compressor.decode(payload)
+            rng = ws["rng"][node] = Stream(block.seed, [node], "async.q")
+        rng.begin_round(seq)
+        e = ws["arc"][(node, peer)]
+        payload = comp.encode(block.x[row] - block.arc_state["x_hat_out"][e], rng)
+        q = comp.decode(payload)
         if ws["fixed"] is not None:
-            return (payload.to_bytes(),)
+            return (payload.to_bytes(),), q
         buf = torch.zeros(8 + ws["size"], dtype=torch.uint8)
         buf[:8].view(torch.int64)[0] = payload.nbytes
         buf[8 : 8 + payload.nbytes] = payload.to_bytes()
-        return (buf,)
+        return (buf,), q
 
-    def merge(self, block: Block, side: Side, heard: tuple[torch.Tensor, ...] | None) -> None:
-        ws, node = block.workspace, block.nodes[side.row]
-        e = ws["arc"][(side.node, side.peer)]
+    def _update(self, block: Block, node: int, peer: int, row: int, mine: torch.Tensor,
+                acked: bool, heard: tuple[torch.Tensor, ...] | None) -> None:
+        """One end's update: its own ``q`` into the arc's copy when the peer got it
+        (``acked``), the peer's (``heard``; None: lost) into the other copy, then
+        ``x_i += (γ/2)(x̂_ji − x̂_ij)``."""
+        e = block.workspace["arc"][(node, peer)]
         out, inn = block.arc_state["x_hat_out"][e], block.arc_state["x_hat_in"][e]
-        mine = ws["q"].pop((side.node, side.peer, side.seq))
-        if side.was_heard:  # acknowledged: both ends add it to the arc's copy
+        if acked:  # acknowledged: both ends add it to the arc's copy
             out.add_(mine)
         if heard is not None:
             buf = heard[0]
-            if ws["fixed"] is None:
+            if block.workspace["fixed"] is None:
                 buf = buf[8 : 8 + int(buf[:8].view(torch.int64)[0])]
-            comp = node.compressor
-            inn.add_(comp.decode(comp.from_bytes(buf, block.x[side.row])))
-        block.x[side.row].add_(torch.sub(inn, out), alpha=self.gamma / 2)
+            comp = block.nodes[row].compressor
+            inn.add_(comp.decode(comp.from_bytes(buf, block.x[row])))
+        block.x[row].add_(torch.sub(inn, out), alpha=self.gamma / 2)

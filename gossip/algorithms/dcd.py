@@ -57,7 +57,7 @@ class DCD(Algorithm):
         x, ws = block.x, block.workspace
         gap, diff, ch = block.state["gap"], ws["diff"], ws["channel"]
         if block.round == 1:  # every model uncompressed: s_i − x_i = Σ_{j∈N_i⁺} w_ij x_j − x_i
-            inbox = yield block.encode(x, compressor=make("none"))
+            inbox = yield Channel(block, "x0", compressor=make("none")).send(x)
             gap.copy_(ch.increments(inbox)[1])  # in the gap's own dtype
         if block.has_oracle:
             torch.sub(gap, block.gradients(ws["grad"]), alpha=scheduled(self.eta, block.round),
@@ -76,7 +76,6 @@ class DCD(Algorithm):
 def exchange_exact(block: Block, out: torch.Tensor) -> Round:
     """Send every ``x_i`` uncompressed and set ``out = Σ_{j∈N_i⁺} w_ij x_j`` (replica
     initialisation)."""
-    q = block.encode(block.x, compressor=make("none"))
-    inbox = yield q
-    out.zero_()
-    block.mix_into(out, q, inbox)
+    ch = Channel(block, "x0", compressor=make("none"))
+    inbox = yield ch.send(block.x)
+    ch.mix(inbox, into=(None, out.zero_()))

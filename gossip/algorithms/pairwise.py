@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from gossip.core.activation import Activation, Side
+from gossip.core.activation import Activation, Message
 from gossip.core.algorithm import Asynchronous
 from gossip.core.block import Block
 from gossip.core.requirements import Graph, Requirements
@@ -38,11 +38,19 @@ class PairwiseGossip(Asynchronous):
         pass
 
     def activate(self, block: Block, event: Activation) -> None:
-        event.meet()
+        reply = event.exchange(block.x[event.row])  # x_i to j; j's reply is x_j as it was
+        if reply is not None:
+            _average(block, event.row, reply.parts)
 
-    def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
-        return (block.x[side.row],)
+    def message_like(self, block: Block, row: int) -> tuple[torch.Tensor, ...]:
+        return (block.x[row],)
 
-    def merge(self, block: Block, side: Side, heard: tuple[torch.Tensor, ...] | None) -> None:
-        if heard is not None:
-            block.x[side.row].add_(heard[0]).mul_(0.5)
+    def receive(self, block: Block, message: Message) -> None:
+        message.reply(block.x[message.row])  # j's end: x_j as it is, then the average
+        _average(block, message.row, message.parts)
+
+
+def _average(block: Block, row: int, heard: tuple[torch.Tensor, ...] | None) -> None:
+    """``x ← (x + x_peer)/2`` at one end, with what it heard (None: lost, nothing changes)."""
+    if heard is not None:
+        block.x[row].add_(heard[0]).mul_(0.5)

@@ -7,8 +7,8 @@
   tensors, and the operations a round uses (encode, mix, decode, local steps, state);
 * :mod:`~gossip.core.channel` — :class:`Channel`: one vector sent compressed and mixed, with
   its copies (CHOCO, EF21, LEAD's α), weights, route and buffers;
-* :mod:`~gossip.core.activation` — :class:`Activation`, :class:`Side`, :class:`Message`: what
-  an asynchronous method acts through;
+* :mod:`~gossip.core.activation` — :class:`Activation`, :class:`Message`: what an
+  asynchronous method acts through (posts, and exchanges answered by the peer's ``receive``);
 * :mod:`~gossip.core.star` — the star's links and client sampling (federated methods);
 * :mod:`~gossip.core.requirements` — what a method needs of its graph, weights and compressor;
 * :mod:`~gossip.core.routing`, :mod:`~gossip.core.staging`, :mod:`~gossip.core.cache`,
@@ -27,7 +27,7 @@ from typing import Any
 _EXPORTS = {"Algorithm": "gossip.core.algorithm", "Round": "gossip.core.algorithm",
             "Block": "gossip.core.block", "Channel": "gossip.core.channel",
             "Activation": "gossip.core.activation", "Message": "gossip.core.activation",
-            "Side": "gossip.core.activation", "Requirements": "gossip.core.requirements",
+            "Requirements": "gossip.core.requirements",
             "Graph": "gossip.core.requirements"}
 
 __all__ = list(_EXPORTS)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import torch
 
     from gossip.compress import Compressor
-    from gossip.core.activation import Activation, Message, Side
+    from gossip.core.activation import Activation, Message
     from gossip.core.block import Block
 
 Round = Generator[Any, Any, None]
@@ -159,9 +159,11 @@ class Algorithm(ABC):
     """An asynchronous algorithm's clocks (:data:`gossip.core.activation.CLOCKS`): ``"compute"``
     (a node rings when its local step ends) or ``"poisson"`` (randomized gossip's clocks)."""
     contact: ClassVar[str] = "exchange"
-    """How an asynchronous algorithm's activation talks to its peer: ``"exchange"`` (a pairwise
-    exchange, :meth:`offer` and :meth:`merge` at each end) or ``"post"`` (a one-way message,
-    :meth:`receive` at the other end). Declared, so that every process knows the trace."""
+    """How an asynchronous algorithm's activation talks to its peer: ``"exchange"``
+    (:meth:`Activation.exchange <gossip.core.activation.Activation.exchange>`: a message the
+    peer's :meth:`receive` answers at once) or ``"post"`` (:meth:`Activation.post
+    <gossip.core.activation.Activation.post>`: a one-way message, taken in by :meth:`receive`
+    after the arc's delay). Declared, so that every process knows the trace."""
     peer: ClassVar[str] = "random"
     """Whom an activation talks to (:data:`gossip.core.activation.PEERS`): ``"random"`` (a uniform
     present out-neighbor) or ``"next"`` (the out-neighbors in turn)."""
@@ -259,26 +261,21 @@ class Algorithm(ABC):
         ``event`` (:class:`~gossip.core.activation.Activation`)."""
         raise ContractError(f"{self.name} is not asynchronous: it runs in rounds (step)")
 
-    def offer(self, block: Block, side: Side) -> tuple[torch.Tensor, ...]:
-        """What this end of a pairwise exchange sends (``contact = "exchange"``): tensors whose
-        sizes the other end can tell from its own offer (both ends offer alike)."""
-        raise ContractError(f"{self.name} declares no pairwise exchange (offer)")
-
-    def merge(self, block: Block, side: Side, heard: tuple[torch.Tensor, ...] | None) -> None:
-        """This end's update from the other end's offer (``heard``; None when the network lost
-        it: ``side.was_heard`` says whether the other end got this one's)."""
-        raise ContractError(f"{self.name} declares no pairwise exchange (merge)")
-
     def message_like(self, block: Block, row: int) -> tuple[torch.Tensor, ...]:
-        """Tensors shaped like the parts of a post to row ``row`` (``contact = "post"``): the
-        receiving process sizes its buffers by them."""
-        raise ContractError(f"{self.name} declares no posts (message_like)")
+        """Tensors shaped like the parts of a message to row ``row`` (a post, or an
+        exchange's request; its reply is sized alike): the receiving process sizes its
+        buffers by them."""
+        raise ContractError(f"{self.name} declares no messages (message_like)")
 
     def receive(self, block: Block, message: Message) -> None:
-        """An asynchronous algorithm's work when ``message`` (one it posted with
-        :meth:`Activation.post <gossip.core.activation.Activation.post>`) arrives at its
-        receiver, block row ``message.row``."""
-        raise ContractError(f"{self.name} posts no messages, yet one arrived")
+        """An asynchronous algorithm's work when ``message`` arrives at its receiver, block row
+        ``message.row``: a post (:meth:`Activation.post
+        <gossip.core.activation.Activation.post>`), or an exchange's request
+        (:meth:`Activation.exchange <gossip.core.activation.Activation.exchange>`), which it
+        answers once with :meth:`message.reply <gossip.core.activation.Message.reply>`
+        before it changes what the reply carries (``message.parts`` is None when the network
+        lost the request: the reply may still reach the sender)."""
+        raise ContractError(f"{self.name} receives no messages, yet one arrived")
 
     def log_fields(self, totals: dict[str, float]) -> dict[str, Any]:
         """The log record's fields from the sums of :attr:`counts` over the nodes (by default
@@ -332,7 +329,8 @@ _FORMER_NEEDS = frozenset({"static_topology", "symmetric", "needs_oracle", "need
 
 class Asynchronous(Algorithm):
     """The base of asynchronous algorithms (:attr:`Algorithm.asynchronous`): they define
-    :meth:`activate` (and :meth:`receive` when they post messages) instead of a round."""
+    :meth:`activate` and, for the messages it sends, :meth:`receive` and :meth:`message_like`,
+    instead of a round."""
 
     asynchronous = True
 

@@ -152,17 +152,25 @@ class Channel:
             for graphs that change every round, and for lossy networks, where both ends apply
             a message only when it was delivered; the topology's weights, a stateless
             compressor).
+
+        compressor: a stateless compressor of this channel's own instead of the run's (e.g.
+            ``make("none")`` for a phase of exact values, as DCD's replicas start), drawing
+            from the block's main streams.
     """
 
     def __init__(self, block: Any, name: str, *, memory: float | str | None = None,
                  keys: tuple[str, str] | None = None,
                  weights: Callable[[Any], Weights | None] | None = None,
-                 own_compressor: bool = False, route: str | ArcRoute = "broadcast"):
+                 own_compressor: bool = False, route: str | ArcRoute = "broadcast",
+                 compressor: Any = None):
         self.block = block
         self.name = name
         self.alpha = _alpha(memory)
         self.weights = weights
-        self.compressor = block.stream_compressor(name) if own_compressor else block.compressor
+        if compressor is not None and own_compressor:
+            raise ConfigError(f"channel {name!r}: give compressor= or own_compressor=True, not both")
+        self.compressor = (compressor if compressor is not None else
+                           block.stream_compressor(name) if own_compressor else block.compressor)
         self.rng = block.stream_rng(name) if own_compressor else block.rng
         self.arcs: _ArcCopies | None = None
         self.wide: torch.dtype | None = WIDER.get(block.x.dtype)

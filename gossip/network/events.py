@@ -6,11 +6,12 @@ Every node has a clock; each time it rings the engine draws the node's peer (the
 :meth:`~gossip.algorithms.Algorithm.activate` with an :class:`~gossip.core.activation.Activation`. The activation talks
 to its peer the one way the algorithm's :attr:`~gossip.algorithms.Algorithm.contact` says:
 
-* ``"exchange"``: :meth:`Activation.meet`, a pairwise exchange written per end — each end's
-  :meth:`~gossip.algorithms.Algorithm.offer` is sent to the other, then each end
-  :meth:`~gossip.algorithms.Algorithm.merge` s what it heard into its own state, atomically;
 * ``"post"``: :meth:`Activation.post`, a one-way message that arrives after the arc's delay as
-  a call of :meth:`~gossip.algorithms.Algorithm.receive`.
+  a call of :meth:`~gossip.algorithms.Algorithm.receive`;
+* ``"exchange"``: :meth:`Activation.exchange`, the same message taken in at once, atomically:
+  the peer's :meth:`~gossip.algorithms.Algorithm.receive` replies
+  (:meth:`~gossip.core.activation.Message.reply`) and the activation gets the reply back. The
+  two messages' fates are drawn apart; each end acts on what it heard.
 
 The event queue is a binary heap of ``(time, seq, ...)`` entries (``seq``: the order they were
 pushed, the nodes' first activations in node order), so events at the same virtual time run in
@@ -23,8 +24,8 @@ Every draw is keyed: node i's k-th clock interval by (seed, ``"async.clock"``, i
 choice of peer by (seed, ``"async.partner"``, i, k); compute times, delays, losses and churn by
 :class:`gossip.network.timing.Timing`. Nothing in the trace depends on the models' values, so **every
 process computes the whole trace**: under ``mpiexec`` each rank walks the same events in the
-same order, works on the ends it hosts, and swaps an exchange's offers with the peer's rank (or
-sends a post to the receiver's rank) through buffer-based point-to-point messages. A rank only
+same order, works on the ends it hosts, and sends an exchange's request to the peer's rank,
+which replies (or sends a post to the receiver's rank) through buffer-based point-to-point messages. A rank only
 ever waits for an event earlier in the one global order than any it has not finished, so the
 protocol cannot deadlock; a peer that stops answering ends the wait with a timeout naming its
 rank. The same seed gives the same trace and the same numbers in process and under MPI.
@@ -47,7 +48,7 @@ the trace to the checkpoint's event instead would cost every event so far at eac
 still need the payloads, so the queue is saved as it is; it is small (n wakes and the messages
 in flight). The algorithms' own state (AD-PSGD's stale gradients, SGP's ``s`` and ``w``,
 async-choco's per-arc copies) is in ``block.state`` / ``block.arc_state`` and is saved with the
-nodes as for rounds; their per-event scratch (async-choco's decoded offers) is empty between
+nodes as for rounds; an exchange ends within its event, so nothing of it is in flight between
 sweeps.
 """
 
@@ -61,9 +62,9 @@ from typing import Any, NoReturn
 import torch
 
 from gossip.comm.link import TAG_SPACE
-from gossip.core.activation import CLOCKS, CONTACTS, PEERS, Activation, Message, Side
+from gossip.core.activation import CLOCKS, CONTACTS, PEERS, Activation, Message, answer_request
 from gossip.errors import ConfigError, ContractError
-from gossip.network.frames import frame, framed_nbytes, merged, parts_nbytes, unframe
+from gossip.network.frames import activated, frame, framed_nbytes, merged, parts_nbytes, unframe
 from gossip.network.host import Host
 from gossip.network.spec import Network
 from gossip.network.timing import KeyedDraws, Timing
@@ -175,41 +176,71 @@ class EventLoop:
         sent[src] = sent.get(src, 0) + nbytes
 
     # -- contacts ------------------------------------------------------------------------------
-    def exchange(self, i: int, j: int, time: float, seq: int) -> Side | None:
-        """The exchange of activation ``seq`` between i (initiator) and j: the fates of both
-        messages, the local ends' offers swapped (in process, or with the other end's rank),
-        then merged. Returns i's side when i is local."""
+    def exchange(self, event: Activation, parts: tuple[torch.Tensor, ...]) -> Message:
+        """The exchange of ``event`` (its node i local) with its peer j: the fates of both
+        messages, ``parts`` to j, whose ``receive`` replies (in process, or j's rank takes its
+        part in :meth:`_answer`), and the reply, as i hears it."""
+        i, j, time, seq = event.node, event.peer, event.time, event.seq
+        tag, j_heard, i_heard = self._exchange_fates(i, j, time)
+        if j_heard:
+            self._count(i, parts_nbytes(parts))
+        row = self.row_of[i]
+        if self.local(j):  # each end hears the other's message as it was sent
+            replies: list[tuple[torch.Tensor, ...]] = []
+
+            def answer(reply: tuple[torch.Tensor, ...]) -> bool:
+                if i_heard:
+                    self._count(j, parts_nbytes(reply))
+                replies.append(tuple(p.clone() for p in reply))
+                return i_heard
+
+            sent = tuple(p.clone() for p in parts) if j_heard else None
+            request = Message(i, j, self.row_of[j], sent, time, time, seq, answer=answer)
+            answer_request(self.algorithm, self.block, request)
+            return Message(j, i, row, replies[0] if i_heard else None, time, time, seq,
+                           acked=j_heard)
+        buf = frame(parts, self._where(time, i)) if j_heard else None
+        got = self._swap(buf, framed_nbytes(parts), j, i_heard, tag, time)
+        where = self._where(time, i, j)
+        heard = unframe(got, parts, where, j, i) if i_heard else None
+        if heard is not None:
+            heard = tuple(p.to(self.block.x.device) for p in heard)
+        event.heard_from = (where, j)
+        return Message(j, i, row, heard, time, time, seq, acked=j_heard)
+
+    def _exchange_fates(self, i: int, j: int, time: float) -> tuple[int, bool, bool]:
+        """The tag of the exchange of i (initiator) with j and its messages' fates (the same
+        on every process): whether j hears i's, whether i hears j's."""
         tag = self.messages % TAG_SPACE
         j_heard, _ = self._delivered(i, j, time)
         i_heard, _ = self._delivered(j, i, time)
         if self.trace is not None:
             self.trace.append(("exchange", time, i, j, j_heard, i_heard))
-        alg, block = self.algorithm, self.block
-        sides = [Side(a, self.row_of[a], b, a == i, time, seq) for a, b in ((i, j), (j, i))
-                 if self.local(a)]
-        for s in sides:
-            s.heard, s.was_heard = (i_heard, j_heard) if s.initiated else (j_heard, i_heard)
-        if not sides:
-            return None
-        offers = [alg.offer(block, s) for s in sides]
-        for s, parts in zip(sides, offers):
-            if s.was_heard:
-                self._count(s.node, parts_nbytes(parts))
-        if len(sides) == 2:  # both ends here: each hears the other's offer as it was sent
-            got = [tuple(p.clone() for p in offers[1]), tuple(p.clone() for p in offers[0])]
-        else:
-            s, parts = sides[0], offers[0]
-            buf = frame(parts, self._where(time, s.node)) if s.was_heard else None
-            got = self._swap(buf, framed_nbytes(parts), s.peer, s.heard, tag, time)
-            where = self._where(time, s.node, s.peer)
-            heard = unframe(got, parts, where, s.peer, s.node) if s.heard else None
-            if heard is not None:
-                heard = tuple(p.to(block.x.device) for p in heard)
-            merged(lambda: alg.merge(block, s, heard), where, s.peer, s.node)
-            return s if s.initiated else None
-        for s, parts in zip(sides, got):
-            alg.merge(block, s, parts if s.heard else None)
-        return sides[0] if sides[0].initiated else None
+        return tag, j_heard, i_heard
+
+    def _answer(self, i: int, j: int, time: float, seq: int) -> None:
+        """On every process but remote i's, at i's exchange with j: the fates, and where j is
+        local its part: receive i's request (sized by ``message_like``), let ``receive``
+        reply, and send the reply to i's rank."""
+        tag, j_heard, i_heard = self._exchange_fates(i, j, time)
+        if not self.local(j):
+            return
+        alg, block, r = self.algorithm, self.block, self.row_of[j]
+        where = self._where(time, j, i)
+        heard = None
+        if j_heard:
+            like = alg.message_like(block, r)
+            got = self._swap(None, framed_nbytes(like), i, True, tag, time)
+            heard = tuple(p.to(block.x.device) for p in unframe(got, like, where, i, j))
+
+        def answer(reply: tuple[torch.Tensor, ...]) -> bool:
+            if i_heard:
+                self._count(j, parts_nbytes(reply))
+                self._swap(frame(reply, self._where(time, j)), 0, i, False, tag, time)
+            return i_heard
+
+        request = Message(i, j, r, heard, time, time, seq, answer=answer)
+        merged(lambda: answer_request(self.algorithm, self.block, request), where, i, j)
 
     def _where(self, time: float, node: int, sender: int | None = None) -> str:
         """How an error about a message names it: the virtual time and ``node`` with its rank
@@ -221,7 +252,7 @@ class EventLoop:
     def _swap(self, buf: torch.Tensor | None, size: int, peer: int, recv: bool, tag: int,
               time: float) -> torch.Tensor:
         """Send ``buf`` (a host :func:`frame`; None: nothing) to ``peer``'s rank and receive
-        its offer (``size`` bytes, when ``recv``)."""
+        its message (``size`` bytes, when ``recv``)."""
         rank = self.transport.placement[peer]
         out = torch.empty(size, dtype=torch.uint8)
         link = self.transport.link
@@ -360,13 +391,13 @@ class EventLoop:
         alg = self.algorithm
         if self.local(i):
             event = Activation(self, i, self.row_of[i], time, k, self.activations, j)
-            alg.activate(self.block, event)
+            activated(alg, self.block, event)
             if j is not None and not event._done:
                 raise ContractError(f"{alg.name}.activate did not {alg.contact} with its peer "
                                     f"(node {i}, activation {k}): every activation with a peer must, "
                                     "so that the peer's process can take its part")
         elif j is not None and alg.contact == "exchange":  # the peer's end, or nobody's here
-            self.exchange(i, j, time, self.activations)
+            self._answer(i, j, time, self.activations)
         elif j is not None:
             ok, arrive, tag = self._post_fate(i, j, time)
             if ok:

@@ -3,9 +3,9 @@ framed as a synchronous round's message would be, so the receiver checks it the 
 
 :func:`frame` turns a message's parts into one host uint8 buffer (each floating part with the
 ``none`` compressor's wire header, :mod:`gossip.compress.wire`); :func:`unframe` checks a
-received buffer (header, exact size, NaN/Inf) and gives the parts back; :func:`merged` names
-the sender when the algorithm's decoder refuses what it was sent; :func:`parts_nbytes` is what a
-message counts as sent.
+received buffer (header, exact size, NaN/Inf) and gives the parts back; :func:`merged` (a
+receive) and :func:`activated` (an activation's exchange) name the sender when the algorithm's
+decoder refuses what it was sent; :func:`parts_nbytes` is what a message counts as sent.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def unframe(buf: torch.Tensor, like: tuple[torch.Tensor, ...], where: str, sende
 
 
 def merged(call: Any, where: str, sender: int, receiver: int) -> None:
-    """Run ``call()``, the algorithm's merge or receive of a message from another process:
+    """Run ``call()``, the algorithm's receive of a message from another process:
     a message its decoder refuses (a compressor's, carried as bytes) raises
     :class:`RowsError` naming the sender, as :func:`unframe` does."""
     try:
@@ -96,9 +96,22 @@ def merged(call: Any, where: str, sender: int, receiver: int) -> None:
         raise RowsError(f"{where}: {exc}", sender=sender, receiver=receiver) from exc
 
 
+def activated(algorithm: Any, block: Any, event: Any) -> None:
+    """Run ``algorithm.activate(block, event)``: when its exchange's reply came from another
+    process (``event.heard_from``), a reply its decoder refuses raises :class:`RowsError`
+    naming the sender, as :func:`merged` does."""
+    try:
+        algorithm.activate(block, event)
+    except CompressionError as exc:
+        if event.heard_from is None:
+            raise
+        where, sender = event.heard_from
+        raise RowsError(f"{where}: {exc}", sender=sender, receiver=event.node) from exc
+
+
 def parts_nbytes(parts: tuple[torch.Tensor, ...]) -> int:
     """Bytes of a message's parts: what is counted as sent."""
     return sum(p.numel() * p.element_size() for p in parts)
 
 
-__all__ = ["frame", "framed_nbytes", "unframe", "merged", "parts_nbytes"]
+__all__ = ["activated", "frame", "framed_nbytes", "unframe", "merged", "parts_nbytes"]

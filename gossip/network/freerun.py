@@ -7,13 +7,13 @@ order of events is whatever the wall clock makes it. A node's k-th local step la
 ``compute_s(i, k) × scale`` wall seconds (the same ``--network`` draws, so stragglers and their
 virtual times are the event loop's), during which the node keeps answering its neighbors (the
 communication thread of AD-PSGD's design). Then it activates: the algorithm's
-:meth:`~gossip.algorithms.Algorithm.activate`, whose ``meet()`` sends a request carrying this
-end's offer to the peer and waits for the reply carrying the peer's; ``post()`` sends a message
-the receiver takes in when it next polls.
+:meth:`~gossip.algorithms.Algorithm.activate`, whose ``exchange()`` sends a request to the peer
+and waits for the reply its ``receive`` makes; ``post()`` sends a message the receiver takes in
+when it next polls.
 
 Deadlock-free: a node waiting for a reply keeps serving every request that reaches it, so two
-nodes that ask each other at once both get answered (each merges the other's offer twice: the
-non-atomic averaging of real asynchronous systems). Ending: a node that has taken its steps
+nodes that ask each other at once both get answered (each takes in the other's message twice:
+the non-atomic averaging of real asynchronous systems). Ending: a node that has taken its steps
 tells its neighbors (DONE) and goes on serving until every neighbor has told it the same. A
 neighbor that does not answer within the timeout is routed around: left out of the node's
 peers from then on, and named in the log. The run's end record, after all ranks are done, has
@@ -57,13 +57,13 @@ fall). A lost post is not sent (``post()`` returns False, as in the event loop).
 post with a delay d is handed to MPI ``d × scale`` wall seconds after it is made (an outbox the
 node empties while it polls; the receiver takes it in at its next poll), its bytes counted when
 made; the posts still due after the run's end are dropped, as they would arrive after it. An
-exchange's two messages are drawn apart, as in the event loop, and each end merges what it
-heard: a lost request is not sent, and the initiator, which drew the loss, merges nothing and
-goes on at once; a lost reply is replaced by an empty LOST notice, so the initiator merges
-nothing and goes on, while the peer merged the request. The draw stands for the acknowledgement
+exchange's two messages are drawn apart, as in the event loop, and each end acts on what it
+heard: a lost request is not sent, and the initiator, which drew the loss, hears nothing and
+goes on at once; a lost reply is replaced by an empty LOST notice, so the initiator hears
+nothing and goes on, while the peer took the request in. The draw stands for the acknowledgement
 a real protocol gets (or the timeout it waits out: skipped here, because the event loop's
 exchange takes no virtual time whatever its fates), and it keeps both ends in agreement on
-``was_heard`` — what async-choco's per-arc copies need to stay equal. ``delay=`` on an
+``acked`` — what async-choco's per-arc copies need to stay equal. ``delay=`` on an
 exchange algorithm is refused, as in the event loop. The end record gains ``messages`` and
 ``messages_lost_total`` (summed over the nodes).
 """
@@ -82,11 +82,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossip.core.activation import Activation, Message, Side
+from gossip.core.activation import Activation, Message, answer_request
 from gossip.core.algorithm import Algorithm
 from gossip.errors import CommError, ConfigError
 from gossip.network.clock import sleep_serving
-from gossip.network.frames import frame, merged, parts_nbytes, unframe
+from gossip.network.frames import activated, frame, merged, parts_nbytes, unframe
 from gossip.network.host import Host
 from gossip.network.spec import Network
 from gossip.network.timing import KeyedDraws, Timing
@@ -219,25 +219,22 @@ class FreeRun:
         """Rank 0: where the node records go as the rows come (the run's ``on_record``)."""
 
     # -- what an activation calls (the event loop's interface) --------------------------------
-    def exchange(self, i: int, j: int, time_s: float, seq: int) -> Side | None:
-        side = Side(i, 0, j, True, time_s, seq)
-        parts = self.algorithm.offer(self.block, side)
+    def exchange(self, event: Activation, parts: tuple[torch.Tensor, ...]) -> Message | None:
+        i, j = event.node, event.peer
         if self._lost(j):  # the request is not sent: j hears nothing, nor does this end
-            self.algorithm.merge(self.block, side, None)
-            return side
-        side.was_heard = True
+            return Message(j, i, 0, None, event.time, event.time, event.seq, acked=False)
         self._count(parts_nbytes(parts))
         host = frame(parts, self._where())
         request = self.comm.Isend([host.numpy(), self.MPI.BYTE], dest=self.rank_of[j], tag=REQUEST)
         self._sends.append((request, host, j))
         reply = self._serve_until(reply_from=j)
-        if reply is None:  # j stopped answering: it is routed around, nothing merged
+        if reply is None:  # j stopped answering: it is routed around, nothing heard
             return None
-        side.heard = reply.numel() > 0  # empty: j's reply was lost (LOST)
         where = self._where(j)
-        heard = self._device(unframe(reply, parts, where, j, i)) if side.heard else None
-        merged(lambda: self.algorithm.merge(self.block, side, heard), where, j, i)
-        return side
+        heard = self._device(unframe(reply, parts, where, j, i)) if reply.numel() else None
+        event.heard_from = (where, j)  # empty: j's reply was lost (LOST)
+        now = self._now()
+        return Message(j, i, 0, heard, now, now, event.seq, acked=True)
 
     def post(self, i: int, j: int, time_s: float, parts: tuple[torch.Tensor, ...]) -> bool:
         if self._lost(j):
@@ -352,7 +349,7 @@ class FreeRun:
             self.steps += 1
             self._set_sweep()
             event = Activation(self, i, 0, self._now(), k, self.seq, j)  # type: ignore[arg-type]
-            self.algorithm.activate(self.block, event)
+            activated(self.algorithm, self.block, event)
         # the delayed posts due before the end go out; the later ones would arrive after it
         self._flush(until=end if seconds is not None else max([d for d, *_ in self._outbox],
                                                                  default=0.0))
@@ -512,21 +509,26 @@ class FreeRun:
                             "and files)", rank=self.comm.Get_rank())
 
     def _answer(self, j: int, request: torch.Tensor) -> None:
-        """j asked for an exchange: reply with this end's offer (or, when the network loses
-        the reply, with an empty LOST notice), then merge j's."""
+        """j asked for an exchange: ``receive`` its request, whose reply goes back to j (or,
+        when the network loses the reply, an empty LOST notice)."""
         self.seq += 1
-        side = Side(self.node, 0, j, False, self._now(), self.seq)
-        side.heard = True
-        side.was_heard = not self._lost(j)
-        parts = self.algorithm.offer(self.block, side)
+        acked = not self._lost(j)
         where = self._where(j)
-        heard = self._device(unframe(request, parts, where, j, self.node))
-        host = frame(parts, self._where()) if side.was_heard else torch.zeros(0, dtype=torch.uint8)
-        self._sends.append((self.comm.Isend([host.numpy(), self.MPI.BYTE], dest=self.rank_of[j],
-                                            tag=REPLY if side.was_heard else LOST), host, j))
-        if side.was_heard:
-            self._count(parts_nbytes(parts))
-        merged(lambda: self.algorithm.merge(self.block, side, heard), where, j, self.node)
+        like = self.algorithm.message_like(self.block, 0)
+        heard = self._device(unframe(request, like, where, j, self.node))
+
+        def answer(reply: tuple[torch.Tensor, ...]) -> bool:
+            host = frame(reply, self._where()) if acked else torch.zeros(0, dtype=torch.uint8)
+            self._sends.append((self.comm.Isend([host.numpy(), self.MPI.BYTE],
+                                                dest=self.rank_of[j], tag=REPLY if acked else LOST),
+                                host, j))
+            if acked:
+                self._count(parts_nbytes(reply))
+            return acked
+
+        now = self._now()
+        msg = Message(j, self.node, 0, heard, now, now, self.seq, answer=answer)
+        merged(lambda: answer_request(self.algorithm, self.block, msg), where, j, self.node)
 
     # -- trajectories (module doc) -------------------------------------------------------------
     def _snapshot(self, final: bool = False) -> None:

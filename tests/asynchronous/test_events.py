@@ -272,3 +272,34 @@ def test_a_delay_is_refused_where_it_means_nothing_or_nothing_would_arrive():
     assert eng.network.events.activations == 0 and "\n" not in str(info.value)
     recs = eng.run(31, log_every=31)  # long enough: the first posts arrive
     assert recs[-1]["time_virtual_s"] > 30
+
+
+def test_an_exchange_is_answered_by_receive_once():
+    """The peer's ``receive`` must reply to an exchange's request, once: one that does not is
+    stopped naming both ends, a second reply (or a reply to a post) is refused."""
+    from gossip.core.activation import Message
+    from gossip.core.algorithm import Asynchronous
+    from gossip.core.requirements import Graph, Requirements
+
+    class Silent(Asynchronous):
+        name = "silent-peer"
+        contact = "exchange"
+        requires = Requirements(graph=Graph(symmetric=True), compressor="identity")
+
+        def activate(self, block, event):
+            event.exchange(block.x[event.row])
+
+        def message_like(self, block, row):
+            return (block.x[row],)
+
+        def receive(self, block, message):
+            pass
+
+    X, x0 = _ring_x0()
+    eng = Engine(Silent(), RING, x0)
+    with pytest.raises(ContractError, match=r"silent-peer.receive did not reply to node \d+"):
+        eng.run(1, log_every=1)
+    msg = Message(1, 2, 0, None, 0.0, 0.0, answer=lambda parts: True)
+    assert msg.reply(torch.zeros(1))
+    with pytest.raises(ContractError, match="node 2 replied to a message from node 1"):
+        msg.reply(torch.zeros(1))

@@ -21,6 +21,7 @@ EXPECTED = {  # case -> what the honest rank's line says was wrong
     "request-garbage": "bad magic byte",
     "reply-inf": "values contain NaN/Inf",
     "request-choco-bad-header": "bad magic byte",
+    "reply-choco-bad-header": "bad magic byte",
     "virtual-exchange-nan": "values contain NaN/Inf",
     "virtual-exchange-bad-header": "bad magic byte",
     "virtual-post-inf": "values contain NaN/Inf",

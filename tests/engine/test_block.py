@@ -358,3 +358,37 @@ def test_long_rows_decode_message_by_message_with_the_batched_bits(alg, spec, hp
     monkeypatch.setattr(dispatch, "LOOP_FROM", 1 << 40)
     batched = run()
     assert all(torch.equal(a.view(torch.int32), b.view(torch.int32)) for a, b in zip(looped, batched))
+
+
+class _ExactAverage(Algorithm):
+    """One exact phase through a channel of its own compressor, whatever the run's."""
+
+    name = "exact-average-test"
+    requires = Requirements()
+
+    def step(self, block):
+        from gossip.compress import make
+        from gossip.core.channel import Channel
+
+        ch = Channel(block, "exact", compressor=make("none"))
+        inbox = yield ch.send(block.x)
+        ch.mix(inbox, into=(None, block.workspace.setdefault("acc", torch.zeros_like(block.x))),
+               add=False)
+        block.x.copy_(block.workspace["acc"])
+
+
+def test_a_channel_sends_with_its_own_compressor_when_given_one():
+    """``Channel(compressor=...)``: the run compresses with top-k, the channel's phase is exact,
+    so one round is ``x ← W x`` to the bit of the dense product's rounding."""
+    from gossip.compress import make
+    from gossip.core.channel import Channel
+    from gossip.errors import ConfigError
+
+    topo = topologies.build("ring", 6)
+    X = torch.randn(6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    eng = Engine(_ExactAverage(), topo, lambda i: X[i], compressor="topk:0.2")
+    eng.step()
+    W = torch.tensor(np.array(topo.W), dtype=torch.float64)
+    assert torch.allclose(eng.block.x, W @ X, rtol=0, atol=1e-15)
+    with pytest.raises(ConfigError, match="not both"):
+        Channel(eng.block, "exact", compressor=make("none"), own_compressor=True)

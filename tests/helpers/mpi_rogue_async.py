@@ -28,6 +28,7 @@ import topologies  # noqa: E402
 from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.comm.link import TAG_SPACE  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
+from gossip.core.activation import Activation  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.network import freerun as fr  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
@@ -77,6 +78,7 @@ CASES = {
     "request-garbage": ("ad-psgd", "request", garbage),
     "reply-inf": ("ad-psgd", "reply", last_inf),
     "request-choco-bad-header": ("async-choco", "request", first_byte),  # a compressor's bytes
+    "reply-choco-bad-header": ("async-choco", "reply", first_byte),  # decoded by activate
     "snapshot-row-garbage": ("gossip-learning", "row", garbage),  # a node record's scalars
     "virtual-exchange-nan": ("ad-psgd", "virtual", last_nan),
     "virtual-exchange-bad-header": ("ad-psgd", "virtual", first_byte),
@@ -158,7 +160,8 @@ def rogue(world: World, name: str, where: str, corrupt) -> None:
     if where == "post":
         free.post(1, 0, 0.0, engine.algorithm.message_like(engine.block, 0))
     elif where == "request":
-        free.exchange(1, 0, 0.0, 1)  # no reply comes: routed around after the timeout
+        # the activation's request; no reply comes: routed around after the timeout
+        engine.algorithm.activate(engine.block, Activation(free, 1, 0, 0.0, 1, 1, 0))
     elif where == "row":
         free._instants = [(10, 0.0)]  # the snapshot of round 10, its row to rank 0
         free._snapshot()
