@@ -2,7 +2,11 @@
 any machine and a refactoring can show it changed no bit.
 
 The scenarios are those of the MPI equality scripts (every algorithm at least once) plus
-Prox-LEAD and BEER, 8 nodes in one process, float64, 12 to 20 rounds. Each run gives:
+Prox-LEAD and BEER, 8 nodes in one process, float64, 12 to 20 rounds, and the asynchronous
+methods (:data:`ASYNC`). Those run in virtual time on the event loop, without rounds: there a
+round is a *sweep*, one :meth:`Engine.step <gossip.engine.Engine.step>` (the events up to n more
+activations; what ``Engine.run`` records as one round), so their checkpoints are taken after
+sweeps 1, 2, 5, 10 and 20. Each run gives:
 
 * **checkpoints** (portable): after rounds :data:`CHECKPOINTS` (and the last), the bytes sent
   so far and three float64 values of the stacked models ``X`` (nodes in id order): ``Σ|x|``
@@ -12,11 +16,13 @@ Prox-LEAD and BEER, 8 nodes in one process, float64, 12 to 20 rounds. Each run g
   them with the recorded ones within :data:`RTOL` on every machine (its docstring says why
   that tolerance).
 * **bits** (exact, per platform): one SHA-256 per scenario over every round's models and byte
-  counts. Which bits come out depends on more than the code: torch's build and CPU kernels,
-  MKL's and OpenBLAS's code paths for the CPU's vendor and model, the CPU target numba's JIT
-  compiles for (FMA contraction), the libraries' versions and the environment variables that
-  steer them. :func:`platform` reads all of that; the test compares the hashes only on a
-  platform recorded with exactly those fields and skips elsewhere.
+  counts (an asynchronous run's also over each sweep's event-loop clock and counters: virtual
+  time, activations, messages, messages lost, rejoins). Which bits come out depends on more
+  than the code: torch's build and CPU kernels, MKL's and OpenBLAS's code paths for the CPU's
+  vendor and model, the CPU target numba's JIT compiles for (FMA contraction), the libraries'
+  versions and the environment variables that steer them. :func:`platform` reads all of that;
+  the test compares the hashes only on a platform recorded with exactly those fields and skips
+  elsewhere.
 
 Both live in ``tests/data/trajectories.json`` (sorted, one trajectory per line)::
 
@@ -59,6 +65,7 @@ from gossip.algorithms import make_algorithm  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
+from gossip.rng import generator, init_seed  # noqa: E402
 from tests.helpers import mpi_adaptive, mpi_scenarios, mpi_tracking_scenarios  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parents[1] / "data" / "trajectories.json"
@@ -96,12 +103,56 @@ def _extra(name: str, n: int, world: World) -> tuple[Engine, dict]:
     return engine, {}
 
 
+ASYNC: dict[str, tuple[str, dict, str, str | None, bool]] = {
+    "async-pairwise": ("pairwise-gossip", {}, "none", None, False),
+    "async-pairwise-lossy": ("pairwise-gossip", {}, "none", "loss=0.3", False),
+    "async-pairwise-churn": ("pairwise-gossip", {}, "none", "churn=at:3@2-4,fresh;loss=0.1",
+                             False),
+    "async-ad-psgd": ("ad-psgd", {}, "none", None, True),
+    "async-ad-psgd-compute": ("ad-psgd", {}, "none", "loss=0.2;compute=exp:1", True),
+    "async-choco-topk": ("async-choco", {"gamma": 0.6}, "topk:0.5", None, False),
+    "async-choco-qsgd-sgd": ("async-choco", {"gamma": 0.6}, "qsgd:4", "loss=0.25", True),
+    "async-choco-randk-churn": ("async-choco", {"gamma": 0.6}, "randk:0.3",
+                                "churn=at:2@3-9+7@5-inf,fresh;loss=0.2", False),
+    "async-choco-none": ("async-choco", {"gamma": 0.5}, "none", None, False),
+    "async-gossip-learning-delay": ("gossip-learning", {}, "none", "delay=exp:0.5;loss=0.2", True),
+    "async-sgp-delay": ("async-sgp", {}, "none", "delay=exp:0.3;loss=0.1", True),
+}
+"""The asynchronous methods, each at least once: name -> (algorithm, hyper-parameters,
+compressor, network, whether the nodes take gradient steps). Between them: loss, churn with
+fresh restarts, delays, compute times, a deterministic compressor (top-k) and two randomized
+ones (QSGD, rand-k), averaging and SGD."""
+
+
+def _distinct(i: int) -> torch.Tensor:
+    """Node i's starting point for averaging: standard normal, drawn from its own seed."""
+    return torch.randn(20, generator=generator(init_seed(5, i)), dtype=torch.float64)
+
+
+def _async(name: str, n: int, world: World) -> tuple[Engine, dict]:
+    """An asynchronous method in virtual time on a ring: averaging from distinct starting
+    points, or SGD on a heterogeneous least-squares problem from a common one (step size a
+    fifth of ``1/L``)."""
+    alg, hp, spec, network, trains = ASYNC[name]
+    problem = make_problem("least-squares", n_nodes=n, dim=20, samples_per_node=15, seed=4,
+                           heterogeneity=2.0, dtype=torch.float64)
+    x0 = problem.initial_point()
+    if trains:
+        hp = hp | {"eta": 0.2 / problem.smoothness().L}
+    engine = Engine(make_algorithm(alg, **hp), topologies.build("ring", n),
+                    (lambda i: x0) if trains else _distinct,
+                    compressor=spec, seed=11, world=world, network=network,
+                    oracles=(lambda i, gen: problem.oracle(i, gen, "sgd", 2)) if trains else None)
+    return engine, {}
+
+
 def scenarios() -> dict[str, Callable[[str, int, World], Any]]:
     """Scenario name -> ``engine_for(name, n, world)`` (an engine and options, or None)."""
     table: dict[str, Callable[[str, int, World], Any]] = {}
     for module in (mpi_scenarios, mpi_tracking_scenarios, mpi_adaptive):
         table.update({name: module.engine_for for name in module.SCENARIOS})
     table.update({"prox-lead-lasso": _extra, "beer-topk": _extra})
+    table.update({name: _async for name in ASYNC})
     return table
 
 
@@ -158,6 +209,7 @@ def trace(engine: Engine, rounds: int,
     h = hashlib.sha256()
     out = Trace("")
     at = {t for t in CHECKPOINTS if t < rounds} | {rounds}
+    events = engine.network.events if engine.algorithm.asynchronous else None
     for t in range(1, rounds + 1):
         engine.step()
         if after_round is not None:
@@ -165,6 +217,8 @@ def trace(engine: Engine, rounds: int,
         for i in sorted(engine.nodes):
             h.update(engine.nodes[i].x.detach().cpu().contiguous().numpy().tobytes())
             h.update(int(engine.transport.bytes_sent.get(i, 0)).to_bytes(8, "little"))
+        if events is not None:  # the event loop's clock and counters
+            h.update(json.dumps(events.log_fields(), sort_keys=True).encode())
         if t in at:
             out.rounds.append(t)
             out.bytes.append(total_bytes(engine))
