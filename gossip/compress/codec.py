@@ -8,8 +8,8 @@ of two forms:
 * **the batch form** (how to write a new compressor): ``_encode_batch(X, rng, views)`` fills
   the sections of every row of ``X`` ([m, d], one message per row; ``views[name]`` is that
   section of every row, [m, count]), ``_decode_batch(views, out)`` writes the decoded rows into
-  ``out`` ([m, d]) and the optional ``_check_batch(views)`` raises :class:`CompressionError` on
-  a received body no sender writes. A single tensor is a batch of one row, so the same code
+  ``out`` ([m, d]) and the optional ``_check_batch(views, d)`` raises
+  :class:`CompressionError` on a received body no sender writes. A single tensor is a batch of one row, so the same code
   serves one node per process and thousands of nodes in one process, and a block of nodes
   costs a few tensor ops, not a loop over rows. Randomized ones draw from ``rng``, a
   :class:`gossip.rng.Stream` over the rows, whose row r is row r's own stream (the same bytes
@@ -132,7 +132,8 @@ class Codec(Compressor):
     _encode_batch: ClassVar[Any] = None
     #: ``(views, out) -> None``: write the decoded rows into ``out`` ([m, d])
     _decode_batch: ClassVar[Any] = None
-    #: ``(views) -> None``, optional: raise :class:`CompressionError` on a body no sender writes
+    #: ``(views, d) -> None``, optional: raise :class:`CompressionError` on a body no sender
+    #: writes (``d``: the entries of a row, which some bodies do not say: index ranges, padding)
     _check_batch: ClassVar[Any] = None
 
     # fast block kernels (optional): the contracts of ``encode_rows`` / ``decode_add_rows_``;
@@ -195,7 +196,7 @@ class Codec(Compressor):
         self, v: dict[str, torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype
     ) -> dict[str, Any]:
         if self._check_batch is not None:
-            self._check_batch(_as_rows(v))
+            self._check_batch(_as_rows(v), numel_of(shape))
         return v
 
     def _decode_body(
@@ -586,7 +587,7 @@ class Codec(Compressor):
         bad = _rows.value_mask(self, views, bad)
         if self._check_batch is not None:
             try:
-                self._check_batch(views)
+                self._check_batch(views, like_of(0).numel())
             except CompressionError:  # find the row: the single-message check names it
                 parse = lambda r: self.from_bytes(block[r], like_of(r))  # noqa: E731
                 r = next((r for r in range(block.shape[0]) if _refused(parse, r)), None)
