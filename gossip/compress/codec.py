@@ -420,6 +420,10 @@ class Codec(Compressor):
             m, d = block.shape[0], out.shape[1]
             tmp = _rows.scratch(self, "decode_batch", (m, d), out.dtype, out.device)
             self._decode_batch(views, tmp)
+            if w is not None and out.stride(1) != 1 and d > 1:  # strided rows: as a single
+                for r, t in enumerate(tgt.tolist()):  # message adds into one (alpha=w, fused)
+                    out[t].add_(tmp[r], alpha=float(w[r, 0]))
+                return out
             if w is not None:
                 tmp.mul_(w.to(_rows.product_dtype(out.dtype)))
             _rows.add_rows_(out, None if rows is None else tgt, tmp, None, fused=False)

@@ -232,7 +232,12 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
         return
     if w is None or not fused:
         prod = vals if w is None else _product(vals, w, out.dtype, tmp)
-        out.index_add_(0, tgt, prod)  # row after row (a repeated target adds in order)
+        if out.dtype in (torch.float32, torch.float64):
+            out.index_add_(0, tgt, prod)  # row after row (a repeated target adds in order)
+            return
+        for level in levels(tgt):  # half types: index_add_ sums a repeated target in float32
+            out.index_add_(0, tgt if level is None else tgt[level],
+                           prod if level is None else prod[level])
         return
     if dispatch.loop_rows(vals.shape[1]):  # long rows: in place, one row after another (no copies)
         wd = w.to(out.dtype)
