@@ -11,7 +11,6 @@ import torch
 
 from gossip.compress import bits, dispatch, jit
 from gossip.compress import rows as _rows
-from gossip.compress.base import Compressor
 from gossip.compress.checks import check_scalar, nonfinite, quiet, tame
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
@@ -274,14 +273,9 @@ class LevelQuantizer(Codec):
     # ------------------------------------------------------------ blocks of nodes
     ordered_rows: ClassVar[bool] = True
 
-    def _fast_encode_rows(self, X, rng=None, *, out=None):
-        """CPU blocks of one row or of long rows (:func:`.dispatch.batch_encode`): one row at a
-        time through the numpy twin (:meth:`_encode_host`: the draw hashed chunk by chunk in
-        cache, or numba's one pass), cheaper per entry there than the batched torch ops;
-        other blocks: the reference."""
-        if _rows.is_block(X) and X.is_cpu and not dispatch.batch_encode(X):
-            return Compressor.encode_rows(self, X, rng, out=out)
-        return self._encode_rows_ref(X, rng, out)
+    #: CPU blocks of one row or of long rows one row at a time through the numpy twin (the
+    #: draw hashed chunk by chunk in cache, or numba's one pass)
+    _fast_encode_rows = _rows.encode_rows_looped
 
     def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
         """Rows the single message's numpy twin would add (:func:`.dispatch.host_decode`: CPU
@@ -602,6 +596,9 @@ class Natural(Codec):
             np.less(xn[a:b], _F0, out=neg)
             signs[a // 8 : a // 8 + bits.nbytes_bits(b - a)] = np.packbits(neg, bitorder="little")
         return v
+
+    #: CPU blocks of one row or of long rows one row at a time through the numpy twin
+    _fast_encode_rows = _rows.encode_rows_looped
 
     def _check_range(self, lo: float, hi: float, dtype: torch.dtype = torch.float32) -> None:
         big = max(-lo, hi)

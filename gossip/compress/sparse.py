@@ -665,6 +665,14 @@ class RandK(_KSparse):
         return sel
 
     # ----------------------------------------------------- blocks of nodes (rows)
+    def _fast_encode_rows(self, X, rng=None, *, out=None):
+        """A CPU block of one row (a node per process) through the numpy twin, a few torch
+        calls cheaper; other blocks, long rows too, by the reference (one gather: the numpy
+        twin has no cache-sized chunks to gain there)."""
+        if _rows.is_block(X) and X.is_cpu and X.shape[0] == 1:
+            return Compressor.encode_rows(self, X, rng, out=out)
+        return self._encode_rows_ref(X, rng, out)
+
     @no_grad
     def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized add: each row's index set comes from its seed (memoized, on the host),
