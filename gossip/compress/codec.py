@@ -9,9 +9,10 @@ of two forms:
   the sections of every row of ``X`` ([m, d], one message per row; ``views[name]`` is that
   section of every row, [m, count]), ``_decode_batch(views, out)`` writes the decoded rows into
   ``out`` ([m, d]) and the optional ``_check_batch(views, d)`` raises
-  :class:`CompressionError` on a received body no sender writes. A single tensor is a batch of one row, so the same code
-  serves one node per process and thousands of nodes in one process, and a block of nodes
-  costs a few tensor ops, not a loop over rows. Randomized ones draw from ``rng``, a
+  :class:`CompressionError` on a received body no sender writes (``d``: a row's length). A
+  single tensor is a batch of one row, so the same code serves one node per process and
+  thousands of nodes in one process, and a block of nodes costs a few tensor ops, not a loop
+  over rows. Randomized ones draw from ``rng``, a
   :class:`gossip.rng.Stream` over the rows, whose row r is row r's own stream (the same bytes
   whatever the batch).
 * **the per-tensor form**: ``_encode_body(x, generator, views)``, ``_parse_body(views, shape,
