@@ -52,7 +52,7 @@ class StochasticInt8(Codec):
         v["codes"].copy_((low + up).clamp_(-127, 127) + 127)
         v["scale"].copy_(scale)
 
-    def _check_batch(self, v: dict[str, torch.Tensor]) -> None:
+    def _check_batch(self, v: dict[str, torch.Tensor], d: int) -> None:
         if not bool((v["scale"] > 0).all()):
             raise CompressionError(f"{self.spec}: a scale is not a positive number")
         if bool((v["codes"] == 255).any()):

@@ -8,10 +8,11 @@ of two forms:
 * **the batch form** (how to write a new compressor): ``_encode_batch(X, rng, views)`` fills
   the sections of every row of ``X`` ([m, d], one message per row; ``views[name]`` is that
   section of every row, [m, count]), ``_decode_batch(views, out)`` writes the decoded rows into
-  ``out`` ([m, d]) and the optional ``_check_batch(views)`` raises :class:`CompressionError` on
-  a received body no sender writes. A single tensor is a batch of one row, so the same code
-  serves one node per process and thousands of nodes in one process, and a block of nodes
-  costs a few tensor ops, not a loop over rows. Randomized ones draw from ``rng``, a
+  ``out`` ([m, d]) and the optional ``_check_batch(views, d)`` raises
+  :class:`CompressionError` on a received body no sender writes (``d``: a row's length). A
+  single tensor is a batch of one row, so the same code serves one node per process and
+  thousands of nodes in one process, and a block of nodes costs a few tensor ops, not a loop
+  over rows. Randomized ones draw from ``rng``, a
   :class:`gossip.rng.Stream` over the rows, whose row r is row r's own stream (the same bytes
   whatever the batch).
 * **the per-tensor form**: ``_encode_body(x, generator, views)``, ``_parse_body(views, shape,
@@ -132,7 +133,8 @@ class Codec(Compressor):
     _encode_batch: ClassVar[Any] = None
     #: ``(views, out) -> None``: write the decoded rows into ``out`` ([m, d])
     _decode_batch: ClassVar[Any] = None
-    #: ``(views) -> None``, optional: raise :class:`CompressionError` on a body no sender writes
+    #: ``(views, d) -> None``, optional: raise :class:`CompressionError` on a body no sender
+    #: writes (``d``: the entries of a row, which some bodies do not say: index ranges, padding)
     _check_batch: ClassVar[Any] = None
 
     # fast block kernels (optional): the contracts of ``encode_rows`` / ``decode_add_rows_``;
@@ -195,7 +197,7 @@ class Codec(Compressor):
         self, v: dict[str, torch.Tensor], shape: tuple[int, ...], dtype: torch.dtype
     ) -> dict[str, Any]:
         if self._check_batch is not None:
-            self._check_batch(_as_rows(v))
+            self._check_batch(_as_rows(v), numel_of(shape))
         return v
 
     def _decode_body(
@@ -419,6 +421,10 @@ class Codec(Compressor):
             m, d = block.shape[0], out.shape[1]
             tmp = _rows.scratch(self, "decode_batch", (m, d), out.dtype, out.device)
             self._decode_batch(views, tmp)
+            if w is not None and out.stride(1) != 1 and d > 1:  # strided rows: as a single
+                for r, t in enumerate(tgt.tolist()):  # message adds into one (alpha=w, fused)
+                    out[t].add_(tmp[r], alpha=float(w[r, 0]))
+                return out
             if w is not None:
                 tmp.mul_(w.to(_rows.product_dtype(out.dtype)))
             _rows.add_rows_(out, None if rows is None else tgt, tmp, None, fused=False)
@@ -586,7 +592,7 @@ class Codec(Compressor):
         bad = _rows.value_mask(self, views, bad)
         if self._check_batch is not None:
             try:
-                self._check_batch(views)
+                self._check_batch(views, like_of(0).numel())
             except CompressionError:  # find the row: the single-message check names it
                 parse = lambda r: self.from_bytes(block[r], like_of(r))  # noqa: E731
                 r = next((r for r in range(block.shape[0]) if _refused(parse, r)), None)

@@ -15,7 +15,6 @@ from gossip.compress.checks import check_scalar, nonfinite, quiet, tame
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
 from gossip.errors import CompressionError
-from gossip.rng import PreDrawn
 
 _TORCH_OF = {np.float32: torch.float32, np.float64: torch.float64}
 _NP_FLOAT = {torch.float32: np.float32, torch.float64: np.float64}
@@ -94,24 +93,6 @@ class LevelQuantizer(Codec):
         """Multiplier of the decoded value (1, or 1/(1+ω) for a ``biased`` variant)."""
         return 1.0 / (1.0 + self.omega_for(d)) if self.biased else 1.0
 
-    def _draw_rows(self, rng, X) -> list:
-        """One 16-bit draw call for the block's rows (see ``Codec.encode_rows``): on the numpy
-        path lazy per-row draws (each row hashed chunk by chunk as it is encoded), else one
-        batched hash pass."""
-        d = X[0].numel()
-        if dispatch.numpy_path(X.device) and X.dtype in _NP_FLOAT:
-            return [PreDrawn(draw16=dr) for dr in rng.draw16(d)]
-        b = rng.bits16(d, X.device)
-        return [PreDrawn(bits16=b[r : r + 1]) for r in range(X.shape[0])]
-
-    def _dither_into(self, t: torch.Tensor, stream, d: int, dev) -> None:
-        """``t = o + u`` with the 16-bit dither ``u = (k + ½)·2⁻¹⁶``, k uniform on
-        {0, …, 2¹⁶ − 1} (one hashed word gives four) (the torch path; the numpy path makes the
-        same values chunk by chunk, :meth:`_encode_host`)."""
-        b = stream.bits16(d, dev, out=self.ws.get("rng.words", -(-d // 4), torch.int64, dev))
-        t.copy_(b[0])
-        self._dither_(t)
-
     def _dither_(self, t: torch.Tensor) -> None:
         """``t = (o + ½ + 2⁻¹⁷) + 2⁻¹⁶·t`` in place, t holding the stream's int16 lanes
         i16 = k − 2¹⁵ (copied exactly): one fused add (2⁻¹⁶·i16 is exact, so the result is
@@ -126,31 +107,68 @@ class LevelQuantizer(Codec):
                                                   device=t.device)
         return c
 
-    def _encode_body(self, x, generator, v) -> dict[str, Any]:
-        xf = x.view(-1)
-        d, dev, s = xf.numel(), xf.device, self.s
-        n = self._norm(xf)
-        v["scale"].copy_(n * (self._factor(d) / s))
-        work = torch.float64 if self.width > 10 else xf.dtype
-        t = self.ws.get("t", d, work, dev)
-        self._dither_into(t, generator, d, dev)
-        if dev.type == "cpu" or self.check_finite:  # the norm is on the host anyway
-            self._add_levels(t, xf, float(n))
+    def _encode_batch(self, X: torch.Tensor, rng: Any, v: dict[str, torch.Tensor]) -> None:
+        """The dither ``o + u`` from every row's stream, plus ``y = s·x/n``, truncated to the
+        codes and packed in bit planes, for the block at once. A row's norm and its scaled
+        add ``t += (s/n)·x`` are torch calls on the row alone: a reduction over a block's
+        row sums in another order than over the row, and ``add(alpha=)`` rounds as a
+        broadcast product need not (the numpy twin and numba's kernel match the row's)."""
+        m, d = X.shape
+        dev, s = X.device, self.s
+        norms = []
+        for r in range(m):
+            try:
+                norms.append(self._norm(X[r]))
+            except CompressionError as exc:
+                exc.row = r
+                raise
+        n = torch.stack(norms)
+        v["scale"].copy_(n.view(m, 1) * (self._factor(d) / s))
+        work = torch.float64 if self.width > 10 else X.dtype
+        t = _rows.scratch(self, "t", (m, d), work, dev)
+        t.copy_(rng.bits16(d, dev, out=self.ws.get("rng.words", m * -(-d // 4), torch.int64, dev)))
+        self._dither_(t)
+        if dev.type == "cpu" or self.check_finite:  # the norms are on the host anyway
+            for r, nv in enumerate(n.tolist()):
+                self._add_levels(t[r], X[r], nv)
         else:  # no host sync: n = 0 means x = 0, any finite step gives codes o
-            t.addcdiv_(xf, torch.where(n > 0, n / s, torch.ones_like(n)).to(work))
-        self._codes_from(t, d, dev, v)
-        return v
+            t.addcdiv_(X, torch.where(n > 0, n / s, torch.ones_like(n)).to(work).view(m, 1))
+        self._pack_rows(t, v["codes"])
 
-    def _codes_from(self, t: torch.Tensor, d: int, dev, v) -> None:
-        """Pack the codes ⌊t⌋ (clamped to the 2s + 1 levels) into ``v["codes"]``."""
-        o, s = self.offset, self.s
-        codes = self.ws.get("codes", bits.padded(d), bits.code_dtype(self.width), dev)
+    def _pack_rows(self, t: torch.Tensor, out: torch.Tensor) -> None:
+        """Pack the codes ⌊t⌋ (clamped to the 2s + 1 levels) of every row of ``t`` ([m, d])
+        into its bit planes ``out`` ([m, w·⌈d/8⌉]; layout :func:`.bits.pack_codes`)."""
+        m, d = t.shape
+        o, s, w = self.offset, self.s, self.width
+        n8 = bits.nbytes_bits(d)
+        codes = _rows.scratch(self, "pack", (m, 8 * n8), bits.code_dtype(w), t.device)
         if o + s + 1 > 255 and codes.dtype == torch.uint8:
             t.clamp_(max=o + s)  # a float rounded up to 256 would wrap to 0 in uint8
-        bits.cast_into(codes[:d], t)  # truncation = floor (t > 0)
-        codes[:d].clamp_(o - s, o + s)  # float rounding at |y| = s
-        codes[d:].zero_()
-        bits.pack_codes(codes, self.width, v["codes"], self.ws, dev)
+        bits.cast_into(codes[:, :d], t)  # truncation = floor (t > 0)
+        codes[:, :d].clamp_(o - s, o + s)  # float rounding at |y| = s
+        codes[:, d:].zero_()
+        first = 0
+        if w >= 8:
+            out[:, : 8 * n8].copy_(codes)  # the low byte of every code
+            first = 8
+        for j in range(first, w):
+            _rows.pack_rows(torch.bitwise_and(codes, 1 << j) != 0, d, out[:, j * n8 : (j + 1) * n8])
+
+    def _decode_batch(self, v: dict[str, torch.Tensor], out: torch.Tensor) -> None:
+        codes = self._unpack_rows(v["codes"], out.shape[1])
+        out.copy_(torch.from_numpy(codes) if isinstance(codes, np.ndarray) else codes)
+        out.sub_(self.offset).mul_(v["scale"])  # (code - o)·q
+
+    def _check_batch(self, v: dict[str, torch.Tensor], d: int) -> None:
+        lo, hi = _row_range(self._unpack_rows(v["codes"], d))
+        if bool(((lo < self.offset - self.s) | (hi > self.offset + self.s)).any()):
+            raise self._bad_codes()
+
+    def _bad_codes(self) -> CompressionError:
+        lo, hi = self.offset - self.s, self.offset + self.s
+        return CompressionError(
+            f"{self.spec}: the message holds codes outside the {2 * self.s + 1} levels "
+            f"[{lo}, {hi}] of its {self.width}-bit codes (the message is corrupt)")
 
     # ------------------------------------------------------- numpy fast path (CPU)
     @abstractmethod
@@ -218,22 +236,12 @@ class LevelQuantizer(Codec):
             np.copyto(codes, t, casting="unsafe")
         return codes
 
-    def _check_received(self, views: dict[str, Any], numel: int) -> None:
-        """Also refuse codes outside the 2s + 1 levels (w bits hold up to 2^w symbols)."""
-        super()._check_received(views, numel)
-        packed = views["codes"]
+    def _parse_host(self, v: dict[str, Any], numel: int) -> dict[str, Any]:
+        """numpy twin of :meth:`_check_batch`: refuse codes outside the 2s + 1 levels."""
         lo, hi = self.offset - self.s, self.offset + self.s
-        if isinstance(packed, np.ndarray):
-            ok = bits.codes_within_np(packed, numel, self.width, lo, hi, self.ws)
-        else:
-            codes = bits.unpack_codes(packed, numel, self.width, self.ws, packed.device)[:numel]
-            low, high = torch.aminmax(codes)
-            ok = int(low) >= lo and int(high) <= hi
-        if not ok:
-            raise CompressionError(
-                f"{self.spec}: the message holds codes outside the {2 * self.s + 1} levels "
-                f"[{lo}, {hi}] of its {self.width}-bit codes (the message is corrupt)"
-            )
+        if not bits.codes_within_np(v["codes"], numel, self.width, lo, hi, self.ws):
+            raise self._bad_codes()
+        return v
 
     def _expand_host(self, packed: np.ndarray, step, out: np.ndarray) -> None:
         """``out = (c − o)·step`` from the packed codes c (the torch path's arithmetic)."""
@@ -265,14 +273,19 @@ class LevelQuantizer(Codec):
     # ------------------------------------------------------------ blocks of nodes
     ordered_rows: ClassVar[bool] = True
 
+    #: CPU blocks of one row or of long rows one row at a time through the numpy twin (the
+    #: draw hashed chunk by chunk in cache, or numba's one pass)
+    _fast_encode_rows = _rows.encode_rows_looped
+
     def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
-        """Vectorized: the codes of every row unpacked into one [m, d] block, then added as the
-        single-message path adds them (bit for bit): the numpy path rounds (c − o)·(q·w) and
-        adds it; the torch path adds it with ``addcmul`` (the same roundings); a strided row of
-        ``out`` gets ``w·decode`` in one fused add. ``check``: header, scale (finite, ≥ 0) and
-        codes within the 2s + 1 levels of every row, the first bad row raising its error."""
+        """Rows the single message's numpy twin would add (:func:`.dispatch.host_decode`: CPU
+        float32/float64 rows numpy can write), with its rounding, ``(c − o)·(q·w)`` rounded,
+        then added: long rows by numba's ``level_add`` or in cache-sized chunks, row after
+        row, others for the block at once. ``check``: header, scale (finite, ≥ 0) and codes
+        within the 2s + 1 levels of every row, the first bad row raising its error. Other
+        rows: the reference."""
         st = _rows.start_decode(self, out, block, weight, rows, check)
-        if st is None:
+        if st is None or not dispatch.host_decode(self, out):
             return self._decode_add_rows_ref(out, block, weight, rows, check)
         plan, block, tgt, w, bad = st
         m, d = block.shape[0], out.shape[1]
@@ -280,31 +293,20 @@ class LevelQuantizer(Codec):
         t = None if rows is None else tgt
         if self._add_rows_jit(out, t, block, plan, scale, w, bad):
             return out
-        codes, lo, hi = self._unpack_rows(_rows.section(block, plan, "codes"), d)
+        codes = self._unpack_rows(_rows.section(block, plan, "codes"), d)
         if check:
+            lo, hi = _row_range(codes)
             bad = _rows.value_mask(self, {"scale": scale}, bad)
             bad = bad | (lo < self.offset - self.s) | (hi > self.offset + self.s)
             _rows.bad_row(self, out, block, tgt, bad, "codes outside the levels")
-        if (dispatch.host_decode(self, out) and dispatch.loop_rows(d)
-                and isinstance(codes, np.ndarray)):
-            step = scale if w is None else scale * w.to(out.dtype)
+        step = scale if w is None else scale * w.to(out.dtype)  # q·w in the dtype: one product
+        if dispatch.loop_rows(d):
             self._add_codes_chunked(out.numpy(), t, codes, step.numpy())
             return out
         vals = _rows.scratch(self, "vals", (m, d), out.dtype, out.device)
-        if dispatch.numpy_path(out.device):
-            np.copyto(vals.numpy(), codes, casting="unsafe")
-        else:
-            vals.copy_(codes)
+        np.copyto(vals.numpy(), codes, casting="unsafe")
         vals.sub_(self.offset)  # exact
-        contiguous = out.stride(1) == 1 or d == 1
-        if dispatch.host_decode(self, out) or contiguous:  # q·w in the dtype: one product
-            step = scale if w is None else scale * w.to(out.dtype)
-            if dispatch.host_decode(self, out):  # numpy: out += (c − o)·(q·w), rounded twice
-                _rows.add_rows_(out, t, vals.mul_(step), None, fused=False)
-            else:  # torch: out.addcmul_(c − o, q·w)
-                _rows.add_rows_(out, t, vals, step, fused=True)
-        else:  # a strided row: out.add_(decode, alpha=w)
-            _rows.add_rows_(out, t, vals.mul_(scale), w, fused=True)
+        _rows.add_rows_(out, t, vals.mul_(step), None, fused=False)  # rounded twice, as numpy
         return out
 
     def _add_rows_jit(self, out: torch.Tensor, tgt: torch.Tensor | None, block: torch.Tensor,
@@ -358,9 +360,9 @@ class LevelQuantizer(Codec):
                 v *= q
                 out[t, a:b] += v
 
-    def _unpack_rows(self, packed: torch.Tensor, d: int):
-        """The [m, d] codes of the packed rows ``packed`` ([m, nbytes]), and their [m] minima
-        and maxima (tensors). numpy path: a numpy array; torch path: a tensor."""
+    def _unpack_rows(self, packed: torch.Tensor, d: int) -> np.ndarray | torch.Tensor:
+        """The [m, d] codes of the packed rows ``packed`` ([m, nbytes]): a numpy array on the
+        numpy path, else a tensor."""
         m, w = packed.shape[0], self.width
         n8 = bits.nbytes_bits(d)
         if dispatch.numpy_path(packed.device):
@@ -385,13 +387,11 @@ class LevelQuantizer(Codec):
             else:
                 for r in range(m):
                     codes[r] = bits.unpack_codes_np(pn[r], d, w, self.ws)[:d]
-            return (codes, torch.from_numpy(codes.min(1).astype(np.int64)),
-                    torch.from_numpy(codes.max(1).astype(np.int64)))
+            return codes
         codes = _rows.scratch(self, "codes", (m, d), bits.code_dtype(w), packed.device)
         for r in range(m):
             codes[r] = bits.unpack_codes(packed[r], d, w, self.ws, packed.device)[:d]
-        lo, hi = torch.aminmax(codes.to(torch.int32) if codes.dtype == torch.uint8 else codes, dim=1)
-        return codes, lo, hi
+        return codes
 
     def _add_levels(self, t: torch.Tensor, xf: torch.Tensor, nv: float) -> None:
         """``t += y``, y = s·x/n in [−s, s]: o + u + y in [o − s, o + s + 1) (both paths)."""
@@ -400,19 +400,14 @@ class LevelQuantizer(Codec):
         elif nv > 0:  # s/n would overflow float32: divide instead
             t.addcdiv_(xf, torch.full((), nv / self.s, dtype=t.dtype, device=t.device))
 
-    def _decode_body(self, parts, shape, dtype, out) -> None:
-        of = out.view(-1)
-        codes = bits.unpack_codes(parts["codes"], of.numel(), self.width, self.ws, of.device)
-        of.copy_(codes[: of.numel()])
-        of.sub_(self.offset).mul_(parts["scale"])  # (code - o)·q
 
-    def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
-        of = out.view(-1)
-        codes = bits.unpack_codes(parts["codes"], of.numel(), self.width, self.ws, of.device)
-        tmp = self.ws.get("decode_add", of.numel(), dtype, of.device)
-        tmp.copy_(codes[: of.numel()])
-        tmp.sub_(self.offset)
-        of.addcmul_(tmp, parts["scale"] * weight)
+def _row_range(codes: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The [m] int64 minima and maxima of the rows of ``codes`` (numpy or torch)."""
+    if isinstance(codes, np.ndarray):
+        return (torch.from_numpy(codes.min(1).astype(np.int64)),
+                torch.from_numpy(codes.max(1).astype(np.int64)))
+    lo, hi = torch.aminmax(codes.to(torch.int32) if codes.dtype == torch.uint8 else codes, dim=1)
+    return lo.long(), hi.long()
 
 
 class QSGD(LevelQuantizer):
@@ -516,25 +511,34 @@ class Natural(Codec):
     unbiased: ClassVar[bool] = True
     omega = 1.0 / 8.0
 
-    _draw_rows = LevelQuantizer._draw_rows
-
     def _sections(self, shape, dtype) -> Sections:
         d = numel_of(shape)
         return Sections.build(("exps", torch.uint8, d), ("signs", torch.uint8, bits.nbytes_bits(d)))
 
-    def _encode_body(self, x, generator, v) -> dict[str, Any]:
-        xf = x.view(-1)
-        d, dev = xf.numel(), xf.device
+    def _encode_batch(self, X: torch.Tensor, rng: Any, v: dict[str, torch.Tensor]) -> None:
+        m, d = X.shape
+        dev = X.device
         if self.check_finite:
-            lo, hi = torch.aminmax(xf)
-            self._check_range(float(lo), float(hi), xf.dtype)  # host sync on CUDA
-        if xf.dtype in (torch.float16, torch.bfloat16):  # exact in float32, whose bits we round
-            xf = self.ws.get("wide", d, torch.float32, dev).copy_(xf)
-        if xf.dtype == torch.float32:
-            ibits, itype, mant = xf.view(torch.int32), torch.int32, 23
+            lo, hi = torch.aminmax(X, dim=1)  # one pass; a host sync on CUDA
+            big = torch.maximum(-lo, hi)
+            bad = ~torch.isfinite(big) | (big > 2.0**127)
+            if X.dtype == torch.float16:
+                bad |= big > 2.0**15
+            r = _rows.first(bad)
+            if r is not None:
+                try:
+                    self._check_range(float(lo[r]), float(hi[r]), X.dtype)
+                except CompressionError as exc:
+                    exc.row = r
+                    raise
+        W = X
+        if X.dtype in (torch.float16, torch.bfloat16):  # exact in float32, whose bits we round
+            W = _rows.scratch(self, "wide", (m, d), torch.float32, dev).copy_(X)
+        if W.dtype == torch.float32:
+            ibits, itype, mant = W.view(torch.int32), torch.int32, 23
         else:
-            scaled = self.ws.get("scaled", d, torch.float64, dev)
-            torch.mul(xf, 2.0**-896, out=scaled)
+            scaled = _rows.scratch(self, "scaled", (m, d), torch.float64, dev)
+            torch.mul(W, 2.0**-896, out=scaled)
             ibits, itype, mant = scaled.view(torch.int64), torch.int64, 52
         # (bits + r) >> mant: the mantissa carries into the exponent with probability p. A set
         # sign bit only adds -2^(31 - mant) (resp. -2^(63 - mant)), a multiple of 256 after
@@ -542,18 +546,35 @@ class Natural(Codec):
         # r = 2^(mant-16)·k + 2^(mant-17), k uniform on {0, …, 2^16 − 1} (the 16-bit lanes
         # i16 = k − 2^15 of the stream's words): r < 2^mant, and the carry happens with
         # probability p rounded to the nearest multiple of 2^-16 (bias ≤ 2^-17 of 2^a)
-        b = generator.bits16(d, dev, out=self.ws.get("rng.words", -(-d // 4), torch.int64, dev))[0]
-        r = self.ws.get("r", d, itype, dev)
+        b = rng.bits16(d, dev, out=self.ws.get("rng.words", m * -(-d // 4), torch.int64, dev))
+        r = _rows.scratch(self, "r", (m, d), itype, dev)
         r.copy_(b)  # widen first: a copy plus a same-dtype add beats one mixed-dtype add
         torch.add(ibits, r, alpha=1 << (mant - 16), out=r)
         r.add_((1 << (mant - 1)) + (1 << (mant - 17))).bitwise_right_shift_(mant)
         bits.cast_into(v["exps"], r)
-        bits.pack_negative(xf, v["signs"], self.ws)
-        return v
+        _rows.pack_rows(X < 0, d, v["signs"])  # -0.0 and NaN give 0
+
+    def _decode_batch(self, v: dict[str, torch.Tensor], out: torch.Tensor) -> None:
+        """float32 values ``(code << 23) | sign << 31`` (then ``out``'s dtype)."""
+        m, d = out.shape
+        direct = out.dtype == torch.float32 and out.is_contiguous()
+        vals = out if direct else _rows.scratch(self, "f32", (m, d), torch.float32, out.device)
+        vi = vals.view(torch.int32)
+        vi.copy_(v["exps"])
+        vi.bitwise_left_shift_(23)
+        sgn = _rows.scratch(self, "sign32", (m, d), torch.int32, out.device)
+        sgn.copy_(_rows.unpack_rows(v["signs"], d))
+        vi.bitwise_or_(sgn.bitwise_left_shift_(31))
+        if not direct:
+            out.copy_(vals)
+
+    def _check_batch(self, v: dict[str, torch.Tensor], d: int) -> None:
+        if int(v["exps"].amax()) == 255:
+            raise CompressionError(f"{self.spec}: exponent code 255 is invalid (would decode to Inf)")
 
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
-        """The numpy twin of :meth:`_encode_body` for float32 (the same integer ops, chunk by
-        chunk); float64 runs the torch body on views of the same message."""
+        """The numpy twin of :meth:`_encode_batch` for float32 (the same integer ops, chunk by
+        chunk); float64 runs the batch form on views of the same message."""
         if xn.dtype != np.float32:
             self._encode_body(x, generator, {k: torch.from_numpy(a) for k, a in v.items()})
             return v
@@ -576,30 +597,8 @@ class Natural(Codec):
             signs[a // 8 : a // 8 + bits.nbytes_bits(b - a)] = np.packbits(neg, bitorder="little")
         return v
 
-    ordered_rows: ClassVar[bool] = True
-
-    def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
-        """Vectorized: the float32 values of every row, ``(code << 23) | sign << 31``, added as
-        the single-message path adds them (``out.add_(v, alpha=w)``, fused). ``check``: header
-        and no exponent code 255 in any row (the first bad row raising its error)."""
-        st = _rows.start_decode(self, out, block, weight, rows, check)
-        if st is None:
-            return self._decode_add_rows_ref(out, block, weight, rows, check)
-        plan, block, tgt, w, bad = st
-        m, d = block.shape[0], out.shape[1]
-        exps = _rows.section(block, plan, "exps")  # [m, d] uint8
-        if check:
-            bad = bad | (exps.amax(1) == 255)
-            _rows.bad_row(self, out, block, tgt, bad, "exponent code 255")
-        vals = _rows.scratch(self, "f32", (m, d), torch.float32, out.device)
-        vi = vals.view(torch.int32)
-        vi.copy_(exps)
-        vi.bitwise_left_shift_(23)
-        sgn = _rows.scratch(self, "sign32", (m, d), torch.int32, out.device)
-        sgn.copy_(_rows.unpack_rows(_rows.section(block, plan, "signs"), d))
-        vi.bitwise_or_(sgn.bitwise_left_shift_(31))
-        _rows.add_rows_(out, None if rows is None else tgt, vals, w, fused=True)
-        return out
+    #: CPU blocks of one row or of long rows one row at a time through the numpy twin
+    _fast_encode_rows = _rows.encode_rows_looped
 
     def _check_range(self, lo: float, hi: float, dtype: torch.dtype = torch.float32) -> None:
         big = max(-lo, hi)
@@ -615,49 +614,3 @@ class Natural(Codec):
                 f"{self.spec}: |x_i| up to {big:.4g} may round up to 2^16, beyond float16's "
                 "largest value 65504; use bfloat16 or float32 models"
             )
-
-    def _parse_host(self, v, d: int) -> dict[str, Any]:
-        if int(v["exps"].max()) == 255:
-            raise CompressionError(
-                f"{self.spec}: exponent code 255 is invalid (would decode to Inf)"
-            )
-        return v
-
-    def _parse_body(self, v, shape, dtype) -> dict[str, Any]:
-        if int(v["exps"].amax()) == 255:
-            raise CompressionError(
-                f"{self.spec}: exponent code 255 is invalid (would decode to Inf)"
-            )
-        return v
-
-    def _decode_f32(self, parts, out: torch.Tensor) -> None:
-        """float32 ``out`` from the codes: (code << 23) | sign << 31."""
-        d, dev = out.numel(), out.device
-        oi = out.view(torch.int32)
-        oi.copy_(parts["exps"])
-        oi.bitwise_left_shift_(23)
-        full = d // 8
-        signs = parts["signs"]
-        table = bits.signbit32_table(dev)
-        sw = self.ws.get("signwords", 8 * full, torch.int32, dev)
-        idx = self.ws.get("unpack.idx", signs.numel(), torch.int32, dev)
-        if full:
-            bits.rows(signs[:full], table, idx[:full], sw.view(full, 8))
-            oi[: 8 * full].bitwise_or_(sw)
-        if d % 8:
-            oi[8 * full :].bitwise_or_(table[signs[full:].long()].view(-1)[: d % 8])
-
-    def _decode_body(self, parts, shape, dtype, out) -> None:
-        of = out.view(-1)
-        if dtype == torch.float32:
-            self._decode_f32(parts, of)
-        else:
-            tmp = self.ws.get("f32", of.numel(), torch.float32, of.device)
-            self._decode_f32(parts, tmp)
-            of.copy_(tmp)
-
-    def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
-        of = out.view(-1)
-        tmp = self.ws.get("f32", of.numel(), torch.float32, of.device)
-        self._decode_f32(parts, tmp)
-        of.add_(tmp, alpha=weight)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from gossip.compress import bits, dispatch
-from gossip.compress.base import _row_block
+from gossip.compress.base import Compressor, _row_block
 from gossip.compress.wire import HEADER_NBYTES, Plan
 from gossip.errors import CompressionError
 
@@ -46,6 +46,16 @@ def start_encode(comp: Any, X: torch.Tensor, out: torch.Tensor | None) -> tuple[
     block[:, :HEADER_NBYTES].view(torch.int64).fill_(header_int64(plan))
     plan.zero_gaps(block)
     return plan, X, block
+
+
+def encode_rows_looped(comp: Any, X: torch.Tensor, rng: Any = None, *,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
+    """A ``_fast_encode_rows`` for compressors whose numpy twin (``_encode_host``) beats their
+    batch form on the CPU blocks :func:`.dispatch.batch_encode` does not batch (one row, long
+    rows): those one row at a time through the single-message path, others the reference."""
+    if is_block(X) and X.is_cpu and not dispatch.batch_encode(X):
+        return Compressor.encode_rows(comp, X, rng, out=out)
+    return comp._encode_rows_ref(X, rng, out)
 
 
 def header_int64(plan: Plan) -> int:
@@ -232,7 +242,12 @@ def add_rows_(out: torch.Tensor, tgt: torch.Tensor | None, vals: torch.Tensor,
         return
     if w is None or not fused:
         prod = vals if w is None else _product(vals, w, out.dtype, tmp)
-        out.index_add_(0, tgt, prod)  # row after row (a repeated target adds in order)
+        if out.dtype in (torch.float32, torch.float64):
+            out.index_add_(0, tgt, prod)  # row after row (a repeated target adds in order)
+            return
+        for level in levels(tgt):  # half types: index_add_ sums a repeated target in float32
+            out.index_add_(0, tgt if level is None else tgt[level],
+                           prod if level is None else prod[level])
         return
     if dispatch.loop_rows(vals.shape[1]):  # long rows: in place, one row after another (no copies)
         wd = w.to(out.dtype)

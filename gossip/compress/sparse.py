@@ -14,11 +14,11 @@ import torch
 
 from gossip.compress import bits, dispatch, jit
 from gossip.compress import rows as _rows
-from gossip.compress.checks import all_finite, check_scalar, no_grad, nonfinite
+from gossip.compress.base import Compressor
+from gossip.compress.checks import all_finite, no_grad, nonfinite
 from gossip.compress.codec import Codec
 from gossip.compress.wire import Sections, numel_of
 from gossip.errors import CompressionError
-from gossip.rng import PreDrawn
 
 _INT32_MAX = (1 << 31) - 1
 #: the integer view of a float dtype and the non-sign bits in it (top-k's numba kernel)
@@ -37,18 +37,17 @@ class _KSparse(Codec):
         self.ratio, self.k = ratio, k
 
     @abstractmethod
-    def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
-        """The kept indices of a torch-path payload (int64, cached in ``parts``)."""
+    def _encode_batch(self, X: torch.Tensor, rng: Any, v: dict[str, torch.Tensor]) -> None:
         ...
 
-    def _decode_body(self, parts, shape, dtype, out) -> None:
-        of = out.view(-1)
-        of.zero_()
-        of.index_copy_(0, self._indices(parts, of.numel(), of.device), parts["values"])
+    @abstractmethod
+    def _rows_indices(self, v: dict[str, torch.Tensor], d: int) -> torch.Tensor:
+        """The [m, k] kept indices (int64, increasing in each row) of the bodies ``v``."""
+        ...
 
-    def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
-        of = out.view(-1)
-        of.index_add_(0, self._indices(parts, of.numel(), of.device), parts["values"], alpha=weight)
+    def _decode_batch(self, v: dict[str, torch.Tensor], out: torch.Tensor) -> None:
+        out.zero_()
+        out.scatter_(1, self._rows_indices(v, out.shape[1]).to(out.device), v["values"])
 
     @abstractmethod
     def _sel_host(self, host: dict[str, Any], d: int) -> np.ndarray:
@@ -178,23 +177,64 @@ class TopK(_KSparse):
             raise CompressionError(f"{self.spec}: d = {d} does not fit int32 indices")
         return Sections.build(("values", dtype, k), ("index", torch.int32, k))
 
-    def _encode_body(self, x, generator, v) -> dict[str, Any]:
-        xf = x.view(-1)
-        d, k = xf.numel(), v["values"].numel()
-        a = self.ws.get("abs", d, x.dtype, x.device)
-        torch.abs(xf, out=a)
-        if self.check_finite:
-            check_scalar(a.amax(), xf, self.spec, "max |x_i|")
-        sel = self.select(a, k)
-        torch.index_select(xf, 0, sel, out=v["values"])
-        if "index" in v:
-            v["index"].copy_(sel)
+    def _encode_batch(self, X: torch.Tensor, rng: Any, v: dict[str, torch.Tensor]) -> None:
+        """Each row's top-k set: a single row by :meth:`select` (a sampled threshold, then one
+        exact selection among a few candidates: cheap on long rows), a block by one batched
+        ``torch.topk`` of k + 1 keys per row (:meth:`_top_rows`); then the values in
+        increasing index order and the indices or the bitmap (:func:`_write_rows`)."""
+        m, d = X.shape
+        k = v["values"].shape[1]
+        if m == 1:
+            a = torch.abs(X[0], out=self.ws.get("abs", d, X.dtype, X.device))
+            sel = self.select(a, k).view(1, k)
+        elif k == d:
+            sel = torch.arange(d, device=X.device).expand(m, d)
         else:
-            flags = self.ws.get("flags", bits.padded(d), torch.bool, x.device)
-            flags.zero_()
-            flags.index_fill_(0, sel, True)
-            bits.pack_flags(flags, d, v["bitmap"], self.ws)
-        return dict(v, sel=sel)
+            A = _order_key(torch.abs(X, out=_rows.scratch(self, "abs", (m, d), X.dtype, X.device)))
+            tv, ti = torch.topk(A, k + 1, dim=1, sorted=True)
+            sel = ti[:, :k].sort(1).values
+            _resolve_row_ties(A, sel, (tv[:, k - 1] == tv[:, k]).nonzero().view(-1), tv[:, k - 1], k)
+        _write_rows(X, sel, v)
+
+    def _check_batch(self, v: dict[str, torch.Tensor], d: int) -> None:
+        bad = self._bad_rows(v, d, torch.zeros(v["values"].shape[0], dtype=torch.bool,
+                                               device=v["values"].device))
+        r = _rows.first(bad)
+        if r is not None:
+            if "index" in v:
+                idx = v["index"][r]
+                lo, hi = int(idx.amin()), int(idx.amax())
+                if lo < 0 or hi >= d:
+                    raise CompressionError(
+                        f"{self.spec}: index out of range: indices span [{lo}, {hi}] but d = {d}")
+                raise CompressionError(
+                    f"{self.spec}: indices are not strictly increasing (duplicates or unsorted)")
+            ones = int(_rows.popcount_rows(v["bitmap"][r : r + 1])[0])
+            k = v["values"].shape[1]
+            if ones != k:
+                raise CompressionError(f"{self.spec}: bitmap has {ones} set bits, expected k = {k}")
+            raise CompressionError(f"{self.spec}: bitmap sets bits past d = {d}")
+
+    def _bad_rows(self, v: dict[str, torch.Tensor], d: int, bad: torch.Tensor) -> torch.Tensor:
+        """``bad`` OR the rows whose indices leave [0, d) or do not increase, or whose bitmap
+        does not set exactly k of its first d bits."""
+        k = v["values"].shape[1]
+        if "index" in v:
+            idx = v["index"]
+            bad = bad | (idx.amin(1) < 0) | (idx.amax(1) >= d)
+            if k > 1:
+                bad |= (idx[:, 1:] <= idx[:, :-1]).any(1)
+            return bad
+        bm = v["bitmap"]
+        bad = bad | (_rows.popcount_rows(bm) != k)
+        if d % 8:
+            bad |= (bm[:, -1] >> (d % 8)) != 0
+        return bad
+
+    def _rows_indices(self, v: dict[str, torch.Tensor], d: int) -> torch.Tensor:
+        if "index" in v:
+            return v["index"].long()
+        return _bitmap_indices(v["bitmap"], d, v["values"].shape[1])
 
     def select(self, a: torch.Tensor, k: int) -> torch.Tensor:
         """Sorted int64 indices of the top-k of ``a`` (≥ 0), lowest index first among ties."""
@@ -367,43 +407,22 @@ class TopK(_KSparse):
             sel = host["sel"] = np.flatnonzero(flags.view(bool))  # nonzero is cheaper on bool
         return sel
 
-    def _parse_body(self, v, shape, dtype) -> dict[str, Any]:
-        d, k = numel_of(shape), v["values"].numel()
-        if "index" in v:
-            idx = v["index"]
-            lo, hi = (int(t) for t in torch.stack(torch.aminmax(idx)).tolist())
-            if lo < 0 or hi >= d:
-                raise CompressionError(
-                    f"{self.spec}: index out of range: indices span [{lo}, {hi}] but d = {d}"
-                )
-            if k > 1 and int((idx[1:] - idx[:-1]).min()) <= 0:
-                raise CompressionError(
-                    f"{self.spec}: indices are not strictly increasing (duplicates or unsorted)"
-                )
-        else:
-            bm = v["bitmap"]
-            ones = int(bits.popcount(bm))
-            if ones != k:
-                raise CompressionError(f"{self.spec}: bitmap has {ones} set bits, expected k = {k}")
-            tail = d % 8
-            if tail and int(bm[-1]) >> tail:
-                raise CompressionError(f"{self.spec}: bitmap sets bits past d = {d}")
-        return v
-
     # ----------------------------------------------------- blocks of nodes (rows)
     @no_grad
     def _fast_encode_rows(self, X, rng=None, *, out=None):
-        """Vectorized: one batched ``torch.topk`` of k + 1 magnitudes per row (sorted). A row
-        whose k-th and (k+1)-th largest differ has exactly one top-k set: ``topk``'s indices,
-        sorted. Rows with a tie there keep every entry above the k-th value and the first ones
-        equal to it (a cumulative count): the set and order of :meth:`select`. The largest
-        magnitude doubles as the NaN/Inf check, so the common case costs one host sync."""
-        if not dispatch.batch_encode(X):
+        """CPU blocks: a single row or long rows one at a time through the numpy twin
+        (:meth:`_encode_host`: numba's candidate pass), short rows by one top-(k + 1) per row
+        from numba's ``topk_rows`` or numpy's introselect (:func:`_top_k_plus_one`), several
+        times faster than ``torch.topk``; the largest key doubles as the NaN/Inf check, so the
+        common case costs no extra pass. Other devices: the reference."""
+        if not (_rows.is_block(X) and X.is_cpu):
             return self._encode_rows_ref(X, rng, out)
+        if not dispatch.batch_encode(X):
+            return Compressor.encode_rows(self, X, rng, out=out)
         plan, X, block = _rows.start_encode(self, X, out)
         m, d = X.shape
-        vals = _rows.section(block, plan, "values")
-        k = vals.shape[1]
+        views = {name: _rows.section(block, plan, name) for name in plan.sec.names}
+        k = views["values"].shape[1]
         A = torch.abs(X, out=_rows.scratch(self, "abs", (m, d), X.dtype, X.device))
         tied = None
         if k == d:
@@ -412,33 +431,21 @@ class TopK(_KSparse):
             odd = not bool(fin.all())
         else:
             A = _order_key(A)  # magnitudes as integers: the same order, cheaper to compare
-            sel, big, kth, nxt = _top_k_plus_one(A, k)  # the one host sync
+            sel, big, kth, nxt = _top_k_plus_one(A, k)
             fin = big < _inf_key(X.dtype)  # the row's largest |x_i| (NaN sorts first) is finite
             tie = kth == nxt
             odd = bool((fin <= tie).any())  # not finite, or a tie at t
             if odd:
-                tied = torch.from_numpy(np.flatnonzero(tie)).to(X.device)
+                tied = torch.from_numpy(np.flatnonzero(tie))
                 odd = not fin.all()
         if odd:
             if self.check_finite:
                 bad = ~fin if isinstance(fin, torch.Tensor) else torch.from_numpy(~fin)
                 _rows.encode_error(self, X, bad, "NaN/Inf")
-            return self._encode_rows_ref(X, rng, out)  # garbage, but the loop's garbage
-        if tied is not None and tied.numel():
-            At = A.index_select(0, tied)
-            tt = torch.from_numpy(kth).to(A.device).view(-1, 1).index_select(0, tied)
-            gt = At > tt
-            eq = At == tt
-            need = k - gt.sum(1, keepdim=True)
-            keep = gt | (eq & (eq.cumsum(1) <= need))
-            sel.index_copy_(0, tied, keep.nonzero()[:, 1].view(-1, k))
-        torch.gather(X, 1, sel, out=vals) if vals.is_contiguous() else vals.copy_(X.gather(1, sel))
-        if plan.param == 0:
-            _rows.section(block, plan, "index").copy_(sel)
-        else:
-            flags = torch.zeros((m, bits.padded(d)), dtype=torch.bool, device=X.device)
-            flags.scatter_(1, sel, True)
-            _rows.pack_rows(flags, d, _rows.section(block, plan, "bitmap"))
+            return self._encode_rows_ref(X, rng, out)  # garbage, but the reference's garbage
+        if tied is not None:
+            _resolve_row_ties(A, sel, tied, torch.from_numpy(kth), k)
+        _write_rows(X, sel, views)
         return block
 
     @no_grad
@@ -455,33 +462,12 @@ class TopK(_KSparse):
         idx = _rows.section(block, plan, "index") if plan.param == 0 else None
         bm = _rows.section(block, plan, "bitmap") if plan.param != 0 else None
         if check:
-            if idx is not None:
-                bad = bad | (idx.amin(1) < 0) | (idx.amax(1) >= d)
-                if k > 1:
-                    bad |= (idx[:, 1:] <= idx[:, :-1]).any(1)
-            else:
-                bad = bad | (_rows.popcount_rows(bm) != k)
-                if d % 8:
-                    bad |= (bm[:, -1] >> (d % 8)) != 0
+            bad = self._bad_rows({"values": vals, ("index" if idx is not None else "bitmap"):
+                                  idx if idx is not None else bm}, d, bad)
             bad = _rows.value_mask(self, {"values": vals}, bad)
             _rows.bad_row(self, out, block, tgt, bad, "bad row")
         sel = idx if idx is not None else _bitmap_indices(bm, d, k)
         return self._add_selected_rows(out, tgt, sel, vals, w)
-
-    def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
-        sel = parts.get("sel")
-        if sel is not None and sel.dtype != torch.int64:  # the int32 wire indices
-            sel = parts["sel"] = sel.long()
-        if sel is None:
-            if "index" in parts:
-                sel = parts["index"].long()
-            else:
-                flags = self.ws.get("unpack.flags", bits.nbytes_bits(d), torch.int64, device)
-                idx = self.ws.get("unpack.idx", bits.nbytes_bits(d), torch.int32, device)
-                bits.unpack_bytes(parts["bitmap"], idx, flags)
-                sel = flags.view(torch.uint8)[:d].nonzero().view(-1)
-            parts["sel"] = sel
-        return sel
 
 
 _KEY_DTYPE = {torch.float64: torch.int64, torch.float32: torch.int32}
@@ -517,43 +503,57 @@ def _bitmap_indices(bm: torch.Tensor, d: int, k: int) -> torch.Tensor:
 
 def _top_k_plus_one(A: torch.Tensor, k: int) -> tuple[torch.Tensor, np.ndarray, np.ndarray,
                                                        np.ndarray]:
-    """The positions of each row's k largest keys of ``A`` ([m, d], k < d) in increasing order
-    (the set is unique where the k-th and (k+1)-th keys differ), and on the host each row's
-    largest, k-th and (k+1)-th largest key. On CPU the numba kernel ``topk_rows`` (a sampled
+    """The positions of each row's k largest keys of the CPU ``A`` ([m, d], k < d) in
+    increasing order (the set is unique where the k-th and (k+1)-th keys differ), and each
+    row's largest, k-th and (k+1)-th largest key. The numba kernel ``topk_rows`` (a sampled
     threshold, then the few keys above it) where k is at most d/8, else numpy's introselect
     (``argpartition``): both several times faster than ``torch.topk`` at d = 2000."""
     m, d = A.shape
-    if A.is_cpu:
-        a = A.numpy()
-        kernel = dispatch.topk_rows_kernel(k, d)
-        if kernel is not None:
-            top, stats = np.empty((m, k), np.int64), np.empty((m, 3), a.dtype)
-            kernel(a, k, top, stats)
-            return torch.from_numpy(top), stats[:, 0], stats[:, 1], stats[:, 2]
-        part = np.argpartition(a, d - k - 1, axis=1)[:, d - k - 1 :]  # (k+1)-th first, then top k
-        keys = np.take_along_axis(a, part, 1)
-        top = keys[:, 1:]
-        return _sorted_rows(torch.from_numpy(part[:, 1:])), top.max(1), top.min(1), keys[:, 0]
-    tv, ti = torch.topk(A, k + 1, dim=1, sorted=True)
-    big, kth, nxt = _host_columns(tv, (0, k - 1, k))
-    return _sorted_rows(ti[:, :k]), big, kth, nxt
+    a = A.numpy()
+    kernel = dispatch.topk_rows_kernel(k, d)
+    if kernel is not None:
+        top, stats = np.empty((m, k), np.int64), np.empty((m, 3), a.dtype)
+        kernel(a, k, top, stats)
+        return torch.from_numpy(top), stats[:, 0], stats[:, 1], stats[:, 2]
+    part = np.argpartition(a, d - k - 1, axis=1)[:, d - k - 1 :]  # (k+1)-th first, then top k
+    keys = np.take_along_axis(a, part, 1)
+    top = keys[:, 1:]
+    return _sorted_rows(torch.from_numpy(part[:, 1:])), top.max(1), top.min(1), keys[:, 0]
 
 
-def _host_columns(t: torch.Tensor, cols: tuple[int, ...]) -> list[np.ndarray]:
-    """Columns ``cols`` of the [m, c] tensor ``t`` as numpy arrays (views on CPU; one small
-    copy from a GPU), for flags that are read on the host anyway."""
-    if t.is_cpu:
-        host = t.numpy()
-        return [host[:, c] for c in cols]
-    host = t[:, list(cols)].cpu().numpy()
-    return [host[:, c] for c in range(len(cols))]
+def _resolve_row_ties(A: torch.Tensor, sel: torch.Tensor, tied: torch.Tensor, kth: torch.Tensor,
+                      k: int) -> None:
+    """Rows ``tied`` of ``sel`` ([m, k]), whose k-th and (k+1)-th largest keys of ``A`` tie at
+    ``kth`` ([m]): every entry above it, then the lowest-index ones equal to it (a cumulative
+    count), the set and order of :meth:`TopK.select`."""
+    if not tied.numel():
+        return
+    tied = tied.to(A.device)
+    At = A.index_select(0, tied)
+    tt = kth.to(A.device).view(-1, 1).index_select(0, tied)
+    gt = At > tt
+    eq = At == tt
+    keep = gt | (eq & (eq.cumsum(1) <= k - gt.sum(1, keepdim=True)))
+    sel.index_copy_(0, tied, keep.nonzero()[:, 1].view(-1, k))
+
+
+def _write_rows(X: torch.Tensor, sel: torch.Tensor, v: dict[str, torch.Tensor]) -> None:
+    """The sections of top-k messages of the rows of ``X`` kept at ``sel`` ([m, k] increasing
+    int64): the values, then the int32 indices or the bitmap."""
+    vals = v["values"]
+    torch.gather(X, 1, sel, out=vals) if vals.is_contiguous() else vals.copy_(X.gather(1, sel))
+    if "index" in v:
+        v["index"].copy_(sel)
+    else:
+        m, d = X.shape
+        flags = torch.zeros((m, bits.padded(d)), dtype=torch.bool, device=X.device)
+        flags.scatter_(1, sel, True)
+        _rows.pack_rows(flags, d, v["bitmap"])
 
 
 def _sorted_rows(idx: torch.Tensor) -> torch.Tensor:
-    """Each row of ``idx`` (int64) in increasing order (numpy on CPU: a few µs less a call)."""
-    if idx.is_cpu:
-        return torch.from_numpy(np.sort(idx.numpy(), axis=1))
-    return idx.sort(1).values
+    """Each row of the CPU ``idx`` (int64) in increasing order (numpy: a few µs less a call)."""
+    return torch.from_numpy(np.sort(idx.numpy(), axis=1))
 
 
 class RandK(_KSparse):
@@ -573,7 +573,6 @@ class RandK(_KSparse):
     kind: ClassVar[int] = 5
     randomized: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
-    uses_stream: ClassVar[bool] = True
     param_name: ClassVar[str] = "flags (1 = rescaled by d/k)"
 
     def __init__(
@@ -602,27 +601,41 @@ class RandK(_KSparse):
         d = numel_of(shape)
         return Sections.build(("seed", torch.int64, 1), ("values", dtype, self.k_for(d)))
 
-    def _draw_rows(self, rng, X) -> list:
-        """One batched seed draw for the block's rows (see ``Codec.encode_rows``)."""
+    def _encode_batch(self, X: torch.Tensor, rng: Any, v: dict[str, torch.Tensor]) -> None:
+        """One seed per row from its stream, each row's index set drawn from it on the host
+        (memoized: the receivers in this process draw the same one), the kept values gathered
+        for the block at once."""
+        m, d = X.shape
+        k = v["values"].shape[1]
         seeds = rng.seeds()
-        return [PreDrawn(seeds=seeds[r : r + 1]) for r in range(X.shape[0])]
-
-    def _encode_body(self, x, generator, v) -> dict[str, Any]:
-        xf = x.view(-1)
-        d, k = xf.numel(), v["values"].numel()
-        if self.check_finite:
-            check_scalar(xf.sum(), xf, self.spec, "the sum", overflow_ok=True)
-        seed = int(generator.seeds()[0])  # on the host: the index set is drawn there
-        v["seed"].fill_(seed)
-        idx = _to_device(torch.from_numpy(_distinct_cached(d, k, seed)), xf.device)
-        torch.index_select(xf, 0, idx, out=v["values"])
+        v["seed"].copy_(seeds.view(m, 1))
+        sel = _to_device(self._seed_indices(seeds, d, k), X.device)
+        vals = v["values"]
+        torch.gather(X, 1, sel, out=vals) if vals.is_contiguous() else vals.copy_(X.gather(1, sel))
         if self.rescale:
-            v["values"].mul_(d / k)
-            if self.check_finite and xf.dtype == torch.float16 and not bool(v["values"].isfinite().all()):
-                raise CompressionError(
-                    f"{self.spec}: the kept entries times d/k = {d / k:.4g} overflow float16 "
-                    "(largest value 65504); use bfloat16 models, or randk without :unbiased")
-        return dict(v, sel=idx)
+            vals.mul_(d / k)
+            if self.check_finite and X.dtype == torch.float16:
+                r = _rows.first(~torch.isfinite(vals).all(1))
+                if r is not None:
+                    exc = CompressionError(
+                        f"{self.spec}: the kept entries times d/k = {d / k:.4g} overflow float16 "
+                        "(largest value 65504); use bfloat16 models, or randk without :unbiased")
+                    exc.row = r
+                    raise exc
+
+    @staticmethod
+    def _seed_indices(seeds: torch.Tensor, d: int, k: int) -> torch.Tensor:
+        """[m, k] int64 CPU: the index set of every seed of ``seeds`` ([m])."""
+        return torch.from_numpy(np.stack([_distinct_cached(d, k, s) for s in seeds.tolist()]))
+
+    def _rows_indices(self, v: dict[str, torch.Tensor], d: int) -> torch.Tensor:
+        return self._seed_indices(v["seed"].view(-1), d, v["values"].shape[1])
+
+    def _check_batch(self, v: dict[str, torch.Tensor], d: int) -> None:
+        seeds = v["seed"].view(-1)
+        r = _rows.first(seeds < 0)
+        if r is not None:
+            raise CompressionError(f"{self.spec}: bad seed {int(seeds[r])} (seeds are non-negative)")
 
     # ------------------------------------------------------- numpy fast path (CPU)
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
@@ -651,13 +664,15 @@ class RandK(_KSparse):
             sel = host["sel"] = _distinct_cached(d, host["values"].size, int(host["seed"][0]))
         return sel
 
-    def _parse_body(self, v, shape, dtype) -> dict[str, Any]:
-        seed = int(v["seed"])
-        if seed < 0:
-            raise CompressionError(f"{self.spec}: bad seed {seed} (seeds are non-negative)")
-        return v
-
     # ----------------------------------------------------- blocks of nodes (rows)
+    def _fast_encode_rows(self, X, rng=None, *, out=None):
+        """A CPU block of one row (a node per process) through the numpy twin, a few torch
+        calls cheaper; other blocks, long rows too, by the reference (one gather: the numpy
+        twin has no cache-sized chunks to gain there)."""
+        if _rows.is_block(X) and X.is_cpu and X.shape[0] == 1:
+            return Compressor.encode_rows(self, X, rng, out=out)
+        return self._encode_rows_ref(X, rng, out)
+
     @no_grad
     def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
         """Vectorized add: each row's index set comes from its seed (memoized, on the host),
@@ -672,17 +687,8 @@ class RandK(_KSparse):
         if check:
             bad = _rows.value_mask(self, {"values": vals}, bad | (seeds < 0))
             _rows.bad_row(self, out, block, tgt, bad, "bad row")
-        sel = torch.from_numpy(np.stack([_distinct_cached(d, k, s) for s in seeds.tolist()]))
-        sel = _to_device(sel.to(torch.int64), out.device)
+        sel = _to_device(self._seed_indices(seeds, d, k), out.device)
         return self._add_selected_rows(out, tgt, sel, vals, w)
-
-    def _indices(self, parts: dict[str, Any], d: int, device) -> torch.Tensor:
-        sel = parts.get("sel")
-        if sel is None:
-            k = parts["values"].numel()
-            sel = _to_device(torch.from_numpy(_distinct_cached(d, k, int(parts["seed"]))), device)
-            parts["sel"] = sel
-        return sel
 
 
 def _resolve_ties(cand: np.ndarray, ca: np.ndarray, t, k: int) -> np.ndarray:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gossip.compress import dispatch, make
+from gossip.compress import dispatch, make, reference_kernels
 from gossip.compress.base import row_stride
 from gossip.errors import CompressionError
 from tests.helpers.compressor_specs import concrete_specs
@@ -494,3 +494,35 @@ def test_long_rows_add_as_each_message(spec, d, dtype, numba, monkeypatch):
             for r, t in enumerate(range(3) if rows is None else rows.tolist()):
                 c.decode_add_(want[t], c.from_bytes(block[r], want[t]), ws[r])
             assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("spec", ["topk:0.01", "topk:0.5", "qsgd:4", "lead:2"])
+def test_the_reference_refuses_what_only_the_row_length_tells(spec):
+    """Index ranges, a bitmap's tail and the codes of the first d entries depend on the row's
+    length d, which the bodies do not say: the batch form's check gets it, so the reference
+    (``check_rows`` and ``decode_add_rows_`` under ``reference_kernels``) refuses the row the
+    kernels refuse, with the single message's error."""
+    X = blocks(torch.float32)["3x13"] if spec == "topk:0.5" else blocks(torch.float32)["4x1000"]
+    c = make(spec)
+    ours, _ = streams(c, X.shape[0])
+    block = c.encode_rows(X, ours)
+    bad = block.clone()
+    if spec == "topk:0.01":  # an index past d = 1000
+        bad[2, 8 + 40 + 4 * 9 : 8 + 40 + 4 * 10].copy_(torch.tensor([1000], dtype=torch.int32).view(torch.uint8))
+        row, match = 2, "out of range"
+    elif spec == "topk:0.5":  # a bit past d = 13 instead of one below it
+        first = int(bad[1, -2])
+        bad[1, -2] = first & (first - 1)  # clear the lowest set bit of the first byte
+        bad[1, -1] |= 0x80
+        row, match = 1, "past d"
+    else:  # entry 999 (the last) gets the code 2^w - 1 > o + s in every plane
+        n8 = 125
+        for j in range(c.width):
+            bad[1, 12 + j * n8 + n8 - 1] |= 0x80  # codes after the header and the step
+        row, match = 1, "outside"
+    out = torch.zeros(X.shape)
+    with reference_kernels():
+        with pytest.raises(CompressionError, match=match) as info:
+            make(spec).check_rows(bad, X[0])
+        assert info.value.row == row
+        expect_row_error(make(spec), out, bad, row, match)
