@@ -26,16 +26,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from gossip import catalog  # noqa: E402
 from gossip.cli import (  # noqa: E402
     HelpFormatter,
+    add_hparam_argument,
     add_list_argument,
     add_rounds_argument,
     add_run_arguments,
     check_asynchronous,
     check_entries,
+    check_hparam_types,
     check_memory,
     checkpoint_options,
     exit_status,
     gamma_value,
     guarded,
+    parse_hparams,
     positive_float,
     positive_int,
     read_npy,
@@ -77,6 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "compressor's contraction and the mixing weights, the label gives it)")
     g.add_argument("--rank", type=positive_int, default=None,
                    help="PowerGossip's rank (only with --algorithm powergossip)")
+    add_hparam_argument(g, "--hparam arcs=true (the per-arc form: exact under --network "
+                        "loss=...), --hparam alpha=0.5 (lead)")
     g.add_argument("--dim", type=positive_int, default=None,
                    help="vector dimension d (default 2000, or the --init file's)")
     g.add_argument("--shape", default=None, metavar="MxK",
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     args = parse_args(argv)
     import numpy as np
 
-    from gossip.algorithms import algorithm_class, make_algorithm
+    from gossip.algorithms import form_class, make_algorithm
     from gossip.engine import Engine
     from gossip.errors import GossipError
     from gossip.layout import Layout
@@ -168,10 +173,12 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     from gossip.runner import execute
     from gossip.tuning import tune_gamma
 
+    extra = parse_hparams(args.hparam)
     try:
-        cls = algorithm_class(args.algorithm)
+        cls = form_class(args.algorithm, extra)
     except GossipError as exc:
         raise SystemExit(f"--algorithm: {exc}") from None
+    check_hparam_types(args.algorithm, {k: v for k, v in extra.items() if k != "arcs"})
     check_asynchronous(args, args.algorithm)
     if cls.requires.gradients:
         raise SystemExit(f"--algorithm {args.algorithm} needs gradients and consensus has none: use "
@@ -195,7 +202,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
 
     def builder(spec: str) -> Callable[[float | None], Engine]:
         def build(gamma: float | None) -> Engine:
-            hp = {} if gamma is None else {"gamma": gamma}
+            hp = dict(extra) if gamma is None else extra | {"gamma": gamma}
             if args.rank is not None:
                 hp["rank"] = args.rank
             return Engine(
@@ -224,7 +231,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
         engine = build(gamma)
         if gamma is None:  # the algorithm's default, as its setup resolved it (CHOCO's rule)
             gamma = engine.hparams.get("gamma")
-        label = run_label(args.algorithm, spec, {}, sep=" ") + (
+        label = run_label(args.algorithm, spec, extra, sep=" ") + (
             f" γ={gamma:.3g}" if isinstance(gamma, float) else "")
         config = {
             "script": "consensus", "args": vars(args), "algorithm": args.algorithm,

@@ -86,10 +86,13 @@ class Simulator:
         if self._policy is None:
             alg = self.algorithm
             if alg.on_loss is None:
-                raise ConfigError(
-                    f"--network: {alg.name} has no defined meaning for a lost message yet; run it "
-                    "without loss, or use one of the algorithms docs/network.md lists (gossip, "
-                    "dpsgd, choco, lead, ...)")
+                fix = (f"use its per-arc form {alg.name}-arcs (make_algorithm({alg.name!r}, "
+                       "arcs=True), --hparam arcs=true), exact under loss"
+                       if vars(type(alg)).get("arcs_form") is not None else
+                       "use one of the algorithms docs/network.md lists (gossip, dpsgd, choco, "
+                       "lead, ...)")
+                raise ConfigError(f"--network: {alg.name} has no defined meaning for a lost "
+                                  f"message; run it without loss, or {fix}")
             if alg.loss_requires is not None:
                 alg.loss_requires.check_compressor(self._host.block.compressor, name=alg.name)
             self._policy = alg.on_loss

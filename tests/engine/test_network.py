@@ -74,8 +74,25 @@ def test_refused_without_loss_semantics():
     with pytest.raises(ConfigError):
         Engine(make_algorithm("push-sum"), topologies.build("ring", 8, weights="push"),
                lambda i: torch.zeros(4), compressor="topk:0.5", network="loss=0.1")
-    with pytest.raises(ConfigError, match="no defined meaning for a lost message"):
+    with pytest.raises(ConfigError, match="no defined meaning for a lost message") as info:
         Engine(make_algorithm("ecd"), topo, lambda i: torch.zeros(16), network="loss=0.1")
+    assert "-arcs" not in str(info.value)  # ECD has no per-arc form to point to
+
+
+def test_a_refusal_under_loss_points_to_the_methods_own_per_arc_form():
+    """A method that declares a per-arc form but no meaning for a lost message (a user's
+    plug-in) is pointed to that form, which then runs under the same loss."""
+    from gossip.algorithms.choco import Choco
+
+    class NoLossChoco(Choco):
+        name = "no-loss-choco"
+        on_loss = None
+        arcs_form = Choco.arcs_form
+
+    topo, x0 = topologies.build("ring", 8), lambda i: torch.full((4,), float(i))
+    with pytest.raises(ConfigError, match="per-arc form no-loss-choco-arcs"):
+        Engine(NoLossChoco(), topo, x0, compressor="topk:0.5", network="loss=0.1")
+    Engine(NoLossChoco.with_arcs()(), topo, x0, compressor="topk:0.5", network="loss=0.1").run(2)
 
 
 def test_an_arc_phase_is_delivered_without_its_lost_arcs():
