@@ -1,8 +1,8 @@
 """Which code path serves a compressor call: every threshold and every choice between a
 compressor's paths, in one place.
 
-A compressor has one reference (its batch or per-tensor torch hooks, see
-:mod:`gossip.compress.codec`) and optional fast paths that give the same bytes and the same
+A compressor has one reference (its batch form, or the per-tensor hooks of one written so,
+see :mod:`gossip.compress.codec`) and optional fast paths that give the same bytes and the same
 decoded values. The compressors, :mod:`gossip.compress.fused` and the block
 (:mod:`gossip.core.block`, :mod:`gossip.core.channel`) ask this module which one serves;
 none of them tests a size or a switch itself.
@@ -22,9 +22,9 @@ block kernels          blocks of rows (``_fast_encode_rows``,      :func:`block_
 (``_fast_*``)          ``_fast_decode_add_rows``, the chunk
                        kernels), in ``fast_dtypes``
 per-row loop           CPU blocks of one row, or of rows of at     :func:`batch_encode`,
-                       least :data:`LOOP_FROM` entries: the        :func:`loop_rows`,
-                       single-message encoders work in cache-      :func:`loop_decode`
-                       sized numpy chunks, cheaper per entry than
+                       least :data:`LOOP_FROM` entries: the        :func:`loop_encode`,
+                       single-message encoders work in cache-      :func:`loop_rows`,
+                       sized numpy chunks, cheaper per entry than  :func:`loop_decode`
                        their batched torch twins, which only win
                        on short rows (per-call overhead)
 chunked add            ``out += w·v`` rows of at least             :func:`chunked_add`
@@ -88,8 +88,8 @@ _FLOATS = (torch.float32, torch.float64)
 
 @contextmanager
 def reference_kernels() -> Iterator[None]:
-    """Run every compressor on its reference code only (its batch or per-tensor torch hooks,
-    blocks through the batch form or a loop over rows): no numpy twin, no fast block kernel.
+    """Run every compressor on its reference code only (its batch form, or the per-tensor
+    hooks with blocks as a loop over rows): no numpy twin, no fast block kernel.
     What the kernels are checked against; a context manager (not thread-safe)."""
     global REFERENCE, NUMPY
     saved = REFERENCE, NUMPY
@@ -167,12 +167,22 @@ def block_kernel(hook: Any, dtype: torch.dtype | None = None,
 def batch_encode(X: Any) -> bool:
     """Whether a vectorized ``encode_rows`` should batch ``X``; else the per-row loop, which
     gives the same bytes. On CPU a single row, or rows of at least :data:`LOOP_FROM` entries,
-    go through the loop: the single-message encoders of top-k, sign and fp16/bf16 are numpy
+    go through the loop: the single-message encoders of top-k and sign are numpy (or numba)
     code working in cache-sized chunks, cheaper per entry than their batched torch twins, which
     only win on short rows, where per-call overhead dominates. Under MPI with one node per rank
     every block is a single row."""
     return (isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[0] > 0 and X.shape[1] > 0
             and not (X.is_cpu and (X.shape[0] == 1 or loop_rows(X.shape[1]))))
+
+
+def loop_encode(comp: Any, X: Any) -> bool:
+    """Whether ``comp.encode_rows(X)`` goes row by row through the single-message path, whose
+    numpy twin then serves each row: CPU blocks :func:`batch_encode` does not batch, of a
+    compressor that declares ``loops_rows`` (its numpy encoder beats its batched torch ops
+    there: sign's packbits / numba pass). Never under :func:`reference_kernels`."""
+    return (comp.loops_rows and not REFERENCE and comp._encode_host is not None
+            and isinstance(X, torch.Tensor) and X.dim() == 2 and X.is_cpu
+            and not batch_encode(X))
 
 
 def loop_rows(d: int) -> bool:
