@@ -12,10 +12,9 @@ a received body no sender writes. A single tensor is a batch of one row (``_enco
 serves one node per process and thousands of nodes in one process, and a block of nodes costs
 a few tensor ops, not a loop over rows. Randomized ones draw from ``rng``, a
 :class:`gossip.rng.Stream` over the rows, whose row r is row r's own stream (the same bytes
-whatever the batch). Three declarations refine it: ``fused_add`` (how a decode-add rounds
-``out + w·C(x)``), ``checks_finite`` (``_encode_batch`` refuses NaN/Inf rows itself, through
-:meth:`Codec._refuse_encode`, sparing the base class's summing pass) and ``loops_rows`` (CPU
-blocks the batched ops do not serve well go row by row through the numpy twin).
+whatever the batch). Two declarations refine it: ``fused_add`` (how a decode-add rounds
+``out + w·C(x)``) and ``checks_finite`` (``_encode_batch`` refuses NaN/Inf rows itself, through
+:meth:`Codec._refuse_encode`, sparing the base class's summing pass).
 
 A class may instead override those four single-tensor hooks on one tensor of its own shape
 (**the per-tensor form**): low-rank does, whose message is a function of the tensor's matrix
@@ -61,8 +60,8 @@ from gossip.compress.checks import (
     Workspace,
     all_finite,
     check_dtype,
-    check_scalar,
     check_generator,
+    check_scalar,
     no_grad,
     nonfinite,
     quiet,
@@ -151,10 +150,6 @@ class Codec(Compressor):
     #: sign's norm, a cast's range), through :meth:`_refuse_encode`; False: the base class
     #: checks every row with one summing pass before calling it
     checks_finite: ClassVar[bool] = False
-    #: CPU blocks that :func:`gossip.compress.dispatch.batch_encode` does not batch (one row,
-    #: long rows) are encoded row by row through the single-message numpy twin
-    #: (``_encode_host``), where it beats the batched torch ops (see :func:`.dispatch.loop_encode`)
-    loops_rows: ClassVar[bool] = False
 
     # fast block kernels (optional): the contracts of ``encode_rows`` / ``decode_add_rows_``;
     # they fall back to ``_encode_rows_ref`` / ``_decode_add_rows_ref`` for what they do not serve
@@ -375,8 +370,6 @@ class Codec(Compressor):
         fast = dispatch.block_kernel(self._fast_encode_rows, X.dtype, self.fast_dtypes)
         if fast is not None:
             return fast(X, rng, out=out)
-        if dispatch.loop_encode(self, X):
-            return Compressor.encode_rows(self, X, rng, out=out)
         return self._encode_rows_ref(X, rng, out)
 
     def _encode_rows_ref(self, X: torch.Tensor, rng: Any, out: torch.Tensor | None) -> torch.Tensor:

@@ -22,9 +22,9 @@ block kernels          blocks of rows (``_fast_encode_rows``,      :func:`block_
 (``_fast_*``)          ``_fast_decode_add_rows``, the chunk
                        kernels), in ``fast_dtypes``
 per-row loop           CPU blocks of one row, or of rows of at     :func:`batch_encode`,
-                       least :data:`LOOP_FROM` entries: the        :func:`loop_encode`,
-                       single-message encoders work in cache-      :func:`loop_rows`,
-                       sized numpy chunks, cheaper per entry than  :func:`loop_decode`
+                       least :data:`LOOP_FROM` entries: the        :func:`loop_rows`,
+                       single-message encoders work in cache-      :func:`loop_decode`
+                       sized numpy chunks, cheaper per entry than
                        their batched torch twins, which only win
                        on short rows (per-call overhead)
 chunked add            ``out += w·v`` rows of at least             :func:`chunked_add`
@@ -173,16 +173,6 @@ def batch_encode(X: Any) -> bool:
     every block is a single row."""
     return (isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[0] > 0 and X.shape[1] > 0
             and not (X.is_cpu and (X.shape[0] == 1 or loop_rows(X.shape[1]))))
-
-
-def loop_encode(comp: Any, X: Any) -> bool:
-    """Whether ``comp.encode_rows(X)`` goes row by row through the single-message path, whose
-    numpy twin then serves each row: CPU blocks :func:`batch_encode` does not batch, of a
-    compressor that declares ``loops_rows`` (its numpy encoder beats its batched torch ops
-    there: sign's packbits / numba pass). Never under :func:`reference_kernels`."""
-    return (comp.loops_rows and not REFERENCE and comp._encode_host is not None
-            and isinstance(X, torch.Tensor) and X.dim() == 2 and X.is_cpu
-            and not batch_encode(X))
 
 
 def loop_rows(d: int) -> bool:

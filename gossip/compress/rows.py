@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from gossip.compress import bits, dispatch
-from gossip.compress.base import _row_block
+from gossip.compress.base import Compressor, _row_block
 from gossip.compress.wire import HEADER_NBYTES, Plan
 from gossip.errors import CompressionError
 
@@ -46,6 +46,16 @@ def start_encode(comp: Any, X: torch.Tensor, out: torch.Tensor | None) -> tuple[
     block[:, :HEADER_NBYTES].view(torch.int64).fill_(header_int64(plan))
     plan.zero_gaps(block)
     return plan, X, block
+
+
+def encode_rows_looped(comp: Any, X: torch.Tensor, rng: Any = None, *,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
+    """A ``_fast_encode_rows`` for compressors whose numpy twin (``_encode_host``) beats their
+    batch form on the CPU blocks :func:`.dispatch.batch_encode` does not batch (one row, long
+    rows): those one row at a time through the single-message path, others the reference."""
+    if is_block(X) and X.is_cpu and not dispatch.batch_encode(X):
+        return Compressor.encode_rows(comp, X, rng, out=out)
+    return comp._encode_rows_ref(X, rng, out)
 
 
 def header_int64(plan: Plan) -> int:

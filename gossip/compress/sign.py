@@ -33,7 +33,6 @@ class ScaledSign(Codec):
     ordered_rows: ClassVar[bool] = True
     fused_add: ClassVar[bool] = True
     checks_finite: ClassVar[bool] = True  # the norm sees NaN/Inf
-    loops_rows: ClassVar[bool] = True  # one row, long rows: the numpy/numba encoder per row
     kind: ClassVar[int] = 6
     scale_sections: ClassVar[tuple[str, ...]] = ("scale",)
 
@@ -130,6 +129,9 @@ class ScaledSign(Codec):
         self._expand({"bits": torch.from_numpy(host["bits"])}, out, torch.from_numpy(host["scale"]))
 
     # ----------------------------------------------------- blocks of nodes (rows)
+    #: CPU blocks of one row or of long rows: each row by the numpy/numba encoder
+    _fast_encode_rows = _rows.encode_rows_looped
+
     def _norm_rows(self, X: torch.Tensor) -> torch.Tensor:
         """``_norm`` of every row ([m], bit for bit the single-row value).
 
