@@ -143,8 +143,8 @@ class Codec(Compressor):
 
     #: how the batch form's decode-add rounds ``out + w·C(x)``: False rounds ``w·C(x)`` first,
     #: then adds (row after row, as ``index_add_`` does); True rounds once, as torch's
-    #: ``out.add_(C(x), alpha=w)`` does (the dense and sign messages, whose torch paths always
-    #: added so)
+    #: ``out.add_(C(x), alpha=w)`` does (the dense, sign and vote messages, whose torch paths
+    #: always added so)
     fused_add: ClassVar[bool] = False
     #: ``_encode_batch`` refuses NaN/Inf rows itself (a reduction it computes anyway sees them:
     #: sign's norm, a cast's range), through :meth:`_refuse_encode`; False: the base class
@@ -233,9 +233,10 @@ class Codec(Compressor):
         out: torch.Tensor,
         weight: float,
     ) -> None:
-        """``out += weight·decode``. The per-tensor form rounds once (``add_(…, alpha=w)``); the
-        batch form rounds ``w·C(q)`` first, the rounding a block of rows adds with (one
-        multiply, then ``index_add_`` in row order), so both give the same bits."""
+        """``out += weight·decode``, rounded as a block of rows adds (so a row's message gives
+        the same bits alone and in a block): the batch form rounds ``w·C(q)`` first (one
+        multiply, then ``index_add_`` in row order) unless it declares ``fused_add``; that and
+        the per-tensor form round once (``add_(…, alpha=w)``)."""
         tmp = self.ws.get("decode_add", out.numel(), dtype, out.device).view(out.shape)
         self._decode_body(parts, shape, dtype, tmp)
         if self._encode_batch is not None and not self.fused_add and weight != 1.0:
