@@ -2,31 +2,35 @@
 
 A compressor describes its message body and never touches the header. ``_sections(shape,
 dtype)`` gives the typed sections of the body (sizes depend only on shape, dtype and the spec;
-raise :class:`CompressionError` for shapes it cannot compress). The body is then written in one
-of two forms:
+raise :class:`CompressionError` for shapes it cannot compress). The body is written in **the
+batch form**: ``_encode_batch(X, rng, views)`` fills the sections of every row of ``X``
+([m, d], one message per row, rows contiguous; ``views[name]`` is that section of every row,
+[m, count]), ``_decode_batch(views, out)`` writes the decoded rows into ``out`` ([m, d], rows
+possibly strided) and the optional ``_check_batch(views, d)`` raises :class:`CompressionError`
+on a received body no sender writes (``d``: a row's length). A single tensor is a batch of one row (``_encode_body``,
+``_parse_body``, ``_decode_body`` and ``_decode_add_body`` here serve it so), so the same code
+serves one node per process and thousands of nodes in one process, and a block of nodes costs
+a few tensor ops, not a loop over rows. Randomized ones draw from ``rng``, a
+:class:`gossip.rng.Stream` over the rows, whose row r is row r's own stream (the same bytes
+whatever the batch). Two declarations refine it: ``fused_add`` (how a decode-add rounds
+``out + w·C(x)``) and ``checks_finite`` (``_encode_batch`` refuses NaN/Inf rows itself, through
+:meth:`Codec._refuse_encode`, sparing the base class's summing pass).
 
-* **the batch form** (how to write a new compressor): ``_encode_batch(X, rng, views)`` fills
-  the sections of every row of ``X`` ([m, d], one message per row; ``views[name]`` is that
-  section of every row, [m, count]), ``_decode_batch(views, out)`` writes the decoded rows into
-  ``out`` ([m, d]) and the optional ``_check_batch(views, d)`` raises
-  :class:`CompressionError` on a received body no sender writes (``d``: a row's length). A
-  single tensor is a batch of one row, so the same code serves one node per process and
-  thousands of nodes in one process, and a block of nodes costs a few tensor ops, not a loop
-  over rows. Randomized ones draw from ``rng``, a
-  :class:`gossip.rng.Stream` over the rows, whose row r is row r's own stream (the same bytes
-  whatever the batch).
-* **the per-tensor form**: ``_encode_body(x, generator, views)``, ``_parse_body(views, shape,
-  dtype)``, ``_decode_body(parts, shape, dtype, out)`` and ``_decode_add_body(...)`` on one
-  tensor; blocks then loop over rows unless a fast block kernel is registered.
+A class may instead override those four single-tensor hooks on one tensor of its own shape
+(**the per-tensor form**): low-rank does, whose message is a function of the tensor's matrix
+shape (``shape[0]`` × the rest), which flat rows do not carry, and whose warm-start state is
+kept per shape (a stateful compressor encodes one node at a time anyway); blocks then loop over
+rows.
 
-Either form is the compressor's **reference**. Fast kernels are optional and registered per
+The batch form is the compressor's **reference**. Fast kernels are optional and registered per
 compressor as hooks: the numpy twins ``_encode_host`` / ``_parse_host`` / ``_decode_host`` /
 ``_decode_add_host`` (CPU float32/float64 messages, where a numpy call costs well under a µs
-against a few µs per torch op: what dominates d ~ 10³–10⁵), and ``_fast_encode_rows`` /
-``_fast_decode_add_rows`` for blocks. Each gives the bytes of the reference and its decoded
-values up to the rounding of the weighted add; ``tests/compress/test_kernels.py`` checks every
-registered compressor against its reference, which
-:func:`gossip.compress.dispatch.reference_kernels` selects; which path serves a call is
+against a few µs per torch op: what dominates d ~ 10³–10⁵), ``_fast_encode_rows`` /
+``_fast_decode_add_rows`` for blocks and the chunk kernels ``_fast_encode_split_rows`` /
+``_fast_decode_bodies`` / ``_fast_decode_add_bodies``. Each gives the bytes of the reference
+and its decoded values up to the rounding of the weighted add;
+``tests/compress/test_kernels.py`` checks every registered compressor against its reference,
+which :func:`gossip.compress.dispatch.reference_kernels` selects; which path serves a call is
 decided in :mod:`gossip.compress.dispatch`.
 Reductions whose value travels (sign's ‖x‖₁, QSGD's ‖x‖₂) and random draws are torch calls on
 every path, since numpy sums in another order.
@@ -57,6 +61,7 @@ from gossip.compress.checks import (
     all_finite,
     check_dtype,
     check_generator,
+    check_scalar,
     no_grad,
     nonfinite,
     quiet,
@@ -137,6 +142,16 @@ class Codec(Compressor):
     #: writes (``d``: the entries of a row, which some bodies do not say: index ranges, padding)
     _check_batch: ClassVar[Any] = None
 
+    #: how the batch form's decode-add rounds ``out + w·C(x)``: False rounds ``w·C(x)`` first,
+    #: then adds (row after row, as ``index_add_`` does); True rounds once, as torch's
+    #: ``out.add_(C(x), alpha=w)`` does (the dense, sign and vote messages, whose torch paths
+    #: always added so)
+    fused_add: ClassVar[bool] = False
+    #: ``_encode_batch`` refuses NaN/Inf rows itself (a reduction it computes anyway sees them:
+    #: sign's norm, a cast's range), through :meth:`_refuse_encode`; False: the base class
+    #: checks every row with one summing pass before calling it
+    checks_finite: ClassVar[bool] = False
+
     # fast block kernels (optional): the contracts of ``encode_rows`` / ``decode_add_rows_``;
     # they fall back to ``_encode_rows_ref`` / ``_decode_add_rows_ref`` for what they do not serve
     _fast_encode_rows: ClassVar[Any] = None
@@ -185,12 +200,16 @@ class Codec(Compressor):
     def _encode_body(
         self, x: torch.Tensor, generator: Any, v: dict[str, torch.Tensor]
     ) -> dict[str, Any]:
-        """One tensor through the batch form: a batch of one row."""
+        """One tensor through the batch form: a batch of one row (its errors name no row)."""
         self._need_form("_encode_body")
         X = x.reshape(1, -1)
-        if self.check_finite and not bool(_finite_rows(X)[0]):
-            raise nonfinite(self.spec)
-        self._encode_batch(X, generator, _as_rows(v))
+        if self.check_finite and not self.checks_finite:  # the check of _finite_rows, one row
+            check_scalar(X.sum(), X, self.spec, "the sum", overflow_ok=True)
+        try:
+            self._encode_batch(X, generator, _as_rows(v))
+        except CompressionError as exc:
+            exc.row = None
+            raise
         return v
 
     def _parse_body(
@@ -215,15 +234,24 @@ class Codec(Compressor):
         out: torch.Tensor,
         weight: float,
     ) -> None:
-        """``out += weight·decode``. The per-tensor form rounds once (``add_(…, alpha=w)``); the
-        batch form rounds ``w·C(q)`` first, the rounding a block of rows adds with (one
-        multiply, then ``index_add_`` in row order), so both give the same bits."""
+        """``out += weight·decode``, rounded as a block of rows adds (so a row's message gives
+        the same bits alone and in a block): the batch form rounds ``w·C(q)`` first (one
+        multiply, then ``index_add_`` in row order) unless it declares ``fused_add``; that and
+        the per-tensor form round once (``add_(…, alpha=w)``)."""
         tmp = self.ws.get("decode_add", out.numel(), dtype, out.device).view(out.shape)
         self._decode_body(parts, shape, dtype, tmp)
-        if self._encode_batch is not None and weight != 1.0:
+        if self._encode_batch is not None and not self.fused_add and weight != 1.0:
             out.add_(tmp.mul_(weight))
         else:
             out.add_(tmp, alpha=weight)
+
+    def _refuse_encode(self, bad: torch.Tensor, refuse: Any) -> None:
+        """For ``_encode_batch``: if ``bad`` ([m] bool) is set, raise the
+        :class:`CompressionError` that ``refuse(r)`` raises for the first such row r, naming
+        the row (``.row = r``; a single tensor's encode names none)."""
+        r = _rows.first(bad)
+        if r is not None:
+            _rows.raise_row(r, lambda: refuse(r), "refused")
 
     def _need_form(self, hook: str) -> None:
         if self._encode_batch is None:
@@ -379,9 +407,9 @@ class Codec(Compressor):
     def _encode_rows_batch(self, X: torch.Tensor, rng: Any, out: torch.Tensor | None) -> torch.Tensor:
         """Every row through the batch form in one call, into the sections of the block."""
         plan, X, block = _rows.start_encode(self, X, out)
-        if not X.is_contiguous():
+        if X.stride(1) != 1:  # contiguous rows (a block's rows may lie in its message rows)
             X = X.contiguous()
-        if self.check_finite:
+        if self.check_finite and not self.checks_finite:
             r = _rows.first(~_finite_rows(X))
             if r is not None:
                 exc = nonfinite(self.spec)
@@ -425,9 +453,16 @@ class Codec(Compressor):
                 for r, t in enumerate(tgt.tolist()):  # message adds into one (alpha=w, fused)
                     out[t].add_(tmp[r], alpha=float(w[r, 0]))
                 return out
-            if w is not None:
-                tmp.mul_(w.to(_rows.product_dtype(out.dtype)))
-            _rows.add_rows_(out, None if rows is None else tgt, tmp, None, fused=False)
+            t = None if rows is None else tgt
+            if not self.fused_add or w is None:
+                if w is not None:
+                    tmp.mul_(w.to(_rows.product_dtype(out.dtype)))
+                _rows.add_rows_(out, t, tmp, None, fused=False)
+            elif out.dtype in (torch.float32, torch.float64):
+                _rows.add_rows_(out, t, tmp, w, fused=True)
+            else:  # half types: torch's vector loop rounds a fused add unlike its scalar one
+                for r, row in enumerate(tgt.tolist()):
+                    out[row].add_(tmp[r], alpha=float(w[r, 0]))
         return out
 
     # ------------------------------------------------------------ chunks of messages
@@ -533,11 +568,14 @@ class Codec(Compressor):
         header, rows may be strided; ``out`` [k, c], e.g. the bodies of :meth:`split_rows` of
         c-entry chunks): what a receiver that knows the header (a fixed routing) decodes.
         The bodies are not validated (rows this process's routing carried between its own
-        encoders, as ``check=False``); the fast kernels read them where they lie, the
-        reference frames them again and decodes every row."""
+        encoders, as ``check=False``); the batch form decodes them where they lie, a
+        per-tensor form frames them again and decodes every row."""
         fast = dispatch.block_kernel(self._fast_decode_bodies)
         if fast is not None:
             return fast(bodies, out)
+        if self._decode_batch is not None:
+            self._decode_batch(self.body_views(bodies, out), out)
+            return out
         msgs = self._framed_bodies(bodies, out)
         for r in range(out.shape[0]):
             self.decode(self.from_bytes(msgs[r], out[r]), out=out[r])

@@ -1,8 +1,8 @@
 """Which code path serves a compressor call: every threshold and every choice between a
 compressor's paths, in one place.
 
-A compressor has one reference (its batch or per-tensor torch hooks, see
-:mod:`gossip.compress.codec`) and optional fast paths that give the same bytes and the same
+A compressor has one reference (its batch form, or the per-tensor hooks of one written so,
+see :mod:`gossip.compress.codec`) and optional fast paths that give the same bytes and the same
 decoded values. The compressors, :mod:`gossip.compress.fused` and the block
 (:mod:`gossip.core.block`, :mod:`gossip.core.channel`) ask this module which one serves;
 none of them tests a size or a switch itself.
@@ -88,8 +88,8 @@ _FLOATS = (torch.float32, torch.float64)
 
 @contextmanager
 def reference_kernels() -> Iterator[None]:
-    """Run every compressor on its reference code only (its batch or per-tensor torch hooks,
-    blocks through the batch form or a loop over rows): no numpy twin, no fast block kernel.
+    """Run every compressor on its reference code only (its batch form, or the per-tensor
+    hooks with blocks as a loop over rows): no numpy twin, no fast block kernel.
     What the kernels are checked against; a context manager (not thread-safe)."""
     global REFERENCE, NUMPY
     saved = REFERENCE, NUMPY
@@ -167,7 +167,7 @@ def block_kernel(hook: Any, dtype: torch.dtype | None = None,
 def batch_encode(X: Any) -> bool:
     """Whether a vectorized ``encode_rows`` should batch ``X``; else the per-row loop, which
     gives the same bytes. On CPU a single row, or rows of at least :data:`LOOP_FROM` entries,
-    go through the loop: the single-message encoders of top-k, sign and fp16/bf16 are numpy
+    go through the loop: the single-message encoders of top-k and sign are numpy (or numba)
     code working in cache-sized chunks, cheaper per entry than their batched torch twins, which
     only win on short rows, where per-call overhead dominates. Under MPI with one node per rank
     every block is a single row."""

@@ -31,6 +31,8 @@ class ScaledSign(Codec):
 
     splits: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
+    fused_add: ClassVar[bool] = True
+    checks_finite: ClassVar[bool] = True  # the norm sees NaN/Inf
     kind: ClassVar[int] = 6
     scale_sections: ClassVar[tuple[str, ...]] = ("scale",)
 
@@ -55,15 +57,25 @@ class ScaledSign(Codec):
         """The scale from the norm (tensor or host scalar): here ‖x‖₁/d."""
         return norm / d
 
-    def _encode_body(self, x, generator, v) -> dict[str, Any]:
-        xf = x.view(-1)
-        d, dev = xf.numel(), xf.device
-        norm = self._norm(xf, self.ws.get("abs", d, xf.dtype, dev))
+    def _encode_batch(self, X, rng, v) -> None:
+        """The row norms (:meth:`_norm_rows`), the scales, ``X < 0`` packed per row."""
+        m, d = X.shape
+        norms = self._norm_rows(X)
         if self.check_finite:
-            check_scalar(norm, xf, self.spec, self.norm_name)
-        v["scale"].copy_(self._scale_of(norm, d))
-        bits.pack_negative(xf, v["bits"], self.ws)
-        return v
+            self._refuse_encode(~torch.isfinite(norms),
+                                lambda r: check_scalar(norms[r], X[r], self.spec, self.norm_name))
+        v["scale"].copy_(self._scale_of(norms, d).view(m, 1))
+        _rows.pack_compare_rows(X, False, v["bits"], self.ws)
+
+    def _decode_batch(self, v, out) -> None:
+        """±1 from the table straight into ``out`` (when its rows are contiguous whole bytes),
+        times the scale: ``scale·(±1)``, exact."""
+        k, d = out.shape
+        full = out if out.is_contiguous() and d % 8 == 0 else \
+            _rows.scratch(self, "pm1", (k, 8 * v["bits"].shape[1]), out.dtype, out.device)
+        _rows.pm1_rows(v["bits"], full, self.ws).mul_(v["scale"])
+        if full is not out:
+            out.copy_(full[:, :d])
 
     # ------------------------------------------------------- numpy fast path (CPU)
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
@@ -116,25 +128,21 @@ class ScaledSign(Codec):
         """:meth:`_expand` on numpy parts: one table row per byte, one pass over ``out``."""
         self._expand({"bits": torch.from_numpy(host["bits"])}, out, torch.from_numpy(host["scale"]))
 
-    def _decode_body(self, parts, shape, dtype, out) -> None:
-        self._expand(parts, out.view(-1), parts["scale"])
-
-    def _decode_add_body(self, parts, shape, dtype, out, weight) -> None:
-        of = out.view(-1)
-        tmp = self.ws.get("decode_add", of.numel(), dtype, of.device)
-        self._expand(parts, tmp, parts["scale"])
-        of.add_(tmp, alpha=weight)
-
     # ----------------------------------------------------- blocks of nodes (rows)
+    #: CPU blocks of one row or of long rows: each row by the numpy/numba encoder
+    _fast_encode_rows = _rows.encode_rows_looped
+
     def _norm_rows(self, X: torch.Tensor) -> torch.Tensor:
         """``_norm`` of every row ([m], bit for bit the single-row value).
 
         One reduction along dim 1 on the CPU, where it reduces each row in the order the
         row alone is reduced, except when a row alone would split across threads (d at least
-        torch's grain size with several threads): then, and on CUDA (whose kernels pick their
-        reduction order from the shape), one reduction per row view."""
-        d = X.shape[1]
-        if not X.is_cpu or (d >= _rows.GRAIN_SIZE and torch.get_num_threads() > 1):
+        torch's grain size with several threads): then, on CUDA (whose kernels pick their
+        reduction order from the shape), for the half types (summed in float32) and for a
+        single row, one :meth:`_norm` per row view."""
+        m, d = X.shape
+        if (m == 1 or not X.is_cpu or X.dtype not in (torch.float32, torch.float64)
+                or (d >= _rows.GRAIN_SIZE and torch.get_num_threads() > 1)):
             Xc = X.contiguous()
             scratch = self.ws.get("abs", d, X.dtype, X.device)
             return torch.stack([self._norm(Xc[r], scratch) for r in range(X.shape[0])])
@@ -142,20 +150,6 @@ class ScaledSign(Codec):
 
     def _norm_dim1(self, X: torch.Tensor) -> torch.Tensor:
         return X.abs().sum(1)
-
-    @no_grad
-    def _fast_encode_rows(self, X, rng=None, *, out=None):
-        """Vectorized: the row norms (:meth:`_norm_rows`), the scales, ``X < 0`` packed per row."""
-        if not dispatch.batch_encode(X):
-            return self._encode_rows_ref(X, rng, out)
-        plan, X, block = _rows.start_encode(self, X, out)
-        m, d = X.shape
-        norms = self._norm_rows(X)
-        if self.check_finite:
-            _rows.encode_error(self, X, ~torch.isfinite(norms), f"{self.norm_name} is not finite")
-        _rows.section(block, plan, "scale").copy_(self._scale_of(norms, d).view(m, 1))
-        _rows.pack_rows(X < 0, d, _rows.section(block, plan, "bits"))
-        return block
 
     @no_grad
     def _fast_decode_add_rows(self, out, block, weight=1.0, *, rows=None, check=True):
@@ -261,18 +255,6 @@ class ScaledSign(Codec):
         at, nb = part.offsets[1], part.counts[1]
         _rows.pack_rows(_rows.chunk_rows(X, n) < 0, d // n, res[:, :, at : at + nb].view(m * n, nb))
         return res
-
-    def _fast_decode_bodies(self, bodies, out):
-        """±1 from the table straight into ``out`` (when its rows are contiguous whole bytes),
-        times the scale: ``scale·(±1)``, exact."""
-        v = self.body_views(bodies, out)
-        k, d = out.shape
-        full = out if out.is_contiguous() and d % 8 == 0 else \
-            _rows.scratch(self, "pm1", (k, 8 * v["bits"].shape[1]), out.dtype, out.device)
-        _rows.pm1_rows(v["bits"], full, self.ws).mul_(v["scale"])
-        if full is not out:
-            out.copy_(full[:, :d])
-        return out
 
     def _fast_decode_add_bodies(self, out, bodies):
         """±1 from the table, added times the scale in one pass (``addcmul``: the product
