@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossip.errors import ConfigError, ConfigTypeError, ContractError
+from gossip.errors import ConfigError, ConfigTypeError
 
 _M64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -428,54 +428,10 @@ class Draw16:
         return z.view(torch.int16)[: self.n].view(1, -1)
 
 
-class PreDrawn(Stream):
-    """One row of a batched draw, standing in for that row's one-node stream for one call.
-
-    A block encoder (``Compressor.encode_rows``) draws for all rows at once and hands row r's
-    values to the single-tensor code path through this: its draw methods return the given
-    row (a [1, n] tensor) instead of hashing again. It serves exactly the draws it was given.
-    """
-
-    __slots__ = ("_given",)
-
-    def __init__(self, **given: torch.Tensor) -> None:  # noqa: D107 (no key: nothing to hash)
-        self._given = given
-        self.seed, self.stream, self.nodes, self.round, self.call = 0, 0, (0,), 0, 0
-        self._a = np.zeros(1, dtype=np.uint64)
-
-    def _take(self, kind: str, n: int | None) -> torch.Tensor:
-        v = self._given.get(kind)
-        if v is None or (n is not None and v.shape[-1] != n):
-            raise ContractError(f"PreDrawn holds {sorted(self._given)} draws, asked for {kind}({n}): a block "
-                                "encoder must pre-draw exactly the draws (kind and size) its "
-                                "single-tensor encode makes")
-        self.call += 1
-        return v
-
-    def bits16(self, n: int, device: Any = "cpu", *, out: torch.Tensor | None = None) -> torch.Tensor:
-        if "draw16" in self._given:
-            return self.draw16(n)[0].tensor(device)
-        return self._take("bits16", n)
-
-    def draw16(self, n: int) -> list[Draw16]:
-        """The given draw as a one-row :class:`Draw16` list (given ``draw16`` or ``bits16``)."""
-        d = self._given.get("draw16")
-        if d is not None:
-            if d.n != n:
-                raise ContractError(f"PreDrawn holds a draw16({d.n}), asked for draw16({n}): a block encoder "
-                                    "must pre-draw the size its single-tensor encode asks for")
-            self.call += 1
-            return [d]
-        return [Draw16(n, given=self._take("bits16", n).reshape(-1))]
-
-    def seeds(self, device: Any = "cpu") -> torch.Tensor:
-        return self._take("seeds", None)
-
-
 def as_generator(rng: Any, device: Any = "cpu") -> Any:
     """The reverse of :func:`as_stream` for legacy code: a one-node Stream becomes a
     ``torch.Generator`` on ``device`` seeded from its next draw; anything else passes."""
-    if isinstance(rng, Stream) and not isinstance(rng, PreDrawn):
+    if isinstance(rng, Stream):
         return rng.generator(device)
     return rng
 
@@ -554,6 +510,6 @@ def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
     return gen
 
 
-__all__ = ["Stream", "Draw16", "PreDrawn", "as_stream", "as_generator", "stream_id", "clear_scratch",
+__all__ = ["Stream", "Draw16", "as_stream", "as_generator", "stream_id", "clear_scratch",
            "derive", "node_seed", "init_seed", "model_seed", "data_seed", "split_seed",
            "partition_seed", "oracle_seed", "generator"]

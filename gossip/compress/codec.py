@@ -361,10 +361,6 @@ class Codec(Compressor):
         return Payload(buf, x.shape, x.dtype, parts)
 
     # ------------------------------------------------------------ blocks of nodes
-    #: the batched draw of a randomized compressor's ``encode_rows`` (None: the default loop):
-    #: ``(rng, X) -> [PreDrawn per row]``, exactly one draw call of ``rng`` for the block
-    _draw_rows: ClassVar[Any] = None
-
     def encode_rows(self, X: torch.Tensor, rng: Any = None, *,
                     out: torch.Tensor | None = None) -> torch.Tensor:
         """The block version (contract in :meth:`Compressor.encode_rows`): the fast kernel
@@ -375,33 +371,11 @@ class Codec(Compressor):
         return self._encode_rows_ref(X, rng, out)
 
     def _encode_rows_ref(self, X: torch.Tensor, rng: Any, out: torch.Tensor | None) -> torch.Tensor:
-        """The reference block encode: the batch form in one call; else each row by the
-        single-tensor path, its random draw taken for the whole block in one batched call of
-        ``rng`` (``_draw_rows``: one hash pass), so row r's bytes are exactly those of
-        ``encode(X[r], rng.row(r))``."""
+        """The reference block encode: the batch form in one call; else (a per-tensor form,
+        or a stateful compressor) each row by the single-tensor path."""
         if self._encode_batch is not None and _rows.is_block(X) and not self.stateful:
             return self._encode_rows_batch(X, rng, out)
-        if (self._draw_rows is None or not self.uses_stream or self.stateful or X.dim() < 2
-                or X.shape[0] == 0):
-            return Compressor.encode_rows(self, X, rng, out=out)
-        m = X.shape[0]
-        like = X[0]
-        plan = self.plan(like)
-        check_generator(rng, like, self.spec)
-        rng = as_stream(rng)
-        if X.requires_grad:
-            X = X.detach()
-        if not X.is_contiguous():
-            X = X.contiguous()
-        block = _row_block(out, m, plan.nbytes, X.device)
-        draws = self._draw_rows(rng, X)
-        for r in range(m):
-            try:
-                self.encode(X[r], draws[r], out=block[r])
-            except CompressionError as exc:
-                exc.row = r
-                raise
-        return block
+        return Compressor.encode_rows(self, X, rng, out=out)
 
     @no_grad
     def _encode_rows_batch(self, X: torch.Tensor, rng: Any, out: torch.Tensor | None) -> torch.Tensor:

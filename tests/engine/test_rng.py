@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gossip.compress import make
-from gossip.rng import Draw16, PreDrawn, Stream, as_stream
+from gossip.rng import Draw16, Stream, as_stream
 
 NODES = [4, 17, 0, 9, 123456]
 
@@ -246,11 +246,6 @@ def test_draw16_lanes_equal_bits16():
             assert np.array_equal(draws2[r].lanes(a, b), ref2[r, a:b].numpy())
         assert torch.equal(draws[r].tensor(), ref[r : r + 1])
         assert torch.equal(Draw16(n, given=ref[r]).tensor(), ref[r : r + 1])
-    p = PreDrawn(draw16=draws[1])
-    assert torch.equal(p.bits16(n), ref[1:2])
-    assert p.draw16(n)[0] is draws[1]
-    with pytest.raises(RuntimeError):
-        p.draw16(n + 1)
 
 
 @pytest.mark.parametrize("n", [1, 3, 4, 5, 64, 1001, 4099])
@@ -304,14 +299,6 @@ def test_known_answers():
         st.begin_round(5)
         msg = make(spec).encode(x, st).to_bytes().numpy().tobytes()
         assert hashlib.sha256(msg).hexdigest()[:16] == digest, (dtype, d, spec)
-
-
-def test_predrawn_serves_only_its_draws():
-    b = Stream(0, [0]).bits16(8)
-    p = PreDrawn(bits16=b)
-    assert torch.equal(p.bits16(8), b)
-    with pytest.raises(RuntimeError):
-        p.seeds()
 
 
 def test_block_streams_independent_of_placement():
