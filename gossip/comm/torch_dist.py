@@ -30,7 +30,6 @@ import torch.distributed as dist
 from gossip.comm.link import Link, Peer
 from gossip.errors import CommConfigError, CommError, CommTimeout
 
-BACKENDS = ("gloo", "nccl")
 _STORE: dist.Store | None = None
 """The launcher's store this process joined the group through (None: the script's own group)."""
 _RANK = 0
