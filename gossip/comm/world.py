@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from gossip.comm.base import Transport, check_latency, check_timeout
-from gossip.comm.launch import (  # noqa: F401
+from gossip.comm.launch import (
     launched_by_mpi,
     launched_by_torchrun,
     launcher_rank,
