@@ -150,7 +150,7 @@ def straggler_run(algorithm: str, network: str, seed: int, sweeps: int, eta: flo
     steps = "activations" if free_run is None else "local_steps"
 
     def distance(e: Engine, xbar: torch.Tensor) -> dict[str, float]:
-        return {"distance": squared_distance(e, x_star, relative=True)}
+        return {"distance": squared_distance(e, x_star)}
 
     diverged = False
     try:

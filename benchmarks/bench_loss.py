@@ -174,13 +174,13 @@ def optimization_run(algorithm: str, compressor: str, network: str, seed: int, r
     mid = math.inf
     try:
         engine.run(half, log_every=max(half, 1))
-        mid = squared_distance(engine, x_star, relative=True)
+        mid = squared_distance(engine, x_star)
         engine.run(rounds - half, log_every=max(rounds - half, 1))
     except DivergenceError:  # a late message can make a method diverge: the table says so
         return {"distance": math.inf, "distance_half": mid, "consensus": math.inf,
                 "lost": math.nan, "late": math.nan, "bits": math.nan}
     x = engine.block.x
-    return {"distance": squared_distance(engine, x_star, relative=True), "distance_half": mid,
+    return {"distance": squared_distance(engine, x_star), "distance_half": mid,
             "consensus": float(((x - engine.mean_model()) ** 2).sum(1).mean()) / _norm(x_star) ** 2,
             **_losses(engine)}
 

@@ -313,7 +313,7 @@ def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]] 
         lines.append(f"| {r['run']} | {r['final_rel_error']:.3g} | {rounds} | {bits} |{times} "
                      f"{r['ms_per_round']:.3f} | {r['status']} |")
     note = target_note([(r["run"], r.get("rounds_run")) for r in rows if r["rounds_to_target"] is None],
-                       target, "relative consensus error", "--rounds")
+                       target, "relative consensus error")
     return "\n".join(lines + ([note] if note else []))
 
 

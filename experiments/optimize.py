@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
 
     def metrics(engine, xbar):
         obj = problem.objective(xbar)
-        return {"distance_to_optimum": squared_distance(engine, x_star, relative=True),
+        return {"distance_to_optimum": squared_distance(engine, x_star),
                 "objective": obj, "suboptimality": obj - f_star}
 
     norm_star = float((x_star**2).sum()) or 1.0
@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     if world.is_root:
         print(format_table(rows, args.target, clocks_of(curves.values()), federated))
         note = target_note([(r["run"], r["last_round"]) for r in rows if r["rounds"] is None],
-                           args.target, "distance to x*", "--rounds")
+                           args.target, "distance to x*")
         if note:
             print(note)
         if args.plot:

@@ -363,7 +363,7 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
     """
     from gossip.algorithms import algorithm_class
     from gossip.comm.world import World
-    from gossip.tuning import log_grid, search_gamma, tunable_algorithms
+    from gossip.tuning import search_gamma, tunable_algorithms
 
     if "gamma" not in algorithm_class(args.algorithm).tunable:
         raise SystemExit(f"--gamma auto tunes the algorithms with a tunable gamma "
@@ -379,7 +379,7 @@ def tune_gamma(args, model, train_set, topology, total_rounds, rpe):
         trainer.fit(rounds=rounds, log_every=rounds)
         return trainer.global_train_loss()
 
-    return search_gamma(trial, args.gamma_grid or log_grid(), rounds=rounds,
+    return search_gamma(trial, args.gamma_grid, rounds=rounds,
                         score_name="train loss of the averaged model")
 
 

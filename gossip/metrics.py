@@ -36,19 +36,17 @@ def consensus_error(engine: Any, xbar: torch.Tensor) -> float:
     return math.fsum(terms.tolist()) / engine.n
 
 
-def squared_distance(engine: Any, target: torch.Tensor, relative: bool = True) -> float:
-    """(1/n) Σ_i ‖x_i − target‖² (divided by ‖target‖² when ``relative``) (collective); for a
-    federated algorithm ‖x_0 − target‖², the server's model being the run's."""
+def squared_distance(engine: Any, target: torch.Tensor) -> float:
+    """(1/n) Σ_i ‖x_i − target‖² / ‖target‖² (collective; not divided when ``target`` is 0); for
+    a federated algorithm ‖x_0 − target‖² / ‖target‖², the server's model being the run's."""
     terms = engine.node_values(
         {i: float(torch.sum((nd.x - target) ** 2)) for i, nd in engine.nodes.items()}
     )
     if getattr(engine.algorithm, "federated", False):
         terms = terms[:1]
     value = math.fsum(terms.tolist()) / len(terms)
-    if relative:
-        norm = float(torch.sum(target**2))
-        value = value / norm if norm > 0 else value
-    return value
+    norm = float(torch.sum(target**2))
+    return value / norm if norm > 0 else value
 
 
 def first_reach(records: Iterable[Mapping[str, Any]], key: str, target: float) -> Mapping | None:

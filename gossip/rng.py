@@ -178,11 +178,6 @@ def _arange(n: int, device: torch.device) -> torch.Tensor:
     return buf[:n]
 
 
-def clear_scratch() -> None:
-    """Drop this thread's scratch memory (regrown on demand)."""
-    _LOCAL.bufs = {}
-
-
 #: bits of uniform resolution per float dtype (its significand, so the values are exact)
 _UNIFORM_BITS = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}
 
@@ -510,6 +505,6 @@ def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
     return gen
 
 
-__all__ = ["Stream", "Draw16", "as_stream", "as_generator", "stream_id", "clear_scratch",
-           "derive", "node_seed", "init_seed", "model_seed", "data_seed", "split_seed",
-           "partition_seed", "oracle_seed", "generator"]
+__all__ = ["Stream", "Draw16", "as_stream", "as_generator", "stream_id", "derive", "node_seed",
+           "init_seed", "model_seed", "data_seed", "split_seed", "partition_seed", "oracle_seed",
+           "generator"]

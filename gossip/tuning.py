@@ -3,8 +3,8 @@
 γ is the main failure mode of CHOCO-SGD and DeepSqueeze (docs/algorithms/choco.md): too small and the
 nodes drift apart, too large and the run blows up, sometimes late. The search:
 
-1. candidates = a log grid, by default the 1-2-5 sequence from 1 down to 0.01
-   (1, 0.5, 0.2, 0.1, 0.05, 0.02, 0.01);
+1. candidates = a log grid, by default :data:`GAMMA_GRID`, the 1-2-5 sequence from 1 down to
+   0.01 (1, 0.5, 0.2, 0.1, 0.05, 0.02, 0.01);
 2. each candidate runs the *same* problem — a fresh engine, the same seed — for a fraction of
    the run's rounds (the caller decides how many);
 3. a candidate that diverges (:class:`~gossip.errors.DivergenceError`, or a non-finite score)
@@ -21,7 +21,7 @@ Caveat: instability can appear only after many rounds (CHOCO top-1 % with γ = 0
 25-ring looks fine for 3000 rounds, docs/experiments.md#consensus), so a short search can pick a γ that
 diverges later; the full run still stops cleanly if it does.
 
-    search = search_gamma(lambda g: run_briefly(g), grid=log_grid())
+    search = search_gamma(lambda g: run_briefly(g))
     gamma = search.pick
 """
 
@@ -42,21 +42,8 @@ def tunable_algorithms(hparam: str = "gamma") -> list[str]:
     return sorted(name for name, cls in REGISTRY.items() if hparam in cls.tunable)
 
 
-def log_grid(high: float = 1.0, low: float = 0.01) -> list[float]:
-    """The 1-2-5 sequence from ``high`` down to ``low`` (both included when on the sequence)."""
-    if not 0 < low <= high:
-        raise ConfigError(f"log_grid needs 0 < low <= high, got low={low}, high={high}")
-    out: list[float] = []
-    e = math.floor(math.log10(high)) + 1
-    while True:
-        for m in (5.0, 2.0, 1.0):
-            v = float(f"{m * 10.0 ** e:.12g}")
-            if v <= high * (1 + 1e-12) and v >= low * (1 - 1e-12):
-                out.append(v)
-        if 10.0 ** e < low:
-            break
-        e -= 1
-    return sorted(set(out), reverse=True)
+GAMMA_GRID = (1.0, 0.5, 0.2, 0.1, 0.05, 0.02, 0.01)
+"""The default candidates: the 1-2-5 sequence from 1 down to 0.01."""
 
 
 @dataclass
@@ -112,9 +99,10 @@ def search_gamma(
     Raises:
         TuningError: every candidate diverged.
     """
-    grid = list(grid) if grid is not None else log_grid()
+    grid = list(grid if grid is not None else GAMMA_GRID)
     if not grid:
-        raise ConfigError("the gamma grid is empty; give at least one candidate, or grid=None for log_grid()")
+        raise ConfigError("the gamma grid is empty; give at least one candidate, or grid=None for "
+                          "the default GAMMA_GRID")
     trials: list[Trial] = []
     for gamma in grid:
         try:

@@ -136,9 +136,9 @@ def _regular_degree(in_deg: np.ndarray, out_deg: np.ndarray, rule: str, directed
     return int(in_deg[0])
 
 
-def _explicit_weights(graph: nx.Graph, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+def _explicit_weights(graph: nx.Graph) -> np.ndarray:
     """The `weight` attribute of every edge, in the order of graph.edges()."""
-    weights = np.empty(len(u))
+    weights = np.empty(graph.number_of_edges())
     for k, (a, b, w) in enumerate(graph.edges(data="weight")):
         if w is None:
             raise MixingMatrixError(
@@ -182,7 +182,7 @@ def mixing_matrix(
         self_w = 1.0 / (1.0 + (out_deg if rule == "push" else in_deg))
         return _assemble(n, v, u, w, self_w, lazy, sparse, dense_max_n)
     if rule == "weights":
-        w = _explicit_weights(graph, u, v)
+        w = _explicit_weights(graph)
     elif rule == "max-degree":
         if directed and (in_deg != out_deg).any():
             _regular_degree(in_deg, out_deg, rule, directed)  # raises, naming the node

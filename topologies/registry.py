@@ -213,10 +213,6 @@ class Registry(Generic[T]):
         return self.error(f"unknown {self.kind} {spec!r}{self.suggest(spec)}; choose one of: "
                           f"{', '.join(self.available())}, or give {self.form}")
 
-    def lookup(self, name: str) -> T | None:
-        """The object registered under ``name`` (normalized), else None; no plug-ins."""
-        return self.objects.get(self.normalize(name)) if isinstance(name, str) else None
-
     def resolve(self, spec: str) -> Resolved[T]:
         """The registered name or plug-in ``spec``'s object, with the spec's params."""
         if not isinstance(spec, str):

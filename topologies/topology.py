@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -268,20 +268,6 @@ class TimeVaryingTopology:
         self._round_fn = round_fn
         self._cache: OrderedDict[int, Topology] = OrderedDict()
         self._cache_size = max(cache_size, period or 0)
-
-    @classmethod
-    def cycle(cls, topologies: Sequence[Topology], name: str | None = None) -> TimeVaryingTopology:
-        """Periodic schedule: round t uses topologies[(t - 1) % len(topologies)]."""
-        topologies = list(topologies)
-        if not topologies:
-            raise TopologyError("cycle needs at least one topology")
-        sizes = {t.n for t in topologies}
-        if len(sizes) != 1:
-            raise TopologyError(
-                f"all topologies of a cycle must have the same n, got {sorted(sizes)}"
-            )
-        return cls(topologies[0].n, lambda t: topologies[t - 1], period=len(topologies),
-                   name=name or "cycle(" + ", ".join(t.name for t in topologies) + ")")
 
     def at_round(self, t: int) -> Topology:
         """The Topology of round t (t = 1, 2, ...); reproducible, cached for recent rounds."""

@@ -21,25 +21,12 @@ TINY = 1e-8
 """A squared norm below this keeps its coefficient at 1 (Horovod's guard)."""
 
 
-def adasum_pair(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``A(a, b) = (1 − a·b/(2‖a‖²)) a + (1 − a·b/(2‖b‖²)) b`` into ``out`` (not ``a`` or ``b``).
-
-    ``A(a, a) = a``; ``A(a, b) = a + b`` when ``a ⊥ b``; symmetric. A coefficient whose squared
-    norm is below :data:`TINY` is 1.
-    """
-    dot = float(torch.dot(a, b))
-    na, nb = float(torch.dot(a, a)), float(torch.dot(b, b))
-    ca = 1.0 - dot / (2.0 * na) if na >= TINY else 1.0
-    cb = 1.0 - dot / (2.0 * nb) if nb >= TINY else 1.0
-    return torch.add(torch.mul(a, ca, out=out), b, alpha=cb, out=out)
-
-
 class Adasum(AllReduceAlgorithm):
     r"""Adasum in delta mode on the complete graph (``n`` a power of two).
 
     Every node takes a step with its *own* optimizer from the common model ``x`` (local Adam
     moments by default, or plain SGD), and the deltas are combined by Adasum's pairwise rule
-    :func:`adasum_pair` on a binary tree in node order, tensor by tensor of the layout::
+    :func:`adasum_pair_rows` on a binary tree in node order, tensor by tensor of the layout::
 
         Δ_i = −η m_i/(√v_i + ε)     (adam)   or   −η g_i   (sgd)
         level ℓ = 1, 2, 4, …, n/2:  Δ ← A(Δ_lower, Δ_upper) with the partner i XOR ℓ
@@ -134,9 +121,12 @@ _ALIGN = 64  # bytes: the alignment of a fresh torch tensor
 
 
 def adasum_pair_rows(A: torch.Tensor, B: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """:func:`adasum_pair` of every row: ``out[r] = A(A[r], B[r])``, bit for bit (the dot
-    products row by row, each a BLAS call on the row as the single-vector rule makes it; the
-    combination for all rows at once)."""
+    """Adasum's pairwise rule of every row into ``out`` (not ``A`` or ``B``):
+    ``out[r] = A(a, b) = (1 − a·b/(2‖a‖²)) a + (1 − a·b/(2‖b‖²)) b`` with ``a, b = A[r], B[r]``.
+
+    ``A(a, a) = a``; ``A(a, b) = a + b`` when ``a ⊥ b``; symmetric. A coefficient whose squared
+    norm is below :data:`TINY` is 1. The dot products run row by row (each a BLAS call on the
+    row, as for a single vector), the combination for all rows at once."""
     ca, cb = [], []
     for a, b in zip(A, B):
         dot = float(torch.dot(a, b))

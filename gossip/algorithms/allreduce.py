@@ -66,8 +66,6 @@ from gossip.core.cache import IdentityCache
 from gossip.core.requirements import Graph, Requirements
 from gossip.errors import CompressionError, ConfigError
 
-#: the codecs the documentation names; any registered compressor that splits is taken
-CODECS = ("none", "sign_l1", "sign_l2", "vote")
 
 def per_row(X: torch.Tensor, one: Callable[[torch.Tensor], torch.Tensor],
             rows: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:

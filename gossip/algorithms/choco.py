@@ -107,13 +107,6 @@ class Choco(Algorithm):
                     "it converges only when the compressor is accurate enough: watch the "
                     "consensus error", self.gamma)
 
-    @classmethod
-    def suggest_hparams(cls, problem: Any, estimator: str = "full",
-                        topology: Any = None) -> dict[str, Any]:
-        """``eta`` by the ``"dgd"`` rule; γ is left to the default rule (setup), which sizes it
-        from the compressor and the graph."""
-        return super().suggest_hparams(problem, estimator, topology)
-
     def resolve(self, block: Block) -> float:
         """Fill the default γ into ``block.hparams`` (an explicit one is kept as given) and
         return how far the public copies move by each message: 1, or 1/(1 + ω) for an unbiased

@@ -51,18 +51,6 @@ from gossip.errors import ConfigError
 EPS = 1e-8
 
 
-def orthonormalize(m: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """Gram–Schmidt on the columns of ``m``, in place: ``col /= ‖col‖ + eps``, then project out."""
-    r = m.shape[1]
-    for c in range(r):
-        col = m[:, c]
-        col.div_(col.norm() + eps)
-        if c + 1 < r:
-            rest = m[:, c + 1 :]
-            rest.sub_(torch.outer(col, col @ rest))
-    return m
-
-
 class PowerGossip(Algorithm):
     """PowerGossip: per-edge, warm-started rank-r power steps on the model differences.
 
@@ -208,8 +196,9 @@ def _set_factors(g: torch.Tensor, diff: torch.Tensor, sign: torch.Tensor,
 
 
 def orthonormalize_arcs(f: torch.Tensor, eps: float = EPS) -> torch.Tensor:
-    """:func:`orthonormalize` of every ``f[a]`` ([A, n, r]; each ``f[a]`` contiguous and 64-byte
-    aligned, as a factor of its own), bit for bit: the column norms and the projections'
+    """Gram–Schmidt on the columns of every ``f[a]`` ([A, n, r]; each ``f[a]`` contiguous and
+    64-byte aligned, as a factor of its own), in place: ``col /= ‖col‖ + eps``, then project it
+    out of the later columns. Bit for bit as on each factor alone: the column norms and the projections'
     elementwise parts run batched (a norm over a row of the batch adds in the order of the
     single column's), the ``col @ rest`` products per arc (BLAS rounds by size and alignment)."""
     r = f.shape[2]

@@ -100,8 +100,7 @@ def exit_status(rows: dict[str, Any] | list[dict[str, Any]]) -> None:
         raise RunFailed(f"{len(bad)} of {len(rows)} run(s) did not finish ({'; '.join(bad)}){hint}")
 
 
-def target_note(missed: list[tuple[str, int | None]], target: float, metric: str,
-                rounds_flag: str) -> str | None:
+def target_note(missed: list[tuple[str, int | None]], target: float, metric: str) -> str | None:
     """The note printed under a table whose runs did not all reach ``--target``: which ran out
     of rounds (``missed``: each run's label and the last round it logged) before ``metric``
     fell to ``target``, and the flags that give them the chance; None when every run reached
@@ -111,4 +110,4 @@ def target_note(missed: list[tuple[str, int | None]], target: float, metric: str
     ended = "; ".join(f"{label} after {last} rounds" if last is not None else label
                       for label, last in missed)
     return (f"not reached: {len(missed)} run(s) ended before the {metric} fell to --target "
-            f"{target:g} ({ended}); raise {rounds_flag} or --target to see it reached")
+            f"{target:g} ({ended}); raise --rounds or --target to see it reached")

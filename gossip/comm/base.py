@@ -1,6 +1,7 @@
 """The transport moves a phase's message rows between node ids; it knows no math.
 
-The engine calls :meth:`Transport.exchange_rows` once per message phase of a block of nodes.
+The engine posts each message phase of a block of nodes with :meth:`Transport.start_rows` and
+ends it with :meth:`Transport.finish_rows`.
 Receivers hosted by the same process read the sender's row in place; messages that cross a
 process boundary go over the world's :class:`~gossip.comm.link.Link` (MPI or
 torch.distributed), sent from the rows' own memory and received into their staging rows.
@@ -17,8 +18,6 @@ import torch
 
 from gossip.comm.link import TAG_SPACE, Link
 from gossip.errors import CommConfigError
-
-Edge = tuple[int, int]  # (sender node, receiver node)
 
 
 def check_timeout(value: float) -> float:
@@ -77,18 +76,15 @@ class Transport:
     def is_local(self, node: int) -> bool:
         return self.placement[node] == self.rank
 
-    def exchange_rows(self, rows, plan, seq: int, round_: int) -> None:
-        """One phase of a block of nodes (:mod:`gossip.core.block`): ``rows.own`` are the
-        block's messages (row r sent by node ``plan.senders[r]``); the messages of remote
-        senders land in ``rows.recv`` at their staging rows (``plan.remote_in``; a plan without
-        lost messages fills every row). Local receivers read the senders' rows.
+    def start_rows(self, rows, plan, seq: int, round_: int) -> Pending:
+        """Post one phase of a block of nodes (:mod:`gossip.core.block`) and return at once:
+        ``rows.own`` are the block's messages (row r sent by node ``plan.senders[r]``); the
+        messages of remote senders land in ``rows.recv`` at their staging rows
+        (``plan.remote_in``; a plan without lost messages fills every row) by
+        :meth:`finish_rows`, and the rows must stay untouched until then. Local receivers
+        read the senders' rows.
 
         Each row counts ``nbytes`` times its out-degree for its sender, at hand-over."""
-        self.finish_rows(self.start_rows(rows, plan, seq, round_))
-
-    def start_rows(self, rows, plan, seq: int, round_: int) -> Pending:
-        """The first half of :meth:`exchange_rows`: count and post the phase's messages, and
-        return at once; the rows must stay untouched until :meth:`finish_rows`."""
         nbytes, sent = rows.nbytes, self.bytes_sent
         moved = False
         for i, degree in zip(plan.senders, plan.out_degree):

@@ -30,7 +30,6 @@ import torch.distributed as dist
 from gossip.comm.link import Link, Peer
 from gossip.errors import CommConfigError, CommError, CommTimeout
 
-BACKENDS = ("gloo", "nccl")
 _STORE: dist.Store | None = None
 """The launcher's store this process joined the group through (None: the script's own group)."""
 _RANK = 0
@@ -174,7 +173,6 @@ class TorchLink(Link):
         super().__init__(dist.get_rank(), dist.get_world_size())
         backend = str(dist.get_backend())
         self.moves_cuda = "nccl" in backend
-        self.backend = "nccl" if self.moves_cuda else "gloo"
         # CPU tensors need a CPU backend: one beside NCCL when the script asked for NCCL alone
         self._cpu_group = dist.new_group(backend="gloo") if backend == "nccl" else None
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from gossip.comm.base import Transport, check_latency, check_timeout
-from gossip.comm.launch import (  # noqa: F401
+from gossip.comm.launch import (
     launched_by_mpi,
     launched_by_torchrun,
     launcher_rank,
@@ -212,7 +212,7 @@ class World:
             at += count
         return out
 
-    def ordered_sum(self, n: int, local: Mapping[int, torch.Tensor]) -> torch.Tensor:
+    def ordered_sum(self, local: Mapping[int, torch.Tensor]) -> torch.Tensor:
         """Σ_i x_i over all nodes, added in node order, identical on every process.
 
         Rank r receives the running sum of ranks < r, adds its nodes and passes it on; the

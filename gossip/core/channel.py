@@ -195,7 +195,6 @@ class Channel:
         elif self.alpha > 0:
             self.copy, self.diff = self._copies(keys or (f"{name}.h", f"{name}.gap"))
         self._send: torch.Tensor | None = None  # the rows a message is built in
-        self._in_flight = False  # sent, not yet mixed: the send rows hold the message
         self._pair: list[torch.Tensor] | None = None  # decoded terms (memoryless: ẑ, ẑm)
         self._hat: torch.Tensor | None = None  # ẑ, ẑm returned by mix() of a channel with copies
         self._mixed: torch.Tensor | None = None
@@ -255,7 +254,6 @@ class Channel:
         if self.arcs is not None:
             return self.arcs.send(z)
         block = self.block
-        self._in_flight = True
         if self.copy is not None and self.wide:  # z − h with h rounded to z's dtype
             d = self._send_rows().copy_(self.copy)
             torch.sub(z, d, out=d)
@@ -297,7 +295,6 @@ class Channel:
             a, b = into
             block.mix_into(b, inbox, inbox, copy=a, scale=scale, own_weight=own_weight, plan=plan,
                            add=add, alpha=alpha)
-            self._in_flight = False
             return a, b
         if scale != 1.0 or own_weight is not None or not add or alpha is not None:
             raise ConfigError("scale, own_weight, add and alpha go with into=")
@@ -307,7 +304,6 @@ class Channel:
             z_hat, z_mix = self._pair
             z_hat.zero_()
             block.mix_into(z_mix, inbox, inbox, copy=z_hat, plan=plan, add=False)
-            self._in_flight = False
             return z_hat, z_mix
         # ẑ = h + C(q_i), ẑm = ẑ + g + Σ_j m_ij C(q_j) − C(q_i), from the copies before the move
         z_hat, z_mix = self._buffer("_hat"), self._buffer("_mixed")
@@ -348,7 +344,6 @@ class Channel:
         if self.copy is None and not self.wide:  # Σ_{j≠i} m_ij C(q_j) + (m_ii − 1) C(q_i)
             out = self._buffer("_gap")
             self.block.mix_into(out, inbox, inbox, plan=self.gap_plan(), add=False)
-            self._in_flight = False
             return out
         if self.copy is None:
             return self._narrow(self.increments(inbox)[1])
@@ -376,11 +371,9 @@ class Channel:
         with α = 1 (and the copies in the model's dtype) decoded straight into both, in one
         decode when they are one stacked tensor."""
         if self.alpha == 1.0 and self.wide:
-            self._in_flight = False
             self._wide_mix()(inbox, into=(self.copy, self.diff))
         elif self.alpha == 1.0:
             self.block.mix_into(self.diff, inbox, inbox, copy=self.copy, plan=self.gap_plan())
-            self._in_flight = False
         else:
             self._move_gap(*self.increments(inbox))
 
@@ -389,7 +382,6 @@ class Channel:
         the channel valid until the next decode: with a wider dtype (:attr:`wide`) every message
         is decoded once in the model's dtype and the weighted sums are taken in the wider one
         (:class:`_WideMix`), else both are decoded in the model's dtype."""
-        self._in_flight = False
         if self.wide:
             return self._wide_mix()(inbox)
         if self._pair is None:

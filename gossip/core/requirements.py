@@ -128,17 +128,18 @@ _DEFAULT_MESSAGES = {
 }
 
 
-def check_complete(name: str, topology: Any, hint: str = "use --topology complete") -> None:
+def check_complete(name: str, topology: Any) -> None:
     """Raise :class:`ConfigError` unless every node is linked to every other one, in every round."""
     if getattr(topology, "time_varying", False):
-        raise ConfigError(f"{name} is an all-reduce method and needs the static complete graph: {hint}")
+        raise ConfigError(f"{name} is an all-reduce method and needs the static complete graph: "
+                          "use --topology complete")
     view_of = topology.at_round(1).view
     for i in range(topology.n):
         if len(view_of(i).out_neighbors) != topology.n - 1:
             raise ConfigError(
                 f"{name} is an all-reduce method: every node talks to every other one, but node "
                 f"{i} of '{topology.name}' has {len(view_of(i).out_neighbors)} of "
-                f"{topology.n - 1} neighbors; {hint}"
+                f"{topology.n - 1} neighbors; use --topology complete"
             )
 
 

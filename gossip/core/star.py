@@ -136,7 +136,6 @@ class StarLink:
         x = block.x
         if memory is not None:
             every = block.arc_plan([(i, 0) for i in range(1, sampler.clients + 1)])
-            self._every = every
             self._own_arc = {i: a for a, (i, _) in enumerate(every.arcs)}
             for key, arcs, incoming in ((f"{name}.h", every.arcs, False),
                                         (f"{name}.h_server", every.incoming, True)):
@@ -167,7 +166,6 @@ class StarLink:
         ``start`` (every node's downlink vector before round 1: one model for all)."""
         block, name = self.block, self.name
         every = block.arc_plan([(0, i) for i in range(1, self.sampler.clients + 1)])
-        self._every_down = every
         self._down_in = {i: e for e, (_, i) in enumerate(every.incoming)}
         for key, arcs, incoming, rows in (
                 (f"{name}.down", every.arcs, False, [self.server_row] * len(every.arcs)),

@@ -117,8 +117,6 @@ class Engine:
         self.device = torch.device(device)
         self.dtype = dtype
         self.divergence_factor = divergence_factor
-        self.compressor_spec = (compressor if isinstance(compressor, str)
-                                else getattr(compressor, "spec", type(compressor).__name__))
         self._new_compressor = factory_for(compressor, layout)
         self.network = build(network, algorithm=algorithm, topology=topology, seed=seed,
                              free_run=free_run)
@@ -398,8 +396,8 @@ class Engine:
         federated algorithm the server's (node 0's) model, the run's model."""
         if self.algorithm.federated:  # node 0's x plus zeros: exactly x_0 on every process
             return self.world.ordered_sum(
-                self.n, {i: nd.x if i == 0 else torch.zeros_like(nd.x) for i, nd in self.nodes.items()})
-        return self.world.ordered_sum(self.n, {i: nd.x for i, nd in self.nodes.items()}).div_(self.n)
+                {i: nd.x if i == 0 else torch.zeros_like(nd.x) for i, nd in self.nodes.items()})
+        return self.world.ordered_sum({i: nd.x for i, nd in self.nodes.items()}).div_(self.n)
 
     def node_values(self, local: Mapping[int, float]) -> Any:
         """Gather one float per node (indexed by node id) on every process."""

@@ -139,8 +139,6 @@ class WallRounds:
         self._paused = 0.0
         self.finish = 0.0
         """This node's effective wall end of its last round (seconds since the common start)."""
-        self.slept_s = 0.0
-        """Wall seconds slept for compute draws so far."""
 
     def now(self) -> float:
         """Effective wall seconds since the common start (records' time taken out)."""
@@ -150,7 +148,6 @@ class WallRounds:
         """Round ``t``'s compute: sleep this node's draw × scale."""
         seconds = self.timing.compute_s(self.node, t) * self.scale
         sleep_serving(seconds)
-        self.slept_s += seconds
 
     def finished(self) -> None:
         """The round ended here (its last phase received)."""

@@ -213,7 +213,6 @@ class FreeRun:
         self.metric_names: list[str] = []
         self._instants: list[tuple[int, float]] = []  # (round, wall instant) not yet taken
         self._log_sends: list[tuple[Any, np.ndarray]] = []
-        self.rows: list[np.ndarray] = []  # rank 0: every node's snapshot rows
         self.log_ended: set[int] = set()  # rank 0: the ranks that sent all their rows
         self.on_record: Callable[[dict[str, Any]], None] | None = None
         """Rank 0: where the node records go as the rows come (the run's ``on_record``)."""
@@ -457,7 +456,7 @@ class FreeRun:
         buf = torch.empty(count, dtype=torch.uint8)
         self.comm.Recv([buf.numpy(), MPI.BYTE], source=src_rank, tag=tag)
         self._check_size(buf, tag, j)
-        if tag == LOG:  # rank 0 keeps every rank's rows, routed around or not
+        if tag == LOG:  # rank 0 takes every rank's rows, routed around or not
             row = buf.numpy().view(np.float64).copy()
             if row[0] != j or not np.isfinite(row[:len(NODE_FIELDS)]).all():
                 raise CommError(f"{self._where()}: node {j} (rank {src_rank}) sent a snapshot row "
@@ -556,10 +555,9 @@ class FreeRun:
                                         row))
 
     def _take_row(self, row: np.ndarray) -> None:
-        """Rank 0: keep a snapshot row (its own or one another rank sent) and hand its node
-        record to the run's ``on_record`` at once: the log has it even if the job then ends
-        abruptly (a rank killed, and the launcher with it the others)."""
-        self.rows.append(row)
+        """Rank 0: hand a snapshot row's node record (its own or one another rank sent) to the
+        run's ``on_record`` at once: the log has it even if the job then ends abruptly (a rank
+        killed, and the launcher with it the others)."""
         if self.on_record is not None:
             self.on_record(self._node_record(row))
 
@@ -599,10 +597,6 @@ class FreeRun:
                 return
             self._serve_one()
             time.sleep(1e-5)
-
-    def node_records(self) -> list[dict[str, Any]]:
-        """Rank 0: every snapshot row it holds as a ``node`` record, in wall-time order."""
-        return [self._node_record(row) for row in sorted(self.rows, key=lambda r: (r[2], r[0]))]
 
     def _node_record(self, row: np.ndarray) -> dict[str, Any]:
         """The ``node`` record of a snapshot row."""

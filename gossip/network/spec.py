@@ -521,12 +521,12 @@ def _lag(text: str, spec: str) -> LagModel:
     return UniformLag(lo, hi)
 
 
-def _seconds(what: str, text: str, spec: str, allow_inf: bool = False) -> float:
+def _seconds(what: str, text: str, spec: str) -> float:
     try:
         v = float(text)
     except ValueError:
         v = math.nan
-    if not (v >= 0.0 and (allow_inf or math.isfinite(v))):  # NaN fails too
+    if not (v >= 0.0 and math.isfinite(v)):  # NaN fails too
         raise ConfigError(f"network spec {spec!r}: {what} = {text!r} is not a finite number >= 0")
     return v
 

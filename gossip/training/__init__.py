@@ -21,6 +21,7 @@ algorithms call), :mod:`~gossip.training.evaluate` (loss/accuracy sums) and
 :mod:`~gossip.training.trainer` (all of it on an engine).
 """
 
+from gossip.training.build import optimizer_algorithms, trainable_algorithms
 from gossip.training.data import (
     BatchStream,
     labels_of,
@@ -39,13 +40,7 @@ from gossip.training.evaluate import Sums, evaluate
 from gossip.training.models import MLP, MODELS, ResNet, SmallCNN, make_model, resnet20
 from gossip.training.optim import OPTIMIZERS, SCHEDULES, lr_multiplier, make_optimizer
 from gossip.training.oracle import ModelOracle, OptimizerOracle
-from gossip.training.trainer import (
-    DecentralizedTrainer,
-    batches_per_round,
-    epoch_rounds,
-    optimizer_algorithms,
-    trainable_algorithms,
-)
+from gossip.training.trainer import DecentralizedTrainer, batches_per_round, epoch_rounds
 
 __all__ = [
     "MLP",

@@ -108,7 +108,7 @@ def load_average(engine: Engine, xbar: torch.Tensor, module: nn.Module, target: 
     if not gossip_buffers and flat.float_buffers(module):
         local = {i: torch.cat([b.reshape(-1) for b in flat.float_buffers(m)])
                  for i, m in node_modules.items()}
-        mean = engine.world.ordered_sum(engine.n, local).div_(engine.n)
+        mean = engine.world.ordered_sum(local).div_(engine.n)
         bufs = flat.float_buffers(module)
         with torch.no_grad():
             for b, v in zip(bufs, flat.split(mean, bufs), strict=True):

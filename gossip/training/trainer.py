@@ -75,13 +75,7 @@ from gossip.engine import Engine
 from gossip.errors import ConfigError, DivergenceError
 from gossip.rng import data_seed, generator, oracle_seed, partition_seed
 from gossip.training import flat
-from gossip.training.build import (  # the two listings are read from here too
-    check_trainable,
-    load_average,
-    optimizer_algorithms,  # noqa: F401
-    trainable_algorithms,  # noqa: F401
-    training_engine,
-)
+from gossip.training.build import check_trainable, load_average, training_engine
 from gossip.training.data import BatchStream, node_loader, partition_indices
 from gossip.training.evaluate import Sums, evaluate, shard
 from gossip.training.oracle import LossFn, ModelOracle, OptimizerOracle

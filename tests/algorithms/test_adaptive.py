@@ -10,7 +10,7 @@ import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
-from gossip.algorithms.adasum import adasum_pair
+from gossip.algorithms.adasum import adasum_pair_rows
 from gossip.compress import make as make_compressor
 from gossip.errors import ConfigError
 from gossip.layout import Layout
@@ -77,12 +77,12 @@ def test_signum_tie_gives_zero():
 
 def test_adasum_pair_properties():
     gen = torch.Generator().manual_seed(0)
-    a, b = torch.randn(2, 30, generator=gen, dtype=torch.float64)
+    a, b = torch.randn(2, 1, 30, generator=gen, dtype=torch.float64)
     out = torch.empty_like(a)
-    _close(adasum_pair(a, a, out).clone(), a)
-    b_perp = b - (a @ b) / (a @ a) * a
-    _close(adasum_pair(a, b_perp, out).clone(), a + b_perp)
-    _close(adasum_pair(a, b, out).clone(), adasum_pair(b, a, torch.empty_like(a)))
+    _close(adasum_pair_rows(a, a, out).clone(), a)
+    b_perp = b - (a @ b.T) / (a @ a.T) * a
+    _close(adasum_pair_rows(a, b_perp, out).clone(), a + b_perp)
+    _close(adasum_pair_rows(a, b, out).clone(), adasum_pair_rows(b, a, torch.empty_like(a)))
 
 
 @pytest.mark.parametrize("local", ["adam", "sgd"])

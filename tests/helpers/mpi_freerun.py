@@ -44,7 +44,7 @@ engine = Engine(make_algorithm(name, eta=0.2 / problem.smoothness().L), topologi
 
 
 def distance(engine, xbar):
-    return {"distance_to_optimum": squared_distance(engine, x_star, relative=True)}
+    return {"distance_to_optimum": squared_distance(engine, x_star)}
 
 
 def node_distance(i, x):

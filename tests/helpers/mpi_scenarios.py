@@ -74,7 +74,7 @@ def distance_metric(x_star: torch.Tensor):
     """The metric the problem scenarios log: x̄'s relative squared distance to ``x_star``."""
     from gossip.metrics import squared_distance
 
-    return lambda eng, xbar: {"distance_to_optimum": squared_distance(eng, x_star, relative=True)}
+    return lambda eng, xbar: {"distance_to_optimum": squared_distance(eng, x_star)}
 
 
 def main(engine_for=engine_for, scenarios=SCENARIOS) -> None:

@@ -37,7 +37,7 @@ def main(out: str, scale: float) -> None:
     x0, x_star = problem.initial_point(), problem.solution()
 
     def distance(engine, xbar):
-        return {"distance_to_optimum": squared_distance(engine, x_star, relative=True)}
+        return {"distance_to_optimum": squared_distance(engine, x_star)}
 
     with JsonlLogger(out, enabled=world.is_root) as logger:
         for name, network in SCENARIOS.items():

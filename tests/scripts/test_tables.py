@@ -27,7 +27,7 @@ def test_consensus_table_says_not_reached_and_why():
 def test_no_note_when_every_run_reached_the_target():
     text = script("consensus").format_table([_row("a", 12)], 1e-6)
     assert len(text.splitlines()) == 3 and "not reached" not in text
-    assert target_note([], 1e-6, "error", "--rounds") is None
+    assert target_note([], 1e-6, "error") is None
 
 
 def test_optimize_prints_the_note(capsys, tmp_path):

@@ -193,12 +193,6 @@ def test_random_matchings():
     assert all(even.at_round(t).view(0).self_weight == 0.5 for t in range(1, 4))
 
 
-def test_cycle_schedule():
-    tv = TimeVaryingTopology.cycle([Topology(T.ring(6)), Topology(T.complete(6))])
-    assert tv.period == 2 and tv.at_round(3).name == "ring" and tv.at_round(4).name == "complete"
-    np.testing.assert_allclose(tv.product(2), J(6), atol=1e-12)
-
-
 # -- parse and build -------------------------------------------------------------------------------
 
 

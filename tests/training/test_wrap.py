@@ -22,7 +22,7 @@ from gossip.comm.world import World
 from gossip.errors import ConfigError, WrapError
 from gossip.rng import data_seed, generator, partition_seed
 from gossip.training import MLP, BatchStream, digits, node_loader, partition_indices
-from gossip.training.trainer import trainable_algorithms
+from gossip.training.build import trainable_algorithms
 from gossip.wrap import NodeSampler, wrap
 from tests.helpers import wrap_runs
 from tests.helpers.launch import ROOT, mpiexec, run_mpi, run_py, run_torchrun, torchrun
