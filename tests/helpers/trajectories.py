@@ -460,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
         gone = sorted(set(before["checkpoints"]) - set(traces)) if not args.names else []
         for name in gone:
             print(f"GONE  {name}")
-        print(f"{len(changed) + len(gone)} of {len(before['checkpoints'])} trajectories changed"
+        total = len(set(before["checkpoints"]) | set(traces))  # the new ones count as changed
+        print(f"{len(changed) + len(gone)} of {total} trajectories changed"
               + (f": {', '.join(changed + gone)}" if changed or gone else " (every bit the same)"))
         return 1 if changed or gone else 0
     data = load(args.golden)
