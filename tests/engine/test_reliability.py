@@ -7,7 +7,7 @@ import math
 import pytest
 
 from gossip.comm.world import World
-from gossip.errors import CommConfigError, GossipError
+from gossip.errors import CommConfigError
 from tests.helpers.launch import run_py
 
 CONSENSUS = ["experiments/consensus.py", "--nodes", "4", "--dim", "16", "--rounds", "10"]
@@ -27,8 +27,8 @@ def clean_error(res, *needles: str) -> str:
 def test_timeout_must_be_positive_seconds(value):
     with pytest.raises(CommConfigError, match="positive number of seconds"):
         World(None, timeout=value)
-    with pytest.raises(GossipError):
-        World(None).transport(2, timeout=value)
+    with pytest.raises(CommConfigError, match="positive number of seconds"):
+        World(None).configure(timeout=value)
 
 
 @pytest.mark.parametrize("kind", ["device", "directory", "oversized", "binary"])
