@@ -141,6 +141,10 @@ class Codec(Compressor):
     #: ``(views, d) -> None``, optional: raise :class:`CompressionError` on a body no sender
     #: writes (``d``: the entries of a row, which some bodies do not say: index ranges, padding)
     _check_batch: ClassVar[Any] = None
+    #: ``(views, out, weight) -> None``, optional: ``out += weight·C`` for a single message
+    #: ([1, d] rows) in one pass, rounded as :attr:`fused_add` says (else: decoded into
+    #: scratch, then added)
+    _decode_add_batch: ClassVar[Any] = None
 
     #: how the batch form's decode-add rounds ``out + w·C(x)``: False rounds ``w·C(x)`` first,
     #: then adds (row after row, as ``index_add_`` does); True rounds once, as torch's
@@ -238,6 +242,9 @@ class Codec(Compressor):
         the same bits alone and in a block): the batch form rounds ``w·C(q)`` first (one
         multiply, then ``index_add_`` in row order) unless it declares ``fused_add``; that and
         the per-tensor form round once (``add_(…, alpha=w)``)."""
+        if self._decode_add_batch is not None:
+            self._decode_add_batch(_as_rows(parts), out.view(1, -1), weight)
+            return
         tmp = self.ws.get("decode_add", out.numel(), dtype, out.device).view(out.shape)
         self._decode_body(parts, shape, dtype, tmp)
         if self._encode_batch is not None and not self.fused_add and weight != 1.0:

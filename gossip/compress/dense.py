@@ -142,6 +142,12 @@ class Cast(Codec):
     def _decode_batch(self, v, out) -> None:
         out.copy_(v["values"])  # upcast: exact
 
+    def _decode_add_batch(self, v, out, weight) -> None:
+        vals = v["values"]  # upcast to float32/float64 inside the fused add: exact
+        if out.dtype not in (torch.float32, torch.float64):  # a cast between half types rounds
+            vals = vals.to(out.dtype)
+        out.add_(vals, alpha=weight)
+
     def _check_range_rows(self, X: torch.Tensor) -> None:
         """Refuse the first row with NaN/Inf or an entry beyond the range of the wire type,
         when ``check_finite``: the row minima and maxima (one ``aminmax`` pass for a single

@@ -508,6 +508,7 @@ class Natural(Codec):
     kind: ClassVar[int] = 9
     randomized: ClassVar[bool] = True
     uses_stream: ClassVar[bool] = True
+    fused_add: ClassVar[bool] = True  # w·C(x) is exact (a power of two) short of under/overflow
     unbiased: ClassVar[bool] = True
     omega = 1.0 / 8.0
 
@@ -562,15 +563,27 @@ class Natural(Codec):
         vi = vals.view(torch.int32)
         vi.copy_(v["exps"])
         vi.bitwise_left_shift_(23)
-        sgn = _rows.scratch(self, "sign32", (m, d), torch.int32, out.device)
-        sgn.copy_(_rows.unpack_rows(v["signs"], d))
-        vi.bitwise_or_(sgn.bitwise_left_shift_(31))
+        signs = v["signs"]  # the sign bits at bit 31, 8 entries per byte from a table
+        nb = signs.shape[1]
+        idx = _rows.scratch(self, "sign.idx", (m, nb), torch.int32, out.device)
+        idx.copy_(signs)
+        sgn = _rows.scratch(self, "sign32", (m, 8 * nb), torch.int32, out.device)
+        torch.index_select(bits.signbit32_table(out.device), 0, idx.view(-1),
+                           out=sgn.view(m * nb, 8))
+        vi.bitwise_or_(sgn[:, :d])
         if not direct:
             out.copy_(vals)
 
     def _check_batch(self, v: dict[str, torch.Tensor], d: int) -> None:
         if int(v["exps"].amax()) == 255:
             raise CompressionError(f"{self.spec}: exponent code 255 is invalid (would decode to Inf)")
+
+    def _parse_host(self, v: dict[str, Any], d: int) -> dict[str, Any]:
+        """The numpy twin of :meth:`_check_batch` for a CPU message (one ``max`` over the
+        codes, a fraction of a torch reduction's call cost)."""
+        if int(v["exps"].max()) == 255:
+            raise CompressionError(f"{self.spec}: exponent code 255 is invalid (would decode to Inf)")
+        return v
 
     def _encode_host(self, plan, x, xn, generator, v) -> dict[str, Any]:
         """The numpy twin of :meth:`_encode_batch` for float32 (the same integer ops, chunk by
