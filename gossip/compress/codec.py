@@ -593,7 +593,8 @@ class Codec(Compressor):
         return msgs
 
     def check_rows(self, block: torch.Tensor, like: torch.Tensor) -> None:
-        if self._decode_batch is None or not (_rows.is_block(block) and block.dtype == torch.uint8):
+        if (self._decode_batch is None or not (_rows.is_block(block) and block.dtype == torch.uint8)
+                or dispatch.loop_check(self, block)):
             return super().check_rows(block, like)
         plan = self.plan(like)
         if block.shape[1] != plan.nbytes:

@@ -23,7 +23,8 @@ block kernels          blocks of rows (``_fast_encode_rows``,      :func:`block_
                        kernels), in ``fast_dtypes``
 per-row loop           CPU blocks of one row, or of rows of at     :func:`batch_encode`,
                        least :data:`LOOP_FROM` entries: the        :func:`loop_rows`,
-                       single-message encoders work in cache-      :func:`loop_decode`
+                       single-message encoders work in cache-      :func:`loop_decode`,
+                       (and checks of received rows)               :func:`loop_check`
                        sized numpy chunks, cheaper per entry than
                        their batched torch twins, which only win
                        on short rows (per-call overhead)
@@ -173,6 +174,16 @@ def batch_encode(X: Any) -> bool:
     every block is a single row."""
     return (isinstance(X, torch.Tensor) and X.dim() == 2 and X.shape[0] > 0 and X.shape[1] > 0
             and not (X.is_cpu and (X.shape[0] == 1 or loop_rows(X.shape[1]))))
+
+
+def loop_check(comp: Any, block: torch.Tensor) -> bool:
+    """Whether a received block is validated message by message (``from_bytes`` per row)
+    rather than by the batch form's vectorized check: on CPU, for a single row or long rows
+    (as :func:`batch_encode`), when the compressor parses on numpy views (a few µs a message,
+    where the vectorized torch check costs ~0.1–0.2 ms a call). Under MPI with one node per
+    rank every received block of a neighbor is a single row."""
+    return (NUMPY and block.is_cpu and comp._parse_mode != 2 and block.dim() == 2
+            and (block.shape[0] == 1 or loop_rows(8 * block.shape[1])))
 
 
 def loop_rows(d: int) -> bool:
