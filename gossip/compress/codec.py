@@ -594,7 +594,7 @@ class Codec(Compressor):
 
     def check_rows(self, block: torch.Tensor, like: torch.Tensor) -> None:
         if (self._decode_batch is None or not (_rows.is_block(block) and block.dtype == torch.uint8)
-                or dispatch.loop_check(self, block)):
+                or dispatch.loop_check(self, block, like.numel())):
             return super().check_rows(block, like)
         plan = self.plan(like)
         if block.shape[1] != plan.nbytes:

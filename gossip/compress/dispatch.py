@@ -176,14 +176,15 @@ def batch_encode(X: Any) -> bool:
             and not (X.is_cpu and (X.shape[0] == 1 or loop_rows(X.shape[1]))))
 
 
-def loop_check(comp: Any, block: torch.Tensor) -> bool:
+def loop_check(comp: Any, block: torch.Tensor, d: int) -> bool:
     """Whether a received block is validated message by message (``from_bytes`` per row)
-    rather than by the batch form's vectorized check: on CPU, for a single row or long rows
-    (as :func:`batch_encode`), when the compressor parses on numpy views (a few µs a message,
-    where the vectorized torch check costs ~0.1–0.2 ms a call). Under MPI with one node per
-    rank every received block of a neighbor is a single row."""
+    rather than by the batch form's vectorized check: on CPU, for a single row or rows of
+    ``d`` entries long enough to loop (as :func:`batch_encode`), when the compressor parses
+    on numpy views (a few µs a message, where the vectorized torch check costs ~0.1–0.2 ms a
+    call). Under MPI with one node per rank every received block of a neighbor is a single
+    row."""
     return (NUMPY and block.is_cpu and comp._parse_mode != 2 and block.dim() == 2
-            and (block.shape[0] == 1 or loop_rows(8 * block.shape[1])))
+            and (block.shape[0] == 1 or loop_rows(d)))
 
 
 def loop_rows(d: int) -> bool:
