@@ -117,15 +117,12 @@ class GossipOptimizer(torch.optim.Optimizer):
                         "and the parameters to your model before gossip.wrap")
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the gradients of every hosted node's model (as ``optimizer.zero_grad``)."""
-        for model in self.models:
-            for p in model.parameters():
-                if p.grad is None:
-                    continue
-                if set_to_none:
-                    p.grad = None
-                else:
-                    p.grad.detach_().zero_()
+        """Clear the gradients of every hosted node's model (as ``optimizer.zero_grad``). With
+        a local optimizer, once a step has run the gradients are views into the node's flat
+        gradient (as DDP's ``gradient_as_bucket_view``), zeroed in place in one pass: the next
+        backward accumulates into them and ``opt.step()`` copies nothing."""
+        for oracle in self._oracles:
+            oracle.zero_grad(set_to_none)
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One round of the algorithm on every hosted node (a collective under MPI: every process

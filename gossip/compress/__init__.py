@@ -245,7 +245,9 @@ def factory_for(compressor: str | Compressor, layout: Layout | None = None) -> C
 
     ``compressor`` is a spec or an instance (each call then returns an independent deep copy,
     so stateful instances never share memory). With a ``layout``, a :class:`Codec` is applied
-    per tensor; other compressors compress the flat vector.
+    per tensor; other compressors, and those whose entries are encoded each on its own
+    (:attr:`Compressor.layout_free`: per tensor they would send the same values), compress the
+    flat vector.
     """
     if layout is not None and not isinstance(layout, Layout):
         raise CompressionError(f"layout must be a gossip.layout.Layout, got {type(layout).__name__}")
@@ -266,7 +268,7 @@ def factory_for(compressor: str | Compressor, layout: Layout | None = None) -> C
     else:
         raise _bad(compressor, f"a spec is a string (or pass a Compressor instance), not a "
                                f"{type(compressor).__name__}")
-    if layout is None or not isinstance(probe, Codec):
+    if layout is None or not isinstance(probe, Codec) or probe.layout_free:
         return single
     return lambda: PerTensor(single, layout)
 

@@ -142,6 +142,10 @@ class Compressor(ABC):
     message of chunk j that decodes to chunk j of ``C(x)``. True of the entry-wise compressors
     (``none``, ``fp16``, ``bf16``, ``sign``/``sign_l1``, ``sign_l2``, ``vote``): their chunks
     are what the chunked all-reduce routes (:meth:`gossip.compress.Codec.split_rows`)."""
+    layout_free: ClassVar[bool] = False
+    """Each entry is encoded on its own (``none``, ``fp16``, ``bf16``): ``C`` of a vector is
+    the concatenation of ``C`` of its parts, so compressing per tensor would send the same
+    values with more headers, and a layout is not applied (:func:`gossip.compress.factory_for`)."""
     ordered_rows: ClassVar[bool] = False
     """:meth:`decode_add_rows_` adds a target row that repeats in ``rows`` in row order, bit for
     bit as the per-row loop (on CPU), so a block may decode all its neighbors in one call."""

@@ -23,6 +23,7 @@ class Identity(Codec):
     """
 
     splits: ClassVar[bool] = True
+    layout_free: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     fused_add: ClassVar[bool] = True
     sends_values_in_place: ClassVar[bool] = True
@@ -124,6 +125,7 @@ class Cast(Codec):
     """
 
     splits: ClassVar[bool] = True
+    layout_free: ClassVar[bool] = True
     ordered_rows: ClassVar[bool] = True
     fused_add: ClassVar[bool] = True
     checks_finite: ClassVar[bool] = True  # the range check sees NaN/Inf

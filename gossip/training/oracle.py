@@ -337,16 +337,23 @@ class _Handed:
     trainable: list[nn.Parameter]
     _bound: torch.Tensor | None
     _armed: bool
-    _at: torch.Tensor | None
+    _version: int
+    _snapshots: bool = True
+    _at: torch.Tensor | None = None
     _handed: list[torch.Tensor | None] | None
 
     def arm(self) -> None:
-        """A gradient is pending: ``loss.backward()`` was run at the current ``x``."""
+        """A gradient is pending: ``loss.backward()`` was run at the current ``x``. Its version
+        counter is noted (an in-place write to ``x`` changes it), and while writes that keep
+        its bits (a message header written beside a model that lives in message rows) have
+        been seen to change it, a copy of the row too."""
         row = self._bound
         assert row is not None, "bind the oracle to its row of x first"
-        if self._at is None:
-            self._at = torch.empty_like(row)
-        self._at.copy_(row)
+        self._version = row._version
+        if self._snapshots:
+            if self._at is None:
+                self._at = torch.empty_like(row)
+            self._at.copy_(row)
         self._armed = True
 
     @property
@@ -363,7 +370,7 @@ class _Handed:
         if not self._armed:
             when = "outside opt.step()" if self._handed is None else "a second time in one round"
             raise WrapError(_refusal(self.algorithm, f"asks for a gradient {when}"))
-        if not torch.equal(x.view(torch.uint8), self._at.view(torch.uint8)):  # bits: NaN too
+        if self._moved(x):
             raise WrapError(_refusal(self.algorithm, "asks for the gradient at another point "
                                      "than the model loss.backward() saw"))
         self._armed = False
@@ -371,7 +378,37 @@ class _Handed:
         if self.trainable and all(g is None for g in self._handed):
             raise WrapError("opt.step() found no gradient in the model: call loss.backward() "
                             "before opt.step() (and opt.zero_grad() before the next backward)")
+        if out is not None and self._in_place(out):
+            return out  # the backward accumulated into out's views: nothing to copy
         return self._write(self._handed, x, out)  # type: ignore[attr-defined]
+
+    def _moved(self, x: torch.Tensor) -> bool:
+        """``x`` is not, bit for bit, the row the backward saw. An unchanged version counter
+        of the row proves that it is (and the next rounds keep no copy); after a write the
+        bits of the copy decide. A write in a round without a copy (an algorithm whose rounds
+        differ) cannot be judged: copies are kept again from the next round on."""
+        row = self._bound
+        if row._version == self._version:
+            self._snapshots = False
+            return x.data_ptr() != row.data_ptr() and not _same_bits(x, row)
+        if not self._snapshots:
+            self._snapshots = True
+            return False
+        return not _same_bits(x, self._at)
+
+    def _in_place(self, out: torch.Tensor) -> bool:
+        """The gradients already sit in ``out`` (:class:`BackwardOptimizerOracle`'s views)."""
+        return False
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the module's gradients, as ``optimizer.zero_grad(set_to_none)``."""
+        for p in self.module.parameters():  # type: ignore[attr-defined]
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.detach_().zero_()
 
 
 def _refusal(algorithm: str, what: str) -> str:
@@ -388,29 +425,88 @@ class BackwardOracle(_Handed, ModelOracle):
                  l2: float = 0.0):
         ModelOracle.__init__(self, module, iter(()), buffers=buffers, l2=l2)
         self.algorithm = algorithm
-        self._armed, self._at, self._handed = False, None, None
+        self._armed, self._version, self._handed = False, -1, None
 
 
 class BackwardOptimizerOracle(_Handed, OptimizerOracle):
     """A node of :func:`gossip.wrap` whose local step is the user's ``torch.optim`` optimizer,
-    stepped on the gradient ``loss.backward()`` left in ``module``'s ``.grad``."""
+    stepped on the gradient ``loss.backward()`` left in ``module``'s ``.grad``.
+
+    After a step the parameters' ``.grad`` are views into the flat gradient the round took
+    (the same values the backward wrote), as DDP's ``gradient_as_bucket_view``: the next
+    backward accumulates into them in place once :meth:`GossipOptimizer.zero_grad` has zeroed
+    them, so the round takes its gradient without a copy. A ``.grad`` the user replaced or set
+    to None is copied as before."""
 
     def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, *, algorithm: str,
                  buffers: bool = False, master: MasterWeights | None = None):
         OptimizerOracle.__init__(self, module, iter(()), optimizer, buffers=buffers, master=master)
         self.algorithm = algorithm
-        self._armed, self._at, self._handed = False, None, None
+        self._armed, self._version, self._handed = False, -1, None
+        self._views: list[torch.Tensor] | None = None  # .grad as views into the last round's g
+        self._views_of: torch.Tensor | None = None
 
     def apply_step(self, x: torch.Tensor, g: torch.Tensor, t: int) -> None:
-        """The optimizer's step on ``g``; afterwards the parameters' ``.grad`` are again the
-        tensors ``loss.backward()`` wrote (as after a plain ``optimizer.step()``)."""
+        """The optimizer's step on ``g``; afterwards the parameters' ``.grad`` hold again what
+        ``loss.backward()`` wrote, as views into ``g`` where every tensor of the flat model is
+        a trainable parameter (else the tensors the backward wrote)."""
         self._grad_src = None  # zero_grad() may have dropped the views set last round
         try:
             super().apply_step(x, g, t)
         finally:
             if self._handed is not None:
-                for p, handed in zip(self.trainable, self._handed, strict=True):
-                    p.grad = handed
+                views = self._views_into(g)
+                for p, handed, view in zip(self.trainable, self._handed, views, strict=True):
+                    p.grad = view if view is not None else handed
+
+    def _views_into(self, g: torch.Tensor) -> list[torch.Tensor | None]:
+        """Views of ``g`` shaped as the parameters (Nones where they cannot serve as ``.grad``:
+        frozen tensors or buffers in the flat model, float32 master weights)."""
+        if self.master is not None or not all(self._has_grad) or g.dim() != 1:
+            return [None] * len(self.trainable)
+        if not _same_memory(self._views_of, g):
+            self._views = flat.split(g, self._tensors)
+            self._views_of = g
+        return list(self._views)  # type: ignore[arg-type]
+
+    def _in_place(self, out: torch.Tensor) -> bool:
+        """Write the gradients into ``out`` where they are not there already (``.grad`` being
+        the views into ``out`` of the last step); False when ``out`` is not that memory."""
+        views = self._views
+        if views is None or not _same_memory(self._views_of, out):
+            return False
+        for p, view in zip(self.trainable, views, strict=True):
+            g = p.grad
+            if g is None:
+                view.zero_()  # an unused parameter's gradient is 0
+            elif g.data_ptr() != view.data_ptr():
+                view.copy_(g)
+        return True
+
+    def _grads_are_views(self) -> bool:
+        views = self._views
+        return views is not None and all(
+            p.grad is not None and p.grad.data_ptr() == v.data_ptr()
+            for p, v in zip(self.trainable, views, strict=True))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Zero the gradients; while they are views into the flat gradient, in place in one
+        pass whatever ``set_to_none`` says (so the next backward writes into them)."""
+        if self._grads_are_views():
+            self._views_of.zero_()  # type: ignore[union-attr]
+            return
+        super().zero_grad(set_to_none)
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal bit for bit (NaN included)."""
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def _same_memory(a: torch.Tensor | None, b: torch.Tensor) -> bool:
+    """``a`` and ``b`` are the same tensor memory (views made anew each round included)."""
+    return (a is not None and a.data_ptr() == b.data_ptr() and a.shape == b.shape
+            and a.dtype == b.dtype and a.device == b.device)
 
 
 def _to(v: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
