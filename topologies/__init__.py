@@ -32,6 +32,8 @@ _LAZY: dict[str, str] = {
     "rho": "spectral",
     "spectral_gap": "spectral",
     "spectrum": "spectral",
+    "alternating_exp_ring": "timevarying",
+    "alternating_ring": "timevarying",
     "one_peer_exponential": "timevarying",
     "random_matchings": "timevarying",
     "NodeView": "topology",
@@ -80,6 +82,8 @@ __all__ = [
     "watts_strogatz",
     "one_peer_exponential",
     "random_matchings",
+    "alternating_ring",
+    "alternating_exp_ring",
     # errors
     "TopologyError",
     "SpecError",

@@ -24,7 +24,8 @@ def build(
     seed: int = 0,
 ) -> Topology | TimeVaryingTopology:
     """Topology for a spec: everything `parse` accepts (a static graph), the time-varying
-    names (one-peer-exponential, matchings) and a time-varying ``module:function`` ``f(n, t)``."""
+    names (one-peer-exponential, matchings, alternating-ring, alternating-exp-ring) and a
+    time-varying ``module:function`` ``f(n, t)``."""
     rule = normalize_rule(weights)
     if isinstance(spec, str) and canonical_name(spec) in TIME_VARYING:
         name, params = split(spec)

@@ -134,6 +134,10 @@ TIME_VARYING = _registry("time-varying topology", [
           "per round", module="timevarying"),
     Entry("matchings", "random_matchings", (_SEED,), True,
           "time-varying: random perfect matching per round", module="timevarying"),
+    Entry("alternating-ring", "alternating_ring", help="time-varying: one ring neighbor per "
+          "round, right then left", module="timevarying"),
+    Entry("alternating-exp-ring", "alternating_exp_ring", help="time-varying: Decent-DP's "
+          "i ~ i + 2^m, half the pairs per round (n a power of 2)", module="timevarying"),
 ])
 """The time-varying topologies' builders (functions of :mod:`topologies.timevarying` taking n,
 their spec's parameters and ``weights=``, ``lazy=``; each returns a TimeVaryingTopology)."""
@@ -151,6 +155,8 @@ _ALIASES = {
     "one-peer-exp": "one-peer-exponential",
     "random-matchings": "matchings",
     "matching": "matchings",
+    "one-peer-ring": "alternating-ring",
+    "alternating-exponential-ring": "alternating-exp-ring",
 }
 
 def spec_help() -> str:

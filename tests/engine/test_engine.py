@@ -126,6 +126,21 @@ def test_one_peer_exponential_gossip_averages_exactly_in_log2_n_rounds():
     np.testing.assert_allclose(stack(eng), np.tile(xbar, (16, 1)), atol=1e-14)
 
 
+@pytest.mark.parametrize(("spec", "n"), [("alternating-ring", 8), ("alternating-ring", 7),
+                                         ("alternating-exp-ring", 8)])
+def test_gossip_on_one_peer_schedules_is_their_matrix_product_and_reaches_the_average(spec, n):
+    """Round t mixes with W(t): after T rounds the models are W(T)...W(1) x0, and they reach
+    the average (each node sends one message per round)."""
+    topo = topologies.build(spec, n)
+    eng = Engine(make_algorithm("gossip"), topo, gaussian(6))
+    x0 = stack(eng)
+    eng.run(5, log_every=1)
+    np.testing.assert_allclose(stack(eng), topo.product(5) @ x0, atol=1e-14)
+    recs = eng.run(400, log_every=400)
+    np.testing.assert_allclose(stack(eng), np.tile(x0.mean(0), (n, 1)), atol=1e-9)
+    assert recs[-1]["consensus_error"] < 1e-18
+
+
 USER_SCHEDULE = """
 import networkx as nx
 

@@ -193,6 +193,121 @@ def test_random_matchings():
     assert all(even.at_round(t).view(0).self_weight == 0.5 for t in range(1, 4))
 
 
+# one peer per round: alternating-ring (any n >= 2) and alternating-exp-ring (n a power of 2)
+
+
+def pairs_of(topo):
+    """The round's pairs (i < j) and the nodes left out, checking W = I - (1/2) sum over pairs
+    (e_i - e_j)(e_i - e_j)^T: symmetric, doubly stochastic, at most one peer per node."""
+    W = topo.dense()
+    n = W.shape[0]
+    np.testing.assert_array_equal(W, W.T)
+    np.testing.assert_allclose(W.sum(0), 1, atol=0)
+    np.testing.assert_allclose(W.sum(1), 1, atol=0)
+    assert topo.degrees().max() <= 1
+    pairs = sorted((int(i), int(j)) for i, j in zip(*np.nonzero(np.triu(W, 1)), strict=True))
+    want = np.eye(n)
+    for i, j in pairs:
+        want[[i, i, j, j], [i, j, i, j]] = 0.5
+    np.testing.assert_array_equal(W, want)
+    paired = {i for pair in pairs for i in pair}
+    return pairs, sorted(set(range(n)) - paired)
+
+
+def contraction(tv):
+    """||prod of W over one period - J||_2: the period's norm on the mean-zero subspace."""
+    return np.linalg.norm(tv.product(tv.period) - J(tv.n), 2)
+
+
+def decent_dp_ring(n, step):
+    """Decent-DP 0.2.3's one-peer ring (topo.py, RingTopology), matching step mod 2: (i, i+1)
+    for i even, then (i-1, i) for i even."""
+    if step % 2 == 0:
+        return sorted(tuple(sorted((i, (i + 1) % n))) for i in range(0, n, 2))
+    return sorted(tuple(sorted((i, (i - 1) % n))) for i in range(0, n, 2))
+
+
+def decent_dp_exp_ring(n, step):
+    """Decent-DP 0.2.3's alternating exp-ring (AlternatingExpRingTopology) with one rank per
+    machine, the pairs of its step mod 2 log2(n): for offsets 2^m, the greedy scan j = 0, 1, ...
+    pairs each unused j with j + 2^m; the pairs, counted over all offsets, go to step 2m + 1
+    when the count is even and to step 2m when odd."""
+    steps, count = [], 0
+    for m in range(n.bit_length() - 1):
+        steps += [[], []]
+        used = [False] * n
+        for j in range(n):
+            if not used[j]:
+                k = (j + (1 << m)) % n
+                used[j] = used[k] = True
+                steps[-1 if count % 2 == 0 else -2].append(tuple(sorted((j, k))))
+                count += 1
+    return sorted(steps[step % len(steps)])
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5, 6, 7, 8, 9, 12, 15, 16, 31, 32, 33])
+def test_alternating_ring_pairs_ring_neighbors_one_peer_per_round(n):
+    tv = T.build("alternating-ring", n)
+    assert isinstance(tv, TimeVaryingTopology) and tv.time_varying and tv.n == n
+    ring = {tuple(sorted((i, (i + 1) % n))) for i in range(n)}
+    used, before = set(), None
+    for t in range(1, 2 * tv.period + 1):
+        pairs, idle = pairs_of(tv.at_round(t))
+        assert set(pairs) <= ring and len(pairs) == n // 2 and len(idle) == n % 2
+        if n % 2 == 0:
+            assert pairs == decent_dp_ring(n, t)  # Decent-DP's k-th exchange uses step k
+        used.update(pairs)
+        if before is not None and n > 3:  # a node active twice in a row switches sides ...
+            wrap = {(1, 2)} if n % 2 and t % tv.period == 1 else set()  # ... but where k jumps
+            assert set(pairs) & set(before) == wrap
+        before = pairs
+        assert tv.at_round(t + tv.period) is tv.at_round(t)
+    assert used == ring
+    assert tv.period == (2 if n % 2 == 0 else min(n, 4))
+    assert contraction(tv) < 1 - 1e-3
+    assert tv.describe()["product_rho"] == pytest.approx(contraction(tv), abs=1e-12)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16, 32, 64])
+def test_alternating_exp_ring_is_decent_dps_schedule(n):
+    tv = T.build("alternating-exp-ring", n)
+    tau = n.bit_length() - 1
+    assert tv.period == 2 * tau
+    for t in range(1, tv.period + 1):
+        pairs, idle = pairs_of(tv.at_round(t))
+        assert pairs == decent_dp_exp_ring(n, t)
+        offset = 1 << ((t % tv.period) // 2)
+        assert all(j - i == offset for i, j in pairs) and len(pairs) == n // 4 or n == 2
+    for m in range(tau):  # each node exchanges in exactly one of the two rounds of offset 2^m
+        steps = [t for t in range(1, tv.period + 1) if (t % tv.period) // 2 == m]
+        counts = np.zeros(n, dtype=int)
+        for t in steps:
+            for pair in pairs_of(tv.at_round(t))[0]:
+                counts[list(pair)] += 1
+        np.testing.assert_array_equal(counts, 1)
+    assert contraction(tv) < 1 - 1e-3
+
+
+@pytest.mark.parametrize("n", [3, 5, 6, 12, 24, 100])
+def test_alternating_exp_ring_refuses_n_not_a_power_of_two(n):
+    with pytest.raises(TopologyError):
+        T.build("alternating-exp-ring", n)
+    with pytest.raises(TopologyError):
+        T.alternating_exp_ring(n)
+
+
+@pytest.mark.parametrize("spec", ["alternating-ring", "alternating-exp-ring"])
+def test_one_peer_schedules_by_name(spec):
+    with pytest.raises(TopologyError):
+        T.build(spec, 1)
+    with pytest.raises(SpecError, match="time-varying"):
+        T.parse(spec, 8)
+    lazy = T.build(spec.replace("-", "_").upper(), 8, lazy=True, weights="max-degree")
+    W = lazy.at_round(1).dense()
+    np.testing.assert_allclose(W, (np.eye(8) + T.build(spec, 8).at_round(1).dense()) / 2)
+    assert T.build("one-peer-ring", 6).name == "alternating-ring"
+
+
 # -- parse and build -------------------------------------------------------------------------------
 
 

@@ -380,6 +380,17 @@ def test_l2_with_an_optimizer_is_refused():
         wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), l2=1e-4)
 
 
+@pytest.mark.parametrize(("spec", "n"), [("alternating-ring", 5), ("alternating-exp-ring", 4)])
+def test_one_peer_schedules_by_name_equal_the_trainer(monkeypatch, spec, n):
+    """A time-varying graph named in wrap(topology=...) runs each round's W, as the trainer."""
+    monkeypatch.setitem(wrap_runs.CONFIGS, "dpsgd", {**wrap_runs.CONFIGS["dpsgd"], "topology": spec})
+    _, opt = wrap_runs.wrapped("dpsgd", n)
+    assert opt.engine.topology.time_varying and opt.engine.topology.name == spec
+    want, x_want = wrap_runs.trainer_losses("dpsgd", n, 5)
+    got, x_got = wrap_runs.wrap_losses("dpsgd", n, 5, opt=opt)
+    assert got == want and torch.equal(x_got, x_want)
+
+
 def test_a_topology_of_another_size():
     with pytest.raises(WrapError, match=r"5 nodes but 1 process.*mpiexec -n 5.*nodes=5"):
         wrap(wrap_runs.model(), None, algorithm="dpsgd", topology=topologies.build("ring", 5))
