@@ -93,6 +93,14 @@ class GossipOptimizer(torch.optim.Optimizer):
         self._eval_module = copy.deepcopy(models[0])
         self._eval_flat = flat.flatten(models[0], gossip_buffers).clone()
         flat.bind(self._eval_module, self._eval_flat, gossip_buffers)
+        self._sends_at_forward = overlap and engine.algorithm.overlaps == "within"
+        self._hooks = []
+        if overlap:
+            for model in models:
+                self._hooks.append(model.register_forward_pre_hook(self._forward_begins))
+                for p in model.parameters():
+                    if p.requires_grad:
+                        self._hooks.append(p.register_post_accumulate_grad_hook(self._progress))
 
     # -- torch.optim's interface ---------------------------------------------------------------
     @property
@@ -138,14 +146,15 @@ class GossipOptimizer(torch.optim.Optimizer):
                 self.engine.setup()
                 if not any(oracle.armed for oracle in self._oracles):
                     return loss  # the setup took this step's gradients (round 0, no messages)
-            if self.overlap:  # last round's messages arrived while this gradient was computed
+            if self._sends_at_forward:  # the round began at the forward: x_t travels
+                if not self.engine.in_round:
+                    self.engine.begin_round()
+                self.engine.end_round()
+            elif self.overlap:  # last round's messages arrived while this gradient was computed
                 self.engine.end_round()
                 self.engine.begin_round()
                 if any(oracle.armed for oracle in self._oracles):
-                    raise WrapError(f"overlap=True: {self.engine.algorithm.name} takes its "
-                                    "gradient after sending its messages, so the next backward "
-                                    "would run at a model still to be mixed; use overlap=False "
-                                    f"(overlap works with {', '.join(wrap_overlapping())})")
+                    self.engine.end_round()  # a round that sends first (ECD's first): no overlap
             else:
                 self.engine.step()
         except NodeError as exc:
@@ -160,14 +169,48 @@ class GossipOptimizer(torch.optim.Optimizer):
         return loss
 
     def synchronize(self) -> None:
-        """With ``overlap=True``: wait for the round in flight and mix it in (the helpers below
-        and :meth:`state_dict` do it first; call it after the last step before using the
-        model). Without overlap there is never one."""
-        self.engine.end_round()
+        """With ``overlap`` on an algorithm that sends before it computes (CHOCO-SGD &c.):
+        wait for the round in flight and mix it in (the helpers below and :meth:`state_dict`
+        do it first; call it after the last step before using the model). Nothing otherwise:
+        D-PSGD's round in flight (posted at the forward) waits for the next ``opt.step()``'s
+        gradient, and the model is already the current one."""
+        if not self._sends_at_forward:
+            self.engine.end_round()
+
+    def _forward_begins(self, module: nn.Module, args: Any) -> None:
+        """A forward that will be differentiated: post the round's messages of the model it
+        reads, so they travel during the forward and the backward (D-PSGD, overlap)."""
+        if (self._sends_at_forward and torch.is_grad_enabled() and self.engine.is_set_up
+                and not self.engine.in_round):
+            self._engine_call(self.engine.begin_round)
+
+    def _progress(self, param: torch.Tensor) -> None:
+        """A parameter's gradient is ready: let the messages in flight move (MPI progresses
+        only inside its calls)."""
+        self.engine.progress()
+
+    def _engine_call(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` with the engine's errors turned into what ``step`` raises for them."""
+        try:
+            return fn()
+        except NodeError as exc:
+            if isinstance(exc.__cause__, WrapError):
+                raise exc.__cause__ from None
+            if self.n == 1:
+                raise _alone(self.engine.algorithm.name, exc) from exc
+            raise
+
+    def _refuse_in_flight(self, what: str) -> None:
+        if self._sends_at_forward and self.engine.in_round:
+            raise WrapError(f"{what} between a forward and its opt.step(): with overlap the round's "
+                            "messages were posted at the forward and wait for that step's "
+                            "gradient; call it after opt.step() (or run the forward under "
+                            "torch.no_grad(), which posts nothing)", rank=self.rank)
 
     def state_dict(self) -> dict[str, Any]:
         """What resumes this process's nodes exactly: models, algorithm state, compressors,
         local optimizers, bytes sent, the round (each process saves its own nodes)."""
+        self._refuse_in_flight("state_dict() was called")
         self.synchronize()
         return {
             "wrap": {"algorithm": self.engine.algorithm.name, "nodes": self.n,
@@ -182,6 +225,7 @@ class GossipOptimizer(torch.optim.Optimizer):
         if saved is None:
             raise WrapError("load_state_dict takes what GossipOptimizer.state_dict() returned "
                             "(keys 'wrap', 'nodes', 'run'); got another object")
+        self._refuse_in_flight("load_state_dict() was called")
         self.synchronize()
         here = {"algorithm": self.engine.algorithm.name, "nodes": self.n, "ids": list(self.engine.nodes)}
         if saved != here:
@@ -256,9 +300,12 @@ class GossipOptimizer(torch.optim.Optimizer):
 
 
 def wrap_overlapping() -> list[str]:
-    """Algorithms that ``wrap(..., overlap=True)`` runs with the same numbers: their round takes
-    the gradient before sending and leaves the model alone after (``overlaps == "next"``)."""
-    return sorted(name for name, cls in REGISTRY.items() if cls.overlaps == "next")
+    """Algorithms that ``wrap`` overlaps by default with the same numbers: those whose round
+    takes the gradient before sending and leaves the model alone after (``overlaps ==
+    "next"``: the messages travel from one ``opt.step()`` to the next), and those that take
+    it after sending, at the model sent (``"within"``, D-PSGD: the messages of the model a
+    forward reads are posted at that forward and mixed in at the step)."""
+    return sorted(name for name, cls in REGISTRY.items() if cls.overlaps in ("next", "within"))
 
 
 def wrap(
@@ -277,7 +324,7 @@ def wrap(
     timeout: float = 120.0,
     network: str | None = None,
     transport: str = "auto",
-    overlap: bool = False,
+    overlap: bool | None = None,
     link_latency: float = 0.0,
     master_weights: bool | None = None,
     **hparams: Any,
@@ -299,11 +346,14 @@ def wrap(
             torch.distributed under torchrun, NCCL for a CUDA model).
         transport: what the detected world uses: ``auto``, ``mpi``, ``torch``, ``gloo``,
             ``nccl`` or ``local`` (docs/transports.md).
-        overlap: ``opt.step()`` posts the round's messages and returns; they are mixed in at
-            the next ``step()`` (or :meth:`GossipOptimizer.synchronize`), so they travel while
-            your next forward and backward run. The same numbers as without it, for the
-            algorithms whose round takes its gradient before sending and leaves the model
-            alone after (:func:`wrap_overlapping`; docs/wrap.md).
+        overlap: let the round's messages travel while your loop computes, with the same
+            numbers (:func:`wrap_overlapping`; docs/wrap.md). For D-PSGD the messages of the
+            model are posted when a forward runs with gradients enabled and mixed in at
+            ``opt.step()`` (``x <- W x - lr grad f(x)``, the gradient at the model sent); for
+            CHOCO-SGD and the others that send after their gradient, ``opt.step()`` posts them
+            and returns, and they are mixed in at the next ``step()`` (or
+            :meth:`GossipOptimizer.synchronize`). None (default): on where it keeps the
+            numbers, off elsewhere; True refuses the other algorithms.
         link_latency: seconds every round's messages take to arrive on top of the transfer
             (a simulated link delay, to measure ``overlap``).
         master_weights: for a bfloat16/float16 model, the optimizer steps float32 copies of
@@ -349,11 +399,13 @@ def wrap(
                         f"--algorithm {alg.name} or gossip.DecentralizedTrainer "
                         "(docs/asynchronous.md)")
     check_trainable(alg, optimizer)
-    if overlap and alg.overlaps != "next":
-        raise WrapError(f"overlap=True: {alg.name} " + (
-            "takes its gradient after sending its messages, so the next backward would run at a "
-            "model still to be mixed" if alg.overlaps else "changes the model after sending its "
-            "messages") + f"; overlap works with {', '.join(wrap_overlapping())}")
+    exact_overlap = alg.overlaps in ("next", "within")
+    if overlap is None:
+        overlap = exact_overlap
+    elif overlap and not exact_overlap:
+        raise WrapError(f"overlap=True: {alg.name} changes the model after sending its messages, "
+                        f"so they cannot travel while the next gradient is computed; overlap works "
+                        f"with {', '.join(wrap_overlapping())}")
     if l2 and optimizer is not None:
         raise WrapError(f"l2={l2} is the weight decay of algorithms without a local optimizer; with "
                         "one, give the optimizer weight_decay instead")

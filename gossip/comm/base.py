@@ -128,6 +128,11 @@ class Transport:
         if pending.staged and plan.remote_in:
             pending.rows.recv.copy_(pending.host_recv)
 
+    def progress(self) -> None:
+        """Let the messages in flight move while the caller computes (:meth:`Link.progress`)."""
+        if self.link is not None:
+            self.link.progress()
+
     def _peer(self, node: int) -> tuple[str, int]:
         return f"node {node} (rank {self.placement[node]})", self.placement[node]
 

@@ -60,6 +60,11 @@ class Link(ABC):
         message, then the silent peers. ``sizes[k]``: bytes the k-th receive must hold, checked
         where the library reports it (CommError otherwise)."""
 
+    def progress(self) -> None:
+        """Let posted messages move while the caller computes (a library that moves bytes
+        only inside its own calls, as MPI does without a progress thread); nothing by
+        default (torch.distributed moves them on its own threads)."""
+
     def launch_hint(self, n: int) -> str:
         """How to start ``n`` processes of this kind (for error messages)."""
         return self.launcher.format(n=n)

@@ -125,6 +125,11 @@ class MPILink(Link):
                     "the same flags and files)", round=round, rank=self.rank,
                 )
 
+    def progress(self) -> None:
+        """One call into MPI's progress engine (``Iprobe``: it completes no request, so the
+        statuses that :meth:`wait` checks stay with their requests)."""
+        self.comm.Iprobe(source=self._mpi.ANY_SOURCE, tag=self._mpi.ANY_TAG)
+
     def abort(self, code: int) -> None:
         """``MPI_Abort``: mpiexec ends every rank. Output is flushed and given a moment to be
         forwarded first: mpiexec tears down the job's I/O at the abort.

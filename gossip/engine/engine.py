@@ -326,6 +326,13 @@ class Engine:
         self.round = rnd.t
         self.network.end_round()
 
+    def progress(self) -> None:
+        """Let the round's messages in flight move (MPI moves bytes only inside its calls):
+        for work that overlaps them, called between its pieces (:func:`gossip.wrap`'s
+        backward hooks)."""
+        if self._open is not None:
+            self.transport.progress()
+
     @property
     def in_round(self) -> bool:
         """A round's messages are in flight (between :meth:`begin_round` and :meth:`end_round`)."""

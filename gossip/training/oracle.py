@@ -98,8 +98,9 @@ class ModelOracle:
 
     # -- binding -----------------------------------------------------------------------------
     def bind(self, x: torch.Tensor) -> None:
-        """Point the module's parameters (and buffers) into ``x`` (no-op when already bound)."""
-        if x is not self._bound:
+        """Point the module's parameters (and buffers) into ``x`` (no-op when already bound
+        to that memory: the engine hands a new view of the same row every round)."""
+        if not _same_memory(self._bound, x):
             flat.bind(self.module, x, self.buffers)
             self._bound = x
 

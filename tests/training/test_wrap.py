@@ -564,22 +564,30 @@ def test_batchnorm_buffers_local_or_gossiped(gossip_buffers):
 def test_overlap_is_offered_where_it_changes_no_number():
     from gossip.wrap import wrap_overlapping
 
-    assert wrap_overlapping() == ["c-ecl", "choco", "choco-amsgrad", "choco-arcs", "ecd"]
-    with pytest.raises(WrapError, match="overlap=True: dpsgd takes its gradient after sending"):
-        wrap(wrap_runs.model(), None, algorithm="dpsgd", nodes=4, overlap=True)
-    with pytest.raises(WrapError, match="overlap=True: lead changes the model after sending"):
+    assert wrap_overlapping() == ["c-ecl", "choco", "choco-amsgrad", "choco-arcs", "dpsgd", "ecd"]
+    with pytest.raises(WrapError):
         wrap(wrap_runs.model(), None, algorithm="lead", nodes=4, overlap=True)
+    for name in ("dpsgd", "choco", "lead"):
+        _, opt = wrap(wrap_runs.model(), None, algorithm=name, nodes=4)
+        assert opt.overlap == (name in wrap_overlapping())  # on by default where exact
 
 
-def test_overlapped_steps_equal_plain_steps():
-    """CHOCO through the wrapper with overlap: each step's messages are mixed in at the next
-    step; the losses, the consensus distance and the final models equal the plain run's."""
+@pytest.mark.parametrize("algorithm, kwargs", [
+    ("choco", {"compressor": "topk:0.2", "gamma": 0.3}),
+    ("dpsgd", {}),
+    ("dpsgd", {"compressor": "qsgd:4bit:biased", "topology": "alternating-ring"}),
+    ("ecd", {"compressor": "qsgd:4bit", "eta": 0.1}),
+])
+def test_overlapped_steps_equal_plain_steps(algorithm, kwargs):
+    """Through the wrapper with overlap: CHOCO's messages are mixed in at the next step,
+    D-PSGD's are posted at the forward and mixed in at the step; the losses, the consensus
+    distance and the final models equal the plain run's."""
     runs = []
     for overlap in (False, True):
         torch.manual_seed(0)
         model = wrap_runs.model()
-        model, opt = wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm="choco",
-                          compressor="topk:0.2", gamma=0.3, nodes=4, overlap=overlap)
+        optimizer = None if algorithm == "ecd" else torch.optim.SGD(model.parameters(), lr=0.1)
+        model, opt = wrap(model, optimizer, algorithm=algorithm, nodes=4, overlap=overlap, **kwargs)
         train, _ = digits()
         xs, ys = train.tensors
         losses = []
@@ -598,3 +606,30 @@ def test_overlapped_steps_equal_plain_steps():
             assert not opt.engine.in_round  # consensus_distance mixed the last round in
     assert runs[0][0] == runs[1][0] and runs[0][1] == runs[1][1]
     assert torch.equal(runs[0][2], runs[1][2])
+
+
+def test_dpsgd_posts_its_messages_at_a_differentiated_forward():
+    """D-PSGD with overlap: a forward with gradients posts the round (the messages travel
+    during the forward and backward), a no_grad forward posts nothing, and a checkpoint
+    between the forward and its step is refused rather than saved half-way."""
+    torch.manual_seed(0)
+    model = wrap_runs.model()
+    model, opt = wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm="dpsgd", nodes=2)
+    train, _ = digits()
+    xs, ys = train.tensors
+    for step in range(3):
+        with torch.no_grad():
+            opt.models[0](xs[:8])
+        assert not opt.engine.in_round or step == 0
+        losses = [nn.functional.cross_entropy(m(xs[16 * k:16 * k + 16]), ys[16 * k:16 * k + 16])
+                  for k, m in enumerate(opt.models)]
+        assert opt.engine.in_round == (step > 0)  # the first step sets up and runs whole
+        if step == 1:
+            with pytest.raises(WrapError):
+                opt.state_dict()
+        for loss in losses:
+            loss.backward()
+        opt.step()
+        opt.zero_grad()
+        assert not opt.engine.in_round and opt.round == step + 1
+    assert set(opt.state_dict()) == {"wrap", "nodes", "run"}
