@@ -66,7 +66,7 @@ class AccumAdam(DPSGD):
                                           "none (got '{spec}'); for compressed messages use "
                                           "choco-amsgrad")
     takes_optimizer = False  # it is its own optimizer
-    state_copies = 8
+    state_copies = 9
 
     def __init__(self, eta: float | Callable[[int], float] = 1e-3, beta1: float = 0.9,
                  beta2: float = 0.999, eps: float = 1e-8, weight_decay: float | None = None,
