@@ -128,8 +128,13 @@ class AccumAdam(DPSGD):
 
 class AccumAdamW(AccumAdam):
     """AccumAdamW: :class:`AccumAdam` with decoupled weight decay ``y ← (1 − ηλ) y`` on the
-    mixed model (λ = 0.1 by default) instead of an L2 term in the gradient.
-    See docs/algorithms/accum-adam.md."""
+    mixed model instead of an L2 term in the gradient. See docs/algorithms/accum-adamw.md.
+
+    Args:
+        eta, beta1, beta2, eps, accum_iter, gamma: as :class:`AccumAdam`'s.
+        weight_decay: λ of the decoupled decay; None: 0.1 (Decent-DP's
+            ``optim_fn_accum_adamw`` default).
+    """
 
     name = "accum-adamw"
     decoupled = True
