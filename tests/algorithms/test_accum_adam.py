@@ -127,3 +127,27 @@ def test_defaults_are_decent_dps():
     assert adam.hparams() == {"eta": 1e-3, "gamma": 1.0, "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
                               "weight_decay": 1 / 32768, "accum_iter": 4}
     assert adamw.hparams() == {**adam.hparams(), "weight_decay": 0.1}
+
+
+def test_one_round_windows_are_dpsgd_with_a_torch_adam_in_training():
+    """In the trainer (digits MLP, float64, 4 nodes on a ring, different batches): accum-adam
+    with accum_iter = 1 and no decay is D-PSGD whose nodes step with ``torch.optim.Adam``."""
+    from gossip.training import DecentralizedTrainer, digits
+    from tests.helpers import wrap_runs
+
+    train, _ = digits()
+
+    def run(algorithm, optimizer):
+        trainer = DecentralizedTrainer(
+            wrap_runs.model(dtype=torch.float64), train, topology=topologies.build("ring", 4),
+            algorithm=algorithm, compressor="none", optimizer=optimizer,
+            batch_size=wrap_runs.BATCH, seed=0, dtype=torch.float64)
+        trainer.fit(rounds=8, log_every=8)
+        return trainer.engine.block.x.clone()
+
+    ours = run(make_algorithm("accum-adam", eta=0.01, accum_iter=1, weight_decay=0.0), None)
+    theirs = run(make_algorithm("dpsgd"), lambda p: torch.optim.Adam(p, lr=0.01))
+    torch.testing.assert_close(ours, theirs, rtol=1e-12, atol=1e-12)
+    start = torch.cat([p.detach().reshape(-1)
+                       for p in wrap_runs.model(dtype=torch.float64).parameters()])
+    assert float((ours - start).abs().max()) > 0.01  # it trained
