@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from gossip.algorithms.accum_adam import AccumAdam, AccumAdamW
 from gossip.algorithms.ad_psgd import ADPSGD
 from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, TrackedAMSGrad
 from gossip.algorithms.adasum import Adasum
@@ -37,8 +38,8 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER, DIGing, EXTRA,
     CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
     OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
-    DESLOC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA, GCADA, PairwiseGossip,
-    ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
+    DESLOC, AccumAdam, AccumAdamW, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA,
+    GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""

@@ -154,8 +154,8 @@ def add_overlap_argument(parser: argparse.ArgumentParser) -> None:
     """``--overlap``, for the scripts whose algorithms compute gradients."""
     parser.add_argument("--overlap", action="store_true",
                         help="compute the next gradients while a round's messages travel "
-                             "(choco, dpsgd, ecd, c-ecl, choco-amsgrad): the same numbers, less "
-                             "wall time when messages are slow (docs/overlap.md)")
+                             "(choco, dpsgd, ecd, c-ecl, choco-amsgrad, accum-adam(w)): the same "
+                             "numbers, less wall time when messages are slow (docs/overlap.md)")
 
 
 def add_hparam_argument(group: Any, examples: str) -> None:

@@ -197,9 +197,9 @@ def test_extra_under_loss_keeps_its_exact_optimum():
     assert runs["extra"] < 1e-12 and runs["extra-renormalized"] > 1e-6, runs
 
 
-@pytest.mark.parametrize("name", ["dadam", "tracked-amsgrad"])
+@pytest.mark.parametrize("name", ["dadam", "tracked-amsgrad", "accum-adamw"])
 def test_adaptive_gossip_under_loss(name):
-    """DADAM averages models in (on_loss "renormalize", as D-PSGD): under loss (and late
+    """DADAM and AccumAdamW average models in (on_loss "renormalize", as D-PSGD): under loss (and late
     messages: the newest model from each neighbor) its rows still sum to one and it trains as
     without them. Tracked AMSGrad drops a lost edge at both ends
     (on_loss "edge"): W_t stays doubly stochastic, so its tracker keeps mean u = mean v̂
@@ -221,7 +221,7 @@ def test_adaptive_gossip_under_loss(name):
     ideal, lossy = run(make_algorithm(name, **hp), None), run(make_algorithm(name, **hp), "loss=0.1")
     assert lossy.network.delivery.lost_total.sum() > 0
     assert distance(lossy, HETERO) < 3 * distance(ideal, HETERO)
-    if name == "dadam":
+    if name in ("dadam", "accum-adamw"):
         late = run(make_algorithm(name, **hp), "stale=geom:0.5;loss=0.1")
         assert late.network.stale.late_total.sum() > 0
         assert distance(late, HETERO) < 1.5 * distance(ideal, HETERO)

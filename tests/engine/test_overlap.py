@@ -38,7 +38,8 @@ def models(eng: Engine) -> torch.Tensor:
 
 
 def test_the_overlapping_algorithms_are_the_ones_expected():
-    assert OVERLAPPING == ["c-ecl", "choco", "choco-amsgrad", "choco-arcs", "dpsgd", "ecd"]
+    assert OVERLAPPING == ["accum-adam", "accum-adamw", "c-ecl", "choco", "choco-amsgrad",
+                           "choco-arcs", "dpsgd", "ecd"]
 
 
 @pytest.mark.parametrize("name", OVERLAPPING)
@@ -85,7 +86,8 @@ def test_overlap_resumes_exactly(tmp_path):
 
 def test_algorithms_that_cannot_overlap_are_refused():
     with pytest.raises(ConfigError, match=r"--overlap: lead changes x after its messages are sent.*"
-                                          r"applies to c-ecl, choco, choco-amsgrad, choco-arcs, dpsgd, ecd"):
+                                          r"applies to accum-adam, accum-adamw, c-ecl, choco, choco-amsgrad, "
+                                          r"choco-arcs, dpsgd, ecd"):
         engine("lead", True)
     with pytest.raises(ConfigError, match="--overlap: choco has no gradients to compute"):
         Engine(make_algorithm("choco"), topologies.build("ring", 4), lambda i: torch.ones(3),

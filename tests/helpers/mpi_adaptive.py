@@ -38,6 +38,7 @@ SCENARIOS = {
     "dadam": ("dadam", {"eta": 0.02}, "ring"),
     "choco-amsgrad": ("choco-amsgrad", {"eta": 0.02, "gamma": 0.3}, "ring"),
     "desloc": ("desloc", {"eta": 0.02, "period_x": 2, "period_m": 3, "period_v": 4}, "ring"),
+    "accum-adamw": ("accum-adamw", {"eta": 0.02, "accum_iter": 3}, "ring"),
 }
 
 

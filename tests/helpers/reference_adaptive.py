@@ -278,6 +278,34 @@ def desloc(x0, grads, rounds, W, *, eta, period_x, period_m, period_v, beta1=0.9
     return X
 
 
+def accum_adam(x0, grads, rounds, W, *, eta, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0,
+               accum_iter=4, gamma=1.0, decoupled=False):
+    """AccumAdam(W) (Decent-DP's accum_adam(w)_foreach) under D-PSGD's mixing, in matrix form:
+    the gradient at X, then Y = X + γ (W − I) X, then the step of Y with moments that move
+    once per window of ``accum_iter`` rounds from the window's mean gradient."""
+    X = x0.clone()
+    M, V, B = (torch.zeros_like(X) for _ in range(3))
+    eye = torch.eye(W.shape[0], dtype=W.dtype)
+    s = accum_iter
+    for t in range(1, rounds + 1):
+        G = grads(t, X)
+        Y = X + gamma * ((W - eye) @ X)
+        if decoupled:
+            Y = (1 - eta * weight_decay) * Y
+        else:
+            G = G + weight_decay * Y
+        B = B + G / s
+        k = -(-t // s)
+        Mt = beta1 * M + (1 - beta1) * G
+        Vt = beta2 * V + (1 - beta2) * G * G
+        X = Y - eta / (1 - beta1**k) * Mt / (torch.sqrt(Vt) / math.sqrt(1 - beta2**k) + eps)
+        if t % s == 0:
+            M = beta1 * M + (1 - beta1) * B
+            V = beta2 * V + (1 - beta2) * B * B
+            B = torch.zeros_like(B)
+    return X
+
+
 def onebit_lamb(x0, grads, rounds, *, eta, freeze_step, sizes, beta1=0.9, beta2=0.999, eps=1e-8,
                 weight_decay=0.0, max_coeff=10.0, min_coeff=0.01, coeff_beta=0.9, factor_max=4.0,
                 factor_min=0.5, factor_threshold=0.1, codec="sign_l2"):
