@@ -564,7 +564,8 @@ def test_batchnorm_buffers_local_or_gossiped(gossip_buffers):
 def test_overlap_is_offered_where_it_changes_no_number():
     from gossip.wrap import wrap_overlapping
 
-    assert wrap_overlapping() == ["c-ecl", "choco", "choco-amsgrad", "choco-arcs", "dpsgd", "ecd"]
+    assert wrap_overlapping() == ["accum-adam", "accum-adamw", "c-ecl", "choco", "choco-amsgrad",
+                                  "choco-arcs", "dpsgd", "ecd"]
     with pytest.raises(WrapError):
         wrap(wrap_runs.model(), None, algorithm="lead", nodes=4, overlap=True)
     for name in ("dpsgd", "choco", "lead"):
@@ -577,6 +578,7 @@ def test_overlap_is_offered_where_it_changes_no_number():
     ("dpsgd", {}),
     ("dpsgd", {"compressor": "qsgd:4bit:biased", "topology": "alternating-ring"}),
     ("ecd", {"compressor": "qsgd:4bit", "eta": 0.1}),
+    ("accum-adam", {"eta": 1e-3, "accum_iter": 2}),
 ])
 def test_overlapped_steps_equal_plain_steps(algorithm, kwargs):
     """Through the wrapper with overlap: CHOCO's messages are mixed in at the next step,
@@ -586,7 +588,7 @@ def test_overlapped_steps_equal_plain_steps(algorithm, kwargs):
     for overlap in (False, True):
         torch.manual_seed(0)
         model = wrap_runs.model()
-        optimizer = None if algorithm == "ecd" else torch.optim.SGD(model.parameters(), lr=0.1)
+        optimizer = None if algorithm in ("ecd", "accum-adam") else torch.optim.SGD(model.parameters(), lr=0.1)
         model, opt = wrap(model, optimizer, algorithm=algorithm, nodes=4, overlap=overlap, **kwargs)
         train, _ = digits()
         xs, ys = train.tensors
