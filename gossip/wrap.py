@@ -77,6 +77,8 @@ class GossipOptimizer(torch.optim.Optimizer):
         n: the number of nodes of the run.
     """
 
+    _step_supports_amp_scaling = True  # torch.amp.GradScaler hands step() its scale and overflow
+
     def __init__(self, engine: Engine, models: list[nn.Module], optimizers: list[torch.optim.Optimizer],
                  oracles: list[BackwardOracle | BackwardOptimizerOracle], *, seed: int,
                  gossip_buffers: bool, overlap: bool = False):
@@ -90,6 +92,11 @@ class GossipOptimizer(torch.optim.Optimizer):
         self._oracles = oracles
         self.defaults = dict(optimizers[0].defaults) if optimizers else {}
         self._groups = [{"params": flat.parameters(m)} for m in models]
+        eta = getattr(engine.algorithm, "eta", None)
+        if not optimizers and isinstance(eta, int | float):  # a scheduler may drive the step
+            for group in self._groups:
+                group["lr"] = float(eta)
+            self.defaults = {"lr": float(eta)}
         self._eval_module = copy.deepcopy(models[0])
         self._eval_flat = flat.flatten(models[0], gossip_buffers).clone()
         flat.bind(self._eval_module, self._eval_flat, gossip_buffers)
@@ -107,8 +114,10 @@ class GossipOptimizer(torch.optim.Optimizer):
     def param_groups(self) -> list[dict[str, Any]]:  # type: ignore[override]
         """The local optimizers' parameter groups, node after node (a scheduler or a change of
         ``lr`` applies to every hosted node); without a local optimizer, one group of
-        parameters per node and no ``lr`` (the step size is the algorithm's ``eta``, a
-        schedule ``eta=lambda t: ...`` where the algorithm takes one)."""
+        parameters per node whose ``lr`` is the algorithm's step size ``eta`` (a
+        ``torch.optim.lr_scheduler`` on this optimizer, or a change of ``lr``, sets the
+        ``eta`` of the next step; no ``lr`` where ``eta`` is a schedule ``lambda t: ...``
+        or the algorithm has none)."""
         if self.optimizers:
             return [g for opt in self.optimizers for g in opt.param_groups]
         return self._groups
@@ -134,13 +143,28 @@ class GossipOptimizer(torch.optim.Optimizer):
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """One round of the algorithm on every hosted node (a collective under MPI: every process
-        steps together). ``closure`` (optional) recomputes the loss and its gradient first."""
+        steps together). ``closure`` (optional) recomputes the loss and its gradient first.
+
+        Called by ``torch.amp.GradScaler.step(opt)``, the processes first agree whether any
+        of them found an overflow in its scaled gradients: then every one skips the step
+        (no round, no local step, as the scaler skips an optimizer's step), else each unscales
+        its gradients and the round runs."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        found_inf = getattr(self, "found_inf", None)  # set by GradScaler.step for this call
+        if found_inf is not None:
+            if self.engine.world.any(bool(found_inf.item())):
+                return loss
+            scale = getattr(self, "grad_scale", None)  # None: the loop called scaler.unscale_
+            if scale is not None:
+                grads = [p.grad for m in self.models for p in m.parameters() if p.grad is not None]
+                torch._foreach_mul_(grads, scale.double().reciprocal().float().to(grads[0].device))
         for oracle in self._oracles:
             oracle.arm()
+        if not self.optimizers and "lr" in self._groups[0]:
+            self.engine.algorithm.eta = float(self._groups[0]["lr"])
         try:
             if not self.engine.is_set_up:
                 self.engine.setup()

@@ -21,7 +21,7 @@ from gossip.algorithms import REGISTRY, Algorithm
 from gossip.comm.world import World
 from gossip.errors import ConfigError, WrapError
 from gossip.rng import data_seed, generator, partition_seed
-from gossip.training import MLP, BatchStream, digits, node_loader, partition_indices
+from gossip.training import MLP, BatchStream, digits, flat, node_loader, partition_indices
 from gossip.training.build import trainable_algorithms
 from gossip.wrap import NodeSampler, wrap
 from tests.helpers import wrap_runs
@@ -635,3 +635,97 @@ def test_dpsgd_posts_its_messages_at_a_differentiated_forward():
         opt.zero_grad()
         assert not opt.engine.in_round and opt.round == step + 1
     assert set(opt.state_dict()) == {"wrap", "nodes", "run"}
+
+
+def test_a_scheduler_drives_eta_without_a_local_optimizer():
+    """Without a local optimizer, opt.param_groups' lr is the algorithm's eta: a StepLR on the
+    wrapped optimizer gives the run of the same schedule passed as eta(t)."""
+    train, _ = digits()
+    xs, ys = train.tensors
+    finals = []
+    for how in ("scheduler", "callable"):
+        torch.manual_seed(0)
+        model = wrap_runs.model()
+        eta = 1e-2 if how == "scheduler" else (lambda t: 1e-2 * 0.5 ** ((t - 1) // 2))
+        model, opt = wrap(model, None, algorithm="accum-adam", nodes=2, eta=eta, accum_iter=1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2, gamma=0.5) if how == "scheduler" else None
+        for step in range(6):
+            opt.zero_grad()
+            for k, m in enumerate(opt.models):
+                lo = 16 * (2 * step + k)
+                nn.functional.cross_entropy(m(xs[lo:lo + 16]), ys[lo:lo + 16]).backward()
+            opt.step()
+            if sched is not None:
+                sched.step()
+        finals.append(opt.engine.block.x.clone())
+    assert torch.equal(finals[0], finals[1])
+
+
+@pytest.mark.parametrize("algorithm", ["dpsgd", "choco"])
+def test_grad_scaler_skips_an_overflowing_step_on_every_node(algorithm):
+    """torch.amp.GradScaler on the wrapped optimizer: the scaled gradients are unscaled before
+    the round (a power-of-two scale: the run equals the unscaled one bit for bit), and a step
+    whose gradients overflow on one node only is skipped by every node (no round, no local
+    step), as a loop that leaves that step out on every node."""
+    train, _ = digits()
+    xs, ys = train.tensors
+    bad_step = 2
+    finals = []
+    for scaled in (True, False):
+        torch.manual_seed(0)
+        model = wrap_runs.model()
+        model, opt = wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm=algorithm,
+                          nodes=2, compressor="topk:0.5" if algorithm == "choco" else None)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0) if scaled else None
+        for step in range(5):
+            opt.zero_grad()
+            for k, m in enumerate(opt.models):
+                lo = 16 * (2 * step + k)
+                loss = nn.functional.cross_entropy(m(xs[lo:lo + 16]), ys[lo:lo + 16])
+                if step == bad_step and k == 1:
+                    loss = loss * float("inf")  # this node's gradients overflow
+                (scaler.scale(loss) if scaled else loss).backward()
+            if scaled:
+                scaler.step(opt)
+                scaler.update()
+            elif step != bad_step:
+                opt.step()
+        opt.synchronize()
+        finals.append(opt.engine.block.x.clone())
+        if scaled:
+            assert scaler.get_scale() == 512.0  # halved once, by the overflow
+            assert opt.round == 4
+    assert torch.isfinite(finals[0]).all()
+    assert torch.equal(finals[0], finals[1])
+
+
+def test_gradient_accumulation_and_clipping_in_the_loop():
+    """Two half-batch backwards of half the loss before one step give the step of the whole
+    batch (to rounding), and clip_grad_norm_ between backward and step clips what the round
+    takes."""
+    train, _ = digits()
+    xs, ys = train.tensors
+    finals = {}
+    for how in ("whole", "accumulated", "clipped"):
+        torch.manual_seed(0)
+        model = wrap_runs.model()
+        model, opt = wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm="dpsgd", nodes=2)
+        for step in range(4):
+            opt.zero_grad()
+            for k, m in enumerate(opt.models):
+                lo = 32 * (2 * step + k)
+                if how == "accumulated":
+                    for half in (slice(lo, lo + 16), slice(lo + 16, lo + 32)):
+                        (nn.functional.cross_entropy(m(xs[half]), ys[half]) / 2).backward()
+                else:
+                    nn.functional.cross_entropy(m(xs[lo:lo + 32]), ys[lo:lo + 32]).backward()
+                if how == "clipped":
+                    torch.nn.utils.clip_grad_norm_(m.parameters(), 1e-3)
+            opt.step()
+        finals[how] = opt.engine.block.x.clone()
+    assert torch.allclose(finals["whole"], finals["accumulated"], atol=1e-6)
+    assert not torch.allclose(finals["whole"], finals["clipped"], atol=1e-4)
+    torch.manual_seed(0)
+    start = flat.flatten(wrap_runs.model())
+    moved = (finals["clipped"] - start).norm(dim=1)  # 4 steps of lr 0.1 on gradients of norm <= 1e-3
+    assert bool((moved <= 4 * 0.1 * 1e-3 * 1.01 + 1e-6).all())
