@@ -43,8 +43,11 @@ def start_encode(comp: Any, X: torch.Tensor, out: torch.Tensor | None) -> tuple[
     if X.requires_grad:
         X = X.detach()
     block = _row_block(out, X.shape[0], plan.nbytes, X.device)
-    block[:, :HEADER_NBYTES].view(torch.int64).fill_(header_int64(plan))
-    plan.zero_gaps(block)
+    # through .data (a version counter of its own): a model that lives in its message rows
+    # (``none`` sends it in place) keeps its version, which says its values did not change
+    framing = block.data
+    framing[:, :HEADER_NBYTES].view(torch.int64).fill_(header_int64(plan))
+    plan.zero_gaps(framing)
     return plan, X, block
 
 

@@ -451,7 +451,9 @@ class BackwardOptimizerOracle(_Handed, OptimizerOracle):
         """The optimizer's step on ``g``; afterwards the parameters' ``.grad`` hold again what
         ``loss.backward()`` wrote, as views into ``g`` where every tensor of the flat model is
         a trainable parameter (else the tensors the backward wrote)."""
-        self._grad_src = None  # zero_grad() may have dropped the views set last round
+        # .grad are set to views of g unless they are those views already (zero_grad() may
+        # have dropped them, or the backward written new tensors)
+        self._grad_src = g if (self._grads_are_views() and _same_memory(self._views_of, g)) else None
         try:
             super().apply_step(x, g, t)
         finally:
