@@ -56,3 +56,28 @@ def test_the_engine_benchmark_writes_its_page(tmp_path):
         assert f"| gossip {spec}, d=40000, 2 ranks |" in text
     assert "| CHOCO top-1%, ring 25, d=2000 |" in text
     assert text.count("<!-- bench_engine: begin -->") == 1
+
+
+def test_the_wrap_loop_table_is_the_benchmarks():
+    text = section("bench_wrap_loop")
+    bench = script("bench_wrap_loop", "benchmarks")
+    for launcher, ranks, graph, burners, params in bench.CONFIGS:
+        size = f"{params:,}" if params else "4,810"
+        assert (f"| {launcher} | {graph} | {ranks} | {burners} CPU-bound | " in text
+                and f"| {size[:2]}" in text), (launcher, ranks, graph, burners, params)
+
+
+@pytest.mark.slow
+def test_the_wrap_loop_benchmark_writes_its_page(tmp_path):
+    """One tiny quiet row per launcher (4 ranks on a ring, wrap checked equal to the bare
+    loop before timing), written between the markers of a copy of the page."""
+    page = tmp_path / "performance.md"
+    shutil.copy(DOC, page)
+    bench = script("bench_wrap_loop", "benchmarks")
+    with contextlib.redirect_stdout(io.StringIO()):
+        bench.main(["--quick", "--graphs", "ring", "--steps", "5", "--repeats", "1", "--check", "3",
+                    "--write", str(page)])
+    text = page.read_text()
+    for launcher in ("torchrun", "mpiexec"):
+        assert f"| {launcher} | ring | 4 | 0 CPU-bound | 4,810 |" in text
+    assert text.count("<!-- bench_wrap_loop: begin -->") == 1
