@@ -135,9 +135,9 @@ class GossipOptimizer(torch.optim.Optimizer):
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients of every hosted node's model (as ``optimizer.zero_grad``). With
-        a local optimizer, once a step has run the gradients are views into the node's flat
-        gradient (as DDP's ``gradient_as_bucket_view``), zeroed in place in one pass: the next
-        backward accumulates into them and ``opt.step()`` copies nothing."""
+        a local optimizer, after a step the gradients are views into the node's flat
+        gradient: ``set_to_none=False`` zeroes them in place, so the next backward accumulates
+        into them and ``opt.step()`` copies nothing (DDP's ``gradient_as_bucket_view``)."""
         for oracle in self._oracles:
             oracle.zero_grad(set_to_none)
 

@@ -408,8 +408,12 @@ class _Handed:
                 continue
             if set_to_none:
                 p.grad = None
+                continue
+            if p.grad.grad_fn is not None:  # as torch.optim's: a view cannot detach in place
+                p.grad.detach_()
             else:
-                p.grad.detach_().zero_()
+                p.grad.requires_grad_(False)
+            p.grad.zero_()
 
 
 def _refusal(algorithm: str, what: str) -> str:
@@ -434,10 +438,11 @@ class BackwardOptimizerOracle(_Handed, OptimizerOracle):
     stepped on the gradient ``loss.backward()`` left in ``module``'s ``.grad``.
 
     After a step the parameters' ``.grad`` are views into the flat gradient the round took
-    (the same values the backward wrote), as DDP's ``gradient_as_bucket_view``: the next
-    backward accumulates into them in place once :meth:`GossipOptimizer.zero_grad` has zeroed
-    them, so the round takes its gradient without a copy. A ``.grad`` the user replaced or set
-    to None is copied as before."""
+    (the same values the backward wrote). ``zero_grad()`` drops them (``set_to_none``, the
+    default): the next backward's gradients are new tensors, copied into the round's flat
+    gradient (one pass; zeroed views cost a zeroing pass and an adding backward). With
+    ``zero_grad(set_to_none=False)`` they are zeroed in place, the backward accumulates into
+    them, and nothing is copied (as DDP's ``gradient_as_bucket_view``)."""
 
     def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, *, algorithm: str,
                  buffers: bool = False, master: MasterWeights | None = None):
@@ -492,13 +497,6 @@ class BackwardOptimizerOracle(_Handed, OptimizerOracle):
             p.grad is not None and p.grad.data_ptr() == v.data_ptr()
             for p, v in zip(self.trainable, views, strict=True))
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Zero the gradients; while they are views into the flat gradient, in place in one
-        pass whatever ``set_to_none`` says (so the next backward writes into them)."""
-        if self._grads_are_views():
-            self._views_of.zero_()  # type: ignore[union-attr]
-            return
-        super().zero_grad(set_to_none)
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

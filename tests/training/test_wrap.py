@@ -729,3 +729,27 @@ def test_gradient_accumulation_and_clipping_in_the_loop():
     start = flat.flatten(wrap_runs.model())
     moved = (finals["clipped"] - start).norm(dim=1)  # 4 steps of lr 0.1 on gradients of norm <= 1e-3
     assert bool((moved <= 4 * 0.1 * 1e-3 * 1.01 + 1e-6).all())
+
+
+def test_zero_grad_in_place_accumulates_into_the_flat_gradient():
+    """zero_grad(set_to_none=False) zeroes the .grad views into the flat gradient in place:
+    the backward accumulates into them, the step copies nothing, and the run is the same."""
+    train, _ = digits()
+    xs, ys = train.tensors
+    finals = []
+    for none in (True, False):
+        torch.manual_seed(0)
+        model = wrap_runs.model()
+        model, opt = wrap(model, torch.optim.SGD(model.parameters(), lr=0.1), algorithm="dpsgd", nodes=2)
+        for step in range(4):
+            opt.zero_grad(set_to_none=none)
+            for k, m in enumerate(opt.models):
+                lo = 16 * (2 * step + k)
+                nn.functional.cross_entropy(m(xs[lo:lo + 16]), ys[lo:lo + 16]).backward()
+            if step and not none:  # the backward wrote into the round's flat gradient
+                grad = opt.engine.block.workspace["grad"]
+                start, size = grad[0].data_ptr(), grad[0].numel() * grad.element_size()
+                assert all(start <= p.grad.data_ptr() < start + size for p in opt.models[0].parameters())
+            opt.step()
+        finals.append(opt.engine.block.x.clone())
+    assert torch.equal(finals[0], finals[1])
