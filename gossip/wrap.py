@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
+import time
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,6 +57,9 @@ from gossip.training.oracle import BackwardOptimizerOracle, BackwardOracle
 from gossip.training.precision import MasterWeights, wants_master_weights
 
 OptimizerLike = torch.optim.Optimizer | Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None
+
+PROGRESS_EVERY_S = 2e-4
+"""The least time between two calls into MPI's progress engine from the backward's hooks."""
 
 SAME_START_FIX = ("build the model identically on every process: seed torch before creating it "
                   "(torch.manual_seed(0); model = ...) or load the same weights on every rank "
@@ -101,6 +105,7 @@ class GossipOptimizer(torch.optim.Optimizer):
         self._eval_flat = flat.flatten(models[0], gossip_buffers).clone()
         flat.bind(self._eval_module, self._eval_flat, gossip_buffers)
         self._sends_at_forward = overlap and engine.algorithm.overlaps == "within"
+        self._progressed = 0.0
         self._hooks = []
         if overlap:
             for model in models:
@@ -210,8 +215,12 @@ class GossipOptimizer(torch.optim.Optimizer):
 
     def _progress(self, param: torch.Tensor) -> None:
         """A parameter's gradient is ready: let the messages in flight move (MPI progresses
-        only inside its calls)."""
-        self.engine.progress()
+        only inside its calls), at most every :data:`PROGRESS_EVERY_S` (a model of many small
+        tensors would otherwise call into MPI hundreds of times per backward)."""
+        now = time.perf_counter()
+        if now - self._progressed >= PROGRESS_EVERY_S:
+            self._progressed = now
+            self.engine.progress()
 
     def _engine_call(self, fn: Callable[[], Any]) -> Any:
         """``fn()`` with the engine's errors turned into what ``step`` raises for them."""
