@@ -268,12 +268,12 @@ class Engine:
             self.compute_s += time.perf_counter() - tic
             self.round += 1
             return
-        self.begin_round()
+        self._begin_round()  # (under this no_grad: entering it again costs µs a round)
         if prefetch and self._open is not None:  # the next round's gradients while they travel
             tic = time.perf_counter()
             self.block.prefetch_gradients(self.algorithm.name)
             self.compute_s += time.perf_counter() - tic
-        self.end_round()
+        self._end_round()
 
     @torch.no_grad()
     def begin_round(self) -> None:
@@ -281,6 +281,9 @@ class Engine:
         they travel: work done before :meth:`end_round` overlaps them (for algorithms with
         :attr:`~gossip.algorithms.Algorithm.overlaps`, x is then final for the round). A
         round without messages ends here."""
+        self._begin_round()
+
+    def _begin_round(self) -> None:
         if self._open is not None:
             raise ContractError(f"round {self.round + 1} is in flight: end_round() it first")
         if self.algorithm.asynchronous:
@@ -309,6 +312,9 @@ class Engine:
     def end_round(self) -> None:
         """Wait for the messages :meth:`begin_round` posted and finish the round (its later
         phases included); nothing when no round is in flight."""
+        self._end_round()
+
+    def _end_round(self) -> None:
         rnd = self._open
         if rnd is None:
             return
@@ -339,7 +345,7 @@ class Engine:
             return
         tic = time.perf_counter()
         # several messages yielded together travel as one (their parts come back)
-        phase = self.block.pack(list(msg)) if isinstance(msg, tuple | list) else msg
+        phase = self.block.pack(list(msg)) if isinstance(msg, (tuple, list)) else msg  # noqa: UP038
         self._seq += 1
         self.network.send(phase, rnd.topo, rnd.t, rnd.phases)  # lost messages: neither sent nor mixed
         rnd.phases += 1
