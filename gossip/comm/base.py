@@ -62,7 +62,9 @@ class Wire:
     buffers, made once and reused while they come back (every round of a static graph): the
     link's prepared buffers, and the peers, texts and sizes its wait reads."""
 
-    plan: Any  # held: its id is part of the key
+    plan: Any  # plan and buffers held: their ids are the key
+    own: torch.Tensor
+    recv: torch.Tensor
     prepared: Any
     peers: list[tuple[str, int]]
     what: list[str]
@@ -122,10 +124,9 @@ class Transport:
 
     def _wire(self, plan, own: torch.Tensor, recv: torch.Tensor, nbytes: int) -> Wire:
         """The phase's :class:`Wire` for these buffers (made the first time)."""
-        key = (id(plan), own.data_ptr(), own.stride(0), recv.data_ptr(), recv.stride(0),
-               recv.shape[0], nbytes)
+        key = (id(plan), id(own), id(recv), nbytes)  # the same tensor objects every round
         wire = self._wires.get(key)
-        if wire is not None and wire.plan is plan:
+        if wire is not None and wire.plan is plan and wire.own is own and wire.recv is recv:
             return wire
         if len(self._wires) > 64:  # a graph or a loss pattern that changes every round
             self._wires.clear()
@@ -135,7 +136,7 @@ class Transport:
         sends = [(own[r, :nbytes], where[j]) for r, j in plan.remote_out]
         head = f"round {{round}}: rank {self.rank} waited {{timeout}} for "
         wire = self._wires[key] = Wire(
-            plan, self.link.prepare(recvs, sends),
+            plan, own, recv, self.link.prepare(recvs, sends),
             peers=[self._peer(j) for j, _, _ in plan.remote_in]
             + [self._peer(j) for _, j in plan.remote_out],
             what=[head + "a message from"] * len(recvs) + [head + "a send to"] * len(sends),

@@ -95,8 +95,13 @@ class DenseMix:
         """Run the mix (:func:`mix_rows_`'s contract) with own weights ``w_own`` ([m] tensor
         or array; ignored without an own term); returns the finite mask (valid until the next
         call)."""
-        if self.has_own:
-            self.wo[:] = w_own.numpy() if isinstance(w_own, torch.Tensor) else w_own
+        if self.has_own:  # (a list, or one float: faster than a numpy view of a small tensor)
+            if not isinstance(w_own, torch.Tensor):
+                self.wo[:] = w_own
+            elif self.m == 1:
+                self.wo[0] = w_own.item()
+            else:
+                self.wo[:] = w_own.tolist()
         args = self._calls.get((add, alpha))
         if args is None:  # the whole argument tuple of this mode, made once
             dtype = self.dtype

@@ -85,7 +85,7 @@ class Block:
         self._message_rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._finite: dict[int, int] = {}  # message tensor -> version the mix kernel checked
         self._in_place: dict[tuple, _InPlace] = {}  # phases sent from a tensor's own memory
-        self._dense_checks: dict[tuple, tuple[Any, bool]] = {}  # check_received's choice
+        self._dense_checks: dict[tuple, tuple] = {}  # dense_mix's choices (_dense_mix, _dense_check)
         self._scratches: dict[Any, torch.Tensor] = {}
         self._prefetched: tuple[torch.Tensor, int, str] | None = None  # (gradients, x's version, by)
         self._stand_in = False
@@ -191,10 +191,9 @@ class Block:
         (the tensor's version is noted at send time)."""
         comp = compressor or self.compressor
         route = route or self.routing
-        again = self._in_place.get((id(route), id(comp), X.data_ptr(), self._calls))
-        if (again is not None and again.route is route and again.compressor is comp
-                and again.shape == X.shape and again.stride == X.stride()
-                and self._finite.get(again.ptr) == X._version):
+        again = self._in_place.get((id(route), id(comp), id(X), self._calls))
+        if (again is not None and again.X is X and again.route is route and again.compressor is comp
+                and X.data_ptr() == again.ptr and self._finite.get(again.ptr) == X._version):
             self._calls += 1
             return again.send(X)
         rng = rng or self.rng
@@ -239,7 +238,9 @@ class Block:
         if both is None:  # sent from X's own memory
             out.source = (X, X._version)
             if rows and not comp.stateful and comp.sends_values_in_place:
-                self._in_place[(id(route), id(comp), X.data_ptr(), self._calls - 1)] = _InPlace(
+                if len(self._in_place) > 64:
+                    self._in_place.clear()
+                self._in_place[(id(route), id(comp), id(X), self._calls - 1)] = _InPlace(
                     route, comp, X, own, recv, nbytes, like)
         return out
 
@@ -456,13 +457,15 @@ class Block:
         received rows' pending check runs only when a result is not finite (to name the
         sender) or a header is not the expected one. What depends only on the tensors (the
         kernel's arguments, the received headers' view) is kept in the plan's cache."""
-        key = ("dense", scale, out.data_ptr(), out.shape, out.stride(),
-               None if own is None else own.own.data_ptr(), inbox.own.data_ptr(),
-               inbox.recv.data_ptr(), inbox.recv.shape, inbox.nbytes)
-        hit = plan.cache.get(key)
-        if hit is None:  # the kernel's arguments for these tensors, kept for later rounds
-            hit = plan.cache[key] = self._dense_call(out, own, inbox, plan, scale)
-        call, heads, headers, in_rows = hit
+        mine = None if own is None else own.own
+        key = ("dense", scale, id(out), id(mine), id(inbox.own), id(inbox.recv), inbox.nbytes)
+        hit = plan.cache.get(key)  # the same tensor objects come back every round
+        if (hit is None or hit[4] is not out or hit[5] is not mine or hit[6] is not inbox.own
+                or hit[7] is not inbox.recv or hit[8] != out.data_ptr()):
+            # the kernel's arguments for these tensors (held, so their ids stay theirs)
+            hit = plan.cache[key] = (*self._dense_call(out, own, inbox, plan, scale), out, mine,
+                                     inbox.own, inbox.recv, out.data_ptr())
+        call, heads, headers, in_rows = hit[:4]
         if own is not None and not isinstance(w_own, torch.Tensor):
             w_own = torch.full((self.m,), float(w_own), dtype=torch.float64)
         ok = call(w_own, add=add, alpha=alpha)
@@ -512,13 +515,14 @@ class Block:
     def _dense_mix(self, comp: Compressor, out: torch.Tensor, alpha: float | None) -> bool:
         """:func:`~gossip.compress.dispatch.dense_mix` for ``out``, remembered per tensor layout
         (and the dispatcher's switches): a round asks it again for the same tensors."""
-        key = ("mix", id(comp), out.data_ptr(), out.shape, out.stride(), out.dtype, out.is_cpu,
-               out.requires_grad, alpha, dispatch.NUMPY, dispatch.JIT, dispatch.REFERENCE)
+        key = ("mix", id(comp), id(out), out.requires_grad, alpha, dispatch.NUMPY, dispatch.JIT,
+               dispatch.REFERENCE)
         hit = self._dense_checks.get(key)
-        if hit is None or hit[0] is not comp:
+        if hit is None or hit[0] is not comp or hit[2] is not out or hit[3] != out.data_ptr():
             if len(self._dense_checks) > 64:
                 self._dense_checks.clear()
-            hit = self._dense_checks[key] = (comp, dispatch.dense_mix(comp, out, alpha))
+            hit = self._dense_checks[key] = (comp, dispatch.dense_mix(comp, out, alpha), out,
+                                             out.data_ptr())
         return hit[1]
 
     def _dense_check(self, rows: Rows) -> bool:
@@ -736,20 +740,21 @@ class _InPlace:
     again is writing the rows' headers, which is all this does (no pass over the values, no
     views made again)."""
 
-    __slots__ = ("route", "compressor", "shape", "stride", "ptr", "own", "recv", "nbytes",
-                 "like", "heads", "header")
+    __slots__ = ("route", "compressor", "X", "ptr", "own", "recv", "nbytes", "like", "heads",
+                 "header", "host")
 
     def __init__(self, route: Any, compressor: Compressor, X: torch.Tensor, own: torch.Tensor,
                  recv: torch.Tensor, nbytes: int, like: torch.Tensor):
         self.route, self.compressor = route, compressor
-        self.shape, self.stride, self.ptr = X.shape, X.stride(), X.data_ptr()
+        self.X, self.ptr = X, X.data_ptr()  # that tensor object, where it was
         self.own, self.recv, self.nbytes, self.like = own, recv, nbytes, like
         heads = own[:, :8].view(torch.int64)  # [m, 1]: each row's 8 header bytes
-        self.heads = heads.numpy() if heads.is_cpu else heads
+        self.host = heads.is_cpu
+        self.heads = heads.numpy() if self.host else heads
         self.header = header_int64(compressor.plan(like))
 
     def send(self, X: torch.Tensor) -> Rows:
-        if isinstance(self.heads, np.ndarray):
+        if self.host:
             self.heads[:] = self.header
         else:
             self.heads.fill_(self.header)
