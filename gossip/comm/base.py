@@ -42,7 +42,7 @@ def check_latency(value: float) -> float:
     return float(value)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Pending:
     """A phase in flight: posted by :meth:`Transport.start_rows`, ended by ``finish_rows``."""
 
@@ -53,6 +53,22 @@ class Pending:
     handles: list | None = None  # the link's, when messages cross processes
     staged: bool = False  # CUDA rows travel through pinned host twins
     host_recv: torch.Tensor | None = None
+    wire: Wire | None = None  # how its messages cross processes
+
+
+@dataclass(eq=False)
+class Wire:
+    """What a phase's messages between processes need that depends only on its plan and its
+    buffers, made once and reused while they come back (every round of a static graph): the
+    link's prepared buffers, and the peers, texts and sizes its wait reads."""
+
+    plan: Any  # plan and buffers held: their ids are the key
+    own: torch.Tensor
+    recv: torch.Tensor
+    prepared: Any
+    peers: list[tuple[str, int]]
+    what: list[str]
+    sizes: list[int]
 
 
 class Transport:
@@ -72,6 +88,7 @@ class Transport:
         self.bytes_sent: dict[int, int] = {}  # per sending node, counted at hand-over
         self.latency = 0.0  # seconds a simulated link delays every phase (0: none)
         self._host: dict[str, torch.Tensor] = {}
+        self._wires: dict[tuple, Wire] = {}
 
     def is_local(self, node: int) -> bool:
         return self.placement[node] == self.rank
@@ -94,38 +111,52 @@ class Transport:
         if not (plan.remote_in or plan.remote_out):
             return pending
         own, recv = rows.own, rows.recv
-        pending.staged = own.device.type != "cpu" and not self.link.moves_cuda
+        pending.staged = not own.is_cpu and not self.link.moves_cuda
         if pending.staged:  # through pinned host twins of the rows
             host_own, pending.host_recv = self._host_rows("own", own), self._host_rows("recv", recv)
             if plan.remote_out:
                 host_own.copy_(own)
         else:
             host_own, pending.host_recv = own, recv
+        pending.wire = self._wire(plan, host_own, pending.host_recv, nbytes)
+        pending.handles = self.link.post(pending.wire.prepared, seq % TAG_SPACE)
+        return pending
+
+    def _wire(self, plan, own: torch.Tensor, recv: torch.Tensor, nbytes: int) -> Wire:
+        """The phase's :class:`Wire` for these buffers (made the first time)."""
+        key = (id(plan), id(own), id(recv), nbytes)  # the same tensor objects every round
+        wire = self._wires.get(key)
+        if wire is not None and wire.plan is plan and wire.own is own and wire.recv is recv:
+            return wire
+        if len(self._wires) > 64:  # a graph or a loss pattern that changes every round
+            self._wires.clear()
         own_rows = len(plan.senders)  # staging row s is recv[s - own_rows]
         where = self.placement
-        recvs = [(pending.host_recv[s - own_rows, :nbytes], where[j]) for j, _, s in plan.remote_in]
-        sends = [(host_own[r, :nbytes], where[j]) for r, j in plan.remote_out]
-        pending.handles = self.link.exchange(recvs, sends, seq % TAG_SPACE)
-        return pending
+        recvs = [(recv[s - own_rows, :nbytes], where[j]) for j, _, s in plan.remote_in]
+        sends = [(own[r, :nbytes], where[j]) for r, j in plan.remote_out]
+        head = f"round {{round}}: rank {self.rank} waited {{timeout}} for "
+        wire = self._wires[key] = Wire(
+            plan, own, recv, self.link.prepare(recvs, sends),
+            peers=[self._peer(j) for j, _, _ in plan.remote_in]
+            + [self._peer(j) for _, j in plan.remote_out],
+            what=[head + "a message from"] * len(recvs) + [head + "a send to"] * len(sends),
+            sizes=[nbytes] * len(recvs))
+        return wire
 
     def finish_rows(self, pending: Pending) -> None:
         """Wait for a phase posted by :meth:`start_rows` (no earlier than :attr:`latency`
-        seconds after it was posted, when a link delay is simulated)."""
+        seconds after it was posted, when a link delay is simulated): its receives and sends
+        at once, a timeout naming the silent peers (those of the receives first)."""
         if self.latency and pending.posted is not None:
             left = pending.posted + self.latency - time.perf_counter()
             if left > 0:
                 time.sleep(left)
         if pending.handles is None:
             return
-        plan, round_, nbytes = pending.plan, pending.round, pending.rows.nbytes
-        n_in = len(plan.remote_in)
-        what = f"round {round_}: rank {self.rank} waited {{timeout}} for a "
-        self.link.wait(pending.handles[:n_in], timeout=self.timeout, round=round_,
-                       sizes=[nbytes] * n_in, peers=[self._peer(j) for j, _, _ in plan.remote_in],
-                       what=what + "message from")
-        self.link.wait(pending.handles[n_in:], timeout=self.timeout, round=round_,
-                       peers=[self._peer(j) for _, j in plan.remote_out], what=what + "send to")
-        if pending.staged and plan.remote_in:
+        wire = pending.wire
+        self.link.wait(pending.handles, timeout=self.timeout, round=pending.round,
+                       sizes=wire.sizes, peers=wire.peers, what=wire.what)
+        if pending.staged and pending.plan.remote_in:
             pending.rows.recv.copy_(pending.host_recv)
 
     def progress(self) -> None:

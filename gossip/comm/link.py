@@ -11,12 +11,32 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
 TAG_SPACE = 1 << 20  # message phases use tags below; the world's reductions use tags above
 
 Peer = tuple[str, "int | tuple[int, ...]"]  # (label for messages, rank(s) whose silence blocks it)
+
+What = str | Sequence[str]
+"""How a wait's messages start: one text for every handle, or one per handle (a phase's
+receives "... waited {timeout} for a message from", its sends "... for the send to"); each may
+hold ``{timeout}`` and ``{round}``, filled in by :func:`wait_text` when an error is raised."""
+
+
+def wait_text(what: What, k: int, timeout: float, round: int | None) -> str:
+    """The start of the message about handle ``k`` of a wait (``what``: see :data:`What`),
+    its deadline and round filled in."""
+    text = what if isinstance(what, str) else what[k]
+    return text.format(timeout=f"{timeout:g} s", round=round)
+
+
+def wait_head(what: What, round: int | None) -> str:
+    """``"round t: rank r"``: the start of a wait's message without the wait (for an error
+    that came at once, before any deadline)."""
+    text = what if isinstance(what, str) else what[0]
+    return text.split(" waited ")[0].format(round=round)
 
 
 class Link(ABC):
@@ -44,6 +64,18 @@ class Link(ABC):
         posted; buffers must stay untouched until :meth:`wait` returns.
         """
 
+    def prepare(self, recvs: Sequence[tuple[torch.Tensor, int]],
+                sends: Sequence[tuple[torch.Tensor, int]]) -> Any:
+        """The buffers of an exchange (as :meth:`exchange` takes them) in the form :meth:`post`
+        posts: a phase that comes back round after round with the same buffers prepares them
+        once (the MPI link turns each into its numpy view here, not every round)."""
+        return recvs, sends
+
+    def post(self, prepared: Any, tag: int) -> list:
+        """:meth:`exchange` of buffers :meth:`prepare` returned."""
+        recvs, sends = prepared
+        return self.exchange(recvs, sends, tag)
+
     @abstractmethod
     def wait(
         self,
@@ -51,14 +83,15 @@ class Link(ABC):
         *,
         timeout: float,
         peers: Sequence[Peer],
-        what: str,
+        what: What,
         round: int | None = None,
         sizes: Sequence[int] | None = None,
     ) -> None:
         """Wait for ``handles`` (``peers[k]`` is who ``handles[k]`` talks to) for at most
-        ``timeout`` seconds, else raise CommTimeout: ``what`` (with ``{timeout}``) starts the
-        message, then the silent peers. ``sizes[k]``: bytes the k-th receive must hold, checked
-        where the library reports it (CommError otherwise)."""
+        ``timeout`` seconds, else raise CommTimeout: ``what`` (:data:`What`: one text, or one
+        per handle) starts the message, then the silent peers (those of the first silent
+        handle's text). ``sizes[k]``: bytes the k-th receive (the first handles) must hold,
+        checked where the library reports it (CommError otherwise)."""
 
     def progress(self) -> None:
         """Let posted messages move while the caller computes (a library that moves bytes

@@ -12,10 +12,11 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-from gossip.comm.link import Link, Peer
+from gossip.comm.link import Link, Peer, What, wait_head, wait_text
 from gossip.errors import CommError, CommTimeout
 
 
@@ -25,7 +26,7 @@ def wait_requests(
     timeout: float,
     rank: int,
     peers: list[tuple[str, int | tuple[int, ...]]],
-    what: str,
+    what: What,
     statuses: list | None = None,
     spin: int = 100,
     yield_cpu: bool = True,
@@ -38,14 +39,16 @@ def wait_requests(
     hang. ``peers[k]`` is ``(label, rank)`` of the process ``reqs[k]`` talks to; the error names
     those still pending. Where that process may itself be waiting for others (a chain of
     ranks), ``rank`` is the tuple of every rank whose silence would leave it pending.
-    ``what`` starts the message; ``{timeout}`` in it becomes the deadline. After ``spin``
+    ``what`` starts the message (one text, or one per request: a phase's receives and sends
+    are waited for together, and the message names the pending peers of the first pending
+    request's text); ``{timeout}`` and ``{round}`` in it become the deadline and the round.
+    ``statuses`` (one per request, reused by the caller) receive the requests' statuses. After ``spin``
     polls each further poll yields the CPU (oversubscribed ranks). ``round`` (when known) and
     ``rank`` become the error's fields.
     """
     if not reqs:
         return
-    from mpi4py import MPI
-
+    MPI = _MPI or _load_mpi()
     deadline = time.monotonic() + timeout
     test = MPI.Request.Testall
     polls = 0
@@ -58,7 +61,7 @@ def wait_requests(
             truncated = exc.Get_error_class() == MPI.ERR_TRUNCATE or MPI.ERR_TRUNCATE in errors
             if exc.Get_error_class() == MPI.ERR_TRUNCATE and not failed:
                 failed = peers
-            head = what.split(" waited ")[0]  # "round t: rank r" without the wait
+            head = wait_head(what, round)  # "round t: rank r" without the wait
             if truncated:
                 raise CommError(
                     f"{head}: {', '.join(p[0] for p in failed)} sent a message larger than the "
@@ -77,15 +80,30 @@ def wait_requests(
         if polls > spin and yield_cpu:
             os.sched_yield()  # let the process we wait for run
         if time.monotonic() > deadline:
-            pending = [p for p, r in zip(peers, reqs) if not r.Test()]
+            left = [k for k, r in enumerate(reqs) if not r.Test()]
+            text = wait_text(what, left[0], timeout, round) if left else wait_text(what, 0, timeout, round)
+            pending = [peers[k] for k in left  # those of the first one's text ("message from")
+                       if isinstance(what, str) or what[k] == what[left[0]]]
             ranks = sorted({q for p in pending for q in (p[1] if isinstance(p[1], tuple) else (p[1],))})
             chain = any(isinstance(p[1], tuple) and len(p[1]) > 1 for p in pending)
             raise CommTimeout(
-                f"{what.format(timeout=f'{timeout:g} s')} {', '.join(p[0] for p in pending)}; "
+                f"{text} {', '.join(p[0] for p in pending)}; "
                 f"{'one of ' if chain else ''}rank(s) {ranks} stopped answering (crashed, killed "
                 "or stuck). Raise --timeout if rounds are legitimately slower.",
                 round=round, rank=rank,
             )
+
+
+_MPI = None
+
+
+def _load_mpi():
+    """mpi4py's ``MPI`` module (imported at the first wait: importing it starts MPI)."""
+    global _MPI
+    from mpi4py import MPI
+
+    _MPI = MPI
+    return MPI
 
 
 class MPILink(Link):
@@ -102,25 +120,43 @@ class MPILink(Link):
         self._mpi = MPI
         self.comm = comm
         self.yield_cpu = yield_cpu
+        self._statuses: dict[int, list] = {}  # per count, reused (a failed request's error is in its status)
 
     def exchange(self, recvs: Sequence[tuple[torch.Tensor, int]],
                  sends: Sequence[tuple[torch.Tensor, int]], tag: int) -> list:
-        BYTE, comm = self._mpi.BYTE, self.comm
-        handles = [comm.Irecv([buf.numpy(), BYTE], source=src, tag=tag) for buf, src in recvs]
-        handles += [comm.Isend([buf.numpy(), BYTE], dest=dst, tag=tag) for buf, dst in sends]
+        return self.post(self.prepare(recvs, sends), tag)
+
+    def prepare(self, recvs: Sequence[tuple[torch.Tensor, int]],
+                sends: Sequence[tuple[torch.Tensor, int]]) -> Any:
+        """Each buffer as mpi4py's ``[numpy view, BYTE]`` (what ``buf.numpy()`` costs a round)."""
+        BYTE = self._mpi.BYTE
+        return ([([buf.numpy(), BYTE], src) for buf, src in recvs],
+                [([buf.numpy(), BYTE], dst) for buf, dst in sends])
+
+    def post(self, prepared: Any, tag: int) -> list:
+        recvs, sends = prepared
+        irecv, isend = self.comm.Irecv, self.comm.Isend
+        handles = [irecv(buf, src, tag) for buf, src in recvs]
+        handles += [isend(buf, dst, tag) for buf, dst in sends]
         return handles
 
-    def wait(self, handles: list, *, timeout: float, peers: Sequence[Peer], what: str,
+    def wait(self, handles: list, *, timeout: float, peers: Sequence[Peer], what: What,
              round: int | None = None, sizes: Sequence[int] | None = None) -> None:
         MPI = self._mpi
-        statuses = [MPI.Status() for _ in handles]  # a failed request's error is in its status
-        wait_requests(handles, timeout=timeout, rank=self.rank, peers=list(peers), what=what,
+        statuses = self._statuses.get(len(handles))
+        if statuses is None:
+            statuses = self._statuses[len(handles)] = [MPI.Status() for _ in handles]
+        wait_requests(handles, timeout=timeout, rank=self.rank, peers=peers, what=what,
                       statuses=statuses, spin=self.spin, yield_cpu=self.yield_cpu, round=round)
-        for k, size in enumerate(sizes or ()):
-            count = statuses[k].Get_count(MPI.BYTE)
-            if statuses[k].Get_error() != MPI.SUCCESS or count != size:
+        if not sizes:
+            return
+        BYTE, SUCCESS = MPI.BYTE, MPI.SUCCESS
+        for k, size in enumerate(sizes):
+            status = statuses[k]
+            if status.Get_count(BYTE) != size or status.Get_error() != SUCCESS:
+                count = status.Get_count(BYTE)
                 raise CommError(
-                    f"{what.split(' waited ')[0]}: {peers[k][0]} sent a message of {count} bytes, "
+                    f"{wait_head(what, round)}: {peers[k][0]} sent a message of {count} bytes, "
                     f"expected {size} (the ranks run different settings? start every rank with "
                     "the same flags and files)", round=round, rank=self.rank,
                 )

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from gossip.comm.link import Link, Peer
+from gossip.comm.link import Link, Peer, What, wait_text
 from gossip.errors import CommConfigError, CommError, CommTimeout
 
 _STORE: dist.Store | None = None
@@ -196,7 +196,7 @@ class TorchLink(Link):
         batch = _Handle(works, cuda)  # NCCL coalesces a batch into one work
         return [batch] * len(ops)
 
-    def wait(self, handles: list, *, timeout: float, peers: Sequence[Peer], what: str,
+    def wait(self, handles: list, *, timeout: float, peers: Sequence[Peer], what: What,
              round: int | None = None, sizes: Sequence[int] | None = None) -> None:
         """Wait for every handle before the deadline. The library does not report how many
         bytes arrived, so ``sizes`` is not checked here (the phase layout fixes them)."""
@@ -210,16 +210,19 @@ class TorchLink(Link):
             except RuntimeError as exc:
                 if "Timed out" not in str(exc):
                     blamed = peers[k][1]
-                    error = CommError(_broken(what, peers[k][0], exc, blamed, self.size), round=round,
+                    text = (what if isinstance(what, str) else what[k]).format(timeout="{timeout}",
+                                                                               round=round)
+                    error = CommError(_broken(text, peers[k][0], exc, blamed, self.size), round=round,
                                       rank=self.rank)
                     leave_note("failed", str(error))
                     raise error from None
                 finished = False
             if not finished:
-                pending = [p for h, p in zip(handles, peers) if h is handle]
+                pending = [p for j, (h, p) in enumerate(zip(handles, peers)) if h is handle
+                           and (isinstance(what, str) or what[j] == what[k])]
                 ranks = sorted({q for p in pending
                                 for q in (p[1] if isinstance(p[1], tuple) else (p[1],))})
-                head = f"{what.format(timeout=f'{timeout:g} s')} {', '.join(p[0] for p in pending)}"
+                head = f"{wait_text(what, k, timeout, round)} {', '.join(p[0] for p in pending)}"
                 text = (f"{head}; rank(s) {ranks} stopped answering (crashed, killed or stuck). "
                         "Raise --timeout if rounds are legitimately slower.")
                 leave_note("failed", text)  # at once: a rank timing out on this one reads it

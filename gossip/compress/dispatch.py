@@ -38,8 +38,10 @@ numba kernels          CPU messages of at least :data:`JIT_FROM`   :func:`jit_ke
 (:mod:`.jit`)          entries where numba is installed; shorter   :func:`jit_long`,
                        ones gain little, and a process that never  :func:`topk_rows_kernel`
                        meets a long row never pays numba's import
-fused decode-and-mix   dense messages mixed into long CPU rows     :func:`fused_mix`,
-(:mod:`.fused`)        (one pass instead of one per term)          :func:`dense_mix`
+fused decode-and-mix   dense messages mixed into long CPU rows,    :func:`fused_mix`,
+(:mod:`.fused`)        or into a single row of at least            :func:`dense_mix`
+                       :data:`JIT_FROM` entries (one pass instead
+                       of one per term)
 =====================  ==========================================  ==============================
 
 The switches :data:`NUMPY` and :data:`JIT` turn the numpy and numba paths off (the tests
@@ -53,6 +55,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import numpy as np
 import torch
 
 from gossip.compress import jit
@@ -85,6 +88,7 @@ TABLE_FROM = 1 << 18
 JIT_FROM = 1 << 12
 
 _FLOATS = (torch.float32, torch.float64)
+_NUMPY_OF = {torch.float32: np.float32, torch.float64: np.float64}
 
 
 @contextmanager
@@ -232,14 +236,19 @@ def fused_mix(out: torch.Tensor, alpha: float | None = None) -> bool:
     """Whether :func:`gossip.compress.fused.mix_rows_` serves ``out``: a CPU float32/float64
     [m, d] tensor numpy can write, with contiguous rows, when numba is there (and, with
     ``alpha``, when the kernel can round ``out + alpha·sum`` as torch does here)."""
-    return (out.device.type == "cpu" and out.dtype in _FLOATS
+    return (out.is_cpu and out.dtype in _FLOATS
             and out.dim() == 2 and out.stride(1) == 1 and not out.requires_grad
             and jit_kernel("mix") is not None
-            and (alpha is None or jit.torch_rounding("add_alpha", out.numpy().dtype.type) != 0))
+            and (alpha is None or jit.torch_rounding("add_alpha", _NUMPY_OF[out.dtype]) != 0))
 
 
 def dense_mix(comp: Any, out: torch.Tensor, alpha: float | None = None) -> bool:
-    """Whether dense messages of ``comp`` mix into ``out`` by the fused kernel: long CPU rows
-    the numpy path would otherwise add one pass per term (the kernel gives its bits)."""
-    return (getattr(comp, "sends_values_in_place", False) and loop_rows(out.shape[-1])
+    """Whether dense messages of ``comp`` mix into ``out`` by the fused kernel (it gives the
+    numpy path's bits): long CPU rows, which the numpy path would add one pass per term, and a
+    single row long enough for a numba kernel (:func:`jit_long`; one node per process, as
+    under MPI), where the numpy path's per-call work (a few ops per term, and a pass over each
+    received message for NaN/Inf) costs several times the kernel, which also tells whether
+    the result is finite."""
+    return (getattr(comp, "sends_values_in_place", False)
+            and (loop_rows(out.shape[-1]) or (out.shape[0] == 1 and jit_long(out.shape[-1])))
             and out.dim() == 2 and fused_mix(out, alpha) and host_decode(comp, out))

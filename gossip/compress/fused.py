@@ -69,7 +69,7 @@ class DenseMix:
     terms, the scratch), prepared once: a round then pays the kernel and its dispatch only.
     Callers keep one per layout (the engine: per phase's staging rows, in the plan's cache)."""
 
-    __slots__ = ("args", "m", "has_own", "dtype", "wo")
+    __slots__ = ("args", "m", "has_own", "dtype", "wo", "kernel", "_calls")
 
     def __init__(self, out: torch.Tensor, own: torch.Tensor | None, terms: Terms | None,
                  vals_own: torch.Tensor, vals_recv: torch.Tensor | None):
@@ -88,20 +88,31 @@ class DenseMix:
         self.args = (o, po, x, pw, own is not None, self.wo, vo, pvo, vr, pvr, vals_own.shape[0],
                      d, terms.indptr, terms.src, terms.w.astype(dtype, copy=False),
                      np.empty(m * chunk, dtype=dtype), chunk, np.empty(m, dtype=np.bool_))
+        self.kernel = kernel()
+        self._calls: dict[tuple[bool, float | None], tuple] = {}  # the kernel's arguments per mode
 
     def __call__(self, w_own: Any, *, add: bool, alpha: float | None = None) -> np.ndarray:
         """Run the mix (:func:`mix_rows_`'s contract) with own weights ``w_own`` ([m] tensor
         or array; ignored without an own term); returns the finite mask (valid until the next
         call)."""
-        if self.has_own:
-            self.wo[:] = w_own.numpy() if isinstance(w_own, torch.Tensor) else w_own
-        dtype = self.dtype
-        mode = 1 if add and alpha is None else _alpha_mode(dtype.type) if add else 0
-        (o, po, x, pw, has_own, wo, vo, pvo, vr, pvr, m_own, d, indptr, src, w, buf, chunk,
-         ok) = self.args
-        kernel()(o, po, x, pw, has_own, wo, vo, pvo, vr, pvr, m_own, d, indptr, src, w, mode,
-                 dtype.type(1.0 if alpha is None else alpha), buf, chunk, ok)
-        return ok
+        if self.has_own:  # (a list, or one float: faster than a numpy view of a small tensor)
+            if not isinstance(w_own, torch.Tensor):
+                self.wo[:] = w_own
+            elif self.m == 1:
+                self.wo[0] = w_own.item()
+            else:
+                self.wo[:] = w_own.tolist()
+        args = self._calls.get((add, alpha))
+        if args is None:  # the whole argument tuple of this mode, made once
+            dtype = self.dtype
+            mode = 1 if add and alpha is None else _alpha_mode(dtype.type) if add else 0
+            (o, po, x, pw, has_own, wo, vo, pvo, vr, pvr, m_own, d, indptr, src, w, buf, chunk,
+             ok) = self.args
+            args = self._calls[(add, alpha)] = (
+                o, po, x, pw, has_own, wo, vo, pvo, vr, pvr, m_own, d, indptr, src, w, mode,
+                dtype.type(1.0 if alpha is None else alpha), buf, chunk, ok)
+        self.kernel(*args)
+        return args[-1]
 
 
 def mix_rows_(out: torch.Tensor, own: torch.Tensor | None, w_own: torch.Tensor | None,

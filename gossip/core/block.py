@@ -84,6 +84,8 @@ class Block:
         self._staging: dict[tuple[int, bool], torch.Tensor] = {}
         self._message_rows: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._finite: dict[int, int] = {}  # message tensor -> version the mix kernel checked
+        self._in_place: dict[tuple, _InPlace] = {}  # phases sent from a tensor's own memory
+        self._dense_checks: dict[tuple, tuple] = {}  # dense_mix's choices (_dense_mix, _dense_check)
         self._scratches: dict[Any, torch.Tensor] = {}
         self._prefetched: tuple[torch.Tensor, int, str] | None = None  # (gradients, x's version, by)
         self._stand_in = False
@@ -189,6 +191,11 @@ class Block:
         (the tensor's version is noted at send time)."""
         comp = compressor or self.compressor
         route = route or self.routing
+        again = self._in_place.get((id(route), id(comp), id(X), self._calls))
+        if (again is not None and again.X is X and again.route is route and again.compressor is comp
+                and X.data_ptr() == again.ptr and self._finite.get(again.ptr) == X._version):
+            self._calls += 1
+            return again.send(X)
         rng = rng or self.rng
         rows = len(route.senders)
         if X.shape[0] != rows:
@@ -230,6 +237,11 @@ class Block:
         out = Rows(own, recv, nbytes, comp, like, both, route)
         if both is None:  # sent from X's own memory
             out.source = (X, X._version)
+            if rows and not comp.stateful and comp.sends_values_in_place:
+                if len(self._in_place) > 64:
+                    self._in_place.clear()
+                self._in_place[(id(route), id(comp), id(X), self._calls - 1)] = _InPlace(
+                    route, comp, X, own, recv, nbytes, like)
         return out
 
     def message_rows(self, nbytes: int, route: Any = None) -> Rows:
@@ -368,12 +380,12 @@ class Block:
         comp, m = inbox.compressor, self.m
         plan = plan or self.plan
         fused = plan.fused
-        ordered = comp.ordered_rows and out.device.type == "cpu"
+        ordered = comp.ordered_rows and out.is_cpu
         w_own = None
         if own is not None:
             w_own = plan.self_weight if own_weight is None else own_weight
             w_own = w_own * scale if scale != 1.0 else w_own
-        if dispatch.dense_mix(comp, out, alpha):
+        if self._dense_mix(comp, out, alpha):
             if copy is not None:
                 self._decode_add(comp, copy, own.mine(), 1.0, None, None)
             return self._mix_dense(out, own, inbox, w_own, plan, scale, add, alpha)
@@ -443,38 +455,50 @@ class Block:
                    alpha: float | None) -> torch.Tensor:
         """:meth:`mix_into` of dense messages by :func:`gossip.compress.fused.mix_rows_`; the
         received rows' pending check runs only when a result is not finite (to name the
-        sender) or a header is not the expected one."""
-        comp, nb = inbox.compressor, inbox.nbytes
-        cplan = comp.plan(inbox.like)
-        own_rows = None if own is None else own.mine()
-        key = ("dense", scale, out.data_ptr(), out.shape, out.stride(),
-               None if own_rows is None else own_rows.data_ptr(), inbox.own.data_ptr(),
-               inbox.recv.data_ptr(), inbox.recv.shape, nb)
-        call = plan.cache.get(key)
-        if call is None:  # the kernel's arguments for these tensors, kept for later rounds
-            terms = None
-            if plan.fused is not None:
-                src, dst, w, _ = plan.fused
-                terms = _fused.Terms(self.m, src, dst, w * scale, out.dtype)
-            call = plan.cache[key] = _fused.DenseMix(
-                out, None if own is None else section(own_rows, cplan, "values"), terms,
-                section(inbox.own[:, :nb], cplan, "values"),
-                section(inbox.recv[:, :nb], cplan, "values"))
+        sender) or a header is not the expected one. What depends only on the tensors (the
+        kernel's arguments, the received headers' view) is kept in the plan's cache."""
+        mine = None if own is None else own.own
+        key = ("dense", scale, id(out), id(mine), id(inbox.own), id(inbox.recv), inbox.nbytes)
+        hit = plan.cache.get(key)  # the same tensor objects come back every round
+        if (hit is None or hit[4] is not out or hit[5] is not mine or hit[6] is not inbox.own
+                or hit[7] is not inbox.recv or hit[8] != out.data_ptr()):
+            # the kernel's arguments for these tensors (held, so their ids stay theirs)
+            hit = plan.cache[key] = (*self._dense_call(out, own, inbox, plan, scale), out, mine,
+                                     inbox.own, inbox.recv, out.data_ptr())
+        call, heads, headers, in_rows = hit[:4]
         if own is not None and not isinstance(w_own, torch.Tensor):
             w_own = torch.full((self.m,), float(w_own), dtype=torch.float64)
         ok = call(w_own, add=add, alpha=alpha)
         increment_version(out)  # written through numpy: torch's version counter must still move
-        if self.in_message_rows(out):  # its next send needs no NaN/Inf pass if it is finite
-            if ok.all():
+        fine = all(ok.tolist())  # (a few rows: faster as a list than by numpy's reductions)
+        if in_rows:  # its next send needs no NaN/Inf pass if it is finite
+            if fine:
                 self._finite[out.data_ptr()] = out._version
             else:
                 self._finite.pop(out.data_ptr(), None)
         if inbox.pending is not None:
-            heads = inbox.recv[:, :8].numpy().view(np.int64)
-            if not ok.all() or (heads != header_int64(cplan)).any():
+            if not fine or heads.tolist() != headers:
                 inbox.settle()  # names the sender of a bad message, if one is
             inbox.pending = None
         return out
+
+    def _dense_call(self, out: torch.Tensor, own: Rows | None, inbox: Rows, plan: MixPlan,
+                    scale: float) -> tuple[_fused.DenseMix, np.ndarray, list[int], bool]:
+        """:meth:`_mix_dense`'s kernel call for these tensors, the received rows' headers (a
+        numpy view), the headers they must hold, and whether ``out`` sits in message rows."""
+        comp, nb = inbox.compressor, inbox.nbytes
+        cplan = comp.plan(inbox.like)
+        own_rows = None if own is None else own.mine()
+        terms = None
+        if plan.fused is not None:
+            src, dst, w, _ = plan.fused
+            terms = _fused.Terms(self.m, src, dst, w * scale, out.dtype)
+        call = _fused.DenseMix(
+            out, None if own is None else section(own_rows, cplan, "values"), terms,
+            section(inbox.own[:, :nb], cplan, "values"),
+            section(inbox.recv[:, :nb], cplan, "values"))
+        heads = inbox.recv[:, :8].numpy().view(np.int64)[:, 0]  # a view: rows are 8-aligned
+        return call, heads, [header_int64(cplan)] * heads.size, self.in_message_rows(out)
 
     def check_received(self, rows: Rows) -> None:
         """Validate the messages that came from other processes (rows ``m..``), once per phase;
@@ -483,11 +507,39 @@ class Block:
         remote = rows.route.remote_in
         if not remote or rows.compressor is None:
             return
-        if (type(rows) is Rows and rows.like is not None
-                and dispatch.dense_mix(rows.compressor, rows.like.view(1, -1))):
+        if type(rows) is Rows and rows.like is not None and self._dense_check(rows):
             rows.pending = lambda: self._check_received(rows)
             return
         self._check_received(rows)
+
+    def _dense_mix(self, comp: Compressor, out: torch.Tensor, alpha: float | None) -> bool:
+        """:func:`~gossip.compress.dispatch.dense_mix` for ``out``, remembered per tensor layout
+        (and the dispatcher's switches): a round asks it again for the same tensors."""
+        key = ("mix", id(comp), id(out), out.requires_grad, alpha, dispatch.NUMPY, dispatch.JIT,
+               dispatch.REFERENCE)
+        hit = self._dense_checks.get(key)
+        if hit is None or hit[0] is not comp or hit[2] is not out or hit[3] != out.data_ptr():
+            if len(self._dense_checks) > 64:
+                self._dense_checks.clear()
+            hit = self._dense_checks[key] = (comp, dispatch.dense_mix(comp, out, alpha), out,
+                                             out.data_ptr())
+        return hit[1]
+
+    def _dense_check(self, rows: Rows) -> bool:
+        """Whether the fused kernel would mix these messages into the block's rows (then it
+        checks their sums, and the messages are looked at only when one is not finite):
+        :func:`~gossip.compress.dispatch.dense_mix` for [m, d] rows like ``rows.like``,
+        remembered per kind of message (and the dispatcher's switches)."""
+        comp, like = rows.compressor, rows.like
+        key = (id(comp), like.shape, like.dtype, like.device, dispatch.NUMPY, dispatch.JIT,
+               dispatch.REFERENCE)
+        hit = self._dense_checks.get(key)
+        if hit is None or hit[0] is not comp:
+            if len(self._dense_checks) > 64:
+                self._dense_checks.clear()
+            rowish = like.reshape(1, -1).expand(self.m, -1)
+            hit = self._dense_checks[key] = (comp, dispatch.dense_mix(comp, rowish))
+        return hit[1]
 
     def _check_received(self, rows: Rows) -> None:
         """The check of :meth:`check_received`, now: the first bad row raises, naming its sender."""
@@ -679,3 +731,33 @@ def _check_source(rows: Rows) -> None:
             "the model was changed after its message was sent from its own memory (compressor "
             "'none') and before that message was decoded: mix or decode the round's messages "
             "first, then change x (or send a copy of x)")
+
+
+class _InPlace:
+    """A phase sent from the memory of a :meth:`Block.message_tensor` by a compressor that
+    sends values in place (``none``), remembered by :meth:`Block.encode`: while the tensor
+    is the one the mix kernel last wrote and found finite (its version unchanged), encoding it
+    again is writing the rows' headers, which is all this does (no pass over the values, no
+    views made again)."""
+
+    __slots__ = ("route", "compressor", "X", "ptr", "own", "recv", "nbytes", "like", "heads",
+                 "header", "host")
+
+    def __init__(self, route: Any, compressor: Compressor, X: torch.Tensor, own: torch.Tensor,
+                 recv: torch.Tensor, nbytes: int, like: torch.Tensor):
+        self.route, self.compressor = route, compressor
+        self.X, self.ptr = X, X.data_ptr()  # that tensor object, where it was
+        self.own, self.recv, self.nbytes, self.like = own, recv, nbytes, like
+        heads = own[:, :8].view(torch.int64)  # [m, 1]: each row's 8 header bytes
+        self.host = heads.is_cpu
+        self.heads = heads.numpy() if self.host else heads
+        self.header = header_int64(compressor.plan(like))
+
+    def send(self, X: torch.Tensor) -> Rows:
+        if self.host:
+            self.heads[:] = self.header
+        else:
+            self.heads.fill_(self.header)
+        out = Rows(self.own, self.recv, self.nbytes, self.compressor, self.like, None, self.route)
+        out.source = (X, X._version)
+        return out

@@ -45,6 +45,8 @@ from gossip.stateful import Stateful
 
 log = logging.getLogger(__name__)
 
+_set_grad_enabled = torch._C._set_grad_enabled  # what torch.no_grad() sets and restores
+
 Metric = Callable[["Engine", torch.Tensor], dict[str, Any]]
 
 
@@ -166,6 +168,7 @@ class Engine:
         self.watch = ["consensus_error", *watch]
         self._viewed: Any = None  # the topology whose views the nodes hold
         self._plans = IdentityCache()
+        self._last_plan: tuple[Any, MixPlan] | None = None
         self.block = self._new_block()
         algorithm.validate_block(self.block)
         self.network.attach(self)
@@ -211,9 +214,15 @@ class Engine:
         return block
 
     def _plan(self, topo: Any) -> MixPlan:
-        """The block's routing for a round's topology (cached per topology object)."""
-        return self._plans.get(topo, lambda: MixPlan.build(topo, self.block.ids,
+        """The block's routing for a round's topology (cached per topology object; a static
+        graph's comes back every round)."""
+        last = self._last_plan
+        if last is not None and last[0] is topo:
+            return last[1]
+        plan = self._plans.get(topo, lambda: MixPlan.build(topo, self.block.ids,
                                                            self.transport.is_local, self.device))
+        self._last_plan = (topo, plan)
+        return plan
 
     def _check_oracle(self, node: Node) -> None:
         """Refuse a problem whose gradients come in another dtype or device than the models
@@ -252,7 +261,6 @@ class Engine:
                 + f"; it applies to {', '.join(able)} (docs/overlap.md)")
 
     # -- rounds ----------------------------------------------------------------------------
-    @torch.no_grad()
     def step(self, prefetch: bool = False) -> None:
         """Run one round on every local node (under no_grad: oracles that need autograd enable it).
 
@@ -261,6 +269,16 @@ class Engine:
         but those that end in a log, a checkpoint or the run's end, where the next round's
         mini-batches must not be drawn yet). For an asynchronous algorithm a "round" is a
         sweep: the events up to n more activations (:mod:`gossip.network.events`)."""
+        grad = torch.is_grad_enabled()
+        if not grad:
+            return self._step(prefetch)
+        _set_grad_enabled(False)  # no_grad's effect without its objects (µs a round)
+        try:
+            return self._step(prefetch)
+        finally:
+            _set_grad_enabled(True)
+
+    def _step(self, prefetch: bool) -> None:
         if self.algorithm.asynchronous:
             self.setup()
             tic = time.perf_counter()
@@ -268,12 +286,12 @@ class Engine:
             self.compute_s += time.perf_counter() - tic
             self.round += 1
             return
-        self.begin_round()
+        self._begin_round()  # (under this no_grad: entering it again costs µs a round)
         if prefetch and self._open is not None:  # the next round's gradients while they travel
             tic = time.perf_counter()
             self.block.prefetch_gradients(self.algorithm.name)
             self.compute_s += time.perf_counter() - tic
-        self.end_round()
+        self._end_round()
 
     @torch.no_grad()
     def begin_round(self) -> None:
@@ -281,12 +299,16 @@ class Engine:
         they travel: work done before :meth:`end_round` overlaps them (for algorithms with
         :attr:`~gossip.algorithms.Algorithm.overlaps`, x is then final for the round). A
         round without messages ends here."""
+        self._begin_round()
+
+    def _begin_round(self) -> None:
         if self._open is not None:
             raise ContractError(f"round {self.round + 1} is in flight: end_round() it first")
         if self.algorithm.asynchronous:
             raise ContractError(f"{self.algorithm.name} is asynchronous: it has no round to begin; "
                                 "call step(), which runs a sweep of its events")
-        self.setup()
+        if not self.is_set_up:
+            self.setup()
         t = self.round + 1
         topo = self.topology.at_round(t)
         if topo is not self._viewed:  # static graphs: the views of round 1 stay
@@ -309,6 +331,9 @@ class Engine:
     def end_round(self) -> None:
         """Wait for the messages :meth:`begin_round` posted and finish the round (its later
         phases included); nothing when no round is in flight."""
+        self._end_round()
+
+    def _end_round(self) -> None:
         rnd = self._open
         if rnd is None:
             return
@@ -346,7 +371,7 @@ class Engine:
             return
         tic = time.perf_counter()
         # several messages yielded together travel as one (their parts come back)
-        phase = self.block.pack(list(msg)) if isinstance(msg, tuple | list) else msg
+        phase = self.block.pack(list(msg)) if isinstance(msg, (tuple, list)) else msg  # noqa: UP038
         self._seq += 1
         self.network.send(phase, rnd.topo, rnd.t, rnd.phases)  # lost messages: neither sent nor mixed
         rnd.phases += 1

@@ -135,6 +135,47 @@ def test_long_dense_rows_are_checked_by_the_mix(bad_value):
         block.mix_into(out, rows, rows, add=False)
 
 
+@pytest.mark.parametrize(("bad_row", "sender"), [(0, 0), (1, 2)])
+@pytest.mark.parametrize("bad_value", [math.nan, math.inf])
+def test_one_node_per_process_is_checked_by_the_mix(bad_value, bad_row, sender):
+    """A block of one node (one per process, as under MPI) with rows of JIT_FROM entries, too
+    short for the long-row path: the fused kernel mixes them too, the receive check waits for
+    it, and a NaN/Inf from a neighbor is still refused naming the sender and the receiver
+    (round 2, after round 1's model was sent again without a pass of its own)."""
+    from types import SimpleNamespace
+
+    from gossip.compress import fused
+    from gossip.compress.dispatch import JIT_FROM, LOOP_FROM
+    from gossip.core.block import Block
+    from gossip.core.routing import MixPlan
+    from gossip.errors import RowsError
+
+    if fused.kernel() is None:
+        pytest.skip("numba is not installed")
+    d = JIT_FROM
+    assert d < LOOP_FROM
+    topo = topologies.build("ring", 4)
+    comp = make("none")
+    block = Block([SimpleNamespace(id=1, state={})], None, comp, lambda: make("none"))
+    block.x = block.message_tensor(d, torch.float32, torch.device("cpu"))
+    block.x.fill_(1.0)
+    plan = MixPlan.build(topo, [1], lambda j: j == 1, torch.device("cpu"))
+    for t in (1, 2):  # received row 0 is node 0's message, row 1 node 2's
+        block.begin_round(t, plan)
+        rows = block.encode(block.x)
+        rows.received().copy_(comp.encode(torch.ones(d)).to_bytes().expand(2, -1))
+        if t == 2:
+            rows.received()[bad_row, 8 + 4 * 100 : 8 + 4 * 101].view(torch.float32).fill_(bad_value)
+        block.check_received(rows)
+        assert rows.pending is not None  # deferred to the mix
+        if t == 1:
+            block.mix_into(block.x, rows, rows, own_weight=block.self_weight - 1.0, alpha=1.0)
+            assert rows.pending is None and torch.equal(block.x, torch.ones(1, d))
+    with pytest.raises(RowsError, match=rf"message from node {sender} to node 1 was refused: "
+                                        r"none: the message's values contain NaN/Inf"):
+        block.mix_into(block.x, rows, rows, own_weight=block.self_weight - 1.0, alpha=1.0)
+
+
 def test_nan_in_a_model_names_the_node():
     topo = topologies.build("ring", 4)
     engine = Engine(make_algorithm("choco", gamma=0.5), topo, lambda i: torch.ones(8) * i,
