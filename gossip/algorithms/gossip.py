@@ -42,5 +42,8 @@ class Gossip(Algorithm):
 
     def mix(self, block: Block, inbox) -> None:
         """``x ← x + γ (Σ_j w_ij C(x_j) − C(x_i))``: the own message weighs ``w_ii − 1``."""
-        block.workspace["channel"].mix(inbox, into=(None, block.x), alpha=self.gamma,
-                                       own_weight=block.self_weight - 1.0)
+        plan, ws = block.plan, block.workspace
+        own = ws.get("own_weight")
+        if own is None or own[0] is not plan:  # w_ii − 1 once per mixing plan, not per round
+            own = ws["own_weight"] = (plan, plan.self_weight - 1.0)
+        ws["channel"].mix(inbox, into=(None, block.x), alpha=self.gamma, own_weight=own[1])
