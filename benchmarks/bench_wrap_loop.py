@@ -272,7 +272,7 @@ CONFIGS = [  # (launcher, ranks, graph, burners, model parameters)
     *[(launcher, 4, graph, 0, 0) for launcher in ("torchrun", "mpiexec") for graph in GRAPHS],
     *[(launcher, 4, graph, 2, 0) for launcher in ("torchrun", "mpiexec") for graph in GRAPHS],
     *[(launcher, 8, "ring", 0, 0) for launcher in ("torchrun", "mpiexec")],
-    *[(launcher, 4, "ring", 0, 10**7) for launcher in ("torchrun", "mpiexec")],
+    *[(launcher, 2, "ring", 0, 10**7) for launcher in ("torchrun", "mpiexec")],  # a core per rank
 ]
 
 
