@@ -456,14 +456,17 @@ class BackwardOptimizerOracle(_Handed, OptimizerOracle):
         """The optimizer's step on ``g``; afterwards the parameters' ``.grad`` hold again what
         ``loss.backward()`` wrote, as views into ``g`` where every tensor of the flat model is
         a trainable parameter (else the tensors the backward wrote)."""
-        # .grad are set to views of g unless they are those views already (zero_grad() may
-        # have dropped them, or the backward written new tensors)
-        self._grad_src = g if (self._grads_are_views() and _same_memory(self._views_of, g)) else None
+        views = self._views_into(g)  # made once per memory of g, not per step
+        if views and views[0] is not None:
+            for p, view in zip(self.trainable, views, strict=True):
+                p.grad = view
+            self._grad_src = g  # the optimizer steps on them: nothing more to split
+        else:
+            self._grad_src = None
         try:
             super().apply_step(x, g, t)
         finally:
             if self._handed is not None:
-                views = self._views_into(g)
                 for p, handed, view in zip(self.trainable, self._handed, views, strict=True):
                     p.grad = view if view is not None else handed
 
