@@ -163,42 +163,42 @@ class GossipOptimizer(torch.optim.Optimizer):
             if self.engine.world.any(bool(found_inf.item())):
                 return loss
             scale = getattr(self, "grad_scale", None)  # None: the loop called scaler.unscale_
-            if scale is not None:
-                grads = [p.grad for m in self.models for p in m.parameters() if p.grad is not None]
+            grads = [p.grad for m in self.models for p in m.parameters() if p.grad is not None]
+            if scale is not None and grads:
                 torch._foreach_mul_(grads, scale.double().reciprocal().float().to(grads[0].device))
         for oracle in self._oracles:
             oracle.arm()
         if not self.optimizers and "lr" in self._groups[0]:
             self.engine.algorithm.eta = float(self._groups[0]["lr"])
         try:
-            if not self.engine.is_set_up:
-                self.engine.setup()
-                if not any(oracle.armed for oracle in self._oracles):
-                    return loss  # the setup took this step's gradients (round 0, no messages)
-            if self._sends_at_forward:  # the round began at the forward: x_t travels
-                if not self.engine.in_round:
-                    self.engine.begin_round()
-                self.engine.end_round()
-            elif self.overlap:  # last round's messages arrived while this gradient was computed
-                self.engine.end_round()
-                self.engine.begin_round()
-                if any(oracle.armed for oracle in self._oracles):
-                    self.engine.end_round()  # a round that sends first (ECD's first): no overlap
-            else:
-                self.engine.step()
-        except NodeError as exc:
-            if isinstance(exc.__cause__, WrapError):  # the algorithm wanted another gradient
-                raise exc.__cause__ from None
-            if self.n == 1:
-                raise _alone(self.engine.algorithm.name, exc) from exc
-            raise
+            self._engine_call(self._round)
         finally:
             for oracle in self._oracles:
                 oracle.disarm()
         return loss
 
+    def _round(self) -> None:
+        """The step's round on the engine (at the first step its setup, which may take the
+        gradients itself: round 0, no messages)."""
+        engine = self.engine
+        if not engine.is_set_up:
+            engine.setup()
+            if not any(oracle.armed for oracle in self._oracles):
+                return
+        if self._sends_at_forward:  # the round began at the forward: x_t travels
+            if not engine.in_round:
+                engine.begin_round()
+            engine.end_round()
+        elif self.overlap:  # last round's messages arrived while this gradient was computed
+            engine.end_round()
+            engine.begin_round()
+            if any(oracle.armed for oracle in self._oracles):
+                engine.end_round()  # a round that sends first (ECD's first): no overlap
+        else:
+            engine.step()
+
     def synchronize(self) -> None:
-        """With ``overlap`` on an algorithm that sends before it computes (CHOCO-SGD &c.):
+        """With ``overlap`` on an algorithm that takes its gradient before sending (CHOCO-SGD &c.):
         wait for the round in flight and mix it in (the helpers below and :meth:`state_dict`
         do it first; call it after the last step before using the model). Nothing otherwise:
         D-PSGD's round in flight (posted at the forward) waits for the next ``opt.step()``'s
@@ -223,11 +223,12 @@ class GossipOptimizer(torch.optim.Optimizer):
             self.engine.progress()
 
     def _engine_call(self, fn: Callable[[], Any]) -> Any:
-        """``fn()`` with the engine's errors turned into what ``step`` raises for them."""
+        """``fn()`` with the engine's errors as the user should see them: the algorithm's
+        refusal of the gradient it was handed, or an algorithm that needs a neighbour alone."""
         try:
             return fn()
         except NodeError as exc:
-            if isinstance(exc.__cause__, WrapError):
+            if isinstance(exc.__cause__, WrapError):  # the algorithm wanted another gradient
                 raise exc.__cause__ from None
             if self.n == 1:
                 raise _alone(self.engine.algorithm.name, exc) from exc
