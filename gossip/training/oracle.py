@@ -494,12 +494,6 @@ class BackwardOptimizerOracle(_Handed, OptimizerOracle):
                 view.copy_(g)
         return True
 
-    def _grads_are_views(self) -> bool:
-        views = self._views
-        return views is not None and all(
-            p.grad is not None and p.grad.data_ptr() == v.data_ptr()
-            for p, v in zip(self.trainable, views, strict=True))
-
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
