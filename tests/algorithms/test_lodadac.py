@@ -194,3 +194,26 @@ def test_zero_start_copies_take_any_starting_models():
 def test_bad_hyper_parameters_are_refused(hp, match):
     with pytest.raises(ConfigError, match=match):
         make_algorithm("lodadac", **hp)
+
+
+def test_runs_under_lost_messages():
+    """on_loss "drop", as CHOCO: a lost q_j never reaches the receiver's copy of x̂_j (that copy
+    drifts from the sender's own), and the run still trains, within 3x the lossless distance."""
+    from tests.helpers.algorithm_setup import HETERO, distance
+
+    ring = topologies.build("ring", 8)
+    x0 = HETERO.initial_point()
+    hp = make_algorithm("lodadac").suggest_hparams(HETERO, "full", ring)
+    assert set(hp) == {"eta", "delta"}
+
+    def run(network):
+        eng = Engine(make_algorithm("lodadac", local_steps=1, **hp), ring, lambda i: x0,
+                     network=network, seed=1, compressor="topk:0.4",
+                     oracles=lambda i, gen: HETERO.oracle(i, gen))
+        for _ in range(300):
+            eng.step()
+        return eng
+
+    ideal, lossy = run(None), run("loss=0.1")
+    assert lossy.network.delivery.lost_total.sum() > 0
+    assert distance(lossy, HETERO) < 3 * distance(ideal, HETERO)
