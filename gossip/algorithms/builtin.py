@@ -21,6 +21,7 @@ from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, Fe
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.lead import LEAD
+from gossip.algorithms.lodadac import LoDAdaC
 from gossip.algorithms.momentum import DoCoM, MoTEF
 from gossip.algorithms.onebit_adam import OneBitAdam
 from gossip.algorithms.onebit_lamb import OneBitLamb
@@ -38,7 +39,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER, DIGing, EXTRA,
     CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
     OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
-    DESLOC, AccumAdam, AccumAdamW, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA,
+    DESLOC, AccumAdam, AccumAdamW, LoDAdaC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA,
     GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an

@@ -396,3 +396,48 @@ def topk(k: int):
         return out
 
     return compress
+
+
+def lodadac(x0, grads, rounds, W, *, eta, gamma, local_steps, rule, compress=None, beta1=0.9,
+            beta2=0.999, delta=1e-8, parts=None):
+    """LoDAdaC (Algorithm 1 of the paper) in matrix form, with the paper's start x̂⁰ = x⁰ (the
+    rows of ``x0`` equal): the step with the previous round's U, then every ``local_steps``-th
+    round X̂ ← X̂ + Q(X − X̂), X ← X + γ (W X̂ − X̂). ``compress(v) -> Q(v)`` per row (None: the
+    identity); ``parts``: Adam-mini's slices (default one over the whole row)."""
+    X, Xh = x0.clone(), x0.clone()
+    M, U, V = (torch.zeros_like(X) for _ in range(3))
+    parts = parts or [slice(0, X.shape[1])]
+    for t in range(1, rounds + 1):
+        G = grads(t, X)
+        M = beta1 * M + (1 - beta1) * G
+        X = X - eta * M / (torch.sqrt(U) + delta)
+        if rule == "adam":
+            U = beta2 * U + (1 - beta2) * G * G
+        elif rule == "amsgrad":
+            V = beta2 * V + (1 - beta2) * G * G
+            U = torch.maximum(U, V)
+        elif rule == "adagrad":
+            U = U + (G * G - U) / t
+        elif rule == "adam-mini":
+            S = torch.empty_like(G)
+            for p in parts:
+                S[:, p] = (G[:, p] * G[:, p]).mean(1, keepdim=True)
+            U = beta2 * U + (1 - beta2) * S
+        if t % local_steps == 0:
+            D = X - Xh
+            Xh = Xh + (D if compress is None else torch.stack([compress(r) for r in D]))
+            X = X + gamma * (W @ Xh - Xh)
+    return X
+
+
+def choco_sgd(x0, grads, rounds, W, *, eta, gamma, compress):
+    """CHOCO-SGD as in Koloskova, Stich, Jaggi (ICML 2019), Algorithm 2, node by node, with the
+    copies starting at x⁰: x^{t+½} = x − η g;  q_i = Q(x_i^{t+½} − x̂_i);  x̂_j += q_j for all j;
+    x_i ← x_i^{t+½} + γ Σ_j w_ij (x̂_j − x̂_i)."""
+    X, Xh = x0.clone(), x0.clone()
+    n = X.shape[0]
+    for t in range(1, rounds + 1):
+        X = X - eta * grads(t, X)
+        Xh = Xh + torch.stack([compress(X[i] - Xh[i]) for i in range(n)])
+        X = X + gamma * torch.stack([sum(W[i, j] * (Xh[j] - Xh[i]) for j in range(n)) for i in range(n)])
+    return X
