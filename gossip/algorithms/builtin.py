@@ -20,6 +20,7 @@ from gossip.algorithms.ecl import CECL
 from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi, Scaffold
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
+from gossip.algorithms.greedylore import GreedyLore, PowerSGD
 from gossip.algorithms.lead import LEAD
 from gossip.algorithms.momentum import DoCoM, MoTEF
 from gossip.algorithms.onebit_adam import OneBitAdam
@@ -39,7 +40,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
     OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
     DESLOC, AccumAdam, AccumAdamW, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA,
-    GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
+    GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco, GreedyLore, PowerSGD,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""
