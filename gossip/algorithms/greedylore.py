@@ -46,6 +46,7 @@ computed once per block from its first row.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -124,10 +125,7 @@ def make_plan(shapes: list[tuple[int, tuple[int, ...]]], rank: int, subspace: st
     mats, dense = [], []
     basis = scores = factors = p = q = 0
     for offset, shape in shapes:
-        dims = view.dims(shape)
-        size = 1
-        for s in shape:
-            size *= s
+        dims, size = view.dims(shape), math.prod(shape)
         if dims is not None:
             a, b, r = dims
             sent = r * max(a, b) if subspace == "greedy" else r * (a + b)

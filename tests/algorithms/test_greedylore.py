@@ -201,3 +201,14 @@ def test_needs_the_complete_graph_and_no_gossip_compressor(name):
         Engine(make_algorithm(name), topologies.build("complete", 4),
                lambda i: torch.zeros(D, dtype=torch.float64), layout=Layout(SHAPES),
                compressor="topk:0.5", oracles=lambda i, gen: QuadraticOracle(data, i))
+
+
+@pytest.mark.parametrize("name", ["greedylore", "powersgd"])
+def test_a_run_that_may_lose_messages_is_refused(name):
+    """An all-reduce needs every chunk, and the nodes' shared B and Q would part: no meaning
+    for a lost message, so a lossy network is refused before any message."""
+    data, _ = quadratic_problem(4, D, seed=1)
+    with pytest.raises(ConfigError, match="loss"):
+        Engine(make_algorithm(name), topologies.build("complete", 4),
+               lambda i: torch.zeros(D, dtype=torch.float64), layout=Layout(SHAPES),
+               network="loss=0.1", oracles=lambda i, gen: QuadraticOracle(data, i))
