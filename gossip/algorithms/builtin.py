@@ -20,6 +20,7 @@ from gossip.algorithms.ecl import CECL
 from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi, Scaffold
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
+from gossip.algorithms.greedylore import GreedyLore, PowerSGD
 from gossip.algorithms.lead import LEAD
 from gossip.algorithms.lodadac import LoDAdaC
 from gossip.algorithms.momentum import DoCoM, MoTEF
@@ -38,9 +39,10 @@ from gossip.core.registry import register_algorithm
 BUILTIN: tuple[type[Algorithm], ...] = (
     Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER, DIGing, EXTRA,
     CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
-    OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
-    DESLOC, AccumAdam, AccumAdamW, LoDAdaC, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA,
-    GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
+    OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, GreedyLore, PowerSGD,
+    DADAM, TrackedAMSGrad, ChocoAMSGrad, DESLOC, AccumAdam, AccumAdamW, LoDAdaC,
+    FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA, GCADA,
+    PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""
