@@ -106,6 +106,12 @@ def reference_kernels() -> Iterator[None]:
 
 
 # ------------------------------------------------------------------ numpy twins
+def switches() -> tuple[bool, bool, bool]:
+    """The kernel switches (:data:`NUMPY`, :data:`JIT`, :data:`REFERENCE`) as they are now:
+    a choice remembered for a repeated call holds while they do."""
+    return NUMPY, JIT, REFERENCE
+
+
 def numpy_path(device: torch.device, dtype: torch.dtype | None = None) -> bool:
     """Whether the numpy fast path serves tensors on ``device`` (of ``dtype``: numpy has no
     bfloat16)."""

@@ -86,6 +86,9 @@ class Block:
         self._finite: dict[int, int] = {}  # message tensor -> version the mix kernel checked
         self._in_place: dict[tuple, _InPlace] = {}  # phases sent from a tensor's own memory
         self._dense_checks: dict[tuple, tuple] = {}  # dense_mix's choices (_dense_mix, _dense_check)
+        self._last_dense: _DenseRepeat | None = None  # the last dense mix_into, for its repeat
+        self._last_in_rows: tuple | None = None  # the last tensor in_message_rows found
+        self._last_check: tuple | None = None  # (compressor, like, switches, _dense_check's answer)
         self._scratches: dict[Any, torch.Tensor] = {}
         self._prefetched: tuple[torch.Tensor, int, str] | None = None  # (gradients, x's version, by)
         self._stand_in = False
@@ -175,8 +178,14 @@ class Block:
     def in_message_rows(self, X: torch.Tensor) -> bool:
         """Whether ``X`` is a :meth:`message_tensor` (``x`` is one): the ``none`` compressor
         sends it from its own memory."""
+        last = self._last_in_rows  # the tensor asked about last time (x, every round)
+        if last is not None and last[0] is X and last[1] == X.data_ptr() and last[2] == X.shape:
+            return True
         rows = self._message_rows.get(X.data_ptr())
-        return rows is not None and rows[1].shape == X.shape and rows[1].stride() == X.stride()
+        found = rows is not None and rows[1].shape == X.shape and rows[1].stride() == X.stride()
+        if found:
+            self._last_in_rows = (X, X.data_ptr(), X.shape)
+        return found
 
     def encode(self, X: torch.Tensor, compressor: Compressor | None = None,
                rng: Stream | None = None, route: Any = None) -> Rows:
@@ -377,8 +386,20 @@ class Block:
         _check_source(inbox)
         if own is not None and own is not inbox:
             _check_source(own)
-        comp, m = inbox.compressor, self.m
         plan = plan or self.plan
+        last = self._last_dense
+        if (last is not None and last.out is out and last.plan is plan and copy is None
+                and last.own is (None if own is None else own.own) and last.inbox is inbox.own
+                and last.recv is inbox.recv and last.nbytes == inbox.nbytes
+                and last.compressor is inbox.compressor and last.own_weight is own_weight
+                and last.mode == (scale, add, alpha) and last.switches == dispatch.switches()
+                and not out.requires_grad):  # the same call as the last one: its choices hold
+            w_own = last.w_own
+            if w_own is None and own is not None:
+                w_own = plan.self_weight if own_weight is None else own_weight
+                w_own = w_own * scale if scale != 1.0 else w_own
+            return self._mix_dense(out, own, inbox, w_own, plan, scale, add, alpha, last)
+        comp, m = inbox.compressor, self.m
         fused = plan.fused
         ordered = comp.ordered_rows and out.is_cpu
         w_own = None
@@ -388,7 +409,12 @@ class Block:
         if self._dense_mix(comp, out, alpha):
             if copy is not None:
                 self._decode_add(comp, copy, own.mine(), 1.0, None, None)
-            return self._mix_dense(out, own, inbox, w_own, plan, scale, add, alpha)
+                return self._mix_dense(out, own, inbox, w_own, plan, scale, add, alpha)
+            self._last_dense = last = _DenseRepeat(out, own, inbox, plan, own_weight,
+                                                   (scale, add, alpha))
+            if own_weight is None and own is not None and scale == 1.0:
+                last.w_own = w_own  # the plan's own weights: the same object every round
+            return self._mix_dense(out, own, inbox, w_own, plan, scale, add, alpha, last)
         if alpha is not None and not comp.sends_values_in_place:  # messages apart from out
             return self.mix_into(out, own, inbox, own_weight=own_weight, scale=scale * alpha,
                                  copy=copy, plan=plan)
@@ -452,19 +478,25 @@ class Block:
 
     def _mix_dense(self, out: torch.Tensor, own: Rows | None, inbox: Rows,
                    w_own: torch.Tensor | None, plan: MixPlan, scale: float, add: bool,
-                   alpha: float | None) -> torch.Tensor:
+                   alpha: float | None, last: _DenseRepeat | None = None) -> torch.Tensor:
         """:meth:`mix_into` of dense messages by :func:`gossip.compress.fused.mix_rows_`; the
         received rows' pending check runs only when a result is not finite (to name the
         sender) or a header is not the expected one. What depends only on the tensors (the
-        kernel's arguments, the received headers' view) is kept in the plan's cache."""
-        mine = None if own is None else own.own
-        key = ("dense", scale, id(out), id(mine), id(inbox.own), id(inbox.recv), inbox.nbytes)
-        hit = plan.cache.get(key)  # the same tensor objects come back every round
-        if (hit is None or hit[4] is not out or hit[5] is not mine or hit[6] is not inbox.own
-                or hit[7] is not inbox.recv or hit[8] != out.data_ptr()):
-            # the kernel's arguments for these tensors (held, so their ids stay theirs)
-            hit = plan.cache[key] = (*self._dense_call(out, own, inbox, plan, scale), out, mine,
-                                     inbox.own, inbox.recv, out.data_ptr())
+        kernel's arguments, the received headers' view) is kept in the plan's cache, and
+        ``last`` (the call repeated, see :class:`_DenseRepeat`) holds it too."""
+        ptr = out.data_ptr()
+        hit = None if last is None else last.hit
+        if hit is None or hit[8] != ptr:
+            mine = None if own is None else own.own
+            key = ("dense", scale, id(out), id(mine), id(inbox.own), id(inbox.recv), inbox.nbytes)
+            hit = plan.cache.get(key)  # the same tensor objects come back every round
+            if (hit is None or hit[4] is not out or hit[5] is not mine or hit[6] is not inbox.own
+                    or hit[7] is not inbox.recv or hit[8] != ptr):
+                # the kernel's arguments for these tensors (held, so their ids stay theirs)
+                hit = plan.cache[key] = (*self._dense_call(out, own, inbox, plan, scale), out,
+                                         mine, inbox.own, inbox.recv, ptr)
+            if last is not None:
+                last.hit = hit
         call, heads, headers, in_rows = hit[:4]
         if own is not None and not isinstance(w_own, torch.Tensor):
             w_own = torch.full((self.m,), float(w_own), dtype=torch.float64)
@@ -473,9 +505,9 @@ class Block:
         fine = all(ok.tolist())  # (a few rows: faster as a list than by numpy's reductions)
         if in_rows:  # its next send needs no NaN/Inf pass if it is finite
             if fine:
-                self._finite[out.data_ptr()] = out._version
+                self._finite[ptr] = out._version
             else:
-                self._finite.pop(out.data_ptr(), None)
+                self._finite.pop(ptr, None)
         if inbox.pending is not None:
             if not fine or heads.tolist() != headers:
                 inbox.settle()  # names the sender of a bad message, if one is
@@ -531,14 +563,17 @@ class Block:
         :func:`~gossip.compress.dispatch.dense_mix` for [m, d] rows like ``rows.like``,
         remembered per kind of message (and the dispatcher's switches)."""
         comp, like = rows.compressor, rows.like
-        key = (id(comp), like.shape, like.dtype, like.device, dispatch.NUMPY, dispatch.JIT,
-               dispatch.REFERENCE)
+        last, switches = self._last_check, dispatch.switches()
+        if last is not None and last[0] is comp and last[1] is like and last[2] == switches:
+            return last[3]  # the same messages as the last phase (a static round)
+        key = (id(comp), like.shape, like.dtype, like.device, *switches)
         hit = self._dense_checks.get(key)
         if hit is None or hit[0] is not comp:
             if len(self._dense_checks) > 64:
                 self._dense_checks.clear()
             rowish = like.reshape(1, -1).expand(self.m, -1)
             hit = self._dense_checks[key] = (comp, dispatch.dense_mix(comp, rowish))
+        self._last_check = (comp, like, switches, hit[1])
         return hit[1]
 
     def _check_received(self, rows: Rows) -> None:
@@ -731,6 +766,26 @@ def _check_source(rows: Rows) -> None:
             "the model was changed after its message was sent from its own memory (compressor "
             "'none') and before that message was decoded: mix or decode the round's messages "
             "first, then change x (or send a copy of x)")
+
+
+class _DenseRepeat:
+    """The arguments of the last dense :meth:`Block.mix_into` (the objects themselves) and the
+    kernel call they chose: a round that repeats mixes the same tensors with the same plan and
+    weights, and then skips the choice of the kernel (:func:`~gossip.compress.dispatch.dense_mix`)
+    and the lookup of its arguments. Only the model's memory (``out.data_ptr()``), its
+    ``requires_grad`` and the dispatcher's switches are looked at again."""
+
+    __slots__ = ("out", "own", "inbox", "recv", "nbytes", "compressor", "plan", "own_weight",
+                 "mode", "switches", "w_own", "hit")
+
+    def __init__(self, out: torch.Tensor, own: Rows | None, inbox: Rows, plan: MixPlan,
+                 own_weight: Any, mode: tuple):
+        self.out, self.own, self.plan = out, None if own is None else own.own, plan
+        self.inbox, self.recv, self.nbytes = inbox.own, inbox.recv, inbox.nbytes
+        self.compressor, self.own_weight, self.mode = inbox.compressor, own_weight, mode
+        self.switches = dispatch.switches()
+        self.w_own: Any = None  # the own weights when they are the plan's (the same object)
+        self.hit: tuple | None = None
 
 
 class _InPlace:
