@@ -120,6 +120,34 @@ def int8_table(results: dict[tuple[str, str, str], list[dict[str, Any]]]) -> str
     return "\n".join(lines)
 
 
+def saved_bytes(quantize: str, batch: int = 32) -> tuple[int, int]:
+    """(bytes autograd keeps for the backward, bytes of extra tensors made) of one forward of
+    the digits MLP on ``batch`` samples: the memory of a node's step besides its model,
+    optimizer state and flat gradient (float32 or ``quantize``)."""
+    import torch
+
+    from gossip.training import MLP
+    from gossip.training.precision import QuantizedCompute
+
+    torch.manual_seed(0)
+    model = MLP(64, 10, (128,))
+    if quantize != "none":
+        QuantizedCompute(quantize, 0).install(model)
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    x, y = torch.randn(batch, 64), torch.randint(0, 10, (batch,))
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    inputs = {x.untyped_storage().data_ptr()} | params  # the batch and the model itself
+    return sum(v for k, v in saved.items() if k not in inputs), len(saved)
+
+
 def int8_main(args: argparse.Namespace) -> str:
     """The ``--int8`` runs and their table (CHOCO-SGD and DeepSqueeze unless --algorithms)."""
     train = train_script()
@@ -135,7 +163,13 @@ def int8_main(args: argparse.Namespace) -> str:
     print(f"digits, MLP 64-128-10, {args.nodes} nodes on a ring, {args.partition} split, "
           f"{args.epochs} epochs, γ = {args.gamma}, seeds {' '.join(map(str, args.seeds))}\n")
     print(out)
-    return out
+    mem = ["", "| saved for the backward (batch 32) | " + " | ".join(
+        f"{saved_bytes(q)[0]} B" for q in ("none", "int8", "int8-sr")) + " |"]
+    mem.insert(0, "| memory of a node's step | float32 | int8 | int8-sr |\n|---|---|---|---|")
+    mem_table = mem[0] + "\n" + mem[2]
+    print()
+    print(mem_table)
+    return out + "\n\n" + mem_table
 
 
 def best_us(fn: Any, calls: int, repeat: int, sync: Any) -> float:

@@ -263,3 +263,6 @@ def test_benchmark_int8_table_is_the_one_in_the_docs():
         compute = "float32" if quantize == "none" else quantize
         for alg in ("choco", "deepsqueeze"):
             assert doc.count(f"| {alg} | {compute} | {comp} | ") == 2  # iid and skewed
+    assert "| memory of a node's step | float32 | int8 | int8-sr |" in doc
+    assert "| saved for the backward (batch 32) | " + " | ".join(
+        f"{bench.saved_bytes(q)[0]} B" for q in ("none", "int8", "int8-sr")) + " |" in doc
