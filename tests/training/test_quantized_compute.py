@@ -258,7 +258,8 @@ def test_benchmark_int8_table_is_the_one_in_the_docs():
     row = {"test_accuracy": 0.9, "test_loss": 0.1, "bits_per_node": 8.0, "seconds_per_epoch": 0.1}
     header = bench.int8_table({("choco", *s): [row] for s in bench.INT8_SETTINGS}).splitlines()[0]
     doc = (ROOT / "docs" / "low-precision.md").read_text()
-    assert header in doc
+    doc = doc[doc.index("## 8-bit compute"):]  # the section (the 16-bit tables have similar rows)
+    assert doc.count(header) == 2
     for quantize, comp in bench.INT8_SETTINGS:
         compute = "float32" if quantize == "none" else quantize
         for alg in ("choco", "deepsqueeze"):
