@@ -22,6 +22,14 @@ whole per-tensor message, ``none`` / ``bf16`` / ``fp16``), in µs per call.
     python benchmarks/bench_low_precision.py                      # ~3 min on one CPU core
     python benchmarks/bench_low_precision.py --epochs 5 --seeds 0 # a quick look
     python benchmarks/bench_low_precision.py --parts-only --device cuda
+
+``--int8`` prints instead the table of 8-bit compute (``--quantize int8`` / ``int8-sr``,
+Aketi, Kodge & Roy 2022) with 8-bit messages (``lead:7``: 2⁷ + 1 levels of ‖x‖_∞ and the sign
+in 8 bits per entry) for CHOCO-SGD and DeepSqueeze (γ = ``--gamma``), against float32 with
+exact messages, and the two apart (8-bit messages alone, 8-bit compute alone):
+
+    python benchmarks/bench_low_precision.py --int8                        # ~5 min
+    python benchmarks/bench_low_precision.py --int8 --partition dirichlet:0.5 --epochs 40
 """
 
 from __future__ import annotations
@@ -42,6 +50,10 @@ SETTINGS = (("float32", "none", "none"), ("float32", "none", "bf16"), ("float32"
             ("float32", "fp16", "fp16"), ("bfloat16", "none", "none"), ("float16", "none", "none"))
 """(model dtype, autocast, compressor) per row; the first is the reference."""
 
+INT8_SETTINGS = (("none", "none"), ("none", "lead:7"), ("int8", "none"), ("int8", "lead:7"),
+                 ("int8-sr", "lead:7"))
+"""(quantize, compressor) per row of the ``--int8`` table; the first is the reference."""
+
 
 def train_script() -> Any:
     """experiments/train.py as a module (the scripts are files, not a package)."""
@@ -53,19 +65,20 @@ def train_script() -> Any:
 
 
 def run(train: Any, args: argparse.Namespace, algorithm: str, dtype: str, autocast: str,
-        compressor: str, seed: int) -> dict[str, Any]:
+        compressor: str, seed: int, quantize: str = "none") -> dict[str, Any]:
     """One training run's table row (its own printout silenced)."""
     argv = ["--data", "digits", "--model", "mlp", "--hidden", "128", "--nodes", str(args.nodes),
             "--topology", "ring", "--partition", args.partition, "--algorithm", algorithm,
             "--compressor", compressor, "--autocast", autocast, "--epochs", str(args.epochs),
             "--eval-every", str(args.epochs), "--lr", "0.1", "--optimizer", "momentum",
-            "--seed", str(seed), "--device", args.device, "--dtype", dtype]
-    if algorithm == "choco":
+            "--seed", str(seed), "--device", args.device, "--dtype", dtype, "--quantize", quantize]
+    if algorithm in ("choco", "deepsqueeze"):
         argv += ["--gamma", str(args.gamma)]
     with contextlib.redirect_stdout(io.StringIO()):
         row = train.main(argv)
     if row["status"] != "ok":
-        raise SystemExit(f"{algorithm} {dtype} autocast={autocast} {compressor} seed {seed}: "
+        raise SystemExit(f"{algorithm} {dtype} autocast={autocast} quantize={quantize} {compressor} "
+                         f"seed {seed}: "
                          f"{row['status']}")
     return row
 
@@ -86,6 +99,77 @@ def table(results: dict[tuple[str, str, str, str], list[dict[str, Any]]]) -> str
         lines.append(f"| {alg} | {dtype} | {autocast} | {comp} | {mean:.2%} ({min(acc):.2%}–{max(acc):.2%}) "
                      f"| {delta:+.2f} | {loss:.4f} | {bits:.4g} | {ratio:.3f} | {sec:.3f} |")
     return "\n".join(lines)
+
+
+def int8_table(results: dict[tuple[str, str, str], list[dict[str, Any]]]) -> str:
+    """The markdown table of 8-bit compute and messages (docs/low-precision.md)."""
+    lines = ["| algorithm | compute | message | test accuracy (min–max) | Δ vs fp32 (points) "
+             "| test loss | bits/node | bits vs fp32 | s/epoch |", "|---|---|---|---|---|---|---|---|---|"]
+    for (alg, quantize, comp), rows in results.items():
+        ref = results[(alg, *INT8_SETTINGS[0])]
+        acc = [r["test_accuracy"] for r in rows]
+        mean = statistics.fmean(acc)
+        delta = 100 * (mean - statistics.fmean(r["test_accuracy"] for r in ref))
+        bits = statistics.fmean(r["bits_per_node"] for r in rows)
+        ratio = bits / statistics.fmean(r["bits_per_node"] for r in ref)
+        sec = statistics.median(r["seconds_per_epoch"] for r in rows)
+        loss = statistics.fmean(r["test_loss"] for r in rows)
+        compute = "float32" if quantize == "none" else quantize
+        lines.append(f"| {alg} | {compute} | {comp} | {mean:.2%} ({min(acc):.2%}–{max(acc):.2%}) "
+                     f"| {delta:+.2f} | {loss:.4f} | {bits:.4g} | {ratio:.3f} | {sec:.3f} |")
+    return "\n".join(lines)
+
+
+def saved_bytes(quantize: str, batch: int = 32) -> tuple[int, int]:
+    """(bytes autograd keeps for the backward, bytes of extra tensors made) of one forward of
+    the digits MLP on ``batch`` samples: the memory of a node's step besides its model,
+    optimizer state and flat gradient (float32 or ``quantize``)."""
+    import torch
+
+    from gossip.training import MLP
+    from gossip.training.precision import QuantizedCompute
+
+    torch.manual_seed(0)
+    model = MLP(64, 10, (128,))
+    if quantize != "none":
+        QuantizedCompute(quantize, 0).install(model)
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    x, y = torch.randn(batch, 64), torch.randint(0, 10, (batch,))
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    inputs = {x.untyped_storage().data_ptr()} | params  # the batch and the model itself
+    return sum(v for k, v in saved.items() if k not in inputs), len(saved)
+
+
+def int8_main(args: argparse.Namespace) -> str:
+    """The ``--int8`` runs and their table (CHOCO-SGD and DeepSqueeze unless --algorithms)."""
+    train = train_script()
+    algorithms = args.algorithms or ["choco", "deepsqueeze"]
+    results: dict[tuple[str, str, str], list[dict[str, Any]]] = {
+        (alg, *setting): [] for alg in algorithms for setting in INT8_SETTINGS}
+    for seed in args.seeds:  # settings interleaved: a busy machine slows them all alike
+        for alg, quantize, comp in results:
+            results[(alg, quantize, comp)].append(
+                run(train, args, alg, "float32", "none", comp, seed, quantize))
+        print(f"done: seed {seed}", file=sys.stderr, flush=True)
+    out = int8_table(results)
+    print(f"digits, MLP 64-128-10, {args.nodes} nodes on a ring, {args.partition} split, "
+          f"{args.epochs} epochs, γ = {args.gamma}, seeds {' '.join(map(str, args.seeds))}\n")
+    print(out)
+    mem = ["", "| saved for the backward (batch 32) | " + " | ".join(
+        f"{saved_bytes(q)[0]} B" for q in ("none", "int8", "int8-sr")) + " |"]
+    mem.insert(0, "| memory of a node's step | float32 | int8 | int8-sr |\n|---|---|---|---|")
+    mem_table = mem[0] + "\n" + mem[2]
+    print()
+    print(mem_table)
+    return out + "\n\n" + mem_table
 
 
 def best_us(fn: Any, calls: int, repeat: int, sync: Any) -> float:
@@ -142,17 +226,24 @@ def parts(device: str, calls: int, repeat: int) -> str:
 
 def main(argv: list[str] | None = None) -> str:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--algorithms", nargs="+", default=["dpsgd", "choco"], help="train.py algorithms")
+    p.add_argument("--algorithms", nargs="+", default=None,
+                   help="train.py algorithms (default dpsgd choco; with --int8 choco deepsqueeze)")
     p.add_argument("--epochs", type=int, default=20, help="epochs per run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds")
     p.add_argument("--nodes", type=int, default=8, help="nodes on the ring")
-    p.add_argument("--gamma", type=float, default=0.5, help="CHOCO-SGD's consensus step")
+    p.add_argument("--gamma", type=float, default=0.5,
+                   help="the consensus step of CHOCO-SGD and DeepSqueeze")
     p.add_argument("--partition", default="iid", help="train.py's split: iid, sorted, dirichlet:ALPHA")
     p.add_argument("--device", default="cpu", help="torch device of the runs and the part timings")
     p.add_argument("--parts-only", action="store_true", help="only the table of part timings")
     p.add_argument("--calls", type=int, default=200, help="calls per timing of a part")
     p.add_argument("--repeat", type=int, default=5, help="timings per part (the best is shown)")
+    p.add_argument("--int8", action="store_true",
+                   help="the table of 8-bit compute and 8-bit messages instead (CHOCO-SGD, DeepSqueeze)")
     args = p.parse_args(argv)
+    if args.int8:
+        return int8_main(args)
+    args.algorithms = args.algorithms or ["dpsgd", "choco"]
     part_table = parts(args.device, args.calls, args.repeat)
     if args.parts_only:
         print(part_table)

@@ -127,6 +127,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(the float32 master weights the compressor sends) and the optimizer "
                         "state stay float32 (needs --dtype float32); pair it with --compressor "
                         "bf16 to send half the bits. docs/low-precision.md")
+    m.add_argument("--quantize", choices=("none", "int8", "int8-sr"), default="none",
+                   help="8-bit compute (Aketi, Kodge & Roy 2022): each node's linear and conv "
+                        "layers round their weights, input activations and output gradients to "
+                        "256 min-max levels (int8-sr: activations and gradients by stochastic "
+                        "rounding, seeded per node) while x and the optimizer state stay float32; "
+                        "not with --autocast. Pair it with --compressor lead:7 for 8-bit "
+                        "messages. docs/low-precision.md")
     m.add_argument("--master-weights", action=argparse.BooleanOptionalAction, default=None,
                    help="with --dtype bfloat16/float16 (models stored, sent and mixed in 16 "
                         "bits): each node's optimizer steps a float32 copy of its parameters, "
@@ -351,6 +358,7 @@ def build_trainer(args, model, train_set, test_set, topology, world, gamma, tota
         eval_train=args.eval_train and evaluate,
         autocast=None if args.autocast == "none" else args.autocast,
         master_weights=args.master_weights,
+        quantize=None if args.quantize == "none" else args.quantize,
         free_run=args.free_run if free else None,
     )
 
@@ -509,6 +517,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> dict[str, A
     label = run_label(args.algorithm, wire, parse_hparams(args.hparam), sep=" ") + (
         f" γ={gamma:g}" if gamma is not None else "") + (
         f" autocast={args.autocast}" if args.autocast != "none" else "") + (
+        f" quantize={args.quantize}" if args.quantize != "none" else "") + (
         f" {args.dtype}" if args.dtype != "float32" else "") + (
         " no-master" if args.master_weights is False else "")
     logger = JsonlLogger(args.out, enabled=world.is_root)

@@ -454,7 +454,7 @@ def as_stream(generator: Any) -> Stream | None:
 # data, split, partition, oracle) purposes are disjoint, so adding data shuffling or a model
 # never shifts a compressor's randomness.
 _NODE, _INIT = 1, 3
-_MODEL, _DATA, _SPLIT, _PARTITION, _ORACLE = 11, 12, 13, 14, 15
+_MODEL, _DATA, _SPLIT, _PARTITION, _ORACLE, _QUANTIZE = 11, 12, 13, 14, 15, 16
 
 
 def derive(*words: int) -> int:
@@ -498,6 +498,12 @@ def oracle_seed(seed: int, node: int) -> int:
     return derive(seed, _ORACLE, node)
 
 
+def quantize_seed(oracle: int) -> int:
+    """Seed of the stochastic rounding of a node's 8-bit compute, from its :func:`oracle_seed`
+    (a stream apart from the node's dropout draws; docs/low-precision.md)."""
+    return derive(oracle, _QUANTIZE)
+
+
 def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
     """A torch generator on ``device`` seeded with ``seed``."""
     gen = torch.Generator(device=device)
@@ -507,4 +513,4 @@ def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
 
 __all__ = ["Stream", "Draw16", "as_stream", "as_generator", "stream_id", "derive", "node_seed",
            "init_seed", "model_seed", "data_seed", "split_seed", "partition_seed", "oracle_seed",
-           "generator"]
+           "quantize_seed", "generator"]

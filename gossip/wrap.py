@@ -50,11 +50,12 @@ from gossip.core.algorithm import Algorithm
 from gossip.engine import Engine
 from gossip.errors import ConfigError, GossipError, NodeError, WrapError
 from gossip.metrics import consensus_error
+from gossip.rng import oracle_seed
 from gossip.training import flat
 from gossip.training.build import check_trainable, load_average, training_engine
 from gossip.training.data import NodeSampler
 from gossip.training.oracle import BackwardOptimizerOracle, BackwardOracle
-from gossip.training.precision import MasterWeights, wants_master_weights
+from gossip.training.precision import MasterWeights, quantize_mode, wants_master_weights
 
 OptimizerLike = torch.optim.Optimizer | Callable[[list[nn.Parameter]], torch.optim.Optimizer] | None
 
@@ -361,6 +362,7 @@ def wrap(
     overlap: bool | None = None,
     link_latency: float = 0.0,
     master_weights: bool | None = None,
+    quantize: str | None = None,
     **hparams: Any,
 ) -> tuple[nn.Module, GossipOptimizer]:
     """Make ``model`` a node of a decentralized run; returns ``(model, opt)``.
@@ -394,6 +396,12 @@ def wrap(
             the parameters (its ``param_groups`` are moved onto them; docs/low-precision.md)
             and the model follows, rounded. None (default): on for half models with an
             optimizer; False: the optimizer steps the half parameters.
+        quantize: ``"int8"`` or ``"int8-sr"``: the model's ``nn.Linear`` and ``nn.Conv*``
+            layers compute in 8 bits in training mode (their ``forward`` is replaced on the
+            instances: weights, input activations and output gradients rounded to 256 min-max
+            levels, ``-sr`` stochastically with a generator per node seeded from ``seed``), as
+            DecentralizedTrainer's ``quantize`` (docs/low-precision.md). In eval mode they
+            run in full precision. None: off.
         l2: weight decay added to the gradient, for algorithms without a local optimizer.
         gossip_buffers, per_tensor, timeout, network: as for DecentralizedTrainer.
     """
@@ -444,16 +452,20 @@ def wrap(
         raise WrapError(f"l2={l2} is the weight decay of algorithms without a local optimizer; with "
                         "one, give the optimizer weight_decay instead")
     masters = wants_master_weights(master_weights, dtype, optimizer is not None, alg.name, WrapError)
+    quantize = quantize_mode(quantize, dtype, None, WrapError)
     local = world.local_nodes(n)
     models, optimizers = _node_copies(model, optimizer, len(local))
     oracles: list[BackwardOracle | BackwardOptimizerOracle] = []
-    for module, opt in zip(models, optimizers or [None] * len(models), strict=True):
+    for i, module, opt in zip(local, models, optimizers or [None] * len(models), strict=True):
+        rng = oracle_seed(seed, i)  # the trainer's node seed (8-bit stochastic rounding)
         if opt is None:
-            oracles.append(BackwardOracle(module, algorithm=alg.name, buffers=gossip_buffers, l2=l2))
+            oracles.append(BackwardOracle(module, algorithm=alg.name, buffers=gossip_buffers, l2=l2,
+                                          quantize=quantize, rng_seed=rng))
         else:
             master = _master_weights(module, opt) if masters else None
             oracles.append(BackwardOptimizerOracle(module, opt, algorithm=alg.name,
-                                                   buffers=gossip_buffers, master=master))
+                                                   buffers=gossip_buffers, master=master,
+                                                   quantize=quantize, rng_seed=rng))
     by_id = dict(zip(local, oracles, strict=True))
     try:
         engine = training_engine(

@@ -29,9 +29,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from gossip.errors import DivergenceError, WrapError
+from gossip.errors import CheckpointError, DivergenceError, WrapError
+from gossip.rng import quantize_seed
 from gossip.training import flat
-from gossip.training.precision import LossScaler, MasterWeights, autocast_dtype
+from gossip.training.precision import LossScaler, MasterWeights, QuantizedCompute, autocast_dtype, quantize_mode
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -50,6 +51,10 @@ class ModelOracle:
         autocast: ``"bf16"`` / ``"fp16"``: forward and backward under ``torch.autocast`` in that
             type, ``x`` and the gradient float32 (fp16 with a dynamic loss scale,
             :mod:`gossip.training.precision`); None: in the model's dtype.
+        quantize: ``"int8"`` / ``"int8-sr"``: the module's linear and convolution layers
+            compute in 8 bits (:class:`~gossip.training.precision.QuantizedCompute`; ``-sr``
+            rounds activations and gradients stochastically, drawing from a generator seeded
+            from ``rng_seed``); None: off.
 
     Attributes:
         samples: samples seen so far; ``loss_sum`` / ``loss_count``: running sums since the last
@@ -68,6 +73,7 @@ class ModelOracle:
         l2: float = 0.0,
         rng_seed: int = 0,
         autocast: str | None = None,
+        quantize: str | None = None,
     ):
         self.module = module
         self.batches = batches
@@ -83,6 +89,12 @@ class ModelOracle:
         self.autocast = autocast_dtype(autocast, self.dtype, self.device)
         fp16 = self.autocast == torch.float16 or (self.autocast is None and self.dtype == torch.float16)
         self.scaler = LossScaler() if fp16 else None  # float16's gradients need a loss scale
+        self.quantized: QuantizedCompute | None = None
+        """The 8-bit compute of the node's layers, or None."""
+        mode = quantize_mode(quantize, self.dtype, autocast)
+        if mode is not None:
+            self.quantized = QuantizedCompute(mode, quantize_seed(rng_seed), self.device)
+            self.quantized.install(module)
         param_ids = {id(p) for p in self.params}
         self._has_grad = [id(t) in param_ids and t.requires_grad for t in self._tensors]
         self._zeros = {id(t): torch.zeros_like(t).reshape(-1)
@@ -199,6 +211,7 @@ class ModelOracle:
             "loss_reference": self.loss_reference,
             "local_buffers": [b.detach().clone() for b in self._local_buffers()],
             "loss_scale": self.scaler.state_dict() if self.scaler is not None else None,
+            "quantize": self.quantized.state_dict() if self.quantized is not None else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -212,6 +225,11 @@ class ModelOracle:
         self.loss_reference = state.get("loss_reference")
         if self.scaler is not None and state.get("loss_scale") is not None:
             self.scaler.load_state_dict(state["loss_scale"])
+        if self.quantized is not None:
+            if state.get("quantize") is None:
+                raise CheckpointError(f"the checkpoint was trained without quantize, this run has "
+                                      f"quantize={self.quantized.mode!r}: resume with the same setting")
+            self.quantized.load_state_dict(state["quantize"])
         with torch.no_grad():
             for b, saved in zip(self._local_buffers(), state["local_buffers"], strict=True):
                 b.copy_(saved)
@@ -265,10 +283,10 @@ class OptimizerOracle(ModelOracle):
 
     def __init__(self, module: nn.Module, batches: Iterator[Any], optimizer: torch.optim.Optimizer,
                  scheduler: Any = None, loss_fn: LossFn | None = None, *, buffers: bool = False,
-                 rng_seed: int = 0, autocast: str | None = None,
+                 rng_seed: int = 0, autocast: str | None = None, quantize: str | None = None,
                  master: MasterWeights | None = None, schedule_by_round: bool = False):
         super().__init__(module, batches, loss_fn, buffers=buffers, rng_seed=rng_seed,
-                         autocast=autocast)
+                         autocast=autocast, quantize=quantize)
         self.optimizer = optimizer
         self.scheduler = scheduler
         self.schedule_by_round = schedule_by_round
@@ -427,8 +445,9 @@ class BackwardOracle(_Handed, ModelOracle):
     gradient ``loss.backward()`` left in ``module``'s ``.grad`` (plus ``l2·x``) directly."""
 
     def __init__(self, module: nn.Module, *, algorithm: str, buffers: bool = False,
-                 l2: float = 0.0):
-        ModelOracle.__init__(self, module, iter(()), buffers=buffers, l2=l2)
+                 l2: float = 0.0, quantize: str | None = None, rng_seed: int = 0):
+        ModelOracle.__init__(self, module, iter(()), buffers=buffers, l2=l2, quantize=quantize,
+                             rng_seed=rng_seed)
         self.algorithm = algorithm
         self._armed, self._version, self._handed = False, -1, None
 
@@ -445,8 +464,10 @@ class BackwardOptimizerOracle(_Handed, OptimizerOracle):
     them, and nothing is copied (as DDP's ``gradient_as_bucket_view``)."""
 
     def __init__(self, module: nn.Module, optimizer: torch.optim.Optimizer, *, algorithm: str,
-                 buffers: bool = False, master: MasterWeights | None = None):
-        OptimizerOracle.__init__(self, module, iter(()), optimizer, buffers=buffers, master=master)
+                 buffers: bool = False, master: MasterWeights | None = None,
+                 quantize: str | None = None, rng_seed: int = 0):
+        OptimizerOracle.__init__(self, module, iter(()), optimizer, buffers=buffers, master=master,
+                                 quantize=quantize, rng_seed=rng_seed)
         self.algorithm = algorithm
         self._armed, self._version, self._handed = False, -1, None
         self._views: list[torch.Tensor] | None = None  # .grad as views into the last round's g

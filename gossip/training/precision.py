@@ -14,15 +14,24 @@ finite gradients in a row. The oracle therefore always returns a finite gradient
 batch; a loss that is itself NaN/Inf (fp16 activations beyond ±65504, or a diverged run)
 raises :class:`gossip.errors.DivergenceError`, since no scale helps.
 bf16 has float32's exponent range and needs no scale.
+
+With ``quantize="int8"`` (or ``"int8-sr"``, stochastic rounding) the node's linear and
+convolution layers compute in 8 bits as in Aketi, Kodge & Roy's low-precision decentralized
+training (:class:`QuantizedCompute`): their weights, input activations and the gradient of
+their output are rounded to 256 uniform levels between the tensor's minimum and maximum, while
+``x`` and the optimizer stay float32 (the weights' rounding is straight-through: the gradient
+reaches the float32 weights unchanged).
 """
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
 import torch
+from torch import nn
 
-from gossip.errors import ConfigError
+from gossip.errors import CheckpointError, ConfigError
 
 AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
 """The ``autocast`` names and the dtype their forward and backward run in."""
@@ -171,3 +180,151 @@ class MasterWeights:
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self.x.copy_(state["x"])
         self.written.copy_(state["written"])
+
+
+# ---------------------------------------------------------------- 8-bit compute
+QUANTIZE_MODES: dict[str, bool] = {"int8": False, "int8-sr": True}
+"""The ``quantize`` names, and whether they round activations and gradients stochastically."""
+
+QUANT_BITS = 8
+"""Bits of a quantized value: 2⁸ = 256 levels."""
+
+QUANTIZED_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d)
+"""The layers whose products :class:`QuantizedCompute` runs on 8-bit values."""
+
+
+def quantize_minmax(t: torch.Tensor, generator: torch.Generator | None = None,
+                    bits: int = QUANT_BITS) -> torch.Tensor:
+    """``t`` rounded to ``2**bits`` uniform levels between its minimum and maximum (a new tensor
+    of ``t``'s dtype holding the decoded values).
+
+    With ``lo, hi = min t, max t`` and the step ``Δ = (hi − lo)/(2^bits − 1)``, each entry becomes
+    ``lo + Δ·k`` with the integer ``k = round((t − lo)/Δ)`` in [0, 2^bits − 1] (to the nearest
+    level, ties to even), or with a ``generator`` ``k = ⌊(t − lo)/Δ + u⌋``, u uniform in [0, 1)
+    (stochastic rounding: unbiased, E[q] = t). The minimum and maximum are levels, so they are
+    kept exactly; a constant tensor is returned unchanged. No host synchronization.
+    """
+    t = t.detach()
+    top = float(2**bits - 1)
+    lo, hi = torch.aminmax(t)
+    step = ((hi - lo) / top).clamp_min(torch.finfo(t.dtype).tiny)  # constant t: every k is 0
+    k = (t - lo).div_(step)
+    if generator is None:
+        k.round_()
+    else:
+        k.add_(torch.rand(t.shape, generator=generator, dtype=t.dtype, device=t.device)).floor_()
+    return k.clamp_(0.0, top).mul_(step).add_(lo)
+
+
+class _RoundStraightThrough(torch.autograd.Function):
+    """Forward: :func:`quantize_minmax`; backward: the gradient passes unchanged."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        return quantize_minmax(t, generator)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+class _RoundGradient(torch.autograd.Function):
+    """Forward: the identity; backward: the incoming gradient through :func:`quantize_minmax`."""
+
+    @staticmethod
+    def forward(ctx: Any, t: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+        ctx.generator = generator
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return quantize_minmax(grad, ctx.generator), None
+
+
+def quantize_mode(quantize: str | None, dtype: torch.dtype, autocast: str | None,
+                  error: type[ConfigError] = ConfigError) -> str | None:
+    """``quantize`` checked (None: off): a known name, not with ``autocast`` (one compute
+    precision at a time), and a float32 or float64 model (the weights the 8-bit products are
+    rounded from; a half model has nothing to gain). Raises ``error`` naming the fix."""
+    if quantize is None or quantize == "none":
+        return None
+    if quantize not in QUANTIZE_MODES:
+        raise error(f"quantize={quantize!r}: use one of none, {', '.join(QUANTIZE_MODES)}")
+    if autocast is not None and autocast != "none":
+        raise error(f"quantize={quantize!r} and autocast={autocast!r} both set the precision of the "
+                    "forward and backward: choose one (--autocast none or --quantize none)")
+    if dtype not in (torch.float32, torch.float64):
+        raise error(f"quantize={quantize!r} rounds float32 weights to 8 bits, but the model is "
+                    f"{dtype}: train in float32 (--dtype float32)")
+    return quantize
+
+
+class QuantizedCompute:
+    """The 8-bit compute of one node (Aketi, Kodge & Roy 2022; docs/low-precision.md).
+
+    :meth:`install` replaces the ``forward`` of every ``nn.Linear`` and ``nn.Conv1d/2d/3d`` of a
+    module (on the instance; :meth:`uninstall` undoes it). In training mode such a layer computes
+    ``y = layer(q(a); q(W), q(b))`` with :func:`quantize_minmax` over each whole tensor (the
+    input activation ``a``, the weight, the bias), and its backward receives ``q(∂L/∂y)``: the
+    products of the forward and of the backward (``∂L/∂a = q(∂L/∂y)·q(W)``, ``∂L/∂W =
+    q(∂L/∂y)ᵀ·q(a)``) take 8-bit operands. The rounding of ``W``, ``b`` and ``a`` is
+    straight-through (their gradient is the one of the rounded value). In eval mode the layer
+    runs in full precision (evaluations are of the float32 model).
+
+    Rounding: the weights and biases to the nearest level; the activations and gradients to the
+    nearest level (``"int8"``) or stochastically (``"int8-sr"``), with draws from this node's
+    own ``torch.Generator`` (seeded from the node's seed, saved in checkpoints), consumed in
+    the order of the forward and backward: the same numbers in process and under MPI.
+    Emulated: the 8-bit values are held in the model's dtype, so time and memory are those of a
+    float32 model plus the rounded copies, not 4× less (docs/low-precision.md).
+    """
+
+    def __init__(self, mode: str, seed: int, device: torch.device | str = "cpu"):
+        if mode not in QUANTIZE_MODES:
+            raise ConfigError(f"quantize={mode!r}: use one of {', '.join(QUANTIZE_MODES)}")
+        self.mode = mode
+        self.generator = torch.Generator(device=device)
+        self.generator.manual_seed(int(seed))
+        self._draws = self.generator if QUANTIZE_MODES[mode] else None
+
+    def install(self, module: nn.Module) -> int:
+        """Make the quantized layers of ``module`` compute in 8 bits; returns how many.
+        Raises :class:`ConfigError` when it has none."""
+        layers = [m for m in module.modules() if isinstance(m, QUANTIZED_LAYERS)]
+        if not layers:
+            raise ConfigError(f"quantize={self.mode!r} computes nn.Linear and nn.Conv1d/2d/3d "
+                              f"layers in 8 bits, but {type(module).__name__} has none: use "
+                              "quantize='none'")
+        for layer in layers:
+            layer.forward = types.MethodType(self._forward, layer)  # type: ignore[method-assign]
+        return len(layers)
+
+    @staticmethod
+    def uninstall(module: nn.Module) -> None:
+        """Give the layers of ``module`` their own ``forward`` back."""
+        for m in module.modules():
+            if isinstance(m, QUANTIZED_LAYERS) and "forward" in m.__dict__:
+                del m.forward
+
+    def _forward(self, layer: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+        if not layer.training:
+            return type(layer).forward(layer, inputs)
+        a = _RoundStraightThrough.apply(inputs, self._draws)
+        w = _RoundStraightThrough.apply(layer.weight, None)
+        b = None if layer.bias is None else _RoundStraightThrough.apply(layer.bias, None)
+        if isinstance(layer, nn.Linear):
+            y = nn.functional.linear(a, w, b)
+        else:
+            y = layer._conv_forward(a, w, b)  # type: ignore[operator]
+        return _RoundGradient.apply(y, self._draws)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rounding generator's state (a resumed run draws what the straight one draws)."""
+        return {"mode": self.mode, "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        if state["mode"] != self.mode:
+            raise CheckpointError(f"the checkpoint was trained with quantize={state['mode']!r}, this "
+                              f"run has quantize={self.mode!r}: resume with the same setting")
+        self.generator.set_state(state["generator"])

@@ -79,7 +79,7 @@ from gossip.training.build import check_trainable, load_average, training_engine
 from gossip.training.data import BatchStream, node_loader, partition_indices
 from gossip.training.evaluate import Sums, evaluate, shard
 from gossip.training.oracle import LossFn, ModelOracle, OptimizerOracle
-from gossip.training.precision import HALF_DTYPES, MasterWeights, autocast_dtype, wants_master_weights
+from gossip.training.precision import HALF_DTYPES, MasterWeights, autocast_dtype, quantize_mode, wants_master_weights
 
 SAME_START_FIX = ("build it after seeding torch identically on every process (e.g. "
                   "torch.manual_seed(seed) before the model)")
@@ -157,6 +157,12 @@ class DecentralizedTrainer:
             every compressor sends) and the optimizer state stay float32; fp16 with a dynamic
             loss scale (:mod:`gossip.training.precision`, docs/low-precision.md). Needs
             ``dtype=torch.float32``. Evaluations run in float32. None: off.
+        quantize: ``"int8"`` or ``"int8-sr"``: 8-bit compute, each node's linear and convolution
+            layers round their weights, input activations and output gradients to 256 min-max
+            levels (``-sr``: activations and gradients stochastically, from a generator per
+            node), while ``x`` and the optimizer state stay float32
+            (:class:`~gossip.training.precision.QuantizedCompute`, docs/low-precision.md).
+            Not with ``autocast``; evaluations run in full precision. None: off.
         master_weights: with a half-precision ``dtype`` (bfloat16, float16: the models are
             sent, mixed and run in it), each node's optimizer steps a float32 copy of its
             parameters (:class:`~gossip.training.precision.MasterWeights`; its state float32
@@ -198,6 +204,7 @@ class DecentralizedTrainer:
         eval_train: bool = False,
         autocast: str | None = None,
         master_weights: bool | None = None,
+        quantize: str | None = None,
         free_run: float | None = None,
     ):
         if isinstance(topology, str):
@@ -218,6 +225,7 @@ class DecentralizedTrainer:
         self.device, self.dtype = torch.device(device), dtype
         autocast_dtype(autocast, dtype, self.device)  # refuse a bad combination before any work
         self.autocast = None if autocast == "none" else autocast
+        self.quantize = quantize_mode(quantize, dtype, self.autocast)
         self.master_weights = wants_master_weights(master_weights, dtype, optimizer is not None,
                                                    self.algorithm.name)
         if dtype in HALF_DTYPES and optimizer is None:
@@ -280,13 +288,14 @@ class DecentralizedTrainer:
         rng = oracle_seed(self.seed, i)
         if self._optimizer is None:
             return ModelOracle(module, stream, self.loss_fn, buffers=self.gossip_buffers,
-                               l2=self._l2, rng_seed=rng, autocast=self.autocast)
+                               l2=self._l2, rng_seed=rng, autocast=self.autocast,
+                               quantize=self.quantize)
         master = MasterWeights(flat.parameters(module)) if self.master_weights else None
         opt = self._optimizer(master.params if master is not None else flat.parameters(module))
         sched = self._scheduler(opt) if self._scheduler is not None else None
         return OptimizerOracle(module, stream, opt, sched, self.loss_fn,
                                buffers=self.gossip_buffers, rng_seed=rng, autocast=self.autocast,
-                               master=master, schedule_by_round=self.algorithm.asynchronous)
+                               quantize=self.quantize, master=master, schedule_by_round=self.algorithm.asynchronous)
 
     # -- running -------------------------------------------------------------------------------
     @property

@@ -49,8 +49,8 @@ def config(name: str) -> dict[str, Any]:
             "sgd": (0.1, 0.0) if cls.takes_optimizer else None, "hparams": {}}
 
 
-def trainer_losses(name: str, n: int, rounds: int, seed: int = 0,
-                   dtype: torch.dtype = torch.float32) -> tuple[list[float], torch.Tensor]:
+def trainer_losses(name: str, n: int, rounds: int, seed: int = 0, dtype: torch.dtype = torch.float32,
+                   quantize: str | None = None) -> tuple[list[float], torch.Tensor]:
     """Per-round mean train loss of all nodes and the final block of models, by the trainer."""
     cfg = config(name)
     train, _ = digits()
@@ -59,20 +59,20 @@ def trainer_losses(name: str, n: int, rounds: int, seed: int = 0,
     trainer = DecentralizedTrainer(
         model(), train, topology=topologies.build(cfg["topology"], n, seed=seed),
         algorithm=make_algorithm(name, **cfg["hparams"]), compressor=cfg["compressor"],
-        optimizer=opt, batch_size=BATCH, seed=seed, dtype=dtype)
+        optimizer=opt, batch_size=BATCH, seed=seed, dtype=dtype, quantize=quantize)
     records = trainer.fit(rounds=rounds, log_every=1)
     return [r["train_loss"] for r in records[1:]], trainer.engine.block.x.clone()
 
 
-def wrapped(name: str, nodes: int | None, seed: int = 0,
-            dtype: torch.dtype = torch.float32) -> tuple[nn.Module, GossipOptimizer]:
+def wrapped(name: str, nodes: int | None, seed: int = 0, dtype: torch.dtype = torch.float32,
+            quantize: str | None = None) -> tuple[nn.Module, GossipOptimizer]:
     """``gossip.wrap`` of the digits MLP for ``name``'s setting."""
     cfg = config(name)
     net = model(dtype=dtype)
     lr = cfg["sgd"]
     opt = None if lr is None else torch.optim.SGD(net.parameters(), lr=lr[0], momentum=lr[1])
     return wrap(net, opt, algorithm=name, compressor=cfg["compressor"], topology=cfg["topology"],
-                seed=seed, nodes=nodes, **cfg["hparams"])
+                seed=seed, nodes=nodes, quantize=quantize, **cfg["hparams"])
 
 
 def endless(loader: DataLoader) -> Iterator[Any]:
