@@ -29,6 +29,7 @@ from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
 from gossip.algorithms.sgp_async import AsyncSGP
 from gossip.algorithms.signum import SignumVote
+from gossip.algorithms.squarm import SQuARM
 from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
 from gossip.core.algorithm import Algorithm
@@ -39,7 +40,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
     OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
     DESLOC, AccumAdam, AccumAdamW, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA,
-    GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
+    GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco, SQuARM,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""
