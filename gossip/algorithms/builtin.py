@@ -22,7 +22,7 @@ from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.lead import LEAD
 from gossip.algorithms.momentum import DoCoM, MoTEF
-from gossip.algorithms.onebit_adam import OneBitAdam
+from gossip.algorithms.onebit_adam import APMSqueeze, OneBitAdam
 from gossip.algorithms.onebit_lamb import OneBitLamb
 from gossip.algorithms.pairwise import PairwiseGossip
 from gossip.algorithms.powergossip import PowerGossip
@@ -41,6 +41,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
     DESLOC, AccumAdam, AccumAdamW, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA,
     GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco, SQuARM,
+    APMSqueeze,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""
