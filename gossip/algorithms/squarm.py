@@ -59,6 +59,7 @@ class SQuARM(Choco):
     state_copies = 7  # CHOCO's 6 and the momentum v
     takes_optimizer = False  # its own Nesterov step with η_t, which the trigger also reads
     overlaps = None
+    on_loss = None  # refused: a lost flag would leave a receiver waiting for, or missing, an increment
     counts = ("squarm.sends", "squarm.sends_skipped")
 
     def __init__(self, gamma: float | None = None, eta: float | Callable[[int], float] = 0.0,
