@@ -301,11 +301,27 @@ class Channel:
             torch.sub(z, d, out=d)
         else:
             d = torch.sub(z, self.copy, out=self._send_rows())
+        if self.compressor.stateful:  # each sender's own instance, once, copied to its arcs
+            return (yield self._stateful_rows(d, route, row_of))
         src = torch.tensor([row_of[i] for i in route.senders], dtype=torch.int64,
                            device=z.device)
         rng = Stream(block.seed, list(route.senders), self.rng.stream)
         rng.sync(self.rng)  # the senders' numbers at the node stream's (round, call)
         return (yield block.encode(d.index_select(0, src), self.compressor, rng, route=route))
+
+    def _stateful_rows(self, d: torch.Tensor, route: ArcPlan, row_of: dict[int, int]) -> Any:
+        """:meth:`send_if`'s messages with a compressor that keeps state per node (low-rank):
+        each sender encodes with its own instance (only senders advance their state) and its
+        message is copied to its arcs, as raw rows."""
+        block, comp = self.block, self.compressor
+        rows = block.message_rows(comp.nbytes_rows(d[0]), route)
+        mine = rows.mine()
+        for i in sorted(set(route.senders)):
+            r = row_of[i]
+            nd = block.nodes[r]
+            c = nd.compressor if comp is block.compressor else nd.stream_compressor(self.name)
+            mine[route.out_rows(i)] = c.encode(d[r], self.rng.row(r)).to_bytes()
+        return rows
 
     def _move_some(self, q: Any) -> None:
         """:meth:`_move` for the messages of :meth:`send_if`: ``h_i += C(q_i)`` and
@@ -331,7 +347,7 @@ class Channel:
         if route.incoming:
             W = block.topology.W
             dec = torch.zeros((len(route.incoming), x.shape[1]), dtype=x.dtype, device=x.device)
-            comp.decode_add_rows_(dec, block.received_arcs(q), check=False)
+            comp.decode_add_rows_(dec, block.received_arcs(q))  # checked: raw rows are not
             w = torch.tensor([float(W[i, j]) for j, i in route.incoming], dtype=torch.float64)
             dec = dec.to(wide).mul_(w.to(device=x.device, dtype=wide).view(-1, 1))
             self.diff.index_add_(0, route.in_dst, dec)
