@@ -27,6 +27,7 @@ CHOCO-SGD's, bit for bit. ``c_t = threshold + threshold_step·⌊(t − 1)/thres
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from typing import Any
@@ -76,6 +77,16 @@ class SQuARM(Choco):
                     include_low=True)
         self.beta, self.local_steps = beta, local_steps
         self.threshold, self.threshold_step, self.threshold_every = threshold, threshold_step, threshold_every
+
+    @classmethod
+    def suggest_hparams(cls, problem: Any, estimator: str = "full",
+                        topology: Any = None) -> dict[str, Any]:
+        """CHOCO's suggestion with its step times ``1 − β`` (β the constructor's default):
+        momentum makes the step ``η/(1 − β)`` in the long run."""
+        hp = dict(super().suggest_hparams(problem, estimator, topology))
+        if "eta" in hp:
+            hp["eta"] = hp["eta"] * (1.0 - inspect.signature(cls.__init__).parameters["beta"].default)
+        return hp
 
     @property
     def triggered(self) -> bool:

@@ -43,6 +43,10 @@ is never a difference of two large numbers. The memory is α:
 
 With the identity compressor ``ẑ = z`` and ``ẑm = M z`` for any α.
 
+A round in which only some nodes send (an event trigger) is ``inbox = yield from
+ch.send_if(z, sending)``, then :meth:`Channel.update`: a silent node's copy stays where it is,
+at its neighbors too (one flag byte per arc first, so receivers know which messages come).
+
 On a graph that changes every round, or on a network that loses messages, ``route="arcs"``
 (or an :class:`ArcRoute` with its options) keeps one copy per arc instead
 (``block.arc_state[name + ".out"]``, ``[name + ".in"]``), held by both ends of the arc and
