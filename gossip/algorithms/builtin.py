@@ -24,13 +24,14 @@ from gossip.algorithms.greedylore import GreedyLore, PowerSGD
 from gossip.algorithms.lead import LEAD
 from gossip.algorithms.lodadac import LoDAdaC
 from gossip.algorithms.momentum import DoCoM, MoTEF
-from gossip.algorithms.onebit_adam import OneBitAdam
+from gossip.algorithms.onebit_adam import APMSqueeze, OneBitAdam
 from gossip.algorithms.onebit_lamb import OneBitLamb
 from gossip.algorithms.pairwise import PairwiseGossip
 from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
 from gossip.algorithms.sgp_async import AsyncSGP
 from gossip.algorithms.signum import SignumVote
+from gossip.algorithms.squarm import SQuARM
 from gossip.algorithms.tracking import CGT, EXTRA, DIGing
 from gossip.algorithms.zero_one_adam import ZeroOneAdam
 from gossip.core.algorithm import Algorithm
@@ -39,8 +40,8 @@ from gossip.core.registry import register_algorithm
 BUILTIN: tuple[type[Algorithm], ...] = (
     Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER, DIGing, EXTRA,
     CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
-    OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, GreedyLore, PowerSGD,
-    DADAM, TrackedAMSGrad, ChocoAMSGrad, DESLOC, AccumAdam, AccumAdamW, LoDAdaC,
+    OneBitAdam, APMSqueeze, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, GreedyLore, PowerSGD,
+    DADAM, TrackedAMSGrad, ChocoAMSGrad, DESLOC, AccumAdam, AccumAdamW, LoDAdaC, SQuARM,
     FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA, GCADA,
     PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
 )

@@ -79,3 +79,20 @@ class OneBitAdam(AllReduceAlgorithm):
             yield from block.workspace["ar"].reduce_block(block, m, m)
             m.masked_fill_(v == 0, 0.0)  # coordinates that never had a gradient stay put
         block.x.sub_(preconditioned(m, v, self.eps, block.workspace["step"]), alpha=scheduled(self.eta, block.round))
+
+
+class APMSqueeze(OneBitAdam):
+    """APMSqueeze (Tang, Gan, Rajbhandari, Lian, Liu, Zhang, He, arXiv 2008.11343, 2020):
+    1-bit Adam under its first name (docs/algorithms/apmsqueeze.md).
+
+    The rule we could reconstruct (an Adam warm-up on the exact all-reduce, then momentum SGD
+    preconditioned by the frozen ``v``, its momentum sent by the error-compensated 1-bit
+    all-reduce with worker and server error feedback) is :class:`OneBitAdam`'s, by the same
+    group, which 1-bit Adam's paper succeeds; no source we read gives APMSqueeze other
+    defaults, so this is that class under the name, with 1-bit Adam's defaults (our choice).
+
+    Args:
+        eta, freeze_step, beta1, beta2, eps, codec: as :class:`OneBitAdam`.
+    """
+
+    name = "apmsqueeze"

@@ -28,6 +28,7 @@ spec                    what                                          constant
 ``lead:BITS``           LEAD's ∞-norm quantizer, s = 2^{BITS−1}       ω ≤ min(d/4^b, √d/2^{b−1})
 ``natural``             natural compression, 9 bits per entry         ω = 1/8
 ``lowrank:RANK``        one warm-started PowerSGD step per matrix     —
+``SPARSE+VALUES``       a sparsifier's k values sent by another one   δ = δ_S·δ_Q (:mod:`.compose`)
 ======================  ============================================  ==========================
 
 Constants that depend on d are None on a compressor built without a layout (use
@@ -60,6 +61,7 @@ from collections.abc import Callable
 from gossip.catalog import COMPRESSOR_SPECS, PLUGIN_COMPRESSOR
 from gossip.compress.base import Compressor, Payload
 from gossip.compress.codec import Codec
+from gossip.compress.compose import Composed, compose
 from gossip.compress.dense import Bf16, Fp16, Identity
 from gossip.compress.dispatch import reference_kernels
 from gossip.compress.lowrank import LowRank
@@ -103,6 +105,7 @@ __all__ = [
     "LowRank",
     "PerTensor",
     "Vote",
+    "Composed",
 ]
 
 MAX_LEVELS = 1 << 16
@@ -279,6 +282,9 @@ def _bad(spec: object, why: str) -> CompressorSpecError:
 
 def _factory(spec: str) -> Callable[[], Compressor]:
     spec = spec.strip()
+    if "+" in spec:  # SPARSIFIER+VALUES (gossip.compress.compose)
+        build = lambda s, *_: compose(s, lambda part: _factory(part)())  # noqa: E731
+        return _checked(spec, build, [], None)
     found = COMPRESSORS.resolve(spec)
     if found.name is not None:
         return _checked(spec.lower(), found.obj, list(found.params), found.name)
@@ -420,3 +426,4 @@ for _name, (_forms, _usage) in COMPRESSOR_SPECS.items():
     _build, _cls = _BUILTINS[_name]
     _claim(_cls.kind, _cls, _name)
     register_compressor(_name, _build, forms=_forms, usage=_usage, replace=True)
+_claim(Composed.kind, Composed, "sparsifier+values")

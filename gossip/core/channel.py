@@ -43,6 +43,10 @@ is never a difference of two large numbers. The memory is α:
 
 With the identity compressor ``ẑ = z`` and ``ẑm = M z`` for any α.
 
+A round in which only some nodes send (an event trigger) is ``inbox = yield from
+ch.send_if(z, sending)``, then :meth:`Channel.update`: a silent node's copy stays where it is,
+at its neighbors too (one flag byte per arc first, so receivers know which messages come).
+
 On a graph that changes every round, or on a network that loses messages, ``route="arcs"``
 (or an :class:`ArcRoute` with its options) keeps one copy per arc instead
 (``block.arc_state[name + ".out"]``, ``[name + ".in"]``), held by both ends of the arc and
@@ -268,6 +272,90 @@ class Channel:
             d = z
         return block.encode(d, self.compressor, self.rng)
 
+    def send_if(self, z: torch.Tensor, sending: list[bool]) -> Any:
+        """A round in which only some nodes send (an event trigger): a generator, ``inbox =
+        yield from ch.send_if(z, sending)``, then :meth:`update` or :meth:`gap` as usual.
+
+        ``sending[r]`` says whether row r sends ``C(z_r − h_r)`` this round; a node that does
+        not send leaves its copy ``h_r`` where it is, at its neighbors too (the same as a zero
+        message, without its bytes). Receivers must know which messages come, so the round has
+        two phases: one byte per arc of the graph (the sender's flag), then one message per arc
+        out of the nodes that send, every arc of a node carrying the same message (drawn from
+        the sender's numbers of the channel's stream, as a broadcast would). The flags' bytes
+        count with the messages'. Broadcast channels with ``"choco"``/``"ef21"`` memory and the
+        topology's weights only."""
+        block = self.block
+        if self.arcs is not None or self.alpha != 1.0 or self.weights is not None:
+            raise ConfigError(f"channel {self.name!r}: send_if needs a broadcast channel with "
+                              "'choco' or 'ef21' memory and the topology's weights")
+        if len(sending) != block.m:
+            raise ConfigError(f"send_if: {len(sending)} flags for {block.m} rows")
+        flags = block.arc_plan()
+        rows = block.message_rows(1, flags)
+        row_of = {i: r for r, i in enumerate(block.ids)}
+        for a, (i, _) in enumerate(flags.arcs):
+            rows.mine()[a, 0] = int(bool(sending[row_of[i]]))
+        got = yield rows
+        on = {i for i, r in row_of.items() if sending[r]}
+        on.update(j for (j, _), f in zip(flags.incoming, block.received_arcs(got)[:, 0].tolist(),
+                                         strict=True) if f)
+        route = block.arc_plan([a for a in flags.arcs + flags.incoming if a[0] in on])
+        if self.wide:  # z − h with h rounded to z's dtype, as send() builds it
+            d = self._send_rows().copy_(self.copy)
+            torch.sub(z, d, out=d)
+        else:
+            d = torch.sub(z, self.copy, out=self._send_rows())
+        if self.compressor.stateful:  # each sender's own instance, once, copied to its arcs
+            return (yield self._stateful_rows(d, route, row_of))
+        src = torch.tensor([row_of[i] for i in route.senders], dtype=torch.int64,
+                           device=z.device)
+        rng = Stream(block.seed, list(route.senders), self.rng.stream)
+        rng.sync(self.rng)  # the senders' numbers at the node stream's (round, call)
+        return (yield block.encode(d.index_select(0, src), self.compressor, rng, route=route))
+
+    def _stateful_rows(self, d: torch.Tensor, route: ArcPlan, row_of: dict[int, int]) -> Any:
+        """:meth:`send_if`'s messages with a compressor that keeps state per node (low-rank):
+        each sender encodes with its own instance (only senders advance their state) and its
+        message is copied to its arcs, as raw rows."""
+        block, comp = self.block, self.compressor
+        rows = block.message_rows(comp.nbytes_rows(d[0]), route)
+        mine = rows.mine()
+        for i in sorted(set(route.senders)):
+            r = row_of[i]
+            nd = block.nodes[r]
+            c = nd.compressor if comp is block.compressor else nd.stream_compressor(self.name)
+            mine[route.out_rows(i)] = c.encode(d[r], self.rng.row(r)).to_bytes()
+        return rows
+
+    def _move_some(self, q: Any) -> None:
+        """:meth:`_move` for the messages of :meth:`send_if`: ``h_i += C(q_i)`` and
+        ``g_i += (w_ii − 1) C(q_i)`` for the rows that sent (decoded from their first arc),
+        then ``g_i += w_ij C(q_j)`` for each message that came in, in sorted order; weighted
+        and summed in the copies' dtype."""
+        block, route, comp = self.block, q.route, self.compressor
+        x = block.x
+        row_of = {i: r for r, i in enumerate(block.ids)}
+        first: dict[int, int] = {}
+        for a, i in enumerate(route.senders):
+            first.setdefault(i, a)
+        wide = self.copy.dtype
+        if first:
+            own = torch.tensor(list(first.values()), dtype=torch.int64, device=x.device)
+            rows = torch.tensor([row_of[i] for i in first], dtype=torch.int64, device=x.device)
+            dec = torch.zeros((len(first), x.shape[1]), dtype=x.dtype, device=x.device)
+            comp.decode_add_rows_(dec, q.mine().index_select(0, own), check=False)
+            dec = dec.to(wide)
+            self.copy.index_add_(0, rows, dec)
+            w_own = self.plan().self_weight.index_select(0, rows.cpu()).to(wide) - 1.0
+            self.diff.index_add_(0, rows, dec.mul_(w_own.to(x.device).view(-1, 1)))
+        if route.incoming:
+            W = block.topology.W
+            dec = torch.zeros((len(route.incoming), x.shape[1]), dtype=x.dtype, device=x.device)
+            comp.decode_add_rows_(dec, block.received_arcs(q))  # checked: raw rows are not
+            w = torch.tensor([float(W[i, j]) for j, i in route.incoming], dtype=torch.float64)
+            dec = dec.to(wide).mul_(w.to(device=x.device, dtype=wide).view(-1, 1))
+            self.diff.index_add_(0, route.in_dst, dec)
+
     def mix(self, inbox: Any, *, into: tuple[torch.Tensor | None, torch.Tensor] | None = None,
             scale: float = 1.0, own_weight: torch.Tensor | None = None, add: bool = True,
             alpha: float | None = None) -> tuple[torch.Tensor | None, torch.Tensor]:
@@ -324,6 +412,8 @@ class Channel:
             self.arcs.update(inbox)
         elif self.copy is None:
             raise ConfigError(f"channel {self.name!r} keeps no copies: there is nothing to update")
+        elif isinstance(inbox.route, ArcPlan):  # the messages of send_if
+            self._move_some(inbox)
         else:
             self._move(inbox)
 

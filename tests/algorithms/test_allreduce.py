@@ -211,6 +211,7 @@ def test_adasum_sends_to_its_partner_only():
 
 @pytest.mark.parametrize(("name", "hp"), [
     ("onebit-adam", {"eta": 0.05, "freeze_step": 3}),
+    ("apmsqueeze", {"eta": 0.05, "freeze_step": 3}),
     ("zero-one-adam", {"eta": 0.03, "var_freeze_step": 4, "var_update_scaler": 1,
                        "local_step_scaler": 2, "local_step_clipper": 4}),
     ("onebit-lamb", {"eta": 0.02, "freeze_step": 3, "weight_decay": 0.01}),

@@ -21,7 +21,7 @@ from gossip.layout import Layout  # noqa: E402
 from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
 from tests.helpers.reference_adaptive import QuadraticOracle, quadratic_problem  # noqa: E402
 
-# name -> (algorithm, hyper-parameters, topology); choco-amsgrad and lodadac compress with top-50 %
+# name -> (algorithm, hyper-parameters, topology); COMPRESSORS: the scenarios' compressors
 SCENARIOS = {
     "onebit-adam": ("onebit-adam", {"eta": 0.05, "freeze_step": 3}, "complete"),
     "onebit-adam-l1": ("onebit-adam", {"eta": 0.05, "freeze_step": 2, "codec": "sign_l1"},
@@ -44,7 +44,13 @@ SCENARIOS = {
     "accum-adamw": ("accum-adamw", {"eta": 0.02, "accum_iter": 3}, "ring"),
     "lodadac": ("lodadac", {"eta": 0.02, "gamma": 0.5, "local_steps": 3, "rule": "amsgrad",
                             "delta": 0.1}, "ring"),
+    "squarm-sgd": ("squarm-sgd", {"eta": 0.02, "gamma": 0.4, "local_steps": 2,
+                                  "threshold": 30000.0}, "ring"),
+    "apmsqueeze": ("apmsqueeze", {"eta": 0.05, "freeze_step": 3}, "complete"),
 }
+COMPRESSORS = {"choco-amsgrad": "topk:0.5", "lodadac": "topk:0.5",
+               "squarm-sgd": "randk:0.5+qsgd:4:biased"}
+"""The scenarios that compress with something other than ``none``."""
 
 
 def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict] | None:
@@ -56,7 +62,7 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict] | None:
     data, _ = quadratic_problem(n, 23, seed=9, scales=[0.5 + i for i in range(n)])
     engine = Engine(make_algorithm(alg, **hp), topologies.build(topo, n),
                     lambda i: torch.zeros(23, dtype=torch.float64),
-                    compressor="topk:0.5" if alg in ("choco-amsgrad", "lodadac") else "none",
+                    compressor=COMPRESSORS.get(alg, "none"),
                     layout=Layout([(4, 5), (3,)]), seed=4, world=world.configure(timeout=60),
                     oracles=lambda i, gen: QuadraticOracle(data, i))
     return engine, {"rounds": 12, "log_every": 4}

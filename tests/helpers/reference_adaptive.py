@@ -441,3 +441,29 @@ def choco_sgd(x0, grads, rounds, W, *, eta, gamma, compress):
         Xh = Xh + torch.stack([compress(X[i] - Xh[i]) for i in range(n)])
         X = X + gamma * torch.stack([sum(W[i, j] * (Xh[j] - Xh[i]) for j in range(n)) for i in range(n)])
     return X
+
+
+def squarm(x0, grads, rounds, W, *, eta, gamma, compress, beta=0.9, local_steps=5,
+           threshold=2.0, threshold_step=0.0, threshold_every=0):
+    """SQuARM-SGD (docs/algorithms/squarm-sgd.md): local Nesterov steps, CHOCO's consensus and
+    copies every ``local_steps`` rounds, a node sending only when ``‖x_i − x̂_i‖² > c_t η²``.
+    Returns the (n, d) models and the sends and skipped sends, summed over the nodes."""
+    X = x0.clone()
+    V, Xh = torch.zeros_like(X), torch.zeros_like(X)
+    trigger = threshold > 0 or threshold_step > 0
+    sends = skips = 0
+    for t in range(1, rounds + 1):
+        G = grads(t, X)
+        V = beta * V + G
+        X = X - eta * (G + beta * V)
+        if t % local_steps:
+            continue
+        X = X + gamma * (W @ Xh - Xh)
+        c = threshold + (threshold_step * ((t - 1) // threshold_every) if threshold_every else 0.0)
+        for i in range(X.shape[0]):
+            if not trigger or float(((X[i] - Xh[i]) ** 2).sum()) > c * eta * eta:
+                Xh[i] = Xh[i] + compress(X[i] - Xh[i])
+                sends += 1
+            else:
+                skips += 1
+    return X, sends, skips
