@@ -18,6 +18,7 @@ from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
 from gossip.algorithms.ecl import CECL
 from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi, Scaffold
+from gossip.algorithms.federated_adam import FedAdamSSM, FedAdamW
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.lead import LEAD
@@ -38,7 +39,8 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER, DIGing, EXTRA,
     CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
     OneBitAdam, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, DADAM, TrackedAMSGrad, ChocoAMSGrad,
-    DESLOC, AccumAdam, AccumAdamW, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA,
+    DESLOC, AccumAdam, AccumAdamW, FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, FedAdamW,
+    FedAdamSSM, CADA,
     GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
