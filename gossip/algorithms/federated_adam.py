@@ -235,8 +235,8 @@ class FedAdamSSM(_LocalAdam):
         beta1, beta2, eps, weight_decay, clip, step_count: the clients' Adam, as
             :class:`FedAdamW`'s (no decay and no clip by default).
         server_lr: the server's step η_s on the mean model update (1: the plain mean).
-        uplink_memory: ``None`` (plain sparsification, the default) or ``"ef21"`` (``"auto"``
-            is EF21 too: the uplink is always sparsified).
+        uplink_memory: ``"auto"`` (the default) or ``"ef21"``: an EF21 memory per client
+            (what a mask drops goes up in a later round); ``None``: plain sparsification.
     """
 
     name = "fedadam-ssm"
@@ -253,7 +253,7 @@ class FedAdamSSM(_LocalAdam):
                  beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
                  weight_decay: float = 0.0, clip: float | None = None,
                  step_count: str = "global", server_lr: float = 1.0,
-                 uplink_memory: str | None = None, client_weights: list[float] | None = None,
+                 uplink_memory: str | None = "auto", client_weights: list[float] | None = None,
                  downlink_compressor: str | None = None, aggregation: str = "mean"):
         super().__init__(clients_per_round, local_steps, eta, sampling, availability, "sgd",
                          server_lr, uplink_memory=uplink_memory, client_weights=client_weights,

@@ -135,12 +135,13 @@ def test_fedadamw_sends_v_up_and_its_state_down():
 
 
 @pytest.mark.parametrize("mask", ["shared", "separate"])
-def test_fedadam_ssm_matches_reference(mask):
+@pytest.mark.parametrize("memory", ["ef21", None])
+def test_fedadam_ssm_matches_reference(mask, memory):
     common = dict(clients_per_round=3, local_steps=3, eta=0.05, density=0.5)
-    eng = engine("fedadam-ssm", mask=mask, **common)
+    eng = engine("fedadam-ssm", mask=mask, uplink_memory=memory, **common)
     ours = server_models(eng, 12)
     assert_close(ours, fedadam_ssm(X0, GRADS, 12, sample_of(eng), shared=mask == "shared",
-                                   **ref(common)))
+                                   ef21=memory == "ef21", **ref(common)))
 
 
 def test_fedadam_ssm_keeping_every_entry_is_the_dense_form():
@@ -158,7 +159,8 @@ def test_fedadam_ssm_keeping_every_entry_is_the_dense_form():
 def test_fedadam_ssm_one_mask_for_three_updates():
     """The shared mask keeps Δx, Δm, Δv on the top-k set of |Δx|; the server's m and v move
     only there; the index set travels once."""
-    eng = engine("fedadam-ssm", clients_per_round=1, local_steps=2, eta=0.05, density=0.5)
+    eng = engine("fedadam-ssm", clients_per_round=1, local_steps=2, eta=0.05, density=0.5,
+                 uplink_memory=None)
     eng.step()
     (i,) = sample_of(eng)(1)
     st, x = eng.block.state, eng.nodes[0].x
@@ -181,7 +183,7 @@ def test_fedadam_ssm_one_mask_for_three_updates():
 
 @pytest.mark.parametrize("name,hp", [
     ("fedadamw", dict(clip=1.0, sampling="replacement", availability=0.8)),
-    ("fedadam-ssm", dict(density=0.5, uplink_memory="ef21", downlink_compressor="qsgd:4bit")),
+    ("fedadam-ssm", dict(density=0.5, downlink_compressor="qsgd:4bit")),
 ])
 def test_resume_equals_uninterrupted_run(name, hp):
     hp = dict(clients_per_round=3, local_steps=2, eta=0.05) | hp

@@ -208,16 +208,19 @@ def top_set(score: Array, k: int) -> Array:
 
 def fedadam_ssm(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
                 sample: Callable[[int], list[int]], *, local_steps: int, eta: float,
-                density: float, shared: bool = True, beta1: float = 0.9, beta2: float = 0.999,
-                eps: float = 1e-8) -> list[Array]:
+                density: float, shared: bool = True, ef21: bool = True, beta1: float = 0.9,
+                beta2: float = 0.999, eps: float = 1e-8) -> list[Array]:
     """FedAdam-SSM as docs/algorithms/fedadam-ssm.md states it: client i starts from the
     server's (x, m, v) and the global step count (r − 1)·K, takes K Adam steps, and sends
     (Δx, Δm, Δv) kept on the top-k set of |Δx| (``shared``) or each on its own top-k set
-    (k = ⌊density·d⌋); the server adds the mean of what it received to (x, m, v)."""
+    (k = ⌊density·d⌋), with ``ef21`` against a memory h_i per client (the sparsified
+    ``u − h_i`` is sent, ``h_i`` moves by it and the server uses the new ``h_i``); the server
+    adds the mean of what it received to (x, m, v)."""
     d = x0.size
     k = max(1, int(density * d))
     x = x0.astype(np.float64).copy()
     m, v = np.zeros(d), np.zeros(d)
+    h = np.zeros((len(grads), 3, d))
     out = [x.copy()]
     for r in range(1, rounds + 1):
         S = sample(r)
@@ -228,12 +231,17 @@ def fedadam_ssm(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: in
                 y, mi, vi = _adamw(y, grads[i](y), mi, vi, (r - 1) * local_steps + s + 1,
                                    eta=eta, beta1=beta1, beta2=beta2, eps=eps, weight_decay=0.0)
             parts = [y - x, mi - m, vi - v]
+            if ef21:
+                parts = [p - h[i, j] for j, p in enumerate(parts)]
             kept = []
             for p in parts:
                 keep = np.zeros(d)
                 sel = top_set(np.abs(parts[0] if shared else p), k)
                 keep[sel] = p[sel]
                 kept.append(keep)
+            if ef21:
+                h[i] = h[i] + np.array(kept)
+                kept = list(h[i].copy())
             sent[i] = kept
         if S:
             x, m, v = (base + sum(sent[i][j] for i in S) / len(S)
