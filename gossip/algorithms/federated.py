@@ -56,8 +56,8 @@ _ARGS = """
         beta1, beta2: the server moments' decay rates.
         tau: the server's adaptivity τ (added to √v; v starts at τ²).
         weight_decay: decoupled weight decay λ of ``adamw``.
-        uplink_memory: ``"ef21"``, ``None`` (no memory) or ``"auto"`` (EF21 for a lossy
-            compressor, none for ``none``).
+        uplink_memory: ``"ef21"``, ``None`` (no memory; ``"none"`` too) or ``"auto"`` (EF21
+            for a lossy compressor, none for ``none``).
 """
 
 
@@ -151,6 +151,7 @@ class FedAvg(Algorithm):
             raise ConfigError(f"clients_per_round = {clients_per_round}: give a whole number >= 1")
         if sampling not in SAMPLINGS:
             raise ConfigError(f"sampling {sampling!r} is not one of {', '.join(SAMPLINGS)}")
+        uplink_memory = None if uplink_memory == "none" else uplink_memory  # --hparam's text
         if uplink_memory not in ("auto", "ef21", None):
             raise ConfigError(f"uplink_memory {uplink_memory!r} is not 'auto', 'ef21' or None")
         check_range("eta", eta, 0.0, math.inf, "the clients' local step size")

@@ -64,6 +64,7 @@ class _LocalAdam(FedAvg):
         check_range("beta2", beta2, 0.0, 1.0, include_low=True, include_high=False)
         check_range("eps", eps, 0.0, math.inf, "Adam's ε (e.g. 1e-8)")
         check_range("weight_decay", weight_decay, 0.0, math.inf, include_low=True)
+        clip = None if clip == "none" else clip  # --hparam clip=none
         if clip is not None:
             check_range("clip", clip, 0.0, math.inf, "the clients' gradient-norm clip (or None)")
         if step_count not in ("global", "local"):
