@@ -4,7 +4,11 @@
 
 32 data holders, a Dirichlet(0.1) label split (strongly non-iid), an MLP 64-128-10, batch 32.
 FedAvg, SCAFFOLD and FedAdam run on the star (node 0 the server, 32 clients, 10 sampled a round,
-5 local steps); CHOCO-SGD (top-10 %) and D-PSGD on the 32-ring (every node, one step a round).
+5 local steps), and the methods whose clients run Adam: FedAdamW, the same without its parts
+(FedAvg with clients on AdamW), FedAdam-SSM (one top-10 % mask for the updates of x, m and v)
+and its baseline with three separate top-k masks at the same uplink bits (6.67 %: 3k values and
+k indices against 3k values and 3k indices); CHOCO-SGD (top-10 %) and D-PSGD on the 32-ring
+(every node, one step a round).
 The plot's bits are what a participant sends and receives: ``bits_up_per_client + bits_down_per_client``
 on the star, ``2 · bits_per_node`` on the ring (each node receives what its neighbors send, as
 much as it sends). Prints a table of rounds (not epochs: a federated round holds 5 local steps),
@@ -26,13 +30,25 @@ sys.path.insert(0, str(ROOT))
 from gossip.cli import HelpFormatter, add_rounds_argument, guarded, positive_int  # noqa: E402
 
 COMMON = ["--data", "digits", "--model", "mlp", "--hidden", "128", "--partition", "dirichlet:0.1",
-          "--batch-size", "32", "--seed", "0"]
+          "--batch-size", "32"]
 FED = ["--topology", "star", "--nodes", "33", "--clients-per-round", "10", "--local-steps", "5"]
 RING = ["--topology", "ring", "--nodes", "32"]
 RUNS: dict[str, list[str]] = {
     "FedAvg": [*FED, "--algorithm", "fedavg", "--lr", "0.05"],
     "SCAFFOLD": [*FED, "--algorithm", "scaffold", "--lr", "0.05"],
     "FedAdam": [*FED, "--algorithm", "fedadam", "--lr", "0.05", "--server-lr", "0.01"],
+    "FedAdamW": [*FED, "--algorithm", "fedadamw", "--lr", "0.01"],
+    "FedAvg-AdamW": [*FED, "--algorithm", "fedadamw", "--lr", "0.01", "--hparam", "gamma=0",
+                     "v_start=zero", "step_count=local"],
+    "FedAdam-SSM top-10%": [*FED, "--algorithm", "fedadam-ssm", "--lr", "0.003", "--hparam",
+                            "density=0.1"],
+    "FedAdam-3masks top-6.67%": [*FED, "--algorithm", "fedadam-ssm", "--lr", "0.003", "--hparam",
+                                 "density=0.0667", "mask=separate"],
+    "FedAdam-SSM-plain top-10%": [*FED, "--algorithm", "fedadam-ssm", "--lr", "0.003",
+                                  "--hparam", "density=0.1", "uplink_memory=none"],
+    "FedAdam-3masks-plain top-6.67%": [*FED, "--algorithm", "fedadam-ssm", "--lr", "0.003",
+                                       "--hparam", "density=0.0667", "mask=separate",
+                                       "uplink_memory=none"],
     "CHOCO-SGD top-10%": [*RING, "--algorithm", "choco", "--compressor", "topk:0.1", "--gamma",
                           "0.2", "--optimizer", "momentum", "--lr", "0.05"],
     "D-PSGD": [*RING, "--algorithm", "dpsgd", "--optimizer", "momentum", "--lr", "0.05"],
@@ -86,6 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="results/federated_digits", help="folder of the logs")
     p.add_argument("--plot", default=None, help="image of accuracy vs rounds and vs bits")
     p.add_argument("--only", nargs="+", default=None, choices=sorted(RUNS), help="runs to make")
+    p.add_argument("--seed", type=int, default=0, help="the runs' seed (data split, sampling, init)")
     from gossip.config import suggest_flags
 
     suggest_flags(p)
@@ -110,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
         if args.only and label not in args.only:
             continue
         log = out / (label.split()[0].lower() + ".jsonl")
-        train([*COMMON, *flags, "--rounds", str(args.rounds), "--log-every",
+        train([*COMMON, "--seed", str(args.seed), *flags, "--rounds", str(args.rounds), "--log-every",
                str(args.log_every), "--out", str(log)])
         recs = [r | {"bits_exchanged": exchanged_bits(r)} for r in read_jsonl(log)
                 if r["type"] == "round"]

@@ -18,6 +18,7 @@ from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
 from gossip.algorithms.ecl import CECL
 from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi, Scaffold
+from gossip.algorithms.federated_adam import FedAdamSSM, FedAdamW
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.greedylore import GreedyLore, PowerSGD
@@ -42,7 +43,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
     OneBitAdam, APMSqueeze, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, GreedyLore, PowerSGD,
     DADAM, TrackedAMSGrad, ChocoAMSGrad, DESLOC, AccumAdam, AccumAdamW, LoDAdaC, SQuARM,
-    FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, CADA, GCADA,
+    FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, FedAdamW, FedAdamSSM, CADA, GCADA,
     PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an

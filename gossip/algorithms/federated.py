@@ -56,8 +56,8 @@ _ARGS = """
         beta1, beta2: the server moments' decay rates.
         tau: the server's adaptivity τ (added to √v; v starts at τ²).
         weight_decay: decoupled weight decay λ of ``adamw``.
-        uplink_memory: ``"ef21"``, ``None`` (no memory) or ``"auto"`` (EF21 for a lossy
-            compressor, none for ``none``).
+        uplink_memory: ``"ef21"``, ``None`` (no memory; ``"none"`` too) or ``"auto"`` (EF21
+            for a lossy compressor, none for ``none``).
 """
 
 
@@ -151,6 +151,7 @@ class FedAvg(Algorithm):
             raise ConfigError(f"clients_per_round = {clients_per_round}: give a whole number >= 1")
         if sampling not in SAMPLINGS:
             raise ConfigError(f"sampling {sampling!r} is not one of {', '.join(SAMPLINGS)}")
+        uplink_memory = None if uplink_memory == "none" else uplink_memory  # --hparam's text
         if uplink_memory not in ("auto", "ef21", None):
             raise ConfigError(f"uplink_memory {uplink_memory!r} is not 'auto', 'ef21' or None")
         check_range("eta", eta, 0.0, math.inf, "the clients' local step size")
@@ -235,9 +236,24 @@ class FedAvg(Algorithm):
         """What the server (row r) sends its clients."""
         return block.x[r]
 
+    def uplink_compressor(self) -> Any:
+        """The uplink's compressor of a whole ``up_dim`` row, None: the run's (FedAvg)."""
+        return None
+
+    def start_local(self, block: Block, rows: list[int], down: torch.Tensor) -> None:
+        """Before the local steps: ``y_i ← x`` for the sampled rows (what came down)."""
+        d = block.x.shape[1]
+        for r in rows:
+            block.x[r].copy_(down[r, :d])
+
     def correction(self, block: Block, rows: list[int], y: torch.Tensor,
                    down: torch.Tensor, out: torch.Tensor) -> None:
         """Add the method's term to the local gradients ``out`` (FedAvg: none)."""
+
+    def local_update(self, block: Block, rows: list[int], grad: torch.Tensor, s: int) -> None:
+        """Local step ``s`` (0-based) of the rows: ``y ← y − η g`` (or the client's own
+        optimizer's step)."""
+        block.local_step(grad, self.eta, rows)
 
     def finish_local(self, block: Block, rows: list[int], down: torch.Tensor,
                      up: torch.Tensor) -> None:
@@ -265,9 +281,9 @@ class FedAvg(Algorithm):
         from the compressor), the local buffers and the server optimizer's state."""
         n, d = block.topology.n, block.x.shape[1]
         k = self.clients_per_round or n - 1
-        memory = self.uplink_memory
+        memory, uplink = self.uplink_memory, self.uplink_compressor()
         if memory == "auto":
-            memory = None if block.compressor.is_identity else "ef21"
+            memory = None if (uplink or block.compressor).is_identity else "ef21"
         block.hparams.update(clients_per_round=k, uplink_memory=memory)
         sampler = ClientSampler(block.seed, n - 1, k, self.sampling, self.availability,
                                 self.client_weights)
@@ -276,7 +292,7 @@ class FedAvg(Algorithm):
         if self.downlink_compressor is not None:  # every node's downlink vector: one for all
             start = torch.stack([self.down_vector(block, r) for r in range(block.m)])
         ws["link"] = StarLink(block, "fed", sampler, self.up_dim(d), self.down_dim(d), memory,
-                              self.downlink_compressor, start)
+                              self.downlink_compressor, start, uplink)
         ws["down"] = block.x.new_zeros((block.m, self.down_dim(d)))
         ws["up"] = block.x.new_zeros((block.m, self.up_dim(d)))
         ws["grad"] = torch.zeros_like(block.x)
@@ -288,21 +304,20 @@ class FedAvg(Algorithm):
     def step(self, block: Block) -> Round:
         """One round: the downlink to the sampled clients, their K local steps, the uplink of
         their deltas, the server's step (module docstring)."""
-        ws, x, d = block.workspace, block.x, block.x.shape[1]
+        ws, x = block.workspace, block.x
         link: StarLink = ws["link"]
         link.begin()
         server = link.server_row
         inbox = yield link.broadcast(self.down_vector(block, server) if server is not None else None)
         link.receive(inbox, ws["down"])  # the global model (and c) for the sampled clients
         rows, g = link.rows, ws["grad"]
-        for r in rows:
-            x[r].copy_(ws["down"][r, :d])  # y_i ← x
+        self.start_local(block, rows, ws["down"])
         steps = [self.steps_of(block.ids[r]) for r in rows]
         for s in range(max(steps, default=0)):  # a client stops after its K_i steps
             active = [r for r, k in zip(rows, steps, strict=True) if k > s]
             block.gradients(g, active)
             self.correction(block, active, x, ws["down"], g)
-            block.local_step(g, self.eta, active)
+            self.local_update(block, active, g, s)
         self.finish_local(block, rows, ws["down"], ws["up"])
         sent = link.upload(ws["up"])
         self.after_upload(block, link, rows)

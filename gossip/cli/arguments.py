@@ -126,7 +126,8 @@ FEDERATED_FLAGS = ("clients_per_round", "local_steps", "server_optimizer", "serv
 def add_federated_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of the federated methods (docs/algorithms/fedavg.md), for optimize.py and train.py."""
     f = parser.add_argument_group(
-        "federated (fedavg, fedprox, fedadam, fedyogi, fedadagrad, scaffold, cada, g-cada: node 0 "
+        "federated (fedavg, fedprox, fedadam, fedyogi, fedadagrad, scaffold, fedadamw, fedadam-ssm, "
+        "cada, g-cada: node 0 "
         "of a star is the server, the other --nodes the clients; the default topology is then star)")
     f.add_argument("--clients-per-round", type=positive_int, default=None,
                    help="clients sampled per round (default: all)")

@@ -796,3 +796,96 @@ def _to_device(idx: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 __all__ = ["TopK", "RandK", "sample_distinct"]
+
+
+class StackedTopK(Codec):
+    """Top-k of a row that stacks P vectors of n entries each (``[u¹, …, uᴾ]``, d = P·n): per
+    part the k = ``max(1, ⌊ratio·n⌋)`` entries of largest magnitude, with one **shared** index
+    set (chosen by ``|u¹|``, the first part, and applied to every part) or a **separate** one
+    per part (each by its own magnitudes). Ties go to the lowest index.
+
+    Built by a method that sends several vectors of the model's size in one message (federated
+    Adam's updates of x, m and v: :class:`gossip.algorithms.federated_adam.FedAdamSSM`); it is
+    not a ``--compressor`` of its own (its row must be P stacked vectors). Biased, contractive
+    on the first part (δ = k/n there). Wire (int32 indices, in increasing order per part):
+    shared ``8 + P·k·itemsize + 4k`` bytes, separate ``8 + P·k·(itemsize + 4)``.
+
+    Args:
+        spec: a name for messages and errors (e.g. ``"stacked-topk:0.1:3:shared"``).
+        ratio: the kept fraction of each part, in (0, 1].
+        parts: P >= 1.
+        shared: one index set for all parts (True) or one per part.
+    """
+
+    ordered_rows: ClassVar[bool] = True
+
+    def __init__(self, spec: str, ratio: float, parts: int, shared: bool = True) -> None:
+        super().__init__(spec)
+        if not 0.0 < ratio <= 1.0:
+            raise CompressionError(f"{spec}: ratio {ratio} must be in (0, 1]")
+        if int(parts) != parts or parts < 1:
+            raise CompressionError(f"{spec}: parts = {parts} must be a whole number >= 1")
+        self.ratio, self.parts, self.shared = float(ratio), int(parts), bool(shared)
+
+    def split(self, d: int) -> tuple[int, int]:
+        """(n, k): entries per part and kept per part of a row of ``d`` entries."""
+        if d % self.parts:
+            raise CompressionError(f"{self.spec}: a row of {d} entries is not {self.parts} "
+                                   "parts of equal length")
+        n = d // self.parts
+        if n > _INT32_MAX:
+            raise CompressionError(f"{self.spec}: n = {n} does not fit int32 indices")
+        return n, max(1, int(self.ratio * n))
+
+    def delta_for(self, numel: int) -> float | None:
+        n, k = self.split(numel)
+        return k / n
+
+    def _sections(self, shape, dtype) -> Sections:
+        n, k = self.split(numel_of(shape))
+        sets = 1 if self.shared else self.parts
+        return Sections.build(("values", dtype, self.parts * k), ("index", torch.int32, sets * k))
+
+    @staticmethod
+    def _top(score: torch.Tensor, k: int) -> torch.Tensor:
+        """Increasing int64 indices of the k largest entries of each row of ``score``
+        (≥ 0), the lowest index first among ties (a stable descending sort)."""
+        order = torch.sort(score, dim=-1, descending=True, stable=True).indices
+        return order[..., :k].sort(-1).values
+
+    def _encode_batch(self, X: torch.Tensor, rng: Any, v: dict[str, torch.Tensor]) -> None:
+        m, d = X.shape
+        n, k = self.split(d)
+        parts = X.view(m, self.parts, n)
+        if self.shared:
+            sel = self._top(parts[:, 0].abs(), k)  # [m, k]
+            full = sel.unsqueeze(1).expand(m, self.parts, k)
+        else:
+            full = sel = self._top(parts.abs(), k)  # [m, P, k]
+        v["values"].copy_(parts.gather(2, full).reshape(m, -1))
+        v["index"].copy_(sel.reshape(m, -1))
+
+    def _indices(self, v: dict[str, torch.Tensor]) -> torch.Tensor:
+        """[m, P, k] int64 indices within a part."""
+        m = v["values"].shape[0]
+        k = v["values"].shape[1] // self.parts
+        idx = v["index"].long().view(m, -1, k)
+        return idx.expand(m, self.parts, k) if self.shared else idx
+
+    def _decode_batch(self, v: dict[str, torch.Tensor], out: torch.Tensor) -> None:
+        m, d = out.shape
+        out.zero_()
+        idx = self._indices(v).to(out.device)
+        out.view(m, self.parts, d // self.parts).scatter_(
+            2, idx, v["values"].view(m, self.parts, -1))
+
+    def _check_batch(self, v: dict[str, torch.Tensor], d: int) -> None:
+        n, k = self.split(d)
+        idx = v["index"].view(v["index"].shape[0], -1, k)
+        bad = (idx.amin(2) < 0) | (idx.amax(2) >= n)
+        if k > 1:
+            bad |= (idx[..., 1:] <= idx[..., :-1]).any(2)
+        r = _rows.first(bad.any(1))
+        if r is not None:
+            raise CompressionError(f"{self.spec}: indices of row {r} leave [0, {n}) or do not "
+                                   "increase")

@@ -112,17 +112,23 @@ class StarLink:
         sampler: the round's clients.
         up_dim, down_dim: entries of the uplink and downlink vectors.
         memory: ``None`` (``û_i = C(u_i)``) or ``"ef21"`` (the client memories above).
+        downlink: a stateless compressor spec for the downlink (None: exact).
+        down_start: every node's downlink vector before round 1 (the downlink copies' start).
+        uplink: a compressor instance for the uplink, applied as it is to each whole
+            ``up_dim`` row (a method that sparsifies several stacked vectors together);
+            None: the run's compressor.
     """
 
     def __init__(self, block: Any, name: str, sampler: ClientSampler, up_dim: int, down_dim: int,
                  memory: str | None = None, downlink: str | None = None,
-                 down_start: torch.Tensor | None = None):
+                 down_start: torch.Tensor | None = None, uplink: Any = None):
         if memory not in (None, "ef21"):
             raise ConfigError(f"uplink memory {memory!r} is not None or 'ef21'")
         self.block, self.name, self.sampler = block, name, sampler
         self.up_dim, self.down_dim, self.memory = up_dim, down_dim, memory
         self.exact = make("none")
-        self.uplink = self._compressor(block, block.compressor, up_dim)
+        self.uplink = uplink if uplink is not None else self._compressor(block, block.compressor,
+                                                                         up_dim)
         self.row_of = {i: r for r, i in enumerate(block.ids)}
         self.server_row: int | None = self.row_of.get(0)
         self.downlink = None

@@ -37,6 +37,12 @@ SCENARIOS: dict[str, tuple[str, dict, str, str]] = {
                   "none", "sgd"),
     "cada2-topk": ("cada", {"rule": "cada2", "c": 20.0, "server_lr": 0.05}, "topk:0.25", "sgd"),
     "g-cada": ("g-cada", {"c": 20.0, "server_lr": 0.05}, "none", "full"),
+    "fedadamw-sgd": ("fedadamw", {"clients_per_round": 4, "eta": 0.05, "clip": 5.0}, "none", "sgd"),
+    "fedadam-ssm-sgd": ("fedadam-ssm", {"clients_per_round": 4, "eta": 0.05, "density": 0.3},
+                        "none", "sgd"),
+    "fedadam-ssm-separate": ("fedadam-ssm", {"clients_per_round": 4, "eta": 0.05, "density": 0.3,
+                                             "mask": "separate", "sampling": "replacement"},
+                             "none", "full"),
 }
 
 
@@ -51,7 +57,7 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
     local = {k: v for k, v in {"eta": eta, "local_steps": 3}.items()
              if k in accepted_hparams(alg_name)}  # CADA takes one gradient a round, no η
     engine = Engine(
-        make_algorithm(alg_name, **local, **hp), topologies.build("star", n),
+        make_algorithm(alg_name, **(local | hp)), topologies.build("star", n),
         lambda i: x0, compressor=spec, seed=11, world=world.configure(timeout=60),
         oracles=lambda i, gen: problem.oracle(i - 1, gen, estimator, 2) if i else None,
     )

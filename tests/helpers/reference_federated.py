@@ -151,3 +151,100 @@ def cada(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int, *, r
         out.append(x.copy())
         uploads.append(up)
     return out, uploads
+
+
+def _adamw(y: Array, g: Array, m: Array, v: Array, t: int, *, eta: float, beta1: float,
+           beta2: float, eps: float, weight_decay: float) -> tuple[Array, Array, Array]:
+    """One step of torch's AdamW (decoupled decay first, bias correction at step ``t``)."""
+    y = y * (1 - eta * weight_decay)
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    y = y - eta / (1 - beta1**t) * m / (np.sqrt(v) / np.sqrt(1 - beta2**t) + eps)
+    return y, m, v
+
+
+def fedadamw(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
+             sample: Callable[[int], list[int]], *, local_steps: int, eta: float,
+             beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8,
+             weight_decay: float = 0.01, gamma: float = 0.5, clip: float | None = 10.0,
+             server_lr: float = 1.0) -> list[Array]:
+    """FedAdamW as the authors' code runs it (docs/algorithms/fedadamw.md): client i starts
+    from x, m = 0, v = v̄ and the global step count (r − 1)·K; K times: clip the gradient's
+    norm, an AdamW step, ``y ← y + (γ η/K) Δ̄``; the server adds the mean Δ_i (times η_s),
+    sets v̄ to the mean v_i and Δ̄ to the mean Δ_i over η. Server models after every round."""
+    d = x0.size
+    x = x0.astype(np.float64).copy()
+    vbar, dbar = np.zeros(d), np.zeros(d)
+    out = [x.copy()]
+    for r in range(1, rounds + 1):
+        S = sample(r)
+        sent = {}
+        for i in sorted(set(S)):
+            y, m, v = x.copy(), np.zeros(d), vbar.copy()
+            for s in range(local_steps):
+                g = grads[i](y)
+                if clip is not None:
+                    norm = np.sqrt(np.sum(g * g))
+                    if clip / (norm + 1e-6) < 1:
+                        g = g * (clip / (norm + 1e-6))
+                y, m, v = _adamw(y, g, m, v, (r - 1) * local_steps + s + 1, eta=eta, beta1=beta1,
+                                 beta2=beta2, eps=eps, weight_decay=weight_decay)
+                y = y + gamma * eta / local_steps * dbar
+            sent[i] = (y - x, v)
+        if S:
+            delta = sum(sent[i][0] for i in S) / len(S)
+            vbar = sum(sent[i][1] for i in S) / len(S)
+            dbar = delta / eta
+            x = x + server_lr * delta
+        out.append(x.copy())
+    return out
+
+
+def top_set(score: Array, k: int) -> Array:
+    """Increasing indices of the k largest entries of ``score``, the lowest index first among
+    ties."""
+    return np.sort(np.argsort(-score, kind="stable")[:k])
+
+
+def fedadam_ssm(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
+                sample: Callable[[int], list[int]], *, local_steps: int, eta: float,
+                density: float, shared: bool = True, ef21: bool = True, beta1: float = 0.9,
+                beta2: float = 0.999, eps: float = 1e-8) -> list[Array]:
+    """FedAdam-SSM as docs/algorithms/fedadam-ssm.md states it: client i starts from the
+    server's (x, m, v) and the global step count (r − 1)·K, takes K Adam steps, and sends
+    (Δx, Δm, Δv) kept on the top-k set of |Δx| (``shared``) or each on its own top-k set
+    (k = ⌊density·d⌋), with ``ef21`` against a memory h_i per client (the sparsified
+    ``u − h_i`` is sent, ``h_i`` moves by it and the server uses the new ``h_i``); the server
+    adds the mean of what it received to (x, m, v)."""
+    d = x0.size
+    k = max(1, int(density * d))
+    x = x0.astype(np.float64).copy()
+    m, v = np.zeros(d), np.zeros(d)
+    h = np.zeros((len(grads), 3, d))
+    out = [x.copy()]
+    for r in range(1, rounds + 1):
+        S = sample(r)
+        sent = {}
+        for i in sorted(set(S)):
+            y, mi, vi = x.copy(), m.copy(), v.copy()
+            for s in range(local_steps):
+                y, mi, vi = _adamw(y, grads[i](y), mi, vi, (r - 1) * local_steps + s + 1,
+                                   eta=eta, beta1=beta1, beta2=beta2, eps=eps, weight_decay=0.0)
+            parts = [y - x, mi - m, vi - v]
+            if ef21:
+                parts = [p - h[i, j] for j, p in enumerate(parts)]
+            kept = []
+            for p in parts:
+                keep = np.zeros(d)
+                sel = top_set(np.abs(parts[0] if shared else p), k)
+                keep[sel] = p[sel]
+                kept.append(keep)
+            if ef21:
+                h[i] = h[i] + np.array(kept)
+                kept = list(h[i].copy())
+            sent[i] = kept
+        if S:
+            x, m, v = (base + sum(sent[i][j] for i in S) / len(S)
+                       for j, base in enumerate((x, m, v)))
+        out.append(x.copy())
+    return out
