@@ -21,7 +21,7 @@ $(STAMP): setup.cfg pyproject.toml
 
 # everything, MPI launches and long convergence runs included (what CI runs)
 test: install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --durations=25
 
 # the quick loop while editing: skips tests marked slow (MPI launches, long runs); ~5 min on 2 cores
 test-fast: install
