@@ -136,7 +136,7 @@ class ADMM(Algorithm):
     def step(self, block: Block) -> Round:
         ws = block.workspace
         ch = ws["channel"]
-        (q,) = yield (ch.send(block.x),)
+        q = yield ch.send(block.x)  # one message, x^k to every neighbor
         gap = ch.gap(q)  # Σ_j (x_j − x_i) over the edges heard
         if block.round > 1:  # α^k = α^{k−1} + c Σ_j (x_i^k − x_j^k); α⁰ = 0
             ws["dual"].add_(gap, alpha=-self.c)
