@@ -69,8 +69,14 @@ class Problem(ABC):
     ``_dphi`` (:class:`~gossip.problems.glm.GLM`): the variance-reduced oracles then keep one
     scalar per sample instead of a gradient."""
 
+    quadratic: ClassVar[bool] = False
+    """Every ``f_i`` is a quadratic ``½ xᵀH_i x − c_iᵀx + const``: :meth:`local_quadratic` gives
+    ``(H_i, c_i)`` and :meth:`local_prox` solves a node's proximal subproblem exactly (what
+    decentralized ADMM's local step needs)."""
+
     _smooth_cache: Smoothness | None = None
     _solution_cache: np.ndarray | None = None
+    _prox_factors: dict[tuple[int, float], tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def check_node(self, i: int) -> int:
         """``i`` as an int, or a :class:`ConfigError` naming the valid range."""
@@ -94,6 +100,43 @@ class Problem(ABC):
     @abstractmethod
     def grad_full(self, i: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """``∇f_i(x)``, written into ``out`` when given (``out`` must not alias ``x``)."""
+
+    # ---- exact local solves (quadratic f_i) ------------------------------------------------------
+
+    def local_quadratic(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(H_i, c_i)`` in float64 with ``f_i(x) = ½ xᵀH_i x − c_iᵀx + const``, for a problem
+        whose ``f_i`` are quadratic (:attr:`quadratic`); :class:`ConfigError` for any other."""
+        raise ConfigError(
+            f"{type(self).__name__}'s local functions are not quadratic, so a node's subproblem "
+            "has no closed-form solution (an exact local solve, as decentralized ADMM takes); "
+            "use a gradient method (dlm: linearized ADMM, extra, lead) or a quadratic problem "
+            "(least-squares, consensus)")
+
+    def local_prox(self, i: int, v: torch.Tensor, eta: float,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+        """``argmin_x f_i(x) + ‖x − v‖²/(2η)``, the proximal step of node ``i``'s own ``f_i``,
+        solved exactly for quadratic ``f_i``: ``(H_i + I/η) x = c_i + v/η``, with a Cholesky
+        factor computed once per ``(i, η)`` in float64 and the solve in float64 (``out`` may
+        alias ``v``). :class:`ConfigError` for a problem that is not :attr:`quadratic`."""
+        i = self.check_node(i)
+        if not (np.isfinite(eta) and eta > 0):
+            raise ConfigError(f"local_prox needs a step eta > 0, got {eta}")
+        if self._prox_factors is None:
+            self._prox_factors = {}
+        key = (i, float(eta))
+        factor = self._prox_factors.get(key)
+        if factor is None:
+            H, c = self.local_quadratic(i)
+            A = np.asarray(H, dtype=np.float64) + np.eye(self.dim) / eta
+            chol = torch.linalg.cholesky(torch.from_numpy(A).to(self.device))
+            factor = self._prox_factors[key] = (
+                chol, torch.from_numpy(np.asarray(c, dtype=np.float64)).to(self.device))
+        chol, c = factor
+        rhs = v.to(torch.float64).div(eta).add_(c).unsqueeze(1)
+        x = torch.cholesky_solve(rhs, chol).squeeze(1)
+        if out is None:
+            return x.to(v.dtype)
+        return out.copy_(x)
 
     # ---- finite sums ------------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ from gossip.problems.base import Problem, Smoothness
 class Consensus(Problem):
     """``f_i(x) = ‖x − c_i‖²/2`` with per-node targets ``c_i`` (rows of ``targets``)."""
 
+    quadratic = True
+
     def __init__(
         self,
         targets: np.ndarray | torch.Tensor | Sequence,
@@ -46,6 +48,11 @@ class Consensus(Problem):
     def grad_full(self, i: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         i = self.check_node(i)
         return torch.sub(x, self.targets[i], out=out)
+
+    def local_quadratic(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """``H_i = I``, ``c_i`` = the node's target (float64)."""
+        i = self.check_node(i)
+        return np.eye(self.dim), self.targets[i].to("cpu", torch.float64).numpy()
 
     def _smoothness(self) -> Smoothness:
         return Smoothness(L=1.0, L_max=1.0, mu=1.0)

@@ -269,9 +269,15 @@ class LeastSquares(GLM):
 
     curvature = 1.0
     loss_name = "squares"
+    quadratic = True
 
     def __init__(self, A, b, l2: float = 0.0, *, dtype=torch.float32, device="cpu"):
         super().__init__(A, b, l2=l2, l1=0.0, dtype=dtype, device=device)
+
+    def local_quadratic(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        """``H_i = A_iᵀA_i/m_i + l2·I``, ``c_i = A_iᵀb_i/m_i`` (float64; the smooth part only)."""
+        A, b = self.numpy_data()[self.check_node(i)]
+        return A.T @ A / A.shape[0] + self.l2 * np.eye(self.dim), A.T @ b / A.shape[0]
 
     def _phi(self, z, b):
         return 0.5 * (z - b).square()

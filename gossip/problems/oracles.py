@@ -93,6 +93,24 @@ class Oracle(ABC):
             )
         return self.problem.regularizer.prox(v, eta, out)
 
+    @property
+    def has_local_prox(self) -> bool:
+        """True when the problem solves the node's proximal subproblem exactly (its ``f_i`` are
+        quadratic: :meth:`local_prox`)."""
+        return bool(getattr(self.problem, "quadratic", False))
+
+    def local_prox(self, v: torch.Tensor, eta: float, out: torch.Tensor | None = None
+                   ) -> torch.Tensor:
+        """``argmin_x f_i(x) + ‖x − v‖²/(2η)`` of the node's own smooth ``f_i``, exact
+        (:meth:`gossip.problems.base.Problem.local_prox`; :class:`ConfigError` when ``f_i`` is
+        not quadratic). It draws nothing, whatever the estimator."""
+        local = getattr(self.problem, "local_prox", None)
+        if local is None or not self.has_local_prox:
+            raise ConfigError(
+                f"{type(self.problem).__name__} has no exact local solve (its f_i are not "
+                "quadratic); use a gradient method (dlm, extra, lead) or a quadratic problem")
+        return local(self.node, v, eta, out)
+
     def state_dict(self) -> dict[str, Any]:
         """Estimator state (tensors are the live buffers, not copies; ints)."""
         return {"sample_grads": self.sample_grads}

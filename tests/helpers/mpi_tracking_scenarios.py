@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import topologies  # noqa: E402
-from gossip.algorithms import make_algorithm  # noqa: E402
+from gossip.algorithms import accepted_hparams, make_algorithm  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
@@ -44,6 +44,9 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     # the same with the next gradients computed while the messages travel: the same records
     "dpsgd-sgd-overlap": ("dpsgd", {}, "none", "exponential", "metropolis", "sgd"),
     "choco-sgd-topk-overlap": ("choco", {"gamma": 0.3}, "topk:0.25", "ring", "metropolis", "sgd"),
+    # decentralized ADMM (exact local solves) and DLM: unit weights, 2 nodes per rank
+    "admm": ("admm", {"c": 0.7}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
+    "dlm": ("dlm", {"c": 0.7, "rho": 5.0}, "none", "ring", "metropolis", "full"),
 }
 
 
@@ -56,8 +59,9 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
     eta = 0.2 / problem.smoothness().L
     x_star = problem.solution()
     x0 = problem.initial_point()
+    step = {"eta": eta} if "eta" in accepted_hparams(alg_name) else {}  # admm, dlm take none
     engine = Engine(
-        make_algorithm(alg_name, eta=eta, **hp), topo, lambda i: x0, compressor=spec, seed=11,
+        make_algorithm(alg_name, **step, **hp), topo, lambda i: x0, compressor=spec, seed=11,
         world=world.configure(timeout=60), oracles=lambda i, gen: problem.oracle(i, gen, estimator, 2),
         overlap=name.endswith("-overlap"),
     )
