@@ -7,6 +7,7 @@ from gossip.algorithms.accum_adam import AccumAdam, AccumAdamW
 from gossip.algorithms.ad_psgd import ADPSGD
 from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, TrackedAMSGrad
 from gossip.algorithms.adasum import Adasum
+from gossip.algorithms.atc import ATCDGD, NEXT, ATCDIGing
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.cada import CADA, GCADA
 from gossip.algorithms.choco import Choco
@@ -45,6 +46,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     DADAM, TrackedAMSGrad, ChocoAMSGrad, DESLOC, AccumAdam, AccumAdamW, LoDAdaC, SQuARM,
     FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, FedAdamW, FedAdamSSM, CADA, GCADA,
     PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
+    ATCDGD, ATCDIGing, NEXT,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""

@@ -44,6 +44,10 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     # the same with the next gradients computed while the messages travel: the same records
     "dpsgd-sgd-overlap": ("dpsgd", {}, "none", "exponential", "metropolis", "sgd"),
     "choco-sgd-topk-overlap": ("choco", {"gamma": 0.3}, "topk:0.25", "ring", "metropolis", "sgd"),
+    # adapt-then-combine (gossip/algorithms/atc.py): ATC-DIGing's two phases a round
+    "atc-dgd-sgd": ("atc-dgd", {}, "none", "exponential", "metropolis", "sgd"),
+    "atc-diging": ("atc-diging", {}, "none", "ring", "metropolis", "full"),
+    "next-matchings": ("next", {}, "none", "matchings", "metropolis", "sgd"),
 }
 
 
