@@ -51,9 +51,12 @@ class ATCDIGing(DIGing):
         y_i ← Σ_j w_ij (y_j + ∇f_j(x_j^new) − ∇f_j(x_j^old))
 
     Setup ``y_i = ∇f_i(x_i⁰)``. The tracker's message needs the gradient at the combined model,
-    so a round has two exchanges, one full vector each: first ``x − η y``, then the corrected
-    tracker (DIGing sends both in one). ``Σ_i y_i = Σ_i ∇f_i(x_i)`` at every round (W column
-    stochastic), so the fixed point is the exact optimum. See docs/algorithms/atc-diging.md.
+    so an iteration has two exchanges, one full vector each (DIGing sends both in one). A round
+    here begins with the gradient at the model it starts from, as every tracker's does (so
+    :func:`gossip.wrap` can hand it over): it sends and combines the tracker that gradient
+    corrects, then ``x − η y``; round 1 only the latter (``y⁰`` needs no exchange).
+    ``Σ_i y_i = Σ_i ∇f_i(x_i)`` at every round (W column stochastic), so the fixed point is the
+    exact optimum. See docs/algorithms/atc-diging.md.
 
     Under message loss (``on_loss = "edge"``) an edge either of whose messages of a phase is
     lost sits that phase out at both ends: each phase's W stays symmetric and doubly
@@ -70,15 +73,16 @@ class ATCDIGing(DIGing):
         x, st, ws = block.x, block.state, block.workspace
         sx, sy = ws["channels"]
         y, g, g_new = st["y"], st["g"], ws["g_new"]
-        if block.round == 1:
+        if block.round == 1:  # y⁰ = ∇f(x⁰): round 1 has the model's exchange only
             y.copy_(block.gradients(g))
+        else:  # the last round's tracker step, at the model it ended with
+            y.add_(block.gradients(g_new)).sub_(g)  # adapt: y + ∇f(x_new) − ∇f(x_old)
+            g.copy_(g_new)
+            (q,) = yield (sy.send(y),)
+            y.add_(sy.gap(q))  # combine: y ← W (y + Δg)
         x.sub_(y, alpha=self.eta)  # adapt: x − η y
         (q,) = yield (sx.send(x),)
         x.add_(sx.gap(q))  # combine: x ← W (x − η y)
-        y.add_(block.gradients(g_new)).sub_(g)  # adapt: y + ∇f(x_new) − ∇f(x_old)
-        g.copy_(g_new)
-        (q,) = yield (sy.send(y),)
-        y.add_(sy.gap(q))  # combine: y ← W (y + Δg)
 
 
 class NEXT(DIGing):
