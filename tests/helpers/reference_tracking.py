@@ -232,7 +232,8 @@ def atc_tracking(X0: Array, W: Array | Callable[[int], Array], grad: Grad, eta: 
     * ``"atc"`` (ATC-DIGing / AugDGM): ``Y ← W(Y + ∇F(X_new) − ∇F(X))``;
     * ``"cta"`` (NEXT / SONATA): ``Y ← W Y + ∇F(X_new) − ∇F(X)``.
 
-    ``W`` a matrix, or ``W(t)`` for round t = 1, 2, ... Trace: X, Y, G.
+    ``W`` a matrix, or ``W(t)`` for round t = 1, 2, ...; ATC-DIGing combines the tracker of
+    iteration t with ``W(t + 1)``: its exchange opens round t + 1. Trace: X, Y, G.
     """
     X = np.array(X0, dtype=np.float64)
     Wt = W if callable(W) else (lambda t: W)
@@ -243,7 +244,7 @@ def atc_tracking(X0: Array, W: Array | Callable[[int], Array], grad: Grad, eta: 
         M = Wt(t)
         X = M @ (X - eta * Y)
         Gn = grad(X)
-        Y = M @ (Y + Gn - G) if tracker == "atc" else M @ Y + Gn - G
+        Y = Wt(t + 1) @ (Y + Gn - G) if tracker == "atc" else M @ Y + Gn - G
         G = Gn
         out.append(X.copy())
         if trace:
