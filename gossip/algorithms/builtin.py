@@ -8,6 +8,7 @@ from gossip.algorithms.ad_psgd import ADPSGD
 from gossip.algorithms.adaptive_gossip import DADAM, DESLOC, ChocoAMSGrad, TrackedAMSGrad
 from gossip.algorithms.adasum import Adasum
 from gossip.algorithms.admm import ADMM, DLM
+from gossip.algorithms.atc import ATCDGD, NEXT, ATCDIGing
 from gossip.algorithms.beer import BEER
 from gossip.algorithms.cada import CADA, GCADA
 from gossip.algorithms.choco import Choco
@@ -47,6 +48,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, FedAdamW, FedAdamSSM, CADA, GCADA,
     PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
     ADMM, DLM,
+    ATCDGD, ATCDIGing, NEXT,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""

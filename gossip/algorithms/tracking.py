@@ -88,6 +88,10 @@ class CGT(Algorithm):
     needs: tuple[str, ...] = ("double",)
     step_rule = "tracking"
     on_loss = "drop"  # both messages increment copies (x̂, ŷ): a lost one is missed
+    tracker_first = False
+    """Mix the tracker before the descent step, ``x ← W x − η W y = W (x − η y)`` (the
+    adapt-then-combine order of NEXT/SONATA, :class:`gossip.algorithms.atc.NEXT`); False: the
+    descent uses the unmixed tracker, ``x ← W x − η y`` (DIGing, C-GT)."""
     arcs_form = ArcsForm(  # per channel: out- and in-arc copies, reconstructions, differences
         state_copies=10, neighbor_copies=10,
         requires=replace(
@@ -183,8 +187,12 @@ class CGT(Algorithm):
             g.copy_(g_new)
         qx, qy = yield sx.send(x), sy.send(y)
         dx, dy = sx.gap(qx), sy.gap(qy)  # x̂_w − x̂, ŷ_w − ŷ: the compressed (W − I)x, (W − I)y
-        x.add_(dx, alpha=gamma).sub_(y, alpha=self.eta)
-        y.add_(dy, alpha=gamma)
+        if self.tracker_first:  # NEXT/SONATA (gossip.algorithms.atc): x ← W x − η W y
+            y.add_(dy, alpha=gamma)
+            x.add_(dx, alpha=gamma).sub_(y, alpha=self.eta)
+        else:
+            x.add_(dx, alpha=gamma).sub_(y, alpha=self.eta)
+            y.add_(dy, alpha=gamma)
 
 
 class DIGing(CGT):

@@ -71,6 +71,9 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
                             "loss=0.2;stale=uniform:0,2", True),
     "dpsgd-onepeer-loss-stale": ("dpsgd", {}, "none", "one-peer-exponential", "metropolis",
                                  "loss=0.2;stale=arcs:*@geom:0.5+0>1@3", True),
+    # adapt-then-combine trackers (on_loss "edge", per phase; ATC-DIGing has two a round)
+    "atc-diging-loss": ("atc-diging", {}, "none", "ring", "metropolis", "loss=0.2", True),
+    "next-loss": ("next", {}, "none", "erdos-renyi:p=0.4", "metropolis", "loss=0.2", True),
 }
 
 

@@ -47,6 +47,10 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     # decentralized ADMM (exact local solves) and DLM: unit weights, 2 nodes per rank
     "admm": ("admm", {"c": 0.7}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
     "dlm": ("dlm", {"c": 0.7, "rho": 5.0}, "none", "ring", "metropolis", "full"),
+    # adapt-then-combine (gossip/algorithms/atc.py): ATC-DIGing's two phases a round
+    "atc-dgd-sgd": ("atc-dgd", {}, "none", "exponential", "metropolis", "sgd"),
+    "atc-diging": ("atc-diging", {}, "none", "ring", "metropolis", "full"),
+    "next-matchings": ("next", {}, "none", "matchings", "metropolis", "sgd"),
 }
 
 

@@ -212,3 +212,41 @@ def cecl(X0: Array, W: Array, grad: Grad, eta: float, K: int, rho: float, theta:
             Z = {(i, j): Z[(i, j)] + theta * compress(j, Y[(j, i)] - Z[(i, j)]) for (i, j) in Z}
         out.append(X.copy())
     return out
+
+
+def atc_dgd(X0: Array, W: Array, grad: Grad, eta: float, T: int, gamma: float = 1.0) -> list[Array]:
+    """Adapt-then-combine DGD (diffusion): ``Ψ = X − η∇F(X)``; ``X ← Ψ + γ(W Ψ − Ψ)``."""
+    X = np.array(X0, dtype=np.float64)
+    out = [X.copy()]
+    for _ in range(T):
+        Psi = X - eta * grad(X)
+        X = Psi + gamma * (W @ Psi - Psi)
+        out.append(X.copy())
+    return out
+
+
+def atc_tracking(X0: Array, W: Array | Callable[[int], Array], grad: Grad, eta: float, T: int,
+                 tracker: str, trace: Trace = None) -> list[Array]:
+    """ATC gradient tracking, ``Y⁰ = ∇F(X⁰)``, ``X ← W(X − ηY)`` and, with ``tracker``:
+
+    * ``"atc"`` (ATC-DIGing / AugDGM): ``Y ← W(Y + ∇F(X_new) − ∇F(X))``;
+    * ``"cta"`` (NEXT / SONATA): ``Y ← W Y + ∇F(X_new) − ∇F(X)``.
+
+    ``W`` a matrix, or ``W(t)`` for round t = 1, 2, ...; ATC-DIGing combines the tracker of
+    iteration t with ``W(t + 1)``: its exchange opens round t + 1. Trace: X, Y, G.
+    """
+    X = np.array(X0, dtype=np.float64)
+    Wt = W if callable(W) else (lambda t: W)
+    G = grad(X)
+    Y = G.copy()
+    out = [X.copy()]
+    for t in range(1, T + 1):
+        M = Wt(t)
+        X = M @ (X - eta * Y)
+        Gn = grad(X)
+        Y = Wt(t + 1) @ (Y + Gn - G) if tracker == "atc" else M @ Y + Gn - G
+        G = Gn
+        out.append(X.copy())
+        if trace:
+            trace(t, {"X": X, "Y": Y, "G": G})
+    return out
