@@ -212,3 +212,41 @@ def cecl(X0: Array, W: Array, grad: Grad, eta: float, K: int, rho: float, theta:
             Z = {(i, j): Z[(i, j)] + theta * compress(j, Y[(j, i)] - Z[(i, j)]) for (i, j) in Z}
         out.append(X.copy())
     return out
+
+
+def exact_diffusion(X0: Array, W: Array, grad: Grad, mu: float, T: int) -> list[Array]:
+    """Exact diffusion (Yuan, Ying, Zhao, Sayed 2019), adapt–correct–combine with
+    ``W̄ = (I + W)/2`` and ``Ψ⁰ = X⁰``::
+
+        Ψ^{k+1} = X^k − μ∇F(X^k);  Φ^{k+1} = Ψ^{k+1} + X^k − Ψ^k;  X^{k+1} = W̄ Φ^{k+1}
+    """
+    Wb = (np.eye(W.shape[0]) + W) / 2
+    X = np.array(X0, dtype=np.float64)
+    Psi = X.copy()
+    out = [X.copy()]
+    for _ in range(T):
+        Psi_new = X - mu * grad(X)
+        X = Wb @ (Psi_new + X - Psi)
+        Psi = Psi_new
+        out.append(X.copy())
+    return out
+
+
+def led(X0: Array, W: Array, grad: Grad, alpha: float, beta: float, tau: int, T: int,
+        lazy: bool = True) -> list[Array]:
+    """LED (Alghunaim 2024), Algorithm 1, ``Y⁰ = 0``, mixing with ``M = (I + W)/2`` (lazy) or W::
+
+        Φ = X;  τ times: Φ ← Φ − α∇F(Φ) − βY;   X ← M Φ;   Y ← Y + Φ − X
+    """
+    M = (np.eye(W.shape[0]) + W) / 2 if lazy else W
+    X = np.array(X0, dtype=np.float64)
+    Y = np.zeros_like(X)
+    out = [X.copy()]
+    for _ in range(T):
+        Phi = X.copy()
+        for _ in range(tau):
+            Phi = Phi - alpha * grad(Phi) - beta * Y
+        X = M @ Phi
+        Y = Y + Phi - X
+        out.append(X.copy())
+    return out
