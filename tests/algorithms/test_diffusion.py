@@ -101,7 +101,7 @@ def test_linear_convergence_to_the_exact_optimum(name, hp):
         eng.step()
         if r % 50 == 0:
             errors.append(distance(eng, HETERO))
-    assert errors[-1] < 1e-16, errors  # DGD stops near 1e-2 on this problem
+    assert errors[-1] < 1e-16, errors  # D-PSGD stops near 0.2 on this problem
     rates = [b / a for a, b in zip(errors[:3], errors[1:4])]  # before the rounding floor
     assert max(rates) < 1e-2 and max(rates) / min(rates) < 1e3, errors
 
@@ -151,7 +151,7 @@ def test_under_loss_the_fixed_point_stays_the_exact_optimum(name, hp):
     for alg in (make_algorithm(name, eta=eta, **hp), Renormalized(eta=eta, **hp)):
         eng = Engine(alg, topologies.build("ring", 8), lambda i: x0, network="loss=0.1", seed=1,
                      oracles=lambda i, gen: HETERO.oracle(i, gen))
-        for _ in range(800):
+        for _ in range(400):
             eng.step()
         assert eng.network.delivery.lost_total.sum() > 0
         runs[alg.name] = (distance(eng, HETERO), np.abs(dual_sum(eng)).max())
@@ -192,10 +192,10 @@ def test_dual_loop_limit_is_where_the_plain_matrix_diverges():
     x0 = HETERO.initial_point()
 
     def final(beta):
-        alg = make_algorithm("led", eta=0.1 / LH, local_steps=2, beta=beta, lazy=False)
+        alg = make_algorithm("led", eta=0.3 / LH, local_steps=2, beta=beta, lazy=False)
         alg.validate = lambda topology, compressor: None  # run past the check on purpose
         eng = Engine(alg, ring, lambda i: x0, oracles=lambda i, gen: HETERO.oracle(i, gen), seed=1)
-        for _ in range(1500):
+        for _ in range(300):
             eng.step()
         return distance(eng, HETERO)
 

@@ -44,6 +44,8 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     # the same with the next gradients computed while the messages travel: the same records
     "dpsgd-sgd-overlap": ("dpsgd", {}, "none", "exponential", "metropolis", "sgd"),
     "choco-sgd-topk-overlap": ("choco", {"gamma": 0.3}, "topk:0.25", "ring", "metropolis", "sgd"),
+    "exact-diffusion": ("exact-diffusion", {}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
+    "led-sgd": ("led", {"local_steps": 3}, "none", "ring", "metropolis", "sgd"),
 }
 
 
