@@ -15,6 +15,7 @@ from gossip.algorithms.choco import Choco
 from gossip.algorithms.choco_async import AsyncChoco
 from gossip.algorithms.dcd import DCD
 from gossip.algorithms.deepsqueeze import DeepSqueeze
+from gossip.algorithms.diffusion import LED, ExactDiffusion
 from gossip.algorithms.directed import CPP, PushSum
 from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
@@ -49,6 +50,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
     ADMM, DLM,
     ATCDGD, ATCDIGing, NEXT,
+    ExactDiffusion, LED,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""

@@ -99,6 +99,8 @@ def test_consensus_methods_stay_converged_in_float32(name, spec, hparams):
     ("c-gt", "lead:2", {}),
     ("beer", "topk:0.5", {}),
     ("diging", "none", {}),
+    ("exact-diffusion", "none", {}),
+    ("led", "none", {"local_steps": 3}),
 ])
 def test_exact_methods_stay_at_the_optimum_in_float32(name, spec, hparams):
     errors = _run(name, spec, hparams, 1_000, 6_000)

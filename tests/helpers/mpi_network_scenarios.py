@@ -74,6 +74,7 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     # adapt-then-combine trackers (on_loss "edge", per phase; ATC-DIGing has two a round)
     "atc-diging-loss": ("atc-diging", {}, "none", "ring", "metropolis", "loss=0.2", True),
     "next-loss": ("next", {}, "none", "erdos-renyi:p=0.4", "metropolis", "loss=0.2", True),
+    "led-loss": ("led", {"local_steps": 2}, "none", "erdos-renyi:p=0.4", "metropolis", GE, True),
 }
 
 

@@ -51,6 +51,8 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     "atc-dgd-sgd": ("atc-dgd", {}, "none", "exponential", "metropolis", "sgd"),
     "atc-diging": ("atc-diging", {}, "none", "ring", "metropolis", "full"),
     "next-matchings": ("next", {}, "none", "matchings", "metropolis", "sgd"),
+    "exact-diffusion": ("exact-diffusion", {}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
+    "led-sgd": ("led", {"local_steps": 3}, "none", "ring", "metropolis", "sgd"),
 }
 
 

@@ -41,6 +41,7 @@ def documented(kind: str) -> list[str]:
 
 WORKS, NOT_FOR_MODELS, FEDERATED = documented("works"), documented("not for"), documented("federated")
 ASYNCHRONOUS = documented("asynchronous")
+LOCAL_STEPS = documented("several gradients")
 SETUP_STEP = ["beer", "beer-arcs", "docom", "lead", "lead-arcs", "motef"]
 """The algorithms whose setup takes a gradient, so the first ``opt.step()`` is the setup."""
 BUILT_IN = [name for name in trainable_algorithms() if REGISTRY[name].__module__.startswith("gossip.")]
@@ -48,7 +49,7 @@ BUILT_IN = [name for name in trainable_algorithms() if REGISTRY[name].__module__
 
 
 def test_the_docs_list_every_trainable_algorithm_once():
-    listed = WORKS + NOT_FOR_MODELS + FEDERATED + ASYNCHRONOUS
+    listed = WORKS + NOT_FOR_MODELS + FEDERATED + ASYNCHRONOUS + LOCAL_STEPS
     assert sorted(listed) == BUILT_IN, "update the lists of docs/wrap.md"
     assert FEDERATED == sorted(n for n in BUILT_IN if REGISTRY[n].federated)
     assert ASYNCHRONOUS == sorted(n for n in BUILT_IN if REGISTRY[n].asynchronous)
@@ -81,6 +82,10 @@ def test_every_trainable_algorithm_works_as_documented(name):
                                             rf"experiments/train.py --algorithm {name} or "
                                             r"gossip.DecentralizedTrainer"):
             wrap_runs.wrapped(name, 4)
+    elif name in LOCAL_STEPS:  # the trainer takes its local steps; the wrapper refuses the second
+        assert len(wrap_runs.trainer_losses(name, 4, 2)[0]) == 2
+        with pytest.raises(WrapError, match=rf"^{re.escape(name)} asks for a gradient a second time"):
+            wrap_runs.wrap_losses(name, 4, 2)
     else:
         want, x_want = wrap_runs.trainer_losses(name, 4, 3)
         got, x_got = wrap_runs.wrap_losses(name, 4, 3)
