@@ -17,8 +17,10 @@ from gossip.algorithms.directed import CPP, PushSum
 from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
 from gossip.algorithms.ecl import CECL
+from gossip.algorithms.feddyn import FedDyn
 from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi, Scaffold
 from gossip.algorithms.federated_adam import FedAdamSSM, FedAdamW
+from gossip.algorithms.fednova import FedNova
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.greedylore import GreedyLore, PowerSGD
@@ -45,6 +47,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     DADAM, TrackedAMSGrad, ChocoAMSGrad, DESLOC, AccumAdam, AccumAdamW, LoDAdaC, SQuARM,
     FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, FedAdamW, FedAdamSSM, CADA, GCADA,
     PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
+    FedDyn, FedNova,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""
