@@ -32,6 +32,7 @@ from gossip.cli import HelpFormatter, add_rounds_argument, guarded, positive_int
 COMMON = ["--data", "digits", "--model", "mlp", "--hidden", "128", "--partition", "dirichlet:0.1",
           "--batch-size", "32"]
 FED = ["--topology", "star", "--nodes", "33", "--clients-per-round", "10", "--local-steps", "5"]
+FED_EPOCHS = [*FED[:-2], "--local-epochs", "2"]  # K_i = ⌈2·n_i/32⌉: heterogeneous local steps
 RING = ["--topology", "ring", "--nodes", "32"]
 RUNS: dict[str, list[str]] = {
     "FedAvg": [*FED, "--algorithm", "fedavg", "--lr", "0.05"],
@@ -49,6 +50,14 @@ RUNS: dict[str, list[str]] = {
     "FedAdam-3masks-plain top-6.67%": [*FED, "--algorithm", "fedadam-ssm", "--lr", "0.003",
                                        "--hparam", "density=0.0667", "mask=separate",
                                        "uplink_memory=none"],
+    "FedDyn alpha=0.01": [*FED, "--algorithm", "feddyn", "--lr", "0.05", "--hparam", "alpha=0.01"],
+    "FedAvg by-size": [*FED, "--algorithm", "fedavg", "--lr", "0.05", "--sampling", "weighted"],
+    "FedAvg fair": [*FED, "--algorithm", "fedavg", "--lr", "0.05", "--sampling", "fair"],
+    "FedAvg power-d=20": [*FED, "--algorithm", "fedavg", "--lr", "0.05", "--selection", "power",
+                          "--candidates", "20"],
+    "FedAvg E=2": [*FED_EPOCHS, "--algorithm", "fedavg", "--lr", "0.05"],
+    "FedNova E=2": [*FED_EPOCHS, "--algorithm", "fednova", "--lr", "0.05"],
+    "SCAFFOLD E=2": [*FED_EPOCHS, "--algorithm", "scaffold", "--lr", "0.05"],
     "CHOCO-SGD top-10%": [*RING, "--algorithm", "choco", "--compressor", "topk:0.1", "--gamma",
                           "0.2", "--optimizer", "momentum", "--lr", "0.05"],
     "D-PSGD": [*RING, "--algorithm", "dpsgd", "--optimizer", "momentum", "--lr", "0.05"],
@@ -126,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict[str, list[dict]]:
     for label, flags in RUNS.items():
         if args.only and label not in args.only:
             continue
-        log = out / (label.split()[0].lower() + ".jsonl")
+        log = out / (label.replace(" ", "-").replace("%", "").replace("=", "").lower() + ".jsonl")
         train([*COMMON, "--seed", str(args.seed), *flags, "--rounds", str(args.rounds), "--log-every",
                str(args.log_every), "--out", str(log)])
         recs = [r | {"bits_exchanged": exchanged_bits(r)} for r in read_jsonl(log)

@@ -20,8 +20,10 @@ from gossip.algorithms.directed import CPP, PushSum
 from gossip.algorithms.dpsgd import DPSGD
 from gossip.algorithms.ecd import ECD
 from gossip.algorithms.ecl import CECL
+from gossip.algorithms.feddyn import FedDyn
 from gossip.algorithms.federated import FedAdagrad, FedAdam, FedAvg, FedProx, FedYogi, Scaffold
 from gossip.algorithms.federated_adam import FedAdamSSM, FedAdamW
+from gossip.algorithms.fednova import FedNova
 from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.greedylore import GreedyLore, PowerSGD
@@ -43,14 +45,11 @@ from gossip.core.registry import register_algorithm
 
 BUILTIN: tuple[type[Algorithm], ...] = (
     Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER, DIGing, EXTRA,
-    CGT, PushSum, CPP, DoCoM, MoTEF, CECL,
+    CGT, PushSum, CPP, DoCoM, MoTEF, CECL, ATCDGD, ATCDIGing, NEXT, ExactDiffusion, LED, ADMM, DLM,
     OneBitAdam, APMSqueeze, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, GreedyLore, PowerSGD,
     DADAM, TrackedAMSGrad, ChocoAMSGrad, DESLOC, AccumAdam, AccumAdamW, LoDAdaC, SQuARM,
-    FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, FedAdamW, FedAdamSSM, CADA, GCADA,
-    PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
-    ADMM, DLM,
-    ATCDGD, ATCDIGing, NEXT,
-    ExactDiffusion, LED,
+    FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, FedAdamW, FedAdamSSM, FedDyn, FedNova,
+    CADA, GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""

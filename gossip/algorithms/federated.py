@@ -31,6 +31,10 @@ from gossip.core.requirements import Graph, Requirements
 from gossip.core.star import SAMPLINGS, ClientSampler, StarLink
 from gossip.errors import ConfigError, GossipError
 
+SELECTIONS = ("sampled", "power")
+"""How a round's training clients are chosen: the sampler's draw (``sampling``: uniform, with
+replacement, by data size, fair) or power-of-choice among the sampler's draw of candidates."""
+
 SERVER_OPTIMIZERS = ("sgd", "adam", "yogi", "adagrad", "adamw")
 """Server updates of Reddi et al. (ICLR'21, Algorithm 2), and Adam with decoupled weight decay."""
 
@@ -58,6 +62,11 @@ _ARGS = """
         weight_decay: decoupled weight decay λ of ``adamw``.
         uplink_memory: ``"ef21"``, ``None`` (no memory; ``"none"`` too) or ``"auto"`` (EF21
             for a lossy compressor, none for ``none``).
+        selection: ``"sampled"`` (the sampler's draw trains) or ``"power"`` (Cho et al.'s
+            power-of-choice: the sampler draws ``candidates`` clients, they receive the model
+            and report their local loss at it, and the ``clients_per_round`` with the highest
+            loss train; two more one-entry phases a round).
+        candidates: the candidates d of ``"power"`` (clients_per_round <= d <= N).
 """
 
 
@@ -135,7 +144,8 @@ class FedAvg(Algorithm):
                  beta1: float = 0.9, beta2: float = 0.99, tau: float = 1e-3,
                  weight_decay: float = 0.0, uplink_memory: str | None = "auto",
                  client_weights: list[float] | None = None,
-                 downlink_compressor: str | None = None, aggregation: str = "mean"):
+                 downlink_compressor: str | None = None, aggregation: str = "mean",
+                 selection: str = "sampled", candidates: int | None = None):
         server_optimizer = server_optimizer or self.default_server
         if server_optimizer not in SERVER_OPTIMIZERS:
             raise ConfigError(f"server_optimizer {server_optimizer!r} (--server-optimizer) does not "
@@ -186,6 +196,24 @@ class FedAvg(Algorithm):
                               f"with sampling {sampling!r} the draws already follow the "
                               "weights or repeat clients: use aggregation 'mean'")
         self.aggregation = aggregation
+        self._init_selection(selection, candidates)
+
+    def _init_selection(self, selection: str, candidates: int | None) -> None:
+        """The round's selection rule (class docstring's ``selection``, ``candidates``)."""
+        if selection not in SELECTIONS:
+            raise ConfigError(f"selection {selection!r} is not one of {', '.join(SELECTIONS)}")
+        if selection == "power":
+            k = self.clients_per_round
+            if not isinstance(candidates, int) or isinstance(candidates, bool) or candidates < 1:
+                raise ConfigError(f"selection 'power' needs candidates d (a whole number >= "
+                                  f"clients_per_round), got {candidates!r}")
+            if k is None or candidates < k:
+                raise ConfigError(f"selection 'power' picks clients_per_round = {k} of its "
+                                  f"candidates = {candidates}: give clients_per_round <= "
+                                  "candidates (power-of-choice picks k of d >= k)")
+        elif candidates is not None:
+            raise ConfigError("candidates is selection 'power''s d: give selection='power' too")
+        self.selection, self.candidates = selection, candidates
 
     @classmethod
     def suggest_hparams(cls, problem: Any, estimator: str = "full",
@@ -212,6 +240,9 @@ class FedAvg(Algorithm):
             raise ConfigError(f"clients_per_round = {self.clients_per_round} "
                               f"(--clients-per-round) but the star has "
                               f"{n - 1} clients: give at most {n - 1} (or more nodes)")
+        if self.selection == "power" and self.candidates > n - 1:
+            raise ConfigError(f"candidates = {self.candidates} but the star has {n - 1} "
+                              f"clients: give at most {n - 1}")
         ClientSampler(0, n - 1, self.clients_per_round or n - 1, self.sampling, self.availability,
                       self.client_weights)  # refuses weights that do not fit the clients
         if not isinstance(self.local_steps, int) and len(self.local_steps) != n - 1:
@@ -271,6 +302,12 @@ class FedAvg(Algorithm):
             return self.local_steps
         return self.local_steps[client - 1]
 
+    def choose(self, losses: dict[int, float]) -> list[int]:
+        """Power-of-choice: the ``clients_per_round`` candidates of highest loss (the lower id
+        first among equal losses)."""
+        ranked = sorted(losses, key=lambda i: (-losses[i], i))
+        return sorted(ranked[: self.clients_per_round])
+
     def server_update(self, block: Block, r: int, avg: torch.Tensor) -> None:
         """The server's step with the averaged uplink."""
         block.workspace["server_opt"].step(block, r, avg[: block.x.shape[1]])
@@ -285,7 +322,8 @@ class FedAvg(Algorithm):
         if memory == "auto":
             memory = None if (uplink or block.compressor).is_identity else "ef21"
         block.hparams.update(clients_per_round=k, uplink_memory=memory)
-        sampler = ClientSampler(block.seed, n - 1, k, self.sampling, self.availability,
+        drawn = self.candidates if self.selection == "power" else k
+        sampler = ClientSampler(block.seed, n - 1, drawn, self.sampling, self.availability,
                                 self.client_weights)
         ws = block.workspace
         start = None
@@ -296,6 +334,8 @@ class FedAvg(Algorithm):
         ws["down"] = block.x.new_zeros((block.m, self.down_dim(d)))
         ws["up"] = block.x.new_zeros((block.m, self.up_dim(d)))
         ws["grad"] = torch.zeros_like(block.x)
+        if self.selection == "power":
+            ws["losses"] = block.x.new_zeros((block.m, 1))
         opt = ServerOptimizer(self.server_optimizer, self.server_lr, self.beta1, self.beta2,
                               self.tau, self.weight_decay)
         opt.setup(block)
@@ -310,6 +350,14 @@ class FedAvg(Algorithm):
         server = link.server_row
         inbox = yield link.broadcast(self.down_vector(block, server) if server is not None else None)
         link.receive(inbox, ws["down"])  # the global model (and c) for the sampled clients
+        if self.selection == "power":  # the candidates' losses up, the server's choice down
+            d, losses = x.shape[1], ws["losses"]
+            for r in link.rows:
+                losses[r, 0] = block.loss(r, ws["down"][r, :d])
+            inbox = yield link.report(losses)
+            chosen = self.choose(link.reported(inbox)) if server is not None else None
+            inbox = yield link.announce(chosen)
+            link.narrow(inbox, chosen)
         rows, g = link.rows, ws["grad"]
         self.start_local(block, rows, ws["down"])
         steps = [self.steps_of(block.ids[r]) for r in rows]
@@ -367,8 +415,8 @@ class FedProx(FedAvg):
     Args:
         mu: the proximal weight μ >= 0 (0: FedAvg). clients_per_round, local_steps, eta,
             sampling, availability, server_optimizer, server_lr, beta1, beta2, tau,
-            weight_decay, uplink_memory, client_weights, downlink_compressor, aggregation: as
-            :class:`FedAvg`.
+            weight_decay, uplink_memory, client_weights, downlink_compressor, aggregation,
+            selection, candidates: as :class:`FedAvg`.
     """
 
     name = "fedprox"
@@ -379,11 +427,13 @@ class FedProx(FedAvg):
                  server_lr: float | None = None, beta1: float = 0.9, beta2: float = 0.99,
                  tau: float = 1e-3, weight_decay: float = 0.0, uplink_memory: str | None = "auto",
                  client_weights: list[float] | None = None,
-                 downlink_compressor: str | None = None, aggregation: str = "mean"):
+                 downlink_compressor: str | None = None, aggregation: str = "mean",
+                 selection: str = "sampled", candidates: int | None = None):
         check_range("mu", mu, 0.0, math.inf, "FedProx's proximal weight", include_low=True)
         super().__init__(clients_per_round, local_steps, eta, sampling, availability,
                          server_optimizer, server_lr, beta1, beta2, tau, weight_decay,
-                         uplink_memory, client_weights, downlink_compressor, aggregation)
+                         uplink_memory, client_weights, downlink_compressor, aggregation,
+                         selection, candidates)
         self.mu = mu
 
     def correction(self, block: Block, rows: list[int], y: torch.Tensor,

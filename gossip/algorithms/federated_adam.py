@@ -132,7 +132,8 @@ class FedAdamW(_LocalAdam):
 
     Args:
         clients_per_round, local_steps, eta, sampling, availability, uplink_memory,
-            client_weights, downlink_compressor, aggregation: as :class:`FedAvg` (``eta``
+            client_weights, downlink_compressor, aggregation, selection, candidates: as
+            :class:`FedAvg` (``eta``
             is the clients' AdamW step).
         beta1, beta2, eps: the clients' Adam decay rates and ε (torch's defaults).
         weight_decay: decoupled weight decay λ of the clients' AdamW (the authors' 0.01).
@@ -161,10 +162,12 @@ class FedAdamW(_LocalAdam):
                  weight_decay: float = 0.01, gamma: float = 0.5, clip: float | None = 10.0,
                  v_start: str = "server", step_count: str = "global", server_lr: float = 1.0,
                  uplink_memory: str | None = "auto", client_weights: list[float] | None = None,
-                 downlink_compressor: str | None = None, aggregation: str = "mean"):
+                 downlink_compressor: str | None = None, aggregation: str = "mean",
+                 selection: str = "sampled", candidates: int | None = None):
         super().__init__(clients_per_round, local_steps, eta, sampling, availability, "sgd",
                          server_lr, uplink_memory=uplink_memory, client_weights=client_weights,
-                         downlink_compressor=downlink_compressor, aggregation=aggregation)
+                         downlink_compressor=downlink_compressor, aggregation=aggregation,
+                         selection=selection, candidates=candidates)
         self._adam_init(beta1, beta2, eps, weight_decay, clip, step_count)
         check_range("gamma", gamma, 0.0, math.inf, "the local correction's weight (0: none)",
                     include_low=True)
@@ -231,8 +234,8 @@ class FedAdamSSM(_LocalAdam):
         mask: ``"shared"`` (one index set, chosen by ``|Δx|``: the method) or ``"separate"``
             (each update its own top-k: FedAdam with three sparsifiers, the baseline).
         clients_per_round, local_steps, eta, sampling, availability, client_weights,
-            downlink_compressor, aggregation: as :class:`FedAvg` (``eta`` is the clients'
-            Adam step).
+            downlink_compressor, aggregation, selection, candidates: as :class:`FedAvg`
+            (``eta`` is the clients' Adam step).
         beta1, beta2, eps, weight_decay, clip, step_count: the clients' Adam, as
             :class:`FedAdamW`'s (no decay and no clip by default).
         server_lr: the server's step η_s on the mean model update (1: the plain mean).
@@ -255,10 +258,12 @@ class FedAdamSSM(_LocalAdam):
                  weight_decay: float = 0.0, clip: float | None = None,
                  step_count: str = "global", server_lr: float = 1.0,
                  uplink_memory: str | None = "auto", client_weights: list[float] | None = None,
-                 downlink_compressor: str | None = None, aggregation: str = "mean"):
+                 downlink_compressor: str | None = None, aggregation: str = "mean",
+                 selection: str = "sampled", candidates: int | None = None):
         super().__init__(clients_per_round, local_steps, eta, sampling, availability, "sgd",
                          server_lr, uplink_memory=uplink_memory, client_weights=client_weights,
-                         downlink_compressor=downlink_compressor, aggregation=aggregation)
+                         downlink_compressor=downlink_compressor, aggregation=aggregation,
+                         selection=selection, candidates=candidates)
         self._adam_init(beta1, beta2, eps, weight_decay, clip, step_count)
         check_range("density", density, 0.0, 1.0, "the kept fraction k/d of each update")
         if mask not in MASKS:

@@ -119,7 +119,8 @@ def add_rounds_argument(group: Any, default: int | None, *, aliases: tuple[str, 
 
 
 FEDERATED_FLAGS = ("clients_per_round", "local_steps", "server_optimizer", "server_lr",
-                   "sampling", "availability", "mu", "downlink_compressor", "aggregation")
+                   "sampling", "availability", "mu", "downlink_compressor", "aggregation",
+                   "selection", "candidates")
 """The federated methods' flags (``--clients-per-round`` ...), each a constructor keyword."""
 
 
@@ -127,7 +128,7 @@ def add_federated_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of the federated methods (docs/algorithms/fedavg.md), for optimize.py and train.py."""
     f = parser.add_argument_group(
         "federated (fedavg, fedprox, fedadam, fedyogi, fedadagrad, scaffold, fedadamw, fedadam-ssm, "
-        "cada, g-cada: node 0 "
+        "cada, g-cada, feddyn, fednova: node 0 "
         "of a star is the server, the other --nodes the clients; the default topology is then star)")
     f.add_argument("--clients-per-round", type=positive_int, default=None,
                    help="clients sampled per round (default: all)")
@@ -138,8 +139,9 @@ def add_federated_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--server-lr", type=positive_float, default=None,
                    help="server step (default 1 with sgd, 0.01 adaptive)")
     f.add_argument("--sampling", default=None,
-                   help="uniform (k distinct clients, default), replacement, or weighted (k "
-                        "draws with probability proportional to a client's data size)")
+                   help="uniform (k distinct clients, default), replacement, weighted (k "
+                        "draws with probability proportional to a client's data size), or fair "
+                        "(the k least recently drawn)")
     f.add_argument("--aggregation", default=None,
                    help="mean (default) or data: the sampled deltas weighted by the clients' "
                         "data sizes (McMahan et al.)")
@@ -149,6 +151,12 @@ def add_federated_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--availability", type=float, default=None,
                    help="probability a client is online in a round (default 1)")
     f.add_argument("--mu", type=float, default=None, help="FedProx's proximal weight")
+    f.add_argument("--selection", default=None,
+                   help="sampled (the sampling's draw trains, default) or power (power-of-choice: "
+                        "--candidates d are drawn, the --clients-per-round of highest local "
+                        "loss train)")
+    f.add_argument("--candidates", type=positive_int, default=None,
+                   help="power-of-choice's candidates d per round")
 
 
 def add_overlap_argument(parser: argparse.ArgumentParser) -> None:

@@ -670,7 +670,17 @@ class Block:
             out.copy_(g)
         return out
 
-    def _aligned(self, row: torch.Tensor, k: int) -> torch.Tensor:
+    def loss(self, r: int, x: torch.Tensor) -> float:
+        """Row ``r``'s node's local loss at ``x`` (its oracle's ``loss``, through an aligned
+        copy as :meth:`oracle_call`): a federated round's power-of-choice selection."""
+        fn = getattr(self.nodes[r].oracle, "loss", None)
+        if fn is None:
+            raise ConfigError(f"node {self.ids[r]}'s oracle ({type(self.nodes[r].oracle).__name__}) "
+                              "has no loss(x), which selection 'power' ranks clients by: give "
+                              "it one or use selection 'sampled'")
+        return float(fn(self._aligned(x, "loss")))
+
+    def _aligned(self, row: torch.Tensor, k: Any) -> torch.Tensor:
         return row if row.data_ptr() % ALIGN == 0 else self._scratch(row, k).copy_(row)
 
     def _scratch(self, like: torch.Tensor, key: Any) -> torch.Tensor:

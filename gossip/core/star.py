@@ -37,11 +37,14 @@ from gossip.errors import ConfigError, GossipError
 from gossip.layout import Layout
 from gossip.rng import Stream
 
-SAMPLINGS = ("uniform", "replacement", "weighted")
+SAMPLINGS = ("uniform", "replacement", "weighted", "fair")
 """``uniform``: k distinct clients, every k-subset equally likely; ``replacement``: k draws,
 uniform and independent (a client drawn twice counts twice in the average); ``weighted``: k
 independent draws with probability proportional to the client's weight (its data size: Li et
-al.'s scheme, with the plain average of the draws an unbiased estimate of the weighted one)."""
+al.'s scheme, with the plain average of the draws an unbiased estimate of the weighted one);
+``fair``: the k clients least recently drawn (never drawn first), ties broken by uniform keys:
+every client is drawn once in every ⌈N/k⌉ rounds when all are online (our fairness rule:
+least recently selected, docs/algorithms/fedavg.md)."""
 
 
 class ClientSampler:
@@ -75,9 +78,26 @@ class ClientSampler:
         self.clients, self.per_round, self.sampling = clients, per_round, sampling
         self.availability = availability
         self.stream = Stream(seed, [0], "clients")
+        self._last = np.zeros(clients, dtype=np.int64)  # fair: the round each was last drawn
+        self._upto, self._pick = 0, []
 
     def sample(self, t: int) -> list[int]:
-        """Round ``t``'s clients (ids 1..N, sorted, repeated when drawn twice)."""
+        """Round ``t``'s clients (ids 1..N, sorted, repeated when drawn twice). ``fair``
+        depends on the rounds before: they are replayed (from their keyed draws) when ``t``
+        is not the next round, so a resumed run draws what the uninterrupted one did."""
+        if self.sampling != "fair":
+            return self._draw(t)
+        if t == self._upto:
+            return list(self._pick)
+        if t < self._upto:
+            self._last[:], self._upto = 0, 0
+        while self._upto < t:
+            self._upto += 1
+            self._pick = self._draw(self._upto)
+            self._last[np.asarray(self._pick, dtype=np.int64) - 1] = self._upto
+        return list(self._pick)
+
+    def _draw(self, t: int) -> list[int]:
         s = self.stream
         s.begin_round(t)
         online = np.arange(1, self.clients + 1)
@@ -90,6 +110,9 @@ class ClientSampler:
         if self.sampling == "uniform":
             keys = s.uniform(online.size, dtype=torch.float64).numpy()[0]
             chosen = online[np.argsort(keys, kind="stable")[:k]]
+        elif self.sampling == "fair":  # oldest last draw first, then the uniform keys
+            keys = s.uniform(online.size, dtype=torch.float64).numpy()[0]
+            chosen = online[np.lexsort((keys, self._last[online - 1]))[:k]]
         elif self.sampling == "replacement":
             u = s.uniform(k, dtype=torch.float64).numpy()[0]
             chosen = online[np.minimum((u * online.size).astype(np.int64), online.size - 1)]
@@ -238,6 +261,52 @@ class StarLink:
                            device=H.device)
         self.block.decode_received(H, inbox, dst=sel)
         out.index_copy_(0, route.in_dst, H.index_select(0, sel))
+
+    # -- power-of-choice: the candidates' losses up, the server's choice down -----------------
+    def report(self, values: torch.Tensor) -> Any:
+        """Candidates → server: one exact entry per sampled client of the block (``values`` is
+        [m, 1]; only those rows are read), its local loss at the model that came down."""
+        block = self.block
+        route = block.arc_plan([(i, 0) for i in self.distinct])
+        idx = torch.tensor([self.row_of[i] for i, _ in route.arcs], dtype=torch.int64,
+                           device=values.device)
+        Z = self._buf("report", len(route.arcs), 1)
+        torch.index_select(values, 0, idx, out=Z)
+        return block.encode(Z, self.exact, route=route)
+
+    def reported(self, inbox: Any) -> dict[int, float]:
+        """On the server: each candidate's value, by client id."""
+        route = inbox.route
+        got = self._buf("reported", len(route.incoming), 1).zero_()
+        self.block.decode_received(got, inbox)
+        return {i: float(got[e, 0]) for e, (i, _) in enumerate(route.incoming)}
+
+    def announce(self, chosen: list[int] | None) -> Any:
+        """Server → candidates: 1 to a chosen candidate, 0 to the others (``chosen``: None where
+        the block has no server)."""
+        block = self.block
+        route = block.arc_plan([(0, i) for i in self.distinct])
+        V = self._buf("announce", len(route.arcs), 1)
+        keep = set(chosen or ())
+        for e, (_, i) in enumerate(route.arcs):
+            V[e, 0] = 1.0 if i in keep else 0.0
+        return block.encode(V, self.exact, route=route)
+
+    def narrow(self, inbox: Any, chosen: list[int] | None) -> None:
+        """This round's clients become the chosen candidates, each once: ``chosen`` on the
+        server's process, the flags that came down elsewhere (a process knows its own
+        clients' choice; the uplink's route needs no more)."""
+        if chosen is not None:
+            keep = set(chosen)
+        else:
+            route = inbox.route
+            got = self._buf("flags", len(route.incoming), 1).zero_()
+            if route.incoming:
+                self.block.decode_received(got, inbox)
+            keep = {i for e, (_, i) in enumerate(route.incoming) if float(got[e, 0]) > 0.5}
+        self.sample = sorted(keep)
+        self.distinct = list(self.sample)
+        self.rows = [self.row_of[i] for i in self.distinct if i in self.row_of]
 
     # -- uplink --------------------------------------------------------------------------------
     def upload(self, U: torch.Tensor, senders: list[int] | None = None) -> Any:

@@ -79,6 +79,11 @@ class Oracle(ABC):
     def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """An estimate of ``∇f_i(x)``, written into ``out`` when given (must not alias ``x``)."""
 
+    def loss(self, x: torch.Tensor) -> float:
+        """``f_i(x)``, the node's whole local loss (a federated round's power-of-choice
+        selection ranks its candidates by it)."""
+        return float(self.problem.local_loss(self.node, x))
+
     @property
     def has_prox(self) -> bool:
         """True when the problem has a non-smooth regularizer ``r`` (use a proximal algorithm)."""

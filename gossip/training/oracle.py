@@ -144,6 +144,27 @@ class ModelOracle:
         self.loss_count += bs
         return out
 
+    def loss(self, x: torch.Tensor) -> float:
+        """The mean loss of the next mini-batch at ``x``, forward only (a federated round's
+        power-of-choice selection ranks its candidates by it: Cho et al.'s cpow-d estimate);
+        the batch is drawn from the node's stream as a gradient's would be."""
+        self.bind(x)
+        inputs, targets = next(self.batches)
+        inputs = _to(inputs, self.device, self.dtype)
+        targets = _to(targets, self.device, None)
+        cast = (contextlib.nullcontext() if self.autocast is None
+                else torch.autocast(self.device.type, dtype=self.autocast))
+        self.module.train()
+        saved = self._get_rng()
+        try:
+            self._set_rng(self._rng)
+            with torch.no_grad(), cast:
+                value = float(self.loss_fn(self.module(inputs), targets))
+        finally:
+            self._rng = self._get_rng()
+            self._set_rng(saved)
+        return value
+
     def _write(self, grads: Sequence[torch.Tensor | None], x: torch.Tensor,
                out: torch.Tensor | None) -> torch.Tensor:
         """The flat gradient: ``grads`` (one per trainable parameter, None for an unused one)

@@ -43,6 +43,16 @@ SCENARIOS: dict[str, tuple[str, dict, str, str]] = {
     "fedadam-ssm-separate": ("fedadam-ssm", {"clients_per_round": 4, "eta": 0.05, "density": 0.3,
                                              "mask": "separate", "sampling": "replacement"},
                              "none", "full"),
+    "feddyn-topk-down": ("feddyn", {"clients_per_round": 4, "alpha": 0.5,
+                                    "downlink_compressor": "qsgd:4bit"}, "topk:0.25", "full"),
+    "fednova-steps-sgd": ("fednova", {"clients_per_round": 4, "local_steps": [1, 2, 3, 4, 5, 6, 7, 8]},
+                          "none", "sgd"),
+    "fedavg-power-fair": ("fedavg", {"clients_per_round": 2, "selection": "power", "candidates": 5,
+                                     "sampling": "fair"}, "sign", "sgd"),
+    "feddyn-power-weighted": ("feddyn", {"clients_per_round": 3, "alpha": 0.5, "selection": "power",
+                                         "candidates": 4, "sampling": "weighted",
+                                         "client_weights": [3.0, 1.0, 1.0, 2.0, 5.0, 1.0, 1.0, 4.0]},
+                              "none", "full"),
 }
 
 

@@ -23,11 +23,18 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
               mu: float = 0.0, scaffold: bool = False,
               compress: Callable[[Array], Array] | None = None, ef21: bool = False,
               down_compress: Callable[[Array], Array] | None = None,
-              data_weights: Sequence[float] | None = None) -> list[Array]:
+              data_weights: Sequence[float] | None = None, alpha: float | None = None,
+              normalized: bool = False,
+              power: tuple[int, Sequence[Callable[[Array], float]]] | None = None) -> list[Array]:
     """FedAvg / FedProx (``mu``) / SCAFFOLD (option II) with the server optimizers of Reddi et
     al. (``server``), an uplink ``compress`` with EF21 memories (``ef21``) and a downlink
     ``down_compress`` against a copy per client of what it knows (both ends keep it);
-    ``data_weights`` (client i's at index i − 1) average the sampled clients by their data."""
+    ``data_weights`` (client i's at index i − 1) average the sampled clients by their data.
+    FedDyn (``alpha``: Acar et al.'s Algorithm 1, ``g_k`` moved by what the server receives),
+    FedNova (``normalized``: Δ_i / K_i up, the average times τ_eff = Σ p_i K_i), and
+    power-of-choice (``power = (k, losses)``: ``sample(t)`` gives the candidates, each
+    evaluates ``losses[i]`` at the model it received, the k highest train, ties to the lower
+    id)."""
     N, d = len(grads) - 1, x0.size
     x = x0.astype(np.float64).copy()
     m, v = np.zeros(d), np.full(d, tau**2)
@@ -35,15 +42,22 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
     up = 2 * d if scaffold else d
     h = np.zeros((N + 1, up))
     known = np.tile(np.concatenate((x, c)) if scaffold else x, (N + 1, 1))  # the downlink copies
+    gk, hs = np.zeros((N + 1, d)), np.zeros(d)  # FedDyn's g_k and h
     out = [x.copy()]
     for t in range(1, rounds + 1):
         S = sample(t)
-        sent = {}
+        sent, got = {}, {}
         for i in sorted(set(S)):
             sent_down = np.concatenate((x, c)) if scaffold else x
             if down_compress is not None:
                 known[i] = known[i] + down_compress(sent_down - known[i])
                 sent_down = known[i]
+            got[i] = sent_down
+        if power is not None:
+            loss = {i: power[1][i](got[i][:d]) for i in got}
+            S = sorted(sorted(loss, key=lambda i: (-loss[i], i))[: power[0]])
+        for i in sorted(set(S)):
+            sent_down = got[i]
             xi, cv = sent_down[:d], sent_down[d:]
             y = xi.copy()
             K = local_steps if isinstance(local_steps, int) else local_steps[i - 1]
@@ -53,8 +67,12 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
                     g = g + mu * (y - xi)
                 if scaffold:
                     g = g - ci[i] + cv
+                if alpha is not None:
+                    g = g - gk[i] + alpha * (y - xi)
                 y = y - eta * g
             u = y - xi
+            if normalized:
+                u = u / K
             if scaffold:
                 ci_new = ci[i] - cv + (xi - y) / (K * eta)
                 u = np.concatenate((u, ci_new - ci[i]))
@@ -67,6 +85,8 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
                 sent[i] = compress(u)
             if scaffold:  # c_i moves by what the server receives (c_i⁺ when exact)
                 ci[i] = ci[i] + sent[i][d:]
+            if alpha is not None:
+                gk[i] = gk[i] - alpha * sent[i][:d]
         if not S:
             out.append(x.copy())
             continue
@@ -76,6 +96,10 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
             w = {i: data_weights[i - 1] for i in S}
             avg = sum(w[i] * sent[i] for i in S) / sum(w[i] for i in S)
         delta = avg[:d]
+        if normalized:
+            Ks = [local_steps if isinstance(local_steps, int) else local_steps[i - 1] for i in S]
+            p = [1.0] * len(S) if data_weights is None else [data_weights[i - 1] for i in S]
+            delta = delta * sum(pi * k for pi, k in zip(p, Ks)) / sum(p)
         if server == "sgd":
             x_new = x + server_lr * delta
         else:
@@ -92,6 +116,9 @@ def federated(x0: Array, grads: Sequence[Callable[[Array], Array]], rounds: int,
             x_new = x + server_lr * step
         if scaffold:
             c = c + len(S) / N * avg[d:]
+        if alpha:
+            hs = hs - alpha * len(S) / N * avg[:d]
+            x_new = x_new - hs / alpha
         x = x_new
         out.append(x.copy())
     return out

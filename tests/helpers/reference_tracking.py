@@ -221,20 +221,6 @@ def atc_dgd(X0: Array, W: Array, grad: Grad, eta: float, T: int, gamma: float = 
     for _ in range(T):
         Psi = X - eta * grad(X)
         X = Psi + gamma * (W @ Psi - Psi)
-def exact_diffusion(X0: Array, W: Array, grad: Grad, mu: float, T: int) -> list[Array]:
-    """Exact diffusion (Yuan, Ying, Zhao, Sayed 2019), adapt–correct–combine with
-    ``W̄ = (I + W)/2`` and ``Ψ⁰ = X⁰``::
-
-        Ψ^{k+1} = X^k − μ∇F(X^k);  Φ^{k+1} = Ψ^{k+1} + X^k − Ψ^k;  X^{k+1} = W̄ Φ^{k+1}
-    """
-    Wb = (np.eye(W.shape[0]) + W) / 2
-    X = np.array(X0, dtype=np.float64)
-    Psi = X.copy()
-    out = [X.copy()]
-    for _ in range(T):
-        Psi_new = X - mu * grad(X)
-        X = Wb @ (Psi_new + X - Psi)
-        Psi = Psi_new
         out.append(X.copy())
     return out
 
@@ -263,6 +249,27 @@ def atc_tracking(X0: Array, W: Array | Callable[[int], Array], grad: Grad, eta: 
         out.append(X.copy())
         if trace:
             trace(t, {"X": X, "Y": Y, "G": G})
+    return out
+
+
+def exact_diffusion(X0: Array, W: Array, grad: Grad, mu: float, T: int) -> list[Array]:
+    """Exact diffusion (Yuan, Ying, Zhao, Sayed 2019), adapt–correct–combine with
+    ``W̄ = (I + W)/2`` and ``Ψ⁰ = X⁰``::
+
+        Ψ^{k+1} = X^k − μ∇F(X^k);  Φ^{k+1} = Ψ^{k+1} + X^k − Ψ^k;  X^{k+1} = W̄ Φ^{k+1}
+    """
+    Wb = (np.eye(W.shape[0]) + W) / 2
+    X = np.array(X0, dtype=np.float64)
+    Psi = X.copy()
+    out = [X.copy()]
+    for _ in range(T):
+        Psi_new = X - mu * grad(X)
+        X = Wb @ (Psi_new + X - Psi)
+        Psi = Psi_new
+        out.append(X.copy())
+    return out
+
+
 def led(X0: Array, W: Array, grad: Grad, alpha: float, beta: float, tau: int, T: int,
         lazy: bool = True) -> list[Array]:
     """LED (Alghunaim 2024), Algorithm 1, ``Y⁰ = 0``, mixing with ``M = (I + W)/2`` (lazy) or W::
