@@ -44,6 +44,9 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     # the same with the next gradients computed while the messages travel: the same records
     "dpsgd-sgd-overlap": ("dpsgd", {}, "none", "exponential", "metropolis", "sgd"),
     "choco-sgd-topk-overlap": ("choco", {"gamma": 0.3}, "topk:0.25", "ring", "metropolis", "sgd"),
+    # variance-reduced tracking: samples drawn from the keyed stream, whatever the oracle's estimator
+    "gt-saga": ("gt-saga", {"batch_size": 2}, "none", "ring", "metropolis", "full"),
+    "gt-sarah": ("gt-sarah", {"batch_size": 3, "period": 4}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
 }
 
 
