@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -75,6 +76,10 @@ class VarianceReducedTracking(DIGing):
     counted in ``gt-vr.sample_grads`` (the log's ``sample_grads``, summed over the nodes),
     and the edge dropped at both ends when a message is lost."""
 
+    requires = replace(
+        DIGing.requires,
+        compressor_message="{name} sends uncompressed vectors but the compressor is '{spec}'; use "
+                           "--compressor none")
     counts = ("gt-vr.sample_grads",)
     on_loss = "edge"  # W_t stays symmetric and doubly stochastic: Σ y = Σ v under loss
 
