@@ -155,3 +155,21 @@ def test_refuses_what_it_cannot_run():
     with pytest.raises(ConfigError, match="finite-sum"):
         Engine(make_algorithm("gt-sarah"), TOPO, lambda i: torch.zeros(12),
                oracles=lambda i, gen: NoFiniteSum())
+
+
+def test_the_saga_table_starts_in_the_buffers_it_was_given_with_the_exact_gradient():
+    """``SAGA.start``: GT-SAGA's start ``z_{i,l} = x⁰``, filled into the state's own tensors
+    (what checkpoints restore in place), returning ``∇f_i(x⁰)`` without a draw."""
+    from gossip.problems.oracles import SAGA
+
+    logistic = make_problem("logistic", n_nodes=8, dim=12, samples_per_node=30, seed=1,
+                            dtype=torch.float64)
+    x = torch.randn(12, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    for problem in (PROBLEM, logistic):
+        e = SAGA(problem, 2, None, 1)
+        table, mean = torch.zeros(e.table_shape(), dtype=torch.float64), torch.zeros(12, dtype=torch.float64)
+        e.table, e.mean = table, mean
+        g = e.start(x)
+        assert torch.allclose(g, problem.grad_full(2, x), atol=1e-13, rtol=0)
+        assert e.table is table and e.mean is mean and bool(table.abs().sum() > 0)
+        assert e.sample_grads == 30
