@@ -176,14 +176,20 @@ class CGT(Algorithm):
         st["y"] = torch.zeros_like(x)  # round 1 sets both to ∇f(x⁰)
         block.workspace["g_new"] = torch.empty_like(x)
 
+    def local_gradients(self, block: Any, out: torch.Tensor) -> torch.Tensor:
+        """What the tracker follows, at the models a round starts from, into ``out``'s rows:
+        every node's gradient here; a variance-reduced estimate in ``gt-saga`` and
+        ``gt-sarah`` (:mod:`gossip.algorithms.gt_vr`)."""
+        return block.gradients(out)
+
     def step(self, block: Any) -> Round:
         x, st, ws, gamma = block.x, block.state, block.workspace, block.hparams["gamma"]
         sx, sy = ws["channels"]
         y, g, g_new = st["y"], st["g"], ws["g_new"]
         if block.round == 1:
-            y.copy_(block.gradients(g))
+            y.copy_(self.local_gradients(block, g))
         else:  # y ← y + γ (ŷ_w − ŷ) + g_new − g, the first term added last round
-            y.add_(block.gradients(g_new)).sub_(g)
+            y.add_(self.local_gradients(block, g_new)).sub_(g)
             g.copy_(g_new)
         qx, qy = yield sx.send(x), sy.send(y)
         dx, dy = sx.gap(qx), sy.gap(qy)  # x̂_w − x̂, ŷ_w − ŷ: the compressed (W − I)x, (W − I)y

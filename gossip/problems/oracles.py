@@ -280,6 +280,28 @@ class SAGA(_Sampled):
             self.mean = self.table.mean(dim=0)
         self.sample_grads += self.m
 
+    def table_shape(self) -> tuple[int, ...]:
+        """The table's shape: ``(m,)`` coefficients for GLMs, ``(m, d)`` gradients otherwise."""
+        pb = self.problem
+        return (self.m,) if pb.linear_model else (self.m, int(pb.dim))
+
+    def start(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Fill the table at ``x`` (every sample's gradient; in place when ``table`` and ``mean``
+        are already buffers, e.g. an algorithm's checkpointed state) and return ``∇f_i(x)``: the
+        table's mean ``ψ`` (plus ``l2·x`` for GLMs). A full local gradient: ``m`` sample
+        gradients. Where a method starts from ``z_{i,l} = x⁰`` (GT-SAGA) and the first
+        estimate must be the exact local gradient without a draw."""
+        out = self._out(x, out)
+        table, mean = self.table, self.mean
+        self._init(x)
+        if table is not None and mean is not None:
+            self.table, self.mean = table.copy_(self.table), mean.copy_(self.mean)
+        out.copy_(self.mean)
+        pb = self.problem
+        if pb.linear_model and pb.l2:
+            out.add_(x, alpha=pb.l2)
+        return out
+
     def grad_at(self, x, idx, out=None):
         out = self._out(x, out)
         if self.table is None:

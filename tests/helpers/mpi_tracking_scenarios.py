@@ -53,6 +53,9 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     "next-matchings": ("next", {}, "none", "matchings", "metropolis", "sgd"),
     "exact-diffusion": ("exact-diffusion", {}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
     "led-sgd": ("led", {"local_steps": 3}, "none", "ring", "metropolis", "sgd"),
+    # variance-reduced tracking: samples drawn from the keyed stream, whatever the oracle's estimator
+    "gt-saga": ("gt-saga", {"batch_size": 2}, "none", "ring", "metropolis", "full"),
+    "gt-sarah": ("gt-sarah", {"batch_size": 3, "period": 4}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
 }
 
 

@@ -288,3 +288,80 @@ def led(X0: Array, W: Array, grad: Grad, alpha: float, beta: float, tau: int, T:
         Y = Y + Phi - X
         out.append(X.copy())
     return out
+
+
+# -- variance-reduced tracking (gossip/algorithms/gt_vr.py): the papers' recursions, sample by sample
+
+
+def vr_picks(seed: int, n: int, sizes: list[int], batch: int, round_: int) -> list[list[int]]:
+    """The sample indices every node draws in engine round ``round_`` (its keyed stream)."""
+    from gossip.algorithms.gt_vr import STREAM, draw_samples
+    from gossip.rng import Stream
+
+    rng = Stream(seed, list(range(n)), STREAM)
+    rng.begin_round(round_)
+    return [p.tolist() for p in draw_samples(rng, sizes, batch)]
+
+
+def _sample_grads(problem, i: int, idx: list[int], x: np.ndarray) -> np.ndarray:
+    import torch
+
+    return problem.sample_grads(i, torch.tensor(idx), torch.from_numpy(x)).numpy()
+
+
+def gt_saga(W, X0, problem, eta: float, rounds: int, batch: int, seed: int) -> list[np.ndarray]:
+    """GT-SAGA (Xin, Khan, Kar 2020), matrix form: ``X ← W X − η Y``; per node a table ``z`` of
+    every sample's last gradient (all at ``x⁰`` first), ``g_i = (1/B) Σ_{s∈S} (∇f_{i,s}(x_i) −
+    z_{i,s}) + mean_l z_{i,l}``, then ``z_{i,s} ← ∇f_{i,s}(x_i)``; ``Y ← W Y + G_new − G``.
+    Start ``Y = G = ∇F(X⁰)``. The samples of the estimate at ``X^t`` are engine round t + 1's."""
+    n = len(X0)
+    sizes = [problem.n_samples(i) for i in range(n)]
+    X = np.array(X0, dtype=np.float64)
+    Z = [_sample_grads(problem, i, list(range(sizes[i])), X[i]) for i in range(n)]
+    G = np.stack([z.mean(0) for z in Z])
+    Y = G.copy()
+    out = [X.copy()]
+    for t in range(1, rounds + 1):
+        X = W @ X - eta * Y
+        picks = vr_picks(seed, n, sizes, batch, t + 1)
+        G_new = np.empty_like(G)
+        for i in range(n):
+            fresh = _sample_grads(problem, i, picks[i], X[i])
+            G_new[i] = (fresh - Z[i][picks[i]]).mean(0) + Z[i].mean(0)
+            Z[i][picks[i]] = fresh
+        Y = W @ Y + G_new - G
+        G = G_new
+        out.append(X.copy())
+    return out
+
+
+def gt_sarah(W, X0, problem, eta: float, rounds: int, batch: int, period: int,
+             seed: int) -> list[np.ndarray]:
+    """GT-SARAH (Xin, Khan, Kar), matrix form: ``X ← W X − η Y``; the estimate at ``X^t`` is the
+    full local gradient when ``t % q == 0``, else ``V_i + (1/B) Σ_{l∈S} (∇f_{i,l}(x_i^t) −
+    ∇f_{i,l}(x_i^{t−1}))``; ``Y ← W Y + V_new − V``. Start ``Y = V = ∇F(X⁰)``."""
+    n = len(X0)
+    sizes = [problem.n_samples(i) for i in range(n)]
+
+    def full(i, x):
+        return _sample_grads(problem, i, list(range(sizes[i])), x).mean(0)
+
+    X = np.array(X0, dtype=np.float64)
+    V = np.stack([full(i, X[i]) for i in range(n)])
+    Y = V.copy()
+    out = [X.copy()]
+    for t in range(1, rounds + 1):
+        X_prev, X = X, W @ X - eta * Y
+        V_new = np.empty_like(V)
+        if t % period == 0:
+            for i in range(n):
+                V_new[i] = full(i, X[i])
+        else:
+            picks = vr_picks(seed, n, sizes, batch, t + 1)
+            for i in range(n):
+                V_new[i] = V[i] + (_sample_grads(problem, i, picks[i], X[i])
+                                   - _sample_grads(problem, i, picks[i], X_prev[i])).mean(0)
+        Y = W @ Y + V_new - V
+        V = V_new
+        out.append(X.copy())
+    return out
