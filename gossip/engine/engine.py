@@ -251,6 +251,10 @@ class Engine:
             raise ConfigError(f"--overlap hides a round's messages behind the next gradients; "
                               f"{alg.name} is asynchronous (no rounds): its nodes never wait for "
                               "messages anyway; run it without --overlap")
+        if self.overlap and self.network.model.partial:
+            raise ConfigError(f"--overlap computes every node's next gradient ahead; with "
+                              f"--network {self.network.model.spec()} a node may sleep that "
+                              "round: run it without --overlap")
         if self.overlap and not (alg.overlaps and oracles is not None):
             able = sorted(name for name, cls in REGISTRY.items() if cls.overlaps)
             raise ConfigError(
@@ -319,6 +323,7 @@ class Engine:
             node.round = t
         block = self.block
         block.begin_round(t, self._plan(topo))
+        self.network.prepare_round(t)  # (partial activation: who computes this round)
         tic = time.perf_counter()
         gen = self.algorithm.step(block)
         msg = self._advance(gen, None)
