@@ -86,8 +86,8 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
                      "loss=0.1;active=0.6", True),
     "push-sum-active": ("push-sum", {}, "none", "directed-random:p=0.3", "push",
                         "loss=0.1;active=poisson:1", True),
-    "lead-arcs-active-cyclic": ("lead-arcs", {}, "topk:0.25", "ring", "metropolis",
-                                "loss=0.1;active=cyclic:3", True),
+    "lead-arcs-active-cyclic": ("lead-arcs", {}, "topk:0.25", "erdos-renyi:p=0.4", "metropolis",
+                                "loss=0.1;active=cyclic:2", True),  # (on a ring no arc would move)
     "gossip-noise-active-qsgd": ("gossip", {"gamma": 0.5}, "qsgd:4bit", "exponential",
                                  "metropolis", "loss=0.1;noise=var:0.01;active=0.7", False),
 }
