@@ -77,7 +77,10 @@ class Engine:
             :attr:`~gossip.algorithms.Algorithm.on_loss` says (docs/network.md). With timing
             models (``delay=``, ``compute=``, ``slow=``) the rounds keep a virtual clock and
             records gain ``time_virtual_s``; ``churn=`` is refused (asynchronous runs only).
-            ``stale=`` makes messages arrive whole rounds late (:mod:`gossip.network.stale`).
+            ``stale=`` makes messages arrive whole rounds late (:mod:`gossip.network.stale`),
+            ``noise=`` adds Gaussian noise to every delivered message's decoded values
+            (:mod:`gossip.network.noise`), ``active=`` lets only the round's active nodes
+            compute and communicate (:mod:`gossip.network.activity`).
             The engine holds it as :attr:`network`, the run's :class:`gossip.network.Simulator`.
         overlap: compute the next round's gradients while this round's messages travel
             (algorithms whose :attr:`~gossip.algorithms.Algorithm.overlaps` is set; the same
