@@ -76,7 +76,8 @@ moves no bits). A setting the engine refuses (PowerGossip's and push-sum's raw r
 noise) is left out with a line on stderr.
 
     python benchmarks/bench_loss.py --networks noise --methods gossip dpsgd choco extra lead
-    python benchmarks/bench_loss.py --networks active --methods gossip push-sum dpsgd choco extra lead lead-arcs
+    python benchmarks/bench_loss.py --networks active --rounds 300 \
+        --methods gossip push-sum dpsgd choco extra lead lead-arcs
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Algorithms under message loss, late messages, noise and partial activation (``--network``); every record goes to a JSON-lines file.
+"""Algorithms under message loss, late messages, noise and partial activation (``--network``);
+every record goes to a JSON-lines file.
 Started in process and under ``mpiexec`` by tests/engine/test_network_mpi.py, which compares
 the files: the same seed must give the same drops, lags, noise, active nodes, bytes, bits and
 virtual times wherever the nodes sit.
