@@ -67,7 +67,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         "uniform:LO,HI | lognormal:MEDIAN,SIGMA; slow=FRACTIONxFACTOR or "
                         "slow=nodes:I+JxFACTOR (stragglers: compute times x FACTOR); "
                         "churn=rate:R,mean_away:S[,fresh] or churn=at:NODE@LEAVE-BACK+...[,fresh] "
-                        "(asynchronous algorithms only). Join models with ';'")
+                        "(asynchronous algorithms only). noise=V | var:V | std:S (a noisy "
+                        "channel: every delivered message's decoded values + N(0, V) each; bits "
+                        "unchanged). active=P | bernoulli:P | markov:p_off=P,p_on=P | "
+                        "poisson:RATE | cyclic:K (synchronous partial activation: an inactive "
+                        "node neither computes nor sends, its neighbors treat it as a lost "
+                        "message; the log gains nodes_active). Join models with ';'")
     g.add_argument("--link-latency", type=non_negative_float, default=0.0, metavar="SECONDS",
                    help="simulate slow links: every round's messages arrive no earlier than "
                         "SECONDS after they are sent, in process and across processes "

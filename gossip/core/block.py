@@ -92,6 +92,10 @@ class Block:
         self._scratches: dict[Any, torch.Tensor] = {}
         self._prefetched: tuple[torch.Tensor, int, str] | None = None  # (gradients, x's version, by)
         self._stand_in = False
+        self.active_rows: list[int] | None = None
+        """The rows whose nodes are active this round under partial activation (``--network
+        active=``, :mod:`gossip.network.activity`): :meth:`gradients` asks only their oracles;
+        None: every node is."""
         self._stacks: dict[int, torch.Tensor] = {}
         self._calls = 0
 
@@ -320,7 +324,7 @@ class Block:
         route = rows.route
         w = weight if isinstance(weight, torch.Tensor) else float(weight)
         msgs, arcs = self.received_arcs(rows), route.incoming
-        got = route.in_delivered
+        got, keep = route.in_delivered, None
         if got is not None:
             keep = got.nonzero().view(-1)
             msgs = msgs.index_select(0, keep)
@@ -329,6 +333,8 @@ class Block:
                 w = w.reshape(-1).index_select(0, keep)
             arcs = [arcs[e] for e in keep.tolist()]
         self._decode_add(rows.compressor, out, msgs, w, dst, None, arcs)
+        if rows.noise is not None:  # a noisy channel: w_e·σ z_e on each received message
+            rows.noise.add_received(out, route, w, keep, dst)
         return out
 
     def stacked(self, k: int) -> list[torch.Tensor]:
@@ -363,6 +369,20 @@ class Block:
                  own_weight: torch.Tensor | None = None, scale: float = 1.0,
                  copy: torch.Tensor | None = None, plan: MixPlan | None = None,
                  add: bool = True, alpha: float | None = None) -> torch.Tensor:
+        """:meth:`_mix` (its doc says what it computes); on a noisy channel (``inbox.noise``,
+        ``--network noise=``) each received message's decoded values carry their noise, so
+        ``Σ_j w_ij·σ z_ji`` (times ``scale``, and ``alpha``) is added after the noiseless sum
+        (:mod:`gossip.network.noise`)."""
+        self._mix(out, own, inbox, own_weight=own_weight, scale=scale, copy=copy, plan=plan,
+                  add=add, alpha=alpha)
+        if inbox.noise is not None:
+            inbox.noise.add_mixed(out, plan or self.plan, scale * (1.0 if alpha is None else alpha))
+        return out
+
+    def _mix(self, out: torch.Tensor, own: Rows | None, inbox: Rows, *,
+             own_weight: torch.Tensor | None = None, scale: float = 1.0,
+             copy: torch.Tensor | None = None, plan: MixPlan | None = None,
+             add: bool = True, alpha: float | None = None) -> torch.Tensor:
         """``out += scale·(w_ii·C(own) + Σ_j w_ij·C(q_j))`` for every row, neighbors in sorted
         order (the order a per-node loop sums in); with ``copy`` (and ``own``) also
         ``copy += C(own)``, a public copy such as CHOCO's x̂. ``plan``: the round's plan with
@@ -416,12 +436,12 @@ class Block:
                 last.w_own = w_own  # the plan's own weights: the same object every round
             return self._mix_dense(out, own, inbox, w_own, plan, scale, add, alpha, last)
         if alpha is not None and not comp.sends_values_in_place:  # messages apart from out
-            return self.mix_into(out, own, inbox, own_weight=own_weight, scale=scale * alpha,
-                                 copy=copy, plan=plan)
+            return self._mix(out, own, inbox, own_weight=own_weight, scale=scale * alpha,
+                             copy=copy, plan=plan)
         if alpha is not None:  # the sum apart (the messages may read out), then added
-            total = self.mix_into(self._scratch(out, "mix_into.alpha"), own, inbox,
-                                  own_weight=own_weight, scale=scale, copy=copy, plan=plan,
-                                  add=False)
+            total = self._mix(self._scratch(out, "mix_into.alpha"), own, inbox,
+                              own_weight=own_weight, scale=scale, copy=copy, plan=plan,
+                              add=False)
             return out.add_(total, alpha=alpha)
         if not add:
             out.zero_()
@@ -616,7 +636,15 @@ class Block:
         :meth:`oracle_call`: the bits do not depend on a row's place in the block); the
         prefetched ones when the last round computed them (:meth:`prefetch_gradients`).
         ``rows``: only those rows' nodes compute (a federated round's sampled clients); the
-        other rows of ``out`` are left as they are."""
+        other rows of ``out`` are left as they are. Under partial activation
+        (:attr:`active_rows`) only the active ones among them do (the inactive rows of ``out``
+        are zero)."""
+        if self.active_rows is not None and not self._stand_in:
+            active = set(self.active_rows)
+            for r in range(self.m) if rows is None else rows:
+                if r not in active:
+                    out[r].zero_()
+            rows = [r for r in (range(self.m) if rows is None else rows) if r in active]
         if self._stand_in:
             for r in range(self.m) if rows is None else rows:
                 out[r].zero_()

@@ -543,6 +543,7 @@ class _WideMix:
         self.slots = [(pos[s], d, w[:, None]) for s, d, w in plan.slots]
         self.own_weight = plan.self_weight[:, None]
         self.block = block
+        self.plan = plan
         self.wide = channel.wide
         self.decoded = torch.empty((used.numel(), x.shape[1]), dtype=x.dtype, device=device)
         self.rows = torch.empty((m, x.shape[1]), dtype=x.dtype, device=device)
@@ -584,6 +585,8 @@ class _WideMix:
                         gap.numpy().reshape(-1), dec.shape[1], into is not None, jit.TOPK_CHUNK)
             increment_version(hat)
             increment_version(gap)
+            if inbox.noise is not None:  # a noisy channel (Block.mix_into's)
+                inbox.noise.add_mixed(gap, self.plan, 1.0)
             return hat, gap
         own = dec[: block.m]  # the own rows come first among the used ones
         if into is None:
@@ -600,6 +603,8 @@ class _WideMix:
                 gap.add_(wide)
             else:
                 gap.index_add_(0, dst, wide)
+        if inbox.noise is not None:  # a noisy channel: Σ_j m_ij σ z_ji (Block.mix_into's)
+            inbox.noise.add_mixed(gap, self.plan, 1.0)
         return hat, gap
 
 

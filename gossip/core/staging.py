@@ -32,7 +32,8 @@ class Rows:
     with ``nbytes`` of each row used; ``compressor`` and ``like`` (a [d] row) decode them
     (None for raw bytes); ``route`` (a :class:`MixPlan` or :class:`ArcPlan`) says where they go."""
 
-    __slots__ = ("own", "recv", "nbytes", "compressor", "like", "route", "_all", "pending", "source")
+    __slots__ = ("own", "recv", "nbytes", "compressor", "like", "route", "_all", "pending", "source",
+                 "noise")
 
     def __init__(self, own: torch.Tensor, recv: torch.Tensor, nbytes: int, compressor: Any,
                  like: torch.Tensor | None, both: torch.Tensor | None = None, route: Any = None):
@@ -49,6 +50,10 @@ class Rows:
         self.source: tuple[torch.Tensor, int] | None = None
         """``(x, version)`` when the own rows are ``x``'s own memory (``none`` sends the model
         where it is): decoding them after ``x`` changed would read another model."""
+        self.noise: Any = None
+        """What a noisy channel adds to the received messages' decoded values (``--network
+        noise=``, :class:`gossip.network.noise.MessageNoise`: ``add_mixed`` and
+        ``add_received``, which the block's decodes of received messages call); None: none."""
 
     def settle(self) -> None:
         """Run the check of the received rows if it is still :attr:`pending` (once)."""

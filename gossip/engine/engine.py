@@ -77,7 +77,10 @@ class Engine:
             :attr:`~gossip.algorithms.Algorithm.on_loss` says (docs/network.md). With timing
             models (``delay=``, ``compute=``, ``slow=``) the rounds keep a virtual clock and
             records gain ``time_virtual_s``; ``churn=`` is refused (asynchronous runs only).
-            ``stale=`` makes messages arrive whole rounds late (:mod:`gossip.network.stale`).
+            ``stale=`` makes messages arrive whole rounds late (:mod:`gossip.network.stale`),
+            ``noise=`` adds Gaussian noise to every delivered message's decoded values
+            (:mod:`gossip.network.noise`), ``active=`` lets only the round's active nodes
+            compute and communicate (:mod:`gossip.network.activity`).
             The engine holds it as :attr:`network`, the run's :class:`gossip.network.Simulator`.
         overlap: compute the next round's gradients while this round's messages travel
             (algorithms whose :attr:`~gossip.algorithms.Algorithm.overlaps` is set; the same
@@ -251,6 +254,10 @@ class Engine:
             raise ConfigError(f"--overlap hides a round's messages behind the next gradients; "
                               f"{alg.name} is asynchronous (no rounds): its nodes never wait for "
                               "messages anyway; run it without --overlap")
+        if self.overlap and self.network.model.partial:
+            raise ConfigError(f"--overlap computes every node's next gradient ahead; with "
+                              f"--network {self.network.model.spec()} a node may sleep that "
+                              "round: run it without --overlap")
         if self.overlap and not (alg.overlaps and oracles is not None):
             able = sorted(name for name, cls in REGISTRY.items() if cls.overlaps)
             raise ConfigError(
@@ -319,6 +326,7 @@ class Engine:
             node.round = t
         block = self.block
         block.begin_round(t, self._plan(topo))
+        self.network.prepare_round(t)  # (partial activation: who computes this round)
         tic = time.perf_counter()
         gen = self.algorithm.step(block)
         msg = self._advance(gen, None)

@@ -8,6 +8,9 @@ The engine talks to one object, the run's :class:`Simulator` (:func:`build`); be
 * :mod:`~gossip.network.draws` — keyed draws of synchronous rounds (losses, lags);
 * :mod:`~gossip.network.timing` — keyed draws in virtual time (:class:`Timing`: compute times,
   delays, per-message losses, stragglers, churn);
+* :mod:`~gossip.network.noise` — a noisy channel: Gaussian noise on the decoded values of
+  every delivered message;
+* :mod:`~gossip.network.activity` — synchronous partial activation (who takes part in a round);
 * :mod:`~gossip.network.loss`, :mod:`~gossip.network.stale` — what a lost or late message of a
   round means to its receiver, per the algorithm's :attr:`~gossip.core.Algorithm.on_loss`;
 * :mod:`~gossip.network.clock` — the rounds' virtual clock and their wall-clock pacing;
@@ -19,13 +22,18 @@ The engine talks to one object, the run's :class:`Simulator` (:func:`build`); be
 * :mod:`~gossip.network.simulator` — :class:`Simulator` and :func:`build`.
 """
 
-from gossip.network.draws import LagDraws, LossDraws, arc_keys
+from gossip.network.activity import Activity, NodeAsleep
+from gossip.network.draws import ActivityDraws, LagDraws, LossDraws, NoiseDraws, arc_keys
 from gossip.network.freerun import NodeMetric
 from gossip.network.simulator import Simulator, build
 from gossip.network.spec import (
     DIST_FORMS,
     FORMS,
     LAG_FORMS,
+    ActiveBernoulli,
+    ActiveCyclic,
+    ActiveMarkov,
+    ActivePoisson,
     ArcLags,
     Bernoulli,
     Churn,
@@ -37,6 +45,7 @@ from gossip.network.spec import (
     GilbertElliott,
     LogNormal,
     Network,
+    Noise,
     Slow,
     Uniform,
     UniformLag,
@@ -47,4 +56,6 @@ from gossip.network.timing import Timing
 __all__ = ["Network", "parse_network", "Simulator", "build", "NodeMetric", "Timing", "Bernoulli",
            "GilbertElliott", "LossDraws", "LagDraws", "FixedLag", "GeometricLag", "UniformLag",
            "ArcLags", "LAG_FORMS", "arc_keys", "FORMS", "DIST_FORMS", "Fixed", "Exponential",
-           "Uniform", "LogNormal", "Dist", "Slow", "Churn"]
+           "Uniform", "LogNormal", "Dist", "Slow", "Churn", "Noise", "NoiseDraws",
+           "ActivityDraws", "Activity", "NodeAsleep", "ActiveBernoulli", "ActiveMarkov",
+           "ActivePoisson", "ActiveCyclic"]

@@ -13,6 +13,15 @@ Every draw is a pure function of its key, through :class:`gossip.rng.Stream` wit
 * a Gilbert-Elliott arc's state: at round 0 bad when ``u < π`` (stream ``"network.ge"``, round 0),
   then at round t ≥ 1 a transition drawn from ``u`` of (round t, call 0).
 
+* the noise on arc (i, j)'s message in phase k of round t (``noise=``): normals of stream
+  ``"network.noise"`` at (round t, call k), the message's decoded values in order (a packed
+  phase: its parts' values one after the other), times σ;
+* whether node i is active in round t (``active=``), stream ``"network.active"`` with node i as
+  the row: uniform ``u`` at (round t, call 0), active when ``u < P`` (Bernoulli;
+  ``P = 1 − exp(−RATE)`` for a Poisson clock); a Markov chain: active at round 0 when
+  ``u < π`` (round 0), then at round t ≥ 1 it leaves its state when ``u`` is below that state's
+  probability of leaving (``p_off`` active, ``p_on`` inactive); cyclic: no draw.
+
 So the sender's and the receiver's processes compute the same drops whatever the placement,
 and the state of an arc's chain at round t is a function of (seed, arc, rounds 0..t):
 **recomputed, not checkpointed** — :class:`LossDraws` carries each arc's state forward round by
@@ -27,7 +36,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from gossip.network.spec import ArcLags, Bernoulli, GilbertElliott, LagModel, LossModel
+from gossip.network.spec import (
+    ActiveBernoulli,
+    ActiveCyclic,
+    ActiveMarkov,
+    ActivePoisson,
+    ActivityModel,
+    ArcLags,
+    Bernoulli,
+    GilbertElliott,
+    LagModel,
+    LossModel,
+)
 from gossip.rng import Stream
 
 
@@ -105,4 +125,55 @@ class LagDraws:
         return out
 
 
-__all__ = ["LossDraws", "LagDraws", "arc_keys"]
+class NoiseDraws:
+    """The standard normals of the noise on a fixed list of arcs (:func:`arc_keys` order):
+    ``normals(t, phase, d)`` is a [arcs, d] float64 tensor, a function of (seed, arc, round,
+    phase) only (module doc)."""
+
+    def __init__(self, seed: int, keys: list[int]):
+        self._stream = Stream(seed, keys, "network.noise")
+
+    def normals(self, t: int, phase: int, d: int) -> torch.Tensor:
+        self._stream.begin_round(t)
+        self._stream.call = phase
+        return self._stream.normal(d, dtype=torch.float64)
+
+
+class ActivityDraws:
+    """Which of the ``n`` nodes are active, round after round: ``active(t)`` is a bool [n]
+    array, a function of (seed, node, rounds 0..t) only (module doc). A Markov chain's states
+    are carried from round to round (replayed from round 0 when an earlier round is asked
+    for: recomputed, never checkpointed)."""
+
+    def __init__(self, model: ActivityModel, seed: int, n: int):
+        self.model = model
+        self.n = n
+        self._stream = Stream(seed, list(range(n)), "network.active")
+        self._on: np.ndarray | None = None  # the chains' states at round self._at
+        self._at = -1
+
+    def _uniform(self, t: int) -> np.ndarray:
+        self._stream.begin_round(t)
+        return self._stream.uniform(1, dtype=torch.float64)[:, 0].numpy()
+
+    def active(self, t: int) -> np.ndarray:
+        """True where node i is active in round ``t`` (t ≥ 1)."""
+        model = self.model
+        if isinstance(model, ActiveCyclic):
+            return (t - 1 - np.arange(self.n)) % model.period == 0
+        if isinstance(model, ActiveBernoulli):
+            return self._uniform(t) < model.p
+        if isinstance(model, ActivePoisson):
+            return self._uniform(t) < model.activity
+        assert isinstance(model, ActiveMarkov)
+        if self._on is None or t < self._at:
+            self._on = self._uniform(0) < model.activity
+            self._at = 0
+        while self._at < t:
+            self._at += 1
+            u = self._uniform(self._at)
+            self._on = np.where(self._on, u >= model.p_off, u < model.p_on)
+        return self._on.copy()
+
+
+__all__ = ["LossDraws", "LagDraws", "NoiseDraws", "ActivityDraws", "arc_keys"]

@@ -37,6 +37,10 @@ receiver's mix skips them) and with the self weights the algorithm's semantics a
   stochastic). A message whose reverse was lost still moves and is counted (its sender did
   not know), but its receiver discards it.
 
+Under partial activation (``active=``, :mod:`gossip.network.activity`) every arc into or out of
+a node inactive in the round is *silent*: removed as a lost one is, by the same policy, but not
+counted in ``messages_lost``.
+
 A phase without a lost message keeps the round's plan itself (nothing is built; its masks are
 None: every message arrived). Per-arc phases of the other policies (the all-reduces) have no
 loss semantics and are refused; an ``"ack"`` algorithm's phases must be per-arc ones. An
@@ -100,7 +104,8 @@ class _PlanArcs:
             outs += [(i, j, r, w) for j, w in zip(view.out_neighbors, view.out_weights)]
         arcs = sorted({(j, i) for i, j, _, _ in ins} | {(i, j) for i, j, _, _ in outs})
         index = {a: k for k, a in enumerate(arcs)}
-        self.draws = LossDraws(network.loss, seed, arc_keys(arcs))
+        self.keys = np.array(arc_keys(arcs), dtype=np.int64)
+        self.draws = LossDraws(network.loss, seed, arc_keys(arcs)) if network.lossy else None
         self.rev = _reverse(arcs) if edge else None
         self.slot_idx = [np.array([index[a] for a in sa], dtype=np.int64) for sa in slot_arcs]
         # in-arcs sorted by (receiver, sender), out-arcs by (sender, receiver): the order in
@@ -163,7 +168,8 @@ class _ArcPlanArcs:
     def __init__(self, plan: ArcPlan, network: Network, seed: int, edge: bool = False):
         arcs = sorted(set(plan.arcs) | set(plan.incoming))
         index = {a: k for k, a in enumerate(arcs)}
-        self.draws = LossDraws(network.loss, seed, arc_keys(arcs))
+        self.keys = np.array(arc_keys(arcs), dtype=np.int64)
+        self.draws = LossDraws(network.loss, seed, arc_keys(arcs)) if network.lossy else None
         self.rev = _reverse(arcs) if edge else None
         self.out_idx = np.array([index[a] for a in plan.arcs], dtype=np.int64)
         self.in_idx = np.array([index[a] for a in plan.incoming], dtype=np.int64)
@@ -193,7 +199,8 @@ class Delivery:
     """The engine's message loss: per phase, the delivered plan and the count of lost messages
     per receiving node (module doc)."""
 
-    def __init__(self, network: Network, seed: int, policy: str, ids: list[int]):
+    def __init__(self, network: Network, seed: int, policy: str, ids: list[int],
+                 activity: Any = None):
         if policy not in POLICIES:
             raise ConfigError(f"on_loss = {policy!r} is not one of {', '.join(POLICIES)}")
         self.network = network
@@ -205,6 +212,9 @@ class Delivery:
         self.lost_total = np.zeros(len(ids), dtype=np.int64)
         """Messages lost since round 1, per local receiving node."""
         self._arcs = IdentityCache()
+        self.activity = activity
+        """The rounds' partial activation (:class:`gossip.network.activity.Activity`; None:
+        every node takes part): an arc touching an inactive node is silent, as if lost."""
 
     def begin_round(self) -> None:
         self.lost_round[:] = 0
@@ -228,10 +238,15 @@ class Delivery:
         else:
             arcs = self._arcs.get(plan, lambda: _PlanArcs(plan, topology, self.ids, self.network,
                                                           self.seed, edge))
-        lost = arcs.draws.lost(t, phase)
-        if not lost.any():
+        lost = arcs.draws.lost(t, phase) if arcs.draws is not None else None
+        if lost is not None:  # counted: lost by the loss model, between two active nodes
+            counted = lost if self.activity is None else lost & ~self.activity.silent(arcs.keys)
+            rows = arcs.in_row[counted[arcs.in_idx]]
+            np.add.at(self.lost_round, rows, 1)
+            np.add.at(self.lost_total, rows, 1)
+        if self.activity is not None and self.activity.count < len(self.activity.mask):
+            silent = self.activity.silent(arcs.keys)
+            lost = silent if lost is None else lost | silent
+        if lost is None or not lost.any():
             return plan
-        rows = arcs.in_row[lost[arcs.in_idx]]
-        np.add.at(self.lost_round, rows, 1)
-        np.add.at(self.lost_total, rows, 1)
         return arcs.delivered(plan, lost) if per_arc else arcs.delivered(plan, lost, self.policy)

@@ -33,11 +33,13 @@ from gossip.core.algorithm import Algorithm
 from gossip.core.routing import MixPlan
 from gossip.core.staging import Rows
 from gossip.errors import ConfigError
+from gossip.network.activity import Activity
 from gossip.network.clock import SyncClock, WallRounds
 from gossip.network.events import EventLoop
 from gossip.network.freerun import FreeRun, NodeMetric, check_host, check_models
 from gossip.network.host import Host
 from gossip.network.loss import ARC_POLICIES, Delivery
+from gossip.network.noise import ChannelNoise
 from gossip.network.spec import Network, parse_network
 from gossip.network.stale import Staleness, mode_of
 from gossip.network.timing import Timing
@@ -66,6 +68,10 @@ class Simulator:
         """Late messages of the rounds (None on a network where none is late)."""
         self.events: EventLoop | None = None
         """An asynchronous algorithm's event queue in virtual time (None for rounds)."""
+        self.noise: ChannelNoise | None = None
+        """The rounds' noisy channel (None on a channel without noise)."""
+        self.activity: Activity | None = None
+        """The rounds' partial activation (None: every node takes part in every round)."""
         self.last_free_run: FreeRun | None = None
         """The :class:`~gossip.network.freerun.FreeRun` of the last free run (its counters)."""
         self._host: Host | None = None
@@ -111,6 +117,9 @@ class Simulator:
                 self.wall = WallRounds(Timing(self.model, self.seed, self.n), host.local_ids[0],
                                        self.free_run)
         self._check_stale(host)
+        if self.model.partial:
+            self.activity = Activity(self.model, self.seed, self.n)
+            self.activity.check(host, self.algorithm.name)
 
     def _check_stale(self, host: Host) -> None:
         """Refuse ``stale=`` where late rounds have no meaning: an asynchronous algorithm (no
@@ -151,15 +160,27 @@ class Simulator:
         host = self._host
         if self.algorithm.asynchronous:  # its events meet the network themselves
             self.events = EventLoop(host, self.model)
-        elif self.model.lossy:
-            policy = self._loss_policy()
+        elif self.model.lossy or self.model.partial:
+            try:
+                policy = self._loss_policy()
+            except ConfigError as exc:
+                if self.model.lossy:
+                    raise
+                raise ConfigError(f"{self._where()}: an inactive node is a silent neighbor, which "
+                                  "means to an algorithm what a lost message means "
+                                  f"(docs/network.md), and {self.algorithm.name} has no such "
+                                  f"meaning ({str(exc).removeprefix('--network: ')}); run it "
+                                  "without active=") from None
             if host.block.arc_state and policy not in ARC_POLICIES:
                 raise ConfigError(
                     f"{self._where()}: {self.algorithm.name} keeps state per arc "
                     f"({', '.join(sorted(host.block.arc_state))}) and sends a message per arc; "
                     "lost messages have no defined meaning there yet: run it on a static graph "
                     "or without loss")
-            self.delivery = Delivery(self.model, self.seed, policy, host.block.ids)
+            self.delivery = Delivery(self.model, self.seed, policy, host.block.ids,
+                                     self.activity)
+        if self.model.noisy and not self.algorithm.asynchronous:
+            self.noise = ChannelNoise(self.model, self.seed, host.block.ids, self.algorithm.name)
         if self.model.late:
             self.stale = Staleness(self.model, self.seed, self._loss_policy(), host.block.ids,
                                    self.algorithm.name)
@@ -189,6 +210,13 @@ class Simulator:
                               "checkpointed yet; run it without --checkpoint-every")
 
     # -- synchronous rounds --------------------------------------------------------------------
+    def prepare_round(self, t: int) -> None:
+        """Round ``t`` is about to run (before the algorithm's first line): under partial
+        activation, draw who is active and keep the inactive rows to put back at
+        :meth:`end_round` (:mod:`gossip.network.activity`)."""
+        if self.activity is not None:
+            self.activity.begin(t, self._host.block)
+
     def begin_round(self, t: int) -> None:
         """Round ``t``'s first messages are ready to leave: its counts of lost and late
         messages start at zero, and in wall-clock rounds this node sleeps its compute draw."""
@@ -203,6 +231,8 @@ class Simulator:
         """Phase ``index`` of round ``t`` is about to be posted: under loss, route it (and the
         round's mixing, until the next phase) on the plan of what is delivered, whose transport
         skips the lost messages and whose mix their terms."""
+        if self.noise is not None:
+            self.noise.attach(phase, t, index)
         if self.delivery is None:
             return
         plan = self.delivery.route(phase.route, topology, t, index)
@@ -223,7 +253,9 @@ class Simulator:
         block.plan = self.stale.hold(phase, t, index, block.routing)
 
     def end_round(self) -> None:
-        """The round's last phase was received."""
+        """The round's last phase was received: inactive nodes get back their rows."""
+        if self.activity is not None:
+            self.activity.end(self._host.block)
         if self.wall is not None:
             self.wall.finished()
 
@@ -276,6 +308,9 @@ class Simulator:
             late = self.stale
             rec["messages_late"] = int(host.node_values(dict(zip(ids, late.late_round.tolist()))).sum())
             rec["messages_late_total"] = int(host.node_values(dict(zip(ids, late.late_total.tolist()))).sum())
+        if self.activity is not None:
+            rec["nodes_active"] = self.activity.count if host.round > 0 else self.n
+            rec["node_rounds_active_total"] = self.activity.total
         if self.clock is not None:
             rec["time_virtual_s"] = self.clock.time(host.round)
         if self.wall is not None:  # the round's end in wall time: the latest node's
@@ -339,6 +374,7 @@ def build(network: Network | str | None, *, algorithm: Algorithm, topology: Any,
     that do not exist, timing draws past the largest float, and a ``free_run`` scale or model
     the kind of run does not take."""
     model = network if isinstance(network, Network) else parse_network(network)
+    _check_rounds_models(model, algorithm, free_run)
     clock = None
     if model.timed:
         if not algorithm.asynchronous and model.churn is not None:
@@ -352,6 +388,26 @@ def build(network: Network | str | None, *, algorithm: Algorithm, topology: Any,
     if free_run is not None:
         check_models(algorithm, model, free_run)
     return Simulator(model, algorithm, topology, seed, free_run, clock)
+
+
+def _check_rounds_models(model: Network, algorithm: Algorithm, free_run: float | None) -> None:
+    """Refuse, in one line, ``noise=`` and ``active=`` where they are not modeled: asynchronous
+    algorithms (events, with their own clocks), and combinations not built yet (``stale=``;
+    for ``active=`` also timing models and ``--free-run``)."""
+    where = f"--network {model.spec()}"
+    for kind, on in (("noise", model.noisy), ("active", model.partial)):
+        if not on:
+            continue
+        if algorithm.asynchronous:
+            raise ConfigError(f"{where}: {kind}= is modeled for synchronous rounds; "
+                              f"{algorithm.name} is asynchronous (events in virtual time): run it "
+                              f"without {kind}=")
+        if model.late:
+            raise ConfigError(f"{where}: {kind}= and stale= are not combined yet; give one of them")
+    if model.partial and (model.timed or free_run is not None):
+        raise ConfigError(f"{where}: active= is not combined with timing models or --free-run yet "
+                          "(the virtual clock would still count an inactive node's compute "
+                          "time); drop one of them")
 
 
 __all__ = ["Simulator", "build"]

@@ -3,7 +3,7 @@ nodes take (docs/network.md). A spec, as ``--network`` takes it::
 
     SPEC  := "none" | MODEL (";" MODEL)*          one model of each kind at most
     MODEL := "loss=" LOSS | "stale=" LAG | "delay=" DIST | "compute=" DIST | "slow=" SLOW
-           | "churn=" CHURN
+           | "churn=" CHURN | "noise=" NOISE | "active=" ACTIVE
     LOSS  := P                                    Bernoulli(P): each message lost with prob. P
            | "bernoulli:" P                       the same
            | "ge:" KEY "=" P ("," KEY "=" P)*     Gilbert-Elliott bursts, one chain per arc
@@ -23,6 +23,13 @@ nodes take (docs/network.md). A spec, as ``--network`` takes it::
                                                   Exp(mean S), alternating from time 0 (up)
            | "at:" EVENT ("+" EVENT)* [",fresh"]  an explicit schedule
     EVENT := NODE "@" LEAVE "-" BACK              away on [LEAVE, BACK); BACK may be "inf"
+    NOISE := V | "var:" V                         Gaussian noise of variance V per value
+           | "std:" S                             the same with standard deviation S (V = S²)
+    ACTIVE := P | "bernoulli:" P                  each round each node is active with prob. P
+           | "markov:p_off=" P ",p_on=" P         a two-state chain per node, stepped per round
+           | "poisson:" RATE                      active when its Poisson clock (RATE ticks per
+                                                  round) ticks in the round: P = 1 − exp(−RATE)
+           | "cyclic:" K                          node i active in rounds t with (t−1−i) mod K = 0
 
 ``stale``: whole rounds a message of a synchronous round arrives late (it moves in its round,
 the engine hands it to the algorithm that many rounds later, :mod:`gossip.network.stale`).
@@ -37,6 +44,12 @@ it moves good → bad with probability ``p_gb`` and bad → good with ``p_bg``, 
 the round on it is lost with ``loss_good`` or ``loss_bad``. Its stationary loss rate is
 ``(1 − π) loss_good + π loss_bad`` with ``π = p_gb / (p_gb + p_bg)``; its mean burst length
 (rounds in the bad state) ``1 / p_bg``.
+
+``noise``: every delivered message of a synchronous round reaches its receiver as its decoded
+values plus independent N(0, V) noise per value (:mod:`gossip.network.noise`); the bits sent do
+not change. ``active``: synchronous partial activation (:mod:`gossip.network.activity`): an
+inactive node neither computes nor sends nor receives in that round; its neighbors treat it as
+silent, as the algorithm treats a lost message.
 
 The draws of these models are keyed by (seed, arc or node, counter): synchronous rounds'
 losses and lags in :mod:`gossip.network.draws`, virtual time in :mod:`gossip.network.timing`.
@@ -57,13 +70,15 @@ GE_KEYS = ("p_gb", "p_bg", "loss_good", "loss_bad")
 FORMS = ("none", "loss=P", "loss=bernoulli:P", "loss=ge:p_gb=P,p_bg=P[,loss_good=P][,loss_bad=P]",
          "stale=K", "stale=geom:P", "stale=uniform:LO,HI", "stale=arcs:I>J@LAG+...[+*@LAG]",
          "delay=DIST", "compute=DIST", "slow=FRACTIONxFACTOR", "slow=nodes:I+JxFACTOR",
-         "churn=rate:R,mean_away:S[,fresh]", "churn=at:NODE@LEAVE-BACK+...[,fresh]")
+         "churn=rate:R,mean_away:S[,fresh]", "churn=at:NODE@LEAVE-BACK+...[,fresh]",
+         "noise=V", "noise=var:V", "noise=std:S", "active=P", "active=bernoulli:P",
+         "active=markov:p_off=P,p_on=P", "active=poisson:RATE", "active=cyclic:K")
 """The spec forms, for help texts and errors."""
 DIST_FORMS = "S | fixed:S | exp:MEAN | uniform:LO,HI | lognormal:MEDIAN,SIGMA"
 """The forms of a duration distribution (``delay=``, ``compute=``)."""
 LAG_FORMS = "K | fixed:K | geom:P | uniform:LO,HI | arcs:I>J@LAG+...[+*@LAG]"
 """The forms of a lag in rounds (``stale=``)."""
-MODELS = ("loss", "stale", "delay", "compute", "slow", "churn")
+MODELS = ("loss", "stale", "delay", "compute", "slow", "churn", "noise", "active")
 """The model kinds, in the order a canonical spec lists them."""
 MIN_PRESENT = 1e-3
 """The smallest long-run fraction of time rate churn may leave a node present
@@ -342,6 +357,101 @@ class Churn:
 
 
 @dataclass(frozen=True)
+class Noise:
+    """Additive Gaussian noise on every delivered message's decoded values: N(0, :attr:`var`)
+    per value, independent per (round, phase, arc, value). ``value`` is what the spec gave, a
+    variance (``given="var"``: ``var:V``) or a standard deviation (``"std"``: ``std:S``), so
+    the spec writes it back exactly."""
+
+    value: float
+    given: str = "var"  # "var" or "std"
+
+    @property
+    def var(self) -> float:
+        """σ², the variance of the noise on each value."""
+        return self.value * self.value if self.given == "std" else self.value
+
+    @property
+    def std(self) -> float:
+        """σ, its standard deviation."""
+        return self.value if self.given == "std" else math.sqrt(self.value)
+
+    @property
+    def noisy(self) -> bool:
+        return self.value > 0
+
+    def spec(self) -> str:
+        return f"{self.given}:{num(self.value)}"
+
+
+@dataclass(frozen=True)
+class ActiveBernoulli:
+    """Each round, each node active with probability ``p``, independently."""
+
+    p: float
+
+    @property
+    def activity(self) -> float:
+        """The long-run fraction of rounds a node is active."""
+        return self.p
+
+    def spec(self) -> str:
+        return f"bernoulli:{num(self.p)}"
+
+
+@dataclass(frozen=True)
+class ActiveMarkov:
+    """A two-state chain per node, stepped once per round: active → inactive with ``p_off``,
+    inactive → active with ``p_on``; at round 0 drawn from its stationary law (active with
+    ``p_on / (p_on + p_off)``; active when neither ever moves)."""
+
+    p_off: float
+    p_on: float
+
+    @property
+    def activity(self) -> float:
+        total = self.p_off + self.p_on
+        return self.p_on / total if total > 0 else 1.0
+
+    def spec(self) -> str:
+        return f"markov:p_off={num(self.p_off)},p_on={num(self.p_on)}"
+
+
+@dataclass(frozen=True)
+class ActivePoisson:
+    """A Poisson clock of ``rate`` ticks per round at each node; a node is active in a round in
+    which its clock ticks. Its ticks in disjoint rounds are independent, so a node is active
+    with probability ``1 − exp(−rate)`` each round, independently (drawn as that)."""
+
+    rate: float
+
+    @property
+    def activity(self) -> float:
+        return -math.expm1(-self.rate)
+
+    def spec(self) -> str:
+        return f"poisson:{num(self.rate)}"
+
+
+@dataclass(frozen=True)
+class ActiveCyclic:
+    """Node i is active in the rounds t with ``(t − 1 − i) mod period = 0``: the nodes take
+    turns, each active once every ``period`` rounds (no draw)."""
+
+    period: int
+
+    @property
+    def activity(self) -> float:
+        return 1.0 / self.period
+
+    def spec(self) -> str:
+        return f"cyclic:{self.period}"
+
+
+ActivityModel = ActiveBernoulli | ActiveMarkov | ActivePoisson | ActiveCyclic
+
+
+@dataclass(frozen=True)
 class Network:
     """A parsed ``--network`` spec: the models messages and nodes go through (None: ideal)."""
 
@@ -351,6 +461,19 @@ class Network:
     compute: Dist | None = None
     slow: Slow | None = None
     churn: Churn | None = None
+    noise: Noise | None = None
+    active: ActivityModel | None = None
+
+    @property
+    def noisy(self) -> bool:
+        """Whether delivered messages carry noise (``noise=`` with a variance above 0)."""
+        return self.noise is not None and self.noise.noisy
+
+    @property
+    def partial(self) -> bool:
+        """Whether nodes take part in rounds only when active (``active=``; built even when
+        every node is always active, as ``active=1``, which then changes nothing)."""
+        return self.active is not None
 
     @property
     def lossy(self) -> bool:
@@ -631,6 +754,55 @@ def _churn(text: str, spec: str) -> Churn:
     return Churn(schedule=tuple(events), fresh=fresh)
 
 
+def _noise(text: str, spec: str) -> Noise:
+    kind, sep, rest = text.partition(":")
+    if not sep:
+        kind, rest = "var", text
+    if kind not in ("var", "std"):
+        raise ConfigError(f"network spec {spec!r}: noise={text!r} is not V, var:V or std:S (the "
+                          "variance or the standard deviation of the noise on each value)")
+    return Noise(_seconds(f"noise {kind}", rest.strip(), spec), kind)
+
+
+def _active(text: str, spec: str) -> ActivityModel:
+    kind, sep, rest = text.partition(":")
+    if not sep or kind == "bernoulli":
+        p = _probability("the activation probability", rest if sep else text, spec)
+        if p == 0:
+            raise ConfigError(f"network spec {spec!r}: active=0 never activates a node; give "
+                              "the probability a node is active in a round, in (0, 1]")
+        return ActiveBernoulli(p)
+    if kind == "poisson":
+        rate = _seconds("the Poisson clock's rate (ticks per round)", rest, spec)
+        if rate == 0:
+            raise ConfigError(f"network spec {spec!r}: active=poisson:0 never ticks; give a rate "
+                              "> 0 (ticks per round)")
+        return ActivePoisson(rate)
+    if kind == "cyclic":
+        period = _rounds("the cycle's period", rest, spec)
+        if period < 1:
+            raise ConfigError(f"network spec {spec!r}: active=cyclic:K needs a period K >= 1")
+        return ActiveCyclic(period)
+    if kind != "markov":
+        raise ConfigError(f"network spec {spec!r}: active={text!r} is not one of P, bernoulli:P, "
+                          "markov:p_off=P,p_on=P, poisson:RATE, cyclic:K")
+    values: dict[str, float] = {}
+    for item in rest.split(","):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in ("p_off", "p_on") or key in values:
+            raise ConfigError(f"network spec {spec!r}: active=markov takes p_off=P,p_on=P once "
+                              f"each (got {item!r})")
+        values[key] = _probability(key, value.strip(), spec)
+    if len(values) != 2:
+        raise ConfigError(f"network spec {spec!r}: active=markov needs p_off and p_on (the "
+                          "active->inactive and inactive->active probabilities per round)")
+    if values["p_on"] == 0 and values["p_off"] > 0:
+        raise ConfigError(f"network spec {spec!r}: active=markov with p_on=0 puts every node to "
+                          "sleep for good; give p_on > 0")
+    return ActiveMarkov(values["p_off"], values["p_on"])
+
+
 def parse_network(spec: str | None) -> Network:
     """The :class:`Network` of a spec (module doc); :class:`ConfigError` in one line naming
     what is wrong and the forms that work."""
@@ -657,6 +829,10 @@ def parse_network(spec: str | None) -> Network:
             models[key] = _dist(key, value, spec)
         elif key == "slow":
             models[key] = _slow(value, spec)
+        elif key == "noise":
+            models[key] = _noise(value, spec)
+        elif key == "active":
+            models[key] = _active(value, spec)
         else:
             models[key] = _churn(value, spec)
     return Network(**models)
@@ -665,4 +841,5 @@ def parse_network(spec: str | None) -> Network:
 __all__ = ["Network", "Bernoulli", "GilbertElliott", "FixedLag",
            "GeometricLag", "UniformLag", "ArcLags", "LAG_FORMS", "parse_network",
            "FORMS", "DIST_FORMS", "Fixed", "Exponential", "Uniform", "LogNormal", "Dist", "Slow",
-           "Churn"]
+           "Churn", "Noise", "ActiveBernoulli", "ActiveMarkov", "ActivePoisson", "ActiveCyclic",
+           "ActivityModel"]

@@ -105,3 +105,27 @@ def test_benchmark_runs_a_subset():
         out = b.main(["--rounds", "2", "--seeds", "0", "--methods", "choco-arcs"])
     rows = [line for line in out.splitlines() if line.startswith("| choco-arcs |")]
     assert len(rows) == 2 * len(b.NETWORKS) and "Averaging" not in out
+
+
+NOISE_SECTION = "## A noisy channel (`noise=`)"
+ACTIVE_SECTION = "## Partial activation (`active=`)"
+
+
+def _documented_methods(measured: str) -> list[tuple[str, str]]:
+    """The (method, compressor) of the benchmark the section's command names (--methods)."""
+    b = bench()
+    command = next(line for line in measured.splitlines()
+                   if line.strip().startswith("python benchmarks/bench_loss.py"))
+    words = command.split("#")[0].split()
+    names = words[words.index("--methods") + 1:]
+    return [(a, c) for a, c in b.AVERAGING + b.OPTIMIZERS if a in names]
+
+
+def test_docs_noise_and_activity_tables_are_the_benchmarks():
+    b = bench()
+    text = DOC.read_text()
+    for title, networks, refused in ((NOISE_SECTION, b.NOISE_NETWORKS, ("push-sum", "powergossip")),
+                                     (ACTIVE_SECTION, b.ACTIVE_NETWORKS, ())):
+        measured = section(text, title)
+        methods = [m for m in _documented_methods(measured) if m[0] not in refused]
+        check_tables(measured, networks, "lost", methods)

@@ -23,4 +23,5 @@ def test_lossy_runs_under_mpi_equal_in_process(tmp_path):
         counted = "messages_late_total" if "stale=" in SCENARIOS[name][5] else "messages_lost_total"
         assert r[counted] > 0 and r["bits_per_node"] > 0, name
         assert ("time_virtual_s" in r) == (name == "dpsgd-timed"), name
+        assert ("nodes_active" in r) == ("active=" in SCENARIOS[name][5]), name
     assert finals["dpsgd-timed"]["time_virtual_s"] > 20  # 20 rounds, each the slowest of 8 exp(1) steps

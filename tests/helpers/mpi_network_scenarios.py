@@ -1,7 +1,8 @@
-"""Algorithms under message loss and late messages (``--network``); every record goes to a JSON-lines file.
+"""Algorithms under message loss, late messages, noise and partial activation (``--network``);
+every record goes to a JSON-lines file.
 Started in process and under ``mpiexec`` by tests/engine/test_network_mpi.py, which compares
-the files: the same seed must give the same drops, lags, bytes, bits and virtual times wherever the
-nodes sit.
+the files: the same seed must give the same drops, lags, noise, active nodes, bytes, bits and
+virtual times wherever the nodes sit.
 Usage: python tests/helpers/mpi_network_scenarios.py OUT.jsonl NODES [SCENARIO ...]
 """
 
@@ -75,6 +76,25 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "atc-diging-loss": ("atc-diging", {}, "none", "ring", "metropolis", "loss=0.2", True),
     "next-loss": ("next", {}, "none", "erdos-renyi:p=0.4", "metropolis", "loss=0.2", True),
     "led-loss": ("led", {"local_steps": 2}, "none", "erdos-renyi:p=0.4", "metropolis", GE, True),
+    # a noisy channel (noise=) and partial activation (active=), with loss so that both
+    # meet lost messages too
+    "gossip-noise": ("gossip", {}, "none", "ring", "metropolis", "loss=0.1;noise=var:0.01", False),
+    "choco-noise-topk": ("choco", {"gamma": 0.3}, "topk:0.25", "erdos-renyi:p=0.4", "metropolis",
+                         "loss=0.1;noise=std:0.05", True),
+    "lead-noise-qsgd": ("lead", {}, "qsgd:4bit", "ring", "metropolis", "loss=0.1;noise=var:1e-4",
+                        True),
+    "choco-arcs-noise": ("choco-arcs", {"gamma": 0.3}, "topk:0.25", "ring", "metropolis",
+                         "loss=0.1;noise=var:1e-4", True),
+    "dpsgd-active-markov": ("dpsgd", {}, "none", "exponential", "metropolis",
+                            "loss=0.1;active=markov:p_off=0.3,p_on=0.5", True),
+    "extra-active": ("extra", {}, "none", "erdos-renyi:p=0.4", "metropolis",
+                     "loss=0.1;active=0.6", True),
+    "push-sum-active": ("push-sum", {}, "none", "directed-random:p=0.3", "push",
+                        "loss=0.1;active=poisson:1", True),
+    "lead-arcs-active-cyclic": ("lead-arcs", {}, "topk:0.25", "erdos-renyi:p=0.4", "metropolis",
+                                "loss=0.1;active=cyclic:2", True),  # (on a ring no arc would move)
+    "gossip-noise-active-qsgd": ("gossip", {"gamma": 0.5}, "qsgd:4bit", "exponential",
+                                 "metropolis", "loss=0.1;noise=var:0.01;active=0.7", False),
 }
 
 
