@@ -23,6 +23,7 @@ from gossip.algorithms.gossip import Gossip
 from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.greedylore import GreedyLore, PowerSGD
 from gossip.algorithms.lead import LEAD
+from gossip.algorithms.local_tracking import KGT, Scaffnew
 from gossip.algorithms.lodadac import LoDAdaC
 from gossip.algorithms.momentum import DoCoM, MoTEF
 from gossip.algorithms.onebit_adam import APMSqueeze, OneBitAdam
@@ -45,6 +46,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     DADAM, TrackedAMSGrad, ChocoAMSGrad, DESLOC, AccumAdam, AccumAdamW, LoDAdaC, SQuARM,
     FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, FedAdamW, FedAdamSSM, CADA, GCADA,
     PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
+    KGT, Scaffnew,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""

@@ -71,6 +71,9 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
                             "loss=0.2;stale=uniform:0,2", True),
     "dpsgd-onepeer-loss-stale": ("dpsgd", {}, "none", "one-peer-exponential", "metropolis",
                                  "loss=0.2;stale=arcs:*@geom:0.5+0>1@3", True),
+    "k-gt-loss": ("k-gt", {"local_steps": 2}, "none", "erdos-renyi:p=0.4", "metropolis",
+                  "loss=0.2", True),
+    "scaffnew-ge": ("scaffnew", {"p": 0.5}, "none", "ring", "metropolis", GE, True),
 }
 
 

@@ -44,6 +44,9 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     # the same with the next gradients computed while the messages travel: the same records
     "dpsgd-sgd-overlap": ("dpsgd", {}, "none", "exponential", "metropolis", "sgd"),
     "choco-sgd-topk-overlap": ("choco", {"gamma": 0.3}, "topk:0.25", "ring", "metropolis", "sgd"),
+    # local training with a correction (issue 41): rounds without messages, a shared coin
+    "k-gt": ("k-gt", {"local_steps": 3}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
+    "scaffnew": ("scaffnew", {"p": 0.4}, "none", "ring", "metropolis", "sgd"),
 }
 
 
