@@ -140,7 +140,7 @@ class Scaffnew(Algorithm):
         compressor_message="{name} sends uncompressed vectors but the compressor is '{spec}'; use "
                            "--compressor none, or lead / c-gt for compressed exact methods")
     on_loss = "edge"  # a lost message drops its edge at both ends: Σ h = 0 is kept
-    state_copies = 7
+    state_copies = 8
     counts = ("scaffnew.exchanges",)
     step_rule = "exact"
 
