@@ -29,6 +29,7 @@ from gossip.algorithms.gossip_learning import GossipLearning
 from gossip.algorithms.greedylore import GreedyLore, PowerSGD
 from gossip.algorithms.gt_vr import GTSAGA, GTSARAH
 from gossip.algorithms.lead import LEAD
+from gossip.algorithms.local_tracking import KGT, Scaffnew
 from gossip.algorithms.lodadac import LoDAdaC
 from gossip.algorithms.momentum import DoCoM, MoTEF
 from gossip.algorithms.onebit_adam import APMSqueeze, OneBitAdam
@@ -47,7 +48,7 @@ from gossip.core.registry import register_algorithm
 BUILTIN: tuple[type[Algorithm], ...] = (
     Gossip, DPSGD, Choco, DeepSqueeze, DCD, ECD, LEAD, ProxLEAD, PowerGossip, BEER, DIGing, EXTRA,
     CGT, PushSum, CPP, DoCoM, MoTEF, CECL, ATCDGD, ATCDIGing, NEXT, ExactDiffusion, LED, ADMM, DLM,
-    GTSAGA, GTSARAH,
+    GTSAGA, GTSARAH, KGT, Scaffnew,
     OneBitAdam, APMSqueeze, ZeroOneAdam, OneBitLamb, SignumVote, Adasum, GreedyLore, PowerSGD,
     DADAM, TrackedAMSGrad, ChocoAMSGrad, DESLOC, AccumAdam, AccumAdamW, LoDAdaC, SQuARM,
     FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, FedAdamW, FedAdamSSM, FedDyn, FedNova,

@@ -95,6 +95,9 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
                                 "loss=0.1;active=cyclic:2", True),  # (on a ring no arc would move)
     "gossip-noise-active-qsgd": ("gossip", {"gamma": 0.5}, "qsgd:4bit", "exponential",
                                  "metropolis", "loss=0.1;noise=var:0.01;active=0.7", False),
+    "k-gt-loss": ("k-gt", {"local_steps": 2}, "none", "erdos-renyi:p=0.4", "metropolis",
+                  "loss=0.2", True),
+    "scaffnew-ge": ("scaffnew", {"p": 0.5}, "none", "ring", "metropolis", GE, True),
 }
 
 

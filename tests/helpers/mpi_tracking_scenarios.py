@@ -56,6 +56,9 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str]] = {
     # variance-reduced tracking: samples drawn from the keyed stream, whatever the oracle's estimator
     "gt-saga": ("gt-saga", {"batch_size": 2}, "none", "ring", "metropolis", "full"),
     "gt-sarah": ("gt-sarah", {"batch_size": 3, "period": 4}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
+    # local training with a correction (issue 41): rounds without messages, a shared coin
+    "k-gt": ("k-gt", {"local_steps": 3}, "none", "erdos-renyi:p=0.4", "metropolis", "full"),
+    "scaffnew": ("scaffnew", {"p": 0.4}, "none", "ring", "metropolis", "sgd"),
 }
 
 

@@ -365,3 +365,60 @@ def gt_sarah(W, X0, problem, eta: float, rounds: int, batch: int, period: int,
         V = V_new
         out.append(X.copy())
     return out
+
+
+def kgt(X0: Array, W: Array, grad: Grad, eta: float, eta_s: float, K: int, T: int) -> list[Array]:
+    """K-GT (Liu, Koloskova, Jaggi, Lin 2023), one local step per round, C⁰ = 0::
+
+        Z ← Z − η(∇F(Z) + C);   every K-th round:  Δ = (S − Z)/(Kη);  C ← C + WΔ − Δ;
+        Z ← S ← W(S − Kηη_s Δ)
+    """
+    S = np.array(X0, dtype=np.float64)
+    Z, C = S.copy(), np.zeros_like(S)
+    out = [Z.copy()]
+    for t in range(1, T + 1):
+        Z = Z - eta * (grad(Z) + C)
+        if t % K == 0:
+            D = (S - Z) / (K * eta)
+            C = C + W @ D - D
+            Z = S = W @ (S - K * eta * eta_s * D)
+        out.append(Z.copy())
+    return out
+
+
+def gt_next(X0: Array, W: Array, grad: Grad, eta: float, T: int) -> list[Array]:
+    """Gradient tracking, adapt-then-combine x (NEXT; Koloskova, Lin, Stich 2021's form)::
+
+        X ← W(X − ηY);   Y ← WY + ∇F(X_new) − ∇F(X_old);   Y⁰ = ∇F(X⁰)
+    """
+    X = np.array(X0, dtype=np.float64)
+    G = grad(X)
+    Y = G.copy()
+    out = [X.copy()]
+    for _ in range(T):
+        X = W @ (X - eta * Y)
+        Gn = grad(X)
+        Y = W @ Y + Gn - G
+        G = Gn
+        out.append(X.copy())
+    return out
+
+
+def scaffnew(X0: Array, W: Array, grad: Grad, gamma: float, p: float, tau: float,
+             coins: list[bool], T: int) -> list[Array]:
+    """Decentralized Scaffnew (ProxSkip on a graph), H⁰ = 0, ``coins[t-1]``: round t communicates::
+
+        X̂ = X − γ(∇F(X) − H);  heads: X = X̂ − τ(I − W)X̂, H ← H + (p/γ)(X − X̂);  tails: X = X̂
+    """
+    X = np.array(X0, dtype=np.float64)
+    H = np.zeros_like(X)
+    out = [X.copy()]
+    for t in range(1, T + 1):
+        Xh = X - gamma * (grad(X) - H)
+        if coins[t - 1]:
+            X = Xh - tau * (Xh - W @ Xh)
+            H = H + p / gamma * (X - Xh)
+        else:
+            X = Xh
+        out.append(X.copy())
+    return out
