@@ -4,8 +4,6 @@ configuration errors."""
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import torch
@@ -30,6 +28,7 @@ from tests.helpers.algorithm_setup import (
     run_engine,
     x0_fn,
 )
+from tests.helpers.resume import stopped_and_resumed
 
 S = PROBLEM.smoothness()
 
@@ -87,20 +86,7 @@ def test_checkpoint_resume_continues_the_same_run(name, hp):
     def engine():
         return Engine(make_algorithm(name, **hp), TOPO, x0_fn(), oracles=oracles(PROBLEM), seed=3)
 
-    straight = engine()
-    for _ in range(14):
-        straight.step()
-    first = engine()
-    for _ in range(7):
-        first.step()
-    buf = io.BytesIO()
-    torch.save({"nodes": first.node_state_dicts(), "run": first.run_state_dict()}, buf)
-    buf.seek(0)
-    saved = torch.load(buf, weights_only=True)
-    resumed = engine()
-    resumed.load_state_dicts(saved["nodes"], saved["run"])
-    for _ in range(7):
-        resumed.step()
+    straight, resumed = stopped_and_resumed(engine, rounds=14, stop=7)
     for i in range(8):
         np.testing.assert_array_equal(resumed.nodes[i].x.numpy(), straight.nodes[i].x.numpy())
 

@@ -4,11 +4,8 @@ ATC-DGD keeps DGD's O(η) bias, resume equals the uninterrupted run, and lost me
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
-import torch
 
 import topologies
 from gossip.algorithms import make_algorithm
@@ -27,6 +24,7 @@ from tests.helpers.algorithm_setup import (
     run_engine,
     x0_fn,
 )
+from tests.helpers.resume import stopped_and_resumed
 
 L = PROBLEM.smoothness().L
 TRACKERS = (("atc-diging", "atc"), ("next", "cta"))
@@ -132,20 +130,7 @@ def test_checkpoint_resume_continues_the_same_run(name):
         return Engine(make_algorithm(name, eta=0.1 / L), topo, x0_fn(), oracles=oracles(PROBLEM),
                       seed=3)
 
-    straight = engine()
-    for _ in range(14):
-        straight.step()
-    first = engine()
-    for _ in range(7):
-        first.step()
-    buf = io.BytesIO()
-    torch.save({"nodes": first.node_state_dicts(), "run": first.run_state_dict()}, buf)
-    buf.seek(0)
-    saved = torch.load(buf, weights_only=True)
-    resumed = engine()
-    resumed.load_state_dicts(saved["nodes"], saved["run"])
-    for _ in range(7):
-        resumed.step()
+    straight, resumed = stopped_and_resumed(engine, rounds=14, stop=7)
     for i in range(8):
         np.testing.assert_array_equal(resumed.nodes[i].x.numpy(), straight.nodes[i].x.numpy())
 

@@ -5,8 +5,6 @@ constant step, resume, lost messages, and configuration errors."""
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import torch
@@ -29,6 +27,7 @@ from tests.helpers.algorithm_setup import (
     run_engine,
     x0_fn,
 )
+from tests.helpers.resume import stopped_and_resumed
 
 L = PROBLEM.smoothness().L
 
@@ -113,20 +112,7 @@ def test_resume_equals_the_uninterrupted_run():
         return Engine(make_algorithm("led", eta=0.3 / L, local_steps=3), TOPO, x0_fn(),
                       oracles=lambda i, gen: PROBLEM.oracle(i, gen, "sgd", 2), seed=3)
 
-    straight = engine()
-    for _ in range(14):
-        straight.step()
-    first = engine()
-    for _ in range(7):
-        first.step()
-    buf = io.BytesIO()
-    torch.save({"nodes": first.node_state_dicts(), "run": first.run_state_dict()}, buf)
-    buf.seek(0)
-    saved = torch.load(buf, weights_only=True)
-    resumed = engine()
-    resumed.load_state_dicts(saved["nodes"], saved["run"])
-    for _ in range(7):
-        resumed.step()
+    straight, resumed = stopped_and_resumed(engine, rounds=14, stop=7)
     for i in range(8):
         np.testing.assert_array_equal(resumed.nodes[i].x.numpy(), straight.nodes[i].x.numpy())
         np.testing.assert_array_equal(resumed.nodes[i].state["y"].numpy(),

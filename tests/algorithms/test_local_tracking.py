@@ -4,8 +4,6 @@ optimum with a constant step, resume, lost messages and refusals."""
 
 from __future__ import annotations
 
-import io
-
 import numpy as np
 import pytest
 import torch
@@ -30,6 +28,7 @@ from tests.helpers.algorithm_setup import (
     run_engine,
     x0_fn,
 )
+from tests.helpers.resume import stopped_and_resumed
 
 L = PROBLEM.smoothness().L
 
@@ -121,20 +120,7 @@ def test_resume_equals_uninterrupted(name, hp):
         return Engine(make_algorithm(name, eta=0.2 / L, **hp), TOPO, x0_fn(), compressor="none",
                       oracles=oracles(PROBLEM), seed=3)
 
-    straight = engine()
-    for _ in range(15):
-        straight.step()
-    first = engine()
-    for _ in range(7):
-        first.step()
-    buf = io.BytesIO()
-    torch.save({"nodes": first.node_state_dicts(), "run": first.run_state_dict()}, buf)
-    buf.seek(0)
-    saved = torch.load(buf, weights_only=True)
-    resumed = engine()
-    resumed.load_state_dicts(saved["nodes"], saved["run"])
-    for _ in range(8):
-        resumed.step()
+    straight, resumed = stopped_and_resumed(engine, rounds=15, stop=7)
     for i in range(8):
         np.testing.assert_array_equal(resumed.nodes[i].x.numpy(), straight.nodes[i].x.numpy())
 

@@ -28,6 +28,7 @@ from tests.helpers.algorithm_setup import (
     run_engine,
     x0_fn,
 )
+from tests.helpers.resume import stopped_and_resumed
 
 L = PROBLEM.smoothness().L
 
@@ -163,7 +164,6 @@ def test_cgt_on_a_time_varying_graph_keeps_one_copy_per_arc():
 def test_checkpoint_resume_continues_the_same_run(name, spec, topo_spec, weights):
     """State saved (weights_only) after 7 rounds and loaded into a fresh engine gives the same
     iterates as an uninterrupted run: copies, per-arc and per-edge states are all saved."""
-    import io
 
     topo = topologies.build(topo_spec, 8, weights=weights, seed=1)
 
@@ -171,20 +171,7 @@ def test_checkpoint_resume_continues_the_same_run(name, spec, topo_spec, weights
         return Engine(make_algorithm(name, eta=0.1 / L), topo, x0_fn(), compressor=spec,
                       oracles=oracles(PROBLEM), seed=3)
 
-    straight = engine()
-    for _ in range(14):
-        straight.step()
-    first = engine()
-    for _ in range(7):
-        first.step()
-    buf = io.BytesIO()
-    torch.save({"nodes": first.node_state_dicts(), "run": first.run_state_dict()}, buf)
-    buf.seek(0)
-    saved = torch.load(buf, weights_only=True)
-    resumed = engine()
-    resumed.load_state_dicts(saved["nodes"], saved["run"])
-    for _ in range(7):
-        resumed.step()
+    straight, resumed = stopped_and_resumed(engine, rounds=14, stop=7)
     for i in range(8):
         np.testing.assert_array_equal(resumed.nodes[i].x.numpy(), straight.nodes[i].x.numpy())
 
