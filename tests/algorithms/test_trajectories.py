@@ -183,13 +183,14 @@ def test_other_cpu_kernels_change_the_bits_and_the_platform_not_the_checkpoints(
 
 # -- the portable check: what it catches ---------------------------------------------------------
 def _scaled_step(monkeypatch, factor: float) -> None:
-    """Every scenario's step size (``eta``, or ``gamma`` for consensus) times ``factor``."""
+    """Every scenario's step size (``eta``; ``gamma`` for consensus; the penalty ``c`` of
+    ADMM and DLM, whose steps it sets) times ``factor``."""
     real = trajectories.make_algorithm
 
     def make(name, **hp):
         alg = real(name, **hp)
-        key = "eta" if getattr(alg, "eta", 0) else "gamma"
-        if not getattr(alg, key, 0):
+        key = next((k for k in ("eta", "gamma", "c") if getattr(alg, k, 0)), None)
+        if key is None:
             return alg  # no step size (pure consensus with fixed weights)
         return real(name, **{**hp, key: getattr(alg, key) * factor})
     for module in SCENARIO_MODULES:
