@@ -145,7 +145,7 @@ def test_one_node_alone_is_plain_training(name):
         assert torch.equal(a, b)
 
 
-ALONE_REFUSED = ["c-ecl", "powergossip"]
+ALONE_REFUSED = ["c-ecl", "dlm", "powergossip"]
 """Algorithms that need a neighbor, refused on a single node."""
 
 
