@@ -19,13 +19,18 @@ $(STAMP): setup.cfg pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# everything, MPI launches and long convergence runs included (what CI runs)
+# everything, MPI launches and long convergence runs included (what CI runs): the in-process
+# tests spread over the cores (pytest-xdist), then the tests that start several processes
+# (marked `launches` by tests/conftest.py) one at a time, as their ranks wait on each other
 test: install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --durations=25
+	@status=0; \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --durations=15 -m "not launches" || status=$$?; \
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --durations=15 -m launches || status=$$?; \
+	exit $$status
 
 # the quick loop while editing: skips tests marked slow (MPI launches, long runs); ~5 min on 2 cores
 test-fast: install
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not slow"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto -m "not slow"
 
 # a refactoring's guard: the first call saves every algorithm's trajectory (its bits), each later
 # one compares with it and names the trajectories that changed (rm $(BEFORE) to start again)
