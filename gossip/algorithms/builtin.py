@@ -59,3 +59,10 @@ BUILTIN: tuple[type[Algorithm], ...] = (
 
 for _cls in BUILTIN:
     register_algorithm(_cls)
+
+# running sums (issue 42): exact under lost and late messages together
+from gossip.algorithms.running_sum import RobustPushSum, RobustPushTracking  # noqa: E402
+
+BUILTIN += (RobustPushSum, RobustPushTracking)
+for _cls in (RobustPushSum, RobustPushTracking):
+    register_algorithm(_cls)
