@@ -104,12 +104,15 @@ class RobustPushTracking(Algorithm):
     constant step on a directed graph under lost and late messages together.
 
     Node i keeps the numerator ``u_i`` (init ``x_i⁰``), the weight ``v_i`` (init 1), the tracker
-    ``y_i`` and its last gradient ``g_i`` (init ``∇f_i(x_i⁰)`` both), and running sums of the
-    three vectors it pushes (:mod:`gossip.core.running`). With a column-stochastic C::
+    ``y_i`` and its last gradient ``g_i`` (init 0 both), and running sums of the three vectors
+    it pushes (:mod:`gossip.core.running`). With a column-stochastic C, one round::
 
-        p_i = (u_i − η y_i,  v_i,  y_i);   σ_i ← σ_i + p_i;   send (σ_i, t)
-        (u_i, v_i, y_i) ← c_ii p_i + Σ_j c_ij (σ_j − ρ_ij);   ρ_ij ← σ_j   (newest received)
-        x_i = u_i / v_i;   y_i ← y_i + ∇f_i(x_i) − g_i;   g_i ← ∇f_i(x_i)
+        y_i ← y_i + ∇f_i(x_i) − g_i;   g_i ← ∇f_i(x_i)        (round 1: y_i = ∇f_i(x_i⁰))
+        p_i = (u_i − η y_i,  y_i,  v_i);   σ_i ← σ_i + p_i;   send (σ_i, t)
+        (u_i, y_i, v_i) ← c_ii p_i + Σ_j c_ij (σ_j − ρ_ij);   ρ_ij ← σ_j   (newest received)
+        x_i = u_i / v_i
+
+    (each gradient at the model a round starts from, as :func:`gossip.wrap` hands them over).
 
     Without loss or lags this is Push-DIGing (Nedić, Olshevsky, Shi 2017), ``u ← C(u − η y)``,
     ``v ← C v``, ``y ← C y + ∇f(x^new) − ∇f(x^old)``. Every vector is pushed with column
@@ -147,8 +150,8 @@ class RobustPushTracking(Algorithm):
         d = x.shape[1]
         st["u"] = x.clone()
         st["v"] = torch.ones(block.m, 1, dtype=torch.float64, device=x.device)
-        st["g"] = block.gradients(torch.empty_like(x))
-        st["y"] = st["g"].clone()
+        st["g"] = torch.zeros_like(x)  # the last gradient; round 1 makes y = g = ∇f(x⁰)
+        st["y"] = torch.zeros_like(x)
         ws["sums"] = RunningSums(block, "rpt", 2 * d + 1)
         ws["p"] = torch.empty(block.m, 2 * d + 1, dtype=torch.float64, device=x.device)
         ws["grad"] = torch.empty_like(x)
@@ -157,6 +160,9 @@ class RobustPushTracking(Algorithm):
         st, ws, x = block.state, block.workspace, block.x
         u, v, y, g, sums, p = st["u"], st["v"], st["y"], st["g"], ws["sums"], ws["p"]
         d = x.shape[1]
+        grad = block.gradients(ws["grad"])  # at the model the round starts from
+        y.add_(grad).sub_(g)  # the last round's tracker update: y += ∇f(x) − g
+        g.copy_(grad)
         p[:, :d].copy_(u).sub_(y.to(torch.float64), alpha=self.eta)  # u − η y
         p[:, d : 2 * d].copy_(y)
         p[:, 2 * d :].copy_(v)
@@ -167,6 +173,3 @@ class RobustPushTracking(Algorithm):
         y.copy_(p[:, d : 2 * d])
         v.copy_(p[:, 2 * d :])
         torch.div(u, v.to(x.dtype), out=x)
-        grad = block.gradients(ws["grad"])
-        y.add_(grad).sub_(g)
-        g.copy_(grad)

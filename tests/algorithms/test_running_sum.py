@@ -110,7 +110,7 @@ def test_running_sum_invariant_on_every_arc():
         e.step()
         history[t] = rs.sigma + rs.carry
         assert torch.allclose(rs.sigma + rs.carry, pushed, rtol=1e-15, atol=1e-13)
-        for k, (j, i) in enumerate(rs.route.incoming):
+        for k, (j, _) in enumerate(rs.route.incoming):
             sent = int(rs.count[k])
             assert torch.equal(rs.rho[k], history[sent][j]) if sent else not rs.rho[k].any()
         flight = rs.in_flight().sum(0)
