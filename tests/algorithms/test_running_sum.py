@@ -134,6 +134,17 @@ def test_exact_average_under_loss_and_lags(graph):
     assert end["superseded"] > 0
 
 
+def test_exact_average_with_sleeping_nodes():
+    """An inactive node's arcs are silent (as lost): its running sums and in-arc registers are
+    put back with its other rows, and the average stays exact."""
+    n = 8
+    X0 = _x0(n, 5, 2)
+    e = _consensus(topologies.build("directed-exponential", n, weights="push"), X0,
+                   "loss=0.1;active=0.7", seed=1)
+    e.run(300)
+    assert (e.block.x - X0.mean(0)).abs().max() < 1e-12
+
+
 def test_resume_equals_uninterrupted_under_loss():
     n = 8
     topo = topologies.build("directed-random:p=0.3", n, weights="push", seed=3)
@@ -144,6 +155,30 @@ def test_resume_equals_uninterrupted_under_loss():
         assert torch.equal(value, resumed.block.arc_state[key]), key
     for key, value in straight.block.state.items():
         assert torch.equal(value, resumed.block.state[key]), key
+
+
+@pytest.mark.parametrize("column, value", [(5, 7.0), (5, 0.5), (2, float("nan"))])
+def test_a_bad_message_is_refused_naming_its_sender(monkeypatch, column, value):
+    """A counter no sender writes (from the future, not an integer) or a value that is not
+    finite stops the run at the receiver, naming the sender."""
+    from gossip.core.running import RunningSums
+    from gossip.errors import NodeError
+
+    send = RunningSums.send
+
+    def forged(self, z):
+        rows = send(self, z)
+        if self.block.round == 3:
+            rows.mine().view(torch.float64)[2, column] = value  # node 2's message
+        return rows
+
+    monkeypatch.setattr(RunningSums, "send", forged)
+    topo = topologies.build("directed-exponential", 8, weights="push")
+    e = _consensus(topo, _x0(8, 4))
+    e.run(2)
+    with pytest.raises(NodeError) as err:
+        e.run(1)
+    assert err.value.sender == 2 and err.value.receiver in topo.view(2).out_neighbors
 
 
 def test_refusals():
