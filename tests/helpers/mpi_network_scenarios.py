@@ -103,6 +103,7 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
                                    "loss=0.2;stale=geom:0.5", False),
     "robust-push-tracking-loss-stale": ("robust-push-tracking", {}, "none", "directed-random:p=0.3",
                                         "push", "loss=0.2;stale=uniform:0,3", True),
+    "robust-push-sum-ge": ("robust-push-sum", {}, "none", "exponential", "push", GE, True),
 }
 
 
