@@ -134,7 +134,10 @@ class Algorithm(ABC):
     message per arc and it reads which arrived, ``rows.route.out_delivered`` / ``in_delivered``:
     choco-arcs, lead-arcs, prox-lead-arcs, beer-arcs, c-gt-arcs and c-ecl, whose two ends of an
     arc apply a message only when it was delivered), ``"edge"`` (an edge either of whose
-    messages is lost sits the phase out at both ends: PowerGossip, EXTRA). None (the default):
+    messages is lost sits the phase out at both ends: PowerGossip, EXTRA), ``"running-sum"`` (its
+messages carry running sums and a counter, :mod:`gossip.core.running`: a lost one adds
+nothing, late ones are handed over unordered and the receiver keeps the newest;
+robust-push-sum, robust-push-tracking). None (the default):
     not defined, and a run that may lose messages is refused before it starts."""
 
     arcs: ClassVar[bool] = False

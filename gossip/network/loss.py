@@ -37,6 +37,12 @@ receiver's mix skips them) and with the self weights the algorithm's semantics a
   stochastic). A message whose reverse was lost still moves and is counted (its sender did
   not know), but its receiver discards it.
 
+* ``"running-sum"``: the message carries a running sum (everything its sender ever sent on
+  the arc) and a counter (:class:`~gossip.core.running.RunningSums`); a lost one adds nothing
+  and moves no weight (as ``"drop"``), and the next delivered one carries what it carried: the
+  receiver adds the difference between the newest running sum it got and the one before. For
+  methods built on running sums (``robust-push-sum``, ``robust-gt``): nothing is ever missed.
+
 Under partial activation (``active=``, :mod:`gossip.network.activity`) every arc into or out of
 a node inactive in the round is *silent*: removed as a lost one is, by the same policy, but not
 counted in ``messages_lost``.
@@ -61,11 +67,15 @@ from gossip.errors import ConfigError
 from gossip.network.draws import LossDraws, arc_keys
 from gossip.network.spec import Network
 
-POLICIES = ("renormalize", "drop", "keep-mass", "ack", "edge")
+POLICIES = ("renormalize", "drop", "keep-mass", "ack", "edge", "running-sum")
 """What a lost message means to an algorithm (module doc)."""
 ARC_POLICIES = ("ack", "edge")
 """The policies whose algorithms read which per-arc messages arrived (``out_delivered`` /
 ``in_delivered`` of an arc phase): they may keep state per arc under loss."""
+ARC_STATE_POLICIES = (*ARC_POLICIES, "running-sum")
+"""The policies under which an algorithm may keep per-arc state at all under loss or lags:
+those that read which per-arc messages arrived, and running sums, whose receivers keep the
+newest running sum and counter of each in-arc (:mod:`gossip.core.running`)."""
 
 
 def _reverse(arcs: list[tuple[int, int]]) -> np.ndarray:

@@ -38,7 +38,7 @@ from gossip.network.clock import SyncClock, WallRounds
 from gossip.network.events import EventLoop
 from gossip.network.freerun import FreeRun, NodeMetric, check_host, check_models
 from gossip.network.host import Host
-from gossip.network.loss import ARC_POLICIES, Delivery
+from gossip.network.loss import ARC_STATE_POLICIES, Delivery
 from gossip.network.noise import ChannelNoise
 from gossip.network.spec import Network, parse_network
 from gossip.network.stale import Staleness, mode_of
@@ -147,7 +147,7 @@ class Simulator:
                               f"here ({str(exc).removeprefix('--network: ')}); run it without "
                               "stale=") from None
         mode_of(policy, net, alg.name)
-        if host.block.arc_state:
+        if host.block.arc_state and policy not in ARC_STATE_POLICIES:
             raise ConfigError(f"{where}: {alg.name} keeps state per arc "
                               f"({', '.join(sorted(host.block.arc_state))}); late messages have "
                               "no defined meaning there yet: run it without stale=")
@@ -171,7 +171,7 @@ class Simulator:
                                   f"(docs/network.md), and {self.algorithm.name} has no such "
                                   f"meaning ({str(exc).removeprefix('--network: ')}); run it "
                                   "without active=") from None
-            if host.block.arc_state and policy not in ARC_POLICIES:
+            if host.block.arc_state and policy not in ARC_STATE_POLICIES:
                 raise ConfigError(
                     f"{self._where()}: {self.algorithm.name} keeps state per arc "
                     f"({', '.join(sorted(host.block.arc_state))}) and sends a message per arc; "

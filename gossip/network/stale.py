@@ -22,6 +22,13 @@ What the algorithm is handed in round t follows its
   sender's copy as it was some rounds ago and catches up as the increments arrive (eventually
   consistent), and push-sum's mass is conserved counting the mass in flight.
 
+* ``"running-sum"`` (messages that carry running sums and a counter:
+  :mod:`gossip.core.running`): *every* message due this round, in the order they were sent,
+  and the arc's messages are *not* kept in order (``due = t + lag``: a late message may be
+  handed over after a newer one, as on a network that reorders). The receiver keeps, per
+  in-arc, the running sum of the newest message by counter and ignores an older one: a later
+  running sum already carries everything it carried.
+
 With ``loss=`` too, a lost message is never held and does not hold up its arc
 (:meth:`Staleness.hold`).
 
@@ -48,7 +55,8 @@ from gossip.errors import ConfigError, ContractError
 from gossip.network.draws import LagDraws, arc_keys
 from gossip.network.spec import Network
 
-MODES = {"renormalize": "newest", "drop": "in-order", "keep-mass": "in-order"}
+MODES = {"renormalize": "newest", "drop": "in-order", "keep-mass": "in-order",
+         "running-sum": "by-counter"}
 """What a receiver is handed per :attr:`~gossip.algorithms.Algorithm.on_loss` (module doc).
 ``"ack"`` is not here, and the engine cannot put it there: for the arc's two copies to stay
 equal the sender must apply each increment in the round its receiver does, but it computes its
@@ -186,9 +194,10 @@ class Staleness:
             link = into.get(j)
             if link is None:
                 link = into[j] = _Link()
-            link.due = fifo_due(t, lag, link.due)
-            link.queue.append(Held(j, self.ids[r], phase, t, link.due, w, data[s, :nb].clone()))
-            if link.due > t:
+            due = t + lag if self.mode == "by-counter" else fifo_due(t, lag, link.due)
+            link.due = max(link.due, due)
+            link.queue.append(Held(j, self.ids[r], phase, t, due, w, data[s, :nb].clone()))
+            if due > t:
                 self.late_round[r] += 1
                 self.late_total[r] += 1
         terms: list[tuple[int, Held]] = []
@@ -196,6 +205,12 @@ class Staleness:
         for r in sorted(links):
             for j in sorted(links[r]):
                 link = links[r][j]
+                if self.mode == "by-counter":  # every message due, in the order sent
+                    due = [h for h in link.queue if h.due <= t]
+                    if due:
+                        link.queue = deque(h for h in link.queue if h.due > t)
+                        terms += [(r, h) for h in due]
+                    continue
                 while link.queue and link.queue[0].due <= t:
                     link.newest = link.queue.popleft()
                     if self.mode == "in-order":

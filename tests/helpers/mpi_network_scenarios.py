@@ -98,6 +98,12 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "k-gt-loss": ("k-gt", {"local_steps": 2}, "none", "erdos-renyi:p=0.4", "metropolis",
                   "loss=0.2", True),
     "scaffnew-ge": ("scaffnew", {"p": 0.5}, "none", "ring", "metropolis", GE, True),
+    # running sums (on_loss "running-sum"): lost and late (reordered) together
+    "robust-push-sum-loss-stale": ("robust-push-sum", {}, "none", "directed-random:p=0.3", "push",
+                                   "loss=0.2;stale=geom:0.5", False),
+    "robust-push-tracking-loss-stale": ("robust-push-tracking", {}, "none", "directed-random:p=0.3",
+                                        "push", "loss=0.2;stale=uniform:0,3", True),
+    "robust-push-sum-ge": ("robust-push-sum", {}, "none", "exponential", "push", GE, True),
 }
 
 
