@@ -40,6 +40,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from .edgelist import EdgeList
 from .errors import (
     GraphFileError,
     MixingMatrixError,
@@ -106,6 +107,19 @@ def check_graph(graph: nx.Graph) -> int:
     return n
 
 
+def structure(graph: nx.Graph | EdgeList) -> tuple[int, np.ndarray, np.ndarray, bool]:
+    """(n, u, v, directed) of a graph: its size and edge endpoints (arcs u -> v if directed).
+
+    A networkx graph is checked first (:func:`check_graph`); an :class:`EdgeList` is simple by
+    its builder's construction and is taken as it is.
+    """
+    if isinstance(graph, EdgeList):
+        return graph.n, graph.u, graph.v, graph.directed
+    n = check_graph(graph)
+    u, v = _arcs(graph)
+    return n, u, v, graph.is_directed()
+
+
 def _arcs(graph: nx.Graph) -> tuple[np.ndarray, np.ndarray]:
     """Edge endpoints as int arrays (u, v): undirected edges once, arcs u -> v for a DiGraph."""
     m = graph.number_of_edges()
@@ -156,18 +170,22 @@ def _explicit_weights(graph: nx.Graph) -> np.ndarray:
 
 
 def mixing_matrix(
-    graph: nx.Graph,
+    graph: nx.Graph | EdgeList,
     rule: str = "metropolis",
     lazy: bool = False,
     sparse: bool | None = None,
     *,
     dense_max_n: int = DENSE_MAX_N,
 ) -> np.ndarray | sp.csr_array:
-    """Mixing matrix W of graph under a weight rule: dense float64 up to dense_max_n, else CSR."""
-    n = check_graph(graph)
+    """Mixing matrix W of graph under a weight rule: dense float64 up to dense_max_n, else CSR.
+
+    ``graph`` is a networkx graph or an :class:`EdgeList` (which has no edge attributes: for
+    ``rule="weights"`` it is made a networkx graph first, and refused as one without weights).
+    """
     rule = normalize_rule(rule)
-    directed = graph.is_directed()
-    u, v = _arcs(graph)
+    if isinstance(graph, EdgeList) and rule == "weights":
+        graph = graph.to_networkx()
+    n, u, v, directed = structure(graph)
     out_deg = np.bincount(u, minlength=n)
     in_deg = np.bincount(v, minlength=n)
     if not directed:
@@ -265,7 +283,7 @@ def _component_message(W, n: int, directed: bool) -> str | None:
 
 def validate(
     W,
-    graph: nx.Graph,
+    graph: nx.Graph | EdgeList,
     symmetric: bool = True,
     *,
     connected: bool = True,
@@ -282,7 +300,7 @@ def validate(
     """
     if stochastic not in ("double", "column", "row"):
         raise TopologyError(f"stochastic must be 'double', 'column' or 'row', got {stochastic!r}")
-    n = check_graph(graph)
+    n, u, v, directed = structure(graph)
     shape = getattr(W, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] != shape[1]:
         raise MixingMatrixError(f"W must be a square n x n matrix, got shape {shape}")
@@ -301,8 +319,6 @@ def validate(
             f"W[{rows[k]}, {cols[k]}] = {vals[k]}; every weight must be a finite number"
         )
 
-    directed = graph.is_directed()
-    u, v = _arcs(graph)
     allowed = v * n + u if directed else np.concatenate([u * n + v, v * n + u])
     off = rows != cols
     outside = off & ~np.isin(rows * n + cols, allowed)
