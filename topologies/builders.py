@@ -148,8 +148,8 @@ def ring_edges(n: int) -> EdgeList:
     """The edges of :func:`ring` as arrays (no networkx graph)."""
     n = _check_n(n, "ring")
     i = np.arange(n, dtype=np.int64)
-    u, v = unique_edges(i, (i + 1) % n, directed=False)
-    return EdgeList(n, u, v, attrs={"name": "ring", "layout": "circular"})
+    u, v = (i, (i + 1) % n) if n > 2 else unique_edges(i, (i + 1) % n, directed=False)
+    return EdgeList(n, u, v, attrs={"name": "ring", "layout": "circular"}, connected=True)
 
 
 def ring(n: int) -> nx.Graph:
@@ -161,7 +161,7 @@ def path_edges(n: int) -> EdgeList:
     """The edges of :func:`path` as arrays."""
     n = _check_n(n, "path")
     i = np.arange(n - 1, dtype=np.int64)
-    return EdgeList(n, i, i + 1, attrs={"name": "path", "layout": "circular"})
+    return EdgeList(n, i, i + 1, attrs={"name": "path", "layout": "circular"}, connected=True)
 
 
 def path(n: int) -> nx.Graph:
@@ -186,8 +186,9 @@ def torus_edges(n: int, rows: int | None = None) -> EdgeList:
     down = ((r + 1) % rows) * cols + c
     u = np.repeat(i, 2)
     v = np.stack([right, down], axis=1).ravel()  # node i's edge to the right, then down
-    u, v = unique_edges(u, v, directed=False)
-    return EdgeList(n, u, v, attrs={"name": "torus", "shape": (rows, cols)})
+    if min(rows, cols) == 2:  # the wrap-around edge is the direct one
+        u, v = unique_edges(u, v, directed=False)
+    return EdgeList(n, u, v, attrs={"name": "torus", "shape": (rows, cols)}, connected=True)
 
 
 def torus(n: int, rows: int | None = None) -> nx.Graph:
@@ -208,7 +209,8 @@ def grid_edges(n: int, rows: int | None = None) -> EdgeList:
     u = np.repeat(i, 2)
     v = np.stack([i + 1, i + cols], axis=1).ravel()
     keep = np.stack([c + 1 < cols, r + 1 < rows], axis=1).ravel()
-    return EdgeList(n, u[keep], v[keep], attrs={"name": "grid", "shape": (rows, cols)})
+    return EdgeList(n, u[keep], v[keep], attrs={"name": "grid", "shape": (rows, cols)},
+                    connected=True)
 
 
 def grid(n: int, rows: int | None = None) -> nx.Graph:
@@ -221,7 +223,7 @@ def complete_edges(n: int) -> EdgeList:
     n = _check_n(n, "complete")
     u, v = np.triu_indices(n, 1)
     return EdgeList(n, u.astype(np.int64), v.astype(np.int64),
-                    attrs={"name": "complete", "layout": "circular"})
+                    attrs={"name": "complete", "layout": "circular"}, connected=True)
 
 
 def complete(n: int) -> nx.Graph:
@@ -233,7 +235,8 @@ def star_edges(n: int) -> EdgeList:
     """The edges of :func:`star` as arrays."""
     n = _check_n(n, "star")
     leaves = np.arange(1, n, dtype=np.int64)
-    return EdgeList(n, np.zeros(n - 1, dtype=np.int64), leaves, attrs={"name": "star"})
+    return EdgeList(n, np.zeros(n - 1, dtype=np.int64), leaves, attrs={"name": "star"},
+                    connected=True)
 
 
 def star(n: int) -> nx.Graph:
@@ -254,7 +257,7 @@ def hypercube_edges(n: int) -> EdgeList:
     u = np.repeat(np.arange(n, dtype=np.int64), dims)
     v = u ^ np.tile(1 << np.arange(dims, dtype=np.int64), n)
     keep = u < v
-    return EdgeList(n, u[keep], v[keep], attrs={"name": "hypercube"})
+    return EdgeList(n, u[keep], v[keep], attrs={"name": "hypercube"}, connected=True)
 
 
 def hypercube(n: int) -> nx.Graph:
@@ -279,7 +282,8 @@ def exponential_edges(n: int) -> EdgeList:
     """The edges of :func:`exponential` as arrays."""
     n = _check_n(n, "exponential")
     u, v = unique_edges(*_offset_arcs(n), directed=False)
-    return EdgeList(n, u, v, attrs={"name": "exponential", "layout": "circular"})
+    return EdgeList(n, u, v, attrs={"name": "exponential", "layout": "circular"},
+                    connected=True)
 
 
 def exponential(n: int) -> nx.Graph:
@@ -292,7 +296,7 @@ def directed_exponential_edges(n: int) -> EdgeList:
     n = _check_n(n, "directed_exponential")
     u, v = _offset_arcs(n)
     return EdgeList(n, u, v, directed=True,
-                    attrs={"name": "directed-exponential", "layout": "circular"})
+                    attrs={"name": "directed-exponential", "layout": "circular"}, connected=True)
 
 
 def directed_exponential(n: int) -> nx.DiGraph:
@@ -428,7 +432,7 @@ def random_regular_edges(n: int, k: int, seed: int = 0) -> EdgeList:
             u, v = pairs
         if _connected(n, u, v):
             return EdgeList(n, u, v, attrs={"name": "random-regular", "k": k, "seed": seed,
-                                            "draws": attempt + 1})
+                                            "draws": attempt + 1}, connected=True)
     raise MixingMatrixError(
         f"random_regular: all {MAX_TRIES} draws (seed={seed}) were disconnected; "
         "use a larger k (k >= 3 is connected whp)"

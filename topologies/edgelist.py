@@ -23,7 +23,7 @@ class EdgeList:
 
     The builder guarantees a simple graph: no self-loop, no edge (or arc) twice, for an
     undirected graph not both (a, b) and (b, a).  ``attrs`` are the graph attributes (name,
-    shape, layout, seed, ...).
+    shape, layout, seed, ...); ``connected`` says the builder guarantees (strong) connectivity.
     """
 
     n: int
@@ -31,6 +31,8 @@ class EdgeList:
     v: np.ndarray
     directed: bool = False
     attrs: dict = field(default_factory=dict)
+    connected: bool = False
+    """True when the builder knows the graph is (strongly) connected, so no one checks again."""
 
     def number_of_nodes(self) -> int:
         """n (networkx's name, so the two kinds of graph answer alike)."""

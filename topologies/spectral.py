@@ -132,6 +132,31 @@ def _connected(W: sp.csr_array) -> bool:
     return connected_components(W, directed=True, connection="weak")[0] == 1
 
 
+def _spreads_fast(A: sp.csr_array, levels: int = 64) -> bool:
+    """For a symmetric A: True when a breadth-first search from node 0 reaches every node in fewer than ``levels``
+    steps and so few steps that A cannot have the narrow band a sparse LU needs.
+
+    With bandwidth b under any ordering, hops move at most b positions, so reaching every node
+    takes at least (n - 1) / (2 b) steps; an expander does it in ~log n.  True also proves the
+    support connected.  Costs a sparse product per level instead of a reverse Cuthill-McKee.
+    """
+    n = A.shape[0]
+    widest = min(n / 8, LU_BUDGET / n)  # the widest band _lu_feasible accepts
+    limit = min(levels, int((n - 1) / (2 * widest)))
+    pattern = sp.csr_array((np.ones(A.nnz, dtype=np.float32), A.indices, A.indptr), shape=A.shape)
+    seen = np.zeros(n, dtype=bool)
+    seen[0] = True
+    frontier = seen.astype(np.float32)
+    for _ in range(limit):
+        reached = (pattern @ frontier) > 0
+        new = reached & ~seen
+        if not new.any():
+            return bool(seen.all())
+        seen |= new
+        frontier = new.astype(np.float32)
+    return False
+
+
 def _lu_feasible(A: sp.csr_array) -> bool:
     """True when a sparse LU of A stays small: A has a narrow band after RCM ordering.
 
@@ -244,9 +269,11 @@ def _symmetric_stochastic(M: sp.csr_array, need_min: bool = True,
     lambda_min is nan when need_min is False.
     """
     n = M.shape[0]
-    connected = _connected(M)
+    quick = clock.deadline is not None and _spreads_fast(M)  # an expander: skip RCM and BFS
+    clock.check()
+    connected = quick or _connected(M)
     lmin = float("nan")
-    if not _lu_feasible(M):
+    if quick or not _lu_feasible(M):
         ncv = min(n, 40)
 
         def shifted(x: np.ndarray) -> np.ndarray:  # M - 2J: moves the eigenvalue 1 of ones to -1
@@ -305,11 +332,14 @@ def _dense_spectrum(W: np.ndarray) -> Spectrum:
 def _sparse_spectrum(W: sp.csr_array, clock: _Clock = _NO_CLOCK) -> Spectrum:
     """Spectrum of a large sparse W (see the module docstring for the methods)."""
     n = W.shape[0]
-    symmetric = _is_symmetric(W)
+    WT = W.T.tocsr()
+    symmetric = _max_abs(W - WT) <= SYMMETRY_TOL
     stochastic = _is_doubly_stochastic(W) and _is_nonnegative(W)
     I = sp.eye_array(n, format="csr")
+    clock.check()
     if symmetric and stochastic:
-        W = ((W + W.T) * 0.5).tocsr()
+        W = ((W + WT) * 0.5).tocsr()
+        del WT
         lambda2_, lmin, method = _symmetric_stochastic(W, clock=clock)
         rho_ = max(lambda2_, -lmin)
         gap_ = min(1.0 - lambda2_, 1.0 + lmin)
@@ -361,8 +391,11 @@ def _sparse_spectrum(W: sp.csr_array, clock: _Clock = _NO_CLOCK) -> Spectrum:
 
 
 def _csr(W) -> sp.csr_array:
-    """W as a CSR array with sorted indices and no stored zeros (a copy)."""
-    A = sp.csr_array(W, dtype=np.float64, copy=True)
+    """W as a CSR array with sorted indices and no stored zeros (W itself when it is one)."""
+    A = sp.csr_array(W, dtype=np.float64)
+    if A.has_canonical_format and (A.data != 0).all():
+        return A
+    A = sp.csr_array(A, copy=True)
     A.eliminate_zeros()
     A.sum_duplicates()
     return A
@@ -370,6 +403,8 @@ def _csr(W) -> sp.csr_array:
 
 def _digits(ids: np.ndarray, moduli: tuple[int, ...]) -> list[np.ndarray]:
     """Mixed-radix digits of node ids (id = ((g_1) m_2 + g_2) m_3 + ...), most significant first."""
+    if len(moduli) == 1:
+        return [ids]
     out = []
     for m in reversed(moduli):
         ids, digit = np.divmod(ids, m)
@@ -392,6 +427,8 @@ def _group_weights(A: sp.csr_array, moduli: tuple[int, ...]) -> np.ndarray | Non
     """
     n = A.shape[0]
     if len(moduli) == 0 or math.prod(moduli) != n or min(moduli) < 1 or A.nnz % n:
+        return None
+    if np.any(np.diff(A.indptr) != A.nnz // n):  # rows of one length: a cheap first filter
         return None
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(A.indptr))
     cols = A.indices.astype(np.int64)
@@ -451,7 +488,7 @@ def _star_spectrum(A: sp.csr_array) -> Spectrum | None:
     """Spectrum of a symmetric doubly stochastic W on a star whose edges all weigh a: W = I - a L,
     L the star's Laplacian, eigenvalues 1, 1 - a (n - 2 times) and 1 - n a."""
     n = A.shape[0]
-    if n < 3:
+    if n < 3 or A.nnz > 3 * n or np.diff(A.indptr).max() < n - 1:
         return None
     off = A - sp.diags_array(A.diagonal()).tocsr()
     off.eliminate_zeros()

@@ -21,7 +21,15 @@ import scipy.sparse as sp
 from .edgelist import EdgeList
 from .errors import NotNeighborError, TopologyError
 from .io import relabel
-from .mixing import STOCHASTIC, check_graph, mixing_matrix, normalize_rule, validate
+from .mixing import (
+    BUILT_EXACTLY,
+    STOCHASTIC,
+    check_connected,
+    check_graph,
+    mixing_matrix,
+    normalize_rule,
+    validate,
+)
 from .spectral import DENSE_MAX_N, TIME_BUDGET, Spectrum, spectrum
 
 __all__ = ["NodeView", "Topology", "TimeVaryingTopology"]
@@ -146,7 +154,15 @@ class Topology:
         self.stochastic = stochastic
         default_symmetric = not graph.is_directed() and stochastic == "double"
         required = default_symmetric if symmetric is None else bool(symmetric)
-        validate(W, graph, symmetric=required, connected=require_connected, stochastic=stochastic)
+        directed = graph.is_directed()
+        if (sp.issparse(W) and self.rule in BUILT_EXACTLY and not (required and directed)):
+            # built here by a rule that guarantees the entries: only what the graph decides
+            if require_connected:
+                check_connected(W, graph.number_of_nodes(), directed=directed or not required,
+                                stochastic=stochastic, known=edges is not None and edges.connected)
+        else:
+            validate(W, graph, symmetric=required, connected=require_connected,
+                     stochastic=stochastic)
 
         self._graph = None if edges is not None else graph
         self._edges = edges
@@ -156,13 +172,19 @@ class Topology:
         self.name = name or str(self._attrs.get("name") or "graph")
         self.lazy = bool(lazy)
         self.time_budget = time_budget
-        rows = sp.csr_array(W, copy=True)
-        rows.eliminate_zeros()
-        rows.sort_indices()
-        cols = sp.csr_array(rows.T)
-        cols.sort_indices()
+        if sp.issparse(W) and self.rule in BUILT_EXACTLY and W.has_canonical_format:
+            rows = W  # built here: sorted, no zeros stored, and never written to
+        else:
+            rows = sp.csr_array(W, copy=True)
+            rows.eliminate_zeros()
+            rows.sort_indices()
+        if rows is W and not directed:  # a rule's W on an undirected graph is symmetric
+            cols, self.directed = rows, False
+        else:
+            cols = sp.csr_array(rows.T)
+            cols.sort_indices()
+            self.directed = bool(abs(rows - cols).max() > 1e-12) if rows.nnz else False
         self._rows, self._cols = rows, cols
-        self.directed = bool(abs(rows - cols).max() > 1e-12) if rows.nnz else False
         if isinstance(W, np.ndarray):
             W.setflags(write=False)  # cached views and spectra must not go stale
         self._views: dict[int, NodeView] = {}
