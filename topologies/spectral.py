@@ -420,6 +420,27 @@ def _encode(digits: list[np.ndarray], moduli: tuple[int, ...]) -> np.ndarray:
     return ids
 
 
+def _offsets(A: sp.csr_array, moduli: tuple[int, ...], i: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row i's group offsets j - i (as node ids) and weights, sorted by offset."""
+    cols = A.indices[A.indptr[i]:A.indptr[i + 1]].astype(np.int64)
+    rows = np.full(cols.size, i, dtype=np.int64)
+    offset = _encode([(c - r) % m for r, c, m in zip(_digits(rows, moduli), _digits(cols, moduli),
+                                                     moduli, strict=True)], moduli)
+    order = np.argsort(offset)
+    return offset[order], A.data[A.indptr[i]:A.indptr[i + 1]][order]
+
+
+def _rows_agree(A: sp.csr_array, moduli: tuple[int, ...], rows: tuple[int, ...]) -> bool:
+    """True when the given rows have the same offsets with the same weights (a necessary test)."""
+    first, weights = _offsets(A, moduli, rows[0])
+    for i in rows[1:]:
+        other, other_weights = _offsets(A, moduli, i)
+        if not (np.array_equal(first, other)
+                and np.abs(weights - other_weights).max(initial=0.0) <= SYMMETRY_TOL):
+            return False
+    return True
+
+
 def _group_weights(A: sp.csr_array, moduli: tuple[int, ...]) -> np.ndarray | None:
     """c with A[i, j] = c[j - i] (group difference of the mixed-radix ids), or None if A is not so.
 
@@ -429,6 +450,8 @@ def _group_weights(A: sp.csr_array, moduli: tuple[int, ...]) -> np.ndarray | Non
     if len(moduli) == 0 or math.prod(moduli) != n or min(moduli) < 1 or A.nnz % n:
         return None
     if np.any(np.diff(A.indptr) != A.nnz // n):  # rows of one length: a cheap first filter
+        return None
+    if not _rows_agree(A, moduli, (0, n // 3, n // 2, n - 1)):  # a few rows before all of them
         return None
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(A.indptr))
     cols = A.indices.astype(np.int64)
@@ -458,13 +481,17 @@ def _group_spectrum(c: np.ndarray, moduli: tuple[int, ...]) -> Spectrum | None:
     ids = np.arange(n, dtype=np.int64)
     real = np.zeros(n)  # sum_g c(g) (1 - cos 2 pi f_g(k)), k the character
     imag = None if symmetric else np.zeros(n)  # - sum_g c(g) sin 2 pi f_g(k)
+    digit_of: dict[int, np.ndarray] = {}  # digit index -> that digit of every character k
     for g in support:
         if g == 0:
             continue
         phase = np.zeros(n)
-        for d, m, stride in zip(_digits(np.array([g]), moduli), moduli, strides, strict=True):
+        for axis, (d, m, stride) in enumerate(zip(_digits(np.array([g]), moduli), moduli,
+                                                  strides, strict=True)):
             if d[0]:
-                phase += ((ids // stride % m) * int(d[0]) % m) / m
+                if axis not in digit_of:
+                    digit_of[axis] = ids // stride % m
+                phase += (digit_of[axis] * int(d[0]) % m) / m
         phase %= 1.0
         real += c[g] * 2.0 * np.sin(np.pi * phase) ** 2
         if imag is not None:
