@@ -132,7 +132,7 @@ def _connected(W: sp.csr_array) -> bool:
     return connected_components(W, directed=True, connection="weak")[0] == 1
 
 
-def _spreads_fast(A: sp.csr_array, levels: int = 64) -> bool:
+def _spreads_fast(A: sp.csr_array, levels: int = 64, clock: _Clock | None = None) -> bool:
     """For a symmetric A: True when a breadth-first search from node 0 reaches every node in fewer than ``levels``
     steps and so few steps that A cannot have the narrow band a sparse LU needs.
 
@@ -148,6 +148,8 @@ def _spreads_fast(A: sp.csr_array, levels: int = 64) -> bool:
     seen[0] = True
     frontier = seen.astype(np.float32)
     for _ in range(limit):
+        if clock is not None:
+            clock.check()
         reached = (pattern @ frontier) > 0
         new = reached & ~seen
         if not new.any():
@@ -269,7 +271,7 @@ def _symmetric_stochastic(M: sp.csr_array, need_min: bool = True,
     lambda_min is nan when need_min is False.
     """
     n = M.shape[0]
-    quick = clock.deadline is not None and _spreads_fast(M)  # an expander: skip RCM and BFS
+    quick = clock.deadline is not None and _spreads_fast(M, clock=clock)  # expander: no RCM
     clock.check()
     connected = quick or _connected(M)
     lmin = float("nan")
@@ -590,6 +592,7 @@ def spectrum(W, *, dense_max_n: int = DENSE_MAX_N, group: tuple[int, ...] | None
     logged as a warning naming ``name``).  ``closed_form=False`` skips the closed forms (to
     check the solvers against them).
     """
+    clock = _Clock(time_budget)  # the budget counts from here
     W = _as_matrix(W)
     n = W.shape[0]
     if n <= dense_max_n:
@@ -598,8 +601,8 @@ def spectrum(W, *, dense_max_n: int = DENSE_MAX_N, group: tuple[int, ...] | None
     found = closed_form_spectrum(W, group) if closed_form else None
     if found is not None:
         return found
-    clock = _Clock(time_budget)
     try:
+        clock.check()
         return _sparse_spectrum(W, clock)
     except _OutOfTime:
         result = _bounds(W, time_budget)
