@@ -338,6 +338,15 @@ def _sparse_spectrum(W: sp.csr_array, clock: _Clock = _NO_CLOCK) -> Spectrum:
     symmetric = _max_abs(W - WT) <= SYMMETRY_TOL
     stochastic = _is_doubly_stochastic(W) and _is_nonnegative(W)
     I = sp.eye_array(n, format="csr")
+    try:
+        return _sparse_solve(W, WT, symmetric, stochastic, I, clock)
+    except _OutOfTime as exc:
+        raise _OutOfTime(symmetric, stochastic) from exc
+
+
+def _sparse_solve(W, WT, symmetric: bool, stochastic: bool, I, clock: _Clock) -> Spectrum:
+    """The solvers of _sparse_spectrum once W's kind is known."""
+    n = W.shape[0]
     clock.check()
     if symmetric and stochastic:
         W = ((W + WT) * 0.5).tocsr()
@@ -565,19 +574,24 @@ def closed_form_spectrum(W, group: tuple[int, ...] | None = None) -> Spectrum | 
 # spectrum
 
 
-def _bounds(W: sp.csr_array, budget: float | None) -> Spectrum:
-    """What is known without solving (module docstring, "Time cap"): bounds or NaN."""
+def _bounds(W: sp.csr_array, budget: float | None, symmetric: bool | None = None,
+            stochastic: bool | None = None) -> Spectrum:
+    """What is known without solving (module docstring, "Time cap"): bounds or NaN.
+    ``symmetric`` and ``stochastic``: W's kind when already known."""
     n = W.shape[0]
     why = f"not computed within time_budget={budget:g} s"
-    if _is_doubly_stochastic(W) and _is_nonnegative(W):
-        low = float(max(-1.0, 2.0 * W.diagonal().min() - 1.0))
+    if stochastic is None:
+        stochastic = _is_doubly_stochastic(W) and _is_nonnegative(W)
+    if symmetric is None:
         symmetric = _is_symmetric(W)
+    if stochastic:
+        low = float(max(-1.0, 2.0 * W.diagonal().min() - 1.0))
         note = (f"{why}; bounds only: rho <= 1, gap >= 0, beta <= {1.0 - low:.6g}"
                 + (f", lambda_min >= {low:.6g}, lambda2 <= 1" if symmetric else ""))
         return Spectrum(1.0, 0.0, 1.0 - low, 1.0 if symmetric else None,
                         low if symmetric else None, symmetric, "estimated", False, note)
     nan = float("nan")
-    return Spectrum(nan, nan, nan, None, None, _is_symmetric(W), "skipped", False,
+    return Spectrum(nan, nan, nan, None, None, symmetric, "skipped", False,
                     f"{why} (n={n}); W is not nonnegative doubly stochastic, so no bound is given")
 
 
@@ -604,8 +618,8 @@ def spectrum(W, *, dense_max_n: int = DENSE_MAX_N, group: tuple[int, ...] | None
     try:
         clock.check()
         return _sparse_spectrum(W, clock)
-    except _OutOfTime:
-        result = _bounds(W, time_budget)
+    except _OutOfTime as exc:
+        result = _bounds(W, time_budget, *exc.args)
         logger.warning("spectrum of %s (n=%d) %s: %s; pass time_budget=None (or a larger one) "
                        "for the values", name or "W", n, result.method, result.note)
         return result
