@@ -431,51 +431,48 @@ def _encode(digits: list[np.ndarray], moduli: tuple[int, ...]) -> np.ndarray:
     return ids
 
 
-def _offsets(A: sp.csr_array, moduli: tuple[int, ...], i: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row i's group offsets j - i (as node ids) and weights, sorted by offset."""
-    cols = A.indices[A.indptr[i]:A.indptr[i + 1]].astype(np.int64)
-    rows = np.full(cols.size, i, dtype=np.int64)
-    offset = _encode([(c - r) % m for r, c, m in zip(_digits(rows, moduli), _digits(cols, moduli),
-                                                     moduli, strict=True)], moduli)
-    order = np.argsort(offset)
-    return offset[order], A.data[A.indptr[i]:A.indptr[i + 1]][order]
+def _offset_ids(rows: np.ndarray, cols: np.ndarray, moduli: tuple[int, ...]) -> np.ndarray:
+    """The group difference cols - rows of node ids, as node ids (one digit at a time)."""
+    if all(m == 2 for m in moduli):  # Z_2^d: the digits are the bits, the difference is xor
+        return rows ^ cols
+    offset = np.zeros(rows.shape, dtype=np.int64)
+    stride = 1
+    for m in reversed(moduli):
+        rows, row_digit = np.divmod(rows, m)
+        cols, col_digit = np.divmod(cols, m)
+        offset += (col_digit - row_digit) % m * stride
+        stride *= m
+    return offset
 
 
-def _rows_agree(A: sp.csr_array, moduli: tuple[int, ...], rows: tuple[int, ...]) -> bool:
-    """True when the given rows have the same offsets with the same weights (a necessary test)."""
-    first, weights = _offsets(A, moduli, rows[0])
-    for i in rows[1:]:
-        other, other_weights = _offsets(A, moduli, i)
-        if not (np.array_equal(first, other)
-                and np.abs(weights - other_weights).max(initial=0.0) <= SYMMETRY_TOL):
-            return False
-    return True
-
-
-def _group_weights(A: sp.csr_array, moduli: tuple[int, ...]) -> np.ndarray | None:
+def _group_weights(A: sp.csr_array, moduli: tuple[int, ...],
+                   block: int = 1 << 20) -> np.ndarray | None:
     """c with A[i, j] = c[j - i] (group difference of the mixed-radix ids), or None if A is not so.
 
-    Checked entry by entry: every offset present in A is present in every row, with one weight.
+    Row 0 gives c; every row must then have row 0's number of entries, all at offsets of row 0
+    with row 0's weights (so the same offsets, the columns of a row being distinct).  Checked in
+    blocks of rows, so the memory stays a few arrays of ``block`` entries.
     """
     n = A.shape[0]
     if len(moduli) == 0 or math.prod(moduli) != n or min(moduli) < 1 or A.nnz % n:
         return None
-    if np.any(np.diff(A.indptr) != A.nnz // n):  # rows of one length: a cheap first filter
+    per_row = A.nnz // n
+    if np.any(np.diff(A.indptr) != per_row):  # rows of one length: a cheap first filter
         return None
-    if not _rows_agree(A, moduli, (0, n // 3, n // 2, n - 1)):  # a few rows before all of them
-        return None
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(A.indptr))
-    cols = A.indices.astype(np.int64)
-    offset = _encode([(c - r) % m for r, c, m in zip(_digits(rows, moduli), _digits(cols, moduli),
-                                                     moduli, strict=True)], moduli)
-    del rows, cols
-    counts = np.bincount(offset, minlength=n)
-    if np.any((counts != 0) & (counts != n)):
-        return None
+    first = _offset_ids(np.zeros(per_row, dtype=np.int64),
+                        A.indices[:per_row].astype(np.int64), moduli)
     c = np.zeros(n)
-    c[offset] = A.data
-    if np.abs(A.data - c[offset]).max() > SYMMETRY_TOL:
-        return None
+    c[first] = A.data[:per_row]
+    present = np.zeros(n, dtype=bool)
+    present[first] = True
+    step = max(1, block // max(per_row, 1))
+    for lo in range(0, n, step):
+        hi = min(n, lo + step)
+        a, b = A.indptr[lo], A.indptr[hi]
+        rows = np.repeat(np.arange(lo, hi, dtype=np.int64), per_row)
+        offset = _offset_ids(rows, A.indices[a:b].astype(np.int64), moduli)
+        if not present[offset].all() or np.abs(A.data[a:b] - c[offset]).max() > SYMMETRY_TOL:
+            return None
     return c
 
 
@@ -500,8 +497,9 @@ def _group_spectrum(c: np.ndarray, moduli: tuple[int, ...]) -> Spectrum | None:
         for axis, (d, m, stride) in enumerate(zip(_digits(np.array([g]), moduli), moduli,
                                                   strides, strict=True)):
             if d[0]:
-                if axis not in digit_of:
-                    digit_of[axis] = ids // stride % m
+                if axis not in digit_of:  # int32 when digit * d cannot overflow it
+                    small = np.int32 if m * m < 2**31 else np.int64
+                    digit_of[axis] = (ids // stride % m).astype(small)
                 phase += (digit_of[axis] * int(d[0]) % m) / m
         phase %= 1.0
         real += c[g] * 2.0 * np.sin(np.pi * phase) ** 2
