@@ -133,8 +133,9 @@ def _connected(W: sp.csr_array) -> bool:
 
 
 def _spreads_fast(A: sp.csr_array, levels: int = 64, clock: _Clock | None = None) -> bool:
-    """For a symmetric A: True when a breadth-first search from node 0 reaches every node in fewer than ``levels``
-    steps and so few steps that A cannot have the narrow band a sparse LU needs.
+    """For a symmetric A: True when a breadth-first search from node 0 reaches every node in
+    fewer than ``levels`` steps, and in so few that A cannot have the narrow band a sparse LU
+    needs (so `_lu_feasible` would say False).
 
     With bandwidth b under any ordering, hops move at most b positions, so reaching every node
     takes at least (n - 1) / (2 b) steps; an expander does it in ~log n.  True also proves the
@@ -229,9 +230,9 @@ def _timed_matrix(A: sp.csr_array, clock: _Clock):
     """A itself without a deadline, else a LinearOperator of A that checks it (same products)."""
     if clock.deadline is None:
         return A
-    return _mean_op(A.shape[0], lambda x: A @ np.ravel(x), clock) if _is_symmetric(A) else \
-        spla.LinearOperator(A.shape, matvec=clock.timed(lambda x: A @ np.ravel(x)),
-                            rmatvec=clock.timed(lambda x: A.T @ np.ravel(x)), dtype=np.float64)
+    AT = A.T
+    return spla.LinearOperator(A.shape, matvec=clock.timed(lambda x: A @ np.ravel(x)),
+                               rmatvec=clock.timed(lambda x: AT @ np.ravel(x)), dtype=np.float64)
 
 
 def _laplacian_mu2(M: sp.csr_array, clock: _Clock = _NO_CLOCK) -> float:

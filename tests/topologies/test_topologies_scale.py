@@ -184,3 +184,16 @@ def test_edge_list_topology_keeps_error_paths():
         T.build("star", 5000, weights="uniform")
     with pytest.raises(T.SpecError):
         T.build("regular", 5000)
+
+
+def test_budgeted_solvers_give_the_unbudgeted_values():
+    rng = np.random.default_rng(1)
+    perm = rng.permutation(2100)  # a relabeled directed exponential graph: no circulant left
+    graph = nx.relabel_nodes(B.directed_exponential(2100), dict(enumerate(perm.tolist())))
+    graph = nx.DiGraph(nx.convert_node_labels_to_integers(graph, ordering="sorted"))
+    A = sp.random_array((2100, 2100), density=0.003, random_state=rng)
+    for W in (T.mixing_matrix(graph, "metropolis", sparse=True), sp.csr_array(A + A.T)):
+        free, timed = spectrum(W), spectrum(W, time_budget=300.0)
+        assert timed.exact and free.method == timed.method != "closed form"
+        assert timed.rho == pytest.approx(free.rho, rel=1e-12)
+        assert timed.beta == pytest.approx(free.beta, rel=1e-12)
