@@ -15,7 +15,9 @@ import warnings
 
 import networkx as nx
 import numpy as np
+from scipy.sparse.csgraph import connected_components
 
+from .edgelist import EdgeList, unique_edges
 from .errors import MixingMatrixError, TopologyError
 
 __all__ = [
@@ -142,28 +144,33 @@ def _shape(n: int, rows: int | None, builder: str, min_side: int) -> tuple[int, 
 # deterministic graphs
 
 
+def ring_edges(n: int) -> EdgeList:
+    """The edges of :func:`ring` as arrays (no networkx graph)."""
+    n = _check_n(n, "ring")
+    i = np.arange(n, dtype=np.int64)
+    u, v = (i, (i + 1) % n) if n > 2 else unique_edges(i, (i + 1) % n, directed=False)
+    return EdgeList(n, u, v, attrs={"name": "ring", "layout": "circular"}, connected=True)
+
+
 def ring(n: int) -> nx.Graph:
     """Cycle 0-1-...-(n-1)-0 (for n = 2 a single edge): the sparsest connected regular graph."""
-    n = _check_n(n, "ring")
-    graph = _empty(n, "ring", layout="circular")
-    graph.add_edges_from((i, (i + 1) % n) for i in range(n))
-    return graph
+    return ring_edges(n).to_networkx()
+
+
+def path_edges(n: int) -> EdgeList:
+    """The edges of :func:`path` as arrays."""
+    n = _check_n(n, "path")
+    i = np.arange(n - 1, dtype=np.int64)
+    return EdgeList(n, i, i + 1, attrs={"name": "path", "layout": "circular"}, connected=True)
 
 
 def path(n: int) -> nx.Graph:
     """Path 0-1-...-(n-1): a ring with one edge cut, the slowest-mixing tree."""
-    n = _check_n(n, "path")
-    graph = _empty(n, "path", layout="circular")
-    graph.add_edges_from((i, i + 1) for i in range(n - 1))
-    return graph
+    return path_edges(n).to_networkx()
 
 
-def torus(n: int, rows: int | None = None) -> nx.Graph:
-    """2-D periodic grid rows x cols (most square by default); node id = row * cols + col.
-
-    With rows or cols equal to 2 the wrap-around edge coincides with the direct one; the result is
-    a simple graph (degree 3, or 2 for the 2 x 2 torus, which is a 4-cycle).
-    """
+def torus_edges(n: int, rows: int | None = None) -> EdgeList:
+    """The edges of :func:`torus` as arrays (in the order :func:`torus` adds them)."""
     n = _check_n(n, "torus")
     if rows is None and _factor(n)[0] < 2:
         below, above = _nearby_composites(n)
@@ -173,48 +180,72 @@ def torus(n: int, rows: int | None = None) -> nx.Graph:
             f"use 'grid' (a 1 x {n} path) or 'ring' for this n, or a composite n such as {such_as}"
         )
     rows, cols = _shape(n, rows, "torus", min_side=2)
-    graph = _empty(n, "torus", shape=(rows, cols))
-    for r in range(rows):
-        for c in range(cols):
-            i = r * cols + c
-            graph.add_edge(i, r * cols + (c + 1) % cols)
-            graph.add_edge(i, ((r + 1) % rows) * cols + c)
-    return graph
+    i = np.arange(n, dtype=np.int64)
+    r, c = np.divmod(i, cols)
+    right = r * cols + (c + 1) % cols
+    down = ((r + 1) % rows) * cols + c
+    u = np.repeat(i, 2)
+    v = np.stack([right, down], axis=1).ravel()  # node i's edge to the right, then down
+    if min(rows, cols) == 2:  # the wrap-around edge is the direct one
+        u, v = unique_edges(u, v, directed=False)
+    return EdgeList(n, u, v, attrs={"name": "torus", "shape": (rows, cols)}, connected=True)
+
+
+def torus(n: int, rows: int | None = None) -> nx.Graph:
+    """2-D periodic grid rows x cols (most square by default); node id = row * cols + col.
+
+    With rows or cols equal to 2 the wrap-around edge coincides with the direct one; the result is
+    a simple graph (degree 3, or 2 for the 2 x 2 torus, which is a 4-cycle).
+    """
+    return torus_edges(n, rows).to_networkx()
+
+
+def grid_edges(n: int, rows: int | None = None) -> EdgeList:
+    """The edges of :func:`grid` as arrays (in the order :func:`grid` adds them)."""
+    n = _check_n(n, "grid")
+    rows, cols = _shape(n, rows, "grid", min_side=1)
+    i = np.arange(n, dtype=np.int64)
+    r, c = np.divmod(i, cols)
+    u = np.repeat(i, 2)
+    v = np.stack([i + 1, i + cols], axis=1).ravel()
+    keep = np.stack([c + 1 < cols, r + 1 < rows], axis=1).ravel()
+    return EdgeList(n, u[keep], v[keep], attrs={"name": "grid", "shape": (rows, cols)},
+                    connected=True)
 
 
 def grid(n: int, rows: int | None = None) -> nx.Graph:
     """2-D non-periodic grid rows x cols (most square by default; 1 x n, a path, for prime n)."""
-    n = _check_n(n, "grid")
-    rows, cols = _shape(n, rows, "grid", min_side=1)
-    graph = _empty(n, "grid", shape=(rows, cols))
-    for r in range(rows):
-        for c in range(cols):
-            i = r * cols + c
-            if c + 1 < cols:
-                graph.add_edge(i, i + 1)
-            if r + 1 < rows:
-                graph.add_edge(i, i + cols)
-    return graph
+    return grid_edges(n, rows).to_networkx()
+
+
+def complete_edges(n: int) -> EdgeList:
+    """The edges of :func:`complete` as arrays."""
+    n = _check_n(n, "complete")
+    u, v = np.triu_indices(n, 1)
+    return EdgeList(n, u.astype(np.int64), v.astype(np.int64),
+                    attrs={"name": "complete", "layout": "circular"}, connected=True)
 
 
 def complete(n: int) -> nx.Graph:
     """All pairs connected: with uniform weights W = J, the all-reduce baseline."""
-    n = _check_n(n, "complete")
-    graph = _empty(n, "complete", layout="circular")
-    graph.add_edges_from((i, j) for i in range(n) for j in range(i + 1, n))
-    return graph
+    return complete_edges(n).to_networkx()
+
+
+def star_edges(n: int) -> EdgeList:
+    """The edges of :func:`star` as arrays."""
+    n = _check_n(n, "star")
+    leaves = np.arange(1, n, dtype=np.int64)
+    return EdgeList(n, np.zeros(n - 1, dtype=np.int64), leaves, attrs={"name": "star"},
+                    connected=True)
 
 
 def star(n: int) -> nx.Graph:
     """Node 0 linked to every other node: a parameter-server shape with a bottleneck hub."""
-    n = _check_n(n, "star")
-    graph = _empty(n, "star")
-    graph.add_edges_from((0, i) for i in range(1, n))
-    return graph
+    return star_edges(n).to_networkx()
 
 
-def hypercube(n: int) -> nx.Graph:
-    """log2(n)-dimensional hypercube: i ~ i xor 2^k; n must be a power of 2."""
+def hypercube_edges(n: int) -> EdgeList:
+    """The edges of :func:`hypercube` as arrays (node-major, then dimension)."""
     n = _check_n(n, "hypercube")
     if n & (n - 1):
         low = 1 << (n.bit_length() - 1)
@@ -222,12 +253,16 @@ def hypercube(n: int) -> nx.Graph:
             f"hypercube: n={n} is not a power of 2; use n={low} or n={2 * low}, "
             "or 'exponential' which works for any n"
         )
-    graph = _empty(n, "hypercube")
     dims = n.bit_length() - 1
-    graph.add_edges_from(
-        (i, i ^ (1 << k)) for i in range(n) for k in range(dims) if i < i ^ (1 << k)
-    )
-    return graph
+    u = np.repeat(np.arange(n, dtype=np.int64), dims)
+    v = u ^ np.tile(1 << np.arange(dims, dtype=np.int64), n)
+    keep = u < v
+    return EdgeList(n, u[keep], v[keep], attrs={"name": "hypercube"}, connected=True)
+
+
+def hypercube(n: int) -> nx.Graph:
+    """log2(n)-dimensional hypercube: i ~ i xor 2^k; n must be a power of 2."""
+    return hypercube_edges(n).to_networkx()
 
 
 def _tau(n: int) -> int:
@@ -235,13 +270,33 @@ def _tau(n: int) -> int:
     return (n - 1).bit_length()
 
 
+def _offset_arcs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Arcs i -> (i + 2^k) mod n for k = 0..tau-1, offset-major (as the builders add them)."""
+    i = np.arange(n, dtype=np.int64)
+    u = np.tile(i, _tau(n))
+    v = (u + np.repeat(1 << np.arange(_tau(n), dtype=np.int64), n)) % n
+    return u, v
+
+
+def exponential_edges(n: int) -> EdgeList:
+    """The edges of :func:`exponential` as arrays."""
+    n = _check_n(n, "exponential")
+    u, v = unique_edges(*_offset_arcs(n), directed=False)
+    return EdgeList(n, u, v, attrs={"name": "exponential", "layout": "circular"},
+                    connected=True)
+
+
 def exponential(n: int) -> nx.Graph:
     """Symmetric exponential graph: i ~ (i +- 2^k) mod n for 2^k < n (a circulant, so regular)."""
-    n = _check_n(n, "exponential")
-    graph = _empty(n, "exponential", layout="circular")
-    for k in range(_tau(n)):
-        graph.add_edges_from((i, (i + (1 << k)) % n) for i in range(n))
-    return graph
+    return exponential_edges(n).to_networkx()
+
+
+def directed_exponential_edges(n: int) -> EdgeList:
+    """The arcs of :func:`directed_exponential` as arrays."""
+    n = _check_n(n, "directed_exponential")
+    u, v = _offset_arcs(n)
+    return EdgeList(n, u, v, directed=True,
+                    attrs={"name": "directed-exponential", "layout": "circular"}, connected=True)
 
 
 def directed_exponential(n: int) -> nx.DiGraph:
@@ -250,12 +305,7 @@ def directed_exponential(n: int) -> nx.DiGraph:
     An arc u -> v means u sends to v, i.e. v mixes u's value (W[v, u] != 0). Every node has
     in- and out-degree tau, so weights 1/(tau+1) make W doubly stochastic (not symmetric).
     """
-    n = _check_n(n, "directed_exponential")
-    graph = nx.DiGraph(name="directed-exponential", layout="circular")
-    graph.add_nodes_from(range(n))
-    for m in range(_tau(n)):
-        graph.add_edges_from((i, (i + (1 << m)) % n) for i in range(n))
-    return graph
+    return directed_exponential_edges(n).to_networkx()
 
 
 def directed_random(n: int, p: float = 0.2, seed: int = 0) -> nx.DiGraph:
@@ -294,8 +344,8 @@ def _redraw(draw, seed: int, builder: str, hint: str) -> nx.Graph:
     )
 
 
-def random_regular(n: int, k: int, seed: int = 0) -> nx.Graph:
-    """Uniform random connected k-regular graph (n * k must be even; redrawn until connected)."""
+def _check_regular(n: object, k: object, seed: object) -> tuple[int, int, int]:
+    """(n, k, seed) of a random k-regular graph, or TopologyError saying what to change."""
     n = _check_n(n, "random_regular")
     k = _check_int(k, "k", "random_regular")
     seed = _check_seed(seed, "random_regular")
@@ -310,13 +360,92 @@ def random_regular(n: int, k: int, seed: int = 0) -> nx.Graph:
             f"random_regular: k=1 gives a perfect matching, which is disconnected for n={n} > 2; "
             "use k >= 3 (k = 2 is a union of cycles, rarely connected for large n)"
         )
+    return n, k, seed
 
-    def draw(s: int) -> nx.Graph:
-        graph = _empty(n, "random-regular", k=k, seed=seed)
-        graph.add_edges_from(nx.random_regular_graph(k, n, seed=s).edges())
-        return graph
 
-    return _redraw(draw, seed, "random_regular", "use a larger k (k >= 3 is connected whp)")
+REGULAR_VECTOR_MIN_N = 20_000
+"""From this n on, random k-regular graphs are drawn by the vectorized pairing of
+:func:`_regular_pairing` (networkx's generator, used below it, takes ~5 s at n = 10^5)."""
+
+
+def _bad_pairs(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the pairs that are self-loops or repeat an earlier pair (as undirected edges)."""
+    key = np.minimum(u, v) * n + np.maximum(u, v)
+    ordered = np.sort(key)
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]  # values held by two pairs or more
+    bad = np.flatnonzero(u == v)
+    if repeated.size:
+        holders = np.flatnonzero(np.isin(key, repeated))
+        _, first = np.unique(key[holders], return_index=True)
+        bad = np.union1d(bad, np.delete(holders, first))
+    return bad
+
+
+def _regular_pairing(n: int, k: int, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Edges of a simple k-regular graph on n nodes by pairing n * k stubs, or None.
+
+    The configuration model pairs the shuffled stubs (k per node); the few pairs that are
+    self-loops or repeated edges (about (k^2 - 1) / 4 of them, whatever n) are re-paired with
+    twice as many randomly chosen other pairs, reshuffled together, until none is left: a
+    switching repair that keeps every degree k. The result is nearly, not exactly, uniform over
+    k-regular graphs (rejecting every bad pairing instead would redraw e^((k^2-1)/4) times on
+    average, 40 times for k = 4).
+    """
+    rng = np.random.default_rng(seed)
+    stubs = np.repeat(np.arange(n, dtype=np.int64), k)
+    rng.shuffle(stubs)
+    u, v = stubs[0::2].copy(), stubs[1::2].copy()
+    for _ in range(MAX_TRIES):
+        bad = _bad_pairs(u, v, n)
+        if not bad.size:
+            return u, v
+        extra = rng.integers(0, u.size, size=2 * bad.size + 4)
+        idx = np.union1d(bad, extra)
+        pool = np.concatenate([u[idx], v[idx]])
+        rng.shuffle(pool)
+        u[idx], v[idx] = pool[:idx.size], pool[idx.size:]
+    return None
+
+
+def _connected(n: int, u: np.ndarray, v: np.ndarray) -> bool:
+    """True when the undirected graph of edges (u, v) on nodes 0..n-1 is connected."""
+    import scipy.sparse as sp
+
+    adjacency = sp.coo_array((np.ones(u.size, dtype=np.int8), (u, v)), shape=(n, n)).tocsr()
+    return connected_components(adjacency, directed=False)[0] == 1
+
+
+def random_regular_edges(n: int, k: int, seed: int = 0) -> EdgeList:
+    """The edges of :func:`random_regular` as arrays (drawn without networkx from
+    ``REGULAR_VECTOR_MIN_N`` nodes on)."""
+    n, k, seed = _check_regular(n, k, seed)
+    for attempt in range(MAX_TRIES):
+        s = _derived_seed(seed, attempt)
+        if n < REGULAR_VECTOR_MIN_N:
+            edges = nx.random_regular_graph(k, n, seed=s).edges()
+            flat = np.fromiter((x for e in edges for x in e), dtype=np.int64, count=2 * len(edges))
+            u, v = flat[0::2], flat[1::2]
+        else:
+            pairs = _regular_pairing(n, k, s)
+            if pairs is None:
+                continue
+            u, v = pairs
+        if _connected(n, u, v):
+            return EdgeList(n, u, v, attrs={"name": "random-regular", "k": k, "seed": seed,
+                                            "draws": attempt + 1}, connected=True)
+    raise MixingMatrixError(
+        f"random_regular: all {MAX_TRIES} draws (seed={seed}) were disconnected; "
+        "use a larger k (k >= 3 is connected whp)"
+    )
+
+
+def random_regular(n: int, k: int, seed: int = 0) -> nx.Graph:
+    """Uniform random connected k-regular graph (n * k must be even; redrawn until connected).
+
+    Below ``REGULAR_VECTOR_MIN_N`` nodes networkx draws it (exactly uniform); from there on a
+    vectorized pairing with a switching repair (nearly uniform), :func:`_regular_pairing`.
+    """
+    return random_regular_edges(n, k, seed).to_networkx()
 
 
 def erdos_renyi(n: int, p: float, seed: int = 0) -> nx.Graph:

@@ -71,7 +71,7 @@ def _format(info: dict) -> str:
                          f"{info['product_rho']:.6g}")
     else:
         lines += [f"rho          {info['rho']:.6g}", f"gap          {info['gap']:.6g}",
-                  f"beta         {info['beta']:.6g}"]
+                  f"beta         {info['beta']:.6g}", f"spectrum     {info['spectrum']}"]
     return "\n".join(lines)
 
 

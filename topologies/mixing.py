@@ -34,20 +34,24 @@ from __future__ import annotations
 
 import difflib
 import itertools
+import logging
 
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from .edgelist import EdgeList
 from .errors import (
     GraphFileError,
     MixingMatrixError,
     TopologyError,
 )
-from .spectral import DENSE_MAX_N, rho
+from .spectral import DENSE_MAX_N, TIME_BUDGET, spectrum
 
-__all__ = ["mixing_matrix", "validate", "check_graph", "normalize_rule", "RULES", "DENSE_MAX_N"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["mixing_matrix", "validate", "check_connected", "check_graph", "normalize_rule", "RULES", "DENSE_MAX_N"]
 
 RULES = ("metropolis", "max-degree", "uniform", "weights", "push", "pull")
 STOCHASTIC = {"push": "column", "pull": "row"}
@@ -106,6 +110,19 @@ def check_graph(graph: nx.Graph) -> int:
     return n
 
 
+def structure(graph: nx.Graph | EdgeList) -> tuple[int, np.ndarray, np.ndarray, bool]:
+    """(n, u, v, directed) of a graph: its size and edge endpoints (arcs u -> v if directed).
+
+    A networkx graph is checked first (:func:`check_graph`); an :class:`EdgeList` is simple by
+    its builder's construction and is taken as it is.
+    """
+    if isinstance(graph, EdgeList):
+        return graph.n, graph.u, graph.v, graph.directed
+    n = check_graph(graph)
+    u, v = _arcs(graph)
+    return n, u, v, graph.is_directed()
+
+
 def _arcs(graph: nx.Graph) -> tuple[np.ndarray, np.ndarray]:
     """Edge endpoints as int arrays (u, v): undirected edges once, arcs u -> v for a DiGraph."""
     m = graph.number_of_edges()
@@ -156,18 +173,22 @@ def _explicit_weights(graph: nx.Graph) -> np.ndarray:
 
 
 def mixing_matrix(
-    graph: nx.Graph,
+    graph: nx.Graph | EdgeList,
     rule: str = "metropolis",
     lazy: bool = False,
     sparse: bool | None = None,
     *,
     dense_max_n: int = DENSE_MAX_N,
 ) -> np.ndarray | sp.csr_array:
-    """Mixing matrix W of graph under a weight rule: dense float64 up to dense_max_n, else CSR."""
-    n = check_graph(graph)
+    """Mixing matrix W of graph under a weight rule: dense float64 up to dense_max_n, else CSR.
+
+    ``graph`` is a networkx graph or an :class:`EdgeList` (which has no edge attributes: for
+    ``rule="weights"`` it is made a networkx graph first, and refused as one without weights).
+    """
     rule = normalize_rule(rule)
-    directed = graph.is_directed()
-    u, v = _arcs(graph)
+    if isinstance(graph, EdgeList) and rule == "weights":
+        graph = graph.to_networkx()
+    n, u, v, directed = structure(graph)
     out_deg = np.bincount(u, minlength=n)
     in_deg = np.bincount(v, minlength=n)
     if not directed:
@@ -234,6 +255,11 @@ def _assemble(n, rows, cols, vals, self_w, lazy, sparse, dense_max_n):
 
 def _entries(W) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, cols, values) of the nonzero entries of W, row-major order."""
+    if sp.issparse(W) and W.format == "csr" and W.has_canonical_format:  # rows in order already
+        rows = np.repeat(np.arange(W.shape[0], dtype=np.int64), np.diff(W.indptr))
+        cols, vals = W.indices.astype(np.int64), W.data
+        keep = vals != 0
+        return rows[keep], cols[keep], vals[keep]
     if sp.issparse(W):
         coo = sp.coo_array(W)
         order = np.lexsort((coo.col, coo.row))
@@ -242,6 +268,16 @@ def _entries(W) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return rows[keep].astype(np.int64), cols[keep].astype(np.int64), vals[keep]
     rows, cols = np.nonzero(W)
     return rows.astype(np.int64), cols.astype(np.int64), W[rows, cols]
+
+
+def _member(keys: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """Mask of the keys found in allowed (by sorting allowed: np.isin's hashing took seconds
+    on millions of keys)."""
+    allowed = np.sort(allowed)
+    if not allowed.size:
+        return np.zeros(keys.shape, dtype=bool)
+    pos = np.minimum(np.searchsorted(allowed, keys), allowed.size - 1)
+    return allowed[pos] == keys
 
 
 def _component_message(W, n: int, directed: bool) -> str | None:
@@ -265,7 +301,7 @@ def _component_message(W, n: int, directed: bool) -> str | None:
 
 def validate(
     W,
-    graph: nx.Graph,
+    graph: nx.Graph | EdgeList,
     symmetric: bool = True,
     *,
     connected: bool = True,
@@ -282,7 +318,7 @@ def validate(
     """
     if stochastic not in ("double", "column", "row"):
         raise TopologyError(f"stochastic must be 'double', 'column' or 'row', got {stochastic!r}")
-    n = check_graph(graph)
+    n, u, v, directed = structure(graph)
     shape = getattr(W, "shape", None)
     if shape is None or len(shape) != 2 or shape[0] != shape[1]:
         raise MixingMatrixError(f"W must be a square n x n matrix, got shape {shape}")
@@ -301,11 +337,9 @@ def validate(
             f"W[{rows[k]}, {cols[k]}] = {vals[k]}; every weight must be a finite number"
         )
 
-    directed = graph.is_directed()
-    u, v = _arcs(graph)
     allowed = v * n + u if directed else np.concatenate([u * n + v, v * n + u])
     off = rows != cols
-    outside = off & ~np.isin(rows * n + cols, allowed)
+    outside = off & ~_member(rows * n + cols, allowed)
     if outside.any():
         k = int(np.flatnonzero(outside)[0])
         i, j = int(rows[k]), int(cols[k])
@@ -359,9 +393,22 @@ def validate(
                 "symmetric=False if the algorithm accepts directed mixing"
             )
 
-    if not connected:
-        return
-    message = _component_message(W, n, directed=directed or not symmetric)
+    if connected:
+        check_connected(W, n, directed=directed or not symmetric, atol=atol, stochastic=stochastic)
+
+
+BUILT_EXACTLY = ("metropolis", "max-degree", "uniform")
+"""Rules whose W, once `mixing_matrix` returned it, has every property `validate` checks but
+connectivity (finite, on the edges, nonnegative, doubly stochastic, symmetric on an undirected
+graph): a Topology checks only connectivity and the gap of such a W when it is large."""
+
+
+def check_connected(W, n: int, *, directed: bool, atol: float = 1e-10,
+                    stochastic: str = "double", known: bool = False) -> None:
+    """The last checks of `validate`: W's support is (strongly if ``directed``) connected and W is
+    primitive (a positive diagonal, or spectral gap > 0); MixingMatrixError otherwise.
+    ``known``: the support is connected by construction (a builder's graph, positive weights)."""
+    message = None if known else _component_message(W, n, directed=directed)
     if message is not None:
         raise MixingMatrixError(message)
     diagonal = W.diagonal() if sp.issparse(W) else np.diag(W)
@@ -373,7 +420,12 @@ def validate(
             f"W[{i}, {i}] = {diagonal[i]:.6g}: a {stochastic}-stochastic W needs a positive "
             "diagonal to be primitive (push-sum converges only then); use lazy=True"
         )
-    value = rho(W)
+    found = spectrum(W, time_budget=TIME_BUDGET, name="W")
+    if not found.exact:  # logged by spectrum: the gap of a huge W that has no closed form
+        logger.warning("validate: the spectral-gap check of W (n=%d, a zero self weight) was "
+                       "skipped; use lazy=True to make it unnecessary", n)
+        return
+    value = found.rho
     if value >= 1.0 - 1e-12:
         raise MixingMatrixError(
             f"rho(W) = ||W - J||_2 = {value:.12g}, so the spectral gap is 0 and gossip never "

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import networkx as nx
 import numpy as np
 
 from .builders import _check_n, _check_seed, _tau
+from .edgelist import EdgeList
 from .errors import TopologyError
 from .io import call_graph, load_function
 from .topology import TimeVaryingTopology, Topology
@@ -31,9 +31,9 @@ def one_peer_exponential(
 
     def at(t: int) -> Topology:
         shift = 1 << ((t - 1) % tau)
-        graph = nx.DiGraph(name="one-peer-exponential", layout="circular", shift=shift)
-        graph.add_nodes_from(range(n))
-        graph.add_edges_from((i, (i + shift) % n) for i in range(n))
+        i = np.arange(n, dtype=np.int64)
+        graph = EdgeList(n, i, (i + shift) % n, directed=True,
+                         attrs={"name": "one-peer-exponential", "layout": "circular", "shift": shift})
         return Topology(graph, rule=weights, lazy=lazy, require_connected=False,
                         name=f"one-peer-exponential[shift={shift}]")
 
@@ -55,10 +55,9 @@ def random_matchings(
     def at(t: int) -> Topology:
         rng = np.random.default_rng(np.random.SeedSequence([seed, t]))
         perm = rng.permutation(n)
-        pairs = perm[: n - n % 2].reshape(-1, 2)
-        graph = nx.Graph(name="matchings", layout="circular", round=t)
-        graph.add_nodes_from(range(n))
-        graph.add_edges_from((int(a), int(b)) for a, b in pairs)
+        pairs = perm[: n - n % 2].reshape(-1, 2).astype(np.int64)
+        graph = EdgeList(n, pairs[:, 0], pairs[:, 1],
+                         attrs={"name": "matchings", "layout": "circular", "round": t})
         return Topology(graph, rule=weights, lazy=lazy, require_connected=False,
                         name=f"matchings[t={t}]")
 
@@ -71,9 +70,8 @@ def _pairs(n: int, pairs: list[tuple[int, int]], name: str, weights: str, lazy: 
     Every node has degree 0 or 1, so every weight rule gives 1/2 on a pair and 1 to an idle
     node: W = I - (1/2) sum over pairs (e_i - e_j)(e_i - e_j)^T, symmetric, doubly stochastic.
     """
-    graph = nx.Graph(name=name, layout="circular")
-    graph.add_nodes_from(range(n))
-    graph.add_edges_from(pairs)
+    ends = np.array(pairs, dtype=np.int64).reshape(-1, 2)
+    graph = EdgeList(n, ends[:, 0], ends[:, 1], attrs={"name": name, "layout": "circular"})
     return Topology(graph, rule=weights, lazy=lazy, require_connected=False, name=name)
 
 

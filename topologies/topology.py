@@ -18,10 +18,19 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
+from .edgelist import EdgeList
 from .errors import NotNeighborError, TopologyError
 from .io import relabel
-from .mixing import STOCHASTIC, check_graph, mixing_matrix, normalize_rule, validate
-from .spectral import DENSE_MAX_N, Spectrum, spectrum
+from .mixing import (
+    BUILT_EXACTLY,
+    STOCHASTIC,
+    check_connected,
+    check_graph,
+    mixing_matrix,
+    normalize_rule,
+    validate,
+)
+from .spectral import DENSE_MAX_N, TIME_BUDGET, Spectrum, spectrum
 
 __all__ = ["NodeView", "Topology", "TimeVaryingTopology"]
 
@@ -73,14 +82,30 @@ def _check_round(t: object) -> int:
     return t
 
 
+def _group_hint(attrs: dict, n: int) -> tuple[int, ...] | None:
+    """The group whose symmetry a builder's graph has (checked on W before it is used)."""
+    name = attrs.get("name")
+    if name == "torus" and len(attrs.get("shape") or ()) == 2:
+        return tuple(int(m) for m in attrs["shape"])
+    if name == "hypercube" and n & (n - 1) == 0:
+        return (2,) * (n.bit_length() - 1)
+    return None
+
+
 class Topology:
-    """A static graph with its validated mixing matrix."""
+    """A static graph with its validated mixing matrix.
+
+    The graph may be given as an :class:`~topologies.edgelist.EdgeList` (what ``build`` passes
+    for the builders' graphs): ``topology.graph`` is then made a networkx graph on first use
+    only.  The spectrum is computed on first use too, in closed form when W has one, else
+    within ``time_budget`` seconds (``Spectrum.exact`` says whether it got there).
+    """
 
     time_varying: bool = False
 
     def __init__(
         self,
-        graph: nx.Graph,
+        graph: nx.Graph | EdgeList,
         W: np.ndarray | sp.sparray | None = None,
         *,
         rule: str = "metropolis",
@@ -90,6 +115,7 @@ class Topology:
         require_connected: bool = True,
         sparse: bool | None = None,
         stochastic: str | None = None,
+        time_budget: float | None = TIME_BUDGET,
     ) -> None:
         """Build W from `rule` when W is None (else use W, made lazy if asked); then validate.
 
@@ -100,16 +126,19 @@ class Topology:
         doubly stochastic;
         `require_connected=False` skips the connectivity and spectral-gap checks (per-round graphs
         of time-varying topologies).  Nodes other than 0..n-1 are relabeled when W is built here.
+        `time_budget`: seconds the spectrum's iterative solvers may take (None: no limit).
         """
-        if not isinstance(graph, nx.Graph):
+        edges = graph if isinstance(graph, EdgeList) else None
+        if edges is None and not isinstance(graph, nx.Graph):
             raise TopologyError(f"expected a networkx Graph or DiGraph, got {type(graph).__name__}")
         if W is None:
-            if set(graph.nodes) != set(range(graph.number_of_nodes())):
+            if edges is None and set(graph.nodes) != set(range(graph.number_of_nodes())):
                 graph = relabel(graph)
             self.rule = normalize_rule(rule)
             W = mixing_matrix(graph, self.rule, lazy=lazy, sparse=sparse)
         else:
-            check_graph(graph)
+            if edges is None:
+                check_graph(graph)
             self.rule = "explicit"
             if sp.issparse(W):
                 W = sp.csr_array(W, dtype=np.float64, copy=True)
@@ -125,23 +154,51 @@ class Topology:
         self.stochastic = stochastic
         default_symmetric = not graph.is_directed() and stochastic == "double"
         required = default_symmetric if symmetric is None else bool(symmetric)
-        validate(W, graph, symmetric=required, connected=require_connected, stochastic=stochastic)
+        directed = graph.is_directed()
+        if (sp.issparse(W) and self.rule in BUILT_EXACTLY and not (required and directed)):
+            # built here by a rule that guarantees the entries: only what the graph decides
+            if require_connected:
+                check_connected(W, graph.number_of_nodes(), directed=directed or not required,
+                                stochastic=stochastic, known=edges is not None and edges.connected)
+        else:
+            validate(W, graph, symmetric=required, connected=require_connected,
+                     stochastic=stochastic)
 
-        self.graph = graph
+        self._graph = None if edges is not None else graph
+        self._edges = edges
+        self._attrs = dict(edges.attrs if edges is not None else graph.graph)
         self.W = W
         self.n = graph.number_of_nodes()
-        self.name = name or str(graph.graph.get("name") or "graph")
+        self.name = name or str(self._attrs.get("name") or "graph")
         self.lazy = bool(lazy)
-        rows = sp.csr_array(W, copy=True)
-        rows.eliminate_zeros()
-        rows.sort_indices()
-        cols = sp.csr_array(rows.T)
-        cols.sort_indices()
+        self.time_budget = time_budget
+        if sp.issparse(W) and self.rule in BUILT_EXACTLY and W.has_canonical_format:
+            rows = W  # built here: sorted, no zeros stored, and never written to
+        else:
+            rows = sp.csr_array(W, copy=True)
+            rows.eliminate_zeros()
+            rows.sort_indices()
+        if rows is W and not directed:  # a rule's W on an undirected graph is symmetric
+            cols, self.directed = rows, False
+        else:
+            cols = sp.csr_array(rows.T)
+            cols.sort_indices()
+            self.directed = bool(abs(rows - cols).max() > 1e-12) if rows.nnz else False
         self._rows, self._cols = rows, cols
-        self.directed = bool(abs(rows - cols).max() > 1e-12) if rows.nnz else False
         if isinstance(W, np.ndarray):
             W.setflags(write=False)  # cached views and spectra must not go stale
         self._views: dict[int, NodeView] = {}
+
+    @property
+    def graph(self) -> nx.Graph:
+        """The networkx graph (made from the edge arrays on first use when built from them)."""
+        if self._graph is None:
+            self._graph = self._edges.to_networkx()
+        return self._graph
+
+    def number_of_edges(self) -> int:
+        """Edges of the graph (arcs for a directed one), without making a networkx graph."""
+        return (self._edges if self._graph is None else self._graph).number_of_edges()
 
     # per-node views ---------------------------------------------------------------------------
 
@@ -183,8 +240,14 @@ class Topology:
 
     @cached_property
     def spectrum(self) -> Spectrum:
-        """rho, gap, beta, lambda2, lambda_min (computed once, sparse solvers for large n)."""
-        return spectrum(self.W)
+        """rho, gap, beta, lambda2, lambda_min: computed on first use, then kept.
+
+        Dense for small n; above, a closed form when W has one, else sparse solvers stopped
+        after ``self.time_budget`` seconds (then ``exact`` is False and the values are bounds,
+        see :func:`topologies.spectral.spectrum`).
+        """
+        return spectrum(self.W, group=_group_hint(self._attrs, self.n),
+                        time_budget=self.time_budget, name=repr(self.name))
 
     @property
     def rho(self) -> float:
@@ -226,7 +289,7 @@ class Topology:
         return {
             "name": self.name,
             "n": self.n,
-            "edges": self.graph.number_of_edges(),
+            "edges": self.number_of_edges(),
             "directed": self.directed,
             "time_varying": False,
             "degree_min": int(degrees.min()),
@@ -235,13 +298,14 @@ class Topology:
             "rho": self.rho,
             "gap": self.gap,
             "beta": self.beta,
+            "spectrum": self.spectrum.method,
             "weights": self.rule,
             "stochastic": self.stochastic,
             "lazy": self.lazy,
         }
 
     def __repr__(self) -> str:
-        return (f"Topology(name={self.name!r}, n={self.n}, edges={self.graph.number_of_edges()}, "
+        return (f"Topology(name={self.name!r}, n={self.n}, edges={self.number_of_edges()}, "
                 f"weights={self.rule!r}, directed={self.directed})")
 
 
@@ -309,7 +373,7 @@ class TimeVaryingTopology:
             "n": self.n,
             "time_varying": True,
             "period": self.period,
-            "edges_round_1": first.graph.number_of_edges(),
+            "edges_round_1": first.number_of_edges(),
             "directed": first.directed,
             "degree_min": int(degrees.min()),
             "degree_mean": float(degrees.mean()),
