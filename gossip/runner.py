@@ -142,6 +142,9 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
         if "consensus_error" in rec:  # Ξ(X^t)/Ξ(X^0), what tables and plots show
             initial = (result.records[0] if result.records else rec)["consensus_error"]
             rec["consensus_error_rel"] = rec["consensus_error"] / initial if initial else None
+        if "grad_norm" in rec:  # ‖∇f(x̄)‖'s minimum over the records so far (resumes: replayed)
+            before = [r["grad_norm_min"] for r in result.records[-1:] if "grad_norm_min" in r]
+            rec["grad_norm_min"] = min(before[0], rec["grad_norm"]) if before else rec["grad_norm"]
         rec["label"] = label
         result.records.append(rec)
         try:
