@@ -3,10 +3,13 @@
 In process:   python experiments/optimize.py --problem least-squares --algorithm lead --compressor lead:2
 Compare:      python experiments/optimize.py --compare lead@lead:2 nids@none dpsgd choco@lead:2 --plot p.png
 Under MPI:    mpiexec -n 8 python experiments/optimize.py --problem lasso --algorithm prox-lead --compressor lead:2
+Trials:       python experiments/optimize.py --compare lead@lead:2 dgd --seeds 0..9 --jobs 2 --plot p.png
 
 The exact optimum x* is computed centrally (scipy / proximal gradient in float64); each record
 carries distance_to_optimum = (1/n) Σ ‖x_i − x*‖² / ‖x*‖², the objective at the average model and
-its gap to the optimal value, consensus error and bits per node. Step sizes default to what each
+its gap to the optimal value, ‖∇f(x̄)‖ and its minimum so far, consensus error, bits per node and
+the oracle calls per node (gradients, per-sample gradients, loss values, proximal steps), priced
+by ``--cost-weights`` into a ``cost``. Step sizes default to what each
 algorithm suggests for the problem (η = 1/L with full gradients, 1/(6 L_max) with sampled ones,
 a fifth of that for gradient tracking), so a run with no tuning flag works. Messages are exact
 (``none``) unless a compressor is named (``--compressor``, or ``ALG@SPEC`` in ``--compare``), and
@@ -51,6 +54,13 @@ from gossip.cli import (  # noqa: E402
     setup,
     target_note,
     torch_dtype,
+)
+from gossip.cli.trials import (  # noqa: E402
+    add_trials_arguments,
+    check_trials,
+    format_spread,
+    run_trials,
+    spread,
 )
 
 log = logging.getLogger("gossip.optimize")
@@ -117,6 +127,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_run_arguments(p)
     add_overlap_argument(p)
     add_list_argument(p, algorithms=lambda: trainable() + sorted(ALIASES))
+    add_trials_arguments(p)
     p.set_defaults(log_every=1, dtype="float64", topology=None)  # ring, or star when federated
     from gossip.config import parse_args_with_config
 
@@ -231,14 +242,21 @@ def check(argv: list[str] | None = None) -> None:
     main(argv, check_only=True)
 
 
+COSTS = [("grads", "grads/node"), ("cost", "cost")]
+"""Table columns of the work to the target besides bits (row key, header): gradient
+estimates per node (where the oracles count them), the ``--cost-weights`` cost."""
+
+
 def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]],
                  federated: bool = False) -> str:
     """The runs' markdown table: final distance, rounds, bits and, for runs on a clock
     (``clocks``: virtual time of the network's timing models, wall time of ``--free-run``),
     the seconds each took to reach ``target``. ``federated``: the bits each client sent up and
-    received down (counted from the bytes) instead of the mean over nodes and server."""
+    received down (counted from the bytes) instead of the mean over nodes and server. Rows
+    with ``grads`` / ``cost`` keys (:data:`COSTS`) get those columns to the target too."""
     bits = [("bits_up", "bits up/client"), ("bits_down", "bits down/client")] if federated \
         else [("bits", "bits/node")]
+    bits += [(k, h) for k, h in COSTS if any(k in r for r in rows)]
     heads = [f"rounds to {target:g}", *(f"{h} to {target:g}" for _, h in bits),
              *(f"{h} to {target:g}" for _, h in clocks)]
     lines = ["| run | final distance to x* | " + " | ".join(heads) + " | ms/round | status |",
@@ -246,7 +264,7 @@ def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]],
     for r in rows:
         missed = r["rounds"] is None
         cells = ["not reached"] * len(heads) if missed else [
-            str(r["rounds"]), *(format(r[k], ".3g") for k, _ in bits),
+            str(r["rounds"]), *("—" if r.get(k) is None else format(r[k], ".3g") for k, _ in bits),
             *("—" if r[k] is None else format(r[k], ".4g") for k, _ in clocks)]
         lines.append(f"| {r['run']} | {r['final']:.3g} | " + " | ".join(cells)
                      + f" | {r['ms']:.3f} | {r['status']} |")
@@ -254,7 +272,79 @@ def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]],
 
 
 def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
+    """Run what ``argv`` asks for, print its table (and plot), and return the table's rows
+    (with ``--seeds``: every trial's rows, each with its ``seed``)."""
     args = parse_args(argv)
+    check_trials(args)
+    if args.seeds is not None and not check_only:
+        return run_seeds(args)
+    return run(args, check_only)[0]
+
+
+def trial(args: argparse.Namespace) -> list[dict]:
+    """One trial of ``--seeds`` (in its own process): the run of ``args`` (one seed, writing
+    its records to ``args.out``), without its table."""
+    return run(args, report=False)[0]
+
+
+def run_seeds(args: argparse.Namespace) -> list[dict]:
+    """Every run once per seed of ``--seeds``, ``--jobs`` at a time (:func:`gossip.cli.trials.
+    run_trials`): the records of all trials in seed order, each with ``seed``, into ``--out``;
+    a table of mean ± std over the seeds; a plot of the means with min-max bands."""
+    import tempfile
+
+    from gossip.metrics import JsonlLogger, read_jsonl
+
+    with tempfile.TemporaryDirectory(prefix="gossip-seeds-") as tmp:
+        trials = [argparse.Namespace(**(vars(args) | {
+            "seed": seed, "seeds": None, "jobs": 1, "out": str(Path(tmp) / f"seed{seed}.jsonl"),
+            "plot": None, "progress": False})) for seed in args.seeds]
+        results = run_trials(trial, trials, args.jobs)
+        logs = {seed: read_jsonl(t.out) if Path(t.out).exists() else []
+                for seed, t in zip(args.seeds, trials)}
+    with JsonlLogger(args.out) as logger:
+        for seed, records in logs.items():
+            for rec in records:
+                logger.write(rec | {"seed": seed})
+    rows = [r | {"seed": seed} for seed, trial_rows in zip(args.seeds, results) for r in trial_rows]
+    labels = list(dict.fromkeys(r["run"] for r in rows))
+    print(format_trials_table(rows, labels, args))
+    if args.plot:
+        from gossip.plot import plot_runs
+
+        curves = {label: {seed: [r for r in logs[seed] if r.get("label") == label]
+                          for seed in args.seeds} for label in labels}
+        plot_runs(curves, args.plot, metric="distance_to_optimum",
+                  title=f"{args.problem}, seeds {args.seeds[0]}..{args.seeds[-1]} "
+                        f"({len(args.seeds)} trials): mean, min-max band", flag="--plot")
+    return rows
+
+
+def format_trials_table(rows: list[dict], labels: list[str], args: argparse.Namespace) -> str:
+    """The markdown table of repeated trials: per run, mean ± std over the seeds of the final
+    distance and of the rounds, bits, gradients and cost to ``--target`` (reached by every
+    seed, else ``not reached`` with how many did), ms per round, and the statuses."""
+    keys = [("rounds", "rounds"), ("bits", "bits/node"),
+            *((k, h) for k, h in COSTS if any(k in r for r in rows))]
+    heads = [f"{h} to {args.target:g}" for _, h in keys]
+    lines = [f"| run | seeds | final distance to x* | {' | '.join(heads)} | ms/round | status |",
+             "|---|---|---|" + "---|" * len(heads) + "---|---|"]
+    for label in labels:
+        mine = [r for r in rows if r["run"] == label]
+        reached = sum(r["rounds"] is not None for r in mine)
+        cells = [format_spread(spread([r.get(k) for r in mine])) if reached == len(mine)
+                 else f"not reached ({reached}/{len(mine)} did)" for k, _ in keys]
+        statuses = sorted({r["status"] for r in mine})
+        lines.append(f"| {label} | {len(mine)} | {format_spread(spread([r['final'] for r in mine]))}"
+                     f" | {' | '.join(cells)} | {format_spread(spread([r['ms'] for r in mine]))} "
+                     f"| {', '.join(statuses)} |")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace, check_only: bool = False, report: bool = True
+        ) -> tuple[list[dict], dict[str, list[dict]]]:
+    """The runs of ``args``: their table rows and round records by label (``report``: print
+    the table and write the plot)."""
     federated = federated_runs(args)
     if args.topology is None:
         args.topology = "star" if federated else "ring"
@@ -331,7 +421,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
         check_entries([(label, lambda b=b: b(None)) for (label, *_), b in zip(planned, builds)],
                       "--compare" if args.compare else "--algorithm")
     if check_only:
-        return []
+        return [], {}
     logger = JsonlLogger(args.out, enabled=world.is_root)
     rows, curves = [], {}
     for index, ((label, name, comp, hp), build) in enumerate(zip(planned, builds)):
@@ -358,7 +448,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
             config["gamma_search"] = search.record()
         result = execute(engine, label=label, config=config, logger=logger,
                          rounds=args.rounds, log_every=args.log_every, metrics=[metrics],
-                         node_metrics=[node_metrics],
+                         node_metrics=[node_metrics], cost_weights=args.cost_weights,
                          progress=args.progress, **checkpoint_options(args, index))
         curves[label] = result.records
         reached = first_reach(result.records, "distance_to_optimum", args.target)
@@ -370,10 +460,13 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
                          "bits_down": reached["bits_down_per_client"] if reached else None}
                         if federated else {}),
                      **{key: (reached or {}).get(key) for key, _ in CLOCKS},  # seconds to target
+                     **({"grads": (reached or {}).get("grads_per_node")}
+                        if "grads_per_node" in last else {}),
+                     **({"cost": (reached or {}).get("cost")} if args.cost_weights else {}),
                      "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status,
                      "last_round": last.get("round")})
     logger.close()
-    if world.is_root:
+    if world.is_root and report:
         print(format_table(rows, args.target, clocks_of(curves.values()), federated))
         note = target_note([(r["run"], r["last_round"]) for r in rows if r["rounds"] is None],
                            args.target, "distance to x*")
@@ -384,7 +477,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
 
             plot_runs(curves, args.plot, metric="distance_to_optimum",
                       title=f"{args.problem} on {topology.name}, n={topology.n}", flag="--plot")
-    return rows
+    return rows, curves
 
 
 if __name__ == "__main__":

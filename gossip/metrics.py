@@ -91,6 +91,26 @@ def oracle_fields(engine: Any, xbar: torch.Tensor) -> dict[str, float]:
     return out
 
 
+COST_KEYS = {"comm": "bits_per_node", "grad": "grads_per_node",
+             "sample": "sample_grads_per_node", "value": "values_per_node", "prox": "prox_per_node"}
+"""The weights a cost takes (``--cost-weights comm=1e-6,grad=1``) and the record field each
+multiplies: a bit sent, a gradient estimate, a per-sample gradient, a loss value, a proximal
+step (all per node, cumulative)."""
+
+
+def weighted_cost(record: Mapping[str, Any], weights: Mapping[str, float]) -> float | None:
+    """``Σ_k weights[k] · record[COST_KEYS[k]]``: what a round record's run has cost a node so
+    far, in the user's units (None when a weighted field is missing from the record: a run
+    whose oracles do not count)."""
+    total = []
+    for key, weight in weights.items():
+        value = record.get(COST_KEYS[key])
+        if value is None:
+            return None
+        total.append(weight * value)
+    return math.fsum(total)
+
+
 def gradient_norm(engine: Any, xbar: torch.Tensor) -> float:
     """‖∇f(x̄)‖ with ``f = (1/n_f) Σ_i f_i`` over the ``n_f`` nodes whose oracle has a problem
     (collective): each process evaluates its nodes' ``∇f_i(x̄)`` on the problem behind the

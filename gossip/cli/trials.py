@@ -1,0 +1,147 @@
+"""Repeated trials and weighted costs: ``--seeds 0..9 --jobs 4`` and ``--cost-weights``.
+
+A script that takes ``--seeds`` runs the same flags once per seed, in ``--jobs`` processes
+(:func:`run_trials`, a ``ProcessPoolExecutor`` started with ``spawn``: each trial is a fresh
+interpreter, so no state of one leaks into another and a trial's records equal those of the
+same seed run alone). Its records are the trials' records in seed order, each with a ``seed``
+field; its table gives mean ± standard deviation over the seeds (:func:`spread`), its plot
+the mean with a min–max band (:func:`gossip.plot.plot_runs`).
+
+``--cost-weights comm=1e-6,grad=1,prox=1`` prices what a node has done so far
+(:func:`gossip.metrics.weighted_cost`): the round records gain ``cost``, the table the cost to
+the target, the plot a panel against it. Nothing here imports torch (``--help`` answers at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+COST_WEIGHTS = ("comm", "grad", "sample", "value", "prox")
+"""The keys of ``--cost-weights`` (:data:`gossip.metrics.COST_KEYS` says what each prices)."""
+
+
+def seed_list(text: str) -> list[int]:
+    """seeds: N, A..B (both included) or a comma list of them, e.g. 0..9 or 0,1,5..7"""
+    seeds: list[int] = []
+    for part in text.split(","):
+        head, dots, tail = part.strip().partition("..")
+        try:
+            low = int(head)
+            high = int(tail) if dots else low
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"--seeds: '{part}' is not a seed N or a range A..B (e.g. 0..9, or 0,1,2)") from None
+        if low < 0 or high < low:
+            raise argparse.ArgumentTypeError(
+                f"--seeds: '{part}' must be seeds >= 0 with A <= B in A..B")
+        seeds.extend(range(low, high + 1))
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds {text}: a seed is given twice; give each once")
+    return seeds
+
+
+def cost_weights(text: str) -> dict[str, float]:
+    """cost weights KEY=W,... with KEY in comm (a bit sent), grad (a gradient estimate), sample (a
+    per-sample gradient), value (a loss value), prox (a proximal step)"""
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        key, eq, value = part.strip().partition("=")
+        if key not in COST_WEIGHTS or not eq:
+            raise argparse.ArgumentTypeError(
+                f"--cost-weights: '{part}' is not KEY=WEIGHT with KEY one of "
+                f"{', '.join(COST_WEIGHTS)} (e.g. comm=1e-6,grad=1,prox=1)")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = math.nan
+        if not (math.isfinite(weight) and weight >= 0):
+            raise argparse.ArgumentTypeError(
+                f"--cost-weights: {key}={value} must be a finite number >= 0")
+        if key in out:
+            raise argparse.ArgumentTypeError(f"--cost-weights: {key} is given twice")
+        out[key] = weight
+    return out
+
+
+def add_trials_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--seeds``, ``--jobs`` and ``--cost-weights`` (module doc)."""
+    g = parser.add_argument_group("repeated trials and costs")
+    g.add_argument("--seeds", type=seed_list, default=None, metavar="SEEDS",
+                   help="run every run once per seed: 0..9 (both ends included), 0,1,2 or "
+                        "0..3,7; the records carry a seed field, the table gives mean ± std "
+                        "over the seeds and the plot the mean with a min-max band (in process "
+                        "only; replaces --seed)")
+    g.add_argument("--jobs", type=_jobs, default=1, metavar="N",
+                   help="with --seeds: trials run at once, each in its own process (default 1; "
+                        "the records are the same for any N)")
+    g.add_argument("--cost-weights", type=cost_weights, default=None, metavar="KEY=W,...",
+                   help="price a node's work: comm (per bit sent), grad (per gradient "
+                        "estimate), sample (per per-sample gradient), value (per loss value), "
+                        "prox (per proximal step), e.g. comm=1e-6,grad=1,prox=1; round records "
+                        "gain cost, the table the cost to the target, the plot a panel "
+                        "against it")
+
+
+def _jobs(text: str) -> int:
+    """a positive number of processes"""
+    from gossip.cli.values import positive_int
+
+    return positive_int(text)
+
+
+_jobs.toml_type = int  # type: ignore[attr-defined]
+
+
+def check_trials(args: argparse.Namespace) -> None:
+    """Refuse what ``--seeds`` cannot combine with, in one line: checkpoints (one directory
+    per run, not per trial yet), free runs, and mpiexec (one trial per process here)."""
+    if args.seeds is None:
+        if args.jobs != 1:
+            raise SystemExit("error: --jobs runs the trials of --seeds in parallel; give "
+                             "--seeds too (e.g. --seeds 0..9 --jobs 4)")
+        return
+    for flag, value in (("--checkpoint-dir", args.checkpoint_dir), ("--resume", args.resume),
+                        ("--free-run", args.free_run)):
+        if value is not None:
+            raise SystemExit(f"error: --seeds with {flag}: not combined yet; run each seed "
+                             f"with --seed S and its own {flag}")
+    from gossip.comm.launch import launcher_size
+
+    if launcher_size() > 1:
+        raise SystemExit("error: --seeds runs its trials as processes of its own; run it "
+                         "without mpiexec (or run each seed under mpiexec with --seed S)")
+
+
+def run_trials(fn: Callable[[Any], Any], trials: Sequence[Any], jobs: int) -> list[Any]:
+    """``[fn(t) for t in trials]``, in ``jobs`` processes when ``jobs`` > 1 (``spawn``: fresh
+    interpreters; ``fn`` must be a module-level function). Results come back in the order of
+    ``trials``; the first trial that raises raises here."""
+    if jobs <= 1 or len(trials) <= 1:
+        return [fn(t) for t in trials]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(trials)), mp_context=context) as pool:
+        return list(pool.map(fn, trials))
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float] | None:
+    """Mean, population standard deviation, min and max of the trials' values (None: some
+    trial has none, e.g. did not reach the target)."""
+    if not values or any(v is None for v in values):
+        return None
+    xs = [float(v) for v in values]
+    mean = xs[0] if min(xs) == max(xs) else math.fsum(xs) / len(xs)  # equal: exactly it
+    std = 0.0 if min(xs) == max(xs) else math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / len(xs))
+    return {"mean": mean, "std": std, "min": min(xs), "max": max(xs)}
+
+
+def format_spread(stats: dict[str, float] | None, fmt: str = ".3g") -> str:
+    """``mean ± std`` of :func:`spread` (``not reached`` for None)."""
+    if stats is None:
+        return "not reached"
+    return f"{format(stats['mean'], fmt)} ± {format(stats['std'], '.2g')}"
