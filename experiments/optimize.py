@@ -56,6 +56,7 @@ from gossip.cli import (  # noqa: E402
     torch_dtype,
 )
 from gossip.cli.trials import (  # noqa: E402
+    ScriptFunction,
     add_trials_arguments,
     check_trials,
     format_spread,
@@ -299,7 +300,8 @@ def run_seeds(args: argparse.Namespace) -> list[dict]:
         trials = [argparse.Namespace(**(vars(args) | {
             "seed": seed, "seeds": None, "jobs": 1, "out": str(Path(tmp) / f"seed{seed}.jsonl"),
             "plot": None, "progress": False})) for seed in args.seeds]
-        results = run_trials(trial, trials, args.jobs)
+        results = run_trials(ScriptFunction(__file__, "trial") if args.jobs > 1 else trial,
+                             trials, args.jobs)
         logs = {seed: read_jsonl(t.out) if Path(t.out).exists() else []
                 for seed, t in zip(args.seeds, trials)}
     with JsonlLogger(args.out) as logger:

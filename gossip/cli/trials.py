@@ -115,10 +115,34 @@ def check_trials(args: argparse.Namespace) -> None:
                          "without mpiexec (or run each seed under mpiexec with --seed S)")
 
 
+class ScriptFunction:
+    """A function of a script file (``experiments/optimize.py``'s ``trial``) that a spawned
+    process can call: it is pickled as the file's path and the function's name, and the file
+    is imported in the process that calls it (a script run as ``__main__``, or loaded from
+    its path by a test, has no module name another process could import)."""
+
+    def __init__(self, path: str, name: str):
+        self.path, self.name = str(path), name
+
+    def __call__(self, arg: Any) -> Any:
+        import importlib.util
+        import sys
+
+        key = f"_gossip_trial_{abs(hash(self.path))}"
+        module = sys.modules.get(key)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(key, self.path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[key] = module
+            spec.loader.exec_module(module)
+        return getattr(module, self.name)(arg)
+
+
 def run_trials(fn: Callable[[Any], Any], trials: Sequence[Any], jobs: int) -> list[Any]:
     """``[fn(t) for t in trials]``, in ``jobs`` processes when ``jobs`` > 1 (``spawn``: fresh
-    interpreters; ``fn`` must be a module-level function). Results come back in the order of
-    ``trials``; the first trial that raises raises here."""
+    interpreters; ``fn`` must be picklable: a module-level function or a
+    :class:`ScriptFunction`). Results come back in the order of ``trials``; the first trial
+    that raises raises here."""
     if jobs <= 1 or len(trials) <= 1:
         return [fn(t) for t in trials]
     import multiprocessing
