@@ -22,7 +22,8 @@ def _strip(records: list[dict]) -> list[dict]:
     between a trial and a lone run (--out, --seeds, --jobs; the seed is in the records)."""
     out = []
     for rec in records:
-        rec = {k: v for k, v in rec.items() if not k.endswith("_s") and k != "seed"}
+        rec = {k: v for k, v in rec.items()
+               if not k.endswith("_s") and k not in ("seed", "seconds_per_round")}
         if "args" in rec:
             rec["args"] = {k: v for k, v in rec["args"].items()
                            if k not in ("out", "seeds", "jobs", "plot", "progress")}
@@ -30,6 +31,7 @@ def _strip(records: list[dict]) -> list[dict]:
     return out
 
 
+@pytest.mark.slow  # two spawned processes import torch, then the seeds run again one by one
 def test_seeds_in_parallel_give_the_records_of_the_seeds_run_one_by_one(tmp_path, capsys):
     optimize = script("optimize")
     both = tmp_path / "both.jsonl"
