@@ -353,7 +353,13 @@ def run(args: argparse.Namespace, check_only: bool = False, report: bool = True
     from gossip.algorithms import form_class, make_algorithm
     from gossip.engine import Engine
     from gossip.errors import GossipError
-    from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions
+    from gossip.metrics import (
+        JsonlLogger,
+        first_reach,
+        gradient_metric,
+        squared_distance,
+        versions,
+    )
     from gossip.outputs import CLOCKS, clocks_of
     from gossip.problems import default_hparams, make_problem
     from gossip.runner import execute
@@ -392,7 +398,7 @@ def run(args: argparse.Namespace, check_only: bool = False, report: bool = True
     def metrics(engine, xbar):
         obj = problem.objective(xbar)
         return {"distance_to_optimum": squared_distance(engine, x_star),
-                "objective": obj, "suboptimality": obj - f_star}
+                "objective": obj, "suboptimality": obj - f_star} | gradient_metric(engine, xbar)
 
     norm_star = float((x_star**2).sum()) or 1.0
 

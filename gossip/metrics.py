@@ -9,8 +9,9 @@ Record schema (stable; other tools read it): every record has ``type``: ``config
 cumulative, ``bits_per_node_max``, ``time_s``, ``compute_s``, ``comm_s``; where the nodes' oracles count
 their calls, :data:`ORACLE_FIELDS`: ``grads_per_node``, ``sample_grads_per_node``,
 ``values_per_node``, ``prox_per_node``, each the mean cumulative count over the nodes that hold
-an oracle (the clients of a federated run); where they are a problem's, ``grad_norm``
-``‖∇f(x̄)‖`` and, added by :func:`gossip.runner.execute`, ``grad_norm_min``; plus problem metrics),
+an oracle (the clients of a federated run); plus the scripts' metrics, e.g. ``grad_norm``
+``‖∇f(x̄)‖`` (:func:`gradient_metric`) and, added by :func:`gossip.runner.execute`,
+``grad_norm_min``, its minimum so far),
 ``node`` (free runs only: one node's snapshot, ``node``, ``round``, ``wall_s``, ``local_steps``,
 ``bits_sent`` plus node metrics; :mod:`gossip.network.freerun`) and ``summary`` (last:
 ``wall_time_s``, ``seconds_per_round``).
@@ -59,36 +60,35 @@ ORACLE_FIELDS = {"grads": "grads_per_node", "sample_grads": "sample_grads_per_no
 fields, in the order they are gathered."""
 
 
-def oracle_fields(engine: Any, xbar: torch.Tensor) -> dict[str, float]:
-    """The record's oracle fields (collective): the counters of :data:`ORACLE_FIELDS`, and
-    ``grad_norm`` = ‖∇f(x̄)‖ with ``f`` the mean of the local objectives of the nodes whose
-    oracle has a problem (:func:`gradient_norm`). None of them where no node's oracle counts
-    (models' oracles, runs without gradients); which ones a run has is settled at its first
-    record, with one vote of the processes, so every process writes the same fields."""
-    kinds = getattr(engine, "oracle_kinds", None)
-    if kinds is None:
-        oracles = [nd.oracle for nd in engine.nodes.values()]
-        kinds = engine.oracle_kinds = (
-            engine.world.any(any(callable(getattr(o, "counters", None)) for o in oracles)),
-            engine.world.any(any(_problem_of(o) is not None for o in oracles)))
-    counted, gradients = kinds
-    out: dict[str, float] = {}
-    if counted:
-        width = 1 + len(ORACLE_FIELDS)
-        local = {}
-        for i, nd in engine.nodes.items():
-            counters = getattr(nd.oracle, "counters", None)
-            calls = counters() if callable(counters) else None
-            local[i] = ([1.0, *(float(calls.get(k, 0)) for k in ORACLE_FIELDS)] if calls
-                        is not None else [0.0] * width)
-        rows = engine.node_values(local, width=width)
-        held = rows[:, 0] > 0
-        nodes = int(held.sum())
-        for k, (_, field) in enumerate(ORACLE_FIELDS.items(), start=1):
-            out[field] = math.fsum(rows[held, k].tolist()) / nodes
-    if gradients:
-        out["grad_norm"] = gradient_norm(engine, xbar)
-    return out
+def oracle_fields(engine: Any) -> dict[str, float]:
+    """The record's oracle counters of :data:`ORACLE_FIELDS` (collective: one exchange), each
+    the mean over the nodes that hold an oracle. None where no node's oracle counts (models'
+    oracles, runs without gradients); whether a run counts is settled at its first record,
+    with one vote of the processes, so every process writes the same fields."""
+    if engine.oracle_counts is None:
+        engine.oracle_counts = engine.world.any(any(
+            callable(getattr(nd.oracle, "counters", None)) for nd in engine.nodes.values()))
+    if not engine.oracle_counts:
+        return {}
+    width = 1 + len(ORACLE_FIELDS)
+    local = {}
+    for i, nd in engine.nodes.items():
+        counters = getattr(nd.oracle, "counters", None)
+        calls = counters() if callable(counters) else None
+        local[i] = ([1.0, *(float(calls.get(k, 0)) for k in ORACLE_FIELDS)] if calls
+                    is not None else [0.0] * width)
+    rows = engine.node_values(local, width=width)
+    held = rows[:, 0] > 0
+    nodes = int(held.sum())
+    return {field: math.fsum(rows[held, k].tolist()) / nodes
+            for k, field in enumerate(ORACLE_FIELDS.values(), start=1)}
+
+
+def gradient_metric(engine: Any, xbar: torch.Tensor) -> dict[str, float]:
+    """The metric ``grad_norm`` = ‖∇f(x̄)‖ (:func:`gradient_norm`), for ``Engine.run(metrics=
+    [...])``: it costs one full local gradient per node at every record, so a script asks for
+    it (experiments/optimize.py does) rather than every run paying for it."""
+    return {"grad_norm": gradient_norm(engine, xbar)}
 
 
 COST_KEYS = {"comm": "bits_per_node", "grad": "grads_per_node",

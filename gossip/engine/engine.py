@@ -168,9 +168,9 @@ class Engine:
         self.comm_s = 0.0
         self._start = time.perf_counter()
         self._reference: dict[str, float] = {}
-        self.oracle_kinds: tuple[bool, bool] | None = None
-        """Whether the nodes' oracles count their calls and have a problem's gradients (any
-        node on any process), settled at the first record (:func:`gossip.metrics.oracle_fields`)."""
+        self.oracle_counts: bool | None = None
+        """Whether the nodes' oracles count their calls (any node on any process), settled at
+        the first record (:func:`gossip.metrics.oracle_fields`)."""
         self.watch = ["consensus_error", *watch]
         self._viewed: Any = None  # the topology whose views the nodes hold
         self._plans = IdentityCache()
@@ -473,7 +473,7 @@ class Engine:
                 key.rsplit(".", 1)[-1]: float(self.node_values(
                     {i: float(state[key][r]) for r, i in enumerate(ids)}).sum())
                 for key in self.algorithm.counts}))
-        rec.update(oracle_fields(self, xbar))
+        rec.update(oracle_fields(self))
         rec.update(self.network.fields())
         for metric in metrics:
             rec.update(metric(self, xbar))
