@@ -166,3 +166,21 @@ def test_runs_without_a_problem_have_no_oracle_fields():
     rec = eng.record()
     assert "grads_per_node" not in rec
     assert math.isnan(gradient_metric(eng, eng.mean_model())["grad_norm"])  # no f to differentiate
+
+
+@pytest.mark.parametrize(("name", "estimator"), [("dpsgd", "lsvrg"), ("lead", "full"),
+                                                 ("gt-saga", "full")])
+def test_a_resumed_run_counts_what_the_uninterrupted_one_counts(name, estimator):
+    """The counters travel in the oracles' checkpointed state: stopped after 3 rounds, saved,
+    loaded into a fresh engine and run on, a run records the calls of the uninterrupted one
+    (no setup gradient counted twice, none lost)."""
+    from tests.helpers.resume import stopped_and_resumed
+
+    pb = problem()
+    hp = {"eta": 0.2 / pb.smoothness().L_max} if name != "lead" else {}
+    straight, resumed = stopped_and_resumed(
+        lambda: engine(name, pb, estimator=estimator, **hp), 7, 3)
+    fields = ("grads_per_node", "sample_grads_per_node", "values_per_node", "prox_per_node")
+    a, b = straight.record(), resumed.record()
+    assert [a[k] for k in fields] == [b[k] for k in fields]
+    assert a["grads_per_node"] >= 7
