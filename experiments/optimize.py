@@ -55,14 +55,7 @@ from gossip.cli import (  # noqa: E402
     target_note,
     torch_dtype,
 )
-from gossip.cli.trials import (  # noqa: E402
-    ScriptFunction,
-    add_trials_arguments,
-    check_trials,
-    format_spread,
-    run_trials,
-    spread,
-)
+from gossip.cli.trials import add_trials_arguments, check_trials, run_seeds  # noqa: E402
 
 log = logging.getLogger("gossip.optimize")
 
@@ -277,8 +270,13 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     (with ``--seeds``: every trial's rows, each with its ``seed``)."""
     args = parse_args(argv)
     check_trials(args)
-    if args.seeds is not None and not check_only:
-        return run_seeds(args)
+    if args.seeds is not None and not check_only:  # one process per trial, each trial(args)
+        return run_seeds(
+            args, __file__, metric="distance_to_optimum",
+            final=("final", "final distance to x*"), reached="rounds", ms="ms",
+            columns=[("rounds", "rounds"), ("bits", "bits/node"),
+                     *((k, h) for k, h in COSTS if k != "cost" or args.cost_weights)],
+            title=args.problem, target=args.target)
     return run(args, check_only)[0]
 
 
@@ -286,61 +284,6 @@ def trial(args: argparse.Namespace) -> list[dict]:
     """One trial of ``--seeds`` (in its own process): the run of ``args`` (one seed, writing
     its records to ``args.out``), without its table."""
     return run(args, report=False)[0]
-
-
-def run_seeds(args: argparse.Namespace) -> list[dict]:
-    """Every run once per seed of ``--seeds``, ``--jobs`` at a time (:func:`gossip.cli.trials.
-    run_trials`): the records of all trials in seed order, each with ``seed``, into ``--out``;
-    a table of mean ± std over the seeds; a plot of the means with min-max bands."""
-    import tempfile
-
-    from gossip.metrics import JsonlLogger, read_jsonl
-
-    with tempfile.TemporaryDirectory(prefix="gossip-seeds-") as tmp:
-        trials = [argparse.Namespace(**(vars(args) | {
-            "seed": seed, "seeds": None, "jobs": 1, "out": str(Path(tmp) / f"seed{seed}.jsonl"),
-            "plot": None, "progress": False})) for seed in args.seeds]
-        results = run_trials(ScriptFunction(__file__, "trial") if args.jobs > 1 else trial,
-                             trials, args.jobs)
-        logs = {seed: read_jsonl(t.out) if Path(t.out).exists() else []
-                for seed, t in zip(args.seeds, trials)}
-    with JsonlLogger(args.out) as logger:
-        for seed, records in logs.items():
-            for rec in records:
-                logger.write(rec | {"seed": seed})
-    rows = [r | {"seed": seed} for seed, trial_rows in zip(args.seeds, results) for r in trial_rows]
-    labels = list(dict.fromkeys(r["run"] for r in rows))
-    print(format_trials_table(rows, labels, args))
-    if args.plot:
-        from gossip.plot import plot_runs
-
-        curves = {label: {seed: [r for r in logs[seed] if r.get("label") == label]
-                          for seed in args.seeds} for label in labels}
-        plot_runs(curves, args.plot, metric="distance_to_optimum",
-                  title=f"{args.problem}, seeds {args.seeds[0]}..{args.seeds[-1]} "
-                        f"({len(args.seeds)} trials): mean, min-max band", flag="--plot")
-    return rows
-
-
-def format_trials_table(rows: list[dict], labels: list[str], args: argparse.Namespace) -> str:
-    """The markdown table of repeated trials: per run, mean ± std over the seeds of the final
-    distance and of the rounds, bits, gradients and cost to ``--target`` (reached by every
-    seed, else ``not reached`` with how many did), ms per round, and the statuses."""
-    keys = [("rounds", "rounds"), ("bits", "bits/node"),
-            *((k, h) for k, h in COSTS if any(k in r for r in rows))]
-    heads = [f"{h} to {args.target:g}" for _, h in keys]
-    lines = [f"| run | seeds | final distance to x* | {' | '.join(heads)} | ms/round | status |",
-             "|---|---|---|" + "---|" * len(heads) + "---|---|"]
-    for label in labels:
-        mine = [r for r in rows if r["run"] == label]
-        reached = sum(r["rounds"] is not None for r in mine)
-        cells = [format_spread(spread([r.get(k) for r in mine])) if reached == len(mine)
-                 else f"not reached ({reached}/{len(mine)} did)" for k, _ in keys]
-        statuses = sorted({r["status"] for r in mine})
-        lines.append(f"| {label} | {len(mine)} | {format_spread(spread([r['final'] for r in mine]))}"
-                     f" | {' | '.join(cells)} | {format_spread(spread([r['ms'] for r in mine]))} "
-                     f"| {', '.join(statuses)} |")
-    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace, check_only: bool = False, report: bool = True

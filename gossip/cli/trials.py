@@ -66,17 +66,20 @@ def cost_weights(text: str) -> dict[str, float]:
     return out
 
 
-def add_trials_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--seeds``, ``--jobs`` and ``--cost-weights`` (module doc)."""
+def add_trials_arguments(parser: argparse.ArgumentParser, costs: bool = True) -> None:
+    """``--seeds``, ``--jobs`` and, with ``costs`` (runs with gradients), ``--cost-weights``
+    (module doc)."""
     g = parser.add_argument_group("repeated trials and costs")
     g.add_argument("--seeds", type=seed_list, default=None, metavar="SEEDS",
                    help="run every run once per seed: 0..9 (both ends included), 0,1,2 or "
                         "0..3,7; the records carry a seed field, the table gives mean ± std "
                         "over the seeds and the plot the mean with a min-max band (in process "
-                        "only; replaces --seed)")
+                        "only; replaces --seed; the seed draws the data too)")
     g.add_argument("--jobs", type=_jobs, default=1, metavar="N",
                    help="with --seeds: trials run at once, each in its own process (default 1; "
                         "the records are the same for any N)")
+    if not costs:
+        return
     g.add_argument("--cost-weights", type=cost_weights, default=None, metavar="KEY=W,...",
                    help="price a node's work: comm (per bit sent), grad (per gradient "
                         "estimate), sample (per per-sample gradient), value (per loss value), "
@@ -169,3 +172,64 @@ def format_spread(stats: dict[str, float] | None, fmt: str = ".3g") -> str:
     if stats is None:
         return "not reached"
     return f"{format(stats['mean'], fmt)} ± {format(stats['std'], '.2g')}"
+
+
+def run_seeds(args: argparse.Namespace, script: str, *, metric: str, final: tuple[str, str],
+              columns: Sequence[tuple[str, str]], reached: str, ms: str, title: str,
+              target: float) -> list[dict]:
+    """Every run of a script once per seed of ``args.seeds``, ``args.jobs`` at a time: the
+    script's ``trial(args)`` (its runs for one seed, records to ``args.out``, no table) in
+    ``spawn``-ed processes (:class:`ScriptFunction` of the file ``script``). Then the records
+    of all trials in seed order, each with ``seed``, into ``--out``; a markdown table of mean ±
+    std over the seeds (:func:`trials_table`); a plot of ``metric``, the means with min-max
+    bands. Returns every trial's table rows, each with its ``seed``."""
+    import tempfile
+    from pathlib import Path
+
+    from gossip.metrics import JsonlLogger, read_jsonl
+
+    with tempfile.TemporaryDirectory(prefix="gossip-seeds-") as tmp:
+        trials = [argparse.Namespace(**(vars(args) | {
+            "seed": seed, "seeds": None, "jobs": 1, "out": str(Path(tmp) / f"seed{seed}.jsonl"),
+            "plot": None, "progress": False})) for seed in args.seeds]
+        results = run_trials(ScriptFunction(script, "trial"), trials, args.jobs)
+        logs = {seed: read_jsonl(t.out) if Path(t.out).exists() else []
+                for seed, t in zip(args.seeds, trials)}
+    with JsonlLogger(args.out) as logger:
+        for seed, records in logs.items():
+            for rec in records:
+                logger.write(rec | {"seed": seed})
+    rows = [r | {"seed": seed} for seed, trial_rows in zip(args.seeds, results) for r in trial_rows]
+    print(trials_table(rows, final=final, columns=columns, reached=reached, ms=ms,
+                       target=target))
+    if args.plot:
+        from gossip.plot import plot_runs
+
+        labels = list(dict.fromkeys(r["run"] for r in rows))
+        curves = {label: {seed: [r for r in logs[seed] if r.get("label") == label]
+                          for seed in args.seeds} for label in labels}
+        plot_runs(curves, args.plot, metric=metric,
+                  title=f"{title}, seeds {args.seeds[0]}..{args.seeds[-1]} "
+                        f"({len(args.seeds)} trials): mean, min-max band", flag="--plot")
+    return rows
+
+
+def trials_table(rows: list[dict], *, final: tuple[str, str], columns: Sequence[tuple[str, str]],
+                 reached: str, ms: str, target: float) -> str:
+    """The markdown table of repeated trials (``rows``: every trial's table row, with ``run``
+    and ``status``): per run, mean ± std over the seeds of ``final`` (row key, header), of
+    each of ``columns`` (reached by every seed, as the row key ``reached`` says, else ``not
+    reached (k/N did)``) and of ``ms`` per round, and the statuses."""
+    heads = [f"{h} to {target:g}" for _, h in columns]
+    lines = [f"| run | seeds | {final[1]} | {' | '.join(heads)} | ms/round | status |",
+             "|---|---|---|" + "---|" * len(heads) + "---|---|"]
+    for label in dict.fromkeys(r["run"] for r in rows):
+        mine = [r for r in rows if r["run"] == label]
+        hit = sum(r[reached] is not None for r in mine)
+        cells = [format_spread(spread([r.get(k) for r in mine])) if hit == len(mine)
+                 else f"not reached ({hit}/{len(mine)} did)" for k, _ in columns]
+        statuses = sorted({r["status"] for r in mine})
+        lines.append(f"| {label} | {len(mine)} | {format_spread(spread([r[final[0]] for r in mine]))}"
+                     f" | {' | '.join(cells)} | {format_spread(spread([r[ms] for r in mine]))} "
+                     f"| {', '.join(statuses)} |")
+    return "\n".join(lines)

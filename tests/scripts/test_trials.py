@@ -58,6 +58,26 @@ def test_seeds_in_parallel_give_the_records_of_the_seeds_run_one_by_one(tmp_path
     assert last["cost"] == pytest.approx(1e-3 * last["bits_per_node"] + last["grads_per_node"])
 
 
+def test_consensus_seeds_one_by_one_in_process_keyed_by_seed(tmp_path, capsys):
+    """consensus.py --seeds 0,2 --jobs 1 (the trials in this process): each seed's records are
+    those of --seed S alone; the table's final error is their mean."""
+    consensus = script("consensus")
+    common = ["--compressor", "sign", "--gamma", "0.4", "--rounds", "12", "--nodes", "5",
+              "--dim", "8", "--log-every", "4", "--target", "1e-2", "--no-progress"]
+    both = tmp_path / "both.jsonl"
+    rows = consensus.main([*common, "--seeds", "0,2", "--out", str(both)])
+    table = capsys.readouterr().out
+    merged = read_jsonl(both)
+    for seed in (0, 2):
+        alone = tmp_path / f"alone{seed}.jsonl"
+        consensus.main([*common, "--seed", str(seed), "--out", str(alone)])
+        assert _strip([r for r in merged if r["seed"] == seed]) == _strip(read_jsonl(alone))
+    finals = [r["final_rel_error"] for r in rows]
+    assert finals[0] != finals[1]  # the seeds draw different vectors
+    line = next(ln for ln in table.splitlines() if ln.startswith(f"| {rows[0]['run']} |"))
+    assert float(line.split("|")[3].split("±")[0]) == pytest.approx(sum(finals) / 2, rel=1e-2)
+
+
 def test_seed_lists_and_cost_weights_are_parsed_and_refused():
     assert seed_list("0..3") == [0, 1, 2, 3]
     assert seed_list("0,2,5..6") == [0, 2, 5, 6]
