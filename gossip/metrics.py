@@ -62,8 +62,8 @@ fields, in the order they are gathered."""
 
 def oracle_fields(engine: Any) -> dict[str, float]:
     """The record's oracle counters of :data:`ORACLE_FIELDS` (collective: one exchange), each
-    the mean over the nodes that hold an oracle. None where no node's oracle counts (models'
-    oracles, runs without gradients); whether a run counts is settled at its first record,
+    the mean over the nodes that hold an oracle. No fields where no node's oracle counts
+    (models' oracles, runs without gradients); whether a run counts is settled at its first record,
     with one vote of the processes, so every process writes the same fields."""
     if engine.oracle_counts is None:
         engine.oracle_counts = engine.world.any(any(
