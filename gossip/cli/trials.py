@@ -69,7 +69,7 @@ def cost_weights(text: str) -> dict[str, float]:
 def add_trials_arguments(parser: argparse.ArgumentParser, costs: bool = True) -> None:
     """``--seeds``, ``--jobs`` and, with ``costs`` (runs with gradients), ``--cost-weights``
     (module doc)."""
-    g = parser.add_argument_group("repeated trials and costs")
+    g = parser.add_argument_group("repeated trials and costs" if costs else "repeated trials")
     g.add_argument("--seeds", type=seed_list, default=None, metavar="SEEDS",
                    help="run every run once per seed: 0..9 (both ends included), 0,1,2 or "
                         "0..3,7; the records carry a seed field, the table gives mean ± std "
