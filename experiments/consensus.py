@@ -2,6 +2,7 @@
 
 In process:      python experiments/consensus.py --nodes 25 --compressor none topk:0.01 --gamma 1 0.05
 Under MPI:       mpiexec -n 8 python experiments/consensus.py --compressor none sign --gamma 1 0.4
+Trials:          python experiments/consensus.py --compressor none sign --gamma 1 0.4 --seeds 0..9 --jobs 2
 
 Every compressor gets its own run from the same initial vectors; the script prints one table
 row per run (final error, rounds and bits per node to reach --target, mean round time), writes
@@ -47,6 +48,7 @@ from gossip.cli import (  # noqa: E402
     split_per_run,
     torch_dtype,
 )
+from gossip.cli.trials import add_trials_arguments, check_trials, run_seeds  # noqa: E402
 
 if TYPE_CHECKING:
     import numpy as np
@@ -95,6 +97,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="consensus error, relative to the initial one, that counts as reached")
     add_run_arguments(p)
     add_list_argument(p, algorithms=averaging)
+    add_trials_arguments(p, costs=False)
     from gossip.config import parse_args_with_config
 
     return parse_args_with_config(p, argv)  # --config run.toml; flags override it
@@ -162,7 +165,27 @@ def check(argv: list[str] | None = None) -> None:
 
 
 def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
+    """Run what ``argv`` asks for, print its table (and plot), and return the table's rows
+    (with ``--seeds``: every trial's rows, each with its ``seed``)."""
     args = parse_args(argv)
+    check_trials(args)
+    if args.seeds is not None and not check_only:  # one process per trial, each trial(args)
+        return run_seeds(args, __file__, metric="consensus_error_rel",
+                         final=("final_rel_error", "final error (rel.)"),
+                         columns=[("rounds_to_target", "rounds"), ("bits_to_target", "bits/node")],
+                         reached="rounds_to_target", ms="ms_per_round",
+                         title=f"consensus, {args.algorithm}", target=args.target)
+    return run(args, check_only)
+
+
+def trial(args: argparse.Namespace) -> list[dict]:
+    """One trial of ``--seeds`` (in its own process): the runs of ``args`` (one seed, records
+    to ``args.out``), without their table."""
+    return run(args, report=False)
+
+
+def run(args: argparse.Namespace, check_only: bool = False, report: bool = True) -> list[dict]:
+    """The runs of ``args``: their table rows (``report``: print the table, write the plot)."""
     import numpy as np
 
     from gossip.algorithms import form_class, make_algorithm
@@ -246,7 +269,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
         curves[label] = result.records
         rows.append(table_row(label, result.records, result.summary, args.target))
     logger.close()
-    if world.is_root:
+    if world.is_root and report:
         from gossip.outputs import clocks_of
 
         print(format_table(rows, args.target, clocks_of(curves.values())))

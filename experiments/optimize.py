@@ -3,10 +3,13 @@
 In process:   python experiments/optimize.py --problem least-squares --algorithm lead --compressor lead:2
 Compare:      python experiments/optimize.py --compare lead@lead:2 nids@none dpsgd choco@lead:2 --plot p.png
 Under MPI:    mpiexec -n 8 python experiments/optimize.py --problem lasso --algorithm prox-lead --compressor lead:2
+Trials:       python experiments/optimize.py --compare lead@lead:2 dgd --seeds 0..9 --jobs 2 --plot p.png
 
 The exact optimum x* is computed centrally (scipy / proximal gradient in float64); each record
 carries distance_to_optimum = (1/n) Σ ‖x_i − x*‖² / ‖x*‖², the objective at the average model and
-its gap to the optimal value, consensus error and bits per node. Step sizes default to what each
+its gap to the optimal value, ‖∇f(x̄)‖ and its minimum so far, consensus error, bits per node and
+the oracle calls per node (gradients, per-sample gradients, loss values, proximal steps), priced
+by ``--cost-weights`` into a ``cost``. Step sizes default to what each
 algorithm suggests for the problem (η = 1/L with full gradients, 1/(6 L_max) with sampled ones,
 a fifth of that for gradient tracking), so a run with no tuning flag works. Messages are exact
 (``none``) unless a compressor is named (``--compressor``, or ``ALG@SPEC`` in ``--compare``), and
@@ -52,6 +55,7 @@ from gossip.cli import (  # noqa: E402
     target_note,
     torch_dtype,
 )
+from gossip.cli.trials import add_trials_arguments, check_trials, run_seeds  # noqa: E402
 
 log = logging.getLogger("gossip.optimize")
 
@@ -117,6 +121,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add_run_arguments(p)
     add_overlap_argument(p)
     add_list_argument(p, algorithms=lambda: trainable() + sorted(ALIASES))
+    add_trials_arguments(p)
     p.set_defaults(log_every=1, dtype="float64", topology=None)  # ring, or star when federated
     from gossip.config import parse_args_with_config
 
@@ -231,14 +236,21 @@ def check(argv: list[str] | None = None) -> None:
     main(argv, check_only=True)
 
 
+COSTS = [("grads", "grads/node"), ("cost", "cost")]
+"""Table columns of the work to the target besides bits (row key, header): gradient
+estimates per node (where the oracles count them), the ``--cost-weights`` cost."""
+
+
 def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]],
                  federated: bool = False) -> str:
     """The runs' markdown table: final distance, rounds, bits and, for runs on a clock
     (``clocks``: virtual time of the network's timing models, wall time of ``--free-run``),
     the seconds each took to reach ``target``. ``federated``: the bits each client sent up and
-    received down (counted from the bytes) instead of the mean over nodes and server."""
+    received down (counted from the bytes) instead of the mean over nodes and server. Rows
+    with ``grads`` / ``cost`` keys (:data:`COSTS`) get those columns to the target too."""
     bits = [("bits_up", "bits up/client"), ("bits_down", "bits down/client")] if federated \
         else [("bits", "bits/node")]
+    bits += [(k, h) for k, h in COSTS if any(k in r for r in rows)]
     heads = [f"rounds to {target:g}", *(f"{h} to {target:g}" for _, h in bits),
              *(f"{h} to {target:g}" for _, h in clocks)]
     lines = ["| run | final distance to x* | " + " | ".join(heads) + " | ms/round | status |",
@@ -246,7 +258,7 @@ def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]],
     for r in rows:
         missed = r["rounds"] is None
         cells = ["not reached"] * len(heads) if missed else [
-            str(r["rounds"]), *(format(r[k], ".3g") for k, _ in bits),
+            str(r["rounds"]), *("—" if r.get(k) is None else format(r[k], ".3g") for k, _ in bits),
             *("—" if r[k] is None else format(r[k], ".4g") for k, _ in clocks)]
         lines.append(f"| {r['run']} | {r['final']:.3g} | " + " | ".join(cells)
                      + f" | {r['ms']:.3f} | {r['status']} |")
@@ -254,14 +266,43 @@ def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]],
 
 
 def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
+    """Run what ``argv`` asks for, print its table (and plot), and return the table's rows
+    (with ``--seeds``: every trial's rows, each with its ``seed``)."""
     args = parse_args(argv)
+    check_trials(args)
+    if args.seeds is not None and not check_only:  # one process per trial, each trial(args)
+        return run_seeds(
+            args, __file__, metric="distance_to_optimum",
+            final=("final", "final distance to x*"), reached="rounds", ms="ms",
+            columns=[("rounds", "rounds"), ("bits", "bits/node"),
+                     *((k, h) for k, h in COSTS if k != "cost" or args.cost_weights)],
+            title=args.problem, target=args.target)
+    return run(args, check_only)[0]
+
+
+def trial(args: argparse.Namespace) -> list[dict]:
+    """One trial of ``--seeds`` (in its own process): the run of ``args`` (one seed, writing
+    its records to ``args.out``), without its table."""
+    return run(args, report=False)[0]
+
+
+def run(args: argparse.Namespace, check_only: bool = False, report: bool = True
+        ) -> tuple[list[dict], dict[str, list[dict]]]:
+    """The runs of ``args``: their table rows and round records by label (``report``: print
+    the table and write the plot)."""
     federated = federated_runs(args)
     if args.topology is None:
         args.topology = "star" if federated else "ring"
     from gossip.algorithms import form_class, make_algorithm
     from gossip.engine import Engine
     from gossip.errors import GossipError
-    from gossip.metrics import JsonlLogger, first_reach, squared_distance, versions
+    from gossip.metrics import (
+        JsonlLogger,
+        first_reach,
+        gradient_metric,
+        squared_distance,
+        versions,
+    )
     from gossip.outputs import CLOCKS, clocks_of
     from gossip.problems import default_hparams, make_problem
     from gossip.runner import execute
@@ -300,7 +341,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     def metrics(engine, xbar):
         obj = problem.objective(xbar)
         return {"distance_to_optimum": squared_distance(engine, x_star),
-                "objective": obj, "suboptimality": obj - f_star}
+                "objective": obj, "suboptimality": obj - f_star} | gradient_metric(engine, xbar)
 
     norm_star = float((x_star**2).sum()) or 1.0
 
@@ -331,7 +372,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
         check_entries([(label, lambda b=b: b(None)) for (label, *_), b in zip(planned, builds)],
                       "--compare" if args.compare else "--algorithm")
     if check_only:
-        return []
+        return [], {}
     logger = JsonlLogger(args.out, enabled=world.is_root)
     rows, curves = [], {}
     for index, ((label, name, comp, hp), build) in enumerate(zip(planned, builds)):
@@ -358,7 +399,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
             config["gamma_search"] = search.record()
         result = execute(engine, label=label, config=config, logger=logger,
                          rounds=args.rounds, log_every=args.log_every, metrics=[metrics],
-                         node_metrics=[node_metrics],
+                         node_metrics=[node_metrics], cost_weights=args.cost_weights,
                          progress=args.progress, **checkpoint_options(args, index))
         curves[label] = result.records
         reached = first_reach(result.records, "distance_to_optimum", args.target)
@@ -370,10 +411,13 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
                          "bits_down": reached["bits_down_per_client"] if reached else None}
                         if federated else {}),
                      **{key: (reached or {}).get(key) for key, _ in CLOCKS},  # seconds to target
+                     **({"grads": (reached or {}).get("grads_per_node")}
+                        if "grads_per_node" in last else {}),
+                     **({"cost": (reached or {}).get("cost")} if args.cost_weights else {}),
                      "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status,
                      "last_round": last.get("round")})
     logger.close()
-    if world.is_root:
+    if world.is_root and report:
         print(format_table(rows, args.target, clocks_of(curves.values()), federated))
         note = target_note([(r["run"], r["last_round"]) for r in rows if r["rounds"] is None],
                            args.target, "distance to x*")
@@ -384,7 +428,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
 
             plot_runs(curves, args.plot, metric="distance_to_optimum",
                       title=f"{args.problem} on {topology.name}, n={topology.n}", flag="--plot")
-    return rows
+    return rows, curves
 
 
 if __name__ == "__main__":

@@ -6,7 +6,12 @@ summed in node order, so the value does not depend on how nodes are spread over 
 
 Record schema (stable; other tools read it): every record has ``type``: ``config`` (first),
 ``round`` (``round`` 0 = before any exchange, ``consensus_error``, ``bits_per_node`` mean
-cumulative, ``bits_per_node_max``, ``time_s``, ``compute_s``, ``comm_s``, plus problem metrics),
+cumulative, ``bits_per_node_max``, ``time_s``, ``compute_s``, ``comm_s``; where the nodes' oracles count
+their calls, :data:`ORACLE_FIELDS`: ``grads_per_node``, ``sample_grads_per_node``,
+``values_per_node``, ``prox_per_node``, each the mean cumulative count over the nodes that hold
+an oracle (the clients of a federated run); plus the scripts' metrics, e.g. ``grad_norm``
+``‖∇f(x̄)‖`` (:func:`gradient_metric`) and, added by :func:`gossip.runner.execute`,
+``grad_norm_min``, its minimum so far),
 ``node`` (free runs only: one node's snapshot, ``node``, ``round``, ``wall_s``, ``local_steps``,
 ``bits_sent`` plus node metrics; :mod:`gossip.network.freerun`) and ``summary`` (last:
 ``wall_time_s``, ``seconds_per_round``).
@@ -47,6 +52,96 @@ def squared_distance(engine: Any, target: torch.Tensor) -> float:
     value = math.fsum(terms.tolist()) / len(terms)
     norm = float(torch.sum(target**2))
     return value / norm if norm > 0 else value
+
+
+ORACLE_FIELDS = {"grads": "grads_per_node", "sample_grads": "sample_grads_per_node",
+                 "values": "values_per_node", "prox": "prox_per_node"}
+"""The oracles' counters (:meth:`gossip.problems.oracles.Oracle.counters`) and their record
+fields, in the order they are gathered."""
+
+
+def oracle_fields(engine: Any) -> dict[str, float]:
+    """The record's oracle counters of :data:`ORACLE_FIELDS` (collective: one exchange), each
+    the mean over the nodes that hold an oracle. No fields where no node's oracle counts
+    (models' oracles, runs without gradients); whether a run counts is settled at its first record,
+    with one vote of the processes, so every process writes the same fields."""
+    if engine.oracle_counts is None:
+        engine.oracle_counts = engine.world.any(any(
+            callable(getattr(nd.oracle, "counters", None)) for nd in engine.nodes.values()))
+    if not engine.oracle_counts:
+        return {}
+    width = 1 + len(ORACLE_FIELDS)
+    local = {}
+    for i, nd in engine.nodes.items():
+        counters = getattr(nd.oracle, "counters", None)
+        calls = counters() if callable(counters) else None
+        local[i] = ([1.0, *(float(calls.get(k, 0)) for k in ORACLE_FIELDS)] if calls
+                    is not None else [0.0] * width)
+    rows = engine.node_values(local, width=width)
+    held = rows[:, 0] > 0
+    nodes = int(held.sum())
+    return {field: math.fsum(rows[held, k].tolist()) / nodes
+            for k, field in enumerate(ORACLE_FIELDS.values(), start=1)}
+
+
+def gradient_metric(engine: Any, xbar: torch.Tensor) -> dict[str, float]:
+    """The metric ``grad_norm`` = ‖∇f(x̄)‖ (:func:`gradient_norm`), for ``Engine.run(metrics=
+    [...])``: it costs one full local gradient per node at every record, so a script asks for
+    it (experiments/optimize.py does) rather than every run paying for it."""
+    return {"grad_norm": gradient_norm(engine, xbar)}
+
+
+COST_KEYS = {"comm": "bits_per_node", "grad": "grads_per_node",
+             "sample": "sample_grads_per_node", "value": "values_per_node", "prox": "prox_per_node"}
+"""The weights a cost takes (``--cost-weights comm=1e-6,grad=1``) and the record field each
+multiplies: a bit sent, a gradient estimate, a per-sample gradient, a loss value, a proximal
+step (all per node, cumulative)."""
+
+
+def weighted_cost(record: Mapping[str, Any], weights: Mapping[str, float]) -> float | None:
+    """``Σ_k weights[k] · record[COST_KEYS[k]]``: what a round record's run has cost a node so
+    far, in the user's units (None when a weighted field is missing from the record: a run
+    whose oracles do not count)."""
+    total = []
+    for key, weight in weights.items():
+        value = record.get(COST_KEYS[key])
+        if value is None:
+            return None
+        total.append(weight * value)
+    return math.fsum(total)
+
+
+def gradient_norm(engine: Any, xbar: torch.Tensor) -> float:
+    """‖∇f(x̄)‖ with ``f = (1/n_f) Σ_i f_i`` over the ``n_f`` nodes whose oracle has a problem
+    (collective): each process evaluates its nodes' ``∇f_i(x̄)`` on the problem behind the
+    oracle (not through the oracle, so the counters see only the algorithm's calls), and the
+    sum is a running sum in node order over the processes
+    (:meth:`gossip.comm.world.World.ordered_sum`), so the value is the same in one process
+    and under mpiexec. The smooth part only: with a regularizer ``r`` (lasso) it is not 0 at
+    the optimum."""
+    d = xbar.numel()
+    local = {}
+    for i, nd in engine.nodes.items():
+        term = torch.zeros(d + 1, dtype=xbar.dtype, device=xbar.device)
+        found = _problem_of(nd.oracle)
+        if found is not None:
+            problem, j = found
+            problem.grad_full(j, xbar, term[:d])
+            term[d] = 1.0
+        local[i] = term
+    total = engine.world.ordered_sum(local)
+    count = float(total[d])
+    if count == 0:
+        return float("nan")
+    return float(torch.linalg.vector_norm(total[:d].to(torch.float64) / count))
+
+
+def _problem_of(oracle: Any) -> tuple[Any, int] | None:
+    """``(problem, index)`` behind a problem's oracle (None for any other oracle)."""
+    problem = getattr(oracle, "problem", None)
+    if problem is None or not callable(getattr(problem, "grad_full", None)):
+        return None
+    return problem, int(oracle.node)
 
 
 def first_reach(records: Iterable[Mapping[str, Any]], key: str, target: float) -> Mapping | None:

@@ -14,7 +14,7 @@ from typing import Any
 from gossip.checkpoint import Checkpointer
 from gossip.engine import Engine, Metric
 from gossip.errors import CheckpointError, ConfigError, DivergenceError, OutputError
-from gossip.metrics import JsonlLogger
+from gossip.metrics import JsonlLogger, weighted_cost
 from gossip.network import NodeMetric
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,7 @@ def execute(
     resume: bool = False,
     not_extendable: str | None = None,
     flags: Mapping[str, tuple[str, Any]] | None = None,
+    cost_weights: Mapping[str, float] | None = None,
 ) -> RunResult:
     """Run ``engine`` for ``rounds`` rounds (from a checkpoint when ``resume``), logging as it goes
 (``node_metrics``: a free run's per-node values, :meth:`Engine.run`).
@@ -67,6 +68,8 @@ def execute(
     continues from its last round, unless ``not_extendable`` says why it cannot (e.g. a
     learning-rate schedule that spans the run's length). ``flags`` (the scripts' option strings
     and defaults, :func:`gossip.config.flag_defaults`) lets a refused resume name flags.
+    ``cost_weights`` (``--cost-weights``): each round record gains ``cost``
+    (:func:`gossip.metrics.weighted_cost`).
     """
     result = RunResult(label)
     config = {"type": "config", "label": label} | config
@@ -80,7 +83,7 @@ def execute(
                             every=checkpoint_every, world=engine.world, flags=flags)
     try:
         return _execute(engine, ckpt, result, config, logger, rounds, log_every, metrics,
-                        progress, resume, not_extendable, node_metrics)
+                        progress, resume, not_extendable, node_metrics, cost_weights)
     finally:
         if ckpt is not None:
             ckpt.close()
@@ -89,7 +92,8 @@ def execute(
 def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, config: dict,
              logger: JsonlLogger, rounds: int, log_every: int, metrics: list[Metric],
              progress: bool, resume: bool, not_extendable: str | None,
-             node_metrics: list[NodeMetric] = ()) -> RunResult:
+             node_metrics: list[NodeMetric] = (),
+             cost_weights: Mapping[str, float] | None = None) -> RunResult:
     label = result.label
     start_round = 0
     if ckpt is not None and resume:
@@ -142,6 +146,11 @@ def _execute(engine: Engine, ckpt: Checkpointer | None, result: RunResult, confi
         if "consensus_error" in rec:  # Ξ(X^t)/Ξ(X^0), what tables and plots show
             initial = (result.records[0] if result.records else rec)["consensus_error"]
             rec["consensus_error_rel"] = rec["consensus_error"] / initial if initial else None
+        if "grad_norm" in rec:  # ‖∇f(x̄)‖'s minimum over the records so far (resumes: replayed)
+            before = [r["grad_norm_min"] for r in result.records[-1:] if "grad_norm_min" in r]
+            rec["grad_norm_min"] = min(before[0], rec["grad_norm"]) if before else rec["grad_norm"]
+        if cost_weights and rec.get("type") == "round":
+            rec["cost"] = weighted_cost(rec, cost_weights)
         rec["label"] = label
         result.records.append(rec)
         try:

@@ -65,6 +65,15 @@ def finite_sums(name: str, block: Any) -> list[tuple[Any, int]]:
     return out
 
 
+def report(block: Any, r: int, samples: int) -> None:
+    """One gradient estimate of row ``r``'s node that cost ``samples`` per-sample gradients,
+    counted on the node's oracle (:meth:`gossip.problems.oracles.Oracle.count`): the methods
+    evaluate the problem behind it themselves, and the log's oracle counters read it there."""
+    count = getattr(block.nodes[r].oracle, "count", None)
+    if count is not None:
+        count(grads=1, sample_grads=samples)
+
+
 def all_sizes(problem: Any) -> list[int]:
     """``m_i`` of every node of the problem (the same list on every process)."""
     return [int(problem.n_samples(i)) for i in range(problem.n_nodes)]
@@ -158,12 +167,14 @@ class GTSAGA(VarianceReducedTracking):
             for r, e in enumerate(estimators):
                 block.oracle_call(e.start, x[r], out=out[r])
                 counts[r] += e.m
+                report(block, r, e.m)
             return out
         picks = draw_samples(block.stream_rng(STREAM), [e.m for e in estimators], self.batch_size)
         for r, e in enumerate(estimators):
             idx = picks[r].to(e.problem.device)
             block.oracle_call(lambda xr, o, e=e, idx=idx: e.grad_at(xr, idx, o), x[r], out=out[r])
             counts[r] += idx.numel()
+            report(block, r, idx.numel())
         return out
 
 
@@ -234,6 +245,7 @@ class GTSARAH(VarianceReducedTracking):
                 block.oracle_call(lambda xr, o, p=problem, i=i: p.grad_full(i, xr, o), x[r],
                                   out=out[r])
                 counts[r] += problem.n_samples(i)
+                report(block, r, problem.n_samples(i))
         else:
             picks = draw_samples(block.stream_rng(STREAM), [p.n_samples(i) for p, i in sums],
                                  batch)
@@ -248,5 +260,6 @@ class GTSARAH(VarianceReducedTracking):
 
                 block.oracle_call(sarah, x[r], x_prev[r], out=out[r])
                 counts[r] += 2 * idx.numel()
+                report(block, r, 2 * idx.numel())
         x_prev.copy_(x)  # x moves next: the point the next recursive estimate differences
         return out

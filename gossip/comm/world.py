@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -188,29 +189,33 @@ class World:
         return transport
 
     # -- collectives (point to point, every wait against the deadline) ---------------------
-    def node_values(self, n: int, local: Mapping[int, float],
-                    what: str = "metrics: the per-node values of") -> np.ndarray:
+    def node_values(self, n: int, local: Mapping[int, Any],
+                    what: str = "metrics: the per-node values of", width: int = 0) -> np.ndarray:
         """All nodes' scalars (float64, indexed by node) on every process; ``what`` names the
-        exchange in a timeout ("metrics: ..." for the metrics, else what it is for)."""
-        mine = np.array([local[i] for i in sorted(local)], dtype=np.float64)
+        exchange in a timeout ("metrics: ..." for the metrics, else what it is for).
+        ``width`` > 0: each node gives ``width`` floats (a sequence), gathered in one exchange
+        into an ``[n, width]`` array."""
+        w = max(width, 1)
+        mine = np.array([local[i] for i in sorted(local)], dtype=np.float64).reshape(-1)
         if self.link is None:
-            return mine
+            return mine.reshape(-1, width) if width else mine
         placement = self.placement(n)
-        counts = [placement.count(r) for r in range(self.size)]
+        counts = [w * placement.count(r) for r in range(self.size)]
         sent = np.append(mine, _flag(np.isfinite(mine).all()))  # the values, then the flag
-        got = np.empty(n + self.size, dtype=np.float64)
+        got = np.empty(w * n + self.size, dtype=np.float64)
         self._all_to_all(sent.view(np.uint8), got.view(np.uint8), [8 * (c + 1) for c in counts],
                          _TAG_VALUES, what)
-        out, at = np.empty(n, dtype=np.float64), 0
+        out, at = np.empty(w * n, dtype=np.float64), 0
         for r, count in enumerate(counts):
             values = got[at + r: at + r + count]  # rank r's section: its values, then its flag
             if r != self.rank:
-                nodes = f"node {at}" if count == 1 else f"nodes {at}..{at + count - 1}"
+                first, last = at // w, (at + count) // w - 1
+                nodes = f"node {first}" if first == last else f"nodes {first}..{last}"
                 self._check_values(bool(np.isfinite(values).all()), float(got[at + r + count]),
                                    r, f"{what.removeprefix('metrics: ')} {nodes}")
             out[at: at + count] = values
             at += count
-        return out
+        return out.reshape(-1, width) if width else out
 
     def ordered_sum(self, local: Mapping[int, torch.Tensor]) -> torch.Tensor:
         """Σ_i x_i over all nodes, added in node order, identical on every process.

@@ -38,7 +38,7 @@ from gossip.errors import (
     RowsError,
 )
 from gossip.layout import Layout
-from gossip.metrics import consensus_error
+from gossip.metrics import consensus_error, oracle_fields
 from gossip.network import Network, NodeMetric, build
 from gossip.rng import generator, node_seed
 from gossip.stateful import Stateful
@@ -168,6 +168,9 @@ class Engine:
         self.comm_s = 0.0
         self._start = time.perf_counter()
         self._reference: dict[str, float] = {}
+        self.oracle_counts: bool | None = None
+        """Whether the nodes' oracles count their calls (any node on any process), settled at
+        the first record (:func:`gossip.metrics.oracle_fields`)."""
         self.watch = ["consensus_error", *watch]
         self._viewed: Any = None  # the topology whose views the nodes hold
         self._plans = IdentityCache()
@@ -439,9 +442,10 @@ class Engine:
                 {i: nd.x if i == 0 else torch.zeros_like(nd.x) for i, nd in self.nodes.items()})
         return self.world.ordered_sum({i: nd.x for i, nd in self.nodes.items()}).div_(self.n)
 
-    def node_values(self, local: Mapping[int, float]) -> Any:
-        """Gather one float per node (indexed by node id) on every process."""
-        return self.world.node_values(self.n, local)
+    def node_values(self, local: Mapping[int, Any], width: int = 0) -> Any:
+        """Gather one float per node (indexed by node id) on every process; ``width`` > 0:
+        ``width`` floats per node, as an ``[n, width]`` array."""
+        return self.world.node_values(self.n, local, width=width)
 
     def bytes_sent(self) -> Any:
         """Cumulative bytes handed to the transport by each node (indexed by node id)."""
@@ -469,6 +473,7 @@ class Engine:
                 key.rsplit(".", 1)[-1]: float(self.node_values(
                     {i: float(state[key][r]) for r, i in enumerate(ids)}).sum())
                 for key in self.algorithm.counts}))
+        rec.update(oracle_fields(self))
         rec.update(self.network.fields())
         for metric in metrics:
             rec.update(metric(self, xbar))

@@ -85,6 +85,7 @@ import torch
 from gossip.core.activation import Activation, Message, answer_request
 from gossip.core.algorithm import Algorithm
 from gossip.errors import CommError, ConfigError
+from gossip.metrics import ORACLE_FIELDS
 from gossip.network.clock import sleep_serving
 from gossip.network.frames import activated, frame, merged, parts_nbytes, unframe
 from gossip.network.host import Host
@@ -628,6 +629,8 @@ class FreeRun:
                 sent[self.node] = snap.nbytes
                 host.round = snap.round  # what metrics read (a trainer's epoch)
                 rec = host.record(metrics)
+                for field in ORACLE_FIELDS.values():  # the counters are now's, not the snapshot's
+                    rec.pop(field, None)
                 steps = host.node_values({self.node: float(snap.steps)})
                 taken = host.node_values({self.node: snap.wall_s})
                 left = host.node_values({self.node: float(snap.left)})

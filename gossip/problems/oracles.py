@@ -17,6 +17,13 @@ Estimators (local finite sum ``f_i = (1/m) Σ_l f_{i,l}``, batch ``B`` of ``batc
   seen) and its mean ``ψ``: ``g = (1/|B|) Σ_{l∈B} (∇f_{i,l}(x) − φ_l) + ψ``; then
   ``ψ += Σ_{l∈B} (∇f_{i,l}(x) − φ_l)/m`` and ``φ_l ← ∇f_{i,l}(x)``.
 
+Every oracle counts its calls where they happen (:meth:`Oracle.counters`, saved with its state):
+``grads`` gradient estimates handed out, ``sample_grads`` per-sample gradients they evaluated (a
+full local gradient counts ``m_i``, 1 when ``f_i`` is not a finite sum), ``values`` local loss
+values, ``prox`` proximal steps (of ``r`` or of the node's own ``f_i``). The engine logs them
+per node next to the bits (docs/experiments.md); an algorithm that evaluates the problem behind
+an oracle itself (GT-SARAH) reports what it evaluated with :meth:`Oracle.count`.
+
 Sampling: ``batch_size == 1`` draws one index with ``torch.randint``; larger batches draw distinct
 indices (the first ``batch_size`` entries of ``torch.randperm(m)``). LSVRG draws the indices first,
 then its coin (``torch.rand``). For GLMs SAGA stores the ``m`` scalars ``φ'(a_lᵀx, b_l)`` rather
@@ -65,6 +72,8 @@ class Oracle(ABC):
         problem, node, generator: what it was built with.
         sample_grads: how many per-sample gradients it evaluated so far (a full local gradient
             counts ``m_i``); a cost measure for plots, saved in the state dict.
+        grads, values, prox: gradient estimates handed out, local loss values, proximal steps
+            (:meth:`counters`; saved in the state dict too).
     """
 
     estimator: ClassVar[str]
@@ -74,6 +83,27 @@ class Oracle(ABC):
         self.node = problem.check_node(node)
         self.generator = generator
         self.sample_grads = 0
+        self.grads = 0
+        self.values = 0
+        self.prox_steps = 0
+
+    COUNTERS: ClassVar[tuple[str, ...]] = ("grads", "sample_grads", "values", "prox")
+    """The names of :meth:`counters`, in the order the engine gathers them."""
+
+    def counters(self) -> dict[str, int]:
+        """The calls so far: ``grads`` (gradient estimates), ``sample_grads`` (per-sample
+        gradients evaluated), ``values`` (local losses), ``prox`` (proximal steps)."""
+        return {"grads": self.grads, "sample_grads": self.sample_grads, "values": self.values,
+                "prox": self.prox_steps}
+
+    def count(self, grads: int = 0, sample_grads: int = 0, values: int = 0, prox: int = 0) -> None:
+        """Add calls to the counters: what an algorithm that evaluates the problem behind this
+        oracle itself (not through :meth:`grad`) reports, so its costs are logged as any
+        other's."""
+        self.grads += grads
+        self.sample_grads += sample_grads
+        self.values += values
+        self.prox_steps += prox
 
     @abstractmethod
     def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -82,6 +112,7 @@ class Oracle(ABC):
     def loss(self, x: torch.Tensor) -> float:
         """``f_i(x)``, the node's whole local loss (a federated round's power-of-choice
         selection ranks its candidates by it)."""
+        self.values += 1
         return float(self.problem.local_loss(self.node, x))
 
     @property
@@ -96,6 +127,7 @@ class Oracle(ABC):
                 f"{type(self.problem).__name__} has no regularizer, so there is no prox; "
                 "check oracle.has_prox first or use a problem with l1 > 0 (Lasso, L1Logistic)"
             )
+        self.prox_steps += 1
         return self.problem.regularizer.prox(v, eta, out)
 
     @property
@@ -114,15 +146,21 @@ class Oracle(ABC):
             raise ConfigError(
                 f"{type(self.problem).__name__} has no exact local solve (its f_i are not "
                 "quadratic); use a gradient method (dlm, extra, lead) or a quadratic problem")
+        self.prox_steps += 1
         return local(self.node, v, eta, out)
 
     def state_dict(self) -> dict[str, Any]:
         """Estimator state (tensors are the live buffers, not copies; ints)."""
-        return {"sample_grads": self.sample_grads}
+        return {"sample_grads": self.sample_grads, "grads": self.grads, "values": self.values,
+                "prox": self.prox_steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned (values are copied in)."""
+        """Restore what :meth:`state_dict` returned (values are copied in; a state saved
+        before the other counters existed restores them as 0)."""
         self.sample_grads = int(state["sample_grads"])
+        self.grads = int(state.get("grads", 0))
+        self.values = int(state.get("values", 0))
+        self.prox_steps = int(state.get("prox", 0))
 
     def _out(self, x: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
         if out is None:
@@ -144,6 +182,7 @@ class FullGradient(Oracle):
         out = self._out(x, out)
         self.problem.grad_full(self.node, x, out)
         self.sample_grads += self.problem.n_samples(self.node) or 1
+        self.grads += 1
         return out
 
 
@@ -183,6 +222,7 @@ class SGD(_Sampled):
         out = self._out(x, out)
         self.problem.batch_grad(self.node, idx, x, out)
         self.sample_grads += idx.numel()
+        self.grads += 1
         return out
 
 
@@ -235,6 +275,7 @@ class LSVRG(_Sampled):
             pb.batch_grad(self.node, idx, x, out)
             out.sub_(pb.batch_grad(self.node, idx, self.w, self._tmp)).add_(self.mu)
         self.sample_grads += 2 * idx.numel()
+        self.grads += 1
         if refresh:
             self._refresh(x)
         return out
@@ -297,6 +338,7 @@ class SAGA(_Sampled):
         if table is not None and mean is not None:
             self.table, self.mean = table.copy_(self.table), mean.copy_(self.mean)
         out.copy_(self.mean)
+        self.grads += 1
         pb = self.problem
         if pb.linear_model and pb.l2:
             out.add_(x, alpha=pb.l2)
@@ -326,6 +368,7 @@ class SAGA(_Sampled):
             self.mean.add_(v, alpha=1.0 / self.m)
             self.table.index_copy_(0, idx, g)
         self.sample_grads += B
+        self.grads += 1
         return out
 
     def state_dict(self):

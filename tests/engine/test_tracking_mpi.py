@@ -22,6 +22,9 @@ def test_mpi_equals_in_process(tmp_path):
     first = {r["scenario"]: r for r in a if r["type"] == "round" and r["round"] == 0}
     for name, r in finals.items():  # every run made progress toward x*
         assert r["distance_to_optimum"] < first[name]["distance_to_optimum"], name
+        # ‖∇f(x̄)‖ (a running sum over the ranks) and the oracle counters, compared above too
+        assert 0 <= r["grad_norm"] < first[name]["grad_norm"], name
+        assert r["grads_per_node"] + r["prox_per_node"] >= 20, name  # admm: local solves
     for records in (a, b):  # --overlap moves gradients in time, never in value
         by = {}
         for r in records:

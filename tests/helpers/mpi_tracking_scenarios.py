@@ -17,6 +17,7 @@ import topologies  # noqa: E402
 from gossip.algorithms import accepted_hparams, make_algorithm  # noqa: E402
 from gossip.comm.world import World  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
+from gossip.metrics import gradient_metric  # noqa: E402
 from gossip.problems import make_problem  # noqa: E402
 from tests.helpers.mpi_scenarios import distance_metric  # noqa: E402
 from tests.helpers.mpi_scenarios import main as scenario_main  # noqa: E402
@@ -78,7 +79,7 @@ def engine_for(name: str, n: int, world: World) -> tuple[Engine, dict]:
         overlap=name.endswith("-overlap"),
     )
 
-    return engine, {"metrics": [distance_metric(x_star)]}
+    return engine, {"metrics": [distance_metric(x_star), gradient_metric]}
 
 
 if __name__ == "__main__":
