@@ -98,6 +98,12 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "k-gt-loss": ("k-gt", {"local_steps": 2}, "none", "erdos-renyi:p=0.4", "metropolis",
                   "loss=0.2", True),
     "scaffnew-ge": ("scaffnew", {"p": 0.5}, "none", "ring", "metropolis", GE, True),
+    "lead-arcs-loss-stale": ("lead-arcs", {"gamma_dual": 0.1}, "topk:0.25", "erdos-renyi:p=0.4",
+                             "metropolis", "loss=0.1;stale=geom:0.5", True),
+    "c-gt-arcs-loss-stale": ("c-gt-arcs", {}, "topk:0.25", "ring", "metropolis",
+                             "loss=0.1;stale=geom:0.5", True),  # two channels, one packed phase
+    "c-ecl-loss-stale": ("c-ecl", {"period": 2}, "randk:0.3", "ring", "metropolis",
+                         "loss=0.1;stale=uniform:0,3", True),
 }
 
 
