@@ -129,3 +129,40 @@ def test_docs_noise_and_activity_tables_are_the_benchmarks():
         measured = section(text, title)
         methods = [m for m in _documented_methods(measured) if m[0] not in refused]
         check_tables(measured, networks, "lost", methods)
+
+
+ACK_SECTION = "## Lost and late messages together: acknowledged per-arc copies"
+
+
+def test_docs_ack_tables_are_the_benchmarks():
+    """Each command of the section (``--networks ack``, its ``--rounds`` and ``--methods``) is
+    followed by the benchmark's table for it: its columns, one row per method and network."""
+    b = bench()
+    measured = section(DOC.read_text(), ACK_SECTION)
+    commands = [line.split("#")[0].split() for line in measured.splitlines()
+                if line.strip().startswith("python benchmarks/bench_loss.py")]
+    assert commands
+    for words in commands:
+        assert words[words.index("--networks") + 1] == "ack"
+        rounds = int(words[words.index("--rounds") + 1])
+        names = words[words.index("--methods") + 1:]
+        methods = [m for m in b.ACK_OPTIMIZERS if m[0] in names]
+        assert methods, names
+        table = b.optimization_table(
+            fake(methods, ("distance", "distance_half", "consensus", "late"), b.ACK_NETWORKS),
+            rounds, late=True)
+        assert table.splitlines()[0] in measured
+        for alg, comp in methods:
+            for net in b.ACK_NETWORKS:
+                assert measured.count(f"| {alg} | {comp} | {net} | ") == 1, (alg, comp, net)
+
+
+def test_ack_benchmark_runs_end_to_end():
+    b = bench()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        out = b.main(["--networks", "ack", "--rounds", "4", "--seeds", "0"])
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
+             if line.startswith("| ") and not line.startswith("| method")]
+    assert len(cells) == len(b.ACK_OPTIMIZERS) * len(b.ACK_NETWORKS) and "Averaging" not in out
+    assert all((c[-3] == "0") == ("stale=" not in c[2]) for c in cells)  # late only with a lag
+    assert all((c[-1] == "1.000") == ("loss=" not in c[2]) for c in cells)  # lost: fewer bits
