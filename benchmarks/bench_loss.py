@@ -70,7 +70,10 @@ late message a meaning (the methods whose lost messages are acknowledged or drop
 together (``ACK_NETWORKS``: ideal, ``loss=0.1``, ``stale=geom:0.5`` and both), the methods of
 ``ACK_OPTIMIZERS`` with top-10 % (LEAD's dual step 0.1 on every network, ``ACK_HPARAMS``):
 
-    python benchmarks/bench_loss.py --networks ack --rounds 3000 --methods lead-arcs
+    python benchmarks/bench_loss.py --networks ack --rounds 4000 --methods lead-arcs
+
+``--only SPEC ...`` keeps only those networks of the set (e.g. ``--only
+"loss=0.1;stale=geom:0.5"``; "bits vs" is then "—" unless the reference ``none`` is named).
 
 ``--networks noise`` measures a noisy channel (``NOISE_NETWORKS``: Gaussian noise of variance
 1e-8 and 1e-4 on every delivered message's decoded values) and ``--networks active`` partial
@@ -236,6 +239,8 @@ def _cell(value: float, form: str) -> str:
 
 
 def _ratio(results: Results, key: tuple[str, str, str], rows: list[Row]) -> str:
+    if (key[0], key[1], "none") not in results:  # the reference was not run (--only)
+        return "—"
     ref = _median(results[(key[0], key[1], "none")], "bits")
     return _cell(_median(rows, "bits") / ref, ".3f") if ref > 0 else "—"
 
@@ -299,10 +304,17 @@ def main(argv: list[str] | None = None) -> str:
                    help="lost messages (NETWORKS), late ones (STALE_NETWORKS), a noisy channel "
                         "(NOISE_NETWORKS), partial activation (ACTIVE_NETWORKS) or lost and late "
                         "ones on acknowledged per-arc copies (ACK_NETWORKS)")
+    p.add_argument("--only", nargs="+", metavar="SPEC",
+                   help="only these networks of the set (the reference too when named)")
     args = p.parse_args(argv)
     late = args.networks in ("stale", "ack")
     networks = {"loss": NETWORKS, "stale": STALE_NETWORKS, "noise": NOISE_NETWORKS,
                 "active": ACTIVE_NETWORKS, "ack": ACK_NETWORKS}[args.networks]
+    if args.only:
+        unknown = sorted(set(args.only) - set(networks))
+        if unknown:
+            raise SystemExit(f"--only {' '.join(unknown)}: not in the set ({', '.join(networks)})")
+        networks = tuple(n for n in networks if n in args.only)
     EXTRA_HPARAMS.clear()
     if args.networks == "ack":
         EXTRA_HPARAMS.update(ACK_HPARAMS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shlex
 from types import ModuleType
 
 from tests.helpers.launch import ROOT, script
@@ -139,21 +140,28 @@ def test_docs_ack_tables_are_the_benchmarks():
     followed by the benchmark's table for it: its columns, one row per method and network."""
     b = bench()
     measured = section(DOC.read_text(), ACK_SECTION)
-    commands = [line.split("#")[0].split() for line in measured.splitlines()
+    commands = [shlex.split(line.split("#")[0]) for line in measured.splitlines()
                 if line.strip().startswith("python benchmarks/bench_loss.py")]
     assert commands
+
+    def values(words: list[str], flag: str) -> list[str]:
+        if flag not in words:
+            return []
+        rest = words[words.index(flag) + 1:]
+        return rest[: next((k for k, w in enumerate(rest) if w.startswith("--")), len(rest))]
+
     for words in commands:
-        assert words[words.index("--networks") + 1] == "ack"
-        rounds = int(words[words.index("--rounds") + 1])
-        names = words[words.index("--methods") + 1:]
-        methods = [m for m in b.ACK_OPTIMIZERS if m[0] in names]
-        assert methods, names
+        assert values(words, "--networks") == ["ack"]
+        rounds = int(values(words, "--rounds")[0])
+        networks = [n for n in b.ACK_NETWORKS if n in (values(words, "--only") or b.ACK_NETWORKS)]
+        methods = [m for m in b.ACK_OPTIMIZERS if m[0] in values(words, "--methods")]
+        assert methods and networks, words
         table = b.optimization_table(
-            fake(methods, ("distance", "distance_half", "consensus", "late"), b.ACK_NETWORKS),
+            fake(methods, ("distance", "distance_half", "consensus", "late"), networks),
             rounds, late=True)
         assert table.splitlines()[0] in measured
         for alg, comp in methods:
-            for net in b.ACK_NETWORKS:
+            for net in networks:
                 assert measured.count(f"| {alg} | {comp} | {net} | ") == 1, (alg, comp, net)
 
 
