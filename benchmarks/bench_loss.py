@@ -70,10 +70,11 @@ late message a meaning (the methods whose lost messages are acknowledged or drop
 together (``ACK_NETWORKS``: ideal, ``loss=0.1``, ``stale=geom:0.5`` and both), the methods of
 ``ACK_OPTIMIZERS`` with top-10 % (LEAD's dual step 0.1 on every network, ``ACK_HPARAMS``):
 
-    python benchmarks/bench_loss.py --networks ack --rounds 4000 --methods lead-arcs
+    python benchmarks/bench_loss.py --networks ack --rounds 3000 --methods lead-arcs
 
 ``--only SPEC ...`` keeps only those networks of the set (e.g. ``--only
-"loss=0.1;stale=geom:0.5"``; "bits vs" is then "—" unless the reference ``none`` is named).
+"loss=0.1;stale=geom:0.5"``; "bits vs" is then "—" unless the reference ``none`` is named);
+``--jobs N`` runs a setting's seeds in N processes at once.
 
 ``--networks noise`` measures a noisy channel (``NOISE_NETWORKS``: Gaussian noise of variance
 1e-8 and 1e-4 on every delivered message's decoded values) and ``--networks active`` partial
@@ -275,13 +276,24 @@ def optimization_table(results: Results, rounds: int, late: bool = False) -> str
 
 
 def measure(run: Callable[[str, str, str, int, int], Row], methods: Iterable[tuple[str, str]],
-            seeds: list[int], rounds: int, networks: tuple[str, ...] = NETWORKS) -> Results:
-    """Every (method, network) setting over every seed."""
+            seeds: list[int], rounds: int, networks: tuple[str, ...] = NETWORKS,
+            jobs: int = 1) -> Results:
+    """Every (method, network) setting over every seed (``jobs`` > 1: the seeds of a setting
+    in that many processes at once, each with one torch thread)."""
     results: Results = {}
+    pool = None
+    if jobs > 1:
+        import multiprocessing
+
+        pool = multiprocessing.get_context("fork").Pool(jobs)
     for algorithm, compressor in methods:
         for network in networks:
             try:
-                rows = [run(algorithm, compressor, network, seed, rounds) for seed in seeds]
+                if pool is None:
+                    rows = [run(algorithm, compressor, network, seed, rounds) for seed in seeds]
+                else:
+                    rows = pool.starmap(run, [(algorithm, compressor, network, seed, rounds)
+                                              for seed in seeds])
             except ConfigError as exc:  # refused by the engine: no row
                 print(f"refused: {algorithm} {compressor} {network}: {exc}", file=sys.stderr)
                 continue
@@ -290,6 +302,8 @@ def measure(run: Callable[[str, str, str, int, int], Row], methods: Iterable[tup
                 raise SystemExit(f"{algorithm} {compressor} {network}: a NaN result")
             results[(algorithm, compressor, network)] = rows
         print(f"done: {algorithm} {compressor}", file=sys.stderr, flush=True)
+    if pool is not None:
+        pool.close()
     return results
 
 
@@ -304,6 +318,8 @@ def main(argv: list[str] | None = None) -> str:
                    help="lost messages (NETWORKS), late ones (STALE_NETWORKS), a noisy channel "
                         "(NOISE_NETWORKS), partial activation (ACTIVE_NETWORKS) or lost and late "
                         "ones on acknowledged per-arc copies (ACK_NETWORKS)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes that run a setting's seeds at once (default 1)")
     p.add_argument("--only", nargs="+", metavar="SPEC",
                    help="only these networks of the set (the reference too when named)")
     args = p.parse_args(argv)
@@ -341,7 +357,8 @@ def main(argv: list[str] | None = None) -> str:
                      f"rounds, median over seeds {seeds}\n\n{averaging}")
     if optimizers:
         optimization = optimization_table(measure(optimization_run, optimizers, args.seeds,
-                                                  args.rounds, networks), args.rounds, late)
+                                                  args.rounds, networks, args.jobs),
+                                          args.rounds, late)
         parts.append(f"Least squares: {NODES} nodes on a ring, d = {LSQ_DIM}, {LSQ_SAMPLES} "
                      f"samples per node, heterogeneity {LSQ_HETEROGENEITY:g}, {args.rounds} "
                      f"rounds, median over seeds {seeds}\n\n{optimization}")
