@@ -60,9 +60,10 @@ method's no-loss run.
 ``--networks stale`` measures late messages instead (the lag table of docs/network.md): the
 same runs on ``STALE_NETWORKS``, ideal, every message 1 or 3 rounds late (``stale=1``,
 ``stale=3``) and geometric lags of mean 1 (``stale=geom:0.5``), for the methods that give a
-late message a meaning (the methods whose lost messages are acknowledged or drop their edge,
-``on_loss`` "ack" or "edge": the ``-arcs`` ones, C-ECL, PowerGossip and EXTRA, are refused under
-``stale=`` and left out); "messages late" counts the messages handed over after their round.
+late message a meaning (the methods that drop their edge, ``on_loss`` "edge": PowerGossip,
+EXTRA, ..., are refused under ``stale=`` and left out; those whose lost messages are
+acknowledged, "ack": the ``-arcs`` ones and C-ECL, have the ``--networks ack`` table instead);
+"messages late" counts the messages handed over after their round.
 
     python benchmarks/bench_loss.py --networks stale
 
