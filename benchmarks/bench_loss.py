@@ -60,11 +60,22 @@ method's no-loss run.
 ``--networks stale`` measures late messages instead (the lag table of docs/network.md): the
 same runs on ``STALE_NETWORKS``, ideal, every message 1 or 3 rounds late (``stale=1``,
 ``stale=3``) and geometric lags of mean 1 (``stale=geom:0.5``), for the methods that give a
-late message a meaning (the methods whose lost messages are acknowledged or drop their edge,
-``on_loss`` "ack" or "edge": the ``-arcs`` ones, C-ECL, PowerGossip and EXTRA, are refused under
-``stale=`` and left out); "messages late" counts the messages handed over after their round.
+late message a meaning (the methods that drop their edge, ``on_loss`` "edge": PowerGossip,
+EXTRA, ..., are refused under ``stale=`` and left out; those whose lost messages are
+acknowledged, "ack": the ``-arcs`` ones and C-ECL, have the ``--networks ack`` table instead);
+"messages late" counts the messages handed over after their round.
 
     python benchmarks/bench_loss.py --networks stale
+
+``--networks ack`` measures the acknowledged per-arc copies under lost and late messages
+together (``ACK_NETWORKS``: ideal, ``loss=0.1``, ``stale=geom:0.5`` and both), the methods of
+``ACK_OPTIMIZERS`` with top-10 % (LEAD's dual step 0.1 on every network, ``ACK_HPARAMS``):
+
+    python benchmarks/bench_loss.py --networks ack --rounds 3000 --methods lead-arcs
+
+``--only SPEC ...`` keeps only those networks of the set (e.g. ``--only
+"loss=0.1;stale=geom:0.5"``; "bits vs" is then "—" unless the reference ``none`` is named);
+``--jobs N`` runs a setting's seeds in N processes at once.
 
 ``--networks noise`` measures a noisy channel (``NOISE_NETWORKS``: Gaussian noise of variance
 1e-8 and 1e-4 on every delivered message's decoded values) and ``--networks active`` partial
@@ -111,6 +122,13 @@ STALE_NETWORKS = ("none", "stale=1", "stale=3", "stale=geom:0.5")
 """The late-message specs (``--networks stale``), the first the reference."""
 NOISE_NETWORKS = ("none", "noise=var:1e-8", "noise=var:1e-4")
 """The noisy-channel specs (``--networks noise``), the first the reference."""
+ACK_NETWORKS = ("none", "loss=0.1", "stale=geom:0.5", "loss=0.1;stale=geom:0.5")
+"""Lost and late messages together (``--networks ack``), the first the reference."""
+ACK_OPTIMIZERS = (("lead-arcs", "topk:0.1"), ("c-gt-arcs", "topk:0.1"))
+"""(algorithm, compressor) of the ``--networks ack`` runs: the acknowledged per-arc copies."""
+ACK_HPARAMS = {"lead-arcs": {"gamma_dual": 0.1}}
+"""Hyper-parameters of the ``--networks ack`` runs beyond :data:`HPARAMS`, on every network of
+the set (LEAD's dual step: 0.5 with top-k diverges under lags of mean 1)."""
 ACTIVE_NETWORKS = ("none", "active=1", "active=0.9", "active=0.5",
                    "active=markov:p_off=0.1,p_on=0.1")
 """The partial-activation specs (``--networks active``), the first the reference."""
@@ -130,9 +148,13 @@ HPARAMS = {"c-ecl": {"period": 1}}
 SHAPES = {"powergossip": (10, 10)}
 """The consensus vectors' matrix shape per algorithm (the scripts' ``--shape``)."""
 NOT_LATE = ("ack", "edge")
-"""The ``on_loss`` of the methods refused under ``stale=`` (no rows in the lag table)."""
+"""The ``on_loss`` of the methods left out of the lag table (``"edge"``: refused under
+``stale=``; ``"ack"``: measured in the ``--networks ack`` table instead)."""
 CONSENSUS_DIM = 100
 LSQ_DIM, LSQ_SAMPLES, LSQ_HETEROGENEITY = 50, 50, 1.0
+
+EXTRA_HPARAMS: dict[str, dict] = {}
+"""The hyper-parameters of the chosen network set beyond :data:`HPARAMS` (set by :func:`main`)."""
 
 Row = dict[str, float]
 Results = dict[tuple[str, str, str], list[Row]]
@@ -184,6 +206,8 @@ def optimization_run(algorithm: str, compressor: str, network: str, seed: int, r
                            seed=seed, dtype=torch.float64)
     x_star, x0 = problem.solution(), problem.initial_point()
     hp = algorithm_class(algorithm).suggest_hparams(problem, "full", topo) | HPARAMS.get(algorithm, {})
+    if EXTRA_HPARAMS:
+        hp |= EXTRA_HPARAMS.get(algorithm, {})
     engine = Engine(make_algorithm(algorithm, **hp), topo, lambda i: x0, compressor=compressor,
                     seed=seed, network=network, dtype=torch.float64,
                     watch=("distance_to_optimum",),
@@ -217,6 +241,8 @@ def _cell(value: float, form: str) -> str:
 
 
 def _ratio(results: Results, key: tuple[str, str, str], rows: list[Row]) -> str:
+    if (key[0], key[1], "none") not in results:  # the reference was not run (--only)
+        return "—"
     ref = _median(results[(key[0], key[1], "none")], "bits")
     return _cell(_median(rows, "bits") / ref, ".3f") if ref > 0 else "—"
 
@@ -251,13 +277,24 @@ def optimization_table(results: Results, rounds: int, late: bool = False) -> str
 
 
 def measure(run: Callable[[str, str, str, int, int], Row], methods: Iterable[tuple[str, str]],
-            seeds: list[int], rounds: int, networks: tuple[str, ...] = NETWORKS) -> Results:
-    """Every (method, network) setting over every seed."""
+            seeds: list[int], rounds: int, networks: tuple[str, ...] = NETWORKS,
+            jobs: int = 1) -> Results:
+    """Every (method, network) setting over every seed (``jobs`` > 1: the seeds of a setting
+    in that many processes at once, each with one torch thread)."""
     results: Results = {}
+    pool = None
+    if jobs > 1:
+        import multiprocessing
+
+        pool = multiprocessing.get_context("fork").Pool(jobs)
     for algorithm, compressor in methods:
         for network in networks:
             try:
-                rows = [run(algorithm, compressor, network, seed, rounds) for seed in seeds]
+                if pool is None:
+                    rows = [run(algorithm, compressor, network, seed, rounds) for seed in seeds]
+                else:
+                    rows = pool.starmap(run, [(algorithm, compressor, network, seed, rounds)
+                                              for seed in seeds])
             except ConfigError as exc:  # refused by the engine: no row
                 print(f"refused: {algorithm} {compressor} {network}: {exc}", file=sys.stderr)
                 continue
@@ -266,6 +303,8 @@ def measure(run: Callable[[str, str, str, int, int], Row], methods: Iterable[tup
                 raise SystemExit(f"{algorithm} {compressor} {network}: a NaN result")
             results[(algorithm, compressor, network)] = rows
         print(f"done: {algorithm} {compressor}", file=sys.stderr, flush=True)
+    if pool is not None:
+        pool.close()
     return results
 
 
@@ -275,13 +314,27 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="run seeds (median)")
     p.add_argument("--methods", nargs="+", metavar="ALGORITHM",
                    help="only the rows of these algorithms (default: every one)")
-    p.add_argument("--networks", choices=("loss", "stale", "noise", "active"), default="loss",
+    p.add_argument("--networks", choices=("loss", "stale", "noise", "active", "ack"),
+                   default="loss",
                    help="lost messages (NETWORKS), late ones (STALE_NETWORKS), a noisy channel "
-                        "(NOISE_NETWORKS) or partial activation (ACTIVE_NETWORKS)")
+                        "(NOISE_NETWORKS), partial activation (ACTIVE_NETWORKS) or lost and late "
+                        "ones on acknowledged per-arc copies (ACK_NETWORKS)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes that run a setting's seeds at once (default 1)")
+    p.add_argument("--only", nargs="+", metavar="SPEC",
+                   help="only these networks of the set (the reference too when named)")
     args = p.parse_args(argv)
-    late = args.networks == "stale"
+    late = args.networks in ("stale", "ack")
     networks = {"loss": NETWORKS, "stale": STALE_NETWORKS, "noise": NOISE_NETWORKS,
-                "active": ACTIVE_NETWORKS}[args.networks]
+                "active": ACTIVE_NETWORKS, "ack": ACK_NETWORKS}[args.networks]
+    if args.only:
+        unknown = sorted(set(args.only) - set(networks))
+        if unknown:
+            raise SystemExit(f"--only {' '.join(unknown)}: not in the set ({', '.join(networks)})")
+        networks = tuple(n for n in networks if n in args.only)
+    EXTRA_HPARAMS.clear()
+    if args.networks == "ack":
+        EXTRA_HPARAMS.update(ACK_HPARAMS)
     torch.set_num_threads(1)
     start = time.perf_counter()
 
@@ -290,6 +343,9 @@ def main(argv: list[str] | None = None) -> str:
                 and not (late and algorithm_class(m[0]).on_loss in NOT_LATE)]
 
     averaging_methods, optimizers = chosen(AVERAGING), chosen(OPTIMIZERS)
+    if args.networks == "ack":
+        averaging_methods = []
+        optimizers = [m for m in ACK_OPTIMIZERS if args.methods is None or m[0] in args.methods]
     if not averaging_methods and not optimizers:
         raise SystemExit(f"--methods {' '.join(args.methods)}: none of the benchmark's algorithms "
                          f"({', '.join(dict.fromkeys(a for a, _ in AVERAGING + OPTIMIZERS))})")
@@ -302,7 +358,8 @@ def main(argv: list[str] | None = None) -> str:
                      f"rounds, median over seeds {seeds}\n\n{averaging}")
     if optimizers:
         optimization = optimization_table(measure(optimization_run, optimizers, args.seeds,
-                                                  args.rounds, networks), args.rounds, late)
+                                                  args.rounds, networks, args.jobs),
+                                          args.rounds, late)
         parts.append(f"Least squares: {NODES} nodes on a ring, d = {LSQ_DIM}, {LSQ_SAMPLES} "
                      f"samples per node, heterogeneity {LSQ_HETEROGENEITY:g}, {args.rounds} "
                      f"rounds, median over seeds {seeds}\n\n{optimization}")

@@ -13,6 +13,10 @@ Under message loss (``on_loss = "ack"``, docs/network.md): the mirror ``r_ij`` i
 lost one (the sender reads ``route.out_delivered``): the mirror stays equal to the dual. A lost
 dual update is only late (the next one carries it: ``q = C(y − r)``), and at the fixed point
 every message is zero, so the fixed point (the exact optimum) is the one without loss.
+Under ``stale=`` too (:mod:`gossip.network.stale`): ``r_ij`` moves when ``q_ij`` is sent and
+``z_ji`` when it is handed over, so ``r_ij`` is ``z_ji`` plus the updates in flight, and the next
+message is computed against both; the code is the same (``decode_received`` decodes what is
+handed over).
 """
 
 from __future__ import annotations

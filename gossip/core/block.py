@@ -314,15 +314,22 @@ class Block:
         """[E, nbytes]: the messages of an :class:`ArcPlan` phase this block received, one per
         arc of ``route.incoming`` (sorted by receiver, then sender)."""
         route = rows.route
+        if getattr(route, "in_late", None) is not None:
+            raise ContractError("this phase's messages were held under stale=: decode what is "
+                                "handed over with decode_received / decode_acked")
         return rows.gather(route.in_src, route.in_span)
 
     def decode_received(self, out: torch.Tensor, rows: Rows, weight: Any = 1.0,
                         dst: torch.Tensor | None = None) -> torch.Tensor:
         """``out[e] += weight·C(q_e)`` for every arc e of ``rows.route.incoming``; with ``dst``
         (e.g. ``route.in_dst``, the receivers' rows) into row ``dst[e]`` of ``out`` instead.
-        Under message loss only the arcs whose message arrived (``route.in_delivered``)."""
+        Under message loss only the arcs whose message arrived (``route.in_delivered``); under
+        ``stale=`` (``route.in_late``) the messages handed over this round instead, each arc's
+        in send order (:meth:`_decode_late`)."""
         route = rows.route
         w = weight if isinstance(weight, torch.Tensor) else float(weight)
+        if route.in_late is not None:
+            return self._decode_late(out, rows, route.in_late, route.incoming, w, dst)
         msgs, arcs = self.received_arcs(rows), route.incoming
         got, keep = route.in_delivered, None
         if got is not None:
@@ -335,6 +342,35 @@ class Block:
         self._decode_add(rows.compressor, out, msgs, w, dst, None, arcs)
         if rows.noise is not None:  # a noisy channel: w_e·σ z_e on each received message
             rows.noise.add_received(out, route, w, keep, dst)
+        return out
+
+    def decode_acked(self, out: torch.Tensor, rows: Rows, weight: Any = 1.0) -> torch.Tensor:
+        """``out[a] += weight·C(q)`` for every own message of an :class:`ArcPlan` phase that its
+        receiver is handed this round (``route.out_late``, under ``stale=``), each arc's in send
+        order: the sender's copy of what its receivers have applied (the same messages, decoded
+        in the same order, as the receivers' :meth:`decode_received`)."""
+        route = rows.route
+        if route.out_late is None:
+            raise ContractError("decode_acked reads the messages handed over late (route.out_late"
+                                "), which only a phase held under stale= carries")
+        w = weight if isinstance(weight, torch.Tensor) else float(weight)
+        return self._decode_late(out, rows, route.out_late, route.arcs, w, None)
+
+    def _decode_late(self, out: torch.Tensor, rows: Rows,
+                     layers: tuple[tuple[torch.Tensor, torch.Tensor], ...],
+                     arcs: list[tuple[int, int]], w: Any, dst: torch.Tensor | None
+                     ) -> torch.Tensor:
+        """Decode the late ``layers`` (``(arc indices, staging rows)``, one message per arc a
+        layer, in send order) into rows ``dst[arc]`` of ``out`` (``arc`` without ``dst``)."""
+        data = rows.both()
+        nb = rows.nbytes
+        for idx, src in layers:
+            msgs = data.index_select(0, src)[:, :nb]
+            wl = w.reshape(-1).index_select(0, idx) if (isinstance(w, torch.Tensor)
+                                                         and w.numel() == len(arcs)) else w
+            self._decode_add(rows.compressor, out, msgs, wl,
+                             idx if dst is None else dst.index_select(0, idx), None,
+                             [arcs[e] for e in idx.tolist()])
         return out
 
     def stacked(self, k: int) -> list[torch.Tensor]:

@@ -702,6 +702,24 @@ class _ArcCopies:
     ``draws="sender"``, every arc of node i draws node i's numbers of the channel's node stream
     (the draws a broadcast channel would make, shared by i's arcs: without loss the copies of
     i's out-arcs stay equal and the run is the broadcast channel's to rounding).
+
+    Late messages (``stale=``, :mod:`gossip.network.stale`). A message sent in round s is handed
+    to its receiver in a later round, and messages on an arc are handed over in the order they
+    were sent (its sequence number is its send round s). The sender then keeps two copies per
+    out-arc: the *sent* copy ``o_ij``, moved at send time by every delivered message (what the
+    messages are computed against: ``q_ij = C(z_i − o_ij)``, the receiver's copy plus the
+    increments in flight), and the *acknowledged* copy ``a_ij`` (:attr:`acked`), moved by a
+    message in the round its receiver is handed it (both ends compute that round from the same
+    keyed lag draws, as they know a loss). At the end of every round, with ``F_ij`` the
+    messages of arc (i, j) delivered and not yet handed over::
+
+        c_ij (at j) = a_ij (at i)                      bit for bit
+        o_ij        = c_ij + α Σ_{q ∈ F_ij} C(q)       to rounding
+
+    A lost message moves none of them, so its content stays in ``z_i − o_ij`` and the next
+    message carries it. A round hands over ``Δ_ij``, the sum of the messages due (none, one or
+    several): ``ĉ_ij = c_ij + Δ_ij``, ``c_ij ← c_ij + α Δ_ij``, and ``â_ij``, ``a_ij`` alike;
+    ``D_i`` sums ``ĉ`` and ``â``, so ``Σ_i D_i = 0`` still holds every round.
     """
 
     def __init__(self, channel: Channel, keys: tuple[str, str], draws: str, stream: str):
@@ -721,6 +739,9 @@ class _ArcCopies:
         self._out_row = {arc: a for a, arc in enumerate(schedule.arcs)}
         self._in_row = {arc: e for e, arc in enumerate(schedule.incoming)}
         self.mix = torch.empty_like(x)
+        self.acked: torch.Tensor | None = None
+        """``a_ij``, the copy of each out-arc its receiver holds, under ``stale=`` only (class
+        docstring, "Late messages"; None otherwise, where it is ``o_ij`` itself)."""
         self._rounds = IdentityCache()
         self._senders = IdentityCache()
 
@@ -775,12 +796,21 @@ class _ArcCopies:
 
     def update(self, q: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """Update both ends' copies with the exchanged part ``q`` (delivered messages only):
-        the reconstructions ``(ô, ĉ)`` of this round's out- and in-arcs."""
+        the reconstructions ``(ô, ĉ)`` of this round's out- and in-arcs. Under ``stale=``
+        (``q.route.out_late`` set) ``(â, ĉ)``: the sent copies move by this round's delivered
+        messages, the acknowledged and the receivers' copies by the messages handed over
+        (class docstring, "Late messages")."""
         block = self.channel.block
         rnd = self.round_of(block.arc_plan())  # the round's rows; q.route: what was delivered
-        sent = q.route.out_delivered
+        route = q.route
+        if route.out_late is not None and self.acked is None:
+            self.acked = self.out.clone()  # nothing handed over yet: a_ij = o_ij
+        sent = route.out_delivered
         out = self._apply(self.out, rnd.out_rows, rnd.whole_out,
                           lambda t: block.decode_add(t, q, only=sent))  # o_ij += C(q_ij) if acked
+        if route.out_late is not None:  # a_ij += C(q) of the messages handed over, in order
+            out = self._apply(self.acked, rnd.out_rows, rnd.whole_out,
+                              lambda t: block.decode_acked(t, q))
         inc = self._apply(self.inc, rnd.in_rows, rnd.whole_in,
                           lambda t: block.decode_received(t, q))  # c_ji += C(q_ji) if arrived
         return out, inc
@@ -793,7 +823,8 @@ class _ArcCopies:
         block = self.channel.block
         rnd = self.round_of(block.arc_plan())
         if q is None:
-            out = self.out if rnd.whole_out else self.out.index_select(0, rnd.out_rows)
+            held = self.out if self.acked is None else self.acked  # what the receivers hold
+            out = held if rnd.whole_out else held.index_select(0, rnd.out_rows)
             inc = self.inc if rnd.whole_in else self.inc.index_select(0, rnd.in_rows)
         else:
             out, inc = self.update(q)

@@ -125,6 +125,17 @@ class ArcPlan:
     in_delivered: torch.Tensor | None = None
     """[E] bool: the message of ``incoming[e]`` arrived (None: every one did); the receiver's
     side of the same draws. :meth:`Block.decode_received` skips the others."""
+    out_late: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None
+    """Under ``stale=`` (``on_loss = "ack"``, :mod:`gossip.network.stale`): the block's own
+    messages of this or earlier rounds that their receivers are handed this round (what the
+    sender counts as applied at the other end), in layers: layer k is ``(a, src)``, the own
+    arcs ``a`` (indices into :attr:`arcs`) whose k-th message due now sits in staging row
+    ``src``; a layer names each arc once and the layers run in send order.
+    :meth:`Block.decode_acked` decodes them. None: no late messages."""
+    in_late: tuple[tuple[torch.Tensor, torch.Tensor], ...] | None = None
+    """The receivers' side of :attr:`out_late`: layer k is ``(e, src)``, the arcs ``e``
+    (indices into :attr:`incoming`) whose k-th message handed over now sits in staging row
+    ``src``; :meth:`Block.decode_received` decodes these instead of this round's messages."""
 
     def out_rows(self, i: int) -> slice:
         """The own rows of node ``i``'s arcs (consecutive: sorted by receiver)."""

@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gossip.core.algorithm import Algorithm
-from gossip.core.routing import MixPlan
+from gossip.core.routing import ArcPlan, MixPlan
 from gossip.core.staging import Rows
 from gossip.errors import ConfigError
 from gossip.network.activity import Activity
@@ -124,8 +124,9 @@ class Simulator:
     def _check_stale(self, host: Host) -> None:
         """Refuse ``stale=`` where late rounds have no meaning: an asynchronous algorithm (no
         rounds: its messages take ``delay=`` seconds), together with ``delay=``, per-arc lags
-        on arcs the graph lacks, an algorithm without loss semantics, with acknowledged per-arc
-        copies or with other per-arc state (what a late message means follows
+        on arcs the graph lacks, an algorithm without loss semantics, with per-arc moves of an
+        edge's two ends (``"edge"``), with acknowledged per-arc copies on a graph that changes,
+        or with other per-arc state (what a late message means follows
         :attr:`~gossip.core.Algorithm.on_loss`, :mod:`gossip.network.stale`)."""
         net, alg = self.model, self.algorithm
         if not net.late:
@@ -147,7 +148,12 @@ class Simulator:
                               f"here ({str(exc).removeprefix('--network: ')}); run it without "
                               "stale=") from None
         mode_of(policy, net, alg.name)
-        if host.block.arc_state and policy not in ARC_STATE_POLICIES:
+        if policy == "ack" and getattr(self.topology, "time_varying", False):
+            raise ConfigError(f"{where}: {alg.name} keeps per-arc copies acknowledged at both "
+                              "ends, and a late message is handed over on its arc in a later "
+                              "round, where a graph that changes every round may not have it "
+                              "(not combined yet): run it on a static graph, or without stale=")
+        if host.block.arc_state and policy not in ("ack", "running-sum"):
             raise ConfigError(f"{where}: {alg.name} keeps state per arc "
                               f"({', '.join(sorted(host.block.arc_state))}); late messages have "
                               "no defined meaning there yet: run it without stale=")
@@ -250,6 +256,9 @@ class Simulator:
         block = self._host.block
         block.check_received(phase)
         phase.settle()
+        if self.stale.mode == "sequenced" and isinstance(phase.route, ArcPlan):
+            self.stale.hold_arcs(phase, t, index)  # per-arc copies: both ends handed theirs
+            return
         block.plan = self.stale.hold(phase, t, index, block.routing)
 
     def end_round(self) -> None:

@@ -34,14 +34,22 @@ With ``loss=`` too, a lost message is never held and does not hold up its arc
 
 The round's mix then runs on a :class:`~gossip.core.routing.MixPlan` whose neighbor terms all
 read rows of one fresh staging buffer holding those messages (the own rows are copied in front
-of them); the phase's :class:`~gossip.core.staging.Rows` are pointed at it. Per-arc phases
-(``"ack"``: choco-arcs, lead-arcs, prox-lead-arcs, beer-arcs, c-gt-arcs) are refused: :data:`MODES` says why.
+of them); the phase's :class:`~gossip.core.staging.Rows` are pointed at it.
+
+* ``"ack"`` (per-arc copies acknowledged at both ends: choco-arcs, lead-arcs, prox-lead-arcs,
+  beer-arcs, c-gt-arcs, c-ecl; per-arc phases only, on a graph that does not change): each
+  delivered message is held twice, at its receiver and, as its acknowledgement, at its sender
+  (both ends draw its lag from the same key and know the arc's order), and each end is handed
+  the messages due, in send order (a message's sequence number is its send round), in layers
+  of one message per arc (:attr:`~gossip.core.routing.ArcPlan.in_late`, ``out_late``,
+  :meth:`Staleness.hold_arcs`). The senders compute their messages against their copy plus
+  what is in flight (:data:`MODES`, :class:`~gossip.core.channel._ArcCopies`).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -56,29 +64,24 @@ from gossip.network.draws import LagDraws, arc_keys
 from gossip.network.spec import Network
 
 MODES = {"renormalize": "newest", "drop": "in-order", "keep-mass": "in-order",
-         "running-sum": "by-counter"}
+         "running-sum": "by-counter", "ack": "sequenced"}
 """What a receiver is handed per :attr:`~gossip.algorithms.Algorithm.on_loss` (module doc).
-``"ack"`` is not here, and the engine cannot put it there: for the arc's two copies to stay
-equal the sender must apply each increment in the round its receiver does, but it computes its
-next messages against its copy *before* that (``q = C(z − o)``): each message in flight carries
-the same unacknowledged gap again, and all of them are applied. With the identity compressor
-and a fixed z the gap then follows ``e(t+1) = e(t) − e(t−K)``, which never decays for K = 1
-(spectral radius 1) and grows for K ≥ 2 (1.15 for K = 2, 1.18 for K = 3). A meaningful form
-computes the message against the copy plus what is in flight: a change of the algorithm, not
-of its delivery."""
+
+``"ack"`` (``"sequenced"``): per-arc copies acknowledged at both ends. For the arc's two copies
+to stay equal the sender must apply each increment to the copy its receiver holds in the round
+the receiver does, and compute its next messages against that copy *plus* the increments still
+in flight: against the acknowledged copy alone every message in flight would carry the same
+unacknowledged gap again, and all of them would be applied (with the identity compressor and a
+fixed z the gap then follows ``e(t+1) = e(t) − e(t−K)``: spectral radius 1 for K = 1, 1.15 for
+K = 2, 1.18 for K = 3, never decaying). So the channel keeps a sent copy (moved at send time)
+and an acknowledged one (moved at hand-over), :class:`~gossip.core.channel._ArcCopies`; the
+engine hands each end the messages due (:meth:`Staleness.hold_arcs`)."""
 
 
 def mode_of(policy: str, network: Network, name: str) -> str:
     """What algorithm ``name``, whose :attr:`~gossip.algorithms.Algorithm.on_loss` is
-    ``policy``, is handed (:data:`MODES`); :class:`ConfigError` in one line for ``"ack"``
-    (:data:`MODES` says why) and anything else without a meaning for late messages."""
-    if policy == "ack":
-        raise ConfigError(
-            f"--network {network.spec()}: {name} keeps per-arc copies acknowledged at both ends "
-            "(on_loss 'ack'): its sender computes each message against its copy before the late "
-            "ones in flight are acknowledged, so they all carry the same gap and the copies "
-            "overshoot (unstable for lags >= 2, see gossip/network/stale.py); run it without "
-            "stale=, or use its broadcast form (choco, lead, c-gt)")
+    ``policy``, is handed (:data:`MODES`); :class:`ConfigError` in one line for ``"edge"`` and
+    anything else without a meaning for late messages."""
     if policy == "edge":
         raise ConfigError(
             f"--network {network.spec()}: {name} moves both ends of an edge together, from both "
@@ -138,6 +141,21 @@ class _InArcs:
                                                               self.entries]))
 
 
+class _ArcLinks:
+    """An :class:`~gossip.core.routing.ArcPlan`'s own and incoming arcs as rows of one sorted
+    list of arcs (their :class:`~gossip.network.LagDraws`), and each incoming arc's receiver row."""
+
+    def __init__(self, route: ArcPlan, network: Network, seed: int):
+        self.arcs = list(route.arcs)
+        self.incoming = list(route.incoming)
+        every = sorted(set(self.arcs) | set(self.incoming))
+        index = {a: k for k, a in enumerate(every)}
+        self.draws = LagDraws(network.stale, seed, arc_keys(every))
+        self.out_idx = np.array([index[a] for a in self.arcs], dtype=np.int64)
+        self.in_idx = np.array([index[a] for a in self.incoming], dtype=np.int64)
+        self.in_row = route.in_dst.cpu().tolist()
+
+
 class Staleness:
     """The engine's late messages: per phase, hold what was exchanged and hand over what is due
     (module doc). ``late_round`` / ``late_total``: messages sent this round / since round 1 that
@@ -153,6 +171,8 @@ class Staleness:
         self._links: dict[int, dict[int, dict[int, _Link]]] = {}  # phase -> row -> sender -> link
         self._arcs = IdentityCache()
         self._plans: dict[Any, MixPlan] = {}  # the delivered plans by their terms (reused)
+        self._acks: dict[int, dict[tuple[int, int], _Link]] = {}  # "ack": phase -> own arc -> link
+        self._arc_draws: dict[int, _ArcLinks] = {}  # "ack": phase -> its arcs' lag draws
 
     def begin_round(self) -> None:
         self.late_round[:] = 0
@@ -162,6 +182,88 @@ class Staleness:
         return [h for phase in sorted(self._links) for row in sorted(self._links[phase])
                 for j in sorted(self._links[phase][row])
                 for h in self._links[phase][row][j].queue]
+
+    def unacknowledged(self) -> list[Held]:
+        """Under ``"ack"``: every own message the block's senders hold as not yet handed over
+        to its receiver (the senders' side of :meth:`in_flight`), by phase and arc."""
+        return [h for phase in sorted(self._acks) for arc in sorted(self._acks[phase])
+                for h in self._acks[phase][arc].queue]
+
+    def hold_arcs(self, rows: Rows, t: int, phase: int) -> None:
+        """Hold the messages of the per-arc phase ``phase`` of round ``t`` (``"ack"``; ``rows``
+        exchanged and checked) at both ends, and point ``rows`` at the messages due now:
+        ``rows.route`` becomes the delivered plan with :attr:`ArcPlan.out_late` and
+        :attr:`ArcPlan.in_late` (empty layers when none is due), its own rows still this
+        round's messages (what the senders' sent copies move by, ``out_delivered``).
+
+        A lost message is held at neither end and does not move its arc's order. Each end
+        computes a message's due round from the same keyed lag and the arc's previous due
+        (:func:`fifo_due`), so the sender's acknowledged copy moves in the round its receiver's
+        copy does, by the same bytes in the same order."""
+        route = rows.route
+        arcs = self._arcs_of(route, phase)
+        lags = arcs.draws.lags(t, phase)
+        out_ok = None if route.out_delivered is None else route.out_delivered.tolist()
+        in_ok = None if route.in_delivered is None else route.in_delivered.tolist()
+        own = rows.mine()
+        acks = self._acks.setdefault(phase, {})
+        for a, (arc, lag) in enumerate(zip(route.arcs, lags[arcs.out_idx].tolist())):
+            link = acks.get(arc)
+            if link is None:
+                link = acks[arc] = _Link()
+            if out_ok is None or out_ok[a]:
+                link.due = fifo_due(t, lag, link.due)
+                link.queue.append(Held(arc[0], arc[1], phase, t, link.due, 1.0, own[a].clone()))
+        got = rows.gather(route.in_src, route.in_span)
+        links = self._links.setdefault(phase, {})
+        for e, (arc, r, lag) in enumerate(zip(route.incoming, arcs.in_row,
+                                              lags[arcs.in_idx].tolist())):
+            link = links.setdefault(r, {}).get(arc[0])
+            if link is None:
+                link = links[r][arc[0]] = _Link()
+            if in_ok is None or in_ok[e]:
+                link.due = fifo_due(t, lag, link.due)
+                link.queue.append(Held(arc[0], arc[1], phase, t, link.due, 1.0, got[e].clone()))
+                if link.due > t:
+                    self.late_round[r] += 1
+                    self.late_total[r] += 1
+        messages: list[torch.Tensor] = []
+        out_late = self._due([acks[arc] for arc in route.arcs], t, len(own), messages)
+        in_late = self._due([links[r][arc[0]] for arc, r in zip(route.incoming, arcs.in_row)],
+                            t, len(own), messages)
+        device = route.in_dst.device
+        out_late = tuple((torch.tensor(i, dtype=torch.int64, device=device),
+                          torch.tensor(s, dtype=torch.int64, device=device)) for i, s in out_late)
+        in_late = tuple((torch.tensor(i, dtype=torch.int64, device=device),
+                         torch.tensor(s, dtype=torch.int64, device=device)) for i, s in in_late)
+        held = replace(route, remote_in=[], out_late=out_late, in_late=in_late)
+        _point(rows, held, messages)
+
+    @staticmethod
+    def _due(links: list[_Link], t: int, first: int, messages: list[torch.Tensor]
+             ) -> list[tuple[list[int], list[int]]]:
+        """Pop every message of ``links`` due by round ``t``, in send order; their bytes are
+        appended to ``messages`` (staging rows ``first + len(messages)`` on). Returns the
+        layers: layer k is (link indices, staging rows) of each link's k-th message due."""
+        layers: list[tuple[list[int], list[int]]] = []
+        for k, link in enumerate(links):
+            n = 0
+            while link.queue and link.queue[0].due <= t:
+                h = link.newest = link.queue.popleft()
+                if n == len(layers):
+                    layers.append(([], []))
+                layers[n][0].append(k)
+                layers[n][1].append(first + len(messages))
+                messages.append(h.data)
+                n += 1
+        return layers
+
+    def _arcs_of(self, route: ArcPlan, phase: int) -> _ArcLinks:
+        """The lag draws of ``route``'s arcs (cached per phase while its arcs stay the same)."""
+        hit = self._arc_draws.get(phase)
+        if hit is None or hit.arcs != route.arcs or hit.incoming != route.incoming:
+            hit = self._arc_draws[phase] = _ArcLinks(route, self.network, self.seed)
+        return hit
 
     def hold(self, rows: Rows, t: int, phase: int, routing: MixPlan | None = None) -> MixPlan:
         """Hold the messages phase ``phase`` of round ``t`` just exchanged (``rows``, checked),
@@ -177,6 +279,10 @@ class Staleness:
             raise ConfigError(f"--network {self.network.spec()}: this algorithm sends a message "
                               "per arc (an arc phase), for which late messages have no defined "
                               "meaning; run it without stale=")
+        if self.mode == "sequenced":
+            raise ConfigError(f"--network {self.network.spec()}: on_loss = 'ack' hands late "
+                              "messages over per arc, but this phase sends one message per node: "
+                              "send it per arc (block.arc_plan())")
         plan = routing or delivered
         got = None  # (receiver row, sender) of the messages that moved (None: all of them)
         if delivered is not plan:
@@ -264,7 +370,7 @@ class Staleness:
         return held
 
 
-def _point(rows: Rows, plan: MixPlan, messages: list[torch.Tensor]) -> None:
+def _point(rows: Rows, plan: MixPlan | ArcPlan, messages: list[torch.Tensor]) -> None:
     """Point ``rows`` (and a packed phase's parts) at a fresh staging buffer: its own rows as
     they are, then ``messages`` (staging rows ``m + e``), routed on ``plan``."""
     m, nb = rows.own.shape[0], rows.nbytes

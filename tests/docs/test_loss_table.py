@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shlex
 from types import ModuleType
 
 from tests.helpers.launch import ROOT, script
@@ -129,3 +130,47 @@ def test_docs_noise_and_activity_tables_are_the_benchmarks():
         measured = section(text, title)
         methods = [m for m in _documented_methods(measured) if m[0] not in refused]
         check_tables(measured, networks, "lost", methods)
+
+
+ACK_SECTION = "## Lost and late messages together: acknowledged per-arc copies"
+
+
+def test_docs_ack_tables_are_the_benchmarks():
+    """Each command of the section (``--networks ack``, its ``--rounds`` and ``--methods``) is
+    followed by the benchmark's table for it: its columns, one row per method and network."""
+    b = bench()
+    measured = section(DOC.read_text(), ACK_SECTION)
+    commands = [shlex.split(line.split("#")[0]) for line in measured.splitlines()
+                if line.strip().startswith("python benchmarks/bench_loss.py")]
+    assert commands
+
+    def values(words: list[str], flag: str) -> list[str]:
+        if flag not in words:
+            return []
+        rest = words[words.index(flag) + 1:]
+        return rest[: next((k for k, w in enumerate(rest) if w.startswith("--")), len(rest))]
+
+    for words in commands:
+        assert values(words, "--networks") == ["ack"]
+        rounds = int(values(words, "--rounds")[0])
+        networks = [n for n in b.ACK_NETWORKS if n in (values(words, "--only") or b.ACK_NETWORKS)]
+        methods = [m for m in b.ACK_OPTIMIZERS if m[0] in values(words, "--methods")]
+        assert methods and networks, words
+        table = b.optimization_table(
+            fake(methods, ("distance", "distance_half", "consensus", "late"), networks),
+            rounds, late=True)
+        assert table.splitlines()[0] in measured
+        for alg, comp in methods:
+            for net in networks:
+                assert measured.count(f"| {alg} | {comp} | {net} | ") == 1, (alg, comp, net)
+
+
+def test_ack_benchmark_runs_end_to_end():
+    b = bench()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        out = b.main(["--networks", "ack", "--rounds", "4", "--seeds", "0"])
+    cells = [[c.strip() for c in line.split("|")[1:-1]] for line in out.splitlines()
+             if line.startswith("| ") and not line.startswith("| method")]
+    assert len(cells) == len(b.ACK_OPTIMIZERS) * len(b.ACK_NETWORKS) and "Averaging" not in out
+    assert all((c[-3] == "0") == ("stale=" not in c[2]) for c in cells)  # late only with a lag
+    assert all((c[-1] == "1.000") == ("loss=" not in c[2]) for c in cells)  # lost: fewer bits

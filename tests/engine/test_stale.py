@@ -248,7 +248,8 @@ def test_refusals_name_the_algorithm_and_why():
     ring = topologies.build("ring", 8)
     zeros = lambda i: torch.zeros(4, dtype=torch.float64)  # noqa: E731
     cases = [
-        (lambda: Engine(make_algorithm("choco-arcs", gamma=0.3), ring, zeros,
+        (lambda: Engine(make_algorithm("choco-arcs", gamma=0.3),
+                        topologies.build("one-peer-exponential", 8), zeros,
                         compressor="topk:0.5", network="stale=1"), "choco-arcs"),
         (lambda: Engine(make_algorithm("powergossip"), ring, lambda i: torch.zeros(16),
                         network="stale=1"), "powergossip"),

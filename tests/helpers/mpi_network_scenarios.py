@@ -104,6 +104,12 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
     "robust-push-tracking-loss-stale": ("robust-push-tracking", {}, "none", "directed-random:p=0.3",
                                         "push", "loss=0.2;stale=uniform:0,3", True),
     "robust-push-sum-ge": ("robust-push-sum", {}, "none", "exponential", "push", GE, True),
+    "lead-arcs-loss-stale": ("lead-arcs", {"gamma_dual": 0.1}, "topk:0.25", "erdos-renyi:p=0.4",
+                             "metropolis", "loss=0.1;stale=geom:0.5", True),
+    "c-gt-arcs-loss-stale": ("c-gt-arcs", {}, "topk:0.25", "ring", "metropolis",
+                             "loss=0.1;stale=geom:0.5", True),  # two channels, one packed phase
+    "c-ecl-loss-stale": ("c-ecl", {"period": 2}, "randk:0.3", "ring", "metropolis",
+                         "loss=0.1;stale=uniform:0,3", True),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.launch import script
 
-STALE_LAST = ["--compare", "lead@lead:2", "choco@topk:0.25", "lead-arcs@lead:2",
+STALE_LAST = ["--compare", "lead@lead:2", "choco@topk:0.25", "extra@none",
               "--network", "stale=2", "--nodes", "8", "--dim", "50"]
 
 
@@ -22,7 +22,7 @@ def test_compare_refuses_its_last_entry_before_the_first_runs(tmp_path):
     with pytest.raises(SystemExit) as exc:
         optimize.main([*STALE_LAST, "--iterations", "3000", "--out", str(log)])
     took = time.perf_counter() - start
-    assert "'lead-arcs@lead:2'" in str(exc.value) and "stale" in str(exc.value)
+    assert "'extra@none'" in str(exc.value) and "stale" in str(exc.value)
     assert not log.exists()  # no partial run: the earlier entries never started
     assert took < 30  # the two runs before it take minutes at 3000 iterations
 
@@ -43,11 +43,11 @@ def test_sweep_refuses_its_last_run_before_any_run(tmp_path):
     sweep.write_text('script = "optimize"\n[defaults]\niterations = 3000\nnodes = 8\ndim = 50\n'
                      'network = "stale=2"\n'
                      '[[run]]\nlabel = "broadcast"\nalgorithm = "lead"\ncompressor = "lead:2"\n'
-                     '[[run]]\nlabel = "per arc"\nalgorithm = "lead-arcs"\ncompressor = "lead:2"\n')
+                     '[[run]]\nlabel = "edge"\nalgorithm = "extra"\ncompressor = "none"\n')
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exc:
         compare.main([str(sweep), "--out", str(out)])
-    assert "run 'per arc'" in str(exc.value) and "lead-arcs" in str(exc.value)
+    assert "run 'edge'" in str(exc.value) and "extra" in str(exc.value)
     assert not list(out.glob("*.jsonl"))  # the first run did not start
 
 
