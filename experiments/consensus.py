@@ -120,17 +120,21 @@ def load_init(args: argparse.Namespace, n: int) -> np.ndarray | None:
     return data
 
 
-def initial_vectors(args: argparse.Namespace, data: np.ndarray | None, shape: tuple[int, ...]):
-    """x_i^0 for every node: seeded Gaussians, or rows of a user's .npy file."""
+def initial_vectors(args: argparse.Namespace, data: np.ndarray | None, shape: tuple[int, ...],
+                    n: int):
+    """x_i^0 for every node of ``n``: seeded Gaussians, or rows of a user's .npy file."""
     import numpy as np
     import torch
 
-    from gossip.rng import generator, init_seed
+    from gossip.rng import init_seeds
 
     dtype = torch_dtype(args.dtype)
-    if data is None:
+    if data is None:  # seeds of every node at once, one generator reseeded: 10^6 nodes in seconds
+        seeds = init_seeds(args.seed, np.arange(n))
+        gen = torch.Generator()
+
         def draw(i: int) -> torch.Tensor:
-            gen = generator(init_seed(args.seed, i))
+            gen.manual_seed(int(seeds[i]))
             return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
         return draw
     if int(np.prod(data.shape[1:])) != int(np.prod(shape)):
@@ -196,7 +200,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
     shape = parse_shape(args, data)
     memory(world, topology, shape)
     layout = Layout([shape]) if len(shape) > 1 else None
-    x0 = initial_vectors(args, data, shape)
+    x0 = initial_vectors(args, data, shape, topology.n)
     node_metrics = [] if args.free_run is None else [average_distance(x0, topology.n)]
     gammas = split_per_run(args.gamma, len(args.compressor), "--gamma")
 

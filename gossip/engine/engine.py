@@ -24,7 +24,7 @@ from gossip.compress import Compressor, factory_for
 from gossip.core.algorithm import Algorithm
 from gossip.core.block import Block
 from gossip.core.cache import IdentityCache
-from gossip.core.nodes import Node
+from gossip.core.nodes import Node, NodeShared
 from gossip.core.registry import REGISTRY
 from gossip.core.routing import MixPlan
 from gossip.core.staging import Rows
@@ -40,7 +40,7 @@ from gossip.errors import (
 from gossip.layout import Layout
 from gossip.metrics import consensus_error
 from gossip.network import Network, NodeMetric, build
-from gossip.rng import generator, node_seed
+from gossip.rng import node_seeds
 from gossip.stateful import Stateful
 
 log = logging.getLogger(__name__)
@@ -135,32 +135,22 @@ class Engine:
             raise ConfigError(f"--link-latency delays real messages of rounds; {algorithm.name} runs "
                               "in virtual time: give its messages a delay with --network "
                               "delay=SECONDS (docs/network.md)")
+        tic = time.perf_counter()
+        self._shared = NodeShared(topology.at_round(1), seed, self.device, self._new_compressor)
         self.nodes: dict[int, Node] = {}
-        for i in self.local_ids:
-            x = (x0(i) if callable(x0) else x0[i]).detach().to(self.device, self.dtype)
-            x = x.reshape(-1).clone()
-            lay = layout or Layout.flat(x.numel())
-            if lay.numel != x.numel():
-                raise ConfigError(f"layout {lay} holds {lay.numel} entries, node {i}'s x has "
-                                  f"{x.numel()}", node=i)
-            gen = generator(node_seed(seed, i), self.device)
-            node = Node(
-                id=i,
-                x=x,
-                layout=lay,
-                view=topology.at_round(1).view(i),
-                compressor=self._new_compressor(),
-                new_compressor=self._new_compressor,
-                generator=gen,
-                oracle=oracles(i, gen) if oracles is not None else None,
-            )
+        x_rows = self._initial_rows(x0, layout)
+        seeds = node_seeds(seed, self.local_ids) if oracles is not None else None
+        for r, i in enumerate(self.local_ids):  # per node: only what cannot be shared or deferred
+            gen = None
+            if seeds is not None:  # the oracle factory takes the node's generator now
+                gen = torch.Generator(device=self.device)
+                gen.manual_seed(int(seeds[r]))
+            node = Node(i, r, x_rows[r][1], self._shared, generator=gen,
+                        oracle=oracles(i, gen) if oracles is not None else None)
             self.nodes[i] = node
-            self._check_oracle(node)
-            try:  # a spec that cannot fit this model (top-k with k > d) is refused before round 1
-                node.compressor.max_nbytes(x)
-            except CompressionError as exc:
-                raise ConfigError(f"compressor '{compressor}' cannot compress node {i}'s model of "
-                                  f"{x.numel()} entries: {exc}", node=i) from None
+            if oracles is not None:
+                self._check_oracle(node)
+        self._check_compressor(compressor, x_rows)
         self.round = 0
         self._open: _Round | None = None  # the round in flight (begin_round .. end_round)
         self._seq = 0
@@ -169,13 +159,19 @@ class Engine:
         self._start = time.perf_counter()
         self._reference: dict[str, float] = {}
         self.watch = ["consensus_error", *watch]
-        self._viewed: Any = None  # the topology whose views the nodes hold
         self._plans = IdentityCache()
         self._last_plan: tuple[Any, MixPlan] | None = None
-        self.block = self._new_block()
+        self.block = self._new_block(x_rows)
+        del x_rows
+        self._shared.block = self.block
         algorithm.validate_block(self.block)
         self.network.attach(self)
         self.is_set_up = False
+        self.timings: dict[str, float] = {"nodes_s": time.perf_counter() - tic}
+        """Wall seconds of the run's parts before its rounds (``nodes_s``: nodes and block,
+        ``setup_s``: the algorithm's setup) and of its first round (``first_round_s``), which
+        pays the kernels' warm-up: :meth:`summary` reports the rounds after it apart."""
+        self._first_round_end: float | None = None
         if not defer_setup:
             self.setup()
 
@@ -188,14 +184,16 @@ class Engine:
         to overwrite."""
         if self.is_set_up:
             return
+        tic = time.perf_counter()
         block = self.block
         block.begin_round(0, self._plan(self.topology.at_round(1)))  # setup may route (arc_plan)
         with block.stand_in_gradients(stand_in):
             self.algorithm.setup(block)
         _check_state(self.algorithm, block)
-        block.mirror_state()
+        block.check_arc_state()  # (each node's views of it are made when asked: node.state)
         self.network.setup()
         self.is_set_up = True
+        self.timings["setup_s"] = time.perf_counter() - tic
 
     @property
     def hparams(self) -> dict[str, Any]:
@@ -203,17 +201,50 @@ class Engine:
         defaults the algorithm derived from the compressor and graph)."""
         return dict(self.block.hparams)
 
-    def _new_block(self) -> Block:
+    def _initial_rows(self, x0: Any, layout: Layout | None) -> list[tuple[torch.Tensor, Layout]]:
+        """Each local node's initial model (flattened, in the run's dtype) and layout, checked;
+        nodes of one size share one flat layout."""
+        rows, flat = [], {}
+        for i in self.local_ids:
+            x = (x0(i) if callable(x0) else x0[i]).detach().to(self.device, self.dtype).reshape(-1)
+            lay = layout
+            if lay is None:
+                lay = flat.get(x.numel())
+                if lay is None:
+                    lay = flat[x.numel()] = Layout.flat(x.numel())
+            if lay.numel != x.numel():
+                raise ConfigError(f"layout {lay} holds {lay.numel} entries, node {i}'s x has "
+                                  f"{x.numel()}", node=i)
+            rows.append((x, lay))
+        return rows
+
+    def _check_compressor(self, spec: Any, x_rows: list[tuple[torch.Tensor, Layout]]) -> None:
+        """A spec that cannot fit the models (top-k with k > d) is refused before round 1: one
+        check per model size (every node's compressor is a copy of the same spec)."""
+        seen: set[int] = set()
+        for i, (x, _) in zip(self.local_ids, x_rows):
+            if x.numel() in seen:
+                continue
+            seen.add(x.numel())
+            try:
+                self._new_compressor().max_nbytes(x)
+            except CompressionError as exc:
+                raise ConfigError(f"compressor '{spec}' cannot compress node {i}'s model of "
+                                  f"{x.numel()} entries: {exc}", node=i) from None
+
+    def _new_block(self, x_rows: list[tuple[torch.Tensor, Layout]]) -> Block:
         """The local nodes as rows of one [m, d] tensor (each node's ``x`` becomes a row view)."""
         nodes = list(self.nodes.values())
-        d = nodes[0].x.numel() if nodes else 0
+        d = x_rows[0][0].numel() if x_rows else 0
         block = Block(nodes, None, self._new_compressor(), self._new_compressor, seed=self.seed,
                       topology=self.topology, hparams=self.algorithm.hparams())
         x = block.message_tensor(d, self.dtype, self.device)  # sent as it is by 'none'
-        for r, node in enumerate(nodes):
-            x[r].copy_(node.x)
-            node.x = x[r]
-        block.x = x
+        if len(x_rows) > 1 and d and all(row.numel() == d for row, _ in x_rows):
+            x.copy_(torch.stack([row for row, _ in x_rows]))  # one copy, not m small ones
+        else:
+            for r, (row, _) in enumerate(x_rows):
+                x[r].copy_(row)
+        block.x = x  # (node.x reads its row of it)
         return block
 
     def _plan(self, topo: Any) -> MixPlan:
@@ -318,12 +349,7 @@ class Engine:
             self.setup()
         t = self.round + 1
         topo = self.topology.at_round(t)
-        if topo is not self._viewed:  # static graphs: the views of round 1 stay
-            for node in self.nodes.values():
-                node.view = topo.view(node.id)
-            self._viewed = topo
-        for node in self.nodes.values():
-            node.round = t
+        self._shared.topology = topo  # what the nodes' views read (node.round reads the block's)
         block = self.block
         block.begin_round(t, self._plan(topo))
         self.network.prepare_round(t)  # (partial activation: who computes this round)
@@ -564,7 +590,7 @@ class Engine:
         self.network.check_checkpoint()
         sent = self.transport.bytes_sent
         _check_state(self.algorithm, self.block)  # a round may have added to it since setup
-        self.block.mirror_state()
+        self.block.check_arc_state()
         out = {}
         for i, nd in self.nodes.items():
             out[i] = {
@@ -616,10 +642,7 @@ class Engine:
         self.compute_s = float(run["compute_s"])
         self.comm_s = float(run["comm_s"])
         self._start = time.perf_counter() - float(run["elapsed_s"])
-        for nd in self.nodes.values():
-            nd.round = self.round
-            nd.view = self.topology.at_round(max(self.round, 1)).view(nd.id)
-        self._viewed = None
+        self._shared.topology = self.topology.at_round(max(self.round, 1))
 
     def elapsed_s(self) -> float:
         """Wall seconds since the run started (a resumed run's include the saved run's)."""
@@ -693,14 +716,15 @@ def _load_node_state(node: Node, saved: Mapping[str, Any]) -> None:
 
     Saved keys this run does not keep are skipped: checkpoints written before scratch buffers
     moved to ``block.workspace`` hold them, and nothing reads them."""
-    missing = set(node.state) - set(saved)
+    state = node.state  # (views of the block's rows, made on each access)
+    missing = set(state) - set(saved)
     if missing:
         raise ConfigError(
             f"node {node.id}: the checkpoint's algorithm state has {sorted(saved)}, this run "
-            f"needs {sorted(node.state)} (missing {sorted(missing)}); resume with the flags the "
+            f"needs {sorted(state)} (missing {sorted(missing)}); resume with the flags the "
             "run was started with", node=node.id,
         )
-    for key, current in node.state.items():
+    for key, current in state.items():
         value = saved[key]
         if isinstance(current, torch.Tensor):  # a list: per-neighbor rows saved one by one
             current.copy_(torch.stack(list(value)) if isinstance(value, list | tuple) else value)

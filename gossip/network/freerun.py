@@ -396,9 +396,7 @@ class FreeRun:
         t = self.first_round + int(self._now() // self.sweep_s) + 1
         if self.last_round is not None:
             t = min(t, self.last_round)
-        self.block.round = t
-        for node in self.host.nodes.values():
-            node.round = t
+        self.block.round = t  # (each node's round reads the block's)
 
     def _peer(self, k: int) -> int | None:
         alive = [j for j in self.host.topology.view(self.node).out_neighbors if j not in self.left]
