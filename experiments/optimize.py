@@ -50,6 +50,7 @@ from gossip.cli import (  # noqa: E402
     run_label,
     setup,
     target_note,
+    topology_record,
     torch_dtype,
 )
 
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
         label = run_label(head, getattr(engine.algorithm, "codec", None) or sent or None, given)
         config = {"script": "optimize", "args": vars(args), "algorithm": name,
                   "hparams": engine.hparams, "compressor": comp, "nodes": topology.n,
-                  "world_size": world.size, "topology": topology.describe(),
+                  "world_size": world.size, "topology": topology_record(topology),
                   "problem": args.problem, "smoothness": default_hparams(problem, args.estimator),
                   "optimal_value": f_star, "versions": versions()}
         if search is not None:
@@ -370,7 +371,12 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> list[dict]:
                          "bits_down": reached["bits_down_per_client"] if reached else None}
                         if federated else {}),
                      **{key: (reached or {}).get(key) for key, _ in CLOCKS},  # seconds to target
-                     "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status,
+                     # the steady rounds' (setup, first round and metrics apart: Engine.summary)
+                     "ms": 1e3 * (result.summary.get("steady_s_per_round")
+                                  or result.summary["seconds_per_round"]),
+                     "setup_s": result.summary.get("setup_s"),
+                     "first_round_s": result.summary.get("first_round_s"),
+                     "status": result.status,
                      "last_round": last.get("round")})
     logger.close()
     if world.is_root:

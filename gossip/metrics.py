@@ -9,7 +9,9 @@ Record schema (stable; other tools read it): every record has ``type``: ``config
 cumulative, ``bits_per_node_max``, ``time_s``, ``compute_s``, ``comm_s``, plus problem metrics),
 ``node`` (free runs only: one node's snapshot, ``node``, ``round``, ``wall_s``, ``local_steps``,
 ``bits_sent`` plus node metrics; :mod:`gossip.network.freerun`) and ``summary`` (last:
-``wall_time_s``, ``seconds_per_round``).
+``wall_time_s``; ``seconds_per_round``, the rounds' own time per round; apart from it
+``setup_s``, ``first_round_s`` (warm-up), ``steady_s_per_round`` (the rounds after the first)
+and ``record_s``, the metrics' time: :meth:`gossip.engine.Engine.summary`).
 """
 
 from __future__ import annotations

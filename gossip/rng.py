@@ -581,5 +581,6 @@ def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
 
 
 __all__ = ["Stream", "Draw16", "as_stream", "as_generator", "stream_id", "derive", "node_seed",
-           "init_seed", "node_seeds", "init_seeds", "derive_many", "model_seed", "data_seed", "split_seed", "partition_seed", "oracle_seed",
+           "init_seed", "node_seeds", "init_seeds", "derive_many",
+           "model_seed", "data_seed", "split_seed", "partition_seed", "oracle_seed",
            "quantize_seed", "generator"]

@@ -171,7 +171,10 @@ class Engine:
         """Wall seconds of the run's parts before its rounds (``nodes_s``: nodes and block,
         ``setup_s``: the algorithm's setup) and of its first round (``first_round_s``), which
         pays the kernels' warm-up: :meth:`summary` reports the rounds after it apart."""
-        self._first_round_end: float | None = None
+        self._rounds_timed = 0  # rounds this process ran (a resumed run counts from its restart)
+        self._steady_s = 0.0  # wall seconds of those after the first
+        self._record_s = 0.0  # wall seconds in record() (metrics, collective)
+        self._round_tic = 0.0
         if not defer_setup:
             self.setup()
 
@@ -319,10 +322,11 @@ class Engine:
     def _step(self, prefetch: bool) -> None:
         if self.algorithm.asynchronous:
             self.setup()
-            tic = time.perf_counter()
+            tic = self._round_tic = time.perf_counter()
             self.network.sweep(self.round + 1)
             self.compute_s += time.perf_counter() - tic
             self.round += 1
+            self._round_timed()
             return
         self._begin_round()  # (under this no_grad: entering it again costs µs a round)
         if prefetch and self._open is not None:  # the next round's gradients while they travel
@@ -347,6 +351,7 @@ class Engine:
                                 "call step(), which runs a sweep of its events")
         if not self.is_set_up:
             self.setup()
+        self._round_tic = time.perf_counter()
         t = self.round + 1
         topo = self.topology.at_round(t)
         self._shared.topology = topo  # what the nodes' views read (node.round reads the block's)
@@ -384,6 +389,17 @@ class Engine:
         self._open = None
         self.round = rnd.t
         self.network.end_round()
+        self._round_timed()
+
+    def _round_timed(self) -> None:
+        """Book the round just ended: the first this process runs (numba's compilation, the
+        kernels' first touch of their buffers) apart from the steady ones after it."""
+        took = time.perf_counter() - self._round_tic
+        if self._rounds_timed == 0:
+            self.timings["first_round_s"] = took
+        else:
+            self._steady_s += took
+        self._rounds_timed += 1
 
     def progress(self) -> None:
         """Let the round's messages in flight move (MPI moves bytes only inside its calls):
@@ -476,6 +492,13 @@ class Engine:
 
     def record(self, metrics: list[Metric] = ()) -> dict[str, Any]:
         """One log record of the current round (collective: every process must call it)."""
+        tic = time.perf_counter()
+        try:
+            return self._record(metrics)
+        finally:
+            self._record_s += time.perf_counter() - tic
+
+    def _record(self, metrics: list[Metric]) -> dict[str, Any]:
         xbar = self.mean_model()
         error = consensus_error(self, xbar)
         bits = self.bytes_sent() * 8
@@ -649,13 +672,25 @@ class Engine:
         return time.perf_counter() - self._start
 
     def summary(self) -> dict[str, Any]:
-        """The run's total wall time and mean seconds per round."""
+        """The run's times: total wall time, and apart from it the setup (nodes, block and the
+        algorithm's setup: ``setup_s``), the first round (``first_round_s``: numba's and the
+        kernels' warm-up) and the mean of the rounds after it (``steady_s_per_round``, None
+        after one round), none of them counting the metrics' records (``record_s``).
+        ``seconds_per_round`` is the mean over every round of the rounds alone (setup and
+        records out), what comparing methods compares."""
         wall = self.elapsed_s()
+        timed = self._rounds_timed
+        first = self.timings.get("first_round_s")
         return {
             "type": "summary",
             "rounds": self.round,
             "wall_time_s": wall,
-            "seconds_per_round": wall / max(self.round, 1),
+            "seconds_per_round": (((first or 0.0) + self._steady_s) / timed if timed
+                                  else wall / max(self.round, 1)),  # a free run: its wall time
+            "setup_s": self.timings.get("nodes_s", 0.0) + self.timings.get("setup_s", 0.0),
+            "first_round_s": first,
+            "steady_s_per_round": self._steady_s / (timed - 1) if timed > 1 else None,
+            "record_s": self._record_s,
             "compute_s": self.compute_s,
             "comm_s": self.comm_s,
         }
