@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--async-max", type=int, default=100_000,
                    help="largest asynchronous row run (a sweep is n Python events)")
     p.add_argument("--rounds", type=int, default=5,
-                   help="rounds per row (the first is timed apart; default 5, 3 past 10^5 nodes)")
+                   help="rounds per row (the first is timed apart; default 5, at most 3 from 10^5 nodes)")
     p.add_argument("--rows", default=None,
                    help="only these rows, e.g. 10000x100,100000x100 (default: the table's)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds a row may take")
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> str:
                 row = {"method": method, "nodes": n, "d": d,
                        "skipped": f"not run: a sweep is {n:,} events{est}"}
             else:
-                rounds = args.rounds if n <= 100_000 else min(args.rounds, 3)
+                rounds = args.rounds if n < 100_000 else min(args.rounds, 3)
                 row = run_row(method, n, d, rounds, args.timeout)
             if n == 10_000 and "error" not in row and "skipped" not in row:
                 bases[d] = row
