@@ -243,7 +243,9 @@ class Engine:
                       topology=self.topology, hparams=self.algorithm.hparams())
         x = block.message_tensor(d, self.dtype, self.device)  # sent as it is by 'none'
         if len(x_rows) > 1 and d and all(row.numel() == d for row, _ in x_rows):
-            x.copy_(torch.stack([row for row, _ in x_rows]))  # one copy, not m small ones
+            step = max(1, (1 << 24) // d)  # a few copies of ~16 M entries, not m small ones
+            for r in range(0, len(x_rows), step):
+                x[r : r + step].copy_(torch.stack([row for row, _ in x_rows[r : r + step]]))
         else:
             for r, (row, _) in enumerate(x_rows):
                 x[r].copy_(row)
