@@ -2,8 +2,8 @@
 steady rounds apart (not a test; ``make bench``).
 
 Each row is one fresh interpreter (so its max RSS is its own): the ring is built (``graph s``),
-then the engine (``setup s``: nodes, block, routing and the algorithm's setup, from the initial
-vectors as experiments/consensus.py draws them), then ``--rounds`` rounds without metrics
+then the engine (``setup s``: nodes, block, routing and the algorithm's setup, from a tensor
+of every node's initial vector, drawn before), then ``--rounds`` rounds without metrics
 records; ``first round s`` pays numba's compilation and the kernels' first touch of their
 buffers, ``steady s/round`` is the mean of the rounds after it. ``linear`` is
 steady(n) / (n/10⁴ × steady(10⁴)) for the same method and d: 1 when a round scales linearly in
@@ -52,7 +52,6 @@ def one(method: str, n: int, d: int, rounds: int) -> dict:
     import resource
     import time
 
-    import numpy as np
     import torch
 
     sys.path.insert(0, str(ROOT))
@@ -62,7 +61,6 @@ def one(method: str, n: int, d: int, rounds: int) -> dict:
     from gossip.cli.checks import run_footprint
     from gossip.engine import Engine
     from gossip.problems.consensus import Consensus
-    from gossip.rng import init_seeds
 
     torch.set_num_threads(1)
     name, spec, hparams, _ = METHODS[method]
@@ -74,12 +72,7 @@ def one(method: str, n: int, d: int, rounds: int) -> dict:
     fp = run_footprint(nodes=n, numel=d, itemsize=4, algorithms=[cls], compressors=[spec],
                        degree=int(topo.degrees().max()), extra=extra)
     print(f"memory estimate: {memory.format_size(fp.total)} ({fp.describe()})", file=sys.stderr)
-    seeds, gen = init_seeds(0, np.arange(n)), torch.Generator()
-
-    def x0(i: int) -> torch.Tensor:  # experiments/consensus.py's Gaussian starts
-        gen.manual_seed(int(seeds[i]))
-        return torch.randn(d, generator=gen, dtype=torch.float64).to(torch.float32)
-
+    x0 = torch.randn(n, d, generator=torch.Generator().manual_seed(0))  # every row at once
     oracles = None
     if cls.requires.gradients:
         targets = torch.randn(n, d, generator=torch.Generator().manual_seed(1))

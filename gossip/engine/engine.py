@@ -56,7 +56,9 @@ class Engine:
     Args:
         algorithm: the per-node algorithm (its hyper-parameters already set).
         topology: a ``topologies.Topology`` or ``TimeVaryingTopology``.
-        x0: initial model of node i, as ``x0(i) -> Tensor`` or a mapping; flattened.
+        x0: initial model of node i, as ``x0(i) -> Tensor`` or a mapping; flattened. A tensor
+            of every node's rows (``x0[i]`` node i's, shape [n, ...]) is taken whole, without
+            a step per node (what 10⁶ nodes want).
         compressor: a registry spec (``"topk:0.01"``, ``"module:Class:PARAMS"``) or a
             :class:`~gossip.compress.Compressor` instance; every node (and every extra message
             stream of a node) gets its own copy, so stateful ones keep separate state.
@@ -98,7 +100,7 @@ class Engine:
         self,
         algorithm: Algorithm,
         topology: Any,
-        x0: Callable[[int], torch.Tensor] | Mapping[int, torch.Tensor],
+        x0: Callable[[int], torch.Tensor] | Mapping[int, torch.Tensor] | torch.Tensor,
         *,
         compressor: str | Compressor = "none",
         layout: Layout | None = None,
@@ -145,7 +147,7 @@ class Engine:
             if seeds is not None:  # the oracle factory takes the node's generator now
                 gen = torch.Generator(device=self.device)
                 gen.manual_seed(int(seeds[r]))
-            node = Node(i, r, x_rows[r][1], self._shared, generator=gen,
+            node = Node(i, r, x_rows.layout(r), self._shared, generator=gen,
                         oracle=oracles(i, gen) if oracles is not None else None)
             self.nodes[i] = node
             if oracles is not None:
@@ -204,51 +206,61 @@ class Engine:
         defaults the algorithm derived from the compressor and graph)."""
         return dict(self.block.hparams)
 
-    def _initial_rows(self, x0: Any, layout: Layout | None) -> list[tuple[torch.Tensor, Layout]]:
+    def _initial_rows(self, x0: Any, layout: Layout | None) -> _InitialRows:
         """Each local node's initial model (flattened, in the run's dtype) and layout, checked;
-        nodes of one size share one flat layout."""
-        rows, flat = [], {}
-        for i in self.local_ids:
-            x = (x0(i) if callable(x0) else x0[i]).detach().to(self.device, self.dtype).reshape(-1)
+        nodes of one size share one flat layout. A tensor of every node's rows (``x0[i]`` is
+        node i's) is taken whole: no per-node step at all."""
+        ids = self.local_ids
+        if isinstance(x0, torch.Tensor) and x0.dim() >= 2 and x0.shape[0] == self.n and ids:
+            rows = x0.detach()[ids[0] : ids[-1] + 1] if ids == list(range(ids[0], ids[-1] + 1)) \
+                else x0.detach()[torch.tensor(ids)]
+            rows = rows.reshape(len(ids), -1).to(self.device, self.dtype)
+            lay = layout or Layout.flat(rows.shape[1])
+            if lay.numel != rows.shape[1]:
+                raise ConfigError(f"layout {lay} holds {lay.numel} entries, node {ids[0]}'s x has "
+                                  f"{rows.shape[1]}", node=ids[0])
+            return _InitialRows(stacked=rows, layouts=[lay])
+        out, layouts, flat = [], [], {}
+        device, dtype = self.device, self.dtype
+        for i in ids:
+            x = x0(i) if callable(x0) else x0[i]
+            if x.requires_grad:  # (each torch call skipped is a second at 10^6 nodes)
+                x = x.detach()
+            if x.dtype != dtype or x.device != device:
+                x = x.to(device, dtype)
+            if x.dim() != 1:
+                x = x.reshape(-1)
+            numel = x.shape[0]
             lay = layout
             if lay is None:
-                lay = flat.get(x.numel())
+                lay = flat.get(numel)
                 if lay is None:
-                    lay = flat[x.numel()] = Layout.flat(x.numel())
-            if lay.numel != x.numel():
+                    lay = flat[numel] = Layout.flat(numel)
+            if lay.numel != numel:
                 raise ConfigError(f"layout {lay} holds {lay.numel} entries, node {i}'s x has "
-                                  f"{x.numel()}", node=i)
-            rows.append((x, lay))
-        return rows
+                                  f"{numel}", node=i)
+            out.append(x)
+            layouts.append(lay)
+        return _InitialRows(rows=out, layouts=layouts)
 
-    def _check_compressor(self, spec: Any, x_rows: list[tuple[torch.Tensor, Layout]]) -> None:
+    def _check_compressor(self, spec: Any, x_rows: _InitialRows) -> None:
         """A spec that cannot fit the models (top-k with k > d) is refused before round 1: one
         check per model size (every node's compressor is a copy of the same spec)."""
-        seen: set[int] = set()
-        for i, (x, _) in zip(self.local_ids, x_rows):
-            if x.numel() in seen:
-                continue
-            seen.add(x.numel())
+        for r, x in x_rows.one_per_size():
             try:
                 self._new_compressor().max_nbytes(x)
             except CompressionError as exc:
+                i = self.local_ids[r]
                 raise ConfigError(f"compressor '{spec}' cannot compress node {i}'s model of "
                                   f"{x.numel()} entries: {exc}", node=i) from None
 
-    def _new_block(self, x_rows: list[tuple[torch.Tensor, Layout]]) -> Block:
-        """The local nodes as rows of one [m, d] tensor (each node's ``x`` becomes a row view)."""
+    def _new_block(self, x_rows: _InitialRows) -> Block:
+        """The local nodes as rows of one [m, d] tensor (each node's ``x`` reads its row)."""
         nodes = list(self.nodes.values())
-        d = x_rows[0][0].numel() if x_rows else 0
         block = Block(nodes, None, self._new_compressor(), self._new_compressor, seed=self.seed,
                       topology=self.topology, hparams=self.algorithm.hparams())
-        x = block.message_tensor(d, self.dtype, self.device)  # sent as it is by 'none'
-        if len(x_rows) > 1 and d and all(row.numel() == d for row, _ in x_rows):
-            step = max(1, (1 << 24) // d)  # a few copies of ~16 M entries, not m small ones
-            for r in range(0, len(x_rows), step):
-                x[r : r + step].copy_(torch.stack([row for row, _ in x_rows[r : r + step]]))
-        else:
-            for r, (row, _) in enumerate(x_rows):
-                x[r].copy_(row)
+        x = block.message_tensor(x_rows.d, self.dtype, self.device)  # sent as it is by 'none'
+        x_rows.copy_into(x)
         block.x = x  # (node.x reads its row of it)
         return block
 
@@ -725,6 +737,49 @@ def _span(ids: list[int]) -> str:
     if ids and ids == list(range(ids[0], ids[-1] + 1)):
         return f"{ids[0]}..{ids[-1]}"
     return str(ids)
+
+
+@dataclass(eq=False)
+class _InitialRows:
+    """The local nodes' initial models before the block holds them: ``stacked`` [m, d] (from
+    a tensor of all rows; one layout) or one flat tensor per node in ``rows``."""
+
+    layouts: list[Layout]
+    stacked: torch.Tensor | None = None
+    rows: list[torch.Tensor] | None = None
+
+    @property
+    def d(self) -> int:
+        if self.stacked is not None:
+            return self.stacked.shape[1]
+        return self.rows[0].shape[0] if self.rows else 0
+
+    def layout(self, r: int) -> Layout:
+        return self.layouts[0] if self.stacked is not None else self.layouts[r]
+
+    def one_per_size(self) -> list[tuple[int, torch.Tensor]]:
+        """(row, model) of the first node of each model size."""
+        if self.stacked is not None:
+            return [(0, self.stacked[0])] if self.stacked.shape[0] else []
+        seen: dict[int, tuple[int, torch.Tensor]] = {}
+        for r, x in enumerate(self.rows):
+            seen.setdefault(x.shape[0], (r, x))
+        return list(seen.values())
+
+    def copy_into(self, X: torch.Tensor) -> None:
+        """Write every row into the block's ``X`` (in chunks of ~16 M entries: no second
+        whole copy, and not m small copies)."""
+        if self.stacked is not None:
+            X.copy_(self.stacked)
+            return
+        rows, d = self.rows, X.shape[1]
+        if len(rows) > 1 and d and all(x.shape[0] == d for x in rows):
+            step = max(1, (1 << 24) // d)
+            for r in range(0, len(rows), step):
+                X[r : r + step].copy_(torch.stack(rows[r : r + step]))
+            return
+        for r, x in enumerate(rows):
+            X[r].copy_(x)
 
 
 @dataclass(eq=False)

@@ -21,6 +21,7 @@ from gossip.core import routing
 from gossip.core.routing import MixPlan
 from gossip.engine import Engine
 from gossip.errors import ConfigError
+from gossip.layout import Layout
 from gossip.rng import derive, derive_many, generator, init_seed, init_seeds, node_seed, node_seeds
 
 
@@ -89,6 +90,20 @@ def test_lazy_node_parts_are_what_eager_ones_were():
         assert torch.equal(nd.generator.get_state(), generator(node_seed(7, i)).get_state())
         assert nd.compressor is nd.compressor  # made once
         assert set(nd.state) == set(eng.block.state)
+
+
+def test_a_tensor_of_all_rows_starts_the_run_as_per_node_models_do():
+    topo = topologies.build("ring", 7)
+    X = torch.randn(7, 2, 3, dtype=torch.float64)
+    runs = [Engine(make_algorithm("choco", gamma=0.3), topo, x0, compressor="topk:2", seed=1,
+                   dtype=torch.float32) for x0 in (X, lambda i: X[i], {i: X[i] for i in range(7)})]
+    for eng in runs:
+        eng.run(3)
+    for eng in runs[1:]:
+        assert torch.equal(eng.block.x, runs[0].block.x)
+        assert eng.nodes[3].layout == runs[0].nodes[3].layout
+    with pytest.raises(ConfigError, match="layout"):
+        Engine(make_algorithm("choco"), topo, X, layout=Layout([(5,)]))
 
 
 def test_a_large_model_is_refused_by_one_compressor_check():
