@@ -32,18 +32,28 @@ from gossip.outputs import os_reason, write_all, write_fix
 
 def consensus_error(engine: Any, xbar: torch.Tensor) -> float:
     """(1/n) Σ_i ‖x_i − x̄‖² over every node of the run (collective)."""
-    terms = engine.node_values(
-        {i: float(torch.sum((nd.x - xbar) ** 2)) for i, nd in engine.nodes.items()}
-    )
+    terms = engine.node_values(squared_distances(engine, xbar))
     return math.fsum(terms.tolist()) / engine.n
+
+
+def squared_distances(engine: Any, target: torch.Tensor) -> dict[int, float]:
+    """``{i: ‖x_i − target‖²}`` for the local nodes, each the sum of its own row (a row's sum
+    over its entries rounds as the per-node ``torch.sum`` did, wherever the row sits), the
+    block's rows taken a chunk at a time rather than node by node (10⁶ nodes: seconds)."""
+    block = getattr(engine, "block", None)
+    X = getattr(block, "x", None)
+    if X is None or X.dim() != 2 or X.shape[1] != target.numel() or len(engine.nodes) != X.shape[0]:
+        return {i: float(torch.sum((nd.x - target) ** 2)) for i, nd in engine.nodes.items()}
+    step = max(1, (1 << 22) // max(1, X.shape[1]))
+    sums = torch.cat([((X[r : r + step] - target) ** 2).sum(dim=1)
+                      for r in range(0, X.shape[0], step)])
+    return dict(zip(block.ids, sums.tolist()))
 
 
 def squared_distance(engine: Any, target: torch.Tensor) -> float:
     """(1/n) Σ_i ‖x_i − target‖² / ‖target‖² (collective; not divided when ``target`` is 0); for
     a federated algorithm ‖x_0 − target‖² / ‖target‖², the server's model being the run's."""
-    terms = engine.node_values(
-        {i: float(torch.sum((nd.x - target) ** 2)) for i, nd in engine.nodes.items()}
-    )
+    terms = engine.node_values(squared_distances(engine, target))
     if getattr(engine.algorithm, "federated", False):
         terms = terms[:1]
     value = math.fsum(terms.tolist()) / len(terms)

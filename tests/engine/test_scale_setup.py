@@ -183,3 +183,17 @@ def test_a_large_graph_records_no_spectrum_nothing_needed():
     assert topology_record(big)["rho"] == pytest.approx(big.rho)
     small = topologies.build("ring", 10)
     assert topology_record(small) == small.describe()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [1, 7, 100, 1029])
+def test_block_distances_equal_the_per_node_sums(dtype, d):
+    from gossip.metrics import squared_distances
+
+    topo = topologies.build("ring", 9)
+    X = torch.randn(9, d, dtype=torch.float64) * torch.logspace(-3, 3, 9, dtype=torch.float64)[:, None]
+    eng = Engine(make_algorithm("choco", gamma=0.3), topo, X, compressor="none", dtype=dtype)
+    eng.run(2)
+    target = eng.mean_model()
+    got = squared_distances(eng, target)
+    assert got == {i: float(torch.sum((nd.x - target) ** 2)) for i, nd in eng.nodes.items()}
