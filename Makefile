@@ -59,6 +59,7 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_compress.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_engine.py --write docs/performance.md
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_startup.py --write docs/performance.md
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_scale.py --write docs/performance.md
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_transport.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_overlap.py
 	PATH=$(abspath $(BIN)):$$PATH OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_wrap_loop.py --write docs/performance.md

@@ -46,6 +46,7 @@ from gossip.cli import (  # noqa: E402
     run_label,
     setup,
     split_per_run,
+    topology_record,
     torch_dtype,
 )
 from gossip.cli.trials import add_trials_arguments, check_trials, run_seeds  # noqa: E402
@@ -123,17 +124,21 @@ def load_init(args: argparse.Namespace, n: int) -> np.ndarray | None:
     return data
 
 
-def initial_vectors(args: argparse.Namespace, data: np.ndarray | None, shape: tuple[int, ...]):
-    """x_i^0 for every node: seeded Gaussians, or rows of a user's .npy file."""
+def initial_vectors(args: argparse.Namespace, data: np.ndarray | None, shape: tuple[int, ...],
+                    n: int):
+    """x_i^0 for every node of ``n``: seeded Gaussians, or rows of a user's .npy file."""
     import numpy as np
     import torch
 
-    from gossip.rng import generator, init_seed
+    from gossip.rng import init_seeds
 
     dtype = torch_dtype(args.dtype)
-    if data is None:
+    if data is None:  # seeds of every node at once, one generator reseeded: 10^6 nodes in seconds
+        seeds = init_seeds(args.seed, np.arange(n))
+        gen = torch.Generator()
+
         def draw(i: int) -> torch.Tensor:
-            gen = generator(init_seed(args.seed, i))
+            gen.manual_seed(int(seeds[i]))
             return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
         return draw
     if int(np.prod(data.shape[1:])) != int(np.prod(shape)):
@@ -219,7 +224,7 @@ def run(args: argparse.Namespace, check_only: bool = False, report: bool = True)
     shape = parse_shape(args, data)
     memory(world, topology, shape)
     layout = Layout([shape]) if len(shape) > 1 else None
-    x0 = initial_vectors(args, data, shape)
+    x0 = initial_vectors(args, data, shape, topology.n)
     node_metrics = [] if args.free_run is None else [average_distance(x0, topology.n)]
     gammas = split_per_run(args.gamma, len(args.compressor), "--gamma")
 
@@ -259,7 +264,7 @@ def run(args: argparse.Namespace, check_only: bool = False, report: bool = True)
         config = {
             "script": "consensus", "args": vars(args), "algorithm": args.algorithm,
             "hparams": engine.hparams, "compressor": spec, "nodes": topology.n,
-            "world_size": world.size, "topology": topology.describe(), "versions": versions(),
+            "world_size": world.size, "topology": topology_record(topology), "versions": versions(),
         }
         if search is not None:
             config["gamma_search"] = search.record()
@@ -310,7 +315,11 @@ def table_row(label: str, records: list[dict], summary: dict, target_rel: float)
         "rounds_to_target": reached["round"] if reached else None,
         "bits_to_target": reached["bits_per_node"] if reached else None,
         **{key: (reached or {}).get(key) for key, _ in CLOCKS},  # seconds to target
-        "ms_per_round": 1e3 * summary["seconds_per_round"],
+        # the rounds after the first (setup, warm-up and metrics apart: Engine.summary)
+        "ms_per_round": 1e3 * (summary.get("steady_s_per_round") or summary["seconds_per_round"]),
+        "setup_s": summary.get("setup_s"),
+        "first_round_ms": None if summary.get("first_round_s") is None
+        else 1e3 * summary["first_round_s"],
         "status": summary["status"],
         "rounds_run": final.get("round"),
     }
@@ -318,14 +327,17 @@ def table_row(label: str, records: list[dict], summary: dict, target_rel: float)
 
 def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]] = ()) -> str:
     """The markdown table of the runs; a run whose error never fell to ``target`` says "not
-    reached" in every to-target column, and a note under the table says when it ended. Runs on
+    reached" in every to-target column, and a note under the table says when it ended. The
+    times are the setup's, the first round's (numba's and the kernels' warm-up) and the steady
+    rounds' after it (ms/round), none counting the metrics. Runs on
     a clock (``clocks``, :func:`gossip.outputs.clocks_of`: virtual time of the network's timing
     models, wall time of ``--free-run``) also show the seconds they took to reach it."""
     from gossip.cli import target_note
 
     head = (f"| run | final error (rel.) | rounds to {target:g} | bits/node to {target:g} |"
-            + "".join(f" {name} to {target:g} |" for _, name in clocks) + " ms/round | status |")
-    lines = [head, "|---|---|---|---|" + "---|" * len(clocks) + "---|---|"]
+            + "".join(f" {name} to {target:g} |" for _, name in clocks)
+            + " setup s | 1st round ms | ms/round | status |")
+    lines = [head, "|---|---|---|---|" + "---|" * len(clocks) + "---|---|---|---|"]
     for r in rows:
         missed = r["rounds_to_target"] is None
         rounds = "not reached" if missed else str(r["rounds_to_target"])
@@ -334,10 +346,15 @@ def format_table(rows: list[dict], target: float, clocks: list[tuple[str, str]] 
                         f" {'—' if r.get(key) is None else format(r[key], '.4g')} |"
                         for key, _ in clocks)
         lines.append(f"| {r['run']} | {r['final_rel_error']:.3g} | {rounds} | {bits} |{times} "
+                     f"{_cell(r.get('setup_s'), '.3g')} | {_cell(r.get('first_round_ms'), '.4g')} | "
                      f"{r['ms_per_round']:.3f} | {r['status']} |")
     note = target_note([(r["run"], r.get("rounds_run")) for r in rows if r["rounds_to_target"] is None],
                        target, "relative consensus error")
     return "\n".join(lines + ([note] if note else []))
+
+
+def _cell(value: float | None, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
 
 
 if __name__ == "__main__":

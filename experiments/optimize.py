@@ -53,6 +53,7 @@ from gossip.cli import (  # noqa: E402
     run_label,
     setup,
     target_note,
+    topology_record,
     torch_dtype,
 )
 from gossip.cli.trials import add_trials_arguments, check_trials, run_seeds  # noqa: E402
@@ -392,7 +393,7 @@ def run(args: argparse.Namespace, check_only: bool = False, report: bool = True
         label = run_label(head, getattr(engine.algorithm, "codec", None) or sent or None, given)
         config = {"script": "optimize", "args": vars(args), "algorithm": name,
                   "hparams": engine.hparams, "compressor": comp, "nodes": topology.n,
-                  "world_size": world.size, "topology": topology.describe(),
+                  "world_size": world.size, "topology": topology_record(topology),
                   "problem": args.problem, "smoothness": default_hparams(problem, args.estimator),
                   "optimal_value": f_star, "versions": versions()}
         if search is not None:
@@ -414,7 +415,12 @@ def run(args: argparse.Namespace, check_only: bool = False, report: bool = True
                      **({"grads": (reached or {}).get("grads_per_node")}
                         if "grads_per_node" in last else {}),
                      **({"cost": (reached or {}).get("cost")} if args.cost_weights else {}),
-                     "ms": 1e3 * result.summary["seconds_per_round"], "status": result.status,
+                     # the steady rounds' (setup, first round and metrics apart: Engine.summary)
+                     "ms": 1e3 * (result.summary.get("steady_s_per_round")
+                                  or result.summary["seconds_per_round"]),
+                     "setup_s": result.summary.get("setup_s"),
+                     "first_round_s": result.summary.get("first_round_s"),
+                     "status": result.status,
                      "last_round": last.get("round")})
     logger.close()
     if world.is_root and report:

@@ -58,6 +58,7 @@ from gossip.cli import (  # noqa: E402
     positive_int,
     run_label,
     setup,
+    topology_record,
     torch_dtype,
 )
 
@@ -524,7 +525,7 @@ def main(argv: list[str] | None = None, check_only: bool = False) -> dict[str, A
     config = {
         "script": "train", "args": vars(args), "algorithm": args.algorithm,
         "hparams": trainer.engine.hparams, "compressor": args.compressor,
-        "nodes": topology.n, "world_size": world.size, "topology": topology.describe(),
+        "nodes": topology.n, "world_size": world.size, "topology": topology_record(topology),
         "model": args.model, "parameters": sum(p.numel() for p in model.parameters()),
         "flat_numel": trainer.layout.numel, "train_samples": len(train_set),
         "test_samples": len(test_set), "classes": classes,

@@ -30,7 +30,7 @@ from gossip.cli.guard import guarded
 from gossip.cli.help import LIST_KINDS, HelpFormatter, add_list_argument, listing
 from gossip.cli.hparams import check_hparam_types, federated_hparams, parse_hparams
 from gossip.cli.runs import check_entries, exit_status, run_label, split_per_run, target_note
-from gossip.cli.start import setup
+from gossip.cli.start import setup, topology_record
 from gossip.cli.values import (
     gamma_value,
     non_negative_float,
@@ -46,5 +46,6 @@ __all__ = [
     "check_asynchronous", "check_entries", "check_hparam_types", "check_memory", "check_outputs",
     "checkpoint_options", "exit_status", "federated_hparams", "gamma_value", "guarded", "listing",
     "non_negative_float", "non_negative_int", "parse_hparams", "positive_float", "positive_int",
-    "read_npy", "run_label", "setup", "split_per_run", "target_note", "torch_dtype",
+    "read_npy", "run_label", "setup", "split_per_run", "target_note", "topology_record",
+    "torch_dtype",
 ]

@@ -4,7 +4,13 @@ and a run larger than the memory this process may use."""
 from __future__ import annotations
 
 import argparse
+import logging
 from typing import Any
+
+log = logging.getLogger("gossip.memory")
+
+ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
+"""Bytes per entry of each ``--dtype``."""
 
 
 def check_asynchronous(args: argparse.Namespace, name: str) -> None:
@@ -54,25 +60,48 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
 
     n = topology.n if topology is not None else (nodes or 8)
     local = memory.local_share(n, world.size)
-    itemsize = 8 if getattr(args, "dtype", "float32") == "float64" else 4
-    fp = memory.Footprint()
-    degree = 0
+    dtype = getattr(args, "dtype", "float32")
+    itemsize = ITEMSIZE.get(dtype, 4)
+    degree = None
     if topology is not None:
         degree = int(topology.at_round(1).degrees().max()) if n > 1 else 0
-    else:
-        fp.add("graph", n * 1200.0)  # a ring's networkx graph and CSR weights (measured)
+    fp = run_footprint(nodes=local, numel=numel, itemsize=itemsize, algorithms=algorithms,
+                       compressors=compressors, degree=degree, shape=shape,
+                       remote=world.size > 1, extra=extra)
+    where = f"rank {world.rank}'s share: {local} of {n} nodes" if world.size > 1 else ""
+    if topology is not None:  # the final estimate (the one before the graph is a first look)
+        log.info("memory estimate: %s for %d nodes x %s per node (%s; %s, d = %d)%s, before "
+                 "anything is allocated", memory.format_size(fp.total), local,
+                 memory.format_size(fp.total / max(local, 1)), fp.describe(), dtype, numel,
+                 f", {where}" if where else "")
+    smaller = "" if itemsize <= 2 else f", a smaller --dtype (float16 or bfloat16: {2 / itemsize:g} x)"
+    memory.check(fp, lower=lower + smaller + spread_hint(world.size, local), where=where,
+                 limit=getattr(args, "max_memory", None))
+
+
+def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any],
+                  compressors: list[str], degree: int | None, shape: tuple[int, ...] | None = None,
+                  remote: bool = False, extra: dict[str, float] | None = None) -> Any:
+    """What a process hosting ``nodes`` nodes of ``numel`` entries will allocate
+    (:class:`gossip.memory.Footprint`): the algorithms' state (the largest), one message per
+    node (the largest compressor's), with ``remote`` one received per in-arc, the per-node
+    objects and ``extra``; ``degree`` None: the graph not built yet (counted at a ring's)."""
+    from gossip import memory
+
+    fp = memory.Footprint()
+    if degree is None:
+        degree = 0
+        fp.add("graph", nodes * 1200.0)  # a ring's networkx graph and CSR weights (measured)
     message = max([memory.message_bytes(c, numel, itemsize, shape) for c in compressors] or [0.0])
     state = max((cls.state_copies + cls.neighbor_copies * degree, cls.state_copies, cls.neighbor_copies)
                 for cls in algorithms)
-    memory.block_footprint(nodes=local, numel=numel, itemsize=itemsize, state_copies=state[1],
+    memory.block_footprint(nodes=nodes, numel=numel, itemsize=itemsize, state_copies=state[1],
                            neighbor_copies=state[2], degree=degree, message=message,
-                           remote_rows=local * degree if world.size > 1 else 0, footprint=fp)
-    fp.add("per-node objects", local * 4096.0)
+                           remote_rows=nodes * degree if remote else 0, footprint=fp)
+    fp.add("per-node objects", nodes * 4096.0)
     for name, nbytes in (extra or {}).items():
         fp.add(name, nbytes)
-    where = f"rank {world.rank}'s share: {local} of {n} nodes" if world.size > 1 else ""
-    memory.check(fp, lower=lower + spread_hint(world.size, local), where=where,
-                 limit=getattr(args, "max_memory", None))
+    return fp
 
 
 def spread_hint(size: int, local: int) -> str:

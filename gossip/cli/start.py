@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from gossip.cli.files import check_outputs
 
+log = logging.getLogger("gossip.setup")
+
 if TYPE_CHECKING:
     from gossip.comm.world import World
 
@@ -117,3 +119,32 @@ def _build_topology(args: argparse.Namespace, world: World) -> Any:
         raise SystemExit(f"error: the topology has {topo.n} nodes, fewer than the {world.size} ranks "
                          f"of the {kind}")
     return topo
+
+
+SPECTRUM_NODES = 2000
+"""Up to this many nodes a run's config record carries the graph's spectrum (rho, gap, beta)
+even when nothing needed it (it costs well under a second there)."""
+
+
+def topology_record(topology: Any) -> dict:
+    """``topology.describe()`` for a run's config record, without computing a spectrum that
+    nothing in the run needed: past :data:`SPECTRUM_NODES` nodes a static graph whose
+    spectrum is not computed yet (no default step size asked for it) records ``rho``, ``gap``
+    and ``beta`` as None and ``"spectrum": "not computed"`` (the sparse eigen-solve of a
+    10⁵-node ring took 98 s before round 0), and the log says so."""
+    import topologies
+
+    if (not isinstance(topology, topologies.Topology) or topology.n <= SPECTRUM_NODES
+            or "spectrum" in vars(topology)):
+        return topology.describe()
+    log.info("spectrum of the %d-node graph: not computed (nothing in this run needs it; "
+             "topology.spectrum computes it)", topology.n)
+    degrees = topology.degrees()
+    return {
+        "name": topology.name, "n": topology.n, "edges": topology.graph.number_of_edges(),
+        "directed": topology.directed, "time_varying": False,
+        "degree_min": int(degrees.min()), "degree_mean": float(degrees.mean()),
+        "degree_max": int(degrees.max()), "rho": None, "gap": None, "beta": None,
+        "weights": topology.rule, "stochastic": topology.stochastic, "lazy": topology.lazy,
+        "spectrum": "not computed",
+    }

@@ -774,29 +774,41 @@ class Block:
             else:
                 self.x[r].add_(grad[r], alpha=-eta)
 
-    def mirror_state(self) -> None:
-        """Give every node the row views of ``state`` and its out-arcs' rows of ``arc_state``
-        (what checkpoints save and restore)."""
+    def check_arc_state(self) -> None:
+        """Refuse an ``arc_state`` entry whose rows do not match its route's arcs (at setup;
+        :meth:`node_state` gives a node its views when asked)."""
         default = self.arc_plan() if set(self.arc_state) - set(self.arc_routes) else None
-        for r, nd in enumerate(self.nodes):
-            nd.state.clear()
-            for key, value in self.state.items():
-                nd.state[key] = value[r]
-            for key, value in self.arc_state.items():
-                route, incoming = self.arc_routes.get(key, (default, False))
-                arcs = route.incoming if incoming else route.arcs
-                parts = value if isinstance(value, list) else [value]
-                for part in parts:
-                    if part.shape[0] != len(arcs):
-                        raise ConfigError(f"arc_state[{key!r}] has {part.shape[0]} rows for "
-                                         f"{len(arcs)} arcs")
-                rows = route.in_rows(nd.id) if incoming else route.out_rows(nd.id)
-                if "{j}" not in key:
-                    nd.state[key] = value[rows] if parts is not value else [p[rows] for p in parts]
-                    continue
-                for a in range(rows.start, rows.stop):  # one entry per arc, named by the neighbor
-                    view = [p[a] for p in parts] if parts is value else value[a]
-                    nd.state[key.format(j=arcs[a][0] if incoming else arcs[a][1])] = view
+        for key, value in self.arc_state.items():
+            route, incoming = self.arc_routes.get(key, (default, False))
+            arcs = route.incoming if incoming else route.arcs
+            for part in value if isinstance(value, list) else [value]:
+                if part.shape[0] != len(arcs):
+                    raise ConfigError(f"arc_state[{key!r}] has {part.shape[0]} rows for "
+                                      f"{len(arcs)} arcs")
+
+    def node_state(self, r: int) -> dict[str, Any]:
+        """Row ``r``'s node's views of ``state`` and its arcs' rows of ``arc_state`` (what
+        checkpoints save and restore; ``node.state``), made when asked: a block of 10⁶ nodes
+        keeps no per-node dictionaries."""
+        out: dict[str, Any] = {}
+        for key, value in self.state.items():
+            out[key] = value[r]
+        if not self.arc_state:
+            return out
+        default = self.arc_plan() if set(self.arc_state) - set(self.arc_routes) else None
+        i = self.ids[r]
+        for key, value in self.arc_state.items():
+            route, incoming = self.arc_routes.get(key, (default, False))
+            arcs = route.incoming if incoming else route.arcs
+            parts = value if isinstance(value, list) else [value]
+            rows = route.in_rows(i) if incoming else route.out_rows(i)
+            if "{j}" not in key:
+                out[key] = value[rows] if parts is not value else [p[rows] for p in parts]
+                continue
+            for a in range(rows.start, rows.stop):  # one entry per arc, named by the neighbor
+                view = [p[a] for p in parts] if parts is value else value[a]
+                out[key.format(j=arcs[a][0] if incoming else arcs[a][1])] = view
+        return out
 
     # -- messages of several parts --------------------------------------------------------
     def pack(self, parts: list[Rows | torch.Tensor]) -> PackedRows:

@@ -115,7 +115,7 @@ class ArcRoute:
     Attributes:
         keys: the ``block.arc_state`` keys of the out- and in-arc copies (default
             ``name + ".out"``, ``name + ".in"``; a ``{j}`` in a key names a node's checkpoint
-            entry by the neighbor, as :meth:`~gossip.core.block.Block.mirror_state` does).
+            entry by the neighbor, as :meth:`~gossip.core.block.Block.node_state` does).
         draws: what a randomized compressor draws from: ``"arc"`` (the arc's own stream) or
             ``"sender"`` (the sender's numbers of the channel's node stream, shared by its
             arcs: without loss the copies of a node's out-arcs stay equal and the run is the

@@ -59,6 +59,9 @@ class MixPlan:
     def build(cls, topology: Any, ids: list[int], is_local: Callable[[int], bool],
               device: torch.device) -> MixPlan:
         m = len(ids)
+        whole = _whole_graph(topology, ids)
+        if whole is not None:
+            return cls._build_whole(whole, device)
         row_of = {i: r for r, i in enumerate(ids)}
         views = [topology.view(i) for i in ids]
         remote_in = sorted((j, i) for i, v in zip(ids, views) for j in v.in_neighbors
@@ -90,6 +93,52 @@ class MixPlan:
             sender_of=list(ids) + [j for j, _ in remote_in],
             senders=list(ids),
         )
+
+    @classmethod
+    def _build_whole(cls, W: Any, device: torch.device) -> MixPlan:
+        """:meth:`build` for a block that hosts every node (in process), from the weight
+        matrix's rows as arrays instead of n node views: the same plan (slot k of row i is
+        its k-th in-neighbor in sorted order, as ``topology.view(i)`` lists them), without a
+        per-node loop (10⁶ nodes: a second instead of a minute)."""
+        import numpy as np
+        import scipy.sparse as sp
+
+        rows = sp.csr_array(W, dtype=np.float64, copy=True)
+        rows.eliminate_zeros()
+        rows.sort_indices()
+        n = rows.shape[0]
+        indptr, cols, vals = rows.indptr, rows.indices.astype(np.int64), rows.data
+        row = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+        own = cols == row
+        self_weight = np.bincount(row[own], weights=vals[own], minlength=n)
+        row, cols, vals = row[~own], cols[~own], vals[~own]
+        degree = np.bincount(row, minlength=n)
+        start = np.cumsum(degree) - degree
+        slot = np.arange(row.size, dtype=np.int64) - start[row]
+        slots = []
+        for k in range(int(degree.max()) if n else 0):
+            pick = slot == k
+            dst = row[pick]
+            slots.append((torch.from_numpy(cols[pick]).to(device),
+                          None if dst.size == n else torch.from_numpy(dst).to(device),
+                          torch.from_numpy(vals[pick].copy()).to(device)))
+        ids = list(range(n))
+        return cls(m=n, self_weight=torch.from_numpy(self_weight).to(device), slots=slots,
+                   remote_in=[], remote_out=[],
+                   out_degree=np.bincount(cols, minlength=n).tolist(),
+                   sender_of=ids, senders=list(ids))
+
+
+def _whole_graph(topology: Any, ids: list[int]) -> Any:
+    """The weight matrix of ``topology`` when the block hosts all its nodes in order (then no
+    neighbor is remote and rows are node ids), else None (the per-view build)."""
+    W = getattr(topology, "W", None)
+    n = getattr(topology, "n", None)
+    if W is None or n is None or len(ids) != n or getattr(W, "shape", None) != (n, n):
+        return None
+    if n and (ids[0] != 0 or ids[-1] != n - 1):
+        return None
+    return W
 
 
 @dataclass

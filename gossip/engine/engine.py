@@ -10,10 +10,12 @@ numbers in one process and under ``mpiexec`` for the same seed.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +26,7 @@ from gossip.compress import Compressor, factory_for
 from gossip.core.algorithm import Algorithm
 from gossip.core.block import Block
 from gossip.core.cache import IdentityCache
-from gossip.core.nodes import Node
+from gossip.core.nodes import Node, NodeShared
 from gossip.core.registry import REGISTRY
 from gossip.core.routing import MixPlan
 from gossip.core.staging import Rows
@@ -40,7 +42,7 @@ from gossip.errors import (
 from gossip.layout import Layout
 from gossip.metrics import consensus_error, oracle_fields
 from gossip.network import Network, NodeMetric, build
-from gossip.rng import generator, node_seed
+from gossip.rng import node_seeds
 from gossip.stateful import Stateful
 
 log = logging.getLogger(__name__)
@@ -56,7 +58,9 @@ class Engine:
     Args:
         algorithm: the per-node algorithm (its hyper-parameters already set).
         topology: a ``topologies.Topology`` or ``TimeVaryingTopology``.
-        x0: initial model of node i, as ``x0(i) -> Tensor`` or a mapping; flattened.
+        x0: initial model of node i, as ``x0(i) -> Tensor`` or a mapping; flattened. A tensor
+            of every node's rows (``x0[i]`` node i's, shape [n, ...]) is taken whole, without
+            a step per node (what 10⁶ nodes want).
         compressor: a registry spec (``"topk:0.01"``, ``"module:Class:PARAMS"``) or a
             :class:`~gossip.compress.Compressor` instance; every node (and every extra message
             stream of a node) gets its own copy, so stateful ones keep separate state.
@@ -98,7 +102,7 @@ class Engine:
         self,
         algorithm: Algorithm,
         topology: Any,
-        x0: Callable[[int], torch.Tensor] | Mapping[int, torch.Tensor],
+        x0: Callable[[int], torch.Tensor] | Mapping[int, torch.Tensor] | torch.Tensor,
         *,
         compressor: str | Compressor = "none",
         layout: Layout | None = None,
@@ -135,32 +139,13 @@ class Engine:
             raise ConfigError(f"--link-latency delays real messages of rounds; {algorithm.name} runs "
                               "in virtual time: give its messages a delay with --network "
                               "delay=SECONDS (docs/network.md)")
+        tic = time.perf_counter()
+        self._shared = NodeShared(topology.at_round(1), seed, self.device, self._new_compressor)
         self.nodes: dict[int, Node] = {}
-        for i in self.local_ids:
-            x = (x0(i) if callable(x0) else x0[i]).detach().to(self.device, self.dtype)
-            x = x.reshape(-1).clone()
-            lay = layout or Layout.flat(x.numel())
-            if lay.numel != x.numel():
-                raise ConfigError(f"layout {lay} holds {lay.numel} entries, node {i}'s x has "
-                                  f"{x.numel()}", node=i)
-            gen = generator(node_seed(seed, i), self.device)
-            node = Node(
-                id=i,
-                x=x,
-                layout=lay,
-                view=topology.at_round(1).view(i),
-                compressor=self._new_compressor(),
-                new_compressor=self._new_compressor,
-                generator=gen,
-                oracle=oracles(i, gen) if oracles is not None else None,
-            )
-            self.nodes[i] = node
-            self._check_oracle(node)
-            try:  # a spec that cannot fit this model (top-k with k > d) is refused before round 1
-                node.compressor.max_nbytes(x)
-            except CompressionError as exc:
-                raise ConfigError(f"compressor '{compressor}' cannot compress node {i}'s model of "
-                                  f"{x.numel()} entries: {exc}", node=i) from None
+        with _no_cyclic_gc():  # 10^6 new objects would start ever longer collections
+            x_rows = self._initial_rows(x0, layout)
+            self._new_nodes(x_rows, oracles)
+        self._check_compressor(compressor, x_rows)
         self.round = 0
         self._open: _Round | None = None  # the round in flight (begin_round .. end_round)
         self._seq = 0
@@ -172,13 +157,22 @@ class Engine:
         """Whether the nodes' oracles count their calls (any node on any process), settled at
         the first record (:func:`gossip.metrics.oracle_fields`)."""
         self.watch = ["consensus_error", *watch]
-        self._viewed: Any = None  # the topology whose views the nodes hold
         self._plans = IdentityCache()
         self._last_plan: tuple[Any, MixPlan] | None = None
-        self.block = self._new_block()
+        self.block = self._new_block(x_rows)
+        del x_rows
+        self._shared.block = self.block
         algorithm.validate_block(self.block)
         self.network.attach(self)
         self.is_set_up = False
+        self.timings: dict[str, float] = {"nodes_s": time.perf_counter() - tic}
+        """Wall seconds of the run's parts before its rounds (``nodes_s``: nodes and block,
+        ``setup_s``: the algorithm's setup) and of its first round (``first_round_s``), which
+        pays the kernels' warm-up: :meth:`summary` reports the rounds after it apart."""
+        self._rounds_timed = 0  # rounds this process ran (a resumed run counts from its restart)
+        self._steady_s = 0.0  # wall seconds of those after the first
+        self._record_s = 0.0  # wall seconds in record() (metrics, collective)
+        self._round_tic = 0.0
         if not defer_setup:
             self.setup()
 
@@ -191,14 +185,16 @@ class Engine:
         to overwrite."""
         if self.is_set_up:
             return
+        tic = time.perf_counter()
         block = self.block
         block.begin_round(0, self._plan(self.topology.at_round(1)))  # setup may route (arc_plan)
         with block.stand_in_gradients(stand_in):
             self.algorithm.setup(block)
         _check_state(self.algorithm, block)
-        block.mirror_state()
+        block.check_arc_state()  # (each node's views of it are made when asked: node.state)
         self.network.setup()
         self.is_set_up = True
+        self.timings["setup_s"] = time.perf_counter() - tic
 
     @property
     def hparams(self) -> dict[str, Any]:
@@ -206,17 +202,77 @@ class Engine:
         defaults the algorithm derived from the compressor and graph)."""
         return dict(self.block.hparams)
 
-    def _new_block(self) -> Block:
-        """The local nodes as rows of one [m, d] tensor (each node's ``x`` becomes a row view)."""
+    def _new_nodes(self, x_rows: _InitialRows, oracles: Any) -> None:
+        """The local nodes: per node only what cannot be shared or deferred (its oracle and,
+        for it, its generator)."""
+        seeds = node_seeds(self.seed, self.local_ids) if oracles is not None else None
+        for r, i in enumerate(self.local_ids):
+            gen = None
+            if seeds is not None:  # the oracle factory takes the node's generator now
+                gen = torch.Generator(device=self.device)
+                gen.manual_seed(int(seeds[r]))
+            node = Node(i, r, x_rows.layout(r), self._shared, generator=gen,
+                        oracle=oracles(i, gen) if oracles is not None else None)
+            self.nodes[i] = node
+            if oracles is not None:
+                self._check_oracle(node)
+
+    def _initial_rows(self, x0: Any, layout: Layout | None) -> _InitialRows:
+        """Each local node's initial model (flattened, in the run's dtype) and layout, checked;
+        nodes of one size share one flat layout. A tensor of every node's rows (``x0[i]`` is
+        node i's) is taken whole: no per-node step at all."""
+        ids = self.local_ids
+        if isinstance(x0, torch.Tensor) and x0.dim() >= 2 and x0.shape[0] == self.n and ids:
+            rows = x0.detach()[ids[0] : ids[-1] + 1] if ids == list(range(ids[0], ids[-1] + 1)) \
+                else x0.detach()[torch.tensor(ids)]
+            rows = rows.reshape(len(ids), -1).to(self.device, self.dtype)
+            lay = layout or Layout.flat(rows.shape[1])
+            if lay.numel != rows.shape[1]:
+                raise ConfigError(f"layout {lay} holds {lay.numel} entries, node {ids[0]}'s x has "
+                                  f"{rows.shape[1]}", node=ids[0])
+            return _InitialRows(stacked=rows, layouts=[lay])
+        out, layouts, flat = [], [], {}
+        device, dtype = self.device, self.dtype
+        for i in ids:
+            x = x0(i) if callable(x0) else x0[i]
+            if x.requires_grad:  # (each torch call skipped is a second at 10^6 nodes)
+                x = x.detach()
+            if x.dtype != dtype or x.device != device:
+                x = x.to(device, dtype)
+            if x.dim() != 1:
+                x = x.reshape(-1)
+            numel = x.shape[0]
+            lay = layout
+            if lay is None:
+                lay = flat.get(numel)
+                if lay is None:
+                    lay = flat[numel] = Layout.flat(numel)
+            if lay.numel != numel:
+                raise ConfigError(f"layout {lay} holds {lay.numel} entries, node {i}'s x has "
+                                  f"{numel}", node=i)
+            out.append(x)
+            layouts.append(lay)
+        return _InitialRows(rows=out, layouts=layouts)
+
+    def _check_compressor(self, spec: Any, x_rows: _InitialRows) -> None:
+        """A spec that cannot fit the models (top-k with k > d) is refused before round 1: one
+        check per model size (every node's compressor is a copy of the same spec)."""
+        for r, x in x_rows.one_per_size():
+            try:
+                self._new_compressor().max_nbytes(x)
+            except CompressionError as exc:
+                i = self.local_ids[r]
+                raise ConfigError(f"compressor '{spec}' cannot compress node {i}'s model of "
+                                  f"{x.numel()} entries: {exc}", node=i) from None
+
+    def _new_block(self, x_rows: _InitialRows) -> Block:
+        """The local nodes as rows of one [m, d] tensor (each node's ``x`` reads its row)."""
         nodes = list(self.nodes.values())
-        d = nodes[0].x.numel() if nodes else 0
         block = Block(nodes, None, self._new_compressor(), self._new_compressor, seed=self.seed,
                       topology=self.topology, hparams=self.algorithm.hparams())
-        x = block.message_tensor(d, self.dtype, self.device)  # sent as it is by 'none'
-        for r, node in enumerate(nodes):
-            x[r].copy_(node.x)
-            node.x = x[r]
-        block.x = x
+        x = block.message_tensor(x_rows.d, self.dtype, self.device)  # sent as it is by 'none'
+        x_rows.copy_into(x)
+        block.x = x  # (node.x reads its row of it)
         return block
 
     def _plan(self, topo: Any) -> MixPlan:
@@ -291,10 +347,11 @@ class Engine:
     def _step(self, prefetch: bool) -> None:
         if self.algorithm.asynchronous:
             self.setup()
-            tic = time.perf_counter()
+            tic = self._round_tic = time.perf_counter()
             self.network.sweep(self.round + 1)
             self.compute_s += time.perf_counter() - tic
             self.round += 1
+            self._round_timed()
             return
         self._begin_round()  # (under this no_grad: entering it again costs µs a round)
         if prefetch and self._open is not None:  # the next round's gradients while they travel
@@ -319,14 +376,10 @@ class Engine:
                                 "call step(), which runs a sweep of its events")
         if not self.is_set_up:
             self.setup()
+        self._round_tic = time.perf_counter()
         t = self.round + 1
         topo = self.topology.at_round(t)
-        if topo is not self._viewed:  # static graphs: the views of round 1 stay
-            for node in self.nodes.values():
-                node.view = topo.view(node.id)
-            self._viewed = topo
-        for node in self.nodes.values():
-            node.round = t
+        self._shared.topology = topo  # what the nodes' views read (node.round reads the block's)
         block = self.block
         block.begin_round(t, self._plan(topo))
         self.network.prepare_round(t)  # (partial activation: who computes this round)
@@ -361,6 +414,17 @@ class Engine:
         self._open = None
         self.round = rnd.t
         self.network.end_round()
+        self._round_timed()
+
+    def _round_timed(self) -> None:
+        """Book the round just ended: the first this process runs (numba's compilation, the
+        kernels' first touch of their buffers) apart from the steady ones after it."""
+        took = time.perf_counter() - self._round_tic
+        if self._rounds_timed == 0:
+            self.timings["first_round_s"] = took
+        else:
+            self._steady_s += took
+        self._rounds_timed += 1
 
     def progress(self) -> None:
         """Let the round's messages in flight move (MPI moves bytes only inside its calls):
@@ -454,6 +518,13 @@ class Engine:
 
     def record(self, metrics: list[Metric] = ()) -> dict[str, Any]:
         """One log record of the current round (collective: every process must call it)."""
+        tic = time.perf_counter()
+        try:
+            return self._record(metrics)
+        finally:
+            self._record_s += time.perf_counter() - tic
+
+    def _record(self, metrics: list[Metric]) -> dict[str, Any]:
         xbar = self.mean_model()
         error = consensus_error(self, xbar)
         bits = self.bytes_sent() * 8
@@ -569,7 +640,7 @@ class Engine:
         self.network.check_checkpoint()
         sent = self.transport.bytes_sent
         _check_state(self.algorithm, self.block)  # a round may have added to it since setup
-        self.block.mirror_state()
+        self.block.check_arc_state()
         out = {}
         for i, nd in self.nodes.items():
             out[i] = {
@@ -621,23 +692,32 @@ class Engine:
         self.compute_s = float(run["compute_s"])
         self.comm_s = float(run["comm_s"])
         self._start = time.perf_counter() - float(run["elapsed_s"])
-        for nd in self.nodes.values():
-            nd.round = self.round
-            nd.view = self.topology.at_round(max(self.round, 1)).view(nd.id)
-        self._viewed = None
+        self._shared.topology = self.topology.at_round(max(self.round, 1))
 
     def elapsed_s(self) -> float:
         """Wall seconds since the run started (a resumed run's include the saved run's)."""
         return time.perf_counter() - self._start
 
     def summary(self) -> dict[str, Any]:
-        """The run's total wall time and mean seconds per round."""
+        """The run's times: total wall time, and apart from it the setup (nodes, block and the
+        algorithm's setup: ``setup_s``), the first round (``first_round_s``: numba's and the
+        kernels' warm-up) and the mean of the rounds after it (``steady_s_per_round``, None
+        after one round), none of them counting the metrics' records (``record_s``).
+        ``seconds_per_round`` is the mean over every round of the rounds alone (setup and
+        records out), what comparing methods compares."""
         wall = self.elapsed_s()
+        timed = self._rounds_timed
+        first = self.timings.get("first_round_s")
         return {
             "type": "summary",
             "rounds": self.round,
             "wall_time_s": wall,
-            "seconds_per_round": wall / max(self.round, 1),
+            "seconds_per_round": (((first or 0.0) + self._steady_s) / timed if timed
+                                  else wall / max(self.round, 1)),  # a free run: its wall time
+            "setup_s": self.timings.get("nodes_s", 0.0) + self.timings.get("setup_s", 0.0),
+            "first_round_s": first,
+            "steady_s_per_round": self._steady_s / (timed - 1) if timed > 1 else None,
+            "record_s": self._record_s,
             "compute_s": self.compute_s,
             "comm_s": self.comm_s,
         }
@@ -672,6 +752,63 @@ def _span(ids: list[int]) -> str:
     return str(ids)
 
 
+@contextlib.contextmanager
+def _no_cyclic_gc() -> Iterator[None]:
+    """Python's cyclic collector paused while a block's nodes are made: each collection walks
+    every tracked object, and a million new ones start a growing number of them (measured:
+    17 µs a node instead of 1)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@dataclass(eq=False)
+class _InitialRows:
+    """The local nodes' initial models before the block holds them: ``stacked`` [m, d] (from
+    a tensor of all rows; one layout) or one flat tensor per node in ``rows``."""
+
+    layouts: list[Layout]
+    stacked: torch.Tensor | None = None
+    rows: list[torch.Tensor] | None = None
+
+    @property
+    def d(self) -> int:
+        if self.stacked is not None:
+            return self.stacked.shape[1]
+        return self.rows[0].shape[0] if self.rows else 0
+
+    def layout(self, r: int) -> Layout:
+        return self.layouts[0] if self.stacked is not None else self.layouts[r]
+
+    def one_per_size(self) -> list[tuple[int, torch.Tensor]]:
+        """(row, model) of the first node of each model size."""
+        if self.stacked is not None:
+            return [(0, self.stacked[0])] if self.stacked.shape[0] else []
+        seen: dict[int, tuple[int, torch.Tensor]] = {}
+        for r, x in enumerate(self.rows):
+            seen.setdefault(x.shape[0], (r, x))
+        return list(seen.values())
+
+    def copy_into(self, X: torch.Tensor) -> None:
+        """Write every row into the block's ``X`` (in chunks of ~16 M entries: no second
+        whole copy, and not m small copies)."""
+        if self.stacked is not None:
+            X.copy_(self.stacked)
+            return
+        rows, d = self.rows, X.shape[1]
+        if len(rows) > 1 and d and all(x.shape[0] == d for x in rows):
+            step = max(1, (1 << 24) // d)
+            for r in range(0, len(rows), step):
+                X[r : r + step].copy_(torch.stack(rows[r : r + step]))
+            return
+        for r, x in enumerate(rows):
+            X[r].copy_(x)
+
+
 @dataclass(eq=False)
 class _Round:
     """The round in flight between :meth:`Engine.begin_round` and :meth:`Engine.end_round`."""
@@ -698,14 +835,15 @@ def _load_node_state(node: Node, saved: Mapping[str, Any]) -> None:
 
     Saved keys this run does not keep are skipped: checkpoints written before scratch buffers
     moved to ``block.workspace`` hold them, and nothing reads them."""
-    missing = set(node.state) - set(saved)
+    state = node.state  # (views of the block's rows, made on each access)
+    missing = set(state) - set(saved)
     if missing:
         raise ConfigError(
             f"node {node.id}: the checkpoint's algorithm state has {sorted(saved)}, this run "
-            f"needs {sorted(node.state)} (missing {sorted(missing)}); resume with the flags the "
+            f"needs {sorted(state)} (missing {sorted(missing)}); resume with the flags the "
             "run was started with", node=node.id,
         )
-    for key, current in node.state.items():
+    for key, current in state.items():
         value = saved[key]
         if isinstance(current, torch.Tensor):  # a list: per-neighbor rows saved one by one
             current.copy_(torch.stack(list(value)) if isinstance(value, list | tuple) else value)

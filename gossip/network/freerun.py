@@ -85,12 +85,12 @@ import torch
 from gossip.core.activation import Activation, Message, answer_request
 from gossip.core.algorithm import Algorithm
 from gossip.errors import CommError, ConfigError
-from gossip.metrics import ORACLE_FIELDS
 from gossip.network.clock import sleep_serving
 from gossip.network.frames import activated, frame, merged, parts_nbytes, unframe
 from gossip.network.host import Host
 from gossip.network.spec import Network
 from gossip.network.timing import KeyedDraws, Timing
+from gossip.problems.oracles import ORACLE_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -397,9 +397,7 @@ class FreeRun:
         t = self.first_round + int(self._now() // self.sweep_s) + 1
         if self.last_round is not None:
             t = min(t, self.last_round)
-        self.block.round = t
-        for node in self.host.nodes.values():
-            node.round = t
+        self.block.round = t  # (each node's round reads the block's)
 
     def _peer(self, k: int) -> int | None:
         alive = [j for j in self.host.topology.view(self.node).out_neighbors if j not in self.left]

@@ -273,9 +273,7 @@ class Simulator:
         """Sweep ``t`` of an asynchronous algorithm in virtual time: events until ``t · n``
         activations in all (``block.round``, what step-size schedules read, is ``t``)."""
         host = self._host
-        host.block.round = t
-        for node in host.nodes.values():
-            node.round = t
+        host.block.round = t  # (each node's round reads the block's)
         self.events.run(t * self.n)
 
     def run_free(self, rounds: int, *, metrics: list[Any], log_every: int,

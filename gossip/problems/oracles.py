@@ -42,6 +42,11 @@ import torch
 from gossip.catalog import ESTIMATORS
 from gossip.errors import ConfigError
 
+ORACLE_FIELDS = {"grads": "grads_per_node", "sample_grads": "sample_grads_per_node",
+                 "values": "values_per_node", "prox": "prox_per_node"}
+"""The oracles' counters (:meth:`Oracle.counters`) and their record
+fields, in the order they are gathered."""
+
 
 class Problem(Protocol):
     """What an oracle reads of its problem (:class:`gossip.problems.base.Problem` has it all): a

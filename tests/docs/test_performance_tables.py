@@ -81,3 +81,30 @@ def test_the_wrap_loop_benchmark_writes_its_page(tmp_path):
     for launcher in ("torchrun", "mpiexec"):
         assert f"| {launcher} | ring | 4 | 0 CPU-bound | 4,810 |" in text
     assert text.count("<!-- bench_wrap_loop: begin -->") == 1
+
+
+def test_the_scale_table_is_the_benchmarks():
+    text = section("bench_scale")
+    bench = script("bench_scale", "benchmarks")
+    assert bench.HEADER in text
+    for method in bench.METHODS.values():
+        for n, d in bench.ROWS:
+            assert f"| {method[3]} | {n:,} | {d} |" in text, (method[3], n, d)
+
+
+@pytest.mark.slow
+def test_the_scale_benchmark_writes_its_page(tmp_path):
+    """One tiny row per method (each in its own interpreter), written between the markers of
+    a copy of the page, with its times apart."""
+    page = tmp_path / "performance.md"
+    shutil.copy(DOC, page)
+    bench = script("bench_scale", "benchmarks")
+    with contextlib.redirect_stdout(io.StringIO()):
+        bench.main(["--rows", "10000x10", "--rounds", "3", "--write", str(page)])
+    text = page.read_text()
+    assert text.count("<!-- bench_scale: begin -->") == 1
+    for method in bench.METHODS.values():
+        row = next(line for line in text.splitlines() if line.startswith(f"| {method[3]} | 10,000 | 10 |"))
+        cells = row.strip("|").split("|")
+        assert float(cells[4]) > 0 and float(cells[5]) > 0 and float(cells[6]) > 0, row
+        assert cells[7].strip() == "1.00"

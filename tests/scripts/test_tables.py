@@ -16,12 +16,17 @@ def _row(run: str, reached: int | None) -> dict:
 def test_consensus_table_says_not_reached_and_why():
     text = script("consensus").format_table([_row("a", 12), _row("b", None)], 1e-6)
     lines = text.splitlines()
-    assert lines[2] == "| a | 0.001 | 12 | 640 | 0.500 | ok |"
-    assert lines[3] == "| b | 0.001 | not reached | not reached | 0.500 | ok |"
-    assert "—" not in text
+    assert lines[2] == "| a | 0.001 | 12 | 640 | — | — | 0.500 | ok |"  # no setup, first round
+    assert lines[3] == "| b | 0.001 | not reached | not reached | — | — | 0.500 | ok |"
     assert lines[4] == ("not reached: 1 run(s) ended before the relative consensus error fell to "
                         "--target 1e-06 (b after 50 rounds); raise --rounds or --target to see "
                         "it reached")
+
+
+def test_consensus_table_shows_setup_and_first_round_apart():
+    row = _row("a", 12) | {"setup_s": 2.5, "first_round_ms": 40.0, "ms_per_round": 3.0}
+    cells = script("consensus").format_table([row], 1e-6).splitlines()[2].split(" | ")
+    assert cells[-4:] == ["2.5", "40", "3.000", "ok |"]
 
 
 def test_no_note_when_every_run_reached_the_target():
