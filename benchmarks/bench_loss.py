@@ -49,10 +49,10 @@ suggested steps: adapt-then-combine DGD (``atc-dgd``: models averaged in, renorm
 trackers ATC-DIGing and NEXT, exact diffusion and LED, decentralized ADMM and DLM, GT-SAGA and
 GT-SARAH (one sampled component gradient per step of the same least squares: its rows are its
 finite sum), K-GT and decentralized Scaffnew (local steps); each of these but ATC-DGD drops an
-edge whose message is lost at both ends (``edge``). Columns: the distance to the optimum (1/n) Σ‖x_i − x*‖² / ‖x*‖² at round
-T and at round T/2 (a value still growing from T/2 to T is a run drifting away), the consensus
-error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost, the bits per node and their ratio to the
-method's no-loss run.
+edge whose message is lost at both ends (``edge``). Columns: the distance to the optimum
+(1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at round T/2 (a value still growing from T/2 to T
+is a run drifting away), the consensus error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost,
+the bits per node and their ratio to the method's no-loss run.
 
     python benchmarks/bench_loss.py                    # the docs' table
     python benchmarks/bench_loss.py --rounds 5 --seeds 0   # does it run
