@@ -47,7 +47,7 @@ it), and the adaptive DADAM (``dadam``: models averaged in, renormalized) and tr
 mean second moment). The methods of issue 41, all with exact messages (``none``) and their
 suggested steps: adapt-then-combine DGD (``atc-dgd``: models averaged in, renormalized), the
 trackers ATC-DIGing and NEXT, exact diffusion and LED, decentralized ADMM and DLM, GT-SAGA and
-GT-SARAH (one sampled component gradient per step of the same least squares: its rows are its
+GT-SARAH (sampled rows of the same least squares, their default batch B = 1: its rows are its
 finite sum), K-GT and decentralized Scaffnew (local steps); each of these but ATC-DGD drops an
 edge whose message is lost at both ends (``edge``). Columns: the distance to the optimum
 (1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at round T/2 (a value still growing from T/2 to T
