@@ -44,10 +44,15 @@ exchanging its duals every round (``--hparam period=1``, as every other method h
 every round; a lost dual update moves neither the receiver's dual nor the sender's mirror of
 it), and the adaptive DADAM (``dadam``: models averaged in, renormalized) and tracked AMSGrad
 (``tracked-amsgrad``: a lost message drops its edge at both ends, so its tracker keeps the
-mean second moment). Columns: the distance to the optimum (1/n) Σ‖x_i − x*‖² / ‖x*‖² at round
-T and at round T/2 (a value still growing from T/2 to T is a run drifting away), the consensus
-error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost, the bits per node and their ratio to the
-method's no-loss run.
+mean second moment). The methods of issue 41, all with exact messages (``none``) and their
+suggested steps: adapt-then-combine DGD (``atc-dgd``: models averaged in, renormalized), the
+trackers ATC-DIGing and NEXT, exact diffusion and LED, decentralized ADMM and DLM, GT-SAGA and
+GT-SARAH (sampled rows of the same least squares, their default batch B = 1: its rows are its
+finite sum), K-GT and decentralized Scaffnew (local steps); each of these but ATC-DGD drops an
+edge whose message is lost at both ends (``edge``). Columns: the distance to the optimum
+(1/n) Σ‖x_i − x*‖² / ‖x*‖² at round T and at round T/2 (a value still growing from T/2 to T
+is a run drifting away), the consensus error (1/n) Σ‖x_i − x̄‖² / ‖x*‖², the messages lost,
+the bits per node and their ratio to the method's no-loss run.
 
     python benchmarks/bench_loss.py                    # the docs' table
     python benchmarks/bench_loss.py --rounds 5 --seeds 0   # does it run
@@ -56,6 +61,8 @@ method's no-loss run.
     python benchmarks/bench_loss.py --methods beer beer-arcs prox-lead prox-lead-arcs
     python benchmarks/bench_loss.py --methods powergossip extra c-ecl
     python benchmarks/bench_loss.py --methods dadam tracked-amsgrad
+    python benchmarks/bench_loss.py --methods atc-dgd atc-diging next exact-diffusion led \
+        admm dlm gt-saga gt-sarah k-gt scaffnew
 
 ``--networks stale`` measures late messages instead (the lag table of docs/network.md): the
 same runs on ``STALE_NETWORKS``, ideal, every message 1 or 3 rounds late (``stale=1``,
@@ -139,7 +146,10 @@ OPTIMIZERS = (("dpsgd", "none"), ("choco", "topk:0.1"), ("choco", "none"),
               ("lead-arcs", "lead:2"), ("c-gt", "none"), ("c-gt-arcs", "none"),
               ("beer", "topk:0.1"), ("beer-arcs", "topk:0.1"), ("prox-lead", "lead:2"),
               ("prox-lead-arcs", "lead:2"), ("extra", "none"), ("c-ecl", "randk:0.2"),
-              ("dadam", "none"), ("tracked-amsgrad", "none"))
+              ("dadam", "none"), ("tracked-amsgrad", "none"), ("atc-dgd", "none"),
+              ("atc-diging", "none"), ("next", "none"), ("exact-diffusion", "none"),
+              ("led", "none"), ("admm", "none"), ("dlm", "none"), ("gt-saga", "none"),
+              ("gt-sarah", "none"), ("k-gt", "none"), ("scaffnew", "none"))
 """(algorithm, compressor) of the least-squares runs (the lasso for :data:`LASSO`)."""
 LASSO = ("prox-lead", "prox-lead-arcs")
 """The methods that need a regularizer: they run on the lasso of the same sizes and seed."""

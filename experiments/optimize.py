@@ -19,6 +19,7 @@ labels always name it (``dgd@none``).
 from __future__ import annotations
 
 import argparse
+import inspect
 import logging
 import sys
 from collections.abc import Callable
@@ -197,7 +198,12 @@ def hyperparameters(name: str, base: dict, args: argparse.Namespace, problem, to
     from gossip.cli import FEDERATED_FLAGS
 
     cls = algorithm_class(name)
-    hp = cls.suggest_hparams(problem, args.estimator, topology) | base
+    # a suggestion that depends on a given hyper-parameter (LED's step on its local_steps)
+    # takes it as a keyword of the same name
+    takes = set(inspect.signature(cls.suggest_hparams).parameters) - {"problem", "estimator",
+                                                                      "topology"}
+    hp = cls.suggest_hparams(problem, args.estimator, topology,
+                             **{k: v for k, v in base.items() if k in takes}) | base
     accepted = accepted_hparams(cls)
     for key, value in (("eta", args.eta), ("gamma", args.gamma), ("alpha", args.alpha),
                        ("gamma_dual", args.gamma_dual), ("rank", args.rank)):

@@ -148,7 +148,8 @@ class ADMM(Algorithm):
         deg, v, alpha = ws["degree"], ws["v"], block.state["alpha"]
         torch.div(gap, deg, out=v).mul_(0.5).add_(x)
         v.sub_(alpha.div(deg).mul_(0.5 / c))
-        for r, nd in enumerate(block.nodes):
+        for r in block.computing_rows():  # not a node inactive this round (--network active=)
+            nd = block.nodes[r]
             block.oracle_call(lambda vr, out, nd=nd, r=r: nd.oracle.local_prox(
                 vr, 0.5 / (c * float(deg[r])), out), v[r], out=x[r])
 

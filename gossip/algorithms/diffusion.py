@@ -49,7 +49,7 @@ class LED(Algorithm):
     See docs/algorithms/led.md. With ``local_steps=1``, ``beta=1`` it is exact diffusion.
 
     Args:
-        eta: the local step α (constant); default 0.1 (``suggest_hparams``: 1/L).
+        eta: the local step α (constant); default 0.1 (``suggest_hparams``: ``1/(τ L)``).
         local_steps: τ ≥ 1, gradient steps between two exchanges (default 5).
         beta: the dual's weight in each local step; default ``1/τ`` (our choice: τβ is the
             dual loop's gain, and τβ = 1 is exact diffusion's).
@@ -79,6 +79,25 @@ class LED(Algorithm):
         self.local_steps = int(local_steps)
         self.beta = beta
         self.lazy = bool(lazy)
+
+    @classmethod
+    def suggest_hparams(cls, problem: Any, estimator: str = "full", topology: Any = None,
+                        local_steps: int | None = None) -> dict[str, Any]:
+        """``eta = 1/(τ L)``: the step rule ``exact`` (1/L) shared by the ``τ`` local steps of a
+        round (τ = ``local_steps``, the constructor's default when not given), so that a round
+        moves by about one ``1/L`` gradient step whatever τ (docs/algorithms/led.md)."""
+        hp = super().suggest_hparams(problem, estimator, topology)
+        if "eta" in hp:
+            hp["eta"] /= cls._default_steps() if local_steps is None else int(local_steps)
+        return hp
+
+    @classmethod
+    def _default_steps(cls) -> int:
+        """τ when the constructor is not given one (1 for a preset without ``local_steps``)."""
+        import inspect
+
+        param = inspect.signature(cls.__init__).parameters.get("local_steps")
+        return 1 if param is None else int(param.default)
 
     def _beta(self) -> float:
         return 1.0 / self.local_steps if self.beta is None else float(self.beta)

@@ -38,7 +38,7 @@ class ProxLEAD(LEAD):
             )
 
     def finish(self, block: Block) -> None:
-        for r, nd in enumerate(block.nodes):
+        for r in block.computing_rows():  # not a node inactive this round (--network active=)
             xr = block.x[r]
-            nd.oracle.prox(xr, self.eta, out=xr)
+            block.nodes[r].oracle.prox(xr, self.eta, out=xr)
 

@@ -96,6 +96,10 @@ class Block:
         """The rows whose nodes are active this round under partial activation (``--network
         active=``, :mod:`gossip.network.activity`): :meth:`gradients` asks only their oracles;
         None: every node is."""
+        self.active_nodes: Any = None
+        """Which nodes of the whole network are active this round (a [n] numpy bool array, the
+        same on every process; None: every node is), set with :attr:`active_rows`: a per-arc
+        sum leaves out the arcs with a sleeping end (:class:`gossip.core.channel._ArcCopies`)."""
         self._stacks: dict[int, torch.Tensor] = {}
         self._calls = 0
 
@@ -720,6 +724,12 @@ class Block:
         grads = self._scratch(self.x, "prefetched")
         self.gradients(grads)
         self._prefetched = (grads, self.x._version, algorithm)
+
+    def computing_rows(self) -> list[int] | range:
+        """The rows whose nodes compute this round: every row, or under partial activation
+        (:attr:`active_rows`) the active ones; a round that calls its nodes' oracles itself (a
+        prox, a local solve) loops over these."""
+        return range(self.m) if self.active_rows is None else self.active_rows
 
     def oracle_call(self, fn: Callable[..., torch.Tensor], *rows: Any,
                     out: torch.Tensor) -> torch.Tensor:

@@ -73,6 +73,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 from torch.autograd.graph import increment_version
 
@@ -683,7 +684,11 @@ class _ArcCopies:
 
     A lost message changes neither end (the engine's ``"ack"`` delivery: the sender reads
     ``route.out_delivered``, the receiver decodes only what arrived), so ``o_ij`` at i and
-    ``c_ij`` at j are always the same value. ``D`` is the compressed ``(W(t) − I) z`` (exactly
+    ``c_ij`` at j are always the same value. Under partial activation an arc with a sleeping
+    end (:attr:`~gossip.core.block.Block.active_nodes`) is left out of ``D`` at its active end
+    as well (a silent arc is not delivered, so neither copy moves):
+    the sleeping end's round is undone (:mod:`gossip.network.activity`), so its term would
+    enter one end's sum only. ``D`` is the compressed ``(W(t) − I) z`` (exactly
     that with the identity compressor, a doubly stochastic W(t) and no loss), and
     ``Σ_i D_i = 0`` whatever the compressor and the losses: each arc's reconstruction enters
     once with + at the receiver and once with − at the sender, with the same weight. So
@@ -822,15 +827,18 @@ class _ArcCopies:
         same sum over the copies as they are (no update)."""
         block = self.channel.block
         rnd = self.round_of(block.arc_plan())
+        out_w, in_w = rnd.out_weight, rnd.in_weight
         if q is None:
             held = self.out if self.acked is None else self.acked  # what the receivers hold
             out = held if rnd.whole_out else held.index_select(0, rnd.out_rows)
             inc = self.inc if rnd.whole_in else self.inc.index_select(0, rnd.in_rows)
         else:
             out, inc = self.update(q)
+        if block.active_nodes is not None:  # an arc with a sleeping end sits out at both ends
+            out_w, in_w = rnd.live_weights(block.active_nodes)
         mix = self.mix.zero_()
-        rnd.out_sums.add_(mix, out, rnd.out_weight)  # − w_ji ô_ij
-        rnd.in_sums.add_(mix, inc, rnd.in_weight)  # + w_ij ĉ_ji
+        rnd.out_sums.add_(mix, out, out_w)  # − w_ji ô_ij
+        rnd.in_sums.add_(mix, inc, in_w)  # + w_ij ĉ_ji
         return mix
 
 
@@ -871,3 +879,13 @@ class _ArcRound:
                                       dtype=torch.float64, device=device)
         self.out_sums = RowSums(src, block.m, device)
         self.in_sums = RowSums(dst, block.m, device)
+        self._out_ends = np.array(route.arcs, dtype=np.int64).reshape(-1, 2)
+        self._in_ends = np.array(route.incoming, dtype=np.int64).reshape(-1, 2)
+
+    def live_weights(self, active: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        """The out- and in-arc weights with the arcs that touch a node inactive this round
+        (``active``: every node's flag) set to 0: those arcs sit the round out at both ends."""
+        def live(ends: np.ndarray, weight: torch.Tensor) -> torch.Tensor:
+            keep = active[ends[:, 0]] & active[ends[:, 1]]
+            return weight * torch.from_numpy(keep).to(weight.device)
+        return live(self._out_ends, self.out_weight), live(self._in_ends, self.in_weight)

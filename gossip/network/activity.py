@@ -17,7 +17,10 @@ round t
   its :attr:`~gossip.core.Algorithm.on_loss` says it does with a lost message: ``renormalize``
   (its weight goes to the receiver's own term), ``drop`` (no increment arrives), ``keep-mass``
   (push-sum: the sender keeps the share; an inactive node keeps all of its mass), ``ack``
-  (both ends of the arc skip it), ``edge`` (its edges sit the round out at both ends);
+  (both ends of the arc skip it; and since the sleeping end's round is undone, the per-arc
+  sums of :class:`~gossip.core.channel._ArcCopies` leave the arc out at its active end too,
+  through :attr:`~gossip.core.block.Block.active_nodes`), ``edge`` (its edges sit the round
+  out at both ends);
   algorithms without loss semantics are refused. A silent arc moves no bytes (no bits) and
   is not counted in ``messages_lost``.
 
@@ -93,6 +96,7 @@ class Activity:
         self.count = int(self.mask.sum())
         self.total += self.count
         local = self.mask[block.ids]
+        block.active_nodes = None if self.count == len(self.mask) else self.mask
         if local.all():
             block.active_rows = None
             return
@@ -141,6 +145,7 @@ class Activity:
             nd.oracle = oracle
         self._oracles = []
         block.active_rows = None
+        block.active_nodes = None
 
     def silent(self, keys: np.ndarray) -> np.ndarray:
         """True where an arc (stream key ``i << 32 | j``) touches a node inactive this round."""

@@ -88,7 +88,7 @@ def test_lag_benchmark_runs_end_to_end():
 def test_benchmark_runs_end_to_end():
     b = bench()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        out = b.main(["--rounds", "4", "--seeds", "0"])
+        out = b.main(["--rounds", "5", "--seeds", "0"])  # 5: K-GT's first exchange (K = 5)
     lines = out.splitlines()
     rows = [line for line in lines if line.startswith("| ") and not line.startswith("| method")]
     assert len(rows) == (len(b.AVERAGING) + len(b.OPTIMIZERS)) * len(b.NETWORKS)

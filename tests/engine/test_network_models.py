@@ -289,3 +289,43 @@ def test_an_inactive_nodes_oracle_refuses_direct_calls():
     assert getattr(asleep[0].oracle, "apply_step", None) is None
     eng.network.activity.end(eng.block)
     assert isinstance(asleep[0].oracle, Counting)
+
+
+# -- noise on a federated round ------------------------------------------------------------------
+class _ZeroGradient:
+    """A client whose gradient is 0: its local steps leave the model it received as it is."""
+
+    def grad(self, x, out=None):
+        return torch.zeros_like(x) if out is None else out.zero_()
+
+
+def test_noise_on_a_federated_round_is_on_each_arc_of_the_star():
+    """docs/network.md (noise=): receiver i's copy of sender j's message is its decoded values
+    plus σ z_ji, z_ji keyed by (seed, arc j → i, round, phase). On a FedAvg round (every client
+    sampled, exact messages): each client's received model is the server's plus the noise of
+    arc 0 → i (phase 0), and with zero gradients the server's model moves by the mean of the
+    uplink noises of arcs i → 0 (phase 1), times server_lr = 1; the bits are the noiseless run's."""
+    from tests.helpers.star_problem import STAR, X0, D, N
+
+    sigma, seed = 0.1, 5
+
+    def fedavg(network: str) -> Engine:
+        return Engine(make_algorithm("fedavg", clients_per_round=N - 1, local_steps=1, eta=0.1),
+                      STAR, lambda i: torch.from_numpy(X0), network=network, seed=seed,
+                      oracles=lambda i, gen: _ZeroGradient() if i else None)
+
+    clean, noisy = fedavg("none"), fedavg(f"noise=std:{sigma}")
+    clean.step()
+    noisy.step()
+
+    def z(src: int, dst: int, phase: int) -> torch.Tensor:
+        return sigma * NoiseDraws(seed, arc_keys([(src, dst)])).normals(1, phase, D)[0]
+
+    down = noisy.block.workspace["down"] - clean.block.workspace["down"]
+    assert torch.equal(down[0], torch.zeros(D, dtype=torch.float64))  # the server's own row
+    for i in range(1, N):
+        assert torch.allclose(down[i, :D], z(0, i, 0), rtol=0, atol=1e-15)
+    uplink = sum(z(i, 0, 1) for i in range(1, N)) / (N - 1)
+    assert torch.allclose(noisy.block.x[0] - clean.block.x[0], uplink, rtol=0, atol=1e-14)
+    assert torch.equal(clean.block.x[0], torch.from_numpy(X0))  # without noise it stays put
+    assert noisy.record()["bits_per_node"] == clean.record()["bits_per_node"]

@@ -110,6 +110,41 @@ def test_model_oracle_adds_l2_and_has_no_step(data):
     assert torch.allclose(g1 - g0, 0.5 * x, atol=1e-6)
 
 
+def test_model_oracle_loss_is_the_next_batch_mean_loss_at_x(data):
+    """``loss(x)``: cross-entropy of the model at ``x`` on the stream's next mini-batch, forward
+    only (computed here directly on a copy of the model with ``x``'s values and the same batch);
+    ``x`` and the parameters' gradients are untouched, and the batch is consumed as a gradient's
+    would be (the next ``grad`` sees the batch after it)."""
+    train, _ = data
+    model = mlp()
+    x = flat.flatten(model).clone() + 0.01 * torch.randn(flat.flatten(model).numel(),
+                                                         generator=torch.Generator().manual_seed(3))
+
+    def stream():
+        return BatchStream(node_loader(train, np.arange(60), 8, generator(2)))
+
+    oracle = ModelOracle(copy.deepcopy(model), stream())
+    keep = x.clone()
+    value = oracle.loss(x)
+    batches = stream()
+    first, second = next(batches), next(batches)
+    direct = copy.deepcopy(model)
+    with torch.no_grad():
+        for p, v in zip(direct.parameters(), flat.split(x, flat.parameters(direct)), strict=True):
+            p.copy_(v.view_as(p))
+        expect = float(nn.functional.cross_entropy(direct(first[0]), first[1]))
+    assert value == pytest.approx(expect, rel=1e-6)
+    assert torch.equal(x, keep)
+    assert all(p.grad is None for p in oracle.module.parameters())
+    # the loss drew the first batch: the next gradient is the second batch's
+    g = oracle.grad(x.clone())
+    ref = copy.deepcopy(direct)
+    nn.functional.cross_entropy(ref(second[0]), second[1]).backward()
+    assert torch.allclose(g, torch.cat([p.grad.reshape(-1) for p in ref.parameters()]), atol=1e-6)
+    # at another point, another value: it reads x, not a cached model
+    assert oracle.loss(x + 0.5) != pytest.approx(value, rel=1e-3)
+
+
 # -- data ------------------------------------------------------------------------------------------
 
 
