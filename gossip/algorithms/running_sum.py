@@ -53,7 +53,7 @@ class RobustPushSum(Algorithm):
     """
 
     name = "robust-push-sum"
-    state_copies = 8
+    state_copies = 11
     neighbor_copies = 1
     trains = True
     step_schedule = True
@@ -128,7 +128,7 @@ class RobustPushTracking(Algorithm):
     """
 
     name = "robust-push-tracking"
-    state_copies = 14
+    state_copies = 20
     neighbor_copies = 2
     trains = True
     step_rule = "tracking"

@@ -42,6 +42,11 @@ def check_asynchronous(args: argparse.Namespace, name: str) -> None:
                          f"docs/asynchronous.md) and cannot run with {'; '.join(why)}")
 
 
+LOG_ESTIMATE_FROM = 256 * 2**20
+"""Runs whose estimate reaches this many bytes log it before allocating; smaller ones are checked
+without a word, so a small run's output (and a bad flag's one error line) stays as it was."""
+
+
 def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms: list[Any],
                  compressors: list[str], lower: str, topology: Any = None, nodes: int | None = None,
                  shape: tuple[int, ...] | None = None, extra: dict[str, float] | None = None) -> None:
@@ -52,7 +57,8 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
     ``neighbor_copies`` x the topology's largest degree), one message per node of the largest
     of ``compressors`` and, under MPI, one received per remote neighbor; ``extra`` adds the
     script's own allocations (a problem's data). Without a ``topology`` (the check before it is
-    built, from ``nodes``) the graph is counted at its smallest. Under MPI the share of the rank
+    built, from ``nodes``) the graph is counted at its smallest; with one, an estimate of
+    :data:`LOG_ESTIMATE_FROM` bytes or more is logged. Under MPI the share of the rank
     with the most nodes is checked. ``lower``: the flags named in the refusal (which adds how
     more processes would help, :func:`spread_hint`).
     """
@@ -69,7 +75,7 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
                        compressors=compressors, degree=degree, shape=shape,
                        remote=world.size > 1, extra=extra)
     where = f"rank {world.rank}'s share: {local} of {n} nodes" if world.size > 1 else ""
-    if topology is not None:  # the final estimate (the one before the graph is a first look)
+    if topology is not None and fp.total >= LOG_ESTIMATE_FROM:  # the final estimate
         log.info("memory estimate: %s for %d nodes x %s per node (%s; %s, d = %d)%s, before "
                  "anything is allocated", memory.format_size(fp.total), local,
                  memory.format_size(fp.total / max(local, 1)), fp.describe(), dtype, numel,

@@ -428,9 +428,9 @@ def test_the_checkpoints_agreement_is_not_labelled_metrics(tmp_path, monkeypatch
     labels: list[str] = []
     real = World.node_values
 
-    def spy(self, n, local, what="metrics: the per-node values of"):
+    def spy(self, n, local, what="metrics: the per-node values of", **kw):
         labels.append(what)
-        return real(self, n, local, what=what)
+        return real(self, n, local, what=what, **kw)
 
     monkeypatch.setattr(World, "node_values", spy)
     eng, ck = saved(tmp_path)

@@ -25,11 +25,12 @@ ROUNDS = 240
 
 EXACT = ("extra", "exact-diffusion", "led", "admm", "dlm", "atc-diging", "next", "gt-saga",
          "gt-sarah", "k-gt", "scaffnew", "lead-arcs", "prox-lead-arcs", "c-gt-arcs", "beer-arcs",
-         "c-ecl")
+         "c-ecl", "robust-push-tracking")
 """Exact without activity, and exact under it (docs/network.md): still converging to x*."""
 RUNS = ("gossip", "dpsgd", "choco", "choco-arcs", "deepsqueeze", "dcd", "lead", "prox-lead",
         "powergossip", "beer", "diging", "c-gt", "push-sum", "cpp", "motef", "atc-dgd", "dadam",
-        "tracked-amsgrad", "accum-adam", "accum-adamw", "lodadac")
+        "tracked-amsgrad", "accum-adam", "accum-adamw", "lodadac",
+        "robust-push-sum")
 """Run under activity without a guarantee of exactness (``renormalize``, ``drop``, ...):
 bounded, as the table says."""
 LASSO = ("prox-lead", "prox-lead-arcs")

@@ -150,6 +150,9 @@ def test_the_memory_estimate_is_logged_and_a_refusal_says_how_to_shrink(caplog):
     with caplog.at_level(logging.INFO, logger="gossip.memory"):
         check_memory(_args(), World.detect(), numel=1000, algorithms=cls,
                      compressors=["topk:0.01"], lower="--nodes", topology=topo)
+        assert not caplog.records  # a small run is checked without a word
+        check_memory(_args(), World.detect(), numel=400_000, algorithms=cls,
+                     compressors=["topk:0.01"], lower="--nodes", topology=topo)
     assert any("memory estimate" in r.getMessage() and "100 nodes" in r.getMessage()
                for r in caplog.records)
     with pytest.raises(ConfigError) as exc:

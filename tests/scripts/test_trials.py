@@ -23,7 +23,7 @@ def _strip(records: list[dict]) -> list[dict]:
     out = []
     for rec in records:
         rec = {k: v for k, v in rec.items()
-               if not k.endswith("_s") and k not in ("seed", "seconds_per_round")}
+               if not k.endswith(("_s", "_s_per_round")) and k not in ("seed", "seconds_per_round")}
         if "args" in rec:
             rec["args"] = {k: v for k, v in rec["args"].items()
                            if k not in ("out", "seeds", "jobs", "plot", "progress")}
