@@ -57,8 +57,8 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
     ``neighbor_copies`` x the topology's largest degree), one message per node of the largest
     of ``compressors`` and, under MPI, one received per remote neighbor; ``extra`` adds the
     script's own allocations (a problem's data). Without a ``topology`` (the check before it is
-    built, from ``nodes``) the graph is counted at its smallest; with one, an estimate of
-    :data:`LOG_ESTIMATE_FROM` bytes or more is logged. Under MPI the share of the rank
+    built, from ``nodes``) the graph is counted at its smallest; with one, a run that fits and
+    whose estimate reaches :data:`LOG_ESTIMATE_FROM` bytes logs it. Under MPI the share of the rank
     with the most nodes is checked. ``lower``: the flags named in the refusal (which adds how
     more processes would help, :func:`spread_hint`).
     """
@@ -75,14 +75,14 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
                        compressors=compressors, degree=degree, shape=shape,
                        remote=world.size > 1, extra=extra)
     where = f"rank {world.rank}'s share: {local} of {n} nodes" if world.size > 1 else ""
-    if topology is not None and fp.total >= LOG_ESTIMATE_FROM:  # the final estimate
+    smaller = "" if itemsize <= 2 else f", a smaller --dtype (float16 or bfloat16: {2 / itemsize:g} x)"
+    memory.check(fp, lower=lower + smaller + spread_hint(world.size, local), where=where,
+                 limit=getattr(args, "max_memory", None))
+    if topology is not None and fp.total >= LOG_ESTIMATE_FROM:  # it fits: say what it takes
         log.info("memory estimate: %s for %d nodes x %s per node (%s; %s, d = %d)%s, before "
                  "anything is allocated", memory.format_size(fp.total), local,
                  memory.format_size(fp.total / max(local, 1)), fp.describe(), dtype, numel,
                  f", {where}" if where else "")
-    smaller = "" if itemsize <= 2 else f", a smaller --dtype (float16 or bfloat16: {2 / itemsize:g} x)"
-    memory.check(fp, lower=lower + smaller + spread_hint(world.size, local), where=where,
-                 limit=getattr(args, "max_memory", None))
 
 
 def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any],
