@@ -112,14 +112,16 @@ def test_a_rank_missing_at_start_up_is_named_within_the_timeout():
 
 
 def test_a_rank_that_stops_stepping_is_named_by_every_rank():
-    """gossip.wrap under torchrun, rank 1's script ends after two steps: every other rank's
-    error names rank 1 (its neighbors directly, rank 3 through rank 0's note), none blames a
-    rank that failed because of it, and gloo's raw error is not shown."""
+    """gossip.wrap under torchrun, rank 1's script ends after two steps: its neighbors' errors
+    name rank 1, and so does rank 3's (through rank 0's note) when it gets to print one before
+    torchrun stops it (torchrun sends SIGTERM to every rank once one fails, so it may not);
+    none blames a rank that failed because of it, and gloo's raw error is not shown."""
     res = run_torchrun(4, ["tests/helpers/torch_wrap_stop.py", "5"], timeout=170)
     out = res.stdout + res.stderr
     assert res.returncode != 0
     errors = [ln for ln in out.splitlines() if "gossip.errors.Comm" in ln]
-    assert {ln[:7] for ln in errors} == {"[rank0]", "[rank2]", "[rank3]"}, out[-4000:]
+    assert {"[rank0]", "[rank2]"} <= {ln[:7] for ln in errors} <= {"[rank0]", "[rank2]",
+                                                                   "[rank3]"}, out[-4000:]
     assert all("rank 1 stopped stepping early" in ln for ln in errors), out[-4000:]
     assert "GLHF" not in out and "pair.cc" not in out, out[-4000:]
 
