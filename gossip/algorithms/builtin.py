@@ -37,6 +37,7 @@ from gossip.algorithms.onebit_lamb import OneBitLamb
 from gossip.algorithms.pairwise import PairwiseGossip
 from gossip.algorithms.powergossip import PowerGossip
 from gossip.algorithms.prox_lead import ProxLEAD
+from gossip.algorithms.robust_push_sgd import RobustPushSGD
 from gossip.algorithms.running_sum import RobustPushSum, RobustPushTracking
 from gossip.algorithms.sgp_async import AsyncSGP
 from gossip.algorithms.signum import SignumVote
@@ -54,7 +55,7 @@ BUILTIN: tuple[type[Algorithm], ...] = (
     DADAM, TrackedAMSGrad, ChocoAMSGrad, DESLOC, AccumAdam, AccumAdamW, LoDAdaC, SQuARM,
     FedAvg, FedProx, FedAdam, FedYogi, FedAdagrad, Scaffold, FedAdamW, FedAdamSSM, FedDyn, FedNova,
     CADA, GCADA, PairwiseGossip, ADPSGD, GossipLearning, AsyncSGP, AsyncChoco,
-    RobustPushSum, RobustPushTracking,
+    RobustPushSum, RobustPushTracking, RobustPushSGD,
 )
 """Every built-in algorithm class, in the order ``--help`` lists them (a class that declares an
 ``arcs_form`` is followed by its robust per-arc form, ``NAME-arcs``)."""

@@ -30,7 +30,7 @@ EXACT = ("extra", "exact-diffusion", "led", "admm", "dlm", "atc-diging", "next",
 RUNS = ("gossip", "dpsgd", "choco", "choco-arcs", "deepsqueeze", "dcd", "lead", "prox-lead",
         "powergossip", "beer", "diging", "c-gt", "push-sum", "cpp", "motef", "atc-dgd", "dadam",
         "tracked-amsgrad", "accum-adam", "accum-adamw", "lodadac",
-        "robust-push-sum")
+        "robust-push-sum", "robust-push-sgd")
 """Run under activity without a guarantee of exactness (``renormalize``, ``drop``, ...):
 bounded, as the table says."""
 LASSO = ("prox-lead", "prox-lead-arcs")

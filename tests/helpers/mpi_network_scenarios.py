@@ -110,6 +110,10 @@ SCENARIOS: dict[str, tuple[str, dict, str, str, str, str, bool]] = {
                              "loss=0.1;stale=geom:0.5", True),  # two channels, one packed phase
     "c-ecl-loss-stale": ("c-ecl", {"period": 2}, "randk:0.3", "ring", "metropolis",
                          "loss=0.1;stale=uniform:0,3", True),
+    # RASGP: running sums, and sleeping nodes that catch up their steps when they wake
+    "robust-push-sgd-loss-active": ("robust-push-sgd", {"mu": 0.05}, "none",
+                                    "directed-random:p=0.3", "push",
+                                    "loss=0.2;active=markov:p_off=0.3,p_on=0.5", True),
 }
 
 
