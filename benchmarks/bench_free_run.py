@@ -26,12 +26,14 @@ numbers are the free run's). The distance is the worst node's ``max_i ‖x_i −
 at every record (every ``--log-virtual-s`` virtual seconds: a round record of the paced runs,
 a snapshot instant of AD-PSGD's). Columns per target (``--targets``): how many seeds reached
 it, the virtual time to it, the wall time to it under mpiexec (``wall_s`` of the first record at
-or below it), the speedup over D-PSGD in wall time, then the distance at the end in virtual
-time and under mpiexec (with a constant step D-PSGD and AD-PSGD stop at a floor set by the
-data's heterogeneity: the last column shows it) and the machine's load average over the runs.
+or below it), their ratio over SCALE (what the machine adds to the slept compute times: the
+real computation and transfers of 8 ranks on a loaded machine), the speedup over D-PSGD in wall
+time; then the distance at the end in virtual time and under mpiexec (with a constant step
+D-PSGD and AD-PSGD stop at a floor set by the data's heterogeneity: this column shows it) and
+the machine's 1-minute load average before and after each method's runs.
 Medians over ``--seeds``; a seed that never reached a target counts as infinitely slow.
 
-    python benchmarks/bench_free_run.py                       # ~10 min on two busy cores
+    python benchmarks/bench_free_run.py              # ~25 min on two cores at load 12-15
     python benchmarks/bench_free_run.py --write docs/network.md
     python benchmarks/bench_free_run.py --seeds 0 --virtual-s 200 --scale 0.002  # does it run
 """
@@ -149,7 +151,7 @@ def table(results: dict[str, tuple[list[dict], list[dict]]], targets: list[float
     for target in targets:
         heads += [f"reached {target:g} (seeds, virtual / mpiexec)",
                   f"virtual time to {target:g} (s)", f"wall time to {target:g}, mpiexec (s)",
-                  f"wall speedup vs {REFERENCE} to {target:g}"]
+                  f"wall / (virtual × {scale:g})", f"wall speedup vs {REFERENCE} to {target:g}"]
     lines = ["| method | network | " + " | ".join(heads) + " | distance at the end (virtual / "
              "mpiexec) | load average (1 min, before / after) |",
              "|---|---|" + "---|" * (len(heads) + 2)]
@@ -159,11 +161,12 @@ def table(results: dict[str, tuple[list[dict], list[dict]]], targets: list[float
             tv = [reach(r, target) for r in virtual]
             tw = [reach(r, target) for r in wall]
             ref = statistics.median(reach(r, target) for r in results[REFERENCE][1])
-            mw = statistics.median(tw)
+            mv, mw = statistics.median(tv), statistics.median(tw)
             speedup = ref / mw if math.isfinite(mw) else math.nan
             cells += [f"{sum(map(math.isfinite, tv))}/{sum(map(math.isfinite, tw))} of {len(tv)}",
-                      _num(statistics.median(tv)), _num(mw),
-                      "∞" if math.isfinite(mw) and not math.isfinite(ref) else _num(speedup, ".2f")]
+                      _num(mv), _num(mw), _num(mw / (mv * scale) if mv > 0 else math.nan, ".2f"),
+                      f"∞ ({REFERENCE} never)" if math.isfinite(mw) and not math.isfinite(ref)
+                      else _num(speedup, ".2f")]
         final = " / ".join(_num(statistics.median(r["final"] for r in rows), ".2g")
                            for rows in (virtual, wall))
         lines.append(f"| {algorithm} | {METHODS[algorithm][1]} | " + " | ".join(cells)
