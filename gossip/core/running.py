@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from gossip.core.routing import ArcPlan, MixPlan, RowSums
-from gossip.errors import ConfigError, RowsError
+from gossip.errors import ConfigError, ContractError, RowsError
 
 
 class RunningSums:
@@ -95,6 +95,11 @@ class RunningSums:
             block.arc_routes[key] = (self.route, True)
         self.rho, self.count = ast[f"{name}.rho"], ast[f"{name}.count"]
         self.arc_of = {arc: e for e, arc in enumerate(incoming)}
+        # in-arc (j, i) by key ``row(i) · span + j``, sorted: a message's arc in one search
+        self._span = max([j for j, _ in incoming] + list(ids), default=0) + 1
+        keys = self.route.in_dst * self._span + torch.tensor([j for j, _ in incoming],
+                                                             dtype=torch.int64, device=device)
+        self._keys, self._key_arc = torch.sort(keys)
         views = {nd.id: nd.view for nd in block.nodes}
         self.weight = torch.tensor([views[i].weight_of(j) for j, i in incoming], **f64)
         """``c_ij`` of every in-arc (j, i)."""
@@ -103,7 +108,7 @@ class RunningSums:
         self.receivers = self.route.in_dst
         self.sums = RowSums(self.route.in_dst.tolist(), m, device)
         self.nbytes = 8 * (width + 1)
-        self._terms: dict[int, tuple[list[int], list[int], torch.Tensor, MixPlan]] = {}
+        self._terms: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor, MixPlan]] = {}
         self._delta = torch.zeros(len(incoming), width, **f64)
         self._got = torch.zeros(m, width, **f64)
 
@@ -132,21 +137,28 @@ class RunningSums:
         return rows
 
     # -- the receiver --------------------------------------------------------------------------
-    def _plan_terms(self, plan: MixPlan) -> tuple[list[int], list[int], torch.Tensor]:
-        """The terms of the plan the messages were handed over on: each term's in-arc and
-        receiving row, and its staging row (cached per plan)."""
+    def _plan_terms(self, plan: MixPlan) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The terms of the plan the messages were handed over on, in its slots' order: each
+        term's in-arc, receiving row and staging row (cached per plan)."""
         hit = self._terms.get(id(plan))
         if hit is not None and hit[3] is plan:
             return hit[:3]
-        ids, m = self.block.ids, self.block.m
-        arcs, rows, src = [], [], []
-        for s, d, _ in plan.slots:
-            dst = range(m) if d is None else d.tolist()
-            for k, r in zip(s.tolist(), dst):
-                arcs.append(self.arc_of[(plan.sender_of[k], ids[r])])
-                rows.append(r)
-                src.append(k)
-        staging = torch.tensor(src, dtype=torch.int64, device=self.block.x.device)
+        device = self.block.x.device
+        if plan.fused is None:
+            staging = rows = arcs = torch.zeros(0, dtype=torch.int64, device=device)
+        else:
+            staging, rows = plan.fused[0], plan.fused[1]
+            sender = torch.tensor(plan.sender_of, dtype=torch.int64, device=device)[staging]
+            key = rows * self._span + sender
+            at = torch.searchsorted(self._keys, key).clamp_(max=max(len(self._keys) - 1, 0))
+            # a message on no in-arc; a sender past span would alias another row's key
+            bad = (sender >= self._span) | (self._keys[at] != key if len(self._keys) else True)
+            if bool(bad.any()):
+                k = int(bad.nonzero()[0])
+                raise ContractError(f"running sums '{self.name}': a message from node "
+                                    f"{int(sender[k])} to node {self.block.ids[int(rows[k])]} "
+                                    "on no arc of the graph the sums were built for")
+            arcs = self._key_arc[at]
         if len(self._terms) > 64:
             self._terms.clear()
         self._terms[id(plan)] = (arcs, rows, staging, plan)
@@ -155,40 +167,44 @@ class RunningSums:
     def receive(self, inbox: Any) -> torch.Tensor:
         """``Σ_j c_ij (σ_j − ρ_ij)`` for every row from the messages handed over (``inbox``,
         what the ``yield`` gave back); the newest of each in-arc becomes its ``(ρ, κ)``, older
-        ones are counted in ``NAME.superseded``. A buffer, valid until the next call."""
+        ones are counted in ``NAME.superseded``. A buffer, valid until the next call.
+
+        Vectorized over the messages: per in-arc, the newest is the message with the largest
+        counter above ``κ`` (the first of equal ones, which no sender makes); every other
+        message handed over is superseded."""
         plan = inbox.route
         if not isinstance(plan, MixPlan):
             raise ConfigError(f"running sums '{self.name}': a phase of one message per node")
         arcs, rows, staging = self._plan_terms(plan)
         delta, got = self._delta.zero_(), self._got.zero_()
-        if not arcs:
+        if not len(arcs):
             return got
         values = inbox.both().index_select(0, staging)[:, : self.nbytes].contiguous()
         values = values.view(torch.float64)
         self._check(values, plan, staging, rows)
-        counters = values[:, self.width].tolist()
-        held = self.count.tolist()
-        best: dict[int, int] = {}
-        for k, (e, c) in enumerate(zip(arcs, counters)):
-            if c > held[e] and (e not in best or c > counters[best[e]]):
-                best[e] = k
-        for k, r in enumerate(rows):
-            if best.get(arcs[k]) != k:
-                self.superseded[r] += 1
-        if best:
-            device = self.rho.device
-            e = torch.tensor(sorted(best), dtype=torch.int64, device=device)
-            k = torch.tensor([best[a] for a in sorted(best)], dtype=torch.int64, device=device)
-            newest = values.index_select(0, k)
-            sig = newest[:, : self.width]
+        counters = values[:, self.width]
+        fresh = counters > self.count.index_select(0, arcs)
+        n_arcs, n_msg = len(self.count), len(arcs)
+        top = torch.full((n_arcs,), -torch.inf, dtype=torch.float64, device=counters.device)
+        top.scatter_reduce_(0, arcs, torch.where(fresh, counters, -torch.inf), "amax")
+        newest = fresh & (counters == top.index_select(0, arcs))
+        order = torch.arange(n_msg, device=counters.device)
+        first = torch.full((n_arcs,), n_msg, dtype=torch.int64, device=counters.device)
+        first.scatter_reduce_(0, arcs, torch.where(newest, order, n_msg), "amin")
+        applied = first.index_select(0, arcs) == order  # message k is its arc's newest
+        self.superseded.index_add_(0, rows, (~applied).to(torch.float64))
+        e = (first < n_msg).nonzero().squeeze(1)
+        if len(e):
+            newest_rows = values.index_select(0, first.index_select(0, e))
+            sig = newest_rows[:, : self.width]
             delta.index_copy_(0, e, sig - self.rho.index_select(0, e))
             self.rho.index_copy_(0, e, sig)
-            self.count.index_copy_(0, e, newest[:, self.width].contiguous())
+            self.count.index_copy_(0, e, newest_rows[:, self.width].contiguous())
             self.sums.add_(got, delta, self.weight)
         return got
 
     def _check(self, values: torch.Tensor, plan: MixPlan, staging: torch.Tensor,
-               rows: list[int]) -> None:
+               rows: torch.Tensor) -> None:
         """Refuse a message with a value that is not finite or a counter that no sender writes
         (not an integer in ``1..t``), naming its sender."""
         counters = values[:, self.width]
@@ -197,7 +213,7 @@ class RunningSums:
         if bad.any():
             k = int(bad.nonzero()[0])
             sender = plan.sender_of[int(staging[k])]
-            receiver = self.block.ids[rows[k]]
+            receiver = self.block.ids[int(rows[k])]
             what = ("a value that is not finite" if not torch.isfinite(values[k]).all() else
                     f"counter {float(counters[k])!r} (expected an integer in 1..{self.block.round})")
             raise RowsError(f"round {self.block.round}: the running sum from node {sender} to "

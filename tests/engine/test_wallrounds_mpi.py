@@ -1,9 +1,12 @@
 """Synchronous rounds in wall-clock time (``free_run=SCALE`` on a synchronous algorithm,
 gossip/network/clock.py): under mpiexec, one node per rank, a straggler slows the rounds in
 wall time as the virtual clock predicts, and the numbers are those of a run that does not sleep
-(one launch of 4 ranks: tests/helpers/mpi_wallrounds.py)."""
+(one launch of 4 ranks: tests/helpers/mpi_wallrounds.py); a forged running sum in a paced
+run is refused naming its sender (the same launch's end)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 import torch
@@ -25,7 +28,11 @@ MACHINE = ("wall_s", "time_s", "compute_s", "comm_s", "run")
 def test_a_straggler_slows_the_rounds_in_wall_time_as_in_virtual_time(tmp_path):
     out = tmp_path / "wall.jsonl"
     res = run_mpi(4, ["tests/helpers/mpi_wallrounds.py", str(out), str(SCALE)], timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
+    # the launch ends with the rogue run: node 1's counter from the future stops a receiver
+    # (node 0 or 2 on the ring), which names it and aborts the job
+    rogue = re.search(r"^ROGUE rank ([02]): NodeError: .*node \1 \(rank \1\) refused the message "
+                      r"from node 1 \(rank 1\): .*counter 7", res.stdout, re.M)
+    assert res.returncode != 0 and rogue, res.stdout + res.stderr
     recs = [r for r in read_jsonl(out) if r["type"] == "round"]
     for name in SCENARIOS:
         paced = [r for r in recs if r["scenario"] == name and r["run"] == "paced"]

@@ -1,6 +1,8 @@
 """Synchronous rounds in wall-clock time (gossip/network/clock.py), one node per rank: each
 scenario runs D-PSGD twice, paced (``free_run=SCALE``) and not, and writes both runs' records
-to a JSON-lines file (``run`` = "paced" / "plain"). Started under mpiexec by
+to a JSON-lines file (``run`` = "paced" / "plain"). Then a paced robust-push-sum whose node 1
+sends a running sum with a counter from the future in round 3 (:func:`rogue`): its receiver
+prints ``ROGUE rank R: ERROR`` and aborts the job. Started under mpiexec by
 tests/engine/test_wallrounds_mpi.py.
 Usage: python tests/helpers/mpi_wallrounds.py OUT.jsonl SCALE
 """
@@ -49,6 +51,35 @@ def main(out: str, scale: float) -> None:
                 engine.run(ROUNDS, log_every=LOG_EVERY, metrics=[distance],
                            on_record=lambda rec, name=name, run=run: logger.write(
                                {**rec, "scenario": name, "run": run}))
+    rogue(world, scale)
+
+
+def rogue(world: World, scale: float) -> None:
+    """A paced robust-push-sum under lags (stale=) whose node 1 writes counter 7 into its
+    running sum of round 3: a receiver refuses it naming the sender, prints the error and
+    aborts the job (what a user's script does)."""
+    from gossip.core.running import RunningSums
+
+    if world.rank == 1:
+        send = RunningSums.send
+
+        def forged(self, z):
+            rows = send(self, z)
+            if self.block.round == 3:
+                rows.mine().view(torch.float64)[0, self.width] = 7.0
+            return rows
+
+        RunningSums.send = forged
+    n = world.size
+    engine = Engine(make_algorithm("robust-push-sum"), topologies.build("ring", n, weights="push"),
+                    lambda i: torch.full((4,), float(i), dtype=torch.float64), compressor="none",
+                    world=world.configure(timeout=30), seed=3, network="stale=geom:0.5;slow=nodes:0x5",
+                    free_run=scale)
+    try:
+        engine.run(ROUNDS)
+    except Exception as exc:
+        print(f"ROGUE rank {world.rank}: {type(exc).__name__}: {exc}", flush=True)
+        world.abort(1)
 
 
 if __name__ == "__main__":
