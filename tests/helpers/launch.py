@@ -15,6 +15,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+LAUNCHES_ALLOWED = True
+"""Whether the running test may start several processes: tests/conftest.py sets it for each
+test from its ``launches`` mark (outside pytest's run, always)."""
+
 
 def mpiexec() -> str | None:
     """mpiexec next to this interpreter (the mpich wheel puts it in the venv), else on PATH."""
@@ -25,6 +29,10 @@ def mpiexec() -> str | None:
 def launch_command(launcher: str, n: int) -> list[str]:
     """The command that starts ``n`` processes of a python script: ``mpiexec -n n python`` or
     ``torchrun --standalone --nproc-per-node n`` (skips the test when the launcher is missing)."""
+    if not LAUNCHES_ALLOWED:
+        pytest.fail(f"this test starts {n} processes ({launcher}) but is not marked launches: "
+                    "mark it @pytest.mark.launches (tests/conftest.py), so that make test runs "
+                    "it with the other launches, one at a time", pytrace=False)
     exe = mpiexec() if launcher == "mpiexec" else torchrun()
     if exe is None:
         pytest.skip(f"no {launcher} available")
