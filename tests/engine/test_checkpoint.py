@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import ROOT, mpiexec, run_py
+from tests.helpers.launch import ROOT, launch_command, mpiexec, run_py
+
+LAUNCHES_MARKED_PER_TEST = True  # only the mpiexec test launches (tests/conftest.py)
 
 RUNS = {
     "choco": ["experiments/consensus.py", "--algorithm", "choco", "--compressor", "topk:0.1",
@@ -44,13 +46,14 @@ def manifest_round(ck: Path) -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.launches
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_sigkill_all_ranks_then_resume_equals_uninterrupted(tmp_path, name):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     args = [*RUNS[name], *COMMON]
     full, cut, ck = tmp_path / "full.jsonl", tmp_path / "cut.jsonl", tmp_path / "ck"
-    mpi = [mpiexec(), "-n", "4", sys.executable]
+    mpi = launch_command("mpiexec", 4)
     subprocess.run([*mpi, *args, "--out", str(full)], cwd=ROOT, env=env, check=True,
                    capture_output=True, timeout=300)
     proc = subprocess.Popen([*mpi, *args, "--out", str(cut), "--checkpoint-dir", str(ck),

@@ -27,6 +27,8 @@ from gossip.wrap import NodeSampler, wrap
 from tests.helpers import wrap_runs
 from tests.helpers.launch import ROOT, mpiexec, run_mpi, run_py, run_torchrun, torchrun
 
+LAUNCHES_MARKED_PER_TEST = True  # only the tests under mpiexec/torchrun launch (tests/conftest.py)
+
 DOC = ROOT / "docs" / "wrap.md"
 
 
@@ -507,6 +509,7 @@ LAUNCHERS = [pytest.param(run_mpi, id="mpiexec",
                           marks=pytest.mark.skipif(torchrun() is None, reason="no torchrun"))]
 
 
+@pytest.mark.launches
 @pytest.mark.slow
 @pytest.mark.parametrize("launch", LAUNCHERS)
 def test_ranks_equal_the_trainer_and_refuse_unequal_models(tmp_path, launch):
@@ -532,6 +535,7 @@ def test_ranks_equal_the_trainer_and_refuse_unequal_models(tmp_path, launch):
         assert resumed["resumed"] == resumed["straight"]
 
 
+@pytest.mark.launches
 @pytest.mark.slow
 @pytest.mark.parametrize("launch", LAUNCHERS)
 def test_the_gossip_example_under_a_launcher(launch):
