@@ -1,9 +1,16 @@
 """Pytest setup for every test: one torch thread, and the `launches` mark.
 
-A test module that starts several processes (``mpiexec``, ``torchrun``, a rank stopped on purpose)
-is marked ``launches`` as a whole, from its source: those tests time out ranks and wait on each
-other, so ``make test`` runs them one at a time after the in-process tests, which it spreads over
-the cores (pytest-xdist). A module can also mark itself with ``pytestmark = pytest.mark.launches``.
+A test that starts several processes (``mpiexec``, ``torchrun``, a rank stopped on purpose) is
+marked ``launches``: those tests time out ranks and wait on each other, so ``make test`` runs
+them one at a time after the in-process tests, which it spreads over the cores (pytest-xdist).
+
+By default a whole module is marked, from its source (it names a launcher or a launching helper
+of tests/helpers/launch.py): the safe side. A module that mixes in-process tests with launching
+ones (or only names a launcher in its strings) says ``LAUNCHES_MARKED_PER_TEST = True`` and marks
+its launching tests itself (``@pytest.mark.launches``); its other tests (single-process runs of a
+script included) join the parallel phase. The helpers of tests/helpers/launch.py refuse to start
+several processes from a test not marked, so a launching test left unmarked fails at once,
+naming the mark, rather than running beside others.
 Shared helpers live in tests/helpers/.
 """
 
@@ -14,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import torch
+
+from tests.helpers import launch
 
 torch.set_num_threads(1)
 
@@ -32,5 +41,16 @@ def _starts_processes(path: Path) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
+        module = getattr(item, "module", None)
+        if getattr(module, "LAUNCHES_MARKED_PER_TEST", False):
+            continue
         if _starts_processes(Path(item.path)):
             item.add_marker(pytest.mark.launches)
+
+
+@pytest.fixture(autouse=True)
+def _launches_only_when_marked(request: pytest.FixtureRequest):
+    """Let the test start several processes only when it is marked ``launches``."""
+    launch.LAUNCHES_ALLOWED = request.node.get_closest_marker("launches") is not None
+    yield
+    launch.LAUNCHES_ALLOWED = True

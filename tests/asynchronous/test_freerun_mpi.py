@@ -17,6 +17,7 @@ from gossip.metrics import read_jsonl
 from gossip.network.freerun import NODE_FIELDS
 from tests.helpers.launch import mpiexec, run_mpi
 
+LAUNCHES_MARKED_PER_TEST = True  # the refusals run in process (tests/conftest.py)
 needs_mpi = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 
 
@@ -27,6 +28,7 @@ def _free_run(tmp_path, *args):
 
 
 @needs_mpi
+@pytest.mark.launches
 @pytest.mark.parametrize("name", ["ad-psgd", "gossip-learning"])
 def test_a_free_run_with_a_straggler_ends_and_learns(tmp_path, name):
     res, recs = _free_run(tmp_path, name, "compute=exp:1;slow=nodes:0x5", "1.0")
@@ -39,6 +41,7 @@ def test_a_free_run_with_a_straggler_ends_and_learns(tmp_path, name):
 
 
 @needs_mpi
+@pytest.mark.launches
 @pytest.mark.slow
 def test_a_free_run_logs_its_trajectory(tmp_path):
     """Snapshots every 10 sweeps (0.1 s here): node records as rank 0 got them, each node's
@@ -86,6 +89,7 @@ def test_a_free_run_logs_its_trajectory(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.launches
 def test_a_silent_rank_is_routed_around_and_named(tmp_path):
     """Rank 2 stops (SIGSTOP) after 1 s of 3: the others finish; the node records sent so
     far, its own up to the stop included, are written before the final metrics stop the job."""
@@ -105,6 +109,7 @@ def test_a_silent_rank_is_routed_around_and_named(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.launches
 @pytest.mark.slow
 def test_a_killed_rank_leaves_the_node_records_written_so_far(tmp_path):
     """Rank 2 kills itself (SIGKILL) after 1 s of 3, and mpiexec ends the whole job at once:
@@ -122,6 +127,7 @@ def test_a_killed_rank_leaves_the_node_records_written_so_far(tmp_path):
 
 
 @needs_mpi
+@pytest.mark.launches
 def test_free_runs_lose_and_delay_messages_from_the_keyed_draws(tmp_path):
     """loss=0.1 (and delay= on posts): every node lost exactly the messages the keyed draws
     say for what it sent on each arc; the runs end without a hang and reach consensus;

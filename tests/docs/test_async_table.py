@@ -10,6 +10,9 @@ from types import ModuleType
 
 from tests.helpers.launch import ROOT, script
 
+# none launches (tests/conftest.py): the benchmark runs --in-process, its --mpi table is fed given runs
+LAUNCHES_MARKED_PER_TEST = True
+
 DOC = ROOT / "docs" / "asynchronous.md"
 SECTION = "## Measured: a straggler, and pairwise gossip on 10⁴ nodes"
 TINY = ["--sweeps", "40", "--seeds", "0", "--targets", "0.5", "--pairwise-nodes", "200",

@@ -21,6 +21,8 @@ from gossip.problems import make_problem
 from tests.helpers.extending_driver import RUNS, script
 from tests.helpers.launch import run_mpi, run_py
 
+LAUNCHES_MARKED_PER_TEST = True  # only the mpiexec test launches (tests/conftest.py)
+
 
 @pytest.fixture(autouse=True)
 def restore_registries():
@@ -75,6 +77,7 @@ def test_scripts_run_the_user_parts_in_process(tmp_path):
     assert recs[-1]["bits_per_node"] == 15 * 2 * 8 * (12 + config["flat_numel"])
 
 
+@pytest.mark.launches
 @pytest.mark.slow
 def test_user_parts_under_mpiexec_equal_the_in_process_run(tmp_path):
     res = run_py(["tests/helpers/extending_driver.py", str(tmp_path / "local")])

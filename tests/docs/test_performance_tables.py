@@ -12,6 +12,9 @@ import pytest
 
 from tests.helpers.launch import ROOT, script
 
+# the benchmarks run under mpiexec/torchrun launch; the others read tables or run single processes
+LAUNCHES_MARKED_PER_TEST = True  # (tests/conftest.py)
+
 DOC = ROOT / "docs" / "performance.md"
 
 
@@ -41,6 +44,7 @@ def test_the_startup_table_is_the_benchmarks():
         assert f"| experiments/{path.name} --help |" in text
 
 
+@pytest.mark.launches
 @pytest.mark.slow
 def test_the_engine_benchmark_writes_its_page(tmp_path):
     """A tiny run of every part, the MPI one under mpiexec with every compressor of the
@@ -67,6 +71,7 @@ def test_the_wrap_loop_table_is_the_benchmarks():
                 and f"| {size[:2]}" in text), (launcher, ranks, graph, burners, params)
 
 
+@pytest.mark.launches
 @pytest.mark.slow
 def test_the_wrap_loop_benchmark_writes_its_page(tmp_path):
     """One tiny quiet row per launcher (4 ranks on a ring, wrap checked equal to the bare

@@ -10,6 +10,8 @@ from gossip.comm.world import World
 from gossip.errors import CommConfigError
 from tests.helpers.launch import run_py
 
+LAUNCHES_MARKED_PER_TEST = True  # none launches: the launchers are named in strings (tests/conftest.py)
+
 CONSENSUS = ["experiments/consensus.py", "--nodes", "4", "--dim", "16", "--rounds", "10"]
 
 

@@ -73,11 +73,16 @@ def test_torchruns_failure_summary_shows_the_error_line():
 
 def test_silent_rank_is_named(tmp_path):
     """A rank that stops answering (SIGSTOP) ends the torchrun job: its neighbors' deadline
-    (5 s) fires and names it, and torchrun stops the rest instead of hanging."""
-    code, out, _ = stop_a_rank("torchrun", 3, ["tests/helpers/mpi_victim.py"], tmp_path,
-                               signal.SIGSTOP, settle=2.0, timeout=60)
-    assert code != 0
-    assert "rank(s) [2] stopped answering" in out, out[-3000:]
+    (5 s) fires, and every rank that reports (the first one to fail always does; torchrun stops
+    the others, maybe before they print) names rank 2; the others end well within the
+    deadline's scale instead of hanging (the stopped one is then killed by the test, not left
+    to torchrun's 30 s wait for it to take its SIGTERM)."""
+    code, out, seconds = stop_a_rank("torchrun", 3, ["tests/helpers/mpi_victim.py"], tmp_path,
+                                     signal.SIGSTOP, settle=2.0, timeout=60, release=True)
+    assert code != 0 and seconds < 60
+    lines = [ln for ln in out.splitlines() if re.match(r"rank [01]: ", ln)]
+    assert lines, out[-3000:]
+    assert all("rank(s) [2] stopped answering" in ln for ln in lines), out[-3000:]
 
 
 def test_a_killed_rank_is_named_without_a_wait_it_did_not_do(tmp_path):
@@ -111,17 +116,17 @@ def test_a_rank_missing_at_start_up_is_named_within_the_timeout():
     assert seconds < 100, seconds  # launch and teardown included; 120 s waits are gone
 
 
-def test_a_rank_that_stops_stepping_is_named_by_every_rank():
-    """gossip.wrap under torchrun, rank 1's script ends after two steps: its neighbors' errors
-    name rank 1, and so does rank 3's (through rank 0's note) when it gets to print one before
-    torchrun stops it (torchrun sends SIGTERM to every rank once one fails, so it may not);
-    none blames a rank that failed because of it, and gloo's raw error is not shown."""
-    res = run_torchrun(4, ["tests/helpers/torch_wrap_stop.py", "5"], timeout=170)
+def test_a_rank_that_stops_stepping_is_named_by_every_rank_that_reports():
+    """gossip.wrap under torchrun, rank 1's script ends after two steps: the job ends non-zero,
+    at least one rank's error names rank 1, and so does every error printed: its neighbors'
+    directly, rank 3's through rank 0's note (torchrun stops every rank once one fails, so which
+    of them get to print varies); none blames a rank that failed because of it, and gloo's raw
+    error is not shown."""
+    res = run_torchrun(4, ["tests/helpers/torch_wrap_stop.py", "5"], timeout=170)  # or it hung
     out = res.stdout + res.stderr
     assert res.returncode != 0
     errors = [ln for ln in out.splitlines() if "gossip.errors.Comm" in ln]
-    assert {"[rank0]", "[rank2]"} <= {ln[:7] for ln in errors} <= {"[rank0]", "[rank2]",
-                                                                   "[rank3]"}, out[-4000:]
+    assert errors and {ln[:7] for ln in errors} <= {"[rank0]", "[rank2]", "[rank3]"}, out[-4000:]
     assert all("rank 1 stopped stepping early" in ln for ln in errors), out[-4000:]
     assert "GLHF" not in out and "pair.cc" not in out, out[-4000:]
 

@@ -19,12 +19,14 @@ from gossip.metrics import read_jsonl
 from tests.helpers.launch import mpiexec, run_mpi
 from tests.helpers.mpi_wallrounds import LOG_EVERY, ROUNDS, SCENARIOS
 
+LAUNCHES_MARKED_PER_TEST = True  # the refusals run in process (tests/conftest.py)
 SCALE = 0.01
 MACHINE = ("wall_s", "time_s", "compute_s", "comm_s", "run")
 """The fields that differ between a paced run and a plain one (the machine's times)."""
 
 
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
+@pytest.mark.launches
 def test_a_straggler_slows_the_rounds_in_wall_time_as_in_virtual_time(tmp_path):
     out = tmp_path / "wall.jsonl"
     res = run_mpi(4, ["tests/helpers/mpi_wallrounds.py", str(out), str(SCALE)], timeout=120)

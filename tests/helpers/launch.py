@@ -15,6 +15,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+LAUNCHES_ALLOWED = True
+"""Whether the running test may start several processes: tests/conftest.py sets it for each
+test from its ``launches`` mark (outside pytest's run, always)."""
+
 
 def mpiexec() -> str | None:
     """mpiexec next to this interpreter (the mpich wheel puts it in the venv), else on PATH."""
@@ -25,6 +29,10 @@ def mpiexec() -> str | None:
 def launch_command(launcher: str, n: int) -> list[str]:
     """The command that starts ``n`` processes of a python script: ``mpiexec -n n python`` or
     ``torchrun --standalone --nproc-per-node n`` (skips the test when the launcher is missing)."""
+    if not LAUNCHES_ALLOWED:
+        pytest.fail(f"this test starts {n} processes ({launcher}) but is not marked launches: "
+                    "mark it @pytest.mark.launches (tests/conftest.py), so that make test runs "
+                    "it with the other launches, one at a time", pytrace=False)
     exe = mpiexec() if launcher == "mpiexec" else torchrun()
     if exe is None:
         pytest.skip(f"no {launcher} available")
@@ -57,13 +65,34 @@ def run_torchrun(n: int, args: list[str], timeout: float = 180, env_extra: dict 
     return _launch("torchrun", n, args, timeout, env_extra)
 
 
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (an exited one not yet reaped by its launcher counts
+    as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: ask the process itself
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
 def stop_a_rank(launcher: str, n: int, script: list[str], tmp_path: Path, sig: int,
                 rank: int = 2, settle: float = 1.0, timeout: float = 40,
-                script_args: list[str] = ()) -> tuple[int, str, float]:
+                script_args: list[str] = (), release: bool = False) -> tuple[int, str, float]:
     """Start ``script PIDFILE [script_args]`` on ``n`` processes (each writes ``rank:pid`` to PIDFILE), send
     ``sig`` to ``rank`` once all are up (after ``settle`` seconds) and return the job's exit
     status, output and seconds from the signal to its end; fails the test when the job hangs
-    past ``timeout`` seconds."""
+    past ``timeout`` seconds.
+
+    ``release``: once every other rank has ended, kill the signalled one (SIGKILL), and return
+    the seconds from the signal to the others' end. For a rank stopped with SIGSTOP under
+    torchrun, which otherwise waits 30 s for the stopped process to take its SIGTERM; the job
+    must still end by itself, by the other ranks' own errors or torchrun's stop."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     pidfile = tmp_path / "pids"
     proc = subprocess.Popen([*launch_command(launcher, n), *script, str(pidfile), *script_args], cwd=ROOT,
@@ -77,8 +106,15 @@ def stop_a_rank(launcher: str, n: int, script: list[str], tmp_path: Path, sig: i
     time.sleep(settle)
     os.kill(int(pids[str(rank)]), sig)
     start = time.time()
+    ended = None
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        if release:
+            others = [int(pid) for r, pid in pids.items() if r != str(rank)]
+            while any(_alive(pid) for pid in others) and time.time() < start + timeout:
+                time.sleep(0.05)
+            ended = time.time() - start
+            os.kill(int(pids[str(rank)]), signal.SIGKILL)
+        out, _ = proc.communicate(timeout=max(start + timeout - time.time(), 10))
     except subprocess.TimeoutExpired:
         proc.kill()
         pytest.fail(f"the {launcher} job hung after rank {rank} was stopped")
@@ -87,7 +123,10 @@ def stop_a_rank(launcher: str, n: int, script: list[str], tmp_path: Path, sig: i
             os.kill(int(pids[str(rank)]), signal.SIGKILL)
         except ProcessLookupError:
             pass
-    return proc.returncode, out, time.time() - start
+    if ended is not None and ended >= timeout:
+        pytest.fail(f"the other ranks of the {launcher} job were still running {timeout:.0f} s "
+                    f"after rank {rank} was stopped")
+    return proc.returncode, out, time.time() - start if ended is None else ended
 
 
 def run_py(args: list[str], timeout: float = 180):

@@ -8,6 +8,8 @@ import pytest
 
 from tests.helpers.launch import ROOT, script
 
+LAUNCHES_MARKED_PER_TEST = True  # none launches: mpiexec commands are only printed (--dry-run) (tests/conftest.py)
+
 CONFIGS = ROOT / "experiments" / "configs"
 
 

@@ -10,6 +10,8 @@ import pytest
 
 from tests.helpers.launch import script
 
+LAUNCHES_MARKED_PER_TEST = True  # none launches: mpiexec commands are only printed (--dry-run) (tests/conftest.py)
+
 STALE_LAST = ["--compare", "lead@lead:2", "choco@topk:0.25", "extra@none",
               "--network", "stale=2", "--nodes", "8", "--dim", "50"]
 

@@ -7,6 +7,8 @@ import pytest
 from tests.helpers.launch import mpiexec, run_mpi, script
 from tests.helpers.train_runs import comparable, interrupted_and_resumed, records
 
+LAUNCHES_MARKED_PER_TEST = True  # only the mpiexec test launches (tests/conftest.py)
+
 ROUND_KEYS = ("round", "consensus_error", "bits_per_node", "bits_per_node_max", "time_s", "epoch",
               "train_loss", "test_loss", "test_accuracy", "worst_node_accuracy", "lr")
 
@@ -17,6 +19,7 @@ COMMON = ["--algorithm", "choco", "--compressor", "topk:0.05", "--gamma", "0.2",
           "1e-4", "--schedule", "cosine", "--warmup-epochs", "0.5"]
 
 
+@pytest.mark.launches
 @pytest.mark.slow
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 def test_mpi_run_equals_in_process_run(tmp_path):

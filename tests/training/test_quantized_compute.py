@@ -22,6 +22,8 @@ from tests.helpers import wrap_runs
 from tests.helpers.launch import mpiexec, run_mpi, script
 from tests.helpers.train_runs import comparable, interrupted_and_resumed, records
 
+LAUNCHES_MARKED_PER_TEST = True  # only the mpiexec test launches (tests/conftest.py)
+
 LEVELS = 2**QUANT_BITS
 
 
@@ -202,6 +204,7 @@ def test_train_script_resumes_bit_for_bit(tmp_path, monkeypatch):
     assert full == resumed and len(full) >= 4
 
 
+@pytest.mark.launches
 @pytest.mark.slow
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 def test_train_script_under_mpi_equals_in_process(tmp_path):

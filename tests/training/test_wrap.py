@@ -27,6 +27,8 @@ from gossip.wrap import NodeSampler, wrap
 from tests.helpers import wrap_runs
 from tests.helpers.launch import ROOT, mpiexec, run_mpi, run_py, run_torchrun, torchrun
 
+LAUNCHES_MARKED_PER_TEST = True  # only the tests under mpiexec/torchrun launch (tests/conftest.py)
+
 DOC = ROOT / "docs" / "wrap.md"
 
 
@@ -507,6 +509,7 @@ LAUNCHERS = [pytest.param(run_mpi, id="mpiexec",
                           marks=pytest.mark.skipif(torchrun() is None, reason="no torchrun"))]
 
 
+@pytest.mark.launches
 @pytest.mark.slow
 @pytest.mark.parametrize("launch", LAUNCHERS)
 def test_ranks_equal_the_trainer_and_refuse_unequal_models(tmp_path, launch):
@@ -532,10 +535,13 @@ def test_ranks_equal_the_trainer_and_refuse_unequal_models(tmp_path, launch):
         assert resumed["resumed"] == resumed["straight"]
 
 
+@pytest.mark.launches
 @pytest.mark.slow
-@pytest.mark.parametrize("launch", LAUNCHERS)
-def test_the_gossip_example_under_a_launcher(launch):
-    res = launch(4, ["examples/train_gossip.py", "--steps", "20"], timeout=180)
+@pytest.mark.skipif(torchrun() is None, reason="no torchrun")
+def test_the_gossip_example_under_torchrun():
+    """The example under torchrun (under mpiexec: tests/training/test_wrap_nodes_example.py,
+    which also checks that rank 0 alone prints)."""
+    res = run_torchrun(4, ["examples/train_gossip.py", "--steps", "20"], timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr
     assert len(re.findall(r"test accuracy", res.stdout)) == 1, res.stdout  # rank 0 prints
 

@@ -21,3 +21,4 @@ def test_four_nodes_in_one_process_equal_four_ranks():
     line = re.search(r"steps 30 .*test accuracy 0\.\d+", one.stdout)
     assert line, one.stdout
     assert line.group(0) in ranks.stdout, (one.stdout, ranks.stdout)
+    assert len(re.findall(r"test accuracy", ranks.stdout)) == 1, ranks.stdout  # rank 0 prints
