@@ -127,6 +127,10 @@ class EventLoop:
         self._sends: list[tuple[Any, torch.Tensor, int]] = []  # posts sent to other ranks
         self._recvs: list[_Incoming] = []  # posts from other ranks, receives posted
         self._restored: dict[int, tuple[torch.Tensor, ...]] = {}  # a checkpoint's payloads by seq
+        self._batching = bool(getattr(algorithm, "batch_exchanges", False)) and \
+            algorithm.contact == "exchange"
+        self._pending: list[tuple[int, int, bool, bool]] = []  # exchanges not applied yet
+        self._busy: set[int] = set()  # the rows they touch
         for i in range(self.n):
             self._schedule(i, 0.0)
 
@@ -354,6 +358,7 @@ class EventLoop:
             time, _, kind, item = heapq.heappop(heap)
             self.now = time
             if kind == _ARRIVE:
+                self._flush()
                 self._arrive(item, time)
             else:
                 self._wake(item, time)
@@ -363,7 +368,40 @@ class EventLoop:
                 idle += 1
                 if idle > IDLE_EVENTS:
                     self._stalled(since)
+        self._flush()
         self._reap()
+
+    def _flush(self) -> None:
+        """Apply the pending exchanges (disjoint pairs of local nodes, consecutive in the event
+        order) in one call of the algorithm's ``exchange_pairs``: before any other event that
+        reads or writes the models, and at the end of :meth:`run`. Disjoint pairs commute, so
+        this is the result of the events one by one."""
+        if not self._pending:
+            return
+        rows_i, rows_j, j_heard, i_heard = zip(*self._pending, strict=True)
+        self._pending = []
+        self._busy.clear()
+        dev = self.block.x.device
+        self.algorithm.exchange_pairs(
+            self.block, torch.tensor(rows_i, device=dev), torch.tensor(rows_j, device=dev),
+            torch.tensor(j_heard, device=dev), torch.tensor(i_heard, device=dev))
+
+    def _batch(self, i: int, j: int, time: float) -> None:
+        """The exchange of local i with local j, its fates drawn and counted now, its update
+        pending with the others' (:meth:`_flush`); the pending ones applied first when i or j
+        is among their ends."""
+        ri, rj = self.row_of[i], self.row_of[j]
+        busy = self._busy
+        if ri in busy or rj in busy:
+            self._flush()
+        _, j_heard, i_heard = self._exchange_fates(i, j, time)
+        if j_heard:  # i's request; j's reply is sized alike (message_like)
+            self._count(i, parts_nbytes(self.algorithm.message_like(self.block, rj)))
+        if i_heard:
+            self._count(j, parts_nbytes(self.algorithm.message_like(self.block, ri)))
+        self._pending.append((ri, rj, j_heard, i_heard))
+        busy.add(ri)
+        busy.add(rj)
 
     def _stalled(self, since: float) -> NoReturn:
         """Stop a run whose last :data:`IDLE_EVENTS` events activated no node."""
@@ -381,6 +419,7 @@ class EventLoop:
         if not self.present(i, time):
             return
         if self.timing.fresh and self.timing.next_change(i, last) <= time:  # back, fresh
+            self._flush()
             row = self.row_of.get(i)
             self.algorithm.rejoin(self.block, i, self._x0[row] if row is not None else None)
             self.rejoins += 1
@@ -389,6 +428,10 @@ class EventLoop:
             self.trace.append(("wake", time, i))
         j = self._peer_of(i, k, time)
         alg = self.algorithm
+        if self._batching and j is not None and self.local(i) and self.local(j):
+            self._batch(i, j, time)
+            return
+        self._flush()
         if self.local(i):
             event = Activation(self, i, self.row_of[i], time, k, self.activations, j)
             activated(alg, self.block, event)
