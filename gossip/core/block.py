@@ -92,6 +92,7 @@ class Block:
         self._scratches: dict[Any, torch.Tensor] = {}
         self._prefetched: tuple[torch.Tensor, int, str] | None = None  # (gradients, x's version, by)
         self._stand_in = False
+        self._oracle_keys: tuple[list[Any], list[Any]] | None = None  # the last _ask_oracles's
         self.active_rows: list[int] | None = None
         """The rows whose nodes are active this round under partial activation (``--network
         active=``, :mod:`gossip.network.activity`): :meth:`gradients` asks only their oracles;
@@ -712,8 +713,13 @@ class Block:
         a node computes the same whatever block it is in), any other row through
         :meth:`oracle_call`."""
         oracles = [self.nodes[r].oracle for r in rows]
-        grouped = {t for t in set(map(type, oracles)) if hasattr(t, "block_group")}
-        keys = [o.block_group() if type(o) in grouped else None for o in oracles]
+        seen = self._oracle_keys
+        if seen is not None and seen[0] == oracles:  # the same oracles as last time (identity)
+            keys = seen[1]
+        else:
+            grouped = {t for t in set(map(type, oracles)) if hasattr(t, "block_group")}
+            keys = [o.block_group() if type(o) in grouped else None for o in oracles]
+            self._oracle_keys = (oracles, keys)
         n = len(rows)
         if n and keys[0] is not None and keys.count(keys[0]) == n and rows[-1] - rows[0] == n - 1 \
                 and (isinstance(rows, range) or list(rows) == list(range(rows[0], rows[0] + n))):

@@ -206,18 +206,24 @@ class FullGradient(Oracle):
 
     estimator = "full"
 
+    def __init__(self, problem: Problem, node: int, generator: torch.Generator | None = None):
+        super().__init__(problem, node, generator)
+        self._m = problem.n_samples(self.node) or 1  # per-sample gradients in one
+        self._group = (FullGradient, id(problem)) if getattr(problem, "block_gradients", False) \
+            else None
+
     def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         out = self._out(x, out)
         self.problem.grad_full(self.node, x, out)
-        self.sample_grads += self.problem.n_samples(self.node) or 1
+        self.sample_grads += self._m
         self.grads += 1
         return out
 
     def block_group(self) -> Hashable | None:
         """The problem's nodes together, where it computes their gradients as one
-        (``block_gradients``: :meth:`gossip.problems.base.Problem.grad_full_block`)."""
-        pb = self.problem
-        return (FullGradient, id(pb)) if getattr(pb, "block_gradients", False) else None
+        (``block_gradients``, read when the oracle is made:
+        :meth:`gossip.problems.base.Problem.grad_full_block`)."""
+        return self._group
 
     @classmethod
     def grad_block(cls, oracles, X, out):
@@ -226,7 +232,7 @@ class FullGradient(Oracle):
         pb = oracles[0].problem
         pb.grad_full_block([o.node for o in oracles], X, out)
         for o in oracles:
-            o.sample_grads += pb.n_samples(o.node) or 1
+            o.sample_grads += o._m
             o.grads += 1
         return out
 
