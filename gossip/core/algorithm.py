@@ -342,7 +342,7 @@ class Asynchronous(Algorithm):
     else, and whose two ends' updates read only the pair's rows: the event loop then
     applies runs of consecutive exchanges between disjoint pairs of local nodes in one call
     of :meth:`exchange_pairs` (disjoint pairs commute, so the result is the one of the events
-    one by one, bit for bit)."""
+    one by one, bit for bit). Its messages are sized alike for every row (``message_like``)."""
 
     def exchange_pairs(self, block: Block, rows_i: torch.Tensor, rows_j: torch.Tensor,
                        j_heard: torch.Tensor, i_heard: torch.Tensor) -> None:

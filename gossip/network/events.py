@@ -106,8 +106,10 @@ class EventLoop:
         topo = host.topology
         self.out_neighbors = [topo.view(i).out_neighbors for i in range(self.n)]
         self.row_of = {i: r for r, i in enumerate(self.block.ids)}
-        self.clock_draws = KeyedDraws(host.seed, "async.clock", None).value
-        self.partner_draws = KeyedDraws(host.seed, "async.partner", None).value
+        self._clocks = KeyedDraws(host.seed, "async.clock", None)
+        self._partners = KeyedDraws(host.seed, "async.partner", None)
+        self.clock_draws = self._clocks.value
+        self.partner_draws = self._partners.value
         self.now = 0.0
         self.activations = 0
         self.messages = 0
@@ -131,6 +133,13 @@ class EventLoop:
             algorithm.contact == "exchange"
         self._pending: list[tuple[int, int, bool, bool]] = []  # exchanges not applied yet
         self._busy: set[int] = set()  # the rows they touch
+        self._pair_nbytes = parts_nbytes(algorithm.message_like(self.block, 0)) \
+            if self._batching and self.block.m else 0  # sized alike for every row
+        nodes = range(self.n)  # every process draws the whole trace: every node's first draws at once
+        if algorithm.clock == "poisson":
+            self._clocks.prefill(nodes, 1)
+        if algorithm.peer == "random":
+            self._partners.prefill(nodes, 1)
         for i in range(self.n):
             self._schedule(i, 0.0)
 
@@ -396,9 +405,9 @@ class EventLoop:
             self._flush()
         _, j_heard, i_heard = self._exchange_fates(i, j, time)
         if j_heard:  # i's request; j's reply is sized alike (message_like)
-            self._count(i, parts_nbytes(self.algorithm.message_like(self.block, rj)))
+            self._count(i, self._pair_nbytes)
         if i_heard:
-            self._count(j, parts_nbytes(self.algorithm.message_like(self.block, ri)))
+            self._count(j, self._pair_nbytes)
         self._pending.append((ri, rj, j_heard, i_heard))
         busy.add(ri)
         busy.add(rj)

@@ -42,3 +42,13 @@ def test_batched_exchanges_equal_the_events_one_by_one(dtype, network):
     for a, b in zip(recs_one, recs_batch, strict=True):  # the same trace and counts
         assert {k: v for k, v in a.items() if not k.endswith("_s")} == \
                {k: v for k, v in b.items() if not k.endswith("_s")}
+
+
+def test_prefilled_draws_are_the_draws_one_row_at_a_time():
+    from gossip.network.timing import KeyedDraws
+
+    one, many = KeyedDraws(7, "async.clock", None), KeyedDraws(7, "async.clock", None)
+    many.prefill(range(50), 1, chunk=16)
+    for row in range(50):
+        for k in (1, 2, 31, 32, 300):
+            assert one.value(row, k) == many.value(row, k)
