@@ -13,8 +13,10 @@ before anything is allocated (what the scripts refuse a run by), next to the mea
 Methods: CHOCO-Gossip with top-1 % (``choco``, consensus), D-PSGD (``dpsgd``) on the consensus
 problem ``f_i(x) = ‖x − c_i‖²/2`` (full gradients, one oracle per node), and asynchronous
 pairwise gossip (``pairwise-gossip``, one "round" a sweep of n activations in virtual time).
-An asynchronous sweep is n events handled one by one in Python, so rows past ``--async-max``
-nodes are not run; the table gives the time per event measured at the largest one run.
+An asynchronous sweep is n events whose trace (clocks, peers, fates) is walked in Python; runs of
+consecutive exchanges between disjoint pairs are applied as one vectorized update. Rows past
+``--async-max`` nodes are not run; the table gives the time per event measured at the largest
+one run.
 
     python benchmarks/bench_scale.py                                # prints the table
     python benchmarks/bench_scale.py --write docs/performance.md   # and puts it in the page
@@ -130,8 +132,8 @@ def main(argv: list[str] | None = None) -> str:
     p.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     p.add_argument("--max-nodes", type=int, default=1_000_000,
                    help="leave out the rows of more nodes (default 10^6)")
-    p.add_argument("--async-max", type=int, default=100_000,
-                   help="largest asynchronous row run (a sweep is n Python events)")
+    p.add_argument("--async-max", type=int, default=1_000_000,
+                   help="largest asynchronous row run (a sweep is n events; default 10^6)")
     p.add_argument("--rounds", type=int, default=5,
                    help="rounds per row (the first is timed apart; default 5, at most 3 from 10^5 nodes)")
     p.add_argument("--rows", default=None,

@@ -34,8 +34,19 @@ class PairwiseGossip(Asynchronous):
         compressor_message="{name} averages exact models (got '{spec}'): use --compressor none, "
                            "or async-choco for compressed asynchronous averaging")
 
+    batch_exchanges = True
+
     def __init__(self) -> None:  # no hyper-parameters: the pair takes its plain average
         pass
+
+    def exchange_pairs(self, block: Block, rows_i: torch.Tensor, rows_j: torch.Tensor,
+                       j_heard: torch.Tensor, i_heard: torch.Tensor) -> None:
+        """Disjoint pairs at once: ``(x_i + x_j)/2`` at each end that heard the other, the same
+        bits as :func:`_average` at both ends (the sum is commutative)."""
+        x = block.x
+        avg = x.index_select(0, rows_i).add_(x.index_select(0, rows_j)).mul_(0.5)
+        x.index_copy_(0, rows_i[i_heard], avg[i_heard])
+        x.index_copy_(0, rows_j[j_heard], avg[j_heard])
 
     def activate(self, block: Block, event: Activation) -> None:
         reply = event.exchange(block.x[event.row])  # x_i to j; j's reply is x_j as it was

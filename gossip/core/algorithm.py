@@ -337,6 +337,21 @@ class Asynchronous(Algorithm):
 
     asynchronous = True
 
+    batch_exchanges: ClassVar[bool] = False
+    """An ``exchange`` method whose activation is one exchange with its peer and nothing
+    else, and whose two ends' updates read only the pair's rows: the event loop then
+    applies runs of consecutive exchanges between disjoint pairs of local nodes in one call
+    of :meth:`exchange_pairs` (disjoint pairs commute, so the result is the one of the events
+    one by one, bit for bit). Its messages are sized alike for every row (``message_like``)."""
+
+    def exchange_pairs(self, block: Block, rows_i: torch.Tensor, rows_j: torch.Tensor,
+                       j_heard: torch.Tensor, i_heard: torch.Tensor) -> None:
+        """The exchanges of initiators ``rows_i`` with peers ``rows_j`` (block rows, no row
+        twice), as :meth:`activate` and the peer's :meth:`receive` would do them one pair after
+        another; ``j_heard`` / ``i_heard`` (bool) say whether the peer heard the initiator's
+        message and the initiator the reply (only with :attr:`batch_exchanges`)."""
+        raise ContractError(f"{self.name} declares no batched exchanges (batch_exchanges)")
+
     def step(self, block: Block) -> Round:
         raise ContractError(f"{self.name} is asynchronous: it runs on events (activate), not "
                             "rounds; run it through an Engine, which drives its events")

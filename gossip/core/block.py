@@ -16,7 +16,7 @@ with the ``none`` compressor without an encode's copy: only the 8-byte headers a
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -92,6 +92,7 @@ class Block:
         self._scratches: dict[Any, torch.Tensor] = {}
         self._prefetched: tuple[torch.Tensor, int, str] | None = None  # (gradients, x's version, by)
         self._stand_in = False
+        self._oracle_keys: tuple[list[Any], list[Any]] | None = None  # the last _ask_oracles's
         self.active_rows: list[int] | None = None
         """The rows whose nodes are active this round under partial activation (``--network
         active=``, :mod:`gossip.network.activity`): :meth:`gradients` asks only their oracles;
@@ -690,8 +691,7 @@ class Block:
                 out[r].zero_()
             return out
         if rows is not None:
-            for r in rows:
-                self.oracle_call(self.nodes[r].oracle.grad, self.x[r], out=out[r])
+            self._ask_oracles(rows, out)
             return out
         ahead = self._prefetched
         if ahead is not None:
@@ -703,9 +703,42 @@ class Block:
                     "were sent, so the gradients computed while they travelled are stale: set "
                     "overlaps = None on it, or run without --overlap")
             return out.copy_(grads)
-        for r, nd in enumerate(self.nodes):
-            self.oracle_call(nd.oracle.grad, self.x[r], out=out[r])
+        self._ask_oracles(range(self.m), out)
         return out
+
+    def _ask_oracles(self, rows: Sequence[int], out: torch.Tensor) -> None:
+        """Each row's oracle at its row of ``x``, into its row of ``out``: a run of consecutive
+        rows whose oracles share a :meth:`~gossip.problems.oracles.Oracle.block_group` in one
+        call of their class's block path (``grad_block``: the same bits as node by node, so
+        a node computes the same whatever block it is in), any other row through
+        :meth:`oracle_call`."""
+        oracles = [self.nodes[r].oracle for r in rows]
+        seen = self._oracle_keys
+        if seen is not None and seen[0] == oracles:  # the same oracles as last time (identity)
+            keys = seen[1]
+        else:
+            grouped = {t for t in set(map(type, oracles)) if hasattr(t, "block_group")}
+            keys = [o.block_group() if type(o) in grouped else None for o in oracles]
+            self._oracle_keys = (oracles, keys)
+        n = len(rows)
+        if n and keys[0] is not None and keys.count(keys[0]) == n and rows[-1] - rows[0] == n - 1 \
+                and (isinstance(rows, range) or list(rows) == list(range(rows[0], rows[0] + n))):
+            lo = rows[0]
+            type(oracles[0]).grad_block(oracles, self.x[lo:lo + n], out[lo:lo + n])
+            return
+        k = 0
+        while k < n:
+            key = keys[k]
+            if key is None:
+                self.oracle_call(oracles[k].grad, self.x[rows[k]], out=out[rows[k]])
+                k += 1
+                continue
+            e = k + 1
+            while e < n and keys[e] == key and rows[e] == rows[e - 1] + 1:
+                e += 1
+            lo, hi = rows[k], rows[e - 1] + 1
+            type(oracles[k]).grad_block(oracles[k:e], self.x[lo:hi], out[lo:hi])
+            k = e
 
     @contextlib.contextmanager
     def stand_in_gradients(self, on: bool = True) -> Iterator[None]:

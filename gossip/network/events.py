@@ -106,8 +106,10 @@ class EventLoop:
         topo = host.topology
         self.out_neighbors = [topo.view(i).out_neighbors for i in range(self.n)]
         self.row_of = {i: r for r, i in enumerate(self.block.ids)}
-        self.clock_draws = KeyedDraws(host.seed, "async.clock", None).value
-        self.partner_draws = KeyedDraws(host.seed, "async.partner", None).value
+        self._clocks = KeyedDraws(host.seed, "async.clock", None)
+        self._partners = KeyedDraws(host.seed, "async.partner", None)
+        self.clock_draws = self._clocks.value
+        self.partner_draws = self._partners.value
         self.now = 0.0
         self.activations = 0
         self.messages = 0
@@ -127,6 +129,17 @@ class EventLoop:
         self._sends: list[tuple[Any, torch.Tensor, int]] = []  # posts sent to other ranks
         self._recvs: list[_Incoming] = []  # posts from other ranks, receives posted
         self._restored: dict[int, tuple[torch.Tensor, ...]] = {}  # a checkpoint's payloads by seq
+        self._batching = bool(getattr(algorithm, "batch_exchanges", False)) and \
+            algorithm.contact == "exchange"
+        self._pending: list[tuple[int, int, bool, bool]] = []  # exchanges not applied yet
+        self._busy: set[int] = set()  # the rows they touch
+        self._pair_nbytes = parts_nbytes(algorithm.message_like(self.block, 0)) \
+            if self._batching and self.block.m else 0  # sized alike for every row
+        nodes = range(self.n)  # every process draws the whole trace: every node's first draws at once
+        if algorithm.clock == "poisson":
+            self._clocks.prefill(nodes, 1)
+        if algorithm.peer == "random":
+            self._partners.prefill(nodes, 1)
         for i in range(self.n):
             self._schedule(i, 0.0)
 
@@ -354,6 +367,7 @@ class EventLoop:
             time, _, kind, item = heapq.heappop(heap)
             self.now = time
             if kind == _ARRIVE:
+                self._flush()
                 self._arrive(item, time)
             else:
                 self._wake(item, time)
@@ -363,7 +377,40 @@ class EventLoop:
                 idle += 1
                 if idle > IDLE_EVENTS:
                     self._stalled(since)
+        self._flush()
         self._reap()
+
+    def _flush(self) -> None:
+        """Apply the pending exchanges (disjoint pairs of local nodes, consecutive in the event
+        order) in one call of the algorithm's ``exchange_pairs``: before any other event that
+        reads or writes the models, and at the end of :meth:`run`. Disjoint pairs commute, so
+        this is the result of the events one by one."""
+        if not self._pending:
+            return
+        rows_i, rows_j, j_heard, i_heard = zip(*self._pending, strict=True)
+        self._pending = []
+        self._busy.clear()
+        dev = self.block.x.device
+        self.algorithm.exchange_pairs(
+            self.block, torch.tensor(rows_i, device=dev), torch.tensor(rows_j, device=dev),
+            torch.tensor(j_heard, device=dev), torch.tensor(i_heard, device=dev))
+
+    def _batch(self, i: int, j: int, time: float) -> None:
+        """The exchange of local i with local j, its fates drawn and counted now, its update
+        pending with the others' (:meth:`_flush`); the pending ones applied first when i or j
+        is among their ends."""
+        ri, rj = self.row_of[i], self.row_of[j]
+        busy = self._busy
+        if ri in busy or rj in busy:
+            self._flush()
+        _, j_heard, i_heard = self._exchange_fates(i, j, time)
+        if j_heard:  # i's request; j's reply is sized alike (message_like)
+            self._count(i, self._pair_nbytes)
+        if i_heard:
+            self._count(j, self._pair_nbytes)
+        self._pending.append((ri, rj, j_heard, i_heard))
+        busy.add(ri)
+        busy.add(rj)
 
     def _stalled(self, since: float) -> NoReturn:
         """Stop a run whose last :data:`IDLE_EVENTS` events activated no node."""
@@ -381,6 +428,7 @@ class EventLoop:
         if not self.present(i, time):
             return
         if self.timing.fresh and self.timing.next_change(i, last) <= time:  # back, fresh
+            self._flush()
             row = self.row_of.get(i)
             self.algorithm.rejoin(self.block, i, self._x0[row] if row is not None else None)
             self.rejoins += 1
@@ -389,6 +437,10 @@ class EventLoop:
             self.trace.append(("wake", time, i))
         j = self._peer_of(i, k, time)
         alg = self.algorithm
+        if self._batching and j is not None and self.local(i) and self.local(j):
+            self._batch(i, j, time)
+            return
+        self._flush()
         if self.local(i):
             event = Activation(self, i, self.row_of[i], time, k, self.activations, j)
             activated(alg, self.block, event)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -154,6 +155,20 @@ class KeyedDraws:
         lo = (b << _SHIFT) + start
         hit = self.cache[row] = (lo, lo + count, self.make([row], b, start, count)[0])
         return hit
+
+    def prefill(self, rows: Sequence[int], k: int, chunk: int = 1 << 16) -> None:
+        """Fill, for each of ``rows`` not drawn yet, the chunk :meth:`fill` would draw first
+        for counter ``k`` (the same numbers), ``chunk`` rows per vectorized draw: a loop that
+        asks every node's first draws in turn (a sweep of an asynchronous run) would pay one
+        small draw per row."""
+        todo = [r for r in rows if r not in self.cache]
+        b = k >> _SHIFT
+        start = (k & _MASK) & -FIRST
+        lo = (b << _SHIFT) + start
+        for c in range(0, len(todo), chunk):
+            part = todo[c:c + chunk]
+            for r, values in zip(part, self.make(part, b, start, FIRST), strict=True):
+                self.cache[r] = (lo, lo + FIRST, values)
 
     def value(self, row: int, k: int) -> float:
         hit = self.cache.get(row)

@@ -15,6 +15,7 @@ centrally in float64 and cached).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -74,6 +75,11 @@ class Problem(ABC):
     ``(H_i, c_i)`` and :meth:`local_prox` solves a node's proximal subproblem exactly (what
     decentralized ADMM's local step needs)."""
 
+    block_gradients: ClassVar[bool] = False
+    """:meth:`grad_full_block` computes several nodes' gradients in one batched operation with
+    the same bits as :meth:`grad_full` node by node (what the ``full`` oracle's block path,
+    :meth:`~gossip.problems.oracles.Oracle.grad_block`, asks of a problem)."""
+
     _smooth_cache: Smoothness | None = None
     _solution_cache: np.ndarray | None = None
     _prox_factors: dict[tuple[int, float], tuple[torch.Tensor, torch.Tensor]] | None = None
@@ -100,6 +106,15 @@ class Problem(ABC):
     @abstractmethod
     def grad_full(self, i: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """``∇f_i(x)``, written into ``out`` when given (``out`` must not alias ``x``)."""
+
+    def grad_full_block(self, nodes: Sequence[int], X: torch.Tensor,
+                        out: torch.Tensor) -> torch.Tensor:
+        """``out[k] = ∇f_{nodes[k]}(X[k])`` for every k, in one batched operation, the same bits
+        as :meth:`grad_full` on each row (only for a problem with :attr:`block_gradients`:
+        elementwise arithmetic rounds the same in a batch; a matrix product through BLAS may
+        not, its kernels round by size and alignment)."""
+        raise ConfigError(f"{type(self).__name__} has no block path for its gradients "
+                          "(block_gradients is False): ask grad_full node by node")
 
     # ---- exact local solves (quadratic f_i) ------------------------------------------------------
 

@@ -21,6 +21,7 @@ class Consensus(Problem):
     """``f_i(x) = ‖x − c_i‖²/2`` with per-node targets ``c_i`` (rows of ``targets``)."""
 
     quadratic = True
+    block_gradients = True
 
     def __init__(
         self,
@@ -48,6 +49,24 @@ class Consensus(Problem):
     def grad_full(self, i: int, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         i = self.check_node(i)
         return torch.sub(x, self.targets[i], out=out)
+
+    def grad_full_block(self, nodes: Sequence[int], X: torch.Tensor,
+                        out: torch.Tensor) -> torch.Tensor:
+        """``out = X − C`` with C the nodes' targets: a slice of them when the nodes are
+        consecutive (a process's block), gathered otherwise. Elementwise, so every row has
+        the bits of :meth:`grad_full`."""
+        if len(nodes) != X.shape[0] or X.shape != out.shape:
+            raise ConfigError(f"grad_full_block: {len(nodes)} nodes for X of shape "
+                              f"{tuple(X.shape)} and out of shape {tuple(out.shape)}")
+        idx = np.asarray(nodes, dtype=np.int64)
+        if idx.size and (idx.min() < 0 or idx.max() >= self.n_nodes):
+            raise ConfigError(f"grad_full_block: node indices must be in [0, {self.n_nodes})")
+        first = int(idx[0]) if idx.size else 0
+        if idx.size == 0 or np.array_equal(idx, np.arange(first, first + idx.size)):
+            targets = self.targets[first:first + idx.size]
+        else:
+            targets = self.targets.index_select(0, torch.from_numpy(idx).to(self.device))
+        return torch.sub(X, targets, out=out)
 
     def local_quadratic(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """``H_i = I``, ``c_i`` = the node's target (float64)."""

@@ -35,6 +35,7 @@ term is variance-reduced).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar, Protocol
 
 import torch
@@ -68,6 +69,10 @@ class Problem(Protocol):
     def sample_grads(self, i: int, idx: torch.Tensor, x: torch.Tensor) -> torch.Tensor: ...
     def batch_grad(self, i: int, idx: torch.Tensor, x: torch.Tensor,
                    out: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    # optional, the block path (:meth:`Oracle.block_group`): a problem with
+    # ``block_gradients = True`` also has
+    # ``grad_full_block(nodes: Sequence[int], X: Tensor, out: Tensor) -> Tensor``
 
 
 class Oracle(ABC):
@@ -113,6 +118,24 @@ class Oracle(ABC):
     @abstractmethod
     def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """An estimate of ``∇f_i(x)``, written into ``out`` when given (must not alias ``x``)."""
+
+    # -- the block path: several nodes' estimates in one batched operation ---------------------
+    def block_group(self) -> Hashable | None:
+        """Which oracles :meth:`grad_block` serves together with this one (those with an equal
+        key, all of this class), or None (the default) when there is no block path and a block
+        asks :meth:`grad` node by node. A class returns a key only where its block path gives
+        the same bits as :meth:`grad` on each node (and draws the same numbers from each node's
+        generator, in the same order), so a block's nodes compute the same whether a process
+        holds one of them or all (in process == MPI)."""
+        return None
+
+    @classmethod
+    def grad_block(cls, oracles: Sequence[Oracle], X: torch.Tensor,
+                   out: torch.Tensor) -> torch.Tensor:
+        """The estimates of ``oracles`` (equal :meth:`block_group` keys, in the order of the rows)
+        at the rows of ``X``, into the rows of ``out`` (must not alias ``X``): row k is
+        ``oracles[k].grad(X[k])``, bit for bit, with the same counters and the same draws."""
+        raise NotImplementedError(f"{cls.__name__} has no block path (its block_group is None)")
 
     def loss(self, x: torch.Tensor) -> float:
         """``f_i(x)``, the node's whole local loss (a federated round's power-of-choice
@@ -183,11 +206,34 @@ class FullGradient(Oracle):
 
     estimator = "full"
 
+    def __init__(self, problem: Problem, node: int, generator: torch.Generator | None = None):
+        super().__init__(problem, node, generator)
+        self._m = problem.n_samples(self.node) or 1  # per-sample gradients in one
+        self._group = (FullGradient, id(problem)) if getattr(problem, "block_gradients", False) \
+            else None
+
     def grad(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         out = self._out(x, out)
         self.problem.grad_full(self.node, x, out)
-        self.sample_grads += self.problem.n_samples(self.node) or 1
+        self.sample_grads += self._m
         self.grads += 1
+        return out
+
+    def block_group(self) -> Hashable | None:
+        """The problem's nodes together, where it computes their gradients as one
+        (``block_gradients``, read when the oracle is made:
+        :meth:`gossip.problems.base.Problem.grad_full_block`)."""
+        return self._group
+
+    @classmethod
+    def grad_block(cls, oracles, X, out):
+        if out.data_ptr() == X.data_ptr():
+            raise ConfigError("full oracle: out must not alias x")
+        pb = oracles[0].problem
+        pb.grad_full_block([o.node for o in oracles], X, out)
+        for o in oracles:
+            o.sample_grads += o._m
+            o.grads += 1
         return out
 
 
