@@ -90,8 +90,9 @@ def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any
                   remote: bool = False, extra: dict[str, float] | None = None) -> Any:
     """What a process hosting ``nodes`` nodes of ``numel`` entries will allocate
     (:class:`gossip.memory.Footprint`): the algorithms' state (the largest), one message per
-    node (the largest compressor's), with ``remote`` one received per in-arc, the per-node
-    objects and ``extra``; ``degree`` None: the graph not built yet (counted at a ring's)."""
+    node (the largest compressor's), with ``remote`` one received per in-arc, the engine's own
+    bytes per node and per arc (:data:`gossip.memory.NODE_BYTES`, ``ARC_BYTES``) and ``extra``;
+    ``degree`` None: the graph not built yet (counted at a ring's)."""
     from gossip import memory
 
     fp = memory.Footprint()
@@ -99,12 +100,19 @@ def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any
         degree = 0
         fp.add("graph", nodes * 1200.0)  # a ring's networkx graph and CSR weights (measured)
     message = max([memory.message_bytes(c, numel, itemsize, shape) for c in compressors] or [0.0])
-    state = max((cls.state_copies + cls.neighbor_copies * degree, cls.state_copies, cls.neighbor_copies)
-                for cls in algorithms)
-    memory.block_footprint(nodes=nodes, numel=numel, itemsize=itemsize, state_copies=state[1],
-                           neighbor_copies=state[2], degree=degree, message=message,
-                           remote_rows=nodes * degree if remote else 0, footprint=fp)
-    fp.add("per-node objects", nodes * 4096.0)
+    wider = memory.WIDER_ITEMSIZE.get(itemsize, itemsize)
+
+    def per_node(cls: Any) -> float:  # bytes of its vectors per node (wide ones at their size)
+        wide = min(getattr(cls, "wide_copies", 0), cls.state_copies)
+        return (cls.state_copies - wide + cls.neighbor_copies * degree) * itemsize + wide * wider
+
+    big = max(algorithms, key=per_node)
+    memory.block_footprint(nodes=nodes, numel=numel, itemsize=itemsize,
+                           state_copies=big.state_copies, neighbor_copies=big.neighbor_copies,
+                           wide_copies=getattr(big, "wide_copies", 0), degree=degree,
+                           message=message, remote_rows=nodes * degree if remote else 0,
+                           footprint=fp)
+    fp.add("per-node objects", nodes * (memory.NODE_BYTES + memory.ARC_BYTES * max(degree, 2)))
     for name, nbytes in (extra or {}).items():
         fp.add(name, nbytes)
     return fp
