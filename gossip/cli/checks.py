@@ -42,6 +42,10 @@ def check_asynchronous(args: argparse.Namespace, name: str) -> None:
                          f"docs/asynchronous.md) and cannot run with {'; '.join(why)}")
 
 
+INIT_NODE_BYTES = 5120
+"""What a node's initial model made as its own tensor (a script's ``x0(i)``) and the per-node
+objects of a script's run add besides its entries (measured: consensus.py, 20,000 nodes)."""
+
 LOG_ESTIMATE_FROM = 256 * 2**20
 """Runs whose estimate reaches this many bytes log it before allocating; smaller ones are checked
 without a word, so a small run's output (and a bad flag's one error line) stays as it was."""
@@ -87,11 +91,14 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
 
 def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any],
                   compressors: list[str], degree: int | None, shape: tuple[int, ...] | None = None,
-                  remote: bool = False, extra: dict[str, float] | None = None) -> Any:
+                  remote: bool = False, extra: dict[str, float] | None = None,
+                  per_node_init: bool = True) -> Any:
     """What a process hosting ``nodes`` nodes of ``numel`` entries will allocate
     (:class:`gossip.memory.Footprint`): the algorithms' state (the largest), one message per
     node (the largest compressor's), with ``remote`` one received per in-arc, the engine's own
-    bytes per node and per arc (:data:`gossip.memory.NODE_BYTES`, ``ARC_BYTES``) and ``extra``;
+    bytes per node and per arc (:data:`gossip.memory.NODE_BYTES`, ``ARC_BYTES``), the initial
+    models handed to the engine (``per_node_init``: one tensor per node, as the scripts' ``x0(i)``;
+    False: one tensor of every row) and ``extra``;
     ``degree`` None: the graph not built yet (counted at a ring's)."""
     from gossip import memory
 
@@ -113,6 +120,11 @@ def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any
                            message=message, remote_rows=nodes * degree if remote else 0,
                            footprint=fp)
     fp.add("per-node objects", nodes * (memory.NODE_BYTES + memory.ARC_BYTES * max(degree, 2)))
+    # the initial models, alive while the block is filled: one tensor per node from a script's
+    # x0(i) (measured with consensus.py: ~5 KiB per node besides its entries), or one [n, d] tensor
+    # (a script's are drawn in float64, then cast: both alive for a moment)
+    init = float(numel) * (itemsize + 8) + INIT_NODE_BYTES if per_node_init else float(numel) * itemsize
+    fp.add("initial models", nodes * init)
     for name, nbytes in (extra or {}).items():
         fp.add(name, nbytes)
     return fp
