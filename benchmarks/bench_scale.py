@@ -72,7 +72,8 @@ def one(method: str, n: int, d: int, rounds: int) -> dict:
     graph_s = time.perf_counter() - tic
     extra = {"problem": n * d * 4.0} if cls.requires.gradients else {}
     fp = run_footprint(nodes=n, numel=d, itemsize=4, algorithms=[cls], compressors=[spec],
-                       degree=int(topo.degrees().max()), extra=extra)
+                       degree=int(topo.degrees().max()), extra=extra,
+                       per_node_init=False)  # x0: one tensor of every row
     print(f"memory estimate: {memory.format_size(fp.total)} ({fp.describe()})", file=sys.stderr)
     x0 = torch.randn(n, d, generator=torch.Generator().manual_seed(0))  # every row at once
     oracles = None

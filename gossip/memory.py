@@ -159,16 +159,40 @@ def message_bytes(spec: str, numel: int, itemsize: int, shape: tuple[int, ...] |
     return numel * itemsize + header
 
 
+WIDER_ITEMSIZE = {2: 4, 4: 8}
+"""Bytes per entry of the wider dtype a channel keeps its copies and sums in, by the model's
+(:data:`gossip.core.channel.WIDER`: float16/bfloat16 -> float32, float32 -> float64)."""
+
+ROW_BYTES = 128
+"""What one message row adds to its entries (bytes): its 8-byte header, rounded up to the
+64-byte alignment every row starts at (``x`` lives in message rows too)."""
+
+NODE_BYTES = 1024
+"""The engine's own bytes per node whatever its model's size: routing (row indices and
+weights), random-stream keys, id lists, the round's per-row index temporaries (measured for
+CHOCO on a ring: ~1.4 KiB per node at peak with 2 arcs; :data:`ARC_BYTES` per arc on top)."""
+
+ARC_BYTES = 192
+"""The engine's bytes per arc (in-neighbor) of a node: each routing slot's source, target and
+weight, in the slots and again fused (:class:`gossip.core.routing.MixPlan`)."""
+
+
 def block_footprint(*, nodes: int, numel: int, itemsize: int, state_copies: int,
                     neighbor_copies: int = 0, degree: int = 0, message: float = 0.0,
-                    remote_rows: int = 0, footprint: Footprint | None = None) -> Footprint:
+                    remote_rows: int = 0, wide_copies: int = 0,
+                    footprint: Footprint | None = None) -> Footprint:
     """The engine's share of a run on ``nodes`` local nodes of ``numel`` entries each:
-    ``state_copies`` (+ ``neighbor_copies`` × ``degree``) model-sized vectors per node, one
-    sent ``message`` per node and the ``remote_rows`` messages received from other ranks."""
+    ``state_copies`` (+ ``neighbor_copies`` × ``degree``) model-sized vectors per node, of
+    which ``wide_copies`` at the wider dtype's size (:data:`WIDER_ITEMSIZE`), one sent
+    ``message`` per node and the ``remote_rows`` messages received from other ranks, each row
+    with its header and alignment (:data:`ROW_BYTES`, ``x``'s rows too)."""
     fp = footprint or Footprint()
     vec = float(numel) * itemsize
-    fp.add("node state", nodes * (state_copies + neighbor_copies * degree) * vec)
-    fp.add("messages", (nodes + remote_rows) * message)
+    wide = min(wide_copies, state_copies)
+    wide_vec = float(numel) * WIDER_ITEMSIZE.get(itemsize, itemsize)
+    fp.add("node state", nodes * ((state_copies - wide + neighbor_copies * degree) * vec
+                                  + wide * wide_vec))
+    fp.add("messages", (nodes + remote_rows) * (message + ROW_BYTES) + nodes * ROW_BYTES)
     return fp
 
 
@@ -208,5 +232,6 @@ def local_share(nodes: int, world_size: int) -> int:
     return -(-nodes // max(1, world_size))
 
 
-__all__ = ["Footprint", "add_memory_argument", "available_memory", "block_footprint", "check",
+__all__ = ["ARC_BYTES", "NODE_BYTES", "Footprint", "add_memory_argument",
+           "available_memory", "block_footprint", "check",
            "format_size", "local_share", "message_bytes", "parse_size"]

@@ -203,11 +203,14 @@ class Stream:
             nodes = nodes.reshape(-1).tolist()
         self.seed = int(seed)
         self.stream = stream
-        self.nodes = tuple(int(n) for n in nodes)
+        self.nodes = tuple(map(int, nodes))
         self.round = 0
         self.call = 0
         prefix = _h(_h(self.seed & _M64) ^ stream_id(stream))
-        ids = np.array([n & _M64 for n in self.nodes], dtype=np.uint64)
+        try:  # (10^6 nodes: one conversion, not a Python step per node)
+            ids = np.array(self.nodes, dtype=np.int64).view(np.uint64)  # n & 2^64-1 of n < 2^63
+        except OverflowError:  # a key of 2^63 or more
+            ids = np.array([n & _M64 for n in self.nodes], dtype=np.uint64)
         self._a = _h(ids ^ prefix)  # [m] uint64: the (seed, stream, node) part of the key
 
     @property

@@ -66,7 +66,8 @@ class Choco(Algorithm):
         eta: local step size or schedule (training uses the node's optimizer). Default 0.
     """
     name = "choco"
-    state_copies = 6
+    state_copies = 7  # x, the copies x̂ and s − x̂, the first round's decodes and weighted sums
+    wide_copies = 6  # all but x in float64 for a float32 model (peak RSS measured, issue 43)
     trains = True
     takes_optimizer = True
     overlaps = "next"  # the mix changes only x̂ and s

@@ -42,6 +42,10 @@ def check_asynchronous(args: argparse.Namespace, name: str) -> None:
                          f"docs/asynchronous.md) and cannot run with {'; '.join(why)}")
 
 
+INIT_NODE_BYTES = 5120
+"""What a node's initial model made as its own tensor (a script's ``x0(i)``) and the per-node
+objects of a script's run add besides its entries (measured: consensus.py, 20,000 nodes)."""
+
 LOG_ESTIMATE_FROM = 256 * 2**20
 """Runs whose estimate reaches this many bytes log it before allocating; smaller ones are checked
 without a word, so a small run's output (and a bad flag's one error line) stays as it was."""
@@ -87,11 +91,15 @@ def check_memory(args: argparse.Namespace, world: Any, *, numel: int, algorithms
 
 def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any],
                   compressors: list[str], degree: int | None, shape: tuple[int, ...] | None = None,
-                  remote: bool = False, extra: dict[str, float] | None = None) -> Any:
+                  remote: bool = False, extra: dict[str, float] | None = None,
+                  per_node_init: bool = True) -> Any:
     """What a process hosting ``nodes`` nodes of ``numel`` entries will allocate
     (:class:`gossip.memory.Footprint`): the algorithms' state (the largest), one message per
-    node (the largest compressor's), with ``remote`` one received per in-arc, the per-node
-    objects and ``extra``; ``degree`` None: the graph not built yet (counted at a ring's)."""
+    node (the largest compressor's), with ``remote`` one received per in-arc, the engine's own
+    bytes per node and per arc (:data:`gossip.memory.NODE_BYTES`, ``ARC_BYTES``), the initial
+    models handed to the engine (``per_node_init``: one tensor per node, as the scripts' ``x0(i)``;
+    False: one tensor of every row) and ``extra``;
+    ``degree`` None: the graph not built yet (counted at a ring's)."""
     from gossip import memory
 
     fp = memory.Footprint()
@@ -99,12 +107,24 @@ def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any
         degree = 0
         fp.add("graph", nodes * 1200.0)  # a ring's networkx graph and CSR weights (measured)
     message = max([memory.message_bytes(c, numel, itemsize, shape) for c in compressors] or [0.0])
-    state = max((cls.state_copies + cls.neighbor_copies * degree, cls.state_copies, cls.neighbor_copies)
-                for cls in algorithms)
-    memory.block_footprint(nodes=nodes, numel=numel, itemsize=itemsize, state_copies=state[1],
-                           neighbor_copies=state[2], degree=degree, message=message,
-                           remote_rows=nodes * degree if remote else 0, footprint=fp)
-    fp.add("per-node objects", nodes * 4096.0)
+    wider = memory.WIDER_ITEMSIZE.get(itemsize, itemsize)
+
+    def per_node(cls: Any) -> float:  # bytes of its vectors per node (wide ones at their size)
+        wide = min(getattr(cls, "wide_copies", 0), cls.state_copies)
+        return (cls.state_copies - wide + cls.neighbor_copies * degree) * itemsize + wide * wider
+
+    big = max(algorithms, key=per_node)
+    memory.block_footprint(nodes=nodes, numel=numel, itemsize=itemsize,
+                           state_copies=big.state_copies, neighbor_copies=big.neighbor_copies,
+                           wide_copies=getattr(big, "wide_copies", 0), degree=degree,
+                           message=message, remote_rows=nodes * degree if remote else 0,
+                           footprint=fp)
+    fp.add("per-node objects", nodes * (memory.NODE_BYTES + memory.ARC_BYTES * max(degree, 2)))
+    # the initial models, alive while the block is filled: one tensor per node from a script's
+    # x0(i) (measured with consensus.py: ~5 KiB per node besides its entries), or one [n, d] tensor
+    # (a script's are drawn in float64, then cast: both alive for a moment)
+    init = float(numel) * (itemsize + 8) + INIT_NODE_BYTES if per_node_init else float(numel) * itemsize
+    fp.add("initial models", nodes * init)
     for name, nbytes in (extra or {}).items():
         fp.add(name, nbytes)
     return fp

@@ -165,15 +165,20 @@ class World:
                 f"{n} nodes cannot fill {self.size} ranks; run {self.launch_hint(n)} or pass "
                 f"--nodes >= {self.size}", rank=self.rank,
             )
-        blocks = np.array_split(np.arange(n), self.size)
-        out = [0] * n
-        for r, block in enumerate(blocks):
-            for i in block:
-                out[int(i)] = r
-        return out
+        return np.repeat(np.arange(self.size), self._shares(n)).tolist()  # (no per-node loop)
+
+    def _shares(self, n: int) -> list[int]:
+        """Nodes per rank, as :func:`numpy.array_split` deals them (the first ``n % size`` one more)."""
+        base, extra = divmod(n, self.size)
+        return [base + (r < extra) for r in range(self.size)]
 
     def local_nodes(self, n: int) -> list[int]:
-        return [i for i, r in enumerate(self.placement(n)) if r == self.rank]
+        """This rank's nodes (a contiguous block of ids, :meth:`placement`)."""
+        if n < self.size:
+            self.placement(n)  # (refuses it, saying how to fix)
+        shares = self._shares(n)
+        first = sum(shares[: self.rank])
+        return list(range(first, first + shares[self.rank]))
 
     def transport(self, n: int) -> Transport:
         """The transport for ``n`` nodes: :attr:`timeout` is the deadline of its every wait

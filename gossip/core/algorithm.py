@@ -109,6 +109,11 @@ class Algorithm(ABC):
     neighbor_copies: ClassVar[int] = 0
     """Model-sized vectors kept per node *and per neighbor* (per-edge state such as
     PowerGossip's warm starts or C-ECL's duals), on top of :attr:`state_copies`."""
+    wide_copies: ClassVar[int] = 0
+    """Of :attr:`state_copies`, the vectors kept or summed in the wider dtype of a 16- or
+    32-bit model (a channel's copies and gap and the weighted sums of its messages,
+    :data:`gossip.core.channel.WIDER`: float64 for a float32 model), which the memory estimate
+    counts at the wider dtype's size."""
     step_rule: ClassVar[str] = "tracking"
     """How :meth:`suggest_hparams` picks ``eta`` from the base step ``1/L`` (``1/(6 L_max)`` for
     sampled gradients): ``"exact"`` — primal-dual methods that converge with it (LEAD);

@@ -57,7 +57,8 @@ class Block:
                  new_compressor: Callable[[], Compressor], seed: int = 0, topology: Any = None,
                  hparams: dict[str, Any] | None = None):
         self.nodes = nodes
-        self.ids = [nd.id for nd in nodes]
+        ids = getattr(nodes, "ids", None)  # a NodeRows: its ids, without making its nodes
+        self.ids = list(ids) if ids is not None else [nd.id for nd in nodes]
         self.m = len(nodes)
         self.x = x
         self.topology = topology
@@ -107,6 +108,9 @@ class Block:
     @property
     def has_oracle(self) -> bool:
         """Whether the block's nodes have gradients (a federated server has none, its clients do)."""
+        known = getattr(self.nodes, "any_oracle", None)  # a NodeRows knows (a node made on
+        if known is not None:  # reading has none)
+            return known
         return any(nd.oracle is not None for nd in self.nodes)
 
     @property

@@ -8,10 +8,11 @@ made on first use (most runs never ask for them: the block works on rows)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from gossip.errors import ConfigError
@@ -121,3 +122,86 @@ class Node:
         if j == self.id:
             return self.view.self_weight
         return self.view.weight_of(j)
+
+
+class NodeRows(Sequence[Node]):
+    """A block's nodes by row, each :class:`Node` made the first time it is read (and kept): a
+    block of 10⁶ nodes without gradients never pays for 10⁶ Python objects, which only a few
+    paths ask for (checkpoints, per-node views, metrics of a block without rows).
+
+    ``ids[r]`` is row r's node, ``layouts`` one layout for every row or one per row; a node
+    made beforehand (with its oracle and generator) is placed with :meth:`put`."""
+
+    __slots__ = ("ids", "any_oracle", "_layouts", "_shared", "_made")
+
+    def __init__(self, ids: list[int], layouts: list[Layout], shared: NodeShared):
+        if len(layouts) not in (1, len(ids)) and ids:
+            raise ValueError(f"{len(layouts)} layouts for {len(ids)} nodes: give one or one per node")
+        self.ids = ids
+        self.any_oracle = False
+        """Whether a node placed with :meth:`put` has an oracle (made ones have none)."""
+        self._layouts = layouts
+        self._shared = shared
+        self._made: list[Node | None] = [None] * len(ids)
+
+    def __len__(self) -> int:
+        return len(self._made)
+
+    def __getitem__(self, r: Any) -> Any:
+        if isinstance(r, slice):
+            return [self[k] for k in range(*r.indices(len(self._made)))]
+        nd = self._made[r]  # (IndexError past the end: what iteration stops on)
+        if nd is None:
+            r = r + len(self._made) if r < 0 else r
+            lay = self._layouts[0] if len(self._layouts) == 1 else self._layouts[r]
+            nd = self._made[r] = Node(self.ids[r], r, lay, self._shared)
+        return nd
+
+    def __iter__(self) -> Iterator[Node]:
+        for r in range(len(self._made)):
+            yield self[r]
+
+    def put(self, r: int, node: Node) -> None:
+        """Place ``node`` (made with its oracle or generator) at row ``r``."""
+        self._made[r] = node
+        if node.oracle is not None:
+            self.any_oracle = True
+
+
+class NodeMap(Mapping[int, Node]):
+    """The nodes of a :class:`NodeRows` by id, in row order (what ``Engine.nodes`` is): a
+    read-only mapping whose nodes are made when read."""
+
+    __slots__ = ("rows", "_first", "_row_of")
+
+    def __init__(self, rows: NodeRows):
+        ids = rows.ids
+        self.rows = rows
+        self._first = ids[0] if ids else 0
+        contiguous = not ids or (ids[-1] - ids[0] == len(ids) - 1
+                                 and ids == list(range(ids[0], ids[-1] + 1)))
+        self._row_of = None if contiguous else {i: r for r, i in enumerate(ids)}
+
+    def row(self, i: Any) -> int | None:
+        """Row of node ``i`` (None when the block does not host it)."""
+        if self._row_of is not None:
+            return self._row_of.get(i)
+        if not isinstance(i, int | np.integer):
+            return None
+        r = int(i) - self._first
+        return r if 0 <= r < len(self.rows) else None
+
+    def __getitem__(self, i: int) -> Node:
+        r = self.row(i)
+        if r is None:
+            raise KeyError(i)
+        return self.rows[r]
+
+    def __contains__(self, i: object) -> bool:
+        return self.row(i) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.rows.ids)
+
+    def __len__(self) -> int:
+        return len(self.rows)

@@ -26,7 +26,7 @@ from gossip.compress import Compressor, factory_for
 from gossip.core.algorithm import Algorithm
 from gossip.core.block import Block
 from gossip.core.cache import IdentityCache
-from gossip.core.nodes import Node, NodeShared
+from gossip.core.nodes import Node, NodeMap, NodeRows, NodeShared
 from gossip.core.registry import REGISTRY
 from gossip.core.routing import MixPlan
 from gossip.core.staging import Rows
@@ -141,10 +141,10 @@ class Engine:
                               "delay=SECONDS (docs/network.md)")
         tic = time.perf_counter()
         self._shared = NodeShared(topology.at_round(1), seed, self.device, self._new_compressor)
-        self.nodes: dict[int, Node] = {}
         with _no_cyclic_gc():  # 10^6 new objects would start ever longer collections
             x_rows = self._initial_rows(x0, layout)
-            self._new_nodes(x_rows, oracles)
+            self.nodes: NodeMap = self._new_nodes(x_rows, oracles)
+            """The local nodes by id (each :class:`Node` made when first read)."""
         self._check_compressor(compressor, x_rows)
         self.round = 0
         self._open: _Round | None = None  # the round in flight (begin_round .. end_round)
@@ -202,20 +202,21 @@ class Engine:
         defaults the algorithm derived from the compressor and graph)."""
         return dict(self.block.hparams)
 
-    def _new_nodes(self, x_rows: _InitialRows, oracles: Any) -> None:
+    def _new_nodes(self, x_rows: _InitialRows, oracles: Any) -> NodeMap:
         """The local nodes: per node only what cannot be shared or deferred (its oracle and,
-        for it, its generator)."""
-        seeds = node_seeds(self.seed, self.local_ids) if oracles is not None else None
+        for it, its generator); without oracles no node object is made before it is read."""
+        rows = NodeRows(self.local_ids, x_rows.layouts, self._shared)
+        if oracles is None:
+            return NodeMap(rows)
+        seeds = node_seeds(self.seed, self.local_ids)
         for r, i in enumerate(self.local_ids):
-            gen = None
-            if seeds is not None:  # the oracle factory takes the node's generator now
-                gen = torch.Generator(device=self.device)
-                gen.manual_seed(int(seeds[r]))
+            gen = torch.Generator(device=self.device)  # the oracle factory takes it now
+            gen.manual_seed(int(seeds[r]))
             node = Node(i, r, x_rows.layout(r), self._shared, generator=gen,
-                        oracle=oracles(i, gen) if oracles is not None else None)
-            self.nodes[i] = node
-            if oracles is not None:
-                self._check_oracle(node)
+                        oracle=oracles(i, gen))
+            rows.put(r, node)
+            self._check_oracle(node)
+        return NodeMap(rows)
 
     def _initial_rows(self, x0: Any, layout: Layout | None) -> _InitialRows:
         """Each local node's initial model (flattened, in the run's dtype) and layout, checked;
@@ -267,8 +268,7 @@ class Engine:
 
     def _new_block(self, x_rows: _InitialRows) -> Block:
         """The local nodes as rows of one [m, d] tensor (each node's ``x`` reads its row)."""
-        nodes = list(self.nodes.values())
-        block = Block(nodes, None, self._new_compressor(), self._new_compressor, seed=self.seed,
+        block = Block(self.nodes.rows, None, self._new_compressor(), self._new_compressor, seed=self.seed,
                       topology=self.topology, hparams=self.algorithm.hparams())
         x = block.message_tensor(x_rows.d, self.dtype, self.device)  # sent as it is by 'none'
         x_rows.copy_into(x)

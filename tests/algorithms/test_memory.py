@@ -4,6 +4,7 @@ consensus.py refuses runs by."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -73,25 +74,30 @@ def test_declared_copies_bound_the_allocated_state(name):
     assert copies <= declared, f"{name} keeps {copies:.2f} vectors per node, declares {declared}"
 
 
-def test_peak_rss_stays_below_the_estimate(tmp_path):
-    """Peak RSS of a consensus run minus a tiny run's, against the estimate of the same flags."""
-    from gossip.memory import block_footprint
+@pytest.mark.parametrize("nodes,dim", [(32, 200_000), (20_000, 16)])
+def test_peak_rss_is_bounded_by_the_estimate_within_a_factor(nodes, dim):
+    """Peak RSS of a consensus run (CHOCO, float32: its copies and sums in float64) minus a
+    tiny run's lies between half the estimate consensus.py refuses runs by and the estimate
+    itself: the model's vectors at large d, the engine's own bytes per node at many nodes."""
+    from gossip.cli.checks import run_footprint
 
-    def peak(nodes: int, dim: int) -> int:
-        argv = ["consensus.py", "--nodes", str(nodes), "--dim", str(dim), "--rounds", "3",
-                "--compressor", "topk:0.1", "--gamma", "0.1"]
-        code = (f"import resource, runpy, sys; sys.argv = {argv!r}; sys.path.insert(0, {str(ROOT)!r})\n"
-                "try:\n    runpy.run_path('experiments/consensus.py', run_name='__main__')\n"
-                "except SystemExit:\n    pass\n"
-                "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
-        res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                             text=True, timeout=120)
-        assert res.returncode == 0, res.stderr
-        return int(res.stdout.split()[-1])
+    grown = _peak_rss(nodes, dim) - _peak_rss(4, 10)
+    est = run_footprint(nodes=nodes, numel=dim, itemsize=4, algorithms=[REGISTRY["choco"]],
+                        compressors=["topk:0.1"], degree=2).total
+    assert est / 2 <= grown <= est, json.dumps({"estimate": est, "measured": grown})
 
-    nodes, dim = 32, 200_000
-    grown = peak(nodes, dim) - peak(4, 10)
-    cls = REGISTRY["choco"]
-    est = block_footprint(nodes=nodes, numel=dim, itemsize=4, state_copies=cls.state_copies,
-                          neighbor_copies=cls.neighbor_copies, degree=2).total
-    assert grown <= 1.2 * est, json.dumps({"estimate": est, "measured": grown})  # an upper bound
+
+@functools.cache
+def _peak_rss(nodes: int, dim: int) -> int:
+    """Peak RSS (bytes) of a fresh interpreter running consensus.py on these flags (CHOCO,
+    top-10 %, float32, 3 rounds); the tiny baseline run is launched once for every case."""
+    argv = ["consensus.py", "--nodes", str(nodes), "--dim", str(dim), "--rounds", "3",
+            "--compressor", "topk:0.1", "--gamma", "0.1", "--dtype", "float32"]
+    code = (f"import resource, runpy, sys; sys.argv = {argv!r}; sys.path.insert(0, {str(ROOT)!r})\n"
+            "try:\n    runpy.run_path('experiments/consensus.py', run_name='__main__')\n"
+            "except SystemExit:\n    pass\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return int(res.stdout.split()[-1])

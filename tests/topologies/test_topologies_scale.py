@@ -197,3 +197,16 @@ def test_budgeted_solvers_give_the_unbudgeted_values():
         assert timed.exact and free.method == timed.method != "closed form"
         assert timed.rho == pytest.approx(free.rho, rel=1e-12)
         assert timed.beta == pytest.approx(free.beta, rel=1e-12)
+
+
+def test_a_budget_too_small_for_the_solvers_gives_the_bounds_without_starting_them(monkeypatch):
+    from topologies import spectral
+
+    W = T.build("regular:k=4", 2100, seed=1).W  # no closed form, above the dense size
+    monkeypatch.setattr(spectral, "MIN_PRODUCTS", 10**12)  # no budget pays for these
+    monkeypatch.setattr(spectral, "_sparse_spectrum", lambda *a: pytest.fail("solver started"))
+    bounds = spectral.spectrum(W, time_budget=60.0)
+    assert bounds.method == "estimated" and not bounds.exact
+    assert bounds.rho == 1.0 and bounds.gap == 0.0 and bounds.lambda_min >= -1.0  # safe side
+    with pytest.raises(pytest.fail.Exception, match="solver started"):
+        spectral.spectrum(W, time_budget=None)  # no budget: the solvers run
