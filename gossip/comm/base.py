@@ -72,6 +72,16 @@ class Wire:
     nbytes: int  # of each message
 
 
+@dataclass(eq=False, slots=True)
+class Repeat:
+    """A phase that goes out again as it went (:meth:`Transport.repeat`): the :class:`Wire`
+    of its messages between processes (None: all its receivers are local) and what each of
+    its senders hands over, ``(node, nbytes × out-degree)``."""
+
+    wire: Wire | None
+    counts: list[tuple[int, int]]
+
+
 class Transport:
     """Delivers the phases of a block of nodes.
 
@@ -151,6 +161,44 @@ class Transport:
             sizes=[nbytes] * len(recvs), nbytes=nbytes)
         self._last_wire = wire
         return wire
+
+    def repeat(self, rows, plan) -> Repeat | None:
+        """The phase ``rows`` just posted on ``plan`` as a :class:`Repeat`, when it can go out
+        again as it is: CPU rows (no staging), no simulated latency, and its messages between
+        processes (if any) on the wire its :meth:`start_rows` used. None otherwise."""
+        if self.latency or not rows.own.is_cpu:
+            return None
+        wire = None
+        if plan.remote_in or plan.remote_out:
+            wire = self._last_wire
+            if (wire is None or wire.plan is not plan or wire.own is not rows.own
+                    or wire.recv is not rows.recv or wire.nbytes != rows.nbytes):
+                return None
+        nbytes = rows.nbytes
+        return Repeat(wire, [(i, nbytes * degree) for i, degree
+                             in zip(plan.senders, plan.out_degree) if degree])
+
+    def repeat_holds(self, again: Repeat) -> bool:
+        """Whether ``again`` (from :meth:`repeat`) may still be posted by :meth:`post_again`:
+        its wire is still the last one made or found, and still no simulated latency."""
+        return (again.wire is None or again.wire is self._last_wire) and not self.latency
+
+    def post_again(self, again: Repeat, seq: int) -> list | None:
+        """:meth:`start_rows` of a phase that came back (:meth:`repeat`): the senders' bytes
+        counted from its totals, its messages between processes posted from the wire's
+        prepared buffers; returns the link's handles for :meth:`finish_again`."""
+        sent = self.bytes_sent
+        for i, nbytes in again.counts:
+            sent[i] = sent.get(i, 0) + nbytes
+        wire = again.wire
+        return None if wire is None else self.link.post(wire.prepared, seq % TAG_SPACE)
+
+    def finish_again(self, again: Repeat, handles: list | None, round_: int) -> None:
+        """:meth:`finish_rows` of a phase posted by :meth:`post_again`."""
+        if handles is not None:
+            wire = again.wire
+            self.link.wait(handles, timeout=self.timeout, round=round_, sizes=wire.sizes,
+                           peers=wire.peers, what=wire.what)
 
     def finish_rows(self, pending: Pending) -> None:
         """Wait for a phase posted by :meth:`start_rows` (no earlier than :attr:`latency`

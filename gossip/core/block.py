@@ -104,6 +104,12 @@ class Block:
         sum leaves out the arcs with a sleeping end (:class:`gossip.core.channel._ArcCopies`)."""
         self._stacks: dict[int, torch.Tensor] = {}
         self._calls = 0
+        self.replay: StaticPhase | None = None
+        """The phase the engine replays this round (:meth:`static_phase`; None: none): while it
+        is set, :meth:`encode`, :meth:`check_received` and :meth:`mix_into` answer the calls it
+        recorded, the same objects again, from it; any other call clears it."""
+        self._sent_again: tuple[_InPlace, Rows, int] | None = None  # the last send of x as it was
+        self._mixed_again: Rows | None = None  # the last inbox a repeated dense mix read
 
     @property
     def has_oracle(self) -> bool:
@@ -213,11 +219,24 @@ class Block:
         (the tensor's version is noted at send time)."""
         comp = compressor or self.compressor
         route = route or self.routing
+        phase = self.replay
+        if phase is not None:  # the recorded send: its guards only (see StaticPhase)
+            again = phase.sent
+            if (X is again.X and comp is again.compressor and route is again.route
+                    and self._calls == phase.calls and X.data_ptr() == again.ptr
+                    and self._finite.get(again.ptr) == X._version):
+                self._calls += 1
+                phase.rows = rows = again.send(X)
+                return rows
+            self.replay = None  # another call: the round goes the generic way from here
         again = self._in_place.get((id(route), id(comp), id(X), self._calls))
         if (again is not None and again.X is X and again.route is route and again.compressor is comp
                 and X.data_ptr() == again.ptr and self._finite.get(again.ptr) == X._version):
+            calls = self._calls
             self._calls += 1
-            return again.send(X)
+            rows = again.send(X)
+            self._sent_again = (again, rows, calls)
+            return rows
         rng = rng or self.rng
         rows = len(route.senders)
         if X.shape[0] != rows:
@@ -449,6 +468,18 @@ class Block:
         one degree slot at a time. That one call also updates ``copy`` when ``copy`` and
         ``out`` are parts of one :meth:`stacked` tensor."""
         _check_source(inbox)
+        phase = self.replay
+        if phase is not None:  # the recorded mix: the same objects, so the same kernel call
+            last = phase.mixed
+            if (inbox is phase.rows and own is inbox and out is last.out and copy is None
+                    and (plan or self.plan) is last.plan and own_weight is last.own_weight
+                    and last.mode == (scale, add, alpha) and not out.requires_grad):
+                w_own = last.w_own
+                if w_own is None:
+                    w_own = last.plan.self_weight if own_weight is None else own_weight
+                    w_own = w_own * scale if scale != 1.0 else w_own
+                return self._mix_dense(out, own, inbox, w_own, last.plan, scale, add, alpha, last)
+            self.replay = None
         if own is not None and own is not inbox:
             _check_source(own)
         plan = plan or self.plan
@@ -463,6 +494,7 @@ class Block:
             if w_own is None and own is not None:
                 w_own = plan.self_weight if own_weight is None else own_weight
                 w_own = w_own * scale if scale != 1.0 else w_own
+            self._mixed_again = inbox
             return self._mix_dense(out, own, inbox, w_own, plan, scale, add, alpha, last)
         comp, m = inbox.compressor, self.m
         fused = plan.fused
@@ -601,6 +633,10 @@ class Block:
         """Validate the messages that came from other processes (rows ``m..``), once per phase;
         the block's own rows were checked when they were encoded. For dense messages that the
         fused kernel mixes, the check waits for their reading (:attr:`Rows.pending`)."""
+        phase = self.replay
+        if phase is not None and rows is phase.rows:  # the recorded phase: checked as it was
+            rows.pending = phase.check
+            return
         remote = rows.route.remote_in
         if not remote or rows.compressor is None:
             return
@@ -608,6 +644,20 @@ class Block:
             rows.pending = lambda: self._check_received(rows)
             return
         self._check_received(rows)
+
+    def static_phase(self, rows: Rows) -> StaticPhase | None:
+        """The phase ``rows`` as a :class:`StaticPhase` when the round just ended sent it from a
+        tensor's own memory as a repeat (:class:`_InPlace`: only its headers written) and
+        mixed it by a repeated dense kernel call (:class:`_DenseRepeat`), its own messages and
+        the received ones together; None otherwise. The engine replays such a round while
+        its guards hold (:class:`gossip.engine.engine.StaticRound`)."""
+        sent, mixed, last = self._sent_again, self._mixed_again, self._last_dense
+        self._sent_again = self._mixed_again = None
+        if (sent is None or sent[1] is not rows or mixed is not rows or last is None
+                or last.own is not rows.own or last.inbox is not rows.own or last.hit is None
+                or not sent[0].host or rows.noise is not None):
+            return None
+        return StaticPhase(self, sent[0], last, sent[2])
 
     def _dense_mix(self, comp: Compressor, out: torch.Tensor, alpha: float | None) -> bool:
         """:func:`~gossip.compress.dispatch.dense_mix` for ``out``, remembered per tensor layout
@@ -949,3 +999,26 @@ class _InPlace:
         out = Rows(self.own, self.recv, self.nbytes, self.compressor, self.like, None, self.route)
         out.source = (X, X._version)
         return out
+
+
+class StaticPhase:
+    """A phase of a round that repeats, recorded by :meth:`Block.static_phase`: a tensor sent
+    from its own memory (``sent``, an :class:`_InPlace`: the send writes only the headers) and
+    mixed, own and received messages together, by the dense kernel (``mixed``, the
+    :class:`_DenseRepeat` of that call). While :attr:`Block.replay` holds it, the block answers
+    the recorded calls, the same objects again, with the guards that cannot be known from one
+    round to the next only: the tensor's memory and version (still the one the kernel found
+    finite), the model changed between send and mix (:func:`_check_source`), ``requires_grad``.
+    What stays with the objects (the plan, the staging rows, the kernel's arguments, the
+    dispatcher's choices) is checked once per round by the engine, which sets it."""
+
+    __slots__ = ("block", "sent", "mixed", "calls", "rows")
+
+    def __init__(self, block: Block, sent: _InPlace, mixed: _DenseRepeat, calls: int):
+        self.block, self.sent, self.mixed, self.calls = block, sent, mixed, calls
+        self.rows: Rows | None = None  # this round's messages, once sent
+
+    def check(self) -> None:
+        """The check of the received rows (:attr:`Rows.pending`), when the kernel's result
+        says it must run."""
+        self.block._check_received(self.rows)

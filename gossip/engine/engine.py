@@ -22,9 +22,9 @@ from typing import Any
 import torch
 
 from gossip.comm.world import World
-from gossip.compress import Compressor, factory_for
+from gossip.compress import Compressor, dispatch, factory_for
 from gossip.core.algorithm import Algorithm
-from gossip.core.block import Block
+from gossip.core.block import Block, StaticPhase
 from gossip.core.cache import IdentityCache
 from gossip.core.nodes import Node, NodeMap, NodeRows, NodeShared
 from gossip.core.registry import REGISTRY
@@ -159,6 +159,7 @@ class Engine:
         self.watch = ["consensus_error", *watch]
         self._plans = IdentityCache()
         self._last_plan: tuple[Any, MixPlan] | None = None
+        self._static: StaticRound | None = None  # the round to replay (StaticRound), if any
         self.block = self._new_block(x_rows)
         del x_rows
         self._shared.block = self.block
@@ -353,6 +354,9 @@ class Engine:
             self.round += 1
             self._round_timed()
             return
+        static = self._static
+        if static is not None and not prefetch and self._replay(static):
+            return
         self._begin_round()  # (under this no_grad: entering it again costs µs a round)
         if prefetch and self._open is not None:  # the next round's gradients while they travel
             tic = time.perf_counter()
@@ -414,7 +418,57 @@ class Engine:
         self._open = None
         self.round = rnd.t
         self.network.end_round()
+        self._static = StaticRound.record(self, rnd)
         self._round_timed()
+
+    def _replay(self, static: StaticRound) -> bool:
+        """Run the next round from ``static``, the round before it as recorded (see
+        :class:`StaticRound`), when its guards hold; False (nothing run) when they do not. The
+        algorithm's round runs as always, the block answering its recorded calls; a call that
+        is not the recorded one continues the round the generic way."""
+        t = self.round + 1
+        topo = self.topology.at_round(t)
+        if not static.holds(self, topo):
+            self._static = None
+            return False
+        self._round_tic = tic = time.perf_counter()
+        self._shared.topology = topo
+        block = self.block
+        block.begin_round(t, static.plan)
+        block.replay = phase = static.phase
+        try:
+            gen = self.algorithm.step(block)
+            msg = self._advance(gen, None)
+            if msg is None or msg is not phase.rows:  # not the recorded phase: the generic way
+                self._static = None
+                self.compute_s += time.perf_counter() - tic
+                self._open = _Round(t, topo, gen)
+                self._post(msg)
+                self._end_round()
+                return True
+            self._seq += 1
+            toc = time.perf_counter()
+            self.compute_s += toc - tic
+            transport, again = self.transport, static.again
+            handles = transport.post_again(again, self._seq)
+            transport.finish_again(again, handles, t)
+            tic = time.perf_counter()
+            self.comm_s += tic - toc
+            msg = self._advance(gen, phase.rows, phase.rows)
+            self.compute_s += time.perf_counter() - tic
+            if block.replay is not phase:  # the block left the record for a call of its own
+                self._static = None
+        finally:
+            block.replay = None
+        if msg is not None:  # a second phase: the round goes on the generic way
+            self._static = None
+            self._open = _Round(t, topo, gen, phases=1)
+            self._post(msg)
+            self._end_round()
+            return True
+        self.round = t
+        self._round_timed()
+        return True
 
     def _round_timed(self) -> None:
         """Book the round just ended: the first this process runs (numba's compilation, the
@@ -807,6 +861,53 @@ class _InitialRows:
             return
         for r, x in enumerate(rows):
             X[r].copy_(x)
+
+
+class StaticRound:
+    """A round that repeats, replayed by :meth:`Engine.step` without the generic machinery:
+    one phase, sent from the model's own memory (``none``: only the headers written) and
+    mixed by the dense kernel (the block's :class:`~gossip.core.block.StaticPhase`), on the
+    same plan and staging rows, so posted from the transport's prepared :class:`Wire` (the
+    bytes counted from its totals), on a network whose round hooks do nothing.
+
+    The algorithm's round is the definition and still runs: its generator is started and
+    resumed as always, and the block answers the recorded calls (the same objects) from the
+    record. Taken only while every guard of the generic path is known unchanged: checked
+    here once per round, what stays with the objects (the round's graph and plan, the
+    network's hooks, the transport's settings, the dispatcher's switches); by the block at
+    each call, what may change in between (the model's memory and version, its
+    ``requires_grad``, the model changed between send and mix). Anything else ends the
+    replay, and the round goes on the generic way (and may be recorded again)."""
+
+    __slots__ = ("topo", "plan", "phase", "again", "network", "switches")
+
+    def __init__(self, topo: Any, plan: MixPlan, phase: StaticPhase, again: Any, network: Any):
+        self.topo, self.plan, self.phase, self.again = topo, plan, phase, again
+        self.network, self.switches = network, dispatch.switches()
+
+    @classmethod
+    def record(cls, engine: Engine, rnd: _Round) -> StaticRound | None:
+        """The round ``rnd`` just ended, as a :class:`StaticRound` when it is one; else None."""
+        phase = rnd.phase
+        if (rnd.phases != 1 or phase is not rnd.msg or type(phase) is not Rows
+                or not engine.network.quiet or engine.overlap
+                or phase.route is not engine.block.routing):
+            engine.block._sent_again = None
+            return None
+        static = engine.block.static_phase(phase)
+        again = engine.transport.repeat(phase, phase.route) if static is not None else None
+        if again is None:
+            return None
+        return cls(rnd.topo, phase.route, static, again, engine.network)
+
+    def holds(self, engine: Engine, topo: Any) -> bool:
+        """Whether the next round, on ``topo``, may replay this one (the guards kept with the
+        objects; the block checks the others at each call)."""
+        return (topo is self.topo and engine._plan(topo) is self.plan
+                and engine.network is self.network and self.network.quiet
+                and engine.transport.repeat_holds(self.again)
+                and dispatch.switches() == self.switches and engine.is_set_up
+                and engine._open is None)
 
 
 @dataclass(eq=False)

@@ -233,6 +233,14 @@ class Simulator:
         if self.wall is not None:
             self.wall.pace(t)
 
+    @property
+    def quiet(self) -> bool:
+        """Whether the round hooks do nothing (no loss, lateness, noise, partial activation or
+        wall-clock pacing): an ideal network, whose rounds the engine may replay
+        (:class:`gossip.engine.engine.StaticRound`) without calling them."""
+        return (self.delivery is None and self.stale is None and self.noise is None
+                and self.activity is None and self.wall is None)
+
     def send(self, phase: Rows, topology: Any, t: int, index: int) -> None:
         """Phase ``index`` of round ``t`` is about to be posted: under loss, route it (and the
         round's mixing, until the next phase) on the plan of what is delivered, whose transport
