@@ -93,10 +93,14 @@ def _peak_rss(nodes: int, dim: int) -> int:
     top-10 %, float32, 3 rounds); the tiny baseline run is launched once for every case."""
     argv = ["consensus.py", "--nodes", str(nodes), "--dim", str(dim), "--rounds", "3",
             "--compressor", "topk:0.1", "--gamma", "0.1", "--dtype", "float32"]
-    code = (f"import resource, runpy, sys; sys.argv = {argv!r}; sys.path.insert(0, {str(ROOT)!r})\n"
+    # VmHWM is this memory map's peak; ru_maxrss is not: exec keeps the peak of the map it
+    # replaces (the forking pytest worker's), so it reads the worker's size, not the run's
+    code = (f"import runpy, sys; sys.argv = {argv!r}; sys.path.insert(0, {str(ROOT)!r})\n"
             "try:\n    runpy.run_path('experiments/consensus.py', run_name='__main__')\n"
-            "except SystemExit:\n    pass\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)")
+            "except SystemExit as exc:\n"
+            "    if exc.code not in (0, None):\n        raise\n"
+            "print(next(int(line.split()[1]) * 1024 for line in open('/proc/self/status')\n"
+            "           if line.startswith('VmHWM:')))")
     res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert res.returncode == 0, res.stderr
