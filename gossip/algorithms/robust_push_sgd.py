@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from gossip.algorithms.running_sum import RobustPushSum
-from gossip.core.algorithm import Round, check_range, scheduled
+from gossip.core.algorithm import check_range, scheduled
 from gossip.core.requirements import Graph, Requirements
 
 
@@ -107,20 +107,9 @@ class RobustPushSGD(RobustPushSum):
             out[gaps == gap] = sum(self.rate(u) for u in range(t - g + 1, t + 1))
         return out.view(-1, 1)
 
-    def step(self, block: Any) -> Round:
-        st, ws, x = block.state, block.workspace, block.x
-        s, w, sums, z = st["s"], st["w"], ws["sums"], ws["z"]
-        d, t = x.shape[1], block.round
-        grad = block.gradients(ws["grad"])  # zero on inactive rows, which are put back anyway
+    def descend(self, block: Any) -> None:
+        st = block.state
+        grad = block.gradients(block.workspace["grad"])  # zero on inactive rows, put back anyway
         # one arithmetic for every row (the bits do not depend on which rows share a block)
-        s.sub_(grad * self.steps(st["woke"], t).to(grad.dtype))
-        st["woke"].fill_(float(t))  # the inactive rows get their τ back at the round's end
-        z[:, :d].copy_(s)
-        z[:, d:].copy_(w)
-        inbox = yield sums.send(z)
-        got = sums.receive(inbox)
-        # (s, w) ← c_ii (s, w) + Σ_j c_ij (σ_j − ρ_ij), in float64
-        z.mul_(sums.self_weight.view(-1, 1)).add_(got)
-        s.copy_(z[:, :d])
-        w.copy_(z[:, d:])
-        torch.div(s, w.to(x.dtype), out=x)
+        st["s"].sub_(grad * self.steps(st["woke"], block.round).to(grad.dtype))
+        st["woke"].fill_(float(block.round))  # the inactive rows get their τ back at round's end

@@ -82,12 +82,18 @@ class RobustPushSum(Algorithm):
         if block.has_oracle:
             ws["grad"] = torch.empty_like(x)
 
+    def descend(self, block: Any) -> None:
+        """The local step on the numerator before it is pushed (gradient-push's; none for
+        plain averaging)."""
+        if block.has_oracle:
+            block.state["s"].sub_(block.gradients(block.workspace["grad"]),
+                                  alpha=scheduled(self.eta, block.round))
+
     def step(self, block: Any) -> Round:
         st, ws, x = block.state, block.workspace, block.x
         s, w, sums, z = st["s"], st["w"], ws["sums"], ws["z"]
         d = x.shape[1]
-        if block.has_oracle:
-            s.sub_(block.gradients(ws["grad"]), alpha=scheduled(self.eta, block.round))
+        self.descend(block)
         z[:, :d].copy_(s)
         z[:, d:].copy_(w)
         inbox = yield sums.send(z)
