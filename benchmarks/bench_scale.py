@@ -51,7 +51,6 @@ HEADER = ("| method | nodes | d | graph s | setup s | first round s | steady s/r
 
 def one(method: str, n: int, d: int, rounds: int) -> dict:
     """One row, in this interpreter: build, time, measure (called in a fresh one by :func:`main`)."""
-    import resource
     import time
 
     import torch
@@ -92,7 +91,7 @@ def one(method: str, n: int, d: int, rounds: int) -> dict:
             "setup_s": summary["setup_s"], "engine_s": built_s,
             "first_round_s": summary["first_round_s"],
             "steady_s_per_round": summary["steady_s_per_round"],
-            "max_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "max_rss": memory.peak_rss(),
             "estimate": fp.total}
 
 

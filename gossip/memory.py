@@ -89,6 +89,21 @@ def _address_space_left() -> int | None:
     return max(0, soft - used)
 
 
+def peak_rss() -> int:
+    """This process's peak resident memory in bytes: ``VmHWM`` of ``/proc/self/status``, the
+    peak of its own memory map. Not ``ru_maxrss``, which ``exec`` carries over from the map it
+    replaces, so a child of a large process reads its parent's size (``ru_maxrss`` is the
+    fallback where ``/proc`` is missing)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
 def available_memory() -> tuple[int | None, str]:
     """(bytes this process may still allocate, where that figure comes from), or (None, "")
     when nothing says (not Linux): the smallest of ``MemAvailable``, the cgroup's limit and
