@@ -182,10 +182,11 @@ ROW_BYTES = 128
 """What one message row adds to its entries (bytes): its 8-byte header, rounded up to the
 64-byte alignment every row starts at (``x`` lives in message rows too)."""
 
-NODE_BYTES = 1024
+NODE_BYTES = 2048
 """The engine's own bytes per node whatever its model's size: routing (row indices and
 weights), random-stream keys, id lists, the round's per-row index temporaries (measured for
-CHOCO on a ring: ~1.4 KiB per node at peak with 2 arcs; :data:`ARC_BYTES` per arc on top)."""
+CHOCO on a ring: ~1.4 KiB per node at peak with 2 arcs, counted with a margin for the
+allocator's run-to-run variation; :data:`ARC_BYTES` per arc on top)."""
 
 ARC_BYTES = 192
 """The engine's bytes per arc (in-neighbor) of a node: each routing slot's source, target and
