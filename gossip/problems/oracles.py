@@ -135,7 +135,9 @@ class Oracle(ABC):
         """The estimates of ``oracles`` (equal :meth:`block_group` keys, in the order of the rows)
         at the rows of ``X``, into the rows of ``out`` (must not alias ``X``): row k is
         ``oracles[k].grad(X[k])``, bit for bit, with the same counters and the same draws."""
-        raise NotImplementedError(f"{cls.__name__} has no block path (its block_group is None)")
+        raise TypeError(f"{cls.__name__}.grad_block was called, but {cls.__name__} has no block "
+                        f"path (its block_group() is None): ask {cls.__name__}.grad node by node, "
+                        f"or give the class a block_group() key and a grad_block of the same bits")
 
     def loss(self, x: torch.Tensor) -> float:
         """``f_i(x)``, the node's whole local loss (a federated round's power-of-choice
