@@ -35,6 +35,10 @@ from gossip.errors import OutputError
 from gossip.outputs import os_reason, write_all, write_fix
 from gossip.problems.oracles import ORACLE_FIELDS
 
+#: Entries of the block's rows that :func:`squared_distances` takes at a time: its one scratch
+#: tensor (at most float64) is 8 MiB, whatever the number of nodes or the model's size.
+CHUNK_ENTRIES = 1 << 20
+
 
 def consensus_error(engine: Any, xbar: torch.Tensor) -> float:
     """(1/n) Σ_i ‖x_i − x̄‖² over every node of the run (collective)."""
@@ -45,13 +49,14 @@ def consensus_error(engine: Any, xbar: torch.Tensor) -> float:
 def squared_distances(engine: Any, target: torch.Tensor) -> dict[int, float]:
     """``{i: ‖x_i − target‖²}`` for the local nodes, each the sum of its own row (a row's sum
     over its entries rounds as the per-node ``torch.sum`` did, wherever the row sits), the
-    block's rows taken a chunk at a time rather than node by node (10⁶ nodes: seconds)."""
+    block's rows taken :data:`CHUNK_ENTRIES` at a time rather than node by node (10⁶ nodes:
+    seconds), squared in place so that one chunk-sized scratch tensor is alive."""
     block = getattr(engine, "block", None)
     X = getattr(block, "x", None)
     if X is None or X.dim() != 2 or X.shape[1] != target.numel() or len(engine.nodes) != X.shape[0]:
         return {i: float(torch.sum((nd.x - target) ** 2)) for i, nd in engine.nodes.items()}
-    step = max(1, (1 << 22) // max(1, X.shape[1]))
-    sums = torch.cat([((X[r : r + step] - target) ** 2).sum(dim=1)
+    step = max(1, CHUNK_ENTRIES // max(1, X.shape[1]))
+    sums = torch.cat([(X[r : r + step] - target).square_().sum(dim=1)
                       for r in range(0, X.shape[0], step)])
     return dict(zip(block.ids, sums.tolist()))
 

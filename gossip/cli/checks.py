@@ -100,9 +100,9 @@ def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any
     node (the largest compressor's), with ``remote`` one received per in-arc, the engine's own
     bytes per node and per arc (:data:`gossip.memory.NODE_BYTES`, ``ARC_BYTES``), the initial
     models handed to the engine (``per_node_init``: one tensor per node, as the scripts' ``x0(i)``;
-    False: one tensor of every row) and ``extra``;
+    False: one tensor of every row), the metrics' scratch and ``extra``;
     ``degree`` None: the graph not built yet (counted at a ring's)."""
-    from gossip import memory
+    from gossip import memory, metrics
 
     fp = memory.Footprint()
     if degree is None:
@@ -127,6 +127,7 @@ def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any
     # (a script's are drawn in float64, then cast: both alive for a moment)
     init = float(numel) * (itemsize + 8) + INIT_NODE_BYTES if per_node_init else float(numel) * itemsize
     fp.add("initial models", nodes * init)
+    fp.add("metrics", metrics.CHUNK_ENTRIES * 8.0)  # squared_distances' scratch chunk (float64)
     for name, nbytes in (extra or {}).items():
         fp.add(name, nbytes)
     return fp
