@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODES ?= 8
 
-.PHONY: install test test-fast trajectories run lint bench clean
+.PHONY: install test test-fast trajectories run lint bench bench-network clean
 
 install: $(STAMP)
 
@@ -63,6 +63,14 @@ bench: install
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_transport.py
 	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_overlap.py
 	PATH=$(abspath $(BIN)):$$PATH OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_wrap_loop.py --write docs/performance.md
+
+# the network's tables (docs/network.md, docs/asynchronous.md): loss, running sums, asynchronous
+# methods in virtual time, free runs under mpiexec (the last alone ~10 min on 2 cores)
+bench-network: install
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_loss.py --rounds 1000 --seeds 0 1 2
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_running_sums.py --seeds 0 1 2
+	OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_async.py --write docs/asynchronous.md
+	PATH=$(abspath $(BIN)):$$PATH OMP_NUM_THREADS=1 $(BIN)/python benchmarks/bench_free_run.py --write docs/network.md
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -67,7 +67,7 @@ class Choco(Algorithm):
     """
     name = "choco"
     state_copies = 7  # x, the copies x̂ and s − x̂, the first round's decodes and weighted sums
-    wide_copies = 6  # all but x in float64 for a float32 model (peak RSS measured, issue 43)
+    wide_copies = 6  # all but x in float64 for a float32 model (peak RSS measured, docs/notes/scale-setup.md)
     trains = True
     takes_optimizer = True
     overlaps = "next"  # the mix changes only x̂ and s
