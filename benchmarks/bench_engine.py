@@ -10,6 +10,8 @@
     <= 1.3). Also the round over the bare exchange of the same bytes alone and, for exact
     gossip, over a hand-fused numpy round of the same update (the same checks and roundings
     streamed through the cache in one Python loop, checked equal to the engine's result).
+    A D-PSGD row (``--dpsgd``: the consensus problem, exact messages) times a round that also
+    takes a gradient and a step, over that floor with ``g = x − c`` and ``x −= η·g`` in numpy.
     Started by this script under ``mpiexec -n RANKS``.
 (b) In-process CHOCO top-1% on a ring, the block engine over a hand-vectorized torch round of
     the same update (targets <= 1.5 at n = 25, d = 2000 and <= 1.0 at n = 1000, d = 10^4),
@@ -48,10 +50,14 @@ from gossip.compress import Codec, pack_bits, register_compressor, unpack_bits  
 from gossip.compress.wire import Sections, numel_of  # noqa: E402
 from gossip.engine import Engine  # noqa: E402
 from gossip.layout import Layout  # noqa: E402
+from gossip.problems.consensus import Consensus  # noqa: E402
 from gossip.rng import generator, init_seed  # noqa: E402
 
 SPECS = ("none", "topk:0.01", "sign", "qsgd:4", "lowrank:1")
 """The compressors of the MPI table (``--specs``' default)."""
+
+ETA = 0.01
+"""D-PSGD's step in part (a)'s D-PSGD row (the consensus problem)."""
 
 HEADERS = {
     "mpi": "| run | message | engine round | its transport part | bare exchange | floor "
@@ -88,8 +94,13 @@ def mpi_part(dim: int, rounds: int, spec: str) -> None:
     if spec.startswith("lowrank"):  # a near-square matrix (1000 x 1000 at d = 10^6)
         rows = max(r for r in range(1, int(dim ** 0.5) + 1) if dim % r == 0)
         layout = Layout([(rows, dim // rows)])
-    eng = Engine(make_algorithm("gossip"), topo, lambda i: torch.randn(dim), compressor=spec,
-                 world=world, dtype=torch.float32, layout=layout)
+    dpsgd = spec == "dpsgd"  # D-PSGD on the consensus problem, exact messages
+    problem = Consensus(torch.randn(world.size, dim, generator=generator(init_seed(1, 0))),
+                        dtype=torch.float32) if dpsgd else None
+    eng = Engine(make_algorithm("dpsgd", eta=ETA) if dpsgd else make_algorithm("gossip"), topo,
+                 lambda i: torch.randn(dim), compressor="none" if dpsgd else spec, world=world,
+                 dtype=torch.float32, layout=layout,
+                 oracles=(lambda i, gen: problem.oracle(i, gen)) if dpsgd else None)
     nbytes = eng.block.compressor.nbytes_rows(eng.block.x[0])
     view = topo.view(world.rank)
     send = np.random.default_rng(0).integers(0, 255, nbytes, dtype=np.uint8)
@@ -100,7 +111,7 @@ def mpi_part(dim: int, rounds: int, spec: str) -> None:
         reqs += [comm.Isend([send, MPI.BYTE], dest=j, tag=1) for j in view.out_neighbors]
         MPI.Request.Waitall(reqs)
 
-    fns = [eng.step, bare, floor_of(eng, view, comm)]
+    fns = [eng.step, bare, floor_of(eng, view, comm, problem)]
     if spec == "none":  # the same update, hand-fused: checked equal to the engine's, then timed
         fused = FusedGossip(eng.block.x[0].clone(), view, comm)
         for _ in range(3):
@@ -121,16 +132,18 @@ def mpi_part(dim: int, rounds: int, spec: str) -> None:
     if world.rank == 0:
         fused_cols = (f"{1e3 * t_fused[0]:.3f} ms | {t_engine / t_fused[0]:.2f}"
                       if t_fused else "— | —")
-        print(f"| gossip {spec}, d={dim}, {world.size} ranks | {nbytes} B "
+        run = "D-PSGD none (consensus)" if dpsgd else f"gossip {spec}"
+        print(f"| {run}, d={dim}, {world.size} ranks | {nbytes} B "
               f"| {1e3 * t_engine:.3f} ms | {1e3 * t_comm:.3f} ms | {1e3 * t_bare:.3f} ms "
               f"| {1e3 * t_floor:.3f} ms | **{t_engine / t_floor:.2f}** | {t_engine / t_bare:.2f} "
               f"| {fused_cols} |")
 
 
-def floor_of(eng: Engine, view, comm):
+def floor_of(eng: Engine, view, comm, problem: Consensus | None = None):
     """The work a round must do, from its parts used standalone: for exact gossip the bare
     exchange of the float32 vectors and a plain numpy mix ``(x + Σ_j x_j) / (1 + degree)``
-    (its sum in a preallocated buffer);
+    (its sum in a preallocated buffer); for D-PSGD on the consensus ``problem`` the same, then
+    the gradient ``g = x − c`` and the step ``x −= η·g`` in numpy (preallocated ``g``);
     for a compressor the bare exchange of this round's real messages, one standalone encode of
     the node's message and the standalone decode-add of every message the round decodes: its
     own (gossip adds ``(w_ii − 1)·C(x_i)``) and each received one."""
@@ -143,6 +156,14 @@ def floor_of(eng: Engine, view, comm):
         recv = [np.empty_like(xn) for _ in nbrs]
         total = np.empty_like(xn)  # preallocated, as the engine's buffers are
         scale = np.float32(1.0 / (1 + len(nbrs)))
+        if problem is not None:
+            target, g, eta = problem.targets[view.node].numpy(), np.empty_like(xn), np.float32(ETA)
+
+            def step() -> None:
+                mix()
+                np.subtract(xn, target, out=g)
+                np.multiply(g, eta, out=g)
+                np.subtract(xn, g, out=xn)
 
         def mix() -> None:
             reqs = [comm.Irecv([r, MPI.FLOAT], source=j, tag=3) for j, r in zip(nbrs, recv)]
@@ -152,7 +173,7 @@ def floor_of(eng: Engine, view, comm):
             for r in recv[1:]:
                 np.add(total, r, out=total)
             np.multiply(total, scale, out=xn)
-        return mix
+        return mix if problem is None else step
 
     rng = eng.block.rng
     if comp.stateful:  # low-rank keeps its warm start per node: a fresh one of its own
@@ -341,6 +362,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compressors", nargs="+",
                    default=list(SPECS),
                    help="compressors for part (a) (low-rank on the vector as a near-square matrix)")
+    p.add_argument("--dpsgd", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time a D-PSGD round (consensus problem, exact messages) in part "
+                        "(a), over the floor with its gradient and step in numpy")
     p.add_argument("--rounds", type=int, default=200, help="timed rounds per measurement")
     p.add_argument("--large", action=argparse.BooleanOptionalAction, default=True,
                    help="also time n = 10^4 nodes, d = 10^3 (s/round, memory)")
@@ -374,6 +398,7 @@ def main(argv: list[str] | None = None) -> None:
             rounds = max(20, args.rounds // (10 if dim >= 1_000_000 else 1))
             res = subprocess.run([str(mpiexec), "-n", str(ranks), sys.executable, __file__,
                                   "--mpi-part", "--dim", str(dim), "--specs", *args.compressors,
+                                  *(["dpsgd"] if args.dpsgd else []),
                                   "--rounds", str(rounds)],
                                  env=env, check=True, capture_output=True, text=True)
             emit(res.stdout.strip())

@@ -69,7 +69,7 @@ class DenseMix:
     terms, the scratch), prepared once: a round then pays the kernel and its dispatch only.
     Callers keep one per layout (the engine: per phase's staging rows, in the plan's cache)."""
 
-    __slots__ = ("args", "m", "has_own", "dtype", "wo", "kernel", "_calls")
+    __slots__ = ("args", "m", "has_own", "dtype", "wo", "kernel", "_calls", "_w_last")
 
     def __init__(self, out: torch.Tensor, own: torch.Tensor | None, terms: Terms | None,
                  vals_own: torch.Tensor, vals_recv: torch.Tensor | None):
@@ -90,18 +90,23 @@ class DenseMix:
                      np.empty(m * chunk, dtype=dtype), chunk, np.empty(m, dtype=np.bool_))
         self.kernel = kernel()
         self._calls: dict[tuple[bool, float | None], tuple] = {}  # the kernel's arguments per mode
+        self._w_last: tuple[torch.Tensor, int] | None = None  # the own weights in wo: (tensor, version)
 
     def __call__(self, w_own: Any, *, add: bool, alpha: float | None = None) -> np.ndarray:
         """Run the mix (:func:`mix_rows_`'s contract) with own weights ``w_own`` ([m] tensor
         or array; ignored without an own term); returns the finite mask (valid until the next
         call)."""
         if self.has_own:  # (a list, or one float: faster than a numpy view of a small tensor)
+            last = self._w_last
             if not isinstance(w_own, torch.Tensor):
                 self.wo[:] = w_own
-            elif self.m == 1:
-                self.wo[0] = w_own.item()
-            else:
-                self.wo[:] = w_own.tolist()
+                self._w_last = None
+            elif last is None or last[0] is not w_own or last[1] != w_own._version:
+                if self.m == 1:  # (the same tensor unchanged, a round that repeats: in wo)
+                    self.wo[0] = w_own.item()
+                else:
+                    self.wo[:] = w_own.tolist()
+                self._w_last = (w_own, w_own._version)
         args = self._calls.get((add, alpha))
         if args is None:  # the whole argument tuple of this mode, made once
             dtype = self.dtype

@@ -16,6 +16,7 @@ with the ``none`` compressor without an encode's copy: only the 8-byte headers a
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -224,14 +225,14 @@ class Block:
             again = phase.sent
             if (X is again.X and comp is again.compressor and route is again.route
                     and self._calls == phase.calls and X.data_ptr() == again.ptr
-                    and self._finite.get(again.ptr) == X._version):
+                    and self._known_finite(X, again.ptr, comp)):
                 self._calls += 1
                 phase.rows = rows = again.send(X)
                 return rows
             self.replay = None  # another call: the round goes the generic way from here
         again = self._in_place.get((id(route), id(comp), id(X), self._calls))
         if (again is not None and again.X is X and again.route is route and again.compressor is comp
-                and X.data_ptr() == again.ptr and self._finite.get(again.ptr) == X._version):
+                and X.data_ptr() == again.ptr and self._known_finite(X, again.ptr, comp)):
             calls = self._calls
             self._calls += 1
             rows = again.send(X)
@@ -284,6 +285,22 @@ class Block:
                 self._in_place[(id(route), id(comp), id(X), self._calls - 1)] = _InPlace(
                     route, comp, X, own, recv, nbytes, like)
         return out
+
+    def _known_finite(self, X: torch.Tensor, ptr: int, comp: Compressor) -> bool:
+        """Whether ``X`` (a :meth:`message_tensor` at ``ptr``) may be sent from its own memory
+        without the compressor's NaN/Inf pass: the mix kernel found it finite at this version,
+        or one summing pass does now (a model changed after its mix, as D-PSGD's local step
+        changes it: a finite sum means every entry is finite; a sum that is not, an overflow
+        included, leaves the check to the compressor's encode), or the compressor checks
+        nothing (``check_finite`` off)."""
+        if self._finite.get(ptr) == X._version:
+            return True
+        if not comp.check_finite:
+            return True
+        if not math.isfinite(float(torch.sum(X.detach() if X.requires_grad else X))):
+            return False
+        self._finite[ptr] = X._version
+        return True
 
     def message_rows(self, nbytes: int, route: Any = None) -> Rows:
         """Empty message rows of ``nbytes`` raw bytes each, to fill through ``rows.mine()`` and

@@ -41,6 +41,7 @@ class Consensus(Problem):
         self.dtype = dtype
         self.targets = c.to(device=self.device, dtype=dtype).contiguous()
         self.n_nodes, self.dim = (int(s) for s in self.targets.shape)
+        self._last_block: tuple[tuple[int, ...], torch.Tensor, int, torch.Tensor] | None = None
 
     def local_loss(self, i: int, x: torch.Tensor) -> float:
         i = self.check_node(i)
@@ -58,6 +59,17 @@ class Consensus(Problem):
         if len(nodes) != X.shape[0] or X.shape != out.shape:
             raise ConfigError(f"grad_full_block: {len(nodes)} nodes for X of shape "
                               f"{tuple(X.shape)} and out of shape {tuple(out.shape)}")
+        key = tuple(nodes)
+        last = self._last_block  # a process's block asks for the same nodes every round
+        if (last is not None and last[0] == key and last[1] is self.targets
+                and last[2] == self.targets._version):  # (a gathered copy follows no change)
+            return torch.sub(X, last[3], out=out)
+        targets = self._block_targets(nodes)
+        self._last_block = (key, self.targets, self.targets._version, targets)
+        return torch.sub(X, targets, out=out)
+
+    def _block_targets(self, nodes: Sequence[int]) -> torch.Tensor:
+        """The targets of ``nodes`` as [len(nodes), d] rows (checked indices)."""
         idx = np.asarray(nodes, dtype=np.int64)
         if idx.size and (idx.min() < 0 or idx.max() >= self.n_nodes):
             raise ConfigError(f"grad_full_block: node indices must be in [0, {self.n_nodes})")
@@ -66,7 +78,7 @@ class Consensus(Problem):
             targets = self.targets[first:first + idx.size]
         else:
             targets = self.targets.index_select(0, torch.from_numpy(idx).to(self.device))
-        return torch.sub(X, targets, out=out)
+        return targets
 
     def local_quadratic(self, i: int) -> tuple[np.ndarray, np.ndarray]:
         """``H_i = I``, ``c_i`` = the node's target (float64)."""

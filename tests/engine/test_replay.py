@@ -13,7 +13,7 @@ from gossip.core.algorithm import Algorithm
 from gossip.core.channel import Channel
 from gossip.engine import Engine
 from gossip.engine import engine as engine_module
-from gossip.errors import ContractError, NodeError
+from gossip.errors import ContractError, DivergenceError, NodeError
 
 D = 96
 
@@ -92,7 +92,9 @@ def test_a_changed_guard_leaves_the_replay_for_the_generic_round(replays, change
             eng.block.x.requires_grad_(True)
     with dispatch.reference_kernels() if change == "reference kernels" else _nothing():
         fast.step()
-        assert replays.get(id(fast), 0) == before  # the generic round ran
+        # the generic round ran; a model changed in place (finite: one sum says so) is
+        # still sent from its memory, so that round replays
+        assert replays.get(id(fast), 0) == before + (change == "x changed")
         _generic_step(generic)
         _same(fast, generic)
         for _ in range(3):
@@ -151,3 +153,42 @@ def test_a_model_changed_between_send_and_mix_is_refused_in_a_replayed_round(rep
     assert replays.get(id(eng), 0) >= 1
     with pytest.raises((ContractError, NodeError), match="changed after its message was sent"):
         eng.step()
+
+
+def _dpsgd(problem) -> Engine:
+    return Engine(make_algorithm("dpsgd", eta=0.1), topologies.build("ring", 4),
+                  lambda i: torch.randn(D, generator=torch.Generator().manual_seed(i)),
+                  compressor="none", dtype=torch.float32,
+                  oracles=lambda i, gen: problem.oracle(i, gen))
+
+
+def test_dpsgd_whose_step_changes_x_after_the_mix_is_replayed_with_the_generic_bits(replays):
+    """The local step changes x after the kernel found it finite: the send checks it with one
+    sum and still goes out from x's memory, so the round repeats; a model whose sum overflows
+    (every entry finite) or that holds a NaN goes the compressor's way (the same bits, the
+    same error as the generic round)."""
+    from gossip.problems.consensus import Consensus
+
+    problem = Consensus(torch.randn(4, D, generator=torch.Generator().manual_seed(9)),
+                        dtype=torch.float32)
+    fast, generic = _dpsgd(problem), _dpsgd(problem)
+    for _ in range(8):
+        fast.step()
+        _generic_step(generic)
+    assert replays.get(id(fast), 0) >= 5
+    _same(fast, generic)
+    before = replays[id(fast)]
+    for eng in (fast, generic):  # finite entries, a sum that overflows float32
+        eng.block.x.fill_(3e38)
+    fast.step()
+    _generic_step(generic)
+    _same(fast, generic)
+    assert replays[id(fast)] == before  # that send was the compressor's
+    for eng in (fast, generic):
+        eng.block.x[0, 3] = float("nan")
+    errors = []
+    for eng in (fast, generic):
+        with pytest.raises((NodeError, DivergenceError)) as info:
+            eng.step()
+        errors.append(str(info.value))
+    assert errors[0] == errors[1] and "NaN" in errors[0]
