@@ -319,6 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     rows = []
+    load_start = os.getloadavg()[0]  # other work on the machine (the burners come on top)
     configs = [c for c in CONFIGS if (not args.only or c[0] in args.only) and c[2] in args.graphs
                and (not args.quick or (c[1] == 4 and c[3] == 0 and c[4] == 0))]
     for launcher, ranks, graph, burners, params in configs:
@@ -330,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
         print(table([row]).splitlines()[-1], flush=True)
     text = (f"torch {torch.__version__}, {os.cpu_count()} cores, one torch thread per rank; D-PSGD, "
             f"plain SGD, batch {BATCH}; median ms per step of the slowest rank over "
-            f"{args.repeats} alternations (`benchmarks/bench_wrap_loop.py`)\n\n" + table(rows))
+            f"{args.repeats} alternations; load average {load_start:.1f} at the start, "
+            f"{os.getloadavg()[0]:.1f} at the end (`benchmarks/bench_wrap_loop.py`)\n\n" + table(rows))
     print("\n" + text)
     if args.write:
         from docpage import write_between_markers  # benchmarks/docpage.py

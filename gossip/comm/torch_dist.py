@@ -1,4 +1,4 @@
-"""The torch.distributed link: ``batch_isend_irecv`` of byte tensors (gloo on CPU, NCCL on GPUs).
+"""The torch.distributed link: sends and receives of byte tensors (gloo on CPU, NCCL on GPUs).
 
 Started by ``torchrun`` (or any launcher that sets ``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and
 ``MASTER_PORT``). CPU byte tensors travel over gloo; with NCCL, CUDA rows are sent from device
@@ -175,16 +175,24 @@ class TorchLink(Link):
         self.moves_cuda = "nccl" in backend
         # CPU tensors need a CPU backend: one beside NCCL when the script asked for NCCL alone
         self._cpu_group = dist.new_group(backend="gloo") if backend == "nccl" else None
+        self._cpu_pg = self._cpu_group if self._cpu_group is not None else dist.group.WORLD
+        """The gloo group CPU buffers are posted on (its ranks are the world's)."""
 
     def exchange(self, recvs: Sequence[tuple[torch.Tensor, int]],
                  sends: Sequence[tuple[torch.Tensor, int]], tag: int) -> list:
         if not recvs and not sends:
             return []
         cuda = (recvs or sends)[0][0].is_cuda
-        group = None if cuda else self._cpu_group
-        ops = [dist.P2POp(dist.irecv, buf, src, group=group, tag=tag) for buf, src in recvs]
-        ops += [dist.P2POp(dist.isend, buf, dst, group=group, tag=tag) for buf, dst in sends]
         try:
+            if not cuda:
+                # gloo: each posted on the group itself, as dist.irecv/isend do after their
+                # checks (batch_isend_irecv's ops and coalescing pass doubled the posts' cost)
+                pg = self._cpu_pg
+                works = [pg.recv([buf], src, tag) for buf, src in recvs]
+                works += [pg.send([buf], dst, tag) for buf, dst in sends]
+                return [_Handle([w], False) for w in works]
+            ops = [dist.P2POp(dist.irecv, buf, src, tag=tag) for buf, src in recvs]
+            ops += [dist.P2POp(dist.isend, buf, dst, tag=tag) for buf, dst in sends]
             works = dist.batch_isend_irecv(ops)
         except RuntimeError as exc:  # a peer's connection closed before the messages were posted
             ranks = sorted({r for _, r in (*recvs, *sends)})

@@ -442,7 +442,7 @@ class _Handed:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the module's gradients, as ``optimizer.zero_grad(set_to_none)``."""
-        for p in self.module.parameters():  # type: ignore[attr-defined]
+        for p in self.params:  # type: ignore[attr-defined]  (the module's, fixed when wrapped)
             if p.grad is None:
                 continue
             if set_to_none:
@@ -499,28 +499,30 @@ class BackwardOptimizerOracle(_Handed, OptimizerOracle):
         ``loss.backward()`` wrote, as views into ``g`` where every tensor of the flat model is
         a trainable parameter (else the tensors the backward wrote)."""
         views = self._views_into(g)  # made once per memory of g, not per step
-        if views and views[0] is not None:
-            for p, view in zip(self.trainable, views, strict=True):
-                p.grad = view
-            self._grad_src = g  # the optimizer steps on them: nothing more to split
-        else:
+        if views is None:
             self._grad_src = None
-        try:
-            super().apply_step(x, g, t)
-        finally:
-            if self._handed is not None:
-                for p, handed, view in zip(self.trainable, self._handed, views, strict=True):
-                    p.grad = view if view is not None else handed
+            try:
+                super().apply_step(x, g, t)
+            finally:
+                if self._handed is not None:
+                    for p, handed in zip(self.trainable, self._handed, strict=True):
+                        p.grad = handed
+            return
+        for p, view in zip(self.trainable, views, strict=True):
+            if p.grad is not view:  # (already the view after zero_grad(set_to_none=False))
+                p.grad = view
+        self._grad_src = g  # the optimizer steps on them: nothing more to split; they stay
+        super().apply_step(x, g, t)
 
-    def _views_into(self, g: torch.Tensor) -> list[torch.Tensor | None]:
-        """Views of ``g`` shaped as the parameters (Nones where they cannot serve as ``.grad``:
-        frozen tensors or buffers in the flat model, float32 master weights)."""
+    def _views_into(self, g: torch.Tensor) -> list[torch.Tensor] | None:
+        """Views of ``g`` shaped as the parameters; None where they cannot serve as ``.grad``
+        (frozen tensors or buffers in the flat model, float32 master weights)."""
         if self.master is not None or not all(self._has_grad) or g.dim() != 1:
-            return [None] * len(self.trainable)
+            return None
         if not _same_memory(self._views_of, g):
             self._views = flat.split(g, self._tensors)
             self._views_of = g
-        return list(self._views)  # type: ignore[arg-type]
+        return self._views
 
     def _in_place(self, out: torch.Tensor) -> bool:
         """Write the gradients into ``out`` where they are not there already (``.grad`` being
@@ -528,12 +530,15 @@ class BackwardOptimizerOracle(_Handed, OptimizerOracle):
         views = self._views
         if views is None or not _same_memory(self._views_of, out):
             return False
-        for p, view in zip(self.trainable, views, strict=True):
-            g = p.grad
+        into, grads = [], []
+        for g, view in zip(self._handed, views, strict=True):  # type: ignore[arg-type]
             if g is None:
                 view.zero_()  # an unused parameter's gradient is 0
             elif g.data_ptr() != view.data_ptr():
-                view.copy_(g)
+                into.append(view)
+                grads.append(g)
+        if grads:
+            torch._foreach_copy_(into, grads)  # one call for every parameter's copy
         return True
 
 
