@@ -11,7 +11,8 @@ the nodes (issue 43's target: within 1.5). ``estimate`` is gossip.memory's estim
 before anything is allocated (what the scripts refuse a run by), next to the measured RSS.
 
 Methods: CHOCO-Gossip with top-1 % (``choco``, consensus), D-PSGD (``dpsgd``) on the consensus
-problem ``f_i(x) = ‖x − c_i‖²/2`` (full gradients, one oracle per node), and asynchronous
+problem ``f_i(x) = ‖x − c_i‖²/2`` (full gradients: ``problem.oracles("full")``, every node's
+oracle in one object of arrays, no per-node object), and asynchronous
 pairwise gossip (``pairwise-gossip``, one "round" a sweep of n activations in virtual time).
 An asynchronous sweep is n events whose trace (clocks, peers, fates) is walked in Python; runs of
 consecutive exchanges between disjoint pairs are applied as one vectorized update. Rows past
@@ -79,7 +80,7 @@ def one(method: str, n: int, d: int, rounds: int) -> dict:
     if cls.requires.gradients:
         targets = torch.randn(n, d, generator=torch.Generator().manual_seed(1))
         problem = Consensus(targets, dtype=torch.float32)
-        oracles = lambda i, g: problem.oracle(i, g, "full")  # noqa: E731
+        oracles = problem.oracles("full")  # a block's at once (FullGradientRows)
     tic = time.perf_counter()
     eng = Engine(make_algorithm(name, **hparams), topo, x0, compressor=spec, oracles=oracles,
                  dtype=torch.float32)
