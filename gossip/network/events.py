@@ -67,7 +67,7 @@ from gossip.errors import ConfigError, ContractError
 from gossip.network.frames import activated, frame, framed_nbytes, merged, parts_nbytes, unframe
 from gossip.network.host import Host
 from gossip.network.spec import Network
-from gossip.network.timing import KeyedDraws, Timing
+from gossip.network.timing import FIRST, KeyedDraws, Timing
 
 _WAKE, _ARRIVE = 0, 1
 _LOW = 0xFFFFFFFF  # an arc key's receiver bits
@@ -110,8 +110,9 @@ class EventLoop:
         self._rows_are_ids = self.block.ids == list(range(self.n))  # one process: row i is node i
         self._steady = network.churn is None  # every node present at all times
         self._lossless = network.loss is None
-        self._clocks = KeyedDraws(host.seed, "async.clock", None)
-        self._partners = KeyedDraws(host.seed, "async.partner", None)
+        # a few draws a node per sweep: chunks of FIRST keep 10^6 nodes' caches small
+        self._clocks = KeyedDraws(host.seed, "async.clock", None, chunk=FIRST)
+        self._partners = KeyedDraws(host.seed, "async.partner", None, chunk=FIRST)
         self.clock_draws = self._clocks.value
         self.partner_draws = self._partners.value
         self.now = 0.0
