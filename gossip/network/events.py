@@ -105,7 +105,9 @@ class EventLoop:
         self.n = host.n
         self.timing = Timing(network, host.seed, host.n)
         topo = host.topology
-        self.out_neighbors = [topo.view(i).out_neighbors for i in range(self.n)]
+        lists = getattr(topo, "out_neighbor_lists", None)  # (all at once: no view per node)
+        self.out_neighbors = lists() if lists is not None else \
+            [topo.view(i).out_neighbors for i in range(self.n)]
         self.row_of = {i: r for r, i in enumerate(self.block.ids)}
         self._rows_are_ids = self.block.ids == list(range(self.n))  # one process: row i is node i
         self._steady = network.churn is None  # every node present at all times
