@@ -8,10 +8,12 @@ records; ``first round s`` pays numba's compilation and the kernels' first touch
 buffers, ``steady s/round`` is the mean of the rounds after it. ``linear`` is
 steady(n) / (n/10⁴ × steady(10⁴)) for the same method and d: 1 when a round scales linearly in
 the nodes (issue 43's target: within 1.5). ``estimate`` is gossip.memory's estimate printed
-before anything is allocated (what the scripts refuse a run by), next to the measured RSS.
+before anything is allocated (what the scripts refuse a run by) plus what the interpreter held
+at that moment (imports and the graph: ~0.3 GiB), next to the measured peak RSS (``VmHWM``).
 
 Methods: CHOCO-Gossip with top-1 % (``choco``, consensus), D-PSGD (``dpsgd``) on the consensus
-problem ``f_i(x) = ‖x − c_i‖²/2`` (full gradients, one oracle per node), and asynchronous
+problem ``f_i(x) = ‖x − c_i‖²/2`` (full gradients: ``problem.oracles("full")``, every node's
+oracle in one object of arrays, no per-node object), and asynchronous
 pairwise gossip (``pairwise-gossip``, one "round" a sweep of n activations in virtual time).
 An asynchronous sweep is n events whose trace (clocks, peers, fates) is walked in Python; runs of
 consecutive exchanges between disjoint pairs are applied as one vectorized update. Rows past
@@ -73,13 +75,15 @@ def one(method: str, n: int, d: int, rounds: int) -> dict:
     fp = run_footprint(nodes=n, numel=d, itemsize=4, algorithms=[cls], compressors=[spec],
                        degree=int(topo.degrees().max()), extra=extra,
                        per_node_init=False)  # x0: one tensor of every row
-    print(f"memory estimate: {memory.format_size(fp.total)} ({fp.describe()})", file=sys.stderr)
+    resident = memory.peak_rss()  # the interpreter, its imports and the graph, before the run
+    print(f"memory estimate: {memory.format_size(fp.total)} ({fp.describe()}), on top of "
+          f"{memory.format_size(resident)} resident", file=sys.stderr)
     x0 = torch.randn(n, d, generator=torch.Generator().manual_seed(0))  # every row at once
     oracles = None
     if cls.requires.gradients:
         targets = torch.randn(n, d, generator=torch.Generator().manual_seed(1))
         problem = Consensus(targets, dtype=torch.float32)
-        oracles = lambda i, g: problem.oracle(i, g, "full")  # noqa: E731
+        oracles = problem.oracles("full")  # a block's at once (FullGradientRows)
     tic = time.perf_counter()
     eng = Engine(make_algorithm(name, **hparams), topo, x0, compressor=spec, oracles=oracles,
                  dtype=torch.float32)
@@ -92,7 +96,7 @@ def one(method: str, n: int, d: int, rounds: int) -> dict:
             "first_round_s": summary["first_round_s"],
             "steady_s_per_round": summary["steady_s_per_round"],
             "max_rss": memory.peak_rss(),
-            "estimate": fp.total}
+            "estimate": resident + fp.total, "estimate_run": fp.total}
 
 
 def run_row(method: str, n: int, d: int, rounds: int, timeout: float) -> dict:

@@ -312,6 +312,7 @@ def run(args: argparse.Namespace, check_only: bool = False, report: bool = True
     )
     from gossip.outputs import CLOCKS, clocks_of
     from gossip.problems import default_hparams, make_problem
+    from gossip.problems.oracles import OracleFactory
     from gossip.runner import execute
     from gossip.tuning import tune_gamma
 
@@ -356,6 +357,10 @@ def run(args: argparse.Namespace, check_only: bool = False, report: bool = True
         return {"distance_to_optimum": float(((x - x_star) ** 2).sum()) / norm_star,
                 "loss": problem.local_loss(i - federated, x)}
 
+    factory = OracleFactory(problem, args.estimator, args.batch_size)  # (a block's at once if it can)
+    oracles = factory if not federated else (  # the server (node 0) has none
+        lambda i, gen: None if i == 0 else factory(i - 1, gen))
+
     def builder(name: str, hp: dict, comp: str) -> Callable[[float | None], Engine]:
         def build(gamma: float | None) -> Engine:
             kw = hp if gamma is None else hp | {"gamma": gamma}
@@ -367,8 +372,7 @@ def run(args: argparse.Namespace, check_only: bool = False, report: bool = True
                 network=args.network, overlap=args.overlap,
                 dtype=dtype, watch=("distance_to_optimum",),
                 free_run=args.free_run,
-                oracles=lambda i, gen: (None if federated and i == 0 else problem.oracle(
-                    i - federated, gen, args.estimator, args.batch_size)),
+                oracles=oracles,
             )
         return build
 

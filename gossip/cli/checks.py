@@ -98,7 +98,8 @@ def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any
     """What a process hosting ``nodes`` nodes of ``numel`` entries will allocate
     (:class:`gossip.memory.Footprint`): the algorithms' state (the largest), one message per
     node (the largest compressor's), with ``remote`` one received per in-arc, the engine's own
-    bytes per node and per arc (:data:`gossip.memory.NODE_BYTES`, ``ARC_BYTES``), the initial
+    bytes per node and per arc (:data:`gossip.memory.NODE_BYTES`, ``ARC_BYTES``; an asynchronous
+    algorithm's event loop :data:`~gossip.memory.EVENT_NODE_BYTES` more), the initial
     models handed to the engine (``per_node_init``: one tensor per node, as the scripts' ``x0(i)``;
     False: one tensor of every row), the metrics' scratch and ``extra``;
     ``degree`` None: the graph not built yet (counted at a ring's)."""
@@ -122,6 +123,8 @@ def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any
                            message=message, remote_rows=nodes * degree if remote else 0,
                            footprint=fp)
     fp.add("per-node objects", nodes * (memory.NODE_BYTES + memory.ARC_BYTES * max(degree, 2)))
+    if any(getattr(cls, "asynchronous", False) for cls in algorithms):
+        fp.add("event loop", nodes * memory.EVENT_NODE_BYTES)
     # the initial models, alive while the block is filled: one tensor per node from a script's
     # x0(i) (measured with consensus.py: ~5 KiB per node besides its entries), or one [n, d] tensor
     # (a script's are drawn in float64, then cast: both alive for a moment)

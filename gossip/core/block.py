@@ -782,7 +782,14 @@ class Block:
         rows whose oracles share a :meth:`~gossip.problems.oracles.Oracle.block_group` in one
         call of their class's block path (``grad_block``: the same bits as node by node, so
         a node computes the same whatever block it is in), any other row through
-        :meth:`oracle_call`."""
+        :meth:`oracle_call`. Oracles held as one object (``NodeRows.serve``) are asked a run
+        of consecutive rows at a time, without a per-node object."""
+        grouped = getattr(self.nodes, "grouped", None)
+        group = grouped(rows) if grouped is not None else None
+        if group is not None:
+            for lo, hi in _runs(rows):
+                group.grad_rows(lo, hi, self.x[lo:hi], out[lo:hi])
+            return
         oracles = [self.nodes[r].oracle for r in rows]
         seen = self._oracle_keys
         if seen is not None and seen[0] == oracles:  # the same oracles as last time (identity)
@@ -878,6 +885,10 @@ class Block:
                 else:
                     self.x[r].add_(grad[r], alpha=-eta)
             return
+        grouped = getattr(self.nodes, "grouped", None)
+        if grouped is not None and grouped(range(self.m)) is not None:  # (no optimizer steps)
+            self.x.add_(grad, alpha=-eta)
+            return
         apply = [getattr(nd.oracle, "apply_step", None) for nd in self.nodes]
         if all(a is None for a in apply):
             self.x.add_(grad, alpha=-eta)
@@ -955,6 +966,19 @@ class Block:
                             None, both, route)
         packed.parts = views
         return packed
+
+
+def _runs(rows: Sequence[int]) -> list[tuple[int, int]]:
+    """``rows`` as runs of consecutive ascending rows, ``(lo, hi)`` each: one for a range."""
+    if isinstance(rows, range) and rows.step == 1:
+        return [(rows.start, rows.stop)] if len(rows) else []
+    idx = np.asarray(rows, dtype=np.int64)
+    if idx.size == 0:
+        return []
+    cut = np.flatnonzero(np.diff(idx) != 1) + 1
+    starts = np.concatenate(([0], cut))
+    ends = np.concatenate((cut, [idx.size]))
+    return [(int(idx[a]), int(idx[b - 1]) + 1) for a, b in zip(starts, ends)]
 
 
 def _check_source(rows: Rows) -> None:

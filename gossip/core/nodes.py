@@ -9,7 +9,7 @@ made on first use (most runs never ask for them: the block works on rows)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,6 +36,12 @@ class NodeShared:
     device: torch.device
     new_compressor: Callable[[], Compressor] | None = None
     block: Any = None
+    oracles: Any = None
+    """The block's oracles as one object when they were made so (``FullGradientRows``: its
+    ``oracle(r)`` is row r's, ``owns(r, oracle)`` tells it from one put in its place), or None."""
+    replaced: set[int] = field(default_factory=set)
+    """Rows whose node's oracle is not :attr:`oracles`' own (one put in its place, as partial
+    activation puts a sleeping one): the block asks those node by node."""
 
 
 class Node:
@@ -49,7 +55,7 @@ class Node:
     seeded from ``(seed, id)``) drives the oracle's sampling; ``oracle`` gives gradients (None
     for pure consensus). ``view``, ``compressor`` and ``generator`` are made on first use."""
 
-    __slots__ = ("id", "row", "layout", "oracle", "compressors", "_shared",
+    __slots__ = ("id", "row", "layout", "_oracle", "compressors", "_shared",
                  "_compressor", "_generator")
 
     def __init__(self, id: int, row: int, layout: Layout, shared: NodeShared, *,
@@ -58,11 +64,26 @@ class Node:
         self.id = id
         self.row = row
         self.layout = layout
-        self.oracle = oracle
+        self._oracle = oracle
         self.compressors: dict[str, Compressor] = {}
         self._shared = shared
         self._compressor = compressor
         self._generator = generator
+
+    @property
+    def oracle(self) -> Any:
+        """The node's gradient oracle (None: none)."""
+        return self._oracle
+
+    @oracle.setter
+    def oracle(self, value: Any) -> None:
+        self._oracle = value
+        group = self._shared.oracles
+        if group is not None:  # the block's oracles as one: note a row that leaves it
+            if group.owns(self.row, value):
+                self._shared.replaced.discard(self.row)
+            else:
+                self._shared.replaced.add(self.row)
 
     @property
     def x(self) -> torch.Tensor:
@@ -154,12 +175,37 @@ class NodeRows(Sequence[Node]):
         if nd is None:
             r = r + len(self._made) if r < 0 else r
             lay = self._layouts[0] if len(self._layouts) == 1 else self._layouts[r]
-            nd = self._made[r] = Node(self.ids[r], r, lay, self._shared)
+            group = self._shared.oracles
+            nd = self._made[r] = Node(self.ids[r], r, lay, self._shared,
+                                      oracle=None if group is None else group.oracle(r))
         return nd
 
     def __iter__(self) -> Iterator[Node]:
         for r in range(len(self._made)):
             yield self[r]
+
+    def serve(self, oracles: Any) -> None:
+        """Give the rows their oracles as one object (``FullGradientRows`` of these ids, in
+        row order): each node made later reads its own, ``oracles.oracle(r)``; a block asks
+        them all at once (:meth:`grouped`)."""
+        if len(oracles) != len(self._made):
+            raise ValueError(f"{len(oracles)} oracles for {len(self._made)} nodes")
+        self._shared.oracles = oracles
+        self._shared.replaced.clear()
+        self.any_oracle = len(self._made) > 0
+
+    def grouped(self, rows: Sequence[int]) -> Any:
+        """The oracles object that serves every row of ``rows`` (:meth:`serve`; no node among
+        them has another oracle in its place), or None."""
+        group = self._shared.oracles
+        replaced = self._shared.replaced
+        if group is None:
+            return None
+        if replaced:
+            asked = rows if isinstance(rows, range | set) else set(rows)
+            if any(r in asked for r in replaced):
+                return None
+        return group
 
     def put(self, r: int, node: Node) -> None:
         """Place ``node`` (made with its oracle or generator) at row ``r``."""

@@ -25,7 +25,9 @@ from gossip.problems.oracles import (
     SAGA,
     SGD,
     FullGradient,
+    FullGradientRows,
     Oracle,
+    OracleFactory,
     make_oracle,
 )
 from gossip.problems.regularizers import L1, Regularizer
@@ -40,11 +42,13 @@ __all__ = [
     "SGD",
     "Consensus",
     "FullGradient",
+    "FullGradientRows",
     "L1Logistic",
     "Lasso",
     "LeastSquares",
     "Logistic",
     "Oracle",
+    "OracleFactory",
     "Problem",
     "Regularizer",
     "Smoothness",

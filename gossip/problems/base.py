@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from gossip.errors import ConfigError
-from gossip.problems.oracles import Oracle, make_oracle
+from gossip.problems.oracles import Oracle, OracleFactory, make_oracle
 
 if TYPE_CHECKING:
     from gossip.problems.regularizers import Regularizer
@@ -255,6 +255,15 @@ class Problem(ABC):
                 ``batch_size`` out of ``[1, m_i]``, or a missing generator.
         """
         return make_oracle(self, i, generator, estimator, batch_size, p)
+
+    def oracles(self, estimator: str = "full", batch_size: int = 1,
+                p: float | None = None) -> OracleFactory:
+        """Every node's oracle, for ``Engine(oracles=...)``: ``factory(i, generator)`` is
+        :meth:`oracle`, and where the estimator allows (``full`` on a problem with
+        :attr:`block_gradients`) the engine takes a block's oracles as one object of arrays
+        (:class:`~gossip.problems.oracles.FullGradientRows`) instead of one per node: the same
+        gradients and counters, without a per-node object before one is read."""
+        return OracleFactory(self, estimator, batch_size, p)
 
     def __repr__(self) -> str:
         return (

@@ -38,6 +38,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from typing import Any, ClassVar, Protocol
 
+import numpy as np
 import torch
 
 from gossip.catalog import ESTIMATORS
@@ -237,6 +238,120 @@ class FullGradient(Oracle):
             o.sample_grads += o._m
             o.grads += 1
         return out
+
+
+class FullGradientRows:
+    """The ``full`` oracles of a block's nodes on one problem with block gradients, held as
+    arrays: the problem's node of every row (``nodes``) and the counters of every row
+    (``counts[k, r]``, k in :attr:`Oracle.COUNTERS`' order). An engine of 10⁶ nodes then starts
+    without 10⁶ oracle objects (measured: ~10 µs a node to make one, its generator and its
+    checks) and asks a whole run of rows in one :meth:`grad_rows`: ``problem.grad_full_block``,
+    the bits of :meth:`FullGradient.grad` on each row (the block path's contract).
+
+    A node's oracle, when something reads it (``engine.nodes[i].oracle``: checkpoints, metrics,
+    per-node code), is a :class:`FullGradient` of that row (:meth:`oracle`) whose counters are
+    this object's entries, so either path counts in one place."""
+
+    estimator = "full"
+
+    def __init__(self, problem: Problem, nodes: Sequence[int] | np.ndarray):
+        idx = np.asarray(nodes, dtype=np.int64).reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= problem.n_nodes):
+            raise ConfigError(f"node indices must be in [0, {problem.n_nodes}) for "
+                              f"{type(problem).__name__}, got {int(idx.min())}..{int(idx.max())}")
+        if not getattr(problem, "block_gradients", False):
+            raise ConfigError(f"{type(problem).__name__} has no block path for its gradients "
+                              "(block_gradients is False): make each node's oracle")
+        self.problem = problem
+        self.nodes = idx
+        self.group = (FullGradient, id(problem))
+        """The block key of its oracles (:meth:`Oracle.block_group`), the per-node ones' too."""
+        if problem.finite_sum:  # per-sample gradients a full gradient counts
+            self.m = np.array([problem.n_samples(int(i)) or 1 for i in idx], dtype=np.int64)
+        else:
+            self.m = np.ones(idx.size, dtype=np.int64)
+        self.counts = np.zeros((len(Oracle.COUNTERS), idx.size), dtype=np.int64)
+        self._views: dict[int, FullGradient] = {}
+
+    def __len__(self) -> int:
+        return int(self.nodes.size)
+
+    def oracle(self, r: int) -> FullGradient:
+        """Row ``r``'s oracle (made on first call, then the same object)."""
+        view = self._views.get(r)
+        if view is None:
+            view = self._views[r] = _FullGradientRow(self, r)
+        return view
+
+    def owns(self, r: int, oracle: Any) -> bool:
+        """Whether ``oracle`` is row ``r``'s own (:meth:`oracle`), not one put in its place."""
+        return oracle is not None and self._views.get(r) is oracle
+
+    def grad_rows(self, lo: int, hi: int, X: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Rows ``lo..hi-1``'s gradients at the rows of ``X`` into those of ``out`` (``X`` and
+        ``out`` hold those rows only; ``out`` must not alias ``X``), counted."""
+        if out.data_ptr() == X.data_ptr():
+            raise ConfigError("full oracle: out must not alias x")
+        self.problem.grad_full_block(self.nodes[lo:hi], X, out)
+        self.counts[0, lo:hi] += 1
+        self.counts[1, lo:hi] += self.m[lo:hi]
+        return out
+
+
+def _counter(k: int) -> property:
+    def get(self: _FullGradientRow) -> int:
+        return int(self._rows.counts[k, self._r])
+
+    def put(self: _FullGradientRow, value: int) -> None:
+        self._rows.counts[k, self._r] = value
+
+    return property(get, put, doc=f"This row's entry of ``counts[{k}]``.")
+
+
+class _FullGradientRow(FullGradient):
+    """Row ``r``'s :class:`FullGradient` of a :class:`FullGradientRows`: the same oracle, its
+    counters that object's entries. Its generator is None: the full estimator draws nothing
+    (the node's own generator is still the node's: ``node.generator``)."""
+
+    grads = _counter(0)
+    sample_grads = _counter(1)
+    values = _counter(2)
+    prox_steps = _counter(3)
+
+    def __init__(self, rows: FullGradientRows, r: int):  # (no Oracle.__init__: it zeroes counters)
+        self._rows = rows
+        self._r = r
+        self.problem = rows.problem
+        self.node = int(rows.nodes[r])
+        self.generator = None
+        self._m = int(rows.m[r])
+        self._group = rows.group
+
+
+class OracleFactory:
+    """What ``Engine(oracles=...)`` takes from a problem (:meth:`gossip.problems.base.Problem.oracles`):
+    ``factory(i, generator)`` is node i's oracle (:func:`make_oracle`), and :meth:`rows` every
+    node of a block at once where the estimator allows (the ``full`` one on a problem with
+    ``block_gradients``), which the engine asks first."""
+
+    def __init__(self, problem: Problem, estimator: str = "full", batch_size: int = 1,
+                 p: float | None = None):
+        self.problem = problem
+        self.estimator = estimator
+        self.batch_size = batch_size
+        self.p = p
+
+    def __call__(self, i: int, generator: torch.Generator | None = None) -> Oracle:
+        return make_oracle(self.problem, i, generator, self.estimator, self.batch_size, self.p)
+
+    def rows(self, nodes: Sequence[int]) -> FullGradientRows | None:
+        """The oracles of ``nodes`` (a block's ids, in row order) as one object, or None when
+        each node needs its own (a sampled estimator draws from its node's generator; a problem
+        without block gradients computes node by node)."""
+        if self.estimator != "full" or self.p is not None \
+                or not getattr(self.problem, "block_gradients", False):
+            return None
+        return FullGradientRows(self.problem, nodes)
 
 
 class _Sampled(Oracle):

@@ -52,3 +52,17 @@ def test_prefilled_draws_are_the_draws_one_row_at_a_time():
     for row in range(50):
         for k in (1, 2, 31, 32, 300):
             assert one.value(row, k) == many.value(row, k)
+
+
+def test_draws_in_small_chunks_are_the_block_draws():
+    """``chunk=FIRST`` (an event loop's clocks and peers): the same numbers as whole blocks,
+    a row's cache never past one chunk."""
+    from gossip.network.timing import FIRST, KeyedDraws
+
+    block, small = KeyedDraws(3, "async.partner", None), KeyedDraws(3, "async.partner", None,
+                                                                     chunk=FIRST)
+    for row in range(5):
+        for k in (1, 2, 31, 32, 33, 64, 255, 256, 257, 700):
+            assert block.value(row, k) == small.value(row, k)
+    assert max(v[2].size for v in small.cache.values()) == FIRST
+    assert max(v[2].size for v in block.cache.values()) > FIRST

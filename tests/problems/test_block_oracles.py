@@ -62,3 +62,50 @@ def test_dpsgd_rounds_with_the_block_path_equal_node_by_node(dtype):
     x_block, counts_block = _dpsgd(dtype, block_path=True)
     assert torch.equal(x_node, x_block)
     assert counts_node == counts_block
+
+
+def _consensus_run(dtype, whole: bool, network=None, rounds=4):
+    """D-PSGD on one consensus problem, its oracles made node by node (a plain factory, the
+    per-node block path) or as one object of arrays (``problem.oracles()``)."""
+    pb = Consensus(_targets(6), dtype=dtype)
+    factory = pb.oracles("full")
+    oracles = factory if whole else (lambda i, gen: factory(i, gen))
+    x0 = torch.randn(N, D, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    eng = Engine(make_algorithm("dpsgd", eta=0.1), topologies.build("ring", N), x0,
+                 oracles=oracles, dtype=dtype, network=network)
+    made = sum(nd is not None for nd in eng.nodes.rows._made)
+    for _ in range(rounds):
+        eng.step()
+    return eng, made
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("network", [None, "active=0.5"])
+def test_oracles_as_one_object_equal_node_by_node(dtype, network):
+    """The whole-block oracles (FullGradientRows) give the per-node path's bits and counters,
+    with no node made at setup; under partial activation the sleeping nodes' oracles are put
+    aside node by node and the rest still asked as runs of rows."""
+    node, _ = _consensus_run(dtype, False, network)
+    whole, made = _consensus_run(dtype, True, network)
+    assert made == 0
+    assert torch.equal(node.block.x, whole.block.x)
+    assert [nd.oracle.counters() for nd in node.block.nodes] == \
+        [nd.oracle.counters() for nd in whole.block.nodes]
+    if network is not None:  # some nodes slept: not every node was asked every round
+        assert len({nd.oracle.grads for nd in whole.block.nodes}) > 1
+
+
+def test_oracle_rows_views_count_in_the_arrays():
+    """A node's oracle read from the rows object is a FullGradient whose counters are the
+    arrays' entries (its own calls, its state dict and its restore go there too)."""
+    eng, _ = _consensus_run(torch.float64, True, rounds=2)
+    rows = eng.nodes.rows._shared.oracles
+    oracle = eng.nodes[3].oracle
+    assert isinstance(oracle, FullGradient) and oracle is eng.nodes[3].oracle
+    assert oracle.counters()["grads"] == 2 == rows.counts[0, 3]
+    x = torch.zeros(D, dtype=torch.float64)
+    assert torch.equal(oracle.grad(x), -_targets(6)[3])
+    assert rows.counts[0, 3] == 3 and rows.counts[0, 4] == 2
+    state = oracle.state_dict()
+    oracle.load_state_dict({**state, "grads": 9})
+    assert rows.counts[0, 3] == 9

@@ -48,6 +48,13 @@ def test_weight_of_non_neighbor_is_clear():
     assert str(info.value).startswith("node 4 is not an in-neighbor of node 0")
 
 
+@pytest.mark.parametrize("spec,n", [("ring", 7), ("torus", 16), ("regular:k=3", 20),
+                                    ("star", 6), ("directed-exponential", 9), ("complete", 5)])
+def test_out_neighbor_lists_are_the_views_out_neighbors(spec, n):
+    topo = T.build(spec, n)
+    assert topo.out_neighbor_lists() == [list(topo.view(i).out_neighbors) for i in range(n)]
+
+
 def test_view_out_of_range():
     topo = Topology(T.ring(4))
     with pytest.raises(IndexError, match="node 4 is out of range"):
