@@ -265,9 +265,7 @@ class World:
     def _check_sum(self, got: torch.Tensor, like: torch.Tensor, sender: int,
                    what: str) -> torch.Tensor:
         """The tensor (shaped like ``like``) of a flagged sum from ``sender``, checked."""
-        nbytes = got.numel() - 8
-        values = got[:nbytes].view(like.dtype).view(like.shape)
-        flag = float(got[nbytes:].view(torch.float64)[0])
+        values, flag = _unflagged(got, like)
         self._check_values(bool(torch.isfinite(values).all()), flag, sender,
                            f"{what} for the mean model")
         return values
@@ -423,3 +421,12 @@ def _flag(finite: bool) -> float:
 def _flagged(t: torch.Tensor, finite: bool = True) -> torch.Tensor:
     """A contiguous CPU tensor's bytes followed by its 8-byte flag (one new uint8 buffer)."""
     return torch.cat([_bytes(t), torch.tensor([_flag(finite)], dtype=torch.float64).view(torch.uint8)])
+
+
+def _unflagged(got: torch.Tensor, like: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The tensor shaped like ``like`` and the flag of a :func:`_flagged` buffer. The flag's 8
+    bytes are copied before they are read as a float64: they follow the values, so they start
+    at any byte (28 for 7 float32 entries), where a float64 view is refused."""
+    nbytes = got.numel() - 8
+    values = got[:nbytes].view(like.dtype).view(like.shape)
+    return values, float(got[nbytes:].clone().view(torch.float64)[0])
