@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import shutil
@@ -135,18 +136,43 @@ def run_py(args: list[str], timeout: float = 180):
                           text=True, timeout=timeout)
 
 
+_IN_PROCESS_RECORDS: dict[tuple[str, int], list] = {}
+"""A scenario script's in-process records by (script, nodes): deterministic, so the tests that
+launch the same script for the same nodes (mpiexec and torchrun, several rank counts) compare
+with one in-process run rather than each starting its own interpreter."""
+
+
 def scenario_records(script: str, tmp_path: Path, ranks: int, nodes: int,
                      launch=run_mpi) -> tuple[list, list]:
     """Records of a scenario script (``OUT.jsonl NODES``) run in process and under
-    ``launch(ranks, ...)`` (mpiexec, or :func:`run_torchrun`), after checking both exited 0."""
+    ``launch(ranks, ...)`` (mpiexec, or :func:`run_torchrun`), after checking both exited 0.
+
+    The in-process run starts beside the launch (its one process uses what the ranks leave of
+    the cores) and is run once per (script, nodes) in a pytest process
+    (:data:`_IN_PROCESS_RECORDS`); each caller gets its own copy of the records."""
     from gossip.metrics import read_jsonl
 
     local, remote = tmp_path / "local.jsonl", tmp_path / "remote.jsonl"
-    res = run_py([script, str(local), str(nodes)])
-    assert res.returncode == 0, res.stderr
-    res = launch(ranks, [script, str(remote), str(nodes)])
+    key = (script, nodes)
+    ref = None
+    if key not in _IN_PROCESS_RECORDS:
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+        ref = subprocess.Popen([sys.executable, script, str(local), str(nodes)], cwd=ROOT,
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        res = launch(ranks, [script, str(remote), str(nodes)])
+    finally:
+        if ref is not None:
+            try:
+                _, err = ref.communicate(timeout=180)
+            except subprocess.TimeoutExpired:
+                ref.kill()
+                raise
+    if ref is not None:
+        assert ref.returncode == 0, err
+        _IN_PROCESS_RECORDS[key] = read_jsonl(local)
     assert res.returncode == 0, res.stdout + res.stderr
-    return read_jsonl(local), read_jsonl(remote)
+    return copy.deepcopy(_IN_PROCESS_RECORDS[key]), read_jsonl(remote)
 
 
 def script(name: str, folder: str = "experiments"):
