@@ -21,11 +21,14 @@ $(STAMP): setup.cfg pyproject.toml
 
 # everything, MPI launches and long convergence runs included (what CI runs): the in-process
 # tests spread over the cores (pytest-xdist), then the tests that start several processes
-# (marked `launches` by tests/conftest.py) one at a time, as their ranks wait on each other
+# (marked `launches` by tests/conftest.py) one at a time, as their ranks wait on each other.
+# Bytecode is cached even where the environment says PYTHONDONTWRITEBYTECODE: the tests start
+# hundreds of interpreters, and each compiled the library's ~130 modules (and pytest each test
+# module) from source again, ~3 of a launch's ~16 CPU seconds (measured on tests/engine/test_mpi.py)
 test: install
 	@status=0; \
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --durations=15 -m "not launches" || status=$$?; \
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --durations=15 -m launches || status=$$?; \
+	PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --durations=15 -m "not launches" || status=$$?; \
+	PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --durations=15 -m launches || status=$$?; \
 	exit $$status
 
 # the quick loop while editing: skips tests marked slow (MPI launches, long runs); ~5 min on 2 cores
