@@ -21,11 +21,17 @@ $(STAMP): setup.cfg pyproject.toml
 
 # everything, MPI launches and long convergence runs included (what CI runs): the in-process
 # tests spread over the cores (pytest-xdist), then the tests that start several processes
-# (marked `launches` by tests/conftest.py) one at a time, as their ranks wait on each other
+# (marked `launches` by tests/conftest.py) two at a time (their ranks leave about half of the
+# two cores idle, waiting on each other), and last the launches whose outcome depends on
+# timing (marked `alone`: free runs, paced rounds, ranks stopped or killed) one at a time.
+# Bytecode is cached even where the environment says PYTHONDONTWRITEBYTECODE: the tests start
+# hundreds of interpreters, and each compiled the library's ~130 modules (and pytest each test
+# module) from source again, ~3 of a launch's ~16 CPU seconds (measured on tests/engine/test_mpi.py)
 test: install
 	@status=0; \
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --durations=15 -m "not launches" || status=$$?; \
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --durations=15 -m launches || status=$$?; \
+	PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --durations=15 -m "not launches" || status=$$?; \
+	PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2 --durations=15 -m "launches and not alone" || status=$$?; \
+	PYTHONDONTWRITEBYTECODE= OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q --durations=5 -m "launches and alone" || status=$$?; \
 	exit $$status
 
 # the quick loop while editing: skips tests marked slow (MPI launches, long runs); ~5 min on 2 cores

@@ -2,7 +2,13 @@
 
 A test that starts several processes (``mpiexec``, ``torchrun``, a rank stopped on purpose) is
 marked ``launches``: those tests time out ranks and wait on each other, so ``make test`` runs
-them one at a time after the in-process tests, which it spreads over the cores (pytest-xdist).
+them after the in-process tests, which it spreads over the cores (pytest-xdist), two at a time
+(their ranks leave about half of two cores idle while they wait on each other). A launching
+test whose outcome depends on timing (a free run's steps per wall second, paced rounds, a rank
+stopped or killed on purpose, whose neighbours' error lines race the launcher's teardown and
+deadlines) is also marked ``alone``: ``make test`` runs those last, one at a time, with
+nothing beside them (run two at a time, a killed rank's torchrun job was ended before a
+neighbour printed its line).
 
 By default a whole module is marked, from its source (it names a launcher or a launching helper
 of tests/helpers/launch.py): the safe side. A module that mixes in-process tests with launching
@@ -46,6 +52,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if _starts_processes(Path(item.path)):
             item.add_marker(pytest.mark.launches)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "alone: a launching test whose outcome depends on "
+                            "timing; make test runs these one at a time (tests/conftest.py)")
 
 
 @pytest.fixture(autouse=True)

@@ -32,6 +32,7 @@ def test_asynchronous_runs_under_mpi_equal_in_process(tmp_path):
     assert all(t["events"] > 160 for t in traces.values())
 
 
+@pytest.mark.alone  # a rank stopped or killed on purpose (tests/conftest.py)
 def test_a_silent_rank_stops_an_asynchronous_run_naming_it(tmp_path):
     """Rank 2 stops answering (SIGSTOP) mid-run: the ranks waiting for it (in a pairwise exchange
     or a sweep's metrics) time out (5 s) naming it, the job ends, and the records logged so far

@@ -19,6 +19,7 @@ from tests.helpers.launch import mpiexec, run_mpi
 
 LAUNCHES_MARKED_PER_TEST = True  # the refusals run in process (tests/conftest.py)
 needs_mpi = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
+pytestmark = pytest.mark.alone  # free runs: steps per wall second (tests/conftest.py)
 
 
 def _free_run(tmp_path, *args):

@@ -10,6 +10,7 @@ import pytest
 from gossip.metrics import read_jsonl
 from tests.helpers.launch import mpiexec, run_mpi, script
 
+pytestmark = pytest.mark.alone  # a free run: steps per wall second (tests/conftest.py)
 EVERY = 24  # sweeps between snapshots: 2 epochs of the digits' 12 sweeps (4 nodes, batch 32)
 
 

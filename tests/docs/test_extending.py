@@ -19,7 +19,7 @@ from gossip.engine import Engine
 from gossip.errors import CompressionError, ConfigError, PluginError
 from gossip.problems import make_problem
 from tests.helpers.extending_driver import RUNS, script
-from tests.helpers.launch import run_mpi, run_py
+from tests.helpers.launch import Beside, run_mpi
 
 LAUNCHES_MARKED_PER_TEST = True  # only the mpiexec test launches (tests/conftest.py)
 
@@ -80,9 +80,9 @@ def test_scripts_run_the_user_parts_in_process(tmp_path):
 @pytest.mark.launches
 @pytest.mark.slow
 def test_user_parts_under_mpiexec_equal_the_in_process_run(tmp_path):
-    res = run_py(["tests/helpers/extending_driver.py", str(tmp_path / "local")])
-    assert res.returncode == 0, res.stderr[-3000:]
-    res = run_mpi(2, ["tests/helpers/extending_driver.py", str(tmp_path / "mpi")])
+    with Beside(["tests/helpers/extending_driver.py", str(tmp_path / "local")]) as local:
+        res = run_mpi(2, ["tests/helpers/extending_driver.py", str(tmp_path / "mpi")])
+    assert local.result.returncode == 0, local.result.stderr[-3000:]
     assert res.returncode == 0, res.stderr[-3000:]
     for name in RUNS:
         assert rounds(tmp_path / "mpi" / f"{name}.jsonl") == rounds(tmp_path / "local" / f"{name}.jsonl"), name

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.launch import ROOT, launch_command, mpiexec, run_py
+from tests.helpers.launch import ROOT, Beside, launch_command, mpiexec, run_py
 
 LAUNCHES_MARKED_PER_TEST = True  # only the mpiexec test launches (tests/conftest.py)
 
@@ -56,17 +56,18 @@ def test_sigkill_all_ranks_then_resume_equals_uninterrupted(tmp_path, name):
     args = [*RUNS[name], *COMMON]
     full, cut, ck = tmp_path / "full.jsonl", tmp_path / "cut.jsonl", tmp_path / "ck"
     mpi = launch_command("mpiexec", 4)
-    res = run_py([*args, "--nodes", "4", "--out", str(full)], timeout=300)
+    with Beside([*args, "--nodes", "4", "--out", str(full)], timeout=300) as uninterrupted:
+        proc = subprocess.Popen([*mpi, *args, "--out", str(cut), "--checkpoint-dir", str(ck),
+                                 "--checkpoint-every", "20"], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        deadline = time.time() + 120
+        while manifest_round(ck) < 60 and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGKILL)  # every rank and the launcher at once
+        proc.wait()
+    res = uninterrupted.result
     assert res.returncode == 0, res.stderr[-2000:]
-    proc = subprocess.Popen([*mpi, *args, "--out", str(cut), "--checkpoint-dir", str(ck),
-                             "--checkpoint-every", "20"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.time() + 120
-    while manifest_round(ck) < 60 and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)  # every rank and the launcher at once
-    proc.wait()
     reached = manifest_round(ck)
     assert 60 <= reached < 300, f"kill came at round {reached}"
     res = subprocess.run([*mpi, *args, "--out", str(cut), "--resume", str(ck)], cwd=ROOT,

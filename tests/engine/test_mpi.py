@@ -7,7 +7,7 @@ import signal
 import pytest
 
 from gossip.metrics import read_jsonl
-from tests.helpers.launch import mpiexec, run_mpi, run_py, scenario_records, stop_a_rank
+from tests.helpers.launch import Beside, mpiexec, run_mpi, scenario_records, stop_a_rank
 
 pytestmark = [pytest.mark.skipif(mpiexec() is None, reason="no mpiexec"), pytest.mark.slow]
 
@@ -40,9 +40,10 @@ def test_consensus_script_under_mpi_matches_in_process(tmp_path):
     common = ["experiments/consensus.py", "--topology", "ring", "--dim", "64", "--rounds", "30",
               "--log-every", "10", "--dtype", "float64", "--compressor", "none", "sign",
               "--gamma", "1", "0.3"]
-    res = run_mpi(4, [*common, "--out", str(tmp_path / "m.jsonl")])
+    with Beside([*common, "--nodes", "4", "--out", str(tmp_path / "l.jsonl")]) as local:
+        res = run_mpi(4, [*common, "--out", str(tmp_path / "m.jsonl")])
     assert res.returncode == 0, res.stderr
-    res2 = run_py([*common, "--nodes", "4", "--out", str(tmp_path / "l.jsonl")])
+    res2 = local.result
     assert res2.returncode == 0, res2.stderr
     strip = lambda recs: [  # noqa: E731
         {k: v for k, v in r.items() if not k.endswith("_s") and k not in ("args", "world_size")}
@@ -64,6 +65,7 @@ def test_graph_size_must_match_world(tmp_path):
     assert "smaller than the MPI world" in res.stdout + res.stderr
 
 
+@pytest.mark.alone  # a rank stopped or killed on purpose (tests/conftest.py)
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
 def test_dead_or_silent_rank_stops_the_job(tmp_path, sig):
     """One rank is killed (SIGKILL) or stops answering (SIGSTOP) mid-run.

@@ -16,6 +16,7 @@ from tests.helpers.launch import ROOT, mpiexec
 pytestmark = pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 
 
+@pytest.mark.alone  # a rank stopped or killed on purpose (tests/conftest.py)
 @pytest.mark.parametrize("where", ["values", "sum", "chain"])
 def test_rank_stopped_inside_a_reduction_stops_the_job(tmp_path, where):
     """Rank 2 SIGSTOPs itself inside the gather of per-node values / the ordered sum of x̄ /

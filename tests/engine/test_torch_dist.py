@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from gossip.metrics import read_jsonl
-from tests.helpers.launch import run_py, run_torchrun, scenario_records, stop_a_rank, torchrun
+from tests.helpers.launch import Beside, run_py, run_torchrun, scenario_records, stop_a_rank, torchrun
 
 pytestmark = [pytest.mark.skipif(torchrun() is None, reason="no torchrun"), pytest.mark.slow]
 
@@ -31,10 +31,11 @@ def test_consensus_script_under_torchrun(tmp_path):
     common = ["experiments/consensus.py", "--topology", "ring", "--dim", "64", "--rounds", "20",
               "--log-every", "10", "--dtype", "float64", "--compressor", "none", "sign",
               "--gamma", "1", "0.3"]
-    res = run_torchrun(2, [*common, "--transport", "gloo", "--out", str(tmp_path / "t.jsonl"),
-                           "--plot", str(tmp_path / "t.png")])
+    with Beside([*common, "--nodes", "2", "--out", str(tmp_path / "l.jsonl")]) as local:
+        res = run_torchrun(2, [*common, "--transport", "gloo", "--out", str(tmp_path / "t.jsonl"),
+                               "--plot", str(tmp_path / "t.png")])
     assert res.returncode == 0, res.stdout + res.stderr
-    res2 = run_py([*common, "--nodes", "2", "--out", str(tmp_path / "l.jsonl")])
+    res2 = local.result
     assert res2.returncode == 0, res2.stderr
     strip = lambda recs: [  # noqa: E731
         {k: v for k, v in r.items() if not k.endswith("_s") and k not in ("args", "world_size")}
@@ -71,6 +72,7 @@ def test_torchruns_failure_summary_shows_the_error_line():
     assert "To enable traceback see" not in out, out
 
 
+@pytest.mark.alone  # a rank stopped or killed on purpose (tests/conftest.py)
 def test_silent_rank_is_named(tmp_path):
     """A rank that stops answering (SIGSTOP) ends the torchrun job: its neighbors' deadline
     (5 s) fires, and every rank that reports (the first one to fail always does; torchrun stops
@@ -85,6 +87,7 @@ def test_silent_rank_is_named(tmp_path):
     assert all("rank(s) [2] stopped answering" in ln for ln in lines), out[-3000:]
 
 
+@pytest.mark.alone  # a rank stopped or killed on purpose (tests/conftest.py)
 def test_a_killed_rank_is_named_without_a_wait_it_did_not_do(tmp_path):
     """SIGKILL: the neighbors' connections reset at once; the line names the killed rank and
     gloo's reason (no "waited 5 s", no source path of gloo), and the job ends."""
@@ -99,6 +102,7 @@ def test_a_killed_rank_is_named_without_a_wait_it_did_not_do(tmp_path):
     assert not any("waited 5 s" in ln or "pair.cc" in ln for ln in lines), out[-3000:]
 
 
+@pytest.mark.alone  # a rank stopped or killed on purpose (tests/conftest.py)
 def test_a_rank_missing_at_start_up_is_named_within_the_timeout():
     """A rank that never reaches the rendezvous: the others wait --timeout (3 s), not torch's
     default, and end with one line naming it; no store error, no second wait at start-up."""
@@ -116,6 +120,7 @@ def test_a_rank_missing_at_start_up_is_named_within_the_timeout():
     assert seconds < 100, seconds  # launch and teardown included; 120 s waits are gone
 
 
+@pytest.mark.alone  # a rank stopped or killed on purpose (tests/conftest.py)
 def test_a_rank_that_stops_stepping_is_named_by_every_rank_that_reports():
     """gossip.wrap under torchrun, rank 1's script ends after two steps: the job ends non-zero,
     at least one rank's error names rank 1, and so does every error printed: its neighbors'
@@ -133,15 +138,16 @@ def test_a_rank_that_stops_stepping_is_named_by_every_rank_that_reports():
 
 def test_bad_transport_choices_say_the_fix():
     """gloo without torchrun, NCCL on the CPU and gloo with a CUDA run: one line each."""
-    res = run_py(["experiments/consensus.py", "--rounds", "2", "--transport", "gloo"])
-    assert res.returncode != 0
-    assert "error: --transport gloo needs a torch.distributed job: start the script with torchrun" \
-        in res.stderr
     base = ["experiments/consensus.py", "--rounds", "2", "--dim", "8"]
-    res = run_torchrun(2, [*base, "--transport", "nccl"])
+    with Beside(["experiments/consensus.py", "--rounds", "2", "--transport", "gloo"]) as alone:
+        res = run_torchrun(2, [*base, "--transport", "nccl"])
     assert res.returncode != 0
     assert "error: --transport nccl moves CUDA tensors only and the run is on the CPU: use " \
         "--transport gloo" in res.stdout + res.stderr
+    res = alone.result
+    assert res.returncode != 0
+    assert "error: --transport gloo needs a torch.distributed job: start the script with torchrun" \
+        in res.stderr
     res = run_torchrun(2, [*base, "--transport", "gloo", "--device", "cuda"])
     assert res.returncode != 0
     assert "--transport gloo moves CPU tensors only and the run is on CUDA: use --transport nccl" \

@@ -27,6 +27,7 @@ MACHINE = ("wall_s", "time_s", "compute_s", "comm_s", "run")
 
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 @pytest.mark.launches
+@pytest.mark.alone  # paced rounds: wall time against the virtual clock (tests/conftest.py)
 def test_a_straggler_slows_the_rounds_in_wall_time_as_in_virtual_time(tmp_path):
     out = tmp_path / "wall.jsonl"
     res = run_mpi(4, ["tests/helpers/mpi_wallrounds.py", str(out), str(SCALE)], timeout=120)

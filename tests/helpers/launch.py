@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import os
 import shutil
@@ -32,7 +33,7 @@ def launch_command(launcher: str, n: int) -> list[str]:
     if not LAUNCHES_ALLOWED:
         pytest.fail(f"this test starts {n} processes ({launcher}) but is not marked launches: "
                     "mark it @pytest.mark.launches (tests/conftest.py), so that make test runs "
-                    "it with the other launches, one at a time", pytrace=False)
+                    "it with the other launches, apart from the in-process tests", pytrace=False)
     exe = mpiexec() if launcher == "mpiexec" else torchrun()
     if exe is None:
         pytest.skip(f"no {launcher} available")
@@ -135,18 +136,64 @@ def run_py(args: list[str], timeout: float = 180):
                           text=True, timeout=timeout)
 
 
+class Beside:
+    """``with Beside(ARGS) as ref: ...`` runs ``python ARGS`` from the repository root (as
+    :func:`run_py`) while the block runs, e.g. an in-process reference beside the launch it is
+    compared with: the cores its ranks leave idle while they wait on each other run it. After
+    the block, ``ref.result`` is its CompletedProcess (the process is killed when the block
+    raises, and fails the test when it outlives ``timeout`` seconds)."""
+
+    def __init__(self, args: list[str], timeout: float = 180):
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+        self.args, self.timeout = args, timeout
+        self.proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.result: subprocess.CompletedProcess | None = None
+
+    def __enter__(self) -> Beside:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.proc.kill()
+            self.proc.communicate()
+            return
+        try:
+            out, err = self.proc.communicate(timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.communicate()
+            pytest.fail(f"python {' '.join(self.args)} ran past {self.timeout:.0f} s")
+        self.result = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+
+
+_IN_PROCESS_RECORDS: dict[tuple[str, int], list] = {}
+"""A scenario script's in-process records by (script, nodes): deterministic, so the tests that
+launch the same script for the same nodes (mpiexec and torchrun, several rank counts) compare
+with one in-process run rather than each starting its own interpreter."""
+
+
 def scenario_records(script: str, tmp_path: Path, ranks: int, nodes: int,
                      launch=run_mpi) -> tuple[list, list]:
     """Records of a scenario script (``OUT.jsonl NODES``) run in process and under
-    ``launch(ranks, ...)`` (mpiexec, or :func:`run_torchrun`), after checking both exited 0."""
+    ``launch(ranks, ...)`` (mpiexec, or :func:`run_torchrun`), after checking both exited 0.
+
+    The in-process run starts beside the launch (its one process uses what the ranks leave of
+    the cores) and is run once per (script, nodes) in a pytest process
+    (:data:`_IN_PROCESS_RECORDS`); each caller gets its own copy of the records."""
     from gossip.metrics import read_jsonl
 
     local, remote = tmp_path / "local.jsonl", tmp_path / "remote.jsonl"
-    res = run_py([script, str(local), str(nodes)])
-    assert res.returncode == 0, res.stderr
-    res = launch(ranks, [script, str(remote), str(nodes)])
+    key = (script, nodes)
+    if key in _IN_PROCESS_RECORDS:
+        res = launch(ranks, [script, str(remote), str(nodes)])
+    else:
+        with Beside([script, str(local), str(nodes)]) as ref:
+            res = launch(ranks, [script, str(remote), str(nodes)])
+        assert ref.result.returncode == 0, ref.result.stderr
+        _IN_PROCESS_RECORDS[key] = read_jsonl(local)
     assert res.returncode == 0, res.stdout + res.stderr
-    return read_jsonl(local), read_jsonl(remote)
+    return copy.deepcopy(_IN_PROCESS_RECORDS[key]), read_jsonl(remote)
 
 
 def script(name: str, folder: str = "experiments"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import difflib
+import functools
 import io
 import json
 import re
@@ -509,6 +510,10 @@ LAUNCHERS = [pytest.param(run_mpi, id="mpiexec",
                           marks=pytest.mark.skipif(torchrun() is None, reason="no torchrun"))]
 
 
+_trainer_losses = functools.cache(wrap_runs.trainer_losses)
+"""The trainer's runs that both launchers' ranks are compared with, run once (read only)."""
+
+
 @pytest.mark.launches
 @pytest.mark.slow
 @pytest.mark.parametrize("launch", LAUNCHERS)
@@ -517,13 +522,13 @@ def test_ranks_equal_the_trainer_and_refuse_unequal_models(tmp_path, launch):
     res = launch(4, ["tests/helpers/mpi_wrap.py", str(tmp_path)], timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     for name in wrap_runs.LAUNCHED:
-        want, x_want = wrap_runs.trainer_losses(name, 4, 8)
+        want, x_want = _trainer_losses(name, 4, 8)
         for rank in range(4):
             got = json.loads((tmp_path / f"{name}.{rank}.json").read_text())
             assert got["losses"] == want, (name, rank)
             x = torch.load(tmp_path / f"{name}.{rank}.pt", weights_only=True)
             assert torch.equal(x, x_want[rank]), (name, rank)
-    want, x_want = wrap_runs.trainer_losses("choco", 8, 4)
+    want, x_want = _trainer_losses("choco", 8, 4)
     for rank in range(4):
         assert json.loads((tmp_path / f"block.{rank}.json").read_text())["losses"] == want
         x = torch.load(tmp_path / f"block.{rank}.pt", weights_only=True)

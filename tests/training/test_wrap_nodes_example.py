@@ -7,16 +7,17 @@ import re
 
 import pytest
 
-from tests.helpers.launch import mpiexec, run_mpi, run_py
+from tests.helpers.launch import Beside, mpiexec, run_mpi
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(mpiexec() is None, reason="no mpiexec")
 def test_four_nodes_in_one_process_equal_four_ranks():
     steps = ["--steps", "30"]  # past the first epoch of every node's data (12 batches)
-    one = run_py(["examples/train_gossip_nodes.py", "--nodes", "4", *steps], timeout=180)
+    with Beside(["examples/train_gossip_nodes.py", "--nodes", "4", *steps], timeout=180) as nodes:
+        ranks = run_mpi(4, ["examples/train_gossip.py", *steps], timeout=180)
+    one = nodes.result
     assert one.returncode == 0, one.stderr[-3000:]
-    ranks = run_mpi(4, ["examples/train_gossip.py", *steps], timeout=180)
     assert ranks.returncode == 0, ranks.stderr[-3000:]
     line = re.search(r"steps 30 .*test accuracy 0\.\d+", one.stdout)
     assert line, one.stdout
