@@ -117,11 +117,12 @@ def run_footprint(*, nodes: int, numel: int, itemsize: int, algorithms: list[Any
         return (cls.state_copies - wide + cls.neighbor_copies * degree) * itemsize + wide * wider
 
     big = max(algorithms, key=per_node)
+    rounds = not all(getattr(cls, "asynchronous", False) for cls in algorithms)
     memory.block_footprint(nodes=nodes, numel=numel, itemsize=itemsize,
                            state_copies=big.state_copies, neighbor_copies=big.neighbor_copies,
                            wide_copies=getattr(big, "wide_copies", 0), degree=degree,
                            message=message, remote_rows=nodes * degree if remote else 0,
-                           footprint=fp)
+                           block_mix=rounds, footprint=fp)
     fp.add("per-node objects", nodes * (memory.NODE_BYTES + memory.ARC_BYTES * max(degree, 2)))
     if any(getattr(cls, "asynchronous", False) for cls in algorithms):
         fp.add("event loop", nodes * memory.EVENT_NODE_BYTES)
