@@ -48,15 +48,21 @@ def format_size(nbytes: float) -> str:
     return f"{int(nbytes)} B"
 
 
-def _meminfo_available() -> int | None:
+def _proc_bytes(path: str, field: str) -> int | None:
+    """The ``field:`` line of a ``/proc`` file in kB (``/proc/meminfo``, ``/proc/self/status``)
+    as bytes; None where the file or the field is missing."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as fh:
+        with open(path, encoding="ascii") as fh:
             for line in fh:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def _meminfo_available() -> int | None:
+    return _proc_bytes("/proc/meminfo", "MemAvailable")
 
 
 def _cgroup_available() -> int | None:
@@ -78,14 +84,7 @@ def _address_space_left() -> int | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY:
         return None
-    used = 0
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmSize:"):
-                    used = int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
+    used = _proc_bytes("/proc/self/status", "VmSize") or 0
     return max(0, soft - used)
 
 
@@ -94,14 +93,8 @@ def peak_rss() -> int:
     peak of its own memory map. Not ``ru_maxrss``, which ``exec`` carries over from the map it
     replaces, so a child of a large process reads its parent's size (``ru_maxrss`` is the
     fallback where ``/proc`` is missing)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = _proc_bytes("/proc/self/status", "VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def available_memory() -> tuple[int | None, str]:
